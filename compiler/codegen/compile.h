@@ -1,0 +1,30 @@
+#pragma once
+// Plan kernel → Tile IR → LLVM IR → O3 → PTX, cached by a hash of the Tile IR, the options and
+// the toolchain version.
+#include <string>
+
+#include "compiler/codegen/target.h"
+#include "compiler/fusion/plan.h"
+#include "compiler/fusion/report.h"
+
+namespace tilefuse {
+
+struct CompiledKernel {
+  std::string name;
+  std::string tile_ir;
+  std::string llvm_ir;  // after O3
+  std::string ptx;
+  unsigned block_threads = 0;
+  uint64_t grid = 0;
+  bool from_cache = false;
+};
+
+CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt = {});
+
+// ptxas -arch=<sm> -v on the PTX, when a CUDA toolkit is present (TILEFUSE_PTXAS, else
+// /usr/local/cuda/bin/ptxas, else ptxas on PATH). Returns nullopt when there is none; throws
+// CodegenError with ptxas's message when it rejects the PTX.
+std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::string& kernel,
+                                        const CodegenOptions& opt = {});
+
+}  // namespace tilefuse

@@ -1,0 +1,161 @@
+#include "compiler/dsl/dsl.h"
+
+#include <fmt/format.h>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse::dsl {
+
+static std::string describe(const Tensor& t) {
+  return fmt::format("%{} {}{}", t.id(), dtype_name(t.dtype()), shape_str(t.shape()));
+}
+
+Tensor input(Graph& g, const std::string& name, const Shape& shape, DType dtype) {
+  if (name.empty()) throw GraphError("input: every input needs a non-empty name");
+  for (NodeId id : g.inputs())
+    if (g.node(id).name == name)
+      throw GraphError(fmt::format("input '{}' is already declared in graph '{}' (%{}); inputs "
+                                   "need unique names",
+                                   name, g.name(), id));
+  for (int64_t d : shape)
+    if (d <= 0)
+      throw ShapeError(fmt::format("input '{}': shape {} has a dimension ≤ 0; every dimension "
+                                   "must be positive",
+                                   name, shape_str(shape)));
+  Node n;
+  n.op = Op::Input;
+  n.shape = shape;
+  n.dtype = dtype;
+  n.name = name;
+  return {&g, g.append(std::move(n))};
+}
+
+Tensor constant(Graph& g, double value, DType dtype) {
+  if (dtype == DType::Bool)
+    throw DTypeError("constant: bool constants are not supported; compare two tensors instead");
+  Node n;
+  n.op = Op::Constant;
+  n.dtype = dtype;
+  n.value = value;
+  return {&g, g.append(std::move(n))};
+}
+
+void output(const std::string& name, const Tensor& t) { t.graph().add_output(name, t.id()); }
+
+static Tensor unary(Op op, const Tensor& x) {
+  if (!is_float(x.dtype()))
+    throw DTypeError(fmt::format("{}: operand {} is bool; {} needs a float tensor (use "
+                                 "where(cond, a, b) to turn a condition into numbers)",
+                                 op_info(op).name, describe(x), op_info(op).name));
+  Node n;
+  n.op = op;
+  n.operands = {x.id()};
+  n.shape = x.shape();
+  n.dtype = x.dtype();
+  return {&x.graph(), x.graph().append(std::move(n))};
+}
+
+static void same_graph(const char* op, const Tensor& a, const Tensor& b) {
+  if (&a.graph() != &b.graph())
+    throw GraphError(fmt::format("{}: operands {} and {} belong to different graphs ('{}' and "
+                                 "'{}'); build both in one graph",
+                                 op, describe(a), describe(b), a.graph().name(), b.graph().name()));
+}
+
+static Tensor binary(Op op, const Tensor& a, const Tensor& b) {
+  const char* name = op_info(op).name;
+  same_graph(name, a, b);
+  if (a.dtype() != b.dtype())
+    throw DTypeError(fmt::format("{}: operands {} and {} have different dtypes; tilefuse never "
+                                 "converts silently — cast one: cast(x, DType::{})",
+                                 name, describe(a), describe(b),
+                                 a.dtype() == DType::Bool ? dtype_name(b.dtype()) : dtype_name(a.dtype())));
+  bool compare = op_info(op).kind == OpKind::Compare;
+  if (!is_float(a.dtype()))
+    throw DTypeError(fmt::format("{}: operands {} and {} are bool; {} needs float tensors", name,
+                                 describe(a), describe(b), name));
+  Node n;
+  n.op = op;
+  n.operands = {a.id(), b.id()};
+  n.shape = broadcast_shapes(a.shape(), b.shape(), name);
+  n.dtype = compare ? DType::Bool : a.dtype();
+  return {&a.graph(), a.graph().append(std::move(n))};
+}
+
+Tensor neg(const Tensor& x) { return unary(Op::Neg, x); }
+Tensor abs(const Tensor& x) { return unary(Op::Abs, x); }
+Tensor exp(const Tensor& x) { return unary(Op::Exp, x); }
+Tensor exp2(const Tensor& x) { return unary(Op::Exp2, x); }
+Tensor log(const Tensor& x) { return unary(Op::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary(Op::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(Op::Rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary(Op::Tanh, x); }
+Tensor erf(const Tensor& x) { return unary(Op::Erf, x); }
+Tensor sigmoid(const Tensor& x) { return unary(Op::Sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(Op::Relu, x); }
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  return unary(approx == GeluApprox::Tanh ? Op::GeluTanh : Op::Gelu, x);
+}
+
+Tensor cast(const Tensor& x, DType to) {
+  if (to == DType::Bool)
+    throw DTypeError(fmt::format("cast: {} to bool is not supported; compare instead (x != 0)",
+                                 describe(x)));
+  if (x.dtype() == to) return x;
+  Node n;
+  n.op = Op::Cast;
+  n.operands = {x.id()};
+  n.shape = x.shape();
+  n.dtype = to;
+  return {&x.graph(), x.graph().append(std::move(n))};
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(Op::Add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(Op::Sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(Op::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(Op::Div, a, b); }
+Tensor max(const Tensor& a, const Tensor& b) { return binary(Op::Max, a, b); }
+Tensor min(const Tensor& a, const Tensor& b) { return binary(Op::Min, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(Op::Pow, a, b); }
+Tensor pow(const Tensor& a, double b) { return pow(a, constant(a.graph(), b, a.dtype())); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary(Op::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary(Op::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary(Op::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary(Op::Ge, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary(Op::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary(Op::Ne, a, b); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  same_graph("where", cond, a);
+  same_graph("where", a, b);
+  if (cond.dtype() != DType::Bool)
+    throw DTypeError(fmt::format("where: condition {} must be bool (the result of a comparison "
+                                 "such as x > 0)",
+                                 describe(cond)));
+  if (a.dtype() != b.dtype())
+    throw DTypeError(fmt::format("where: branches {} and {} have different dtypes; cast one",
+                                 describe(a), describe(b)));
+  Node n;
+  n.op = Op::Where;
+  n.operands = {cond.id(), a.id(), b.id()};
+  n.shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  n.dtype = a.dtype();
+  return {&a.graph(), a.graph().append(std::move(n))};
+}
+
+Tensor operator-(const Tensor& x) { return neg(x); }
+
+#define TILEFUSE_DSL_SCALAR_OPERATOR(sym, fn)                                                  \
+  Tensor operator sym(const Tensor& a, double b) { return fn(a, constant(a.graph(), b, a.dtype())); } \
+  Tensor operator sym(double a, const Tensor& b) { return fn(constant(b.graph(), a, b.dtype()), b); }
+TILEFUSE_DSL_SCALAR_OPERATOR(+, add)
+TILEFUSE_DSL_SCALAR_OPERATOR(-, sub)
+TILEFUSE_DSL_SCALAR_OPERATOR(*, mul)
+TILEFUSE_DSL_SCALAR_OPERATOR(/, div)
+TILEFUSE_DSL_SCALAR_OPERATOR(<, lt)
+TILEFUSE_DSL_SCALAR_OPERATOR(<=, le)
+TILEFUSE_DSL_SCALAR_OPERATOR(>, gt)
+TILEFUSE_DSL_SCALAR_OPERATOR(>=, ge)
+#undef TILEFUSE_DSL_SCALAR_OPERATOR
+
+}  // namespace tilefuse::dsl

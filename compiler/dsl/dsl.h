@@ -1,0 +1,83 @@
+#pragma once
+// The DSL: build a Graph with tensor handles and C++ operators.
+//
+//   Graph g("bias_gelu");
+//   Tensor x = input(g, "x", {8192, 8192});
+//   Tensor b = input(g, "b", {8192});
+//   output("y", gelu(x + b));
+//
+// Shapes broadcast as in numpy. Two tensors of different dtypes never mix silently: insert
+// cast(t, dtype). A C++ number next to a tensor becomes a constant of the tensor's dtype.
+#include <string>
+
+#include "compiler/graph/graph.h"
+
+namespace tilefuse::dsl {
+
+class Tensor {
+ public:
+  Tensor(Graph* g, NodeId id) : g_(g), id_(id) {}
+  Graph& graph() const { return *g_; }
+  NodeId id() const { return id_; }
+  const Node& node() const { return g_->node(id_); }
+  const Shape& shape() const { return node().shape; }
+  DType dtype() const { return node().dtype; }
+
+ private:
+  Graph* g_;
+  NodeId id_;
+};
+
+Tensor input(Graph& g, const std::string& name, const Shape& shape, DType dtype = DType::F32);
+Tensor constant(Graph& g, double value, DType dtype = DType::F32);
+void output(const std::string& name, const Tensor& t);
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor exp2(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApprox { None, Tanh };
+// GELU: exact x·Φ(x) (erf form), or the tanh approximation.
+Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::None);
+Tensor cast(const Tensor& x, DType to);
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor max(const Tensor& a, const Tensor& b);
+Tensor min(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+// where(cond, a, b): cond must be bool (the result of a comparison).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+Tensor operator-(const Tensor& x);
+#define TILEFUSE_DSL_BINARY_OPERATOR(sym, fn)                      \
+  inline Tensor operator sym(const Tensor& a, const Tensor& b) { return fn(a, b); } \
+  Tensor operator sym(const Tensor& a, double b);                  \
+  Tensor operator sym(double a, const Tensor& b);
+TILEFUSE_DSL_BINARY_OPERATOR(+, add)
+TILEFUSE_DSL_BINARY_OPERATOR(-, sub)
+TILEFUSE_DSL_BINARY_OPERATOR(*, mul)
+TILEFUSE_DSL_BINARY_OPERATOR(/, div)
+TILEFUSE_DSL_BINARY_OPERATOR(<, lt)
+TILEFUSE_DSL_BINARY_OPERATOR(<=, le)
+TILEFUSE_DSL_BINARY_OPERATOR(>, gt)
+TILEFUSE_DSL_BINARY_OPERATOR(>=, ge)
+#undef TILEFUSE_DSL_BINARY_OPERATOR
+
+}  // namespace tilefuse::dsl

@@ -1,0 +1,102 @@
+#include "compiler/fusion/cost_model.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace tilefuse {
+
+static int64_t tensor_bytes(const Node& n) {
+  return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype));
+}
+
+std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
+                                   const std::vector<NodeId>& outputs, const DeviceProfile& profile,
+                                   std::string* why) {
+  Kernel k;
+  k.nodes = nodes;
+  std::sort(k.nodes.begin(), k.nodes.end());
+  k.outputs = outputs;
+  std::sort(k.outputs.begin(), k.outputs.end());
+  std::set<NodeId> members(k.nodes.begin(), k.nodes.end());
+  std::set<NodeId> inputs;
+  for (NodeId n : k.nodes)
+    for (NodeId o : g.node(n).operands)
+      if (!members.count(o) && g.node(o).op != Op::Constant) inputs.insert(o);
+  k.inputs.assign(inputs.begin(), inputs.end());
+  if (k.outputs.empty()) {
+    *why = "the kernel would write nothing";
+    return std::nullopt;
+  }
+  k.domain = g.node(k.outputs[0]).shape;
+  for (NodeId o : k.outputs)
+    if (g.node(o).shape != k.domain) {
+      *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})",
+                         shape_str(k.domain), k.outputs[0], shape_str(g.node(o).shape), o);
+      return std::nullopt;
+    }
+  for (NodeId n : k.nodes)
+    if (!broadcasts_to(g.node(n).shape, k.domain)) {
+      *why = fmt::format("%{} {} does not broadcast into the kernel's domain {}", n,
+                         shape_str(g.node(n).shape), shape_str(k.domain));
+      return std::nullopt;
+    }
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
+  for (NodeId t : k.outputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
+  k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes);
+  estimate_cost(g, k, profile);
+  return k;
+}
+
+void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
+  KernelCost& c = k.cost;
+  c = {};
+  const PointwiseSchedule& s = k.schedule;
+  int64_t domain_elems = num_elements(k.domain);
+  // Per-thread elements an operand occupies: full tiles hold rows_per_thread × vec, a bias
+  // (broadcast along rows) only vec, a column vector rows_per_thread, a scalar 1.
+  std::vector<Shape> shapes;
+  for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape);
+  std::vector<Shape> views = operand_views(s, k.domain, shapes);
+  int loaded_regs = 0;
+  double inflight_per_thread = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const Node& n = g.node(k.inputs[i]);
+    c.bytes_read += tensor_bytes(n);
+    bool spans_rows = views[i].size() == 2 ? views[i][0] != 1 : false;
+    bool spans_cols = views[i].back() != 1;
+    int elems = (spans_rows ? s.rows_per_thread : 1) * (spans_cols ? s.vec : 1);
+    int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
+    loaded_regs += words;
+    if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
+  }
+  for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
+  int scratch = 0;
+  for (NodeId n : k.nodes) {
+    const OpInfo& info = op_info(g.node(n).op);
+    c.flops += info.flops * static_cast<double>(domain_elems);
+    scratch = std::max(scratch, info.scratch_regs);
+  }
+  // Index and pointer arithmetic, every loaded operand held at once (loads are issued before
+  // the first use), and one vector of results with the evaluation's temporaries.
+  c.registers = std::min(p.max_registers_per_thread,
+                         12 + loaded_regs + s.vec * (1 + scratch) + 2 * static_cast<int>(k.outputs.size()));
+  int threads = s.block_threads();
+  int regs_alloc = (c.registers + 7) / 8 * 8;
+  c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
+                                          p.registers_per_sm / (regs_alloc * threads)}));
+  int64_t resident_blocks = std::min<int64_t>(c.blocks_per_sm, (s.grid() + p.sm_count - 1) / p.sm_count);
+  c.bytes_in_flight_per_sm = inflight_per_thread * threads * static_cast<double>(resident_blocks);
+  double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
+  // A kernel that loads no full tile only streams stores, which need no latency cover.
+  double cover = inflight_per_thread == 0 ? 1.0 : std::min(1.0, c.bytes_in_flight_per_sm / needed);
+  double bw = p.hbm_bytes_per_s * cover;
+  c.memory_s = static_cast<double>(c.bytes()) / bw;
+  c.compute_s = c.flops / p.f32_ops_per_s;
+  c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
+}
+
+}  // namespace tilefuse

@@ -1,0 +1,21 @@
+#pragma once
+// Roofline cost model: time = max(bytes / effective bandwidth, flops / f32 rate) + launch.
+// Effective bandwidth falls when too few bytes are in flight to cover memory latency, which is
+// how the register estimate (through occupancy) enters the time.
+#include <vector>
+
+#include "compiler/fusion/plan.h"
+
+namespace tilefuse {
+
+// One pointwise kernel computing `nodes` (topological order) and writing `outputs`. Returns
+// nullopt, with the reason in `why`, when the set cannot be one kernel (outputs of different
+// shapes, a member that does not broadcast into the domain).
+std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
+                                   const std::vector<NodeId>& outputs, const DeviceProfile& profile,
+                                   std::string* why);
+
+// Fills kernel.cost from its nodes, operands and schedule.
+void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);
+
+}  // namespace tilefuse

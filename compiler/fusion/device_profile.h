@@ -1,0 +1,24 @@
+#pragma once
+// The constants of the cost model. Defaults are the H200's measured figures (2026-11-30); the
+// runtime can measure a device and replace them.
+#include <string>
+
+namespace tilefuse {
+
+struct DeviceProfile {
+  std::string name = "H200";
+  double hbm_bytes_per_s = 4258e9;     // device-to-device copy, bytes read + written, measured
+  double f32_ops_per_s = 60e12;        // non-tensor f32 rate (datasheet 67 TFLOP/s, FMA = 2)
+  double bf16_matmul_flops = 777e12;   // cuBLAS bf16 8192³, measured
+  double launch_s = 2.5e-6;            // back-to-back launch on one stream
+  double memory_latency_s = 800e-9;    // loaded DRAM latency that in-flight bytes must cover
+  int sm_count = 132;
+  int max_threads_per_sm = 2048;
+  int max_blocks_per_sm = 32;
+  int registers_per_sm = 65536;
+  int max_registers_per_thread = 255;
+
+  static DeviceProfile h200() { return {}; }
+};
+
+}  // namespace tilefuse

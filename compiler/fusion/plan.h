@@ -1,0 +1,97 @@
+#pragma once
+// The Plan is data: an ordered list of kernels, and one FusionDecision per decision considered.
+// Reports are rendered from these records and nothing else.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/fusion/device_profile.h"
+#include "compiler/fusion/schedule.h"
+#include "compiler/graph/graph.h"
+
+namespace tilefuse {
+
+enum class ScheduleKind { Pointwise };
+const char* schedule_kind_name(ScheduleKind k);
+
+struct KernelCost {
+  int64_t bytes_read = 0;     // each external operand read once, at its own size
+  int64_t bytes_written = 0;  // each kernel output written once
+  double flops = 0;           // f32 operations over the whole domain
+  int registers = 0;          // estimate per thread
+  int blocks_per_sm = 0;      // occupancy the estimate allows
+  double bytes_in_flight_per_sm = 0;
+  double memory_s = 0, compute_s = 0, predicted_s = 0;
+  int64_t bytes() const { return bytes_read + bytes_written; }
+};
+
+struct Kernel {
+  std::string name;
+  ScheduleKind kind = ScheduleKind::Pointwise;
+  std::vector<NodeId> nodes;    // computed here, in topological order
+  std::vector<NodeId> inputs;   // read from memory: graph inputs or other kernels' outputs
+  std::vector<NodeId> outputs;  // written to memory
+  Shape domain;
+  PointwiseSchedule schedule;
+  KernelCost cost;
+};
+
+enum class Verdict { Fused, Merged, Duplicated, Materialized };
+const char* verdict_name(Verdict v);
+
+// Which layer of the pass stopped a fusion option.
+enum class Layer { Legality, Budget, Profitability };
+const char* layer_name(Layer l);
+
+struct FusionOption {
+  Verdict verdict;            // what taking this option means
+  bool legal = true;
+  bool fits = true;           // within the register budget
+  std::string why_not;        // empty when legal and fitting
+  int kernels = 0;            // kernels touched after the option
+  int64_t bytes = 0;          // HBM bytes of the touched kernels after the option
+  int registers = 0;          // max estimated registers of the touched kernels
+  double predicted_s = 0;     // predicted time of the touched kernels
+};
+
+struct FusionDecision {
+  NodeId producer = -1;
+  std::vector<NodeId> consumers;
+  Verdict verdict = Verdict::Materialized;
+  std::optional<Layer> stopped_by;  // set when a fusing option was refused
+  std::string reason;
+  int64_t bytes_saved = 0;
+  int launches_saved = 0;
+  int registers_before = 0, registers_after = 0;
+  double duplicated_flops = 0;
+  int64_t duplicated_bytes = 0;  // extra reads of the producer's operands by the copies
+  bool library_gemm_lost = false;
+  double predicted_before_s = 0, predicted_after_s = 0;
+  std::vector<FusionOption> options;
+};
+
+struct PlanTotals {
+  int kernels = 0;
+  int64_t bytes = 0;
+  double predicted_s = 0;
+};
+
+struct FusionOptions {
+  bool fuse = true;
+  int max_registers = 128;  // per thread; a fused kernel estimated above this is refused
+  DeviceProfile profile = DeviceProfile::h200();
+};
+
+struct Plan {
+  Graph graph;
+  FusionOptions options;
+  std::vector<Kernel> kernels;  // in launch (dependency) order
+  std::vector<FusionDecision> decisions;
+  std::vector<NodeId> dead;     // computed nodes no output depends on: not compiled
+  PlanTotals unfused, fused;
+
+  const Kernel* kernel_of(NodeId output) const;  // the kernel that writes `output`, if any
+};
+
+}  // namespace tilefuse

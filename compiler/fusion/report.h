@@ -1,0 +1,21 @@
+#pragma once
+// Fusion-decision reports, rendered from the Plan's records and nothing else.
+#include <map>
+#include <string>
+
+#include "compiler/fusion/plan.h"
+
+namespace tilefuse {
+
+// What codegen/ptxas (or the driver) reported for a kernel, shown beside the estimate.
+struct MeasuredKernel {
+  int registers = -1;
+  int spill_bytes = -1;
+  std::string source;  // "ptxas" or "driver"
+};
+using MeasuredKernels = std::map<std::string, MeasuredKernel>;
+
+std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured = {});
+std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured = {});
+
+}  // namespace tilefuse

@@ -1,0 +1,186 @@
+#include "compiler/graph/graph.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse {
+
+const OpInfo& op_info(Op op) {
+  // flops: f32 operations per element; scratch: temporaries held during evaluation.
+  static const OpInfo table[] = {
+      {"input", OpKind::Leaf, 0, 0},       {"constant", OpKind::Leaf, 0, 0},
+      {"neg", OpKind::Unary, 1, 0},        {"abs", OpKind::Unary, 1, 0},
+      {"exp", OpKind::Unary, 8, 2},        {"exp2", OpKind::Unary, 2, 0},
+      {"log", OpKind::Unary, 3, 1},        {"sqrt", OpKind::Unary, 4, 1},
+      {"rsqrt", OpKind::Unary, 4, 1},      {"tanh", OpKind::Unary, 16, 3},
+      {"erf", OpKind::Unary, 20, 3},       {"sigmoid", OpKind::Unary, 12, 2},
+      {"relu", OpKind::Unary, 1, 0},       {"gelu", OpKind::Unary, 24, 3},
+      {"gelu_tanh", OpKind::Unary, 22, 3}, {"cast", OpKind::Unary, 1, 0},
+      {"add", OpKind::Binary, 1, 0},       {"sub", OpKind::Binary, 1, 0},
+      {"mul", OpKind::Binary, 1, 0},       {"div", OpKind::Binary, 8, 2},
+      {"max", OpKind::Binary, 1, 0},       {"min", OpKind::Binary, 1, 0},
+      {"pow", OpKind::Binary, 14, 2},      {"lt", OpKind::Compare, 1, 0},
+      {"le", OpKind::Compare, 1, 0},       {"gt", OpKind::Compare, 1, 0},
+      {"ge", OpKind::Compare, 1, 0},       {"eq", OpKind::Compare, 1, 0},
+      {"ne", OpKind::Compare, 1, 0},       {"where", OpKind::Select, 1, 0},
+  };
+  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::Where) + 1);
+  return table[static_cast<size_t>(op)];
+}
+
+const Node& Graph::node(NodeId id) const {
+  if (id < 0 || static_cast<size_t>(id) >= nodes_.size())
+    throw GraphError(fmt::format("graph '{}': node %{} does not exist (the graph has {} nodes)",
+                                 name_, id, nodes_.size()));
+  return nodes_[id];
+}
+
+std::vector<NodeId> Graph::inputs() const {
+  std::vector<NodeId> ids;
+  for (const Node& n : nodes_)
+    if (n.op == Op::Input) ids.push_back(n.id);
+  return ids;
+}
+
+std::vector<std::vector<NodeId>> Graph::users() const {
+  std::vector<std::vector<NodeId>> u(nodes_.size());
+  for (const Node& n : nodes_)
+    for (NodeId o : n.operands) u[o].push_back(n.id);
+  return u;
+}
+
+bool Graph::is_output(NodeId id) const {
+  return std::any_of(outputs_.begin(), outputs_.end(),
+                     [&](const GraphOutput& o) { return o.node == id; });
+}
+
+NodeId Graph::append(Node n) {
+  n.id = static_cast<NodeId>(nodes_.size());
+  for (NodeId o : n.operands) node(o);  // operands must already exist
+  nodes_.push_back(std::move(n));
+  return nodes_.back().id;
+}
+
+void Graph::add_output(const std::string& name, NodeId id) {
+  if (id < 0 || static_cast<size_t>(id) >= nodes_.size())
+    throw GraphError(fmt::format(
+        "output '{}': node %{} is not in graph '{}'; pass a tensor built in this graph", name, id,
+        name_));
+  for (const GraphOutput& o : outputs_)
+    if (o.name == name)
+      throw GraphError(fmt::format("output '{}' is already defined in graph '{}' (as %{}); "
+                                   "give each output its own name",
+                                   name, name_, o.node));
+  outputs_.push_back({name, id});
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(fmt::format(
+          "{}: shapes {} and {} do not broadcast (dimension {} of the result: {} vs {}); "
+          "numpy rules: trailing dimensions must be equal or 1 — reshape or slice an operand",
+          op, shape_str(a), shape_str(b), i, da, db));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  size_t off = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[off + i]) return false;
+  return true;
+}
+
+void verify(const Graph& g) {
+  auto fail = [&](const Node& n, const std::string& what) {
+    throw GraphError(fmt::format("graph '{}', node %{} ({}): {}", g.name(), n.id,
+                                 op_info(n.op).name, what));
+  };
+  std::set<std::string> input_names;
+  for (const Node& n : g.nodes()) {
+    for (NodeId o : n.operands)
+      if (o < 0 || o >= n.id) fail(n, fmt::format("operand %{} does not precede it", o));
+    for (int64_t d : n.shape)
+      if (d <= 0) fail(n, fmt::format("shape {} has a non-positive dimension", shape_str(n.shape)));
+    const OpInfo& info = op_info(n.op);
+    size_t arity = info.kind == OpKind::Leaf ? 0
+                   : info.kind == OpKind::Unary ? 1
+                   : info.kind == OpKind::Select ? 3 : 2;
+    if (n.operands.size() != arity)
+      fail(n, fmt::format("expects {} operands, has {}", arity, n.operands.size()));
+    if (n.op == Op::Input) {
+      if (n.name.empty()) fail(n, "input has no name");
+      if (!input_names.insert(n.name).second) fail(n, fmt::format("input name '{}' is used twice", n.name));
+      continue;
+    }
+    if (info.kind == OpKind::Leaf) continue;
+    Shape expect = g.node(n.operands[0]).shape;
+    for (size_t i = 1; i < n.operands.size(); ++i)
+      expect = broadcast_shapes(expect, g.node(n.operands[i]).shape, info.name);
+    if (expect != n.shape)
+      fail(n, fmt::format("shape {} is not the broadcast of its operands ({})", shape_str(n.shape),
+                          shape_str(expect)));
+    auto dt = [&](size_t i) { return g.node(n.operands[i]).dtype; };
+    switch (info.kind) {
+      case OpKind::Unary:
+        if (n.op != Op::Cast && (dt(0) != n.dtype || !is_float(n.dtype)))
+          fail(n, fmt::format("needs a float operand of its own dtype {}, has {}",
+                              dtype_name(n.dtype), dtype_name(dt(0))));
+        break;
+      case OpKind::Binary:
+        if (dt(0) != n.dtype || dt(1) != n.dtype || !is_float(n.dtype))
+          fail(n, fmt::format("operand dtypes {}, {} do not match result {}", dtype_name(dt(0)),
+                              dtype_name(dt(1)), dtype_name(n.dtype)));
+        break;
+      case OpKind::Compare:
+        if (dt(0) != dt(1) || n.dtype != DType::Bool)
+          fail(n, "comparison needs operands of one dtype and a bool result");
+        break;
+      case OpKind::Select:
+        if (dt(0) != DType::Bool || dt(1) != n.dtype || dt(2) != n.dtype)
+          fail(n, "where needs a bool condition and two operands of the result dtype");
+        break;
+      case OpKind::Leaf: break;
+    }
+  }
+  std::set<std::string> out_names;
+  for (const GraphOutput& o : g.outputs()) {
+    g.node(o.node);
+    if (!out_names.insert(o.name).second)
+      throw GraphError(fmt::format("graph '{}': output '{}' is defined twice", g.name(), o.name));
+  }
+  if (g.outputs().empty())
+    throw GraphError(fmt::format("graph '{}' has no outputs; mark results with output(name, t)",
+                                 g.name()));
+}
+
+std::string print_graph(const Graph& g) {
+  std::string s = fmt::format("graph {}\n", g.name());
+  for (const Node& n : g.nodes()) {
+    std::string type = fmt::format("{}{}", dtype_name(n.dtype), shape_str(n.shape));
+    if (n.op == Op::Input)
+      s += fmt::format("  %{} = input \"{}\" : {}\n", n.id, n.name, type);
+    else if (n.op == Op::Constant)
+      s += fmt::format("  %{} = constant {} : {}\n", n.id, n.value, type);
+    else {
+      std::vector<std::string> ops;
+      for (NodeId o : n.operands) ops.push_back(fmt::format("%{}", o));
+      s += fmt::format("  %{} = {} {} : {}\n", n.id, op_info(n.op).name, fmt::join(ops, ", "), type);
+    }
+  }
+  for (const GraphOutput& o : g.outputs()) s += fmt::format("  output \"{}\" = %{}\n", o.name, o.node);
+  return s;
+}
+
+}  // namespace tilefuse

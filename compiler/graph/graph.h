@@ -1,0 +1,87 @@
+#pragma once
+// Graph IR: target-neutral, small. A node has an op, operands, a shape and a dtype.
+// Nodes are appended in dependency order, so the node list is a topological order.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/graph/dtype.h"
+
+namespace tilefuse {
+
+using NodeId = int32_t;
+
+enum class Op {
+  Input, Constant,
+  // unary
+  Neg, Abs, Exp, Exp2, Log, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Relu, Gelu, GeluTanh, Cast,
+  // binary
+  Add, Sub, Mul, Div, Max, Min, Pow,
+  // comparisons (result: bool)
+  Lt, Le, Gt, Ge, Eq, Ne,
+  // where(cond, a, b)
+  Where,
+};
+
+enum class OpKind { Leaf, Unary, Binary, Compare, Select };
+
+struct OpInfo {
+  const char* name;
+  OpKind kind;
+  // Arithmetic cost per element in f32 operations, for the cost model and register estimate.
+  double flops;
+  // Extra registers per element live while the op is evaluated (polynomial temporaries).
+  int scratch_regs;
+};
+const OpInfo& op_info(Op op);
+
+struct Node {
+  NodeId id = -1;
+  Op op = Op::Input;
+  std::vector<NodeId> operands;
+  Shape shape;
+  DType dtype = DType::F32;
+  std::string name;    // Input: the input's name
+  double value = 0.0;  // Constant: the value
+};
+
+struct GraphOutput {
+  std::string name;
+  NodeId node;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Node& node(NodeId id) const;
+  const std::vector<GraphOutput>& outputs() const { return outputs_; }
+  std::vector<NodeId> inputs() const;
+  // users()[n] lists the nodes that use n, in order, once per use.
+  std::vector<std::vector<NodeId>> users() const;
+  bool is_output(NodeId id) const;
+
+  // Appends a node whose operands, shape and dtype have been checked by the caller (the DSL);
+  // verify() re-checks the whole graph.
+  NodeId append(Node n);
+  void add_output(const std::string& name, NodeId id);
+
+ private:
+  std::string name_;
+  std::vector<Node> nodes_;
+  std::vector<GraphOutput> outputs_;
+};
+
+// numpy broadcasting of two shapes; throws ShapeError naming `op` when incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// True when `from` broadcasts to exactly `to`.
+bool broadcasts_to(const Shape& from, const Shape& to);
+
+// Checks every invariant of the IR; throws GraphError with the offending node.
+void verify(const Graph& g);
+// A readable listing of the graph.
+std::string print_graph(const Graph& g);
+
+}  // namespace tilefuse

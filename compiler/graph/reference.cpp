@@ -1,0 +1,119 @@
+#include "compiler/graph/reference.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse {
+
+double reference_unary(Op op, double x) {
+  switch (op) {
+    case Op::Neg: return -x;
+    case Op::Abs: return std::fabs(x);
+    case Op::Exp: return std::exp(x);
+    case Op::Exp2: return std::exp2(x);
+    case Op::Log: return std::log(x);
+    case Op::Sqrt: return std::sqrt(x);
+    case Op::Rsqrt: return 1.0 / std::sqrt(x);
+    case Op::Tanh: return std::tanh(x);
+    case Op::Erf: return std::erf(x);
+    case Op::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case Op::Relu: return x > 0 ? x : (std::isnan(x) ? x : 0.0);
+    case Op::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Op::GeluTanh: {
+      const double k = std::sqrt(2.0 / M_PI);
+      return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+    }
+    case Op::Cast: return x;
+    default: break;
+  }
+  throw GraphError(fmt::format("reference: {} is not a unary op", op_info(op).name));
+}
+
+double reference_binary(Op op, double a, double b) {
+  switch (op) {
+    case Op::Add: return a + b;
+    case Op::Sub: return a - b;
+    case Op::Mul: return a * b;
+    case Op::Div: return a / b;
+    case Op::Max: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case Op::Min: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case Op::Pow: return std::pow(a, b);
+    case Op::Lt: return a < b;
+    case Op::Le: return a <= b;
+    case Op::Gt: return a > b;
+    case Op::Ge: return a >= b;
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    default: break;
+  }
+  throw GraphError(fmt::format("reference: {} is not a binary op", op_info(op).name));
+}
+
+static double round_to(DType t, double v) {
+  switch (t) {
+    case DType::BF16: return round_to_bf16(static_cast<float>(v));
+    case DType::F16: return round_to_f16(static_cast<float>(v));
+    default: return v;
+  }
+}
+
+namespace {
+// Maps a flat index of `out` to the flat index of a broadcast operand of shape `in`.
+struct BroadcastIndex {
+  std::vector<int64_t> out_dims, in_strides;  // in_strides aligned to out rank, 0 where broadcast
+  BroadcastIndex(const Shape& in, const Shape& out) : out_dims(out), in_strides(out.size(), 0) {
+    int64_t stride = 1;
+    for (size_t i = in.size(); i-- > 0;) {
+      size_t o = out.size() - in.size() + i;
+      in_strides[o] = in[i] == 1 ? 0 : stride;
+      stride *= in[i];
+    }
+  }
+  int64_t operator()(int64_t flat) const {
+    int64_t idx = 0;
+    for (size_t d = out_dims.size(); d-- > 0;) {
+      idx += (flat % out_dims[d]) * in_strides[d];
+      flat /= out_dims[d];
+    }
+    return idx;
+  }
+};
+}  // namespace
+
+std::map<std::string, std::vector<double>> reference_run(const Graph& g, const TensorMap& inputs) {
+  verify(g);
+  check_inputs(g, inputs);
+  std::vector<std::vector<double>> val(g.nodes().size());
+  for (const Node& n : g.nodes()) {
+    int64_t count = num_elements(n.shape);
+    std::vector<double>& out = val[n.id];
+    if (n.op == Op::Input) {
+      out = inputs.at(n.name).to_doubles();
+      continue;
+    }
+    if (n.op == Op::Constant) {
+      out.assign(count, round_to(n.dtype, n.value));
+      continue;
+    }
+    out.resize(count);
+    std::vector<BroadcastIndex> idx;
+    for (NodeId o : n.operands) idx.emplace_back(g.node(o).shape, n.shape);
+    auto arg = [&](size_t k, int64_t i) { return val[n.operands[k]][idx[k](i)]; };
+    OpKind kind = op_info(n.op).kind;
+    for (int64_t i = 0; i < count; ++i) {
+      double v;
+      if (kind == OpKind::Unary) v = reference_unary(n.op, arg(0, i));
+      else if (kind == OpKind::Select) v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
+      else v = reference_binary(n.op, arg(0, i), arg(1, i));
+      out[i] = round_to(n.dtype, v);
+    }
+  }
+  std::map<std::string, std::vector<double>> result;
+  for (const GraphOutput& o : g.outputs()) result[o.name] = val[o.node];
+  return result;
+}
+
+}  // namespace tilefuse

@@ -1,0 +1,11 @@
+#pragma once
+// TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or "all") prints those stages from any program that
+// uses the library; TILEFUSE_DUMP_DIR=dir writes them to dir/<name>.<stage> instead of stderr.
+#include <string>
+
+namespace tilefuse {
+
+bool dump_enabled(const std::string& stage);
+void dump(const std::string& stage, const std::string& name, const std::string& text);
+
+}  // namespace tilefuse

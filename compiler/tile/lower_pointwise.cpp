@@ -1,0 +1,75 @@
+#include "compiler/tile/lower_pointwise.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+namespace tilefuse {
+
+static bool spans_rows(const Shape& view) {
+  for (size_t d = 0; d + 1 < view.size(); ++d)
+    if (view[d] != 1) return true;
+  return false;
+}
+
+TileProgram lower_pointwise(const Graph& g, const Kernel& k) {
+  TileProgram p;
+  p.name = k.name;
+  p.schedule = k.schedule;
+  std::vector<Shape> shapes;
+  auto add_param = [&](NodeId id, bool output) {
+    const Node& n = g.node(id);
+    std::string name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
+    if (output)
+      for (const GraphOutput& o : g.outputs())
+        if (o.node == id) name = o.name;
+    p.params.push_back({name, id, n.dtype, {}, output});
+    shapes.push_back(n.shape);
+  };
+  for (NodeId id : k.inputs) add_param(id, false);
+  for (NodeId id : k.outputs) add_param(id, true);
+  std::vector<Shape> views = operand_views(k.schedule, k.domain, shapes);
+  for (size_t i = 0; i < p.params.size(); ++i) p.params[i].view = views[i];
+
+  std::map<NodeId, int> value_of;
+  auto emit = [&](TileInst inst) {
+    if (inst.opcode != TileOpcode::Store) inst.result = p.num_values++;
+    p.body.push_back(inst);
+    return inst.result;
+  };
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    TileInst ld(TileOpcode::Load);
+    ld.param = static_cast<int>(i);
+    ld.type = {p.params[i].dtype, spans_rows(views[i]), views[i].back() != 1};
+    value_of[k.inputs[i]] = emit(ld);
+  }
+  for (NodeId id : k.nodes) {
+    const Node& n = g.node(id);
+    TileInst c(TileOpcode::Compute);
+    c.op = n.op;
+    c.type = {n.dtype, false, false};
+    for (NodeId o : n.operands) {
+      if (!value_of.count(o)) {  // only constants are neither loaded nor computed here
+        TileInst cst(TileOpcode::Constant);
+        cst.value = g.node(o).value;
+        cst.type = {g.node(o).dtype, false, false};
+        value_of[o] = emit(cst);
+      }
+      const TileType& t = p.body[value_of[o]].type;  // value ids are body indices until stores
+      c.type.rows |= t.rows;
+      c.type.cols |= t.cols;
+      c.args.push_back(value_of[o]);
+    }
+    value_of[id] = emit(c);
+  }
+  for (size_t i = k.inputs.size(); i < p.params.size(); ++i) {
+    TileInst st(TileOpcode::Store);
+    st.param = static_cast<int>(i);
+    st.args = {value_of.at(p.params[i].node)};
+    st.type = {p.params[i].dtype, true, true};
+    emit(st);
+  }
+  return p;
+}
+
+}  // namespace tilefuse

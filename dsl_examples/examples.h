@@ -1,0 +1,22 @@
+#pragma once
+// The graphs users read first. Each builds a Graph with the DSL; the CLI, tests and benchmarks
+// look them up by name.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/graph/graph.h"
+
+namespace tilefuse {
+
+struct Example {
+  std::string name;
+  std::string description;
+  std::function<Graph()> build;
+};
+
+const std::vector<Example>& examples();
+// Throws GraphError listing the known names when `name` is unknown.
+const Example& find_example(const std::string& name);
+
+}  // namespace tilefuse

@@ -1,0 +1,143 @@
+#pragma once
+// Thin, fully-checked CUDA Driver API wrapper. libcuda.so.1 is opened with dlopen at run
+// time, so binaries build and run without a GPU and report "no GPU present" when used.
+// Every failure throws tilefuse::CudaError naming the call, the CUDA error and the subject.
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace tilefuse::cuda {
+
+// True when libcuda.so.1 loads, cuInit succeeds and at least one device exists.
+// Otherwise `why` (if given) gets a plain sentence saying what is missing.
+bool available(std::string* why = nullptr);
+
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int driver_version = 0;  // e.g. 13000 for CUDA 13.0
+  size_t total_mem = 0;
+  int l2_bytes = 0;
+  int max_shared_per_block_optin = 0;
+};
+
+// Process-wide primary context on device 0, made current on each calling thread's first use.
+// Throws CudaError("no GPU present: ...") when unavailable.
+class Context {
+ public:
+  static Context& get();
+  const DeviceInfo& info() const { return info_; }
+  // Waits for all work; asynchronous kernel faults surface here.
+  void synchronize();
+
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+ private:
+  Context();
+  void make_current();
+  CUcontext ctx_ = nullptr;
+  DeviceInfo info_;
+};
+
+// Device memory, RAII and move-only. A zero-byte buffer holds no allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  CUdeviceptr ptr() const { return ptr_; }
+  size_t size() const { return size_; }
+
+  // Both throw CudaError when bytes > size().
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+
+  // Fill the whole buffer (used to poison outputs); size() must be a multiple of the width.
+  void fill_u8(uint8_t v);
+  void fill_u16(uint16_t v);
+  void fill_u32(uint32_t v);
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t size_ = 0;
+};
+
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(Stream&& o) noexcept;
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  CUstream get() const { return s_; }
+  // Asynchronous kernel faults on this stream surface here.
+  void synchronize();
+
+ private:
+  CUstream s_ = nullptr;
+};
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(Event&& o) noexcept;
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(CUstream s);
+  void synchronize();
+  // Milliseconds from a to b; both must have been recorded and completed.
+  static float elapsed_ms(const Event& a, const Event& b);
+
+ private:
+  CUevent e_ = nullptr;
+};
+
+// A loaded module, move-only; unloaded in the destructor.
+class Module {
+ public:
+  // `what` names the kernel/module in messages. On failure the JIT log is in the message.
+  static Module load_ptx(const std::string& ptx, const std::string& what);
+  ~Module();
+  Module(Module&& o) noexcept;
+  Module& operator=(Module&& o) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  CUfunction function(const std::string& name) const;
+  int num_registers(CUfunction f) const;
+  int local_bytes(CUfunction f) const;
+
+ private:
+  Module(CUmodule m, std::string what) : m_(m), what_(std::move(what)) {}
+  CUmodule m_ = nullptr;
+  std::string what_;
+};
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// Checks the launch itself; faults inside the kernel surface at the next synchronize.
+// Dynamic shared memory above 48 KiB is opted into automatically.
+void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
+            void** args, const std::string& what);
+
+void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+
+}  // namespace tilefuse::cuda

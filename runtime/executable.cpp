@@ -1,0 +1,120 @@
+#include "runtime/executable.h"
+
+#include <fmt/format.h>
+
+#include "compiler/support/error.h"
+#include "runtime/cuda_driver.h"
+
+namespace tilefuse {
+
+struct Executable::Device {
+  cuda::Stream stream;
+  std::vector<cuda::Module> modules;
+  std::vector<CUfunction> functions;
+  std::map<NodeId, cuda::DeviceBuffer> buffers;  // graph inputs and kernel outputs
+  MeasuredKernels driver;
+};
+
+Executable::Executable(Plan plan, const CodegenOptions& options)
+    : plan_(std::move(plan)), options_(options) {
+  for (const Kernel& k : plan_.kernels) {
+    compiled_.push_back(compile_kernel(plan_.graph, k, options_));
+    if (auto m = run_ptxas(compiled_.back().ptx, k.name, options_)) ptxas_[k.name] = *m;
+  }
+}
+
+Executable::~Executable() = default;
+
+MeasuredKernels Executable::measured() const {
+  MeasuredKernels m = ptxas_;
+  if (dev_)
+    for (const auto& [name, d] : dev_->driver)
+      if (!m.count(name)) m[name] = d;
+  return m;
+}
+
+static size_t node_bytes(const Node& n) {
+  return static_cast<size_t>(num_elements(n.shape)) * dtype_size(n.dtype);
+}
+
+void Executable::load() {
+  if (dev_) return;
+  cuda::Context::get();
+  auto dev = std::make_unique<Device>();
+  for (size_t i = 0; i < compiled_.size(); ++i) {
+    const CompiledKernel& c = compiled_[i];
+    dev->modules.push_back(cuda::Module::load_ptx(c.ptx, c.name));
+    CUfunction f = dev->modules.back().function(c.name);
+    dev->functions.push_back(f);
+    dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f), "driver"};
+  }
+  const Graph& g = plan_.graph;
+  for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
+  for (const Kernel& k : plan_.kernels)
+    for (NodeId o : k.outputs) dev->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
+  dev_ = std::move(dev);
+}
+
+void Executable::upload(const TensorMap& inputs) {
+  check_inputs(plan_.graph, inputs);
+  load();
+  for (NodeId id : plan_.graph.inputs()) {
+    const TensorData& t = inputs.at(plan_.graph.node(id).name);
+    dev_->buffers.at(id).upload(t.bytes.data(), t.bytes.size());
+  }
+}
+
+void Executable::launch_all() {
+  for (size_t i = 0; i < plan_.kernels.size(); ++i) {
+    const Kernel& k = plan_.kernels[i];
+    std::vector<CUdeviceptr> ptrs;
+    for (NodeId n : k.inputs) ptrs.push_back(dev_->buffers.at(n).ptr());
+    for (NodeId n : k.outputs) ptrs.push_back(dev_->buffers.at(n).ptr());
+    std::vector<void*> args;
+    for (CUdeviceptr& p : ptrs) args.push_back(&p);
+    cuda::Dim3 grid{static_cast<unsigned>(compiled_[i].grid), 1, 1};
+    cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
+    cuda::launch(dev_->functions[i], grid, block, 0, dev_->stream.get(), args.data(), k.name);
+  }
+}
+
+TensorMap Executable::run(const TensorMap& inputs, const RunOptions& options) {
+  upload(inputs);
+  if (options.poison_outputs)
+    for (const Kernel& k : plan_.kernels)
+      for (NodeId o : k.outputs) dev_->buffers.at(o).fill_u8(0xff);
+  launch_all();
+  dev_->stream.synchronize();
+  const Graph& g = plan_.graph;
+  TensorMap out;
+  for (const GraphOutput& o : g.outputs()) {
+    const Node& n = g.node(o.node);
+    TensorData t = TensorData::zeros(n.dtype, n.shape);
+    if (n.op == Op::Input)  // an input passed straight through
+      t = inputs.at(n.name);
+    else if (n.op == Op::Constant)
+      t = TensorData::from_doubles(n.dtype, n.shape, std::vector<double>(num_elements(n.shape), n.value));
+    else
+      dev_->buffers.at(o.node).download(t.bytes.data(), t.bytes.size());
+    out[o.name] = std::move(t);
+  }
+  return out;
+}
+
+std::vector<float> Executable::time(const TensorMap& inputs, int warmup, int iters) {
+  upload(inputs);
+  for (int i = 0; i < warmup; ++i) launch_all();
+  dev_->stream.synchronize();
+  std::vector<cuda::Event> start(iters), stop(iters);
+  for (int i = 0; i < iters; ++i) {
+    start[i].record(dev_->stream.get());
+    launch_all();
+    stop[i].record(dev_->stream.get());
+  }
+  dev_->stream.synchronize();
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) ms.push_back(cuda::Event::elapsed_ms(start[i], stop[i]));
+  return ms;
+}
+
+}  // namespace tilefuse

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The CLI's contract: clear messages and non-zero exits on bad input; dumps; the no-GPU answer.
+set -uo pipefail
+tf="$1"
+fails=0
+expect() {  # expect NAME WANT_RC PATTERN -- CMD...
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $rc (want $want), output lacks /$pattern/:"
+    echo "$out" | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+expect list 0 "bias_gelu_bf16" -- "$tf" list
+expect graph 0 'output "y" = %3' -- "$tf" graph bias_gelu
+expect plan 0 "unfused +2 +2 +1,073,774,592" -- "$tf" plan bias_gelu
+expect plan-json 0 '"verdict": "fused"' -- "$tf" plan bias_gelu --json
+expect unknown-example 1 "unknown example 'nope'; known: bias_gelu" -- "$tf" plan nope
+expect unknown-flag 2 "unknown option '--frob'" -- "$tf" plan bias_gelu --frob
+expect unknown-command 2 "unknown command 'explode'" -- "$tf" explode
+expect no-command 2 "no command given" -- "$tf"
+expect bad-int 2 "--max-registers needs a positive integer" -- "$tf" plan bias_gelu --max-registers x
+expect bad-target 1 "unknown target 'sm_75'" -- "$tf" ptx bias_gelu --target sm_75
+expect bad-kernel 2 "has no kernel 'k9'; its kernels: bias_gelu_k0" -- "$tf" ptx bias_gelu --kernel k9
+expect two-names 2 "takes one example name" -- "$tf" graph bias_gelu bias_gelu_bf16
+expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
+if [ ! -e /dev/nvidia0 ] && ! ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
+  expect run-no-gpu 69 "no GPU present" -- "$tf" run bias_gelu --check
+fi
+dir=$(mktemp -d)
+TILEFUSE_DUMP=graph,plan,tile,llvm,ptx TILEFUSE_DUMP_DIR=$dir "$tf" ptx gelu_two_consumers >/dev/null
+for f in gelu_two_consumers.graph gelu_two_consumers.plan gelu_two_consumers_k0.tile gelu_two_consumers_k0.llvm gelu_two_consumers_k0.ptx; do
+  if [ -s "$dir/$f" ]; then echo "ok   dump $f"; else echo "FAIL dump $f missing"; fails=$((fails + 1)); fi
+done
+rm -rf "$dir"
+[ $fails -eq 0 ]

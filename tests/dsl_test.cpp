@@ -1,0 +1,95 @@
+// DSL: shapes, dtypes, broadcasting and the errors bad input gets.
+#include <gtest/gtest.h>
+
+#include "compiler/dsl/dsl.h"
+#include "compiler/support/error.h"
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+TEST(Dsl, BroadcastShapes) {
+  Graph g("b");
+  Tensor x = input(g, "x", {4, 1, 8});
+  Tensor y = input(g, "y", {3, 1});
+  EXPECT_EQ((x + y).shape(), (Shape{4, 3, 8}));
+  EXPECT_EQ((x * 2.0).shape(), (Shape{4, 1, 8}));
+  EXPECT_EQ((2.0 - x).dtype(), DType::F32);
+  EXPECT_EQ(gt(x, y).dtype(), DType::Bool);
+  EXPECT_EQ(where(x > 0.0, x, y).shape(), (Shape{4, 3, 8}));
+}
+
+TEST(Dsl, ScalarTakesTensorDtype) {
+  Graph g("s");
+  Tensor x = input(g, "x", {4}, DType::BF16);
+  Tensor y = x * 0.5;
+  EXPECT_EQ(y.dtype(), DType::BF16);
+  EXPECT_EQ(g.node(y.node().operands[1]).dtype, DType::BF16);
+}
+
+TEST(Dsl, IncompatibleBroadcastNamesOpAndShapes) {
+  Graph g("e");
+  Tensor x = input(g, "x", {4, 8});
+  Tensor y = input(g, "y", {3});
+  try {
+    add(x, y);
+    FAIL() << "no exception";
+  } catch (const ShapeError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("add"), std::string::npos) << m;
+    EXPECT_NE(m.find("[4, 8]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[3]"), std::string::npos) << m;
+  }
+}
+
+TEST(Dsl, MixedDtypesNeedACast) {
+  Graph g("e");
+  Tensor x = input(g, "x", {4});
+  Tensor y = input(g, "y", {4}, DType::BF16);
+  try {
+    mul(x, y);
+    FAIL() << "no exception";
+  } catch (const DTypeError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("mul"), std::string::npos) << m;
+    EXPECT_NE(m.find("f32"), std::string::npos) << m;
+    EXPECT_NE(m.find("bf16"), std::string::npos) << m;
+    EXPECT_NE(m.find("cast"), std::string::npos) << m;
+  }
+  EXPECT_EQ(mul(x, cast(y, DType::F32)).dtype(), DType::F32);
+}
+
+TEST(Dsl, BoolOperandsRejected) {
+  Graph g("e");
+  Tensor x = input(g, "x", {4});
+  Tensor c = x > 0.0;
+  EXPECT_THROW(exp(c), DTypeError);
+  EXPECT_THROW(where(x, x, x), DTypeError);
+  EXPECT_THROW(cast(x, DType::Bool), DTypeError);
+}
+
+TEST(Dsl, InputErrors) {
+  Graph g("e");
+  input(g, "x", {4});
+  EXPECT_THROW(input(g, "x", {4}), GraphError);
+  EXPECT_THROW(input(g, "", {4}), GraphError);
+  EXPECT_THROW(input(g, "z", {4, 0}), ShapeError);
+}
+
+TEST(Dsl, TensorsOfDifferentGraphsDoNotMix) {
+  Graph g1("a"), g2("b");
+  Tensor x = input(g1, "x", {4});
+  Tensor y = input(g2, "y", {4});
+  EXPECT_THROW(add(x, y), GraphError);
+}
+
+TEST(Dsl, OutputsMustBeUniqueAndInGraph) {
+  Graph g("o");
+  Tensor x = input(g, "x", {4});
+  output("y", exp(x));
+  EXPECT_THROW(output("y", x), GraphError);
+  EXPECT_THROW(g.add_output("z", 99), GraphError);
+}
+
+}  // namespace
+}  // namespace tilefuse

@@ -1,0 +1,147 @@
+// Fusion decisions on small graphs: kernel counts, decision records, budgets, cost arithmetic.
+#include <gtest/gtest.h>
+
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/report.h"
+#include "dsl_examples/examples.h"
+#include "tests/test_util.h"
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+TEST(Fusion, BiasGeluIsOneKernelWithHalfTheBytes) {
+  Plan p = plan_fusion(find_example("bias_gelu").build());
+  testing::check_plan_invariants(p);
+  const int64_t x = 8192LL * 8192 * 4, b = 8192 * 4;
+  EXPECT_EQ(p.unfused.kernels, 2);
+  EXPECT_EQ(p.unfused.bytes, (x + b + x) + (x + x));
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.fused.bytes, x + b + x);
+  ASSERT_EQ(p.decisions.size(), 1u);
+  const FusionDecision& d = p.decisions[0];
+  EXPECT_EQ(d.verdict, Verdict::Fused);
+  EXPECT_EQ(d.bytes_saved, 2 * x);
+  EXPECT_EQ(d.launches_saved, 1);
+  EXPECT_GT(d.registers_after, 0);
+  EXPECT_LT(d.predicted_after_s, d.predicted_before_s);
+  EXPECT_FALSE(d.stopped_by.has_value());
+}
+
+TEST(Fusion, CostModelIsARoofline) {
+  Plan p = plan_fusion(find_example("bias_gelu").build());
+  const Kernel& k = p.kernels[0];
+  const DeviceProfile& prof = p.options.profile;
+  EXPECT_EQ(k.cost.bytes_read, 8192LL * 8192 * 4 + 8192 * 4);
+  EXPECT_EQ(k.cost.bytes_written, 8192LL * 8192 * 4);
+  EXPECT_DOUBLE_EQ(k.cost.flops, (1 + 24) * 8192.0 * 8192);
+  // Enough bytes in flight to cover latency: the full bandwidth applies.
+  EXPECT_GE(k.cost.bytes_in_flight_per_sm, prof.hbm_bytes_per_s * prof.memory_latency_s / prof.sm_count);
+  EXPECT_DOUBLE_EQ(k.cost.predicted_s, k.cost.bytes() / prof.hbm_bytes_per_s + prof.launch_s);
+  // The bias is broadcast along rows: 16-byte vectors, several rows per thread.
+  EXPECT_EQ(k.schedule.vec, 4);
+  EXPECT_GE(k.schedule.rows_per_thread, 2);
+}
+
+TEST(Fusion, Bf16UsesEightWideVectors) {
+  Plan p = plan_fusion(find_example("bias_gelu_bf16").build());
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].schedule.vec, 8);
+  EXPECT_EQ(p.fused.bytes, 8192LL * 8192 * 2 * 2 + 8192 * 2);
+}
+
+TEST(Fusion, SharedProducerBecomesOneKernelWithTwoOutputs) {
+  Plan p = plan_fusion(find_example("gelu_two_consumers").build());
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].outputs.size(), 2u);
+  // The decision for y = gelu(...) weighed materializing, duplicating and merging.
+  const FusionDecision* gelu = nullptr;
+  for (const FusionDecision& d : p.decisions)
+    if (p.graph.node(d.producer).op == Op::Gelu) gelu = &d;
+  ASSERT_NE(gelu, nullptr);
+  EXPECT_EQ(gelu->consumers.size(), 2u);
+  EXPECT_EQ(gelu->verdict, Verdict::Merged);
+  ASSERT_EQ(gelu->options.size(), 3u);
+  EXPECT_EQ(gelu->options[1].verdict, Verdict::Duplicated);
+  EXPECT_GT(gelu->options[1].predicted_s, gelu->options[2].predicted_s);
+  EXPECT_LT(gelu->options[2].predicted_s, gelu->options[0].predicted_s);
+}
+
+TEST(Fusion, ProducerOfTwoDomainsIsDuplicated) {
+  // p = b * 2 feeds a [64, 1024] kernel and a [1024] kernel: they cannot merge (different
+  // domains), so p is recomputed in both rather than written and re-read.
+  Graph g("dup");
+  Tensor x = input(g, "x", {64, 1024});
+  Tensor b = input(g, "b", {1024});
+  Tensor p = b * 2.0;
+  output("wide", x + p);
+  output("narrow", exp(p));
+  Plan plan = plan_fusion(g);
+  testing::check_plan_invariants(plan);
+  EXPECT_EQ(plan.kernels.size(), 2u);
+  const FusionDecision& d = plan.decisions.back();
+  EXPECT_EQ(d.producer, p.id());
+  EXPECT_EQ(d.verdict, Verdict::Duplicated);
+  EXPECT_EQ(d.duplicated_bytes, 1024 * 4);
+  EXPECT_DOUBLE_EQ(d.duplicated_flops, 1024.0);
+  bool merge_illegal = false;
+  for (const FusionOption& o : d.options)
+    if (o.verdict == Verdict::Merged) merge_illegal = !o.legal;
+  EXPECT_TRUE(merge_illegal);
+}
+
+TEST(Fusion, RegisterBudgetRefusesAWideFusion) {
+  // A sum of many full-size inputs: each fused input holds rows_per_thread × vec registers.
+  Graph g("wide_sum");
+  Tensor s = input(g, "x0", {1024, 1024});
+  for (int i = 1; i < 8; ++i) s = s + input(g, "x" + std::to_string(i), {1024, 1024});
+  output("y", s);
+  FusionOptions opt;
+  opt.max_registers = 64;
+  Plan p = plan_fusion(g, opt);
+  testing::check_plan_invariants(p);
+  EXPECT_GT(p.kernels.size(), 1u);
+  for (const Kernel& k : p.kernels) EXPECT_LE(k.cost.registers, 64) << k.name;
+  int refused = 0;
+  for (const FusionDecision& d : p.decisions)
+    if (d.stopped_by == Layer::Budget) {
+      refused++;
+      EXPECT_EQ(d.verdict, Verdict::Materialized);
+      EXPECT_NE(d.reason.find("budget of 64"), std::string::npos) << d.reason;
+    }
+  EXPECT_GE(refused, 1);
+  // With the hardware's limit as the budget the whole sum is one kernel.
+  opt.max_registers = 255;
+  EXPECT_EQ(plan_fusion(g, opt).kernels.size(), 1u);
+}
+
+TEST(Fusion, NoFuseGivesOneKernelPerOp) {
+  FusionOptions opt;
+  opt.fuse = false;
+  Plan p = plan_fusion(find_example("gelu_two_consumers").build(), opt);
+  testing::check_plan_invariants(p);
+  EXPECT_EQ(p.kernels.size(), 4u);  // add, gelu, mul, add
+  EXPECT_TRUE(p.decisions.empty());
+  EXPECT_EQ(p.fused.bytes, p.unfused.bytes);
+}
+
+TEST(Report, TextAndJsonCarryTheRecords) {
+  Plan p = plan_fusion(find_example("bias_gelu").build());
+  MeasuredKernels m;
+  m[p.kernels[0].name] = {30, 0, "ptxas"};
+  std::string text = plan_report_text(p, m);
+  EXPECT_NE(text.find("unfused"), std::string::npos);
+  EXPECT_NE(text.find("1,073,774,592"), std::string::npos) << text;
+  EXPECT_NE(text.find("536,903,680"), std::string::npos) << text;
+  EXPECT_NE(text.find("ptxas 30"), std::string::npos) << text;
+  EXPECT_NE(text.find("fused"), std::string::npos);
+  std::string json = plan_report_json(p, m);
+  EXPECT_NE(json.find("\"verdict\": \"fused\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"registers_measured\": 30"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"bytes_saved\": 536870912"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace tilefuse

@@ -1,0 +1,347 @@
+// tilefuse: the CLI over all stages.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/codegen/compile.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/report.h"
+#include "compiler/graph/reference.h"
+#include "compiler/support/dump.h"
+#include "compiler/support/error.h"
+#include "compiler/support/json.h"
+#include "dsl_examples/examples.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/executable.h"
+
+using namespace tilefuse;
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitNoGpu = 69;  // EX_UNAVAILABLE: asked to run, and no GPU is present
+
+const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
+
+  list                         the example graphs
+  graph NAME                   the graph, printed
+  plan NAME [--json]           the fusion-decision report: unfused against fused plan,
+                               kernels, costs, and every decision with its reason
+  tile NAME [--kernel K]       the Tile IR of each kernel (or of kernel K)
+  ptx NAME [--kernel K]        the PTX of each kernel (or of kernel K)
+  run NAME [--check] [--bench] run on the GPU; --check compares every output with the
+                               float64 reference; --bench times it (median of CUDA events)
+  bench --json FILE [NAME...]  copy-bandwidth ceiling and every named example (default:
+                               bias_gelu, bias_gelu_bf16), checked and timed, as JSON
+
+common options:
+  --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
+  --no-fuse                    plan every op as its own kernel
+  --max-registers N            register budget per thread for fused kernels (default 128)
+  --seed N                     seed for random inputs (default: from the clock)
+  --iters N                    timed iterations for --bench (default 100)
+
+TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or all) dumps stages; TILEFUSE_DUMP_DIR=dir writes files.
+)";
+
+struct Args {
+  std::string command;
+  std::vector<std::string> names;
+  bool json = false, check = false, bench = false, no_fuse = false;
+  std::string json_file, kernel, target = "sm_90";
+  int max_registers = 128, iters = 100;
+  std::optional<uint64_t> seed;
+};
+
+struct UsageError : Error {
+  using Error::Error;
+};
+
+int parse_int(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    int n = std::stoi(v, &used);
+    if (used == v.size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("{} needs a positive integer, got '{}'", flag, v));
+}
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) throw UsageError("no command given");
+  Args a;
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", s));
+      return argv[++i];
+    };
+    if (s == "--json" && a.command == "bench") a.json_file = value();
+    else if (s == "--json") a.json = true;
+    else if (s == "--check") a.check = true;
+    else if (s == "--bench") a.bench = true;
+    else if (s == "--no-fuse") a.no_fuse = true;
+    else if (s == "--kernel") a.kernel = value();
+    else if (s == "--target") a.target = value();
+    else if (s == "--max-registers") a.max_registers = parse_int(s, value());
+    else if (s == "--iters") a.iters = parse_int(s, value());
+    else if (s == "--seed") a.seed = static_cast<uint64_t>(parse_int(s, value()));
+    else if (s.rfind("--", 0) == 0) throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
+    else a.names.push_back(s);
+  }
+  return a;
+}
+
+const std::string& one_name(const Args& a) {
+  if (a.names.size() != 1)
+    throw UsageError(fmt::format("'{}' takes one example name (see `tilefuse list`)", a.command));
+  return a.names[0];
+}
+
+Plan make_plan(const Args& a, const std::string& name) {
+  Graph g = find_example(name).build();
+  dump("graph", g.name(), print_graph(g));
+  FusionOptions fo;
+  fo.fuse = !a.no_fuse;
+  fo.max_registers = a.max_registers;
+  Plan p = plan_fusion(g, fo);
+  dump("plan", g.name(), plan_report_text(p));
+  return p;
+}
+
+std::vector<const Kernel*> selected_kernels(const Plan& p, const std::string& kernel) {
+  std::vector<const Kernel*> ks;
+  std::vector<std::string> names;
+  for (const Kernel& k : p.kernels) {
+    names.push_back(k.name);
+    if (kernel.empty() || k.name == kernel) ks.push_back(&k);
+  }
+  if (ks.empty())
+    throw UsageError(fmt::format("plan '{}' has no kernel '{}'; its kernels: {}", p.graph.name(),
+                                 kernel, fmt::join(names, ", ")));
+  return ks;
+}
+
+// Minimum bytes: every graph input read once, every output written once.
+int64_t minimum_bytes(const Graph& g) {
+  int64_t b = 0;
+  for (NodeId id : g.inputs()) b += num_elements(g.node(id).shape) * dtype_size(g.node(id).dtype);
+  for (const GraphOutput& o : g.outputs())
+    b += num_elements(g.node(o.node).shape) * dtype_size(g.node(o.node).dtype);
+  return b;
+}
+
+uint64_t seed_of(const Args& a) {
+  return a.seed ? *a.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+struct Timing {
+  double median_ms, min_ms, p90_ms;
+};
+Timing summarize(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), ms[std::min(ms.size() - 1, ms.size() * 9 / 10)]};
+}
+
+struct CheckResult {
+  double max_rel_err = 0;
+  int64_t unwritten = 0;
+  bool ok = true;
+};
+
+// Every output against the float64 reference; outputs were poisoned, so a 0xFF…FF element was
+// never written.
+CheckResult check_outputs(const Graph& g, const TensorMap& inputs, const TensorMap& outs) {
+  CheckResult r;
+  auto ref = reference_run(g, inputs);
+  for (const GraphOutput& o : g.outputs()) {
+    const TensorData& t = outs.at(o.name);
+    size_t w = dtype_size(t.dtype);
+    for (size_t i = 0; i < t.bytes.size(); i += w)
+      if (std::all_of(t.bytes.begin() + i, t.bytes.begin() + i + w, [](uint8_t b) { return b == 0xff; }))
+        r.unwritten++;
+    double err = relative_error(t.to_doubles(), ref.at(o.name));
+    double tol = t.dtype == DType::F32 ? 1e-6 : 1e-2;
+    fmt::print("  output {}: relative error {:.3e} (tolerance {:.0e})\n", o.name, err, tol);
+    r.max_rel_err = std::max(r.max_rel_err, err);
+    if (!(err <= tol)) r.ok = false;
+  }
+  if (r.unwritten) {
+    fmt::print("  {} output elements were never written\n", r.unwritten);
+    r.ok = false;
+  }
+  return r;
+}
+
+int cmd_run(const Args& a) {
+  const std::string& name = one_name(a);
+  Executable exe(make_plan(a, name), codegen_options_for(a.target));
+  std::string why;
+  if (!cuda::available(&why)) {
+    fmt::print(stderr, "tilefuse run {}: cannot run: {}\n", name, why);
+    return kExitNoGpu;
+  }
+  const Graph& g = exe.plan().graph;
+  uint64_t seed = seed_of(a);
+  TensorMap inputs = random_inputs(g, seed);
+  const auto& info = cuda::Context::get().info();
+  fmt::print("{} on {} (sm_{}{}), {} kernel{}, inputs seeded {}\n", name, info.name, info.cc_major,
+             info.cc_minor, exe.kernels().size(), exe.kernels().size() == 1 ? "" : "s", seed);
+  TensorMap outs = exe.run(inputs);
+  bool ok = true;
+  if (a.check) ok = check_outputs(g, inputs, outs).ok;
+  if (a.bench) {
+    Timing t = summarize(exe.time(inputs, 10, a.iters));
+    int64_t bytes = minimum_bytes(g);
+    fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
+               t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
+  }
+  for (const auto& [k, m] : exe.measured())
+    fmt::print("  {}: {} registers ({}), {} bytes spilled/local\n", k, m.registers, m.source, m.spill_bytes);
+  fmt::print("{}\n", ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+// The device-to-device copy ceiling: bytes read + written over the median time.
+Timing copy_ceiling(size_t bytes, int iters) {
+  cuda::DeviceBuffer src(bytes), dst(bytes);
+  src.fill_u32(0x3f8ccccd);
+  cuda::Stream s;
+  for (int i = 0; i < 5; ++i) cuda::copy_device_to_device(dst.ptr(), src.ptr(), bytes, s.get());
+  std::vector<cuda::Event> start(iters), stop(iters);
+  for (int i = 0; i < iters; ++i) {
+    start[i].record(s.get());
+    cuda::copy_device_to_device(dst.ptr(), src.ptr(), bytes, s.get());
+    stop[i].record(s.get());
+  }
+  s.synchronize();
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) ms.push_back(cuda::Event::elapsed_ms(start[i], stop[i]));
+  return summarize(ms);
+}
+
+int cmd_bench(const Args& a) {
+  if (a.json_file.empty()) throw UsageError("bench needs --json FILE");
+  std::vector<std::string> names = a.names;
+  if (names.empty()) names = {"bias_gelu", "bias_gelu_bf16"};
+  for (const std::string& n : names) find_example(n);  // unknown names fail before any work
+  std::string why;
+  if (!cuda::available(&why)) {
+    fmt::print(stderr, "tilefuse bench: cannot run: {}\n", why);
+    return kExitNoGpu;
+  }
+  const auto& info = cuda::Context::get().info();
+  size_t copy_bytes = size_t{1} << 30;
+  Timing copy = copy_ceiling(copy_bytes, a.iters);
+  double copy_gbps = 2.0 * copy_bytes / (copy.median_ms * 1e-3) / 1e9;
+  fmt::print("{}: copy ceiling {:.0f} GB/s ({:.4f} ms for 2 × {} bytes)\n", info.name, copy_gbps,
+             copy.median_ms, copy_bytes);
+  char date[16];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  const char* commit = std::getenv("TILEFUSE_COMMIT");
+  JsonWriter j;
+  j.begin_object().field("tool", "tilefuse").field("date", date).field("gpu", info.name)
+      .field("driver_version", info.driver_version).field("commit", commit ? commit : "unknown");
+  j.key("ceiling").begin_object().field("copy_gbps", copy_gbps)
+      .field("copy_bytes", static_cast<int64_t>(2 * copy_bytes)).field("copy_median_ms", copy.median_ms)
+      .end_object();
+  j.key("results").begin_array();
+  bool all_ok = true;
+  for (const std::string& name : names) {
+    Executable exe(make_plan(a, name), codegen_options_for(a.target));
+    const Graph& g = exe.plan().graph;
+    TensorMap inputs = random_inputs(g, seed_of(a));
+    fmt::print("{}:\n", name);
+    CheckResult chk = check_outputs(g, inputs, exe.run(inputs));
+    all_ok &= chk.ok;
+    Timing t = summarize(exe.time(inputs, 10, a.iters));
+    int64_t bytes = minimum_bytes(g);
+    double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
+    fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps, 100 * gbps / copy_gbps);
+    const Node& first = g.node(g.inputs()[0]);
+    // Examples of one computation in several dtypes share a case name: bias_gelu, bias_gelu_bf16.
+    std::string suffix = std::string("_") + dtype_name(g.node(g.inputs()[0]).dtype);
+    bool suffixed = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    j.begin_object().field("case", suffixed ? name.substr(0, name.size() - suffix.size()) : name)
+        .field("example", name).field("dtype", dtype_name(first.dtype)).array("shape", first.shape)
+        .field("impl", "tilefuse").field("median_ms", t.median_ms).field("min_ms", t.min_ms)
+        .field("p90_ms", t.p90_ms).field("bytes", bytes).field("gbps", gbps)
+        .field("max_rel_err", chk.max_rel_err).field("unwritten", chk.unwritten).field("ok", chk.ok);
+    MeasuredKernels m = exe.measured();
+    j.key("kernels").begin_array();
+    for (const Kernel& k : exe.plan().kernels) {
+      j.begin_object().field("name", k.name).field("predicted_bytes", k.cost.bytes())
+          .field("predicted_ms", k.cost.predicted_s * 1e3).field("registers_estimate", k.cost.registers);
+      if (m.count(k.name)) j.field("registers", m[k.name].registers).field("spill_bytes", m[k.name].spill_bytes);
+      j.end_object();
+    }
+    j.end_array().end_object();
+  }
+  j.end_array().end_object();
+  std::ofstream(a.json_file) << j.str() << "\n";
+  fmt::print("wrote {}\n", a.json_file);
+  return all_ok ? 0 : 1;
+}
+
+int dispatch(const Args& a) {
+  if (a.command == "list") {
+    for (const Example& e : examples()) fmt::print("{:<22} {}\n", e.name, e.description);
+    return 0;
+  }
+  if (a.command == "graph") {
+    Graph g = find_example(one_name(a)).build();
+    verify(g);
+    fmt::print("{}", print_graph(g));
+    return 0;
+  }
+  if (a.command == "plan") {
+    Executable exe(make_plan(a, one_name(a)), codegen_options_for(a.target));
+    fmt::print("{}", a.json ? plan_report_json(exe.plan(), exe.measured())
+                            : plan_report_text(exe.plan(), exe.measured()));
+    return 0;
+  }
+  if (a.command == "tile" || a.command == "ptx") {
+    Plan p = make_plan(a, one_name(a));
+    CodegenOptions co = codegen_options_for(a.target);
+    for (const Kernel* k : selected_kernels(p, a.kernel)) {
+      CompiledKernel c = compile_kernel(p.graph, *k, co);
+      fmt::print("{}", a.command == "tile" ? c.tile_ir : c.ptx);
+    }
+    return 0;
+  }
+  if (a.command == "run") return cmd_run(a);
+  if (a.command == "bench") return cmd_bench(a);
+  if (a.command == "help" || a.command == "--help" || a.command == "-h") {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  throw UsageError(fmt::format("unknown command '{}'", a.command));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return dispatch(parse(argc, argv));
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "tilefuse: {}\n\n{}", e.what(), kUsage);
+    return kExitUsage;
+  } catch (const CudaError& e) {
+    fmt::print(stderr, "tilefuse: {}\n", e.what());
+    return std::strncmp(e.what(), "no GPU present", 14) == 0 ? kExitNoGpu : 1;
+  } catch (const Error& e) {
+    fmt::print(stderr, "tilefuse: {}\n", e.what());
+    return 1;
+  }
+}
