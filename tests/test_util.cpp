@@ -60,9 +60,11 @@ void check_plan_invariants(const Plan& p) {
       EXPECT_FALSE(written_by.count(n.id)) << "duplicated %" << n.id << " is also written";
     }
   }
-  for (const GraphOutput& o : g.outputs())
-    if (g.node(o.node).op != Op::Input && g.node(o.node).op != Op::Constant)
+  for (const GraphOutput& o : g.outputs()) {
+    if (g.node(o.node).op != Op::Input && g.node(o.node).op != Op::Constant) {
       EXPECT_TRUE(written_by.count(o.node)) << "output " << o.name << " is never written";
+    }
+  }
 }
 
 void check_on_gpu(const Plan& p, uint64_t seed) {

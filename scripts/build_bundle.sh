@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the self-contained GPU bundle into bundle/: libtilefuse.so (LLVM linked statically,
+# stripped) with the CLI and the test binary beside it, found through $ORIGIN. It runs where only
+# the NVIDIA driver is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build-bundle -DCMAKE_BUILD_TYPE=Release -DTILEFUSE_BUNDLE=ON >/dev/null
+cmake --build build-bundle -j"$(nproc)" --target tilefuse tilefuse_cli tilefuse_tests
+rm -rf bundle && mkdir -p bundle
+cp build-bundle/libtilefuse.so build-bundle/tilefuse build-bundle/tests/tilefuse_tests bundle/
+strip bundle/tilefuse bundle/tilefuse_tests
+du -sh bundle/*
+size=$(du -sm bundle | cut -f1)
+[ "$size" -lt 64 ] || { echo "bundle is ${size} MiB: over the 64 MiB the GPU machine accepts" >&2; exit 1; }
+echo "bundle: ${size} MiB; needs: $(ldd bundle/libtilefuse.so | awk '{print $1}' | tr '\n' ' ')"
