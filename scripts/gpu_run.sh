@@ -17,8 +17,16 @@ log="$OUT/tests.log"
   echo "tests exit: $?"
   echo "== run --check"
   for e in bias_gelu bias_gelu_bf16 gelu_two_consumers; do $B/tilefuse run $e --check --bench; done
+  echo "== schedule sweep (bias_gelu f32, bf16): block threads × rows per thread"
+  for e in bias_gelu bias_gelu_bf16; do
+    for t in 128 256 512; do
+      for r in 2 4 8; do
+        echo "$e threads=$t rows=$r: $($B/tilefuse run $e --bench --block-threads $t --rows-per-thread $r --seed 7 | grep -E 'median')"
+      done
+    done
+  done
 } >"$log" 2>&1
-tail -25 "$log"
+tail -45 "$log"
 
 echo "== benchmark"
 $B/tilefuse bench --json "$OUT/tilefuse.json" bias_gelu bias_gelu_bf16 2>&1 | tail -12

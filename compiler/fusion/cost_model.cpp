@@ -13,7 +13,7 @@ static int64_t tensor_bytes(const Node& n) {
 
 std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
-                                   std::string* why) {
+                                   const ScheduleHints& hints, std::string* why) {
   Kernel k;
   k.nodes = nodes;
   std::sort(k.nodes.begin(), k.nodes.end());
@@ -46,7 +46,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   std::vector<DType> dtypes;
   for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
   for (NodeId t : k.outputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
-  k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes);
+  k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
   estimate_cost(g, k, profile);
   return k;
 }

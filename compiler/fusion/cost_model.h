@@ -13,7 +13,7 @@ namespace tilefuse {
 // shapes, a member that does not broadcast into the domain).
 std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
-                                   std::string* why);
+                                   const ScheduleHints& hints, std::string* why);
 
 // Fills kernel.cost from its nodes, operands and schedule.
 void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);

@@ -108,7 +108,7 @@ class FusionPass {
 
   std::optional<Kernel> kernel_of(const State& st, int gid, std::string* why) const {
     const auto& m = st.groups[gid];
-    return build_kernel(g_, {m.begin(), m.end()}, outputs_of(st, gid), opt_.profile, why);
+    return build_kernel(g_, {m.begin(), m.end()}, outputs_of(st, gid), opt_.profile, opt_.schedule, why);
   }
 
   // Group-level dependency edges: h' → h when h reads a value h' writes.
@@ -343,6 +343,11 @@ class FusionPass {
 
 Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   verify(g);
+  const ScheduleHints& h = options.schedule;
+  if (h.block_threads && (h.block_threads < 32 || h.block_threads > 1024 || (h.block_threads & (h.block_threads - 1))))
+    throw Error(fmt::format("block threads {} must be a power of two from 32 to 1024", h.block_threads));
+  if (h.rows_per_thread < 0 || h.rows_per_thread > 16)
+    throw Error(fmt::format("rows per thread {} must be from 1 to 16", h.rows_per_thread));
   return FusionPass(g, options).run();
 }
 

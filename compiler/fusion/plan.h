@@ -80,6 +80,7 @@ struct PlanTotals {
 struct FusionOptions {
   bool fuse = true;
   int max_registers = 128;  // per thread; a fused kernel estimated above this is refused
+  ScheduleHints schedule;
   DeviceProfile profile = DeviceProfile::h200();
 };
 

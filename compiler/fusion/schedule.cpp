@@ -52,7 +52,8 @@ static std::vector<Shape> collapse_shapes(const Shape& domain, const std::vector
 }
 
 PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
-                                            const std::vector<DType>& dtypes) {
+                                            const std::vector<DType>& dtypes,
+                                            const ScheduleHints& hints) {
   PointwiseSchedule s;
   collapse_shapes(domain, operands, &s.dims);
   // A fully contiguous domain has no row structure; give it rows so each thread owns several
@@ -69,11 +70,12 @@ PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vect
   for (DType t : dtypes) widest = std::max(widest, dtype_size(t));
   s.vec = static_cast<int>(16 / widest);
   while (s.vec > 1 && s.cols % s.vec != 0) s.vec /= 2;
-  const int threads = 256;
+  const int threads = hints.block_threads ? hints.block_threads : 256;
   s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
   s.thread_rows = threads / s.threads_per_row;
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  s.rows_per_thread = static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, 4));
+  int rpt = hints.rows_per_thread ? hints.rows_per_thread : 4;
+  s.rows_per_thread = static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, rpt));
   return s;
 }
 

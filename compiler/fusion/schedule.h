@@ -36,8 +36,15 @@ struct PointwiseSchedule {
 std::vector<Shape> operand_views(const PointwiseSchedule& s, const Shape& domain,
                                  const std::vector<Shape>& operands);
 
+// Schedule overrides from the user (0: let tilefuse choose).
+struct ScheduleHints {
+  int block_threads = 0;    // power of two, 32..1024
+  int rows_per_thread = 0;  // 1..16
+};
+
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
 PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
-                                            const std::vector<DType>& dtypes);
+                                            const std::vector<DType>& dtypes,
+                                            const ScheduleHints& hints = {});
 
 }  // namespace tilefuse

@@ -49,6 +49,8 @@ common options:
   --max-registers N            register budget per thread for fused kernels (default 128)
   --seed N                     seed for random inputs (default: from the clock)
   --iters N                    timed iterations for --bench (default 100)
+  --block-threads N            schedule override: threads per block (power of two, 32..1024)
+  --rows-per-thread N          schedule override: rows each thread owns (1..16)
 
 TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or all) dumps stages; TILEFUSE_DUMP_DIR=dir writes files.
 )";
@@ -58,7 +60,7 @@ struct Args {
   std::vector<std::string> names;
   bool json = false, check = false, bench = false, no_fuse = false;
   std::string json_file, kernel, target = "sm_90";
-  int max_registers = 128, iters = 100;
+  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -95,6 +97,8 @@ Args parse(int argc, char** argv) {
     else if (s == "--target") a.target = value();
     else if (s == "--max-registers") a.max_registers = parse_int(s, value());
     else if (s == "--iters") a.iters = parse_int(s, value());
+    else if (s == "--block-threads") a.block_threads = parse_int(s, value());
+    else if (s == "--rows-per-thread") a.rows_per_thread = parse_int(s, value());
     else if (s == "--seed") a.seed = static_cast<uint64_t>(parse_int(s, value()));
     else if (s.rfind("--", 0) == 0) throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
     else a.names.push_back(s);
@@ -114,6 +118,7 @@ Plan make_plan(const Args& a, const std::string& name) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
+  fo.schedule = {a.block_threads, a.rows_per_thread};
   Plan p = plan_fusion(g, fo);
   dump("plan", g.name(), plan_report_text(p));
   return p;
