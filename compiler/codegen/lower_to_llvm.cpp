@@ -231,6 +231,7 @@ class Lowering {
       case Op::Relu:  // NaN passes through, as in the reference
         return b_.CreateSelect(b_.CreateFCmpOLT(a[0], f32(0.0)), f32(0.0), a[0]);
       case Op::Gelu: {
+        if (i.type.dtype == DType::BF16 || i.type.dtype == DType::F16) return math::gelu_16bit(b_, a[0]);
         Value* e = math::erf(b_, b_.CreateFMul(a[0], f32(0.70710678118654752440)));
         return b_.CreateFMul(b_.CreateFMul(f32(0.5), a[0]), b_.CreateFAdd(f32(1.0), e));
       }

@@ -93,6 +93,18 @@ Value* tanh(llvm::IRBuilder<>& b, Value* x) {
   return copysign(b, res, x);
 }
 
+// x·Φ(x) with Φ(−t) = 2^Q(t), t = min(|x|, 6), Q of degree 7 fitted by
+// tools/mathfit/fit_gelu16.py; Φ(x) = 1 − Φ(−x) for x ≥ 0. Beyond 6, Φ(−6)·x < 1e-8·|x|.
+Value* gelu_16bit(llvm::IRBuilder<>& b, Value* x) {
+  Value* t = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
+                                     f32(b, 6.0));
+  Value* q = poly_bits(b, t, {0xb5fd9f10, 0x388373d2, 0xba761e5c, 0x3c0be919, 0xbd5d44cc, 0xbeeab4b0,
+                              0xbf935cca, 0xbf7fffa1});
+  Value* h = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {q});  // q ≥ −57: no subnormals
+  Value* phi = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0.0)), h, b.CreateFSub(f32(b, 1.0), h));
+  return b.CreateFMul(x, phi);
+}
+
 Value* log(llvm::IRBuilder<>& b, Value* x) { return b.CreateFMul(lg2(b, x), f32(b, 0.6931471805599453)); }
 
 // |a|^b through 2^(b·log2|a|), with C's sign and special cases: a negative base needs an integer

@@ -11,5 +11,8 @@ llvm::Value* log(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* erf(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* tanh(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* pow(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
+// GELU for a result that is rounded to bf16/f16: relative error ≤ 4e-6 (far below half an f16
+// ulp, 4.9e-4) in about half the instructions of the f32-accurate erf form.
+llvm::Value* gelu_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
 
 }  // namespace tilefuse::math

@@ -74,7 +74,8 @@ PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vect
   s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
   s.thread_rows = threads / s.threads_per_row;
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  int rpt = hints.rows_per_thread ? hints.rows_per_thread : 4;
+  // Two 16-byte vectors per thread per operand measured best on the H200 (bench/NOTES.md).
+  int rpt = hints.rows_per_thread ? hints.rows_per_thread : 2;
   s.rows_per_thread = static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, rpt));
   return s;
 }
