@@ -20,7 +20,7 @@ log="$OUT/tests.log"
   echo "== schedule sweep (bias_gelu f32, bf16): block threads × rows per thread"
   for e in bias_gelu bias_gelu_bf16; do
     for t in 128 256 512; do
-      for r in 2 4 8; do
+      for r in 1 2 4; do
         echo "$e threads=$t rows=$r: $($B/tilefuse run $e --bench --block-threads $t --rows-per-thread $r --seed 7 | grep -E 'median')"
       done
     done
