@@ -8,6 +8,10 @@ namespace tilefuse {
 
 Graph bias_gelu(DType dtype);
 Graph gelu_two_consumers();
+Graph softmax_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
+Graph log_softmax_graph(int64_t rows, int64_t cols);
+Graph layernorm_graph(DType dtype);
+Graph rmsnorm_graph(DType dtype);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -17,6 +21,19 @@ const std::vector<Example>& examples() {
        [] { return bias_gelu(DType::BF16); }},
       {"gelu_two_consumers", "y = gelu(x + b); out1 = y * 2; out2 = y + x: a shared producer",
        gelu_two_consumers},
+      {"softmax", "softmax(x, -1), x f32[16384, 4096]: max, exp, sum, divide in one kernel",
+       [] { return softmax_graph("softmax", 16384, 4096, DType::F32); }},
+      {"softmax_bf16", "softmax(x, -1), x bf16[16384, 4096], f32 accumulation",
+       [] { return softmax_graph("softmax", 16384, 4096, DType::BF16); }},
+      {"log_softmax", "log_softmax(x, -1), x f32[16384, 4096]", [] { return log_softmax_graph(16384, 4096); }},
+      {"layernorm", "layernorm over the last axis of x f32[16384, 4096], weight and bias f32[4096]",
+       [] { return layernorm_graph(DType::F32); }},
+      {"layernorm_bf16", "layernorm over the last axis of x bf16[16384, 4096]",
+       [] { return layernorm_graph(DType::BF16); }},
+      {"rmsnorm", "RMSNorm over the last axis of x f32[16384, 4096], weight f32[4096]",
+       [] { return rmsnorm_graph(DType::F32); }},
+      {"rmsnorm_bf16", "RMSNorm over the last axis of x bf16[16384, 4096]",
+       [] { return rmsnorm_graph(DType::BF16); }},
   };
   return all;
 }

@@ -22,7 +22,7 @@
 #include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
-#include "compiler/tile/lower_pointwise.h"
+#include "compiler/tile/lower_kernel.h"
 
 namespace tilefuse {
 
@@ -94,7 +94,7 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt) {
   static std::mutex mu;
   static std::map<uint64_t, CompiledKernel> cache;
-  TileProgram tile = lower_pointwise(g, k);
+  TileProgram tile = lower_kernel(g, k);
   std::string tile_text = print_tile_program(tile);
   dump("tile", k.name, tile_text);
   uint64_t key = fnv1a(fmt::format("{}|{}|{}|{}|{}", tile_text, opt.sm, opt.ptx_features,

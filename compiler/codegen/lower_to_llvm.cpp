@@ -52,7 +52,7 @@ class Lowering {
   using Regs = std::vector<Value*>;
 
   int rows_of(const TileType& t) const { return t.rows ? s_.rows_per_thread : 1; }
-  int cols_of(const TileType& t) const { return t.cols ? s_.vec : 1; }
+  int cols_of(const TileType& t) const { return t.cols ? s_.vec * s_.chunks_per_thread : 1; }
   Value* at(int v, int r, int c) const {
     const TileType& t = types_[v];
     return values_[v][(t.rows ? r : 0) * cols_of(t) + (t.cols ? c : 0)];
@@ -76,19 +76,24 @@ class Lowering {
   void prologue() {
     Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
     Value* pid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-    Value* tc = b_.CreateURem(tid, b_.getInt32(s_.threads_per_row), "tc");
-    Value* tr = b_.CreateUDiv(tid, b_.getInt32(s_.threads_per_row), "tr");
+    tc_ = b_.CreateURem(tid, b_.getInt32(s_.threads_per_row), "tc");
+    tr_ = b_.CreateUDiv(tid, b_.getInt32(s_.threads_per_row), "tr");
     auto cb = b_.getInt32(static_cast<uint32_t>(s_.col_blocks()));
     Value* pid_c = b_.CreateURem(pid, cb, "pid_c");
     Value* pid_r = b_.CreateUDiv(pid, cb, "pid_r");
-    Value* col = b_.CreateAdd(b_.CreateMul(pid_c, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
-                              b_.CreateMul(tc, b_.getInt32(s_.vec)), "col", true, true);
+    Value* col0 = b_.CreateAdd(b_.CreateMul(pid_c, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
+                               b_.CreateMul(tc_, b_.getInt32(s_.vec)), "col", true, true);
     bool mask_cols = s_.cols % s_.tile_cols() != 0, mask_rows = s_.rows % s_.tile_rows() != 0;
-    col_ok_ = mask_cols ? b_.CreateICmpULT(col, b_.getInt32(static_cast<uint32_t>(s_.cols)), "col_ok") : nullptr;
-    col_ = mask_cols ? b_.CreateSelect(col_ok_, col, b_.getInt32(0)) : col;
+    for (int k = 0; k < s_.chunks_per_thread; ++k) {
+      Value* col = b_.CreateAdd(col0, b_.getInt32(k * s_.threads_per_row * s_.vec), fmt::format("col{}", k),
+                                true, true);
+      Value* ok = mask_cols ? b_.CreateICmpULT(col, b_.getInt32(static_cast<uint32_t>(s_.cols))) : nullptr;
+      col_ok_.push_back(ok);
+      cols_.push_back(mask_cols ? b_.CreateSelect(ok, col, b_.getInt32(0)) : col);
+    }
     Value* row0 = b_.CreateMul(pid_r, b_.getInt32(static_cast<uint32_t>(s_.tile_rows())));
     for (int r = 0; r < s_.rows_per_thread; ++r) {
-      Value* row = b_.CreateAdd(row0, b_.CreateAdd(tr, b_.getInt32(r * s_.thread_rows)),
+      Value* row = b_.CreateAdd(row0, b_.CreateAdd(tr_, b_.getInt32(r * s_.thread_rows)),
                                 fmt::format("row{}", r), true, true);
       Value* ok = mask_rows ? b_.CreateICmpULT(row, b_.getInt32(static_cast<uint32_t>(s_.rows))) : nullptr;
       row_ok_.push_back(ok);
@@ -96,8 +101,8 @@ class Lowering {
     }
   }
 
-  // Element offset of (row r of this thread, its first column) in a parameter's view.
-  Value* offset(const Shape& view, bool spans_rows, bool spans_cols, int r) {
+  // Element offset of (row r of this thread, first column of its chunk k) in a parameter's view.
+  Value* offset(const Shape& view, bool spans_rows, bool spans_cols, int r, int k) {
     Value* off = b_.getInt64(0);
     if (spans_rows) {
       size_t n = s_.dims.size();
@@ -117,7 +122,7 @@ class Lowering {
         }
       }
     }
-    if (spans_cols) off = b_.CreateAdd(off, b_.CreateZExt(col_, b_.getInt64Ty()), "", true, true);
+    if (spans_cols) off = b_.CreateAdd(off, b_.CreateZExt(cols_[k], b_.getInt64Ty()), "", true, true);
     return off;
   }
 
@@ -144,6 +149,7 @@ class Lowering {
         return;
       }
       case TileOpcode::Compute: return compute(i);
+      case TileOpcode::Reduce: return reduce(i);
       case TileOpcode::Store: return store(i);
     }
   }
@@ -153,52 +159,127 @@ class Lowering {
     llvm::Type* ty = storage_type(prm.dtype);
     Value* base = fn_->getArg(i.param);
     Regs regs;
-    int vec = cols_of(i.type);
-    for (int r = 0; r < rows_of(i.type); ++r) {
-      Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, i.type.rows, i.type.cols, r));
-      llvm::Align align(dtype_size(prm.dtype) * vec);
-      if (vec > 1) {
-        Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, vec), ptr, align,
-                                        fmt::format("{}.r{}", sanitize(prm.name), r));
-        for (int c = 0; c < vec; ++c) regs.push_back(to_compute(b_.CreateExtractElement(v, c), prm.dtype));
-      } else {
-        regs.push_back(to_compute(b_.CreateAlignedLoad(ty, ptr, align), prm.dtype));
+    int vec = i.type.cols ? s_.vec : 1;
+    for (int r = 0; r < rows_of(i.type); ++r)
+      for (int k = 0; k < (i.type.cols ? s_.chunks_per_thread : 1); ++k) {
+        Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, i.type.rows, i.type.cols, r, k));
+        llvm::Align align(dtype_size(prm.dtype) * vec);
+        if (vec > 1) {
+          Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, vec), ptr, align,
+                                          fmt::format("{}.r{}.c{}", sanitize(prm.name), r, k));
+          for (int c = 0; c < vec; ++c) regs.push_back(to_compute(b_.CreateExtractElement(v, c), prm.dtype));
+        } else {
+          regs.push_back(to_compute(b_.CreateAlignedLoad(ty, ptr, align), prm.dtype));
+        }
       }
-    }
     types_[i.result] = i.type;
     values_[i.result] = std::move(regs);
   }
+
+  // Runs `body` only where `cond` holds (nullptr: always).
+  template <typename F>
+  void guarded(Value* cond, F body) {
+    if (!cond) return body();
+    auto* then = llvm::BasicBlock::Create(ctx_, "store", fn_);
+    auto* cont = llvm::BasicBlock::Create(ctx_, "stored", fn_);
+    b_.CreateCondBr(cond, then, cont);
+    b_.SetInsertPoint(then);
+    body();
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(cont);
+  }
+
+  Value* both(Value* a, Value* b) { return !a ? b : !b ? a : b_.CreateAnd(a, b); }
 
   void store(const TileInst& i) {
     const TileParam& prm = p_.params[i.param];
     llvm::Type* ty = storage_type(prm.dtype);
     Value* base = fn_->getArg(i.param);
     int v = i.args[0];
-    for (int r = 0; r < s_.rows_per_thread; ++r) {
-      Value* data;
-      if (s_.vec > 1) {
-        data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, s_.vec));
-        for (int c = 0; c < s_.vec; ++c)
-          data = b_.CreateInsertElement(data, to_storage(at(v, r, c), prm.dtype), c);
-      } else {
-        data = to_storage(at(v, r, 0), prm.dtype);
-      }
-      Value* ok = row_ok_[r];
-      if (col_ok_) ok = ok ? b_.CreateAnd(ok, col_ok_) : col_ok_;
-      llvm::BasicBlock* cont = nullptr;
-      if (ok) {  // edge tile: only in-bounds elements are written
-        auto* then = llvm::BasicBlock::Create(ctx_, "store", fn_);
-        cont = llvm::BasicBlock::Create(ctx_, "stored", fn_);
-        b_.CreateCondBr(ok, then, cont);
-        b_.SetInsertPoint(then);
-      }
-      Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, true, true, r));
-      b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * s_.vec));
-      if (cont) {
-        b_.CreateBr(cont);
-        b_.SetInsertPoint(cont);
-      }
+    if (!i.type.cols) {  // one value per row: the row's first thread writes it
+      Value* first = b_.CreateICmpEQ(tc_, b_.getInt32(0));
+      for (int r = 0; r < s_.rows_per_thread; ++r)
+        guarded(both(first, row_ok_[r]), [&] {
+          Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, i.type.rows, false, r, 0));
+          b_.CreateAlignedStore(to_storage(at(v, r, 0), prm.dtype), ptr, llvm::Align(dtype_size(prm.dtype)));
+        });
+      return;
     }
+    for (int r = 0; r < s_.rows_per_thread; ++r)
+      for (int k = 0; k < s_.chunks_per_thread; ++k) {
+        Value* data;
+        if (s_.vec > 1) {
+          data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, s_.vec));
+          for (int c = 0; c < s_.vec; ++c)
+            data = b_.CreateInsertElement(data, to_storage(at(v, r, k * s_.vec + c), prm.dtype), c);
+        } else {
+          data = to_storage(at(v, r, k), prm.dtype);
+        }
+        guarded(both(row_ok_[r], col_ok_[k]), [&] {
+          Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, true, true, r, k));
+          b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * s_.vec));
+        });
+      }
+  }
+
+  Value* combine(Op op, Value* a, Value* b) {
+    switch (op) {
+      case Op::ReduceSum: return b_.CreateFAdd(a, b);
+      case Op::ReduceMax: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, b);
+      default: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a, b);
+    }
+  }
+
+  // Along the row: each thread combines its own elements (masked columns contribute the
+  // identity), then the row's threads combine by butterfly shuffles within a warp, then — for
+  // rows wider than a warp — through shared memory, one slot per warp.
+  void reduce(const TileInst& i) {
+    double identity = i.op == Op::ReduceSum ? 0.0 : i.op == Op::ReduceMax ? -INFINITY : INFINITY;
+    int arg = i.args[0];
+    const TileType& at_type = types_[arg];
+    Regs out;
+    int lanes = std::min(s_.threads_per_row, 32);
+    int warps = s_.threads_per_row / lanes;
+    llvm::GlobalVariable* slots = nullptr;
+    if (warps > 1) {
+      auto* arr = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps);
+      slots = new llvm::GlobalVariable(*m_, arr, false, llvm::GlobalValue::InternalLinkage,
+                                       llvm::UndefValue::get(arr), fmt::format("reduce{}", i.result), nullptr,
+                                       llvm::GlobalValue::NotThreadLocal, 3);
+      slots->setAlignment(llvm::Align(16));
+    }
+    for (int r = 0; r < rows_of(i.type); ++r) {
+      Value* acc = f32(identity);
+      for (int c = 0; c < (at_type.cols ? s_.vec * s_.chunks_per_thread : 1); ++c) {
+        Value* v = at(arg, r, c);
+        if (Value* ok = col_ok_.empty() ? nullptr : col_ok_[c / s_.vec]) v = b_.CreateSelect(ok, v, f32(identity));
+        acc = combine(i.op, acc, v);
+      }
+      if (!at_type.cols) {  // a per-row value reduced over its row: every column holds it
+        if (i.op == Op::ReduceSum) acc = b_.CreateFMul(acc, f32(static_cast<double>(s_.cols)));
+      } else {
+        for (int off = lanes / 2; off >= 1; off /= 2)
+          acc = combine(i.op, acc, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                                      {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
+      }
+      if (slots && at_type.cols) {
+        Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
+        Value* row_slot = b_.CreateAdd(b_.CreateMul(tr_, b_.getInt32(s_.rows_per_thread)), b_.getInt32(r));
+        Value* base = b_.CreateMul(row_slot, b_.getInt32(warps));
+        guarded(b_.CreateICmpEQ(b_.CreateURem(tc_, b_.getInt32(32)), b_.getInt32(0)), [&] {
+          b_.CreateAlignedStore(acc, b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, warp)), llvm::Align(4));
+        });
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+        acc = f32(identity);
+        for (int w = 0; w < warps; ++w)
+          acc = combine(i.op, acc, b_.CreateAlignedLoad(b_.getFloatTy(),
+                                                        b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, b_.getInt32(w))),
+                                                        llvm::Align(4)));
+      }
+      out.push_back(acc);
+    }
+    types_[i.result] = i.type;
+    values_[i.result] = std::move(out);
   }
 
   void compute(const TileInst& i) {
@@ -261,7 +342,10 @@ class Lowering {
       case Op::Ne: return b_.CreateFCmpUNE(a[0], a[1]);
       case Op::Where: return b_.CreateSelect(a[0], a[1], a[2]);
       case Op::Input:
-      case Op::Constant: break;
+      case Op::Constant:
+      case Op::ReduceSum:
+      case Op::ReduceMax:
+      case Op::ReduceMin: break;
     }
     throw CodegenError(fmt::format("kernel {}: op {} has no tile lowering", p_.name, op_info(i.op).name));
   }
@@ -273,14 +357,15 @@ class Lowering {
   }
 
   const TileProgram& p_;
-  const PointwiseSchedule& s_;
+  const TileSchedule& s_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
   std::unique_ptr<llvm::Module> m_;
   llvm::Function* fn_ = nullptr;
-  Value* col_ = nullptr;
-  Value* col_ok_ = nullptr;
-  std::vector<Value*> rows_, row_ok_;
+  Value* tc_ = nullptr;  // thread's position along the row
+  Value* tr_ = nullptr;  // thread's row within the block
+  std::vector<Value*> cols_, col_ok_;  // per chunk
+  std::vector<Value*> rows_, row_ok_;  // per row of the thread
   std::vector<Regs> values_;
   std::vector<TileType> types_;
 };

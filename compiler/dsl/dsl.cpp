@@ -1,5 +1,8 @@
 #include "compiler/dsl/dsl.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "compiler/support/error.h"
@@ -141,6 +144,82 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   n.shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   n.dtype = a.dtype();
   return {&a.graph(), a.graph().append(std::move(n))};
+}
+
+static std::vector<int> normalize_axes(const char* op, const Tensor& x, const std::vector<int>& axes) {
+  int rank = static_cast<int>(x.shape().size());
+  if (axes.empty())
+    throw ShapeError(fmt::format("{}: no axes given for {}; name at least one axis", op, describe(x)));
+  std::vector<int> out;
+  for (int a : axes) {
+    int n = a < 0 ? a + rank : a;
+    if (n < 0 || n >= rank)
+      throw ShapeError(fmt::format("{}: axis {} is out of range for {} (rank {}: axes {}..{})", op, a,
+                                   describe(x), rank, -rank, rank - 1));
+    if (std::count(out.begin(), out.end(), n))
+      throw ShapeError(fmt::format("{}: axis {} is given twice for {}", op, a, describe(x)));
+    out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+static Tensor reduce(Op op, const Tensor& x, const std::vector<int>& axes, bool keepdim) {
+  const char* name = op_info(op).name;
+  if (!is_float(x.dtype()))
+    throw DTypeError(fmt::format("{}: operand {} is bool; reductions need a float tensor", name, describe(x)));
+  Node n;
+  n.op = op;
+  n.operands = {x.id()};
+  n.axes = normalize_axes(name, x, axes);
+  n.keepdim = keepdim;
+  n.shape = reduced_shape(x.shape(), n.axes, keepdim);
+  n.dtype = x.dtype();
+  return {&x.graph(), x.graph().append(std::move(n))};
+}
+
+Tensor sum(const Tensor& x, const std::vector<int>& axes, bool keepdim) {
+  return reduce(Op::ReduceSum, x, axes, keepdim);
+}
+Tensor amax(const Tensor& x, const std::vector<int>& axes, bool keepdim) {
+  return reduce(Op::ReduceMax, x, axes, keepdim);
+}
+Tensor amin(const Tensor& x, const std::vector<int>& axes, bool keepdim) {
+  return reduce(Op::ReduceMin, x, axes, keepdim);
+}
+Tensor mean(const Tensor& x, const std::vector<int>& axes, bool keepdim) {
+  Tensor s = sum(x, axes, keepdim);
+  int64_t count = num_elements(x.shape()) / num_elements(s.shape());
+  return s * (1.0 / static_cast<double>(count));
+}
+
+// The max with −inf (a fully masked row) replaced by 0, so x − max stays −inf, not NaN.
+static Tensor safe_row_max(const Tensor& x, int axis) {
+  Tensor m = amax(x, {axis}, true);
+  return where(m > -INFINITY, m, constant(x.graph(), 0.0, x.dtype()));
+}
+
+Tensor softmax(const Tensor& x, int axis) {
+  Tensor e = exp(x - safe_row_max(x, axis));
+  Tensor s = sum(e, {axis}, true);
+  // Every row sums to ≥ 1 (its max contributes exp(0) = 1) except a fully masked row, which sums
+  // to 0: max(s, 1) divides that one by 1, giving 0, and leaves the others exact.
+  return e / max(s, constant(x.graph(), 1.0, x.dtype()));
+}
+
+Tensor log_softmax(const Tensor& x, int axis) {
+  Tensor z = x - safe_row_max(x, axis);
+  return z - log(sum(exp(z), {axis}, true));
+}
+
+Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor xc = x - mean(x, {-1}, true);
+  Tensor var = mean(xc * xc, {-1}, true);
+  return xc * rsqrt(var + eps) * w + b;
+}
+
+Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps) {
+  return x * rsqrt(mean(x * x, {-1}, true) + eps) * w;
 }
 
 Tensor operator-(const Tensor& x) { return neg(x); }

@@ -9,6 +9,7 @@
 // Shapes broadcast as in numpy. Two tensors of different dtypes never mix silently: insert
 // cast(t, dtype). A C++ number next to a tensor becomes a constant of the tensor's dtype.
 #include <string>
+#include <vector>
 
 #include "compiler/graph/graph.h"
 
@@ -64,6 +65,24 @@ Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 // where(cond, a, b): cond must be bool (the result of a comparison).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// Reductions over `axes` (negative counts from the end); keepdim keeps them as size 1 so the
+// result broadcasts back over x.
+Tensor sum(const Tensor& x, const std::vector<int>& axes, bool keepdim = false);
+Tensor amax(const Tensor& x, const std::vector<int>& axes, bool keepdim = false);
+Tensor amin(const Tensor& x, const std::vector<int>& axes, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int>& axes, bool keepdim = false);
+
+// Composites, built from the primitives above so that fusion — not a hand-written kernel —
+// makes them one kernel.
+// softmax along `axis`, stable: exp(x − max) / sum. A row whose entries are all −inf gives 0
+// everywhere (not NaN): its max is replaced by 0 and its zero sum by 1.
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+// Over the last axis: (x − mean) / sqrt(var + eps) · w + b, var the biased variance.
+Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);
+// Over the last axis: x / sqrt(mean(x²) + eps) · w.
+Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps = 1e-6);
 
 Tensor operator-(const Tensor& x);
 #define TILEFUSE_DSL_BINARY_OPERATOR(sym, fn)                      \

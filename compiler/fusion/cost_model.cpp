@@ -11,6 +11,43 @@ static int64_t tensor_bytes(const Node& n) {
   return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype));
 }
 
+Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split) {
+  const Node& node = g.node(n);
+  if (split < 0 || op_info(node.op).kind != OpKind::Reduce || node.keepdim) return node.shape;
+  Shape s = node.shape;
+  s.resize(domain.size(), 1);
+  return s;
+}
+
+// The row domain of a set holding reductions: every reduction must reduce the same trailing
+// axes of the same shape.
+static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* domain, int* split,
+                       std::string* why) {
+  const Node* first = nullptr;
+  for (NodeId n : nodes) {
+    const Node& r = g.node(n);
+    if (op_info(r.op).kind != OpKind::Reduce) continue;
+    const Shape& in = g.node(r.operands[0]).shape;
+    if (!first) {
+      first = &r;
+      *domain = in;
+      *split = r.axes.front();
+      for (size_t i = 0; i < r.axes.size(); ++i)
+        if (r.axes[i] != *split + static_cast<int>(i) || r.axes.back() != static_cast<int>(in.size()) - 1) {
+          *why = fmt::format("%{} {} reduces axes [{}] of {}: tilefuse reduces trailing axes only", n,
+                             op_info(r.op).name, fmt::join(r.axes, ", "), shape_str(in));
+          return false;
+        }
+    } else if (in != *domain || r.axes != first->axes) {
+      *why = fmt::format("%{} and %{} reduce different rows ({} over [{}], {} over [{}])", first->id, n,
+                         shape_str(*domain), fmt::join(first->axes, ", "), shape_str(in),
+                         fmt::join(r.axes, ", "));
+      return false;
+    }
+  }
+  return first != nullptr;
+}
+
 std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
                                    const ScheduleHints& hints, std::string* why) {
@@ -29,24 +66,52 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     *why = "the kernel would write nothing";
     return std::nullopt;
   }
-  k.domain = g.node(k.outputs[0]).shape;
-  for (NodeId o : k.outputs)
-    if (g.node(o).shape != k.domain) {
+  bool reduces = false;
+  if (!row_domain(g, k.nodes, &k.domain, &k.split, why)) {
+    if (!why->empty()) return std::nullopt;
+    k.domain = g.node(k.outputs[0]).shape;
+  } else {
+    reduces = true;
+    k.kind = ScheduleKind::RowReduce;
+  }
+  Shape per_row = reduces ? reduced_shape(k.domain, {}, true) : Shape{};
+  if (reduces)
+    for (int d = k.split; d < static_cast<int>(k.domain.size()); ++d) per_row[d] = 1;
+  for (NodeId o : k.outputs) {
+    Shape s = aligned_shape(g, o, k.domain, k.split);
+    if (s != k.domain && !(reduces && s == per_row)) {
       *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})",
                          shape_str(k.domain), k.outputs[0], shape_str(g.node(o).shape), o);
       return std::nullopt;
     }
-  for (NodeId n : k.nodes)
-    if (!broadcasts_to(g.node(n).shape, k.domain)) {
+  }
+  for (NodeId n : k.nodes) {
+    if (!broadcasts_to(aligned_shape(g, n, k.domain, k.split), k.domain)) {
       *why = fmt::format("%{} {} does not broadcast into the kernel's domain {}", n,
                          shape_str(g.node(n).shape), shape_str(k.domain));
       return std::nullopt;
     }
+    for (NodeId o : g.node(n).operands) {
+      const Node& on = g.node(o);
+      if (members.count(o) && op_info(on.op).kind == OpKind::Reduce && !on.keepdim) {
+        *why = fmt::format("%{} {} drops its reduced axes, so numpy aligns it with the last axis, not "
+                           "the rows; reduce with keepdim to broadcast it back over the row",
+                           o, op_info(on.op).name);
+        return std::nullopt;
+      }
+    }
+  }
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
   for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
-  for (NodeId t : k.outputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
-  k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
+  for (NodeId t : k.outputs) shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
+  if (reduces) {
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, hints, why);
+    if (!s) return std::nullopt;
+    k.schedule = *s;
+  } else {
+    k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
+  }
   estimate_cost(g, k, profile);
   return k;
 }
@@ -54,21 +119,21 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
 void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   c = {};
-  const PointwiseSchedule& s = k.schedule;
+  const TileSchedule& s = k.schedule;
   int64_t domain_elems = num_elements(k.domain);
   // Per-thread elements an operand occupies: full tiles hold rows_per_thread × vec, a bias
   // (broadcast along rows) only vec, a column vector rows_per_thread, a scalar 1.
   std::vector<Shape> shapes;
   for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape);
-  std::vector<Shape> views = operand_views(s, k.domain, shapes);
+  std::vector<Shape> views = operand_views(s, k.domain, k.split, shapes);
   int loaded_regs = 0;
   double inflight_per_thread = 0;
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     const Node& n = g.node(k.inputs[i]);
     c.bytes_read += tensor_bytes(n);
-    bool spans_rows = views[i].size() == 2 ? views[i][0] != 1 : false;
+    bool spans_rows = num_elements(views[i]) != views[i].back();
     bool spans_cols = views[i].back() != 1;
-    int elems = (spans_rows ? s.rows_per_thread : 1) * (spans_cols ? s.vec : 1);
+    int elems = (spans_rows ? s.rows_per_thread : 1) * (spans_cols ? s.vec * s.chunks_per_thread : 1);
     int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
     loaded_regs += words;
     if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
@@ -83,7 +148,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   // Index and pointer arithmetic, every loaded operand held at once (loads are issued before
   // the first use), and one vector of results with the evaluation's temporaries.
   c.registers = std::min(p.max_registers_per_thread,
-                         12 + loaded_regs + s.vec * (1 + scratch) + 2 * static_cast<int>(k.outputs.size()));
+                         12 + loaded_regs + s.vec * s.chunks_per_thread * (1 + scratch) +
+                             2 * static_cast<int>(k.outputs.size()));
   int threads = s.block_threads();
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,

@@ -15,6 +15,10 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
                                    const ScheduleHints& hints, std::string* why);
 
+// A node's shape aligned to a row-reduction domain: a reduction without keepdim is per-row
+// (its rank-reduced shape padded with 1s on the right); everything else as numpy aligns it.
+Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split);
+
 // Fills kernel.cost from its nodes, operands and schedule.
 void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);
 

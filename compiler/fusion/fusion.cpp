@@ -15,6 +15,7 @@ namespace tilefuse {
 const char* schedule_kind_name(ScheduleKind k) {
   switch (k) {
     case ScheduleKind::Pointwise: return "pointwise";
+    case ScheduleKind::RowReduce: return "row-reduction";
   }
   return "?";
 }

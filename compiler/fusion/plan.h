@@ -12,7 +12,7 @@
 
 namespace tilefuse {
 
-enum class ScheduleKind { Pointwise };
+enum class ScheduleKind { Pointwise, RowReduce };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {
@@ -32,8 +32,9 @@ struct Kernel {
   std::vector<NodeId> nodes;    // computed here, in topological order
   std::vector<NodeId> inputs;   // read from memory: graph inputs or other kernels' outputs
   std::vector<NodeId> outputs;  // written to memory
-  Shape domain;
-  PointwiseSchedule schedule;
+  Shape domain;                 // pointwise: the outputs' shape; row reduction: the reduced input's
+  int split = -1;               // row reduction: first reduced axis of the domain (the rest follow)
+  TileSchedule schedule;
   KernelCost cost;
 };
 

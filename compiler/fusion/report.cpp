@@ -134,7 +134,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   for (const Kernel& k : plan.kernels) {
     j.begin_object().field("name", k.name).field("schedule", schedule_kind_name(k.kind));
     j.array("domain", k.domain).array("nodes", k.nodes).array("inputs", k.inputs).array("outputs", k.outputs);
-    const PointwiseSchedule& s = k.schedule;
+    const TileSchedule& s = k.schedule;
     j.key("tile").begin_object().field("rows", s.rows).field("cols", s.cols).field("vec", s.vec)
         .field("threads_per_row", s.threads_per_row).field("thread_rows", s.thread_rows)
         .field("rows_per_thread", s.rows_per_thread).field("block_threads", s.block_threads())

@@ -6,10 +6,14 @@
 
 namespace tilefuse {
 
-std::string PointwiseSchedule::describe() const {
-  return fmt::format("tile {}×{} ({} rows × {} cols per thread, {}×{} threads, {} blocks), {}-wide vectors",
-                     tile_rows(), tile_cols(), rows_per_thread, vec, thread_rows, threads_per_row,
-                     grid(), vec);
+std::string TileSchedule::describe() const {
+  std::string per_thread =
+      chunks_per_thread > 1
+          ? fmt::format("{} row{} × {}×{} cols", rows_per_thread, rows_per_thread == 1 ? "" : "s",
+                        chunks_per_thread, vec)
+          : fmt::format("{} rows × {} cols", rows_per_thread, vec);
+  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks), {}-wide vectors",
+                     tile_rows(), tile_cols(), per_thread, thread_rows, threads_per_row, grid(), vec);
 }
 
 static int64_t pow2_ceil(int64_t x) {
@@ -18,44 +22,82 @@ static int64_t pow2_ceil(int64_t x) {
   return p;
 }
 
-static std::vector<Shape> collapse_shapes(const Shape& domain, const std::vector<Shape>& operands,
-                                   Shape* collapsed_domain) {
-  // Operand dims aligned right to the domain, 1 where absent; domain dims of size 1 dropped.
-  std::vector<size_t> keep;
-  for (size_t d = 0; d < domain.size(); ++d)
-    if (domain[d] != 1) keep.push_back(d);
-  auto dim_of = [&](const Shape& s, size_t d) -> int64_t {
-    size_t off = domain.size() - s.size();
-    return d < off ? 1 : s[d - off];
-  };
-  Shape dom;
-  std::vector<Shape> out(operands.size());
-  for (size_t k = 0; k < keep.size(); ++k) {
-    size_t d = keep[k];
-    bool merge = k > 0;
-    for (const Shape& s : operands)
-      if (merge && (dim_of(s, d) == 1) != (dim_of(s, keep[k - 1]) == 1)) merge = false;
-    if (merge) {
-      dom.back() *= domain[d];
-      for (size_t i = 0; i < operands.size(); ++i) out[i].back() *= dim_of(operands[i], d);
-    } else {
-      dom.push_back(domain[d]);
-      for (size_t i = 0; i < operands.size(); ++i) out[i].push_back(dim_of(operands[i], d));
-    }
-  }
-  if (dom.empty()) {  // a scalar domain
-    dom = {1};
-    for (Shape& s : out) s = {1};
-  }
-  *collapsed_domain = dom;
-  return out;
+// An operand's size along domain dim d (right-aligned, 1 where absent).
+static int64_t dim_of(const Shape& domain, const Shape& s, size_t d) {
+  size_t off = domain.size() - s.size();
+  return d < off ? 1 : s[d - off];
 }
 
-PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
-                                            const std::vector<DType>& dtypes,
-                                            const ScheduleHints& hints) {
-  PointwiseSchedule s;
-  collapse_shapes(domain, operands, &s.dims);
+// Collapses domain dims [begin, end): drops size-1 dims and merges neighbours that every
+// operand treats alike (both full or both broadcast).
+static void collapse_range(const Shape& domain, const std::vector<Shape>& operands, size_t begin,
+                           size_t end, Shape* dom, std::vector<Shape>* views) {
+  bool first = true;
+  size_t prev = 0;
+  for (size_t d = begin; d < end; ++d) {
+    if (domain[d] == 1) continue;
+    bool merge = !first;
+    for (const Shape& s : operands)
+      if (merge && (dim_of(domain, s, d) == 1) != (dim_of(domain, s, prev) == 1)) merge = false;
+    if (merge) {
+      dom->back() *= domain[d];
+      for (size_t i = 0; i < operands.size(); ++i) (*views)[i].back() *= dim_of(domain, operands[i], d);
+    } else {
+      dom->push_back(domain[d]);
+      for (size_t i = 0; i < operands.size(); ++i) (*views)[i].push_back(dim_of(domain, operands[i], d));
+    }
+    first = false;
+    prev = d;
+  }
+}
+
+// Pointwise: the whole domain collapses freely. Row reduction: the row dims collapse among
+// themselves and the reduced dims must become one column dim.
+static std::vector<Shape> collapse_shapes(const Shape& domain, int split, const std::vector<Shape>& operands,
+                                          Shape* collapsed, std::string* why) {
+  std::vector<Shape> views(operands.size());
+  collapsed->clear();
+  size_t end = split < 0 ? domain.size() : static_cast<size_t>(split);
+  collapse_range(domain, operands, 0, end, collapsed, &views);
+  if (split >= 0) {
+    Shape cols;
+    std::vector<Shape> col_views(operands.size());
+    collapse_range(domain, operands, end, domain.size(), &cols, &col_views);
+    if (cols.size() > 1) {
+      if (why) *why = "an operand is broadcast along some reduced axes but not others";
+      return {};
+    }
+    collapsed->push_back(cols.empty() ? 1 : cols[0]);
+    for (size_t i = 0; i < operands.size(); ++i) views[i].push_back(col_views[i].empty() ? 1 : col_views[i][0]);
+  }
+  if (collapsed->empty()) {  // a scalar domain
+    *collapsed = {1};
+    for (Shape& s : views) s = {1};
+  }
+  return views;
+}
+
+std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int split,
+                                 const std::vector<Shape>& operands) {
+  Shape collapsed;
+  std::vector<Shape> views = collapse_shapes(domain, split, operands, &collapsed, nullptr);
+  if (collapsed.size() == 1 && s.dims.size() == 2)  // the contiguous domain split into rows
+    for (Shape& v : views) v = v[0] == 1 ? Shape{1, 1} : s.dims;
+  return views;
+}
+
+static int vector_width(int64_t cols, const std::vector<DType>& dtypes) {
+  size_t widest = 1;
+  for (DType t : dtypes) widest = std::max(widest, dtype_size(t));
+  int vec = static_cast<int>(16 / widest);
+  while (vec > 1 && cols % vec != 0) vec /= 2;
+  return vec;
+}
+
+TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
+                                       const std::vector<DType>& dtypes, const ScheduleHints& hints) {
+  TileSchedule s;
+  collapse_shapes(domain, -1, operands, &s.dims, nullptr);
   // A fully contiguous domain has no row structure; give it rows so each thread owns several
   // vectors (independent loads in flight) without index division.
   if (s.dims.size() == 1) {
@@ -66,10 +108,7 @@ PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vect
   }
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
-  size_t widest = 1;
-  for (DType t : dtypes) widest = std::max(widest, dtype_size(t));
-  s.vec = static_cast<int>(16 / widest);
-  while (s.vec > 1 && s.cols % s.vec != 0) s.vec /= 2;
+  s.vec = vector_width(s.cols, dtypes);
   const int threads = hints.block_threads ? hints.block_threads : 256;
   s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
   s.thread_rows = threads / s.threads_per_row;
@@ -80,17 +119,35 @@ PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vect
   return s;
 }
 
-}  // namespace tilefuse
-
-namespace tilefuse {
-
-std::vector<Shape> operand_views(const PointwiseSchedule& s, const Shape& domain,
-                                 const std::vector<Shape>& operands) {
-  Shape collapsed;
-  std::vector<Shape> views = collapse_shapes(domain, operands, &collapsed);
-  if (collapsed.size() == 1 && s.dims.size() == 2)  // the contiguous domain split into rows
-    for (Shape& v : views) v = v[0] == 1 ? Shape{1, 1} : s.dims;
-  return views;
+std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
+                                                const std::vector<Shape>& operands,
+                                                const std::vector<DType>& dtypes,
+                                                const ScheduleHints& hints, std::string* why) {
+  TileSchedule s;
+  collapse_shapes(domain, split, operands, &s.dims, why);
+  if (s.dims.empty()) return std::nullopt;
+  s.cols = s.dims.back();
+  s.rows = num_elements(s.dims) / s.cols;
+  s.vec = vector_width(s.cols, dtypes);
+  // About 16 elements (16 f32 registers) of each row per thread: several loads in flight, few
+  // enough registers that a few full tiles of the row stay live without spilling.
+  int64_t vecs = (s.cols + s.vec - 1) / s.vec;
+  int64_t target = std::max(1, 16 / s.vec);
+  int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + target - 1) / target), 1, 1024);
+  s.threads_per_row = static_cast<int>(per_row);
+  s.chunks_per_thread = static_cast<int>((vecs + per_row - 1) / per_row);
+  if (s.chunks_per_thread * s.vec > 16) {
+    if (why)
+      *why = fmt::format("a row of {} elements needs {} per thread at 1024 threads: too long to hold "
+                         "in registers",
+                         s.cols, s.chunks_per_thread * s.vec);
+    return std::nullopt;
+  }
+  int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
+  s.thread_rows = std::max(1, threads / s.threads_per_row);
+  if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
+  s.rows_per_thread = 1;
+  return s;
 }
 
 }  // namespace tilefuse

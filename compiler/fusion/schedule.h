@@ -1,6 +1,7 @@
 #pragma once
-// Tile parameters of a pointwise kernel: the schedule half of the algorithm/schedule split.
+// Tile parameters of a kernel: the schedule half of the algorithm/schedule split.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,32 +9,38 @@
 
 namespace tilefuse {
 
-// A pointwise kernel iterates over its domain viewed as rows × cols (adjacent dimensions with
-// the same broadcast pattern in every operand are collapsed; cols is the innermost). A block
-// of thread_rows × threads_per_row threads covers a tile of tile_rows() × tile_cols(); each
-// thread owns rows_per_thread rows × vec contiguous columns, so an operand broadcast along
-// rows (a bias) is loaded once per thread and reused for all its rows.
-struct PointwiseSchedule {
+// A kernel iterates over its domain viewed as rows × cols (adjacent dimensions with the same
+// broadcast pattern in every operand are collapsed; cols is the innermost; a row-reduction
+// kernel's cols are exactly its reduced axes). A block of thread_rows × threads_per_row threads
+// covers a tile of tile_rows() × tile_cols(); each thread owns rows_per_thread rows and, in each,
+// chunks_per_thread vectors of vec contiguous columns, threads_per_row vectors apart (so a warp's
+// accesses are contiguous). A pointwise tile has one chunk per thread, and an operand broadcast
+// along rows (a bias) is loaded once per thread and reused for all its rows. A row-reduction
+// tile spans whole rows, held in registers, reduced with warp shuffles and shared memory.
+struct TileSchedule {
   Shape dims;              // collapsed domain; dims.back() is cols
   int64_t rows = 1, cols = 1;
   int vec = 1;             // elements per vector access along cols
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
+  int chunks_per_thread = 1;
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
-  int64_t tile_cols() const { return int64_t{threads_per_row} * vec; }
+  int64_t tile_cols() const { return int64_t{threads_per_row} * vec * chunks_per_thread; }
   int64_t row_blocks() const { return (rows + tile_rows() - 1) / tile_rows(); }
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
   int64_t grid() const { return row_blocks() * col_blocks(); }
-  int elems_per_thread() const { return rows_per_thread * vec; }
+  int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
 };
 
 // Each operand's shape aligned to the schedule's dims: 1 where the operand is broadcast.
-std::vector<Shape> operand_views(const PointwiseSchedule& s, const Shape& domain,
+// Operands are right-aligned to the domain (numpy). `split` is the first reduced axis of a
+// row-reduction domain (no dimension is merged across it), or -1 for a pointwise domain.
+std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int split,
                                  const std::vector<Shape>& operands);
 
 // Schedule overrides from the user (0: let tilefuse choose).
@@ -43,8 +50,16 @@ struct ScheduleHints {
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
-PointwiseSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
+TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
                                             const std::vector<DType>& dtypes,
                                             const ScheduleHints& hints = {});
+
+// Row reduction over axes [split, rank) of `domain`, whole rows held in registers. Returns
+// nullopt (with the reason) when the reduced axes do not collapse to one contiguous row in
+// every operand, or the row is too long to hold on chip.
+std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
+                                                const std::vector<Shape>& operands,
+                                                const std::vector<DType>& dtypes,
+                                                const ScheduleHints& hints, std::string* why);
 
 }  // namespace tilefuse

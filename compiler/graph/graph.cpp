@@ -27,8 +27,10 @@ const OpInfo& op_info(Op op) {
       {"le", OpKind::Compare, 1, 0},       {"gt", OpKind::Compare, 1, 0},
       {"ge", OpKind::Compare, 1, 0},       {"eq", OpKind::Compare, 1, 0},
       {"ne", OpKind::Compare, 1, 0},       {"where", OpKind::Select, 1, 0},
+      {"reduce_sum", OpKind::Reduce, 1, 1}, {"reduce_max", OpKind::Reduce, 1, 1},
+      {"reduce_min", OpKind::Reduce, 1, 1},
   };
-  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::Where) + 1);
+  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::ReduceMin) + 1);
   return table[static_cast<size_t>(op)];
 }
 
@@ -94,6 +96,16 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim) {
+  Shape out;
+  for (size_t d = 0; d < in.size(); ++d) {
+    bool reduced = std::count(axes.begin(), axes.end(), static_cast<int>(d)) > 0;
+    if (!reduced) out.push_back(in[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
 bool broadcasts_to(const Shape& from, const Shape& to) {
   if (from.size() > to.size()) return false;
   size_t off = to.size() - from.size();
@@ -115,7 +127,7 @@ void verify(const Graph& g) {
       if (d <= 0) fail(n, fmt::format("shape {} has a non-positive dimension", shape_str(n.shape)));
     const OpInfo& info = op_info(n.op);
     size_t arity = info.kind == OpKind::Leaf ? 0
-                   : info.kind == OpKind::Unary ? 1
+                   : info.kind == OpKind::Unary || info.kind == OpKind::Reduce ? 1
                    : info.kind == OpKind::Select ? 3 : 2;
     if (n.operands.size() != arity)
       fail(n, fmt::format("expects {} operands, has {}", arity, n.operands.size()));
@@ -125,6 +137,19 @@ void verify(const Graph& g) {
       continue;
     }
     if (info.kind == OpKind::Leaf) continue;
+    if (info.kind == OpKind::Reduce) {
+      const Node& in = g.node(n.operands[0]);
+      bool ascending = !n.axes.empty() && std::is_sorted(n.axes.begin(), n.axes.end()) &&
+                       std::adjacent_find(n.axes.begin(), n.axes.end()) == n.axes.end();
+      if (!ascending || n.axes.front() < 0 || n.axes.back() >= static_cast<int>(in.shape.size()))
+        fail(n, fmt::format("axes [{}] are not distinct, ascending axes of {}", fmt::join(n.axes, ", "),
+                            shape_str(in.shape)));
+      if (n.shape != reduced_shape(in.shape, n.axes, n.keepdim))
+        fail(n, fmt::format("shape {} is not {} reduced over [{}]", shape_str(n.shape),
+                            shape_str(in.shape), fmt::join(n.axes, ", ")));
+      if (in.dtype != n.dtype || !is_float(n.dtype)) fail(n, "reduces a float operand to its own dtype");
+      continue;
+    }
     Shape expect = g.node(n.operands[0]).shape;
     for (size_t i = 1; i < n.operands.size(); ++i)
       expect = broadcast_shapes(expect, g.node(n.operands[i]).shape, info.name);
@@ -151,7 +176,8 @@ void verify(const Graph& g) {
         if (dt(0) != DType::Bool || dt(1) != n.dtype || dt(2) != n.dtype)
           fail(n, "where needs a bool condition and two operands of the result dtype");
         break;
-      case OpKind::Leaf: break;
+      case OpKind::Leaf:
+      case OpKind::Reduce: break;
     }
   }
   std::set<std::string> out_names;
@@ -173,6 +199,9 @@ std::string print_graph(const Graph& g) {
       s += fmt::format("  %{} = input \"{}\" : {}\n", n.id, n.name, type);
     else if (n.op == Op::Constant)
       s += fmt::format("  %{} = constant {} : {}\n", n.id, n.value, type);
+    else if (op_info(n.op).kind == OpKind::Reduce)
+      s += fmt::format("  %{} = {} %{} axes [{}]{} : {}\n", n.id, op_info(n.op).name, n.operands[0],
+                       fmt::join(n.axes, ", "), n.keepdim ? " keepdim" : "", type);
     else {
       std::vector<std::string> ops;
       for (NodeId o : n.operands) ops.push_back(fmt::format("%{}", o));

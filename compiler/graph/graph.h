@@ -21,9 +21,11 @@ enum class Op {
   Lt, Le, Gt, Ge, Eq, Ne,
   // where(cond, a, b)
   Where,
+  // reductions over `axes` (keepdim keeps them as size-1 dimensions)
+  ReduceSum, ReduceMax, ReduceMin,
 };
 
-enum class OpKind { Leaf, Unary, Binary, Compare, Select };
+enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce };
 
 struct OpInfo {
   const char* name;
@@ -43,6 +45,8 @@ struct Node {
   DType dtype = DType::F32;
   std::string name;    // Input: the input's name
   double value = 0.0;  // Constant: the value
+  std::vector<int> axes;  // Reduce*: reduced axes of the operand, ascending
+  bool keepdim = false;   // Reduce*: reduced axes kept as size 1
 };
 
 struct GraphOutput {
@@ -78,6 +82,9 @@ class Graph {
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // True when `from` broadcasts to exactly `to`.
 bool broadcasts_to(const Shape& from, const Shape& to);
+
+// The shape a reduction of `in` over `axes` (ascending, valid) produces.
+Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim);
 
 // Checks every invariant of the IR; throws GraphError with the offending node.
 void verify(const Graph& g);

@@ -99,6 +99,24 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       continue;
     }
     out.resize(count);
+    if (op_info(n.op).kind == OpKind::Reduce) {
+      const Node& in = g.node(n.operands[0]);
+      const std::vector<double>& src = val[in.id];
+      // Output index of each input element: the input index with the reduced axes dropped.
+      Shape kept = reduced_shape(in.shape, n.axes, true);
+      BroadcastIndex to_out(kept, in.shape);
+      double init = n.op == Op::ReduceSum ? 0.0 : n.op == Op::ReduceMax ? -INFINITY : INFINITY;
+      std::fill(out.begin(), out.end(), init);
+      for (int64_t i = 0; i < static_cast<int64_t>(src.size()); ++i) {
+        double& acc = out[to_out(i)];
+        double v = src[i];
+        if (n.op == Op::ReduceSum) acc += v;
+        else if (std::isnan(v) || std::isnan(acc)) acc = NAN;
+        else acc = n.op == Op::ReduceMax ? std::max(acc, v) : std::min(acc, v);
+      }
+      for (double& v : out) v = round_to(n.dtype, v);
+      continue;
+    }
     std::vector<BroadcastIndex> idx;
     for (NodeId o : n.operands) idx.emplace_back(g.node(o).shape, n.shape);
     auto arg = [&](size_t k, int64_t i) { return val[n.operands[k]][idx[k](i)]; };

@@ -4,13 +4,13 @@
 
 namespace tilefuse {
 
-std::string tile_type_str(const TileType& t, const PointwiseSchedule& s) {
+std::string tile_type_str(const TileType& t, const TileSchedule& s) {
   return fmt::format("tile<{}x{}x{}>", t.rows ? s.tile_rows() : 1, t.cols ? s.tile_cols() : 1,
                      dtype_name(t.dtype));
 }
 
 std::string print_tile_program(const TileProgram& p) {
-  const PointwiseSchedule& s = p.schedule;
+  const TileSchedule& s = p.schedule;
   std::vector<std::string> params;
   for (size_t i = 0; i < p.params.size(); ++i) {
     const TileParam& t = p.params[i];
@@ -40,6 +40,11 @@ std::string print_tile_program(const TileProgram& p) {
       case TileOpcode::Compute:
         out += fmt::format("  %{} = tile.{} {} : {}\n", i.result, op_info(i.op).name,
                            fmt::join(args, ", "), ty);
+        break;
+      case TileOpcode::Reduce:
+        out += fmt::format("  %{} = tile.{} %{} along cols : {}  // warp shuffles{}\n", i.result,
+                           op_info(i.op).name, i.args[0], ty,
+                           s.threads_per_row > 32 ? ", then shared memory across warps" : "");
         break;
       case TileOpcode::Store:
         out += fmt::format("  tile.store %arg{}, {} : {}\n", i.param, fmt::join(args, ", "), ty);

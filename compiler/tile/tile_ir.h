@@ -15,20 +15,21 @@ struct TileType {
   bool rows = true;  // varies along the tile's rows (else broadcast: one row)
   bool cols = true;  // varies along the tile's columns
 };
-std::string tile_type_str(const TileType& t, const PointwiseSchedule& s);
+std::string tile_type_str(const TileType& t, const TileSchedule& s);
 
 enum class TileOpcode {
   Load,      // masked load of this program's tile of a parameter (its broadcast view)
   Constant,  // a scalar broadcast to any tile
   Compute,   // an elementwise graph op (unary, binary, comparison, where, cast)
-  Store,     // masked store of a full tile to an output parameter
+  Reduce,    // reduction of a tile along its columns (the whole row): sum, max or min
+  Store,     // masked store of a tile to an output parameter
 };
 
 struct TileInst {
   explicit TileInst(TileOpcode o) : opcode(o) {}
   TileOpcode opcode;
   int result = -1;          // value id; -1 for stores
-  Op op = Op::Add;          // Compute: the graph op
+  Op op = Op::Add;          // Compute, Reduce: the graph op
   std::vector<int> args;    // value ids
   int param = -1;           // Load/Store: parameter index
   double value = 0;         // Constant
@@ -46,7 +47,7 @@ struct TileParam {
 struct TileProgram {
   std::string name;
   std::vector<TileParam> params;  // inputs first, then outputs
-  PointwiseSchedule schedule;
+  TileSchedule schedule;
   std::vector<TileInst> body;
   int num_values = 0;
 };

@@ -1,18 +1,16 @@
-#include "compiler/tile/lower_pointwise.h"
+#include "compiler/tile/lower_kernel.h"
 
 #include <map>
+
+#include "compiler/fusion/cost_model.h"
 
 #include <fmt/format.h>
 
 namespace tilefuse {
 
-static bool spans_rows(const Shape& view) {
-  for (size_t d = 0; d + 1 < view.size(); ++d)
-    if (view[d] != 1) return true;
-  return false;
-}
+static bool spans_rows(const Shape& view) { return num_elements(view) != view.back(); }
 
-TileProgram lower_pointwise(const Graph& g, const Kernel& k) {
+TileProgram lower_kernel(const Graph& g, const Kernel& k) {
   TileProgram p;
   p.name = k.name;
   p.schedule = k.schedule;
@@ -24,11 +22,11 @@ TileProgram lower_pointwise(const Graph& g, const Kernel& k) {
       for (const GraphOutput& o : g.outputs())
         if (o.node == id) name = o.name;
     p.params.push_back({name, id, n.dtype, {}, output});
-    shapes.push_back(n.shape);
+    shapes.push_back(output ? aligned_shape(g, id, k.domain, k.split) : n.shape);
   };
   for (NodeId id : k.inputs) add_param(id, false);
   for (NodeId id : k.outputs) add_param(id, true);
-  std::vector<Shape> views = operand_views(k.schedule, k.domain, shapes);
+  std::vector<Shape> views = operand_views(k.schedule, k.domain, k.split, shapes);
   for (size_t i = 0; i < p.params.size(); ++i) p.params[i].view = views[i];
 
   std::map<NodeId, int> value_of;
@@ -45,7 +43,8 @@ TileProgram lower_pointwise(const Graph& g, const Kernel& k) {
   }
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
-    TileInst c(TileOpcode::Compute);
+    bool reduce = op_info(n.op).kind == OpKind::Reduce;
+    TileInst c(reduce ? TileOpcode::Reduce : TileOpcode::Compute);
     c.op = n.op;
     c.type = {n.dtype, false, false};
     for (NodeId o : n.operands) {
@@ -60,13 +59,14 @@ TileProgram lower_pointwise(const Graph& g, const Kernel& k) {
       c.type.cols |= t.cols;
       c.args.push_back(value_of[o]);
     }
+    if (reduce) c.type.cols = false;
     value_of[id] = emit(c);
   }
   for (size_t i = k.inputs.size(); i < p.params.size(); ++i) {
     TileInst st(TileOpcode::Store);
     st.param = static_cast<int>(i);
     st.args = {value_of.at(p.params[i].node)};
-    st.type = {p.params[i].dtype, true, true};
+    st.type = {p.params[i].dtype, spans_rows(views[i]), views[i].back() != 1};
     emit(st);
   }
   return p;
