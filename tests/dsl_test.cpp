@@ -93,3 +93,39 @@ TEST(Dsl, OutputsMustBeUniqueAndInGraph) {
 
 }  // namespace
 }  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+TEST(DslReduce, ShapesAndKeepdim) {
+  Graph g("r");
+  Tensor x = input(g, "x", {2, 3, 4});
+  EXPECT_EQ(sum(x, {-1}).shape(), (Shape{2, 3}));
+  EXPECT_EQ(amax(x, {1, 2}, true).shape(), (Shape{2, 1, 1}));
+  EXPECT_EQ(amin(x, {0}).shape(), (Shape{3, 4}));
+  EXPECT_EQ(mean(x, {2, -2}, true).shape(), (Shape{2, 1, 1}));
+  EXPECT_EQ(g.node(sum(x, {2, 1}).id()).axes, (std::vector<int>{1, 2}));  // normalized, ascending
+  EXPECT_EQ(softmax(x).shape(), x.shape());
+  EXPECT_EQ(layernorm(x, input(g, "w", {4}), input(g, "b", {4})).shape(), x.shape());
+}
+
+TEST(DslReduce, BadAxesNameTheProblem) {
+  Graph g("r");
+  Tensor x = input(g, "x", {2, 3});
+  try {
+    sum(x, {2});
+    FAIL();
+  } catch (const ShapeError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("axis 2 is out of range"), std::string::npos) << m;
+    EXPECT_NE(m.find("-2..1"), std::string::npos) << m;
+  }
+  EXPECT_THROW(sum(x, {0, -2}), ShapeError);  // the same axis twice
+  EXPECT_THROW(amax(x, {}), ShapeError);
+  EXPECT_THROW(sum(x > 0.0, {0}), DTypeError);
+  EXPECT_THROW(softmax(x, 5), ShapeError);
+}
+
+}  // namespace
+}  // namespace tilefuse

@@ -4,6 +4,7 @@
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/report.h"
+#include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
 #include "tests/test_util.h"
 
@@ -141,6 +142,71 @@ TEST(Report, TextAndJsonCarryTheRecords) {
   EXPECT_NE(json.find("\"verdict\": \"fused\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"registers_measured\": 30"), std::string::npos) << json;
   EXPECT_NE(json.find("\"bytes_saved\": 536870912"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+TEST(FusionReduce, SoftmaxIsOneRowKernel) {
+  Plan p = plan_fusion(find_example("softmax").build());
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Kernel& k = p.kernels[0];
+  EXPECT_EQ(k.kind, ScheduleKind::RowReduce);
+  EXPECT_EQ(k.split, 1);
+  EXPECT_EQ(k.schedule.col_iters, 1);  // a 4096-wide row is held in registers
+  EXPECT_EQ(k.passes, 2);              // max with the online sum, then the output
+  EXPECT_EQ(p.unfused.kernels, 8);     // amax, gt, where, sub, exp, sum, max, div
+  EXPECT_EQ(p.fused.bytes, 2LL * 16384 * 4096 * 4);
+  for (const FusionDecision& d : p.decisions) EXPECT_NE(d.verdict, Verdict::Materialized) << d.reason;
+}
+
+TEST(FusionReduce, NormsAreOneKernel) {
+  for (const char* name : {"layernorm", "rmsnorm", "log_softmax", "softmax_bf16", "layernorm_bf16"}) {
+    Plan p = plan_fusion(find_example(name).build());
+    testing::check_plan_invariants(p);
+    EXPECT_EQ(p.kernels.size(), 1u) << name;
+    EXPECT_EQ(p.kernels[0].cost.reread_bytes, 0) << name;
+  }
+}
+
+TEST(FusionReduce, LongRowsLoopAndCountTheReread) {
+  Plan p = plan_fusion(find_example("softmax_256k").build());
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Kernel& k = p.kernels[0];
+  EXPECT_GT(k.schedule.col_iters, 1);
+  EXPECT_EQ(k.passes, 2);
+  // 1 MB rows in flight on every SM do not fit in L2: the second pass re-reads x from HBM.
+  EXPECT_EQ(k.cost.reread_bytes, 2048LL * 262144 * 4);
+  EXPECT_EQ(k.cost.bytes(), 3LL * 2048 * 262144 * 4);
+}
+
+TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {
+  Graph g("nokeep");
+  Tensor x = input(g, "x", {64, 64});
+  Tensor s = sum(x, {-1});  // [64]: numpy aligns it with the columns, not the rows
+  output("s", s);
+  output("y", x * s);
+  Plan p = plan_fusion(g);
+  testing::check_plan_invariants(p);
+  EXPECT_EQ(p.kernels.size(), 2u);
+}
+
+TEST(FusionReduce, NonTrailingAxesAreRefusedClearly) {
+  Graph g("cols");
+  output("y", sum(input(g, "x", {8, 16}), {0}));
+  try {
+    plan_fusion(g);
+    FAIL();
+  } catch (const UnsupportedError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("reduces axes [0] of f32[8, 16]"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

@@ -119,3 +119,45 @@ TEST(TensorData, RelativeError) {
 
 }  // namespace
 }  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+TEST(Reference, Reductions) {
+  Graph g("red");
+  Tensor x = input(g, "x", {2, 3});
+  output("rows", sum(x, {1}));
+  output("cols", amax(x, {0}, true));
+  output("all", amin(x, {0, 1}));
+  output("mean", mean(x, {-1}, true));
+  TensorMap in;
+  in["x"] = TensorData::from_doubles(DType::F32, {2, 3}, {1, 5, -2, 4, 0, 3});
+  auto out = reference_run(g, in);
+  EXPECT_EQ(out["rows"], (std::vector<double>{4, 7}));
+  EXPECT_EQ(out["cols"], (std::vector<double>{4, 5, 3}));
+  EXPECT_EQ(out["all"], (std::vector<double>{-2}));
+  EXPECT_NEAR(out["mean"][0], 4.0 / 3, 1e-15);
+  EXPECT_NEAR(out["mean"][1], 7.0 / 3, 1e-15);
+}
+
+TEST(Reference, SoftmaxRowsByHand) {
+  Graph g("sm");
+  output("y", softmax(input(g, "x", {3, 4}), -1));
+  const double inf = INFINITY;
+  TensorMap in;
+  in["x"] = TensorData::from_doubles(DType::F32, {3, 4}, {1, 2, 3, 1000, -inf, 0, -inf, 0, -inf, -inf, -inf, -inf});
+  auto y = reference_run(g, in)["y"];
+  // Row 1: exp(k − 1000) for k = 1, 2, 3 underflows against 1: the max takes everything.
+  EXPECT_EQ(y[3], 1.0);
+  EXPECT_LT(y[2], 1e-300);
+  // Row 2: −inf entries get 0, the two zeros share evenly.
+  EXPECT_EQ(y[4], 0.0);
+  EXPECT_EQ(y[5], 0.5);
+  EXPECT_EQ(y[7], 0.5);
+  // Row 3, fully masked: defined as 0, not NaN.
+  for (int i = 8; i < 12; ++i) EXPECT_EQ(y[i], 0.0);
+}
+
+}  // namespace
+}  // namespace tilefuse

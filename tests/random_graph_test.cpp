@@ -16,7 +16,9 @@ using namespace dsl;
 // Ops whose f32 result stays within the f32 tolerance of the float64 reference for any finite
 // operands the generator produces (arguments are kept in range where an op needs it).
 Tensor random_unary(std::mt19937_64& rng, const Tensor& x) {
-  switch (std::uniform_int_distribution<int>(0, 11)(rng)) {
+  switch (std::uniform_int_distribution<int>(0, 13)(rng)) {
+    case 12: return softmax(x, -1);
+    case 13: return x * rsqrt(mean(x * x, {-1}, true) + 1.0);
     case 0: return -x;
     case 1: return abs(x);
     case 2: return exp(tanh(x));

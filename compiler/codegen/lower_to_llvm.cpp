@@ -1,5 +1,7 @@
 #include "compiler/codegen/lower_to_llvm.h"
 
+#include <map>
+
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -39,7 +41,10 @@ class Lowering {
     prologue();
     values_.resize(p_.num_values);
     types_.resize(p_.num_values);
-    for (const TileInst& i : p_.body) lower(i);
+    if (s_.col_iters > 1)
+      lower_looped();
+    else
+      for (const TileInst& i : p_.body) lower(i);
     b_.CreateRetVoid();
     std::string err;
     llvm::raw_string_ostream os(err);
@@ -230,56 +235,192 @@ class Lowering {
     }
   }
 
-  // Along the row: each thread combines its own elements (masked columns contribute the
-  // identity), then the row's threads combine by butterfly shuffles within a warp, then — for
-  // rows wider than a warp — through shared memory, one slot per warp.
-  void reduce(const TileInst& i) {
-    double identity = i.op == Op::ReduceSum ? 0.0 : i.op == Op::ReduceMax ? -INFINITY : INFINITY;
-    int arg = i.args[0];
-    const TileType& at_type = types_[arg];
-    Regs out;
-    int lanes = std::min(s_.threads_per_row, 32);
-    int warps = s_.threads_per_row / lanes;
-    llvm::GlobalVariable* slots = nullptr;
-    if (warps > 1) {
-      auto* arr = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps);
-      slots = new llvm::GlobalVariable(*m_, arr, false, llvm::GlobalValue::InternalLinkage,
-                                       llvm::UndefValue::get(arr), fmt::format("reduce{}", i.result), nullptr,
-                                       llvm::GlobalValue::NotThreadLocal, 3);
-      slots->setAlignment(llvm::Align(16));
+  // This thread's share of row r of value v (masked columns contribute the identity).
+  Value* thread_partial(Op op, int v, int r) {
+    const TileType& t = types_[v];
+    double identity = identity_of(op);
+    Value* acc = f32(identity);
+    for (int c = 0; c < cols_of(t); ++c) {
+      Value* x = at(v, r, c);
+      if (Value* ok = col_ok_.empty() ? nullptr : col_ok_[c / s_.vec]) x = b_.CreateSelect(ok, x, f32(identity));
+      acc = combine(op, acc, x);
     }
+    // A value constant along the row (broadcast) stands for every column.
+    if (!t.cols && op == Op::ReduceSum) {
+      if (s_.col_iters > 1)
+        throw CodegenError(fmt::format("kernel {}: summing a value that is constant along a row longer than "
+                                       "the registers hold is not supported; multiply by the row length instead",
+                                       p_.name));
+      acc = b_.CreateFMul(acc, f32(static_cast<double>(s_.cols)));
+    }
+    return acc;
+  }
+
+  static double identity_of(Op op) {
+    return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY;
+  }
+
+  // Combines the row's threads: butterfly shuffles within a warp, then — for rows wider than a
+  // warp — shared memory, one slot per warp, a fresh array per reduction so no slot is reused.
+  Value* allreduce(Op op, Value* acc, int r) {
+    int lanes = std::min(s_.threads_per_row, 32);
+    for (int off = lanes / 2; off >= 1; off /= 2)
+      acc = combine(op, acc, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                                {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
+    int warps = s_.threads_per_row / lanes;
+    if (warps == 1) return acc;
+    auto* arr = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps);
+    auto* slots = new llvm::GlobalVariable(*m_, arr, false, llvm::GlobalValue::InternalLinkage,
+                                           llvm::UndefValue::get(arr), "reduce_slots", nullptr,
+                                           llvm::GlobalValue::NotThreadLocal, 3);
+    slots->setAlignment(llvm::Align(16));
+    Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
+    Value* row_slot = b_.CreateAdd(b_.CreateMul(tr_, b_.getInt32(s_.rows_per_thread)), b_.getInt32(r));
+    Value* base = b_.CreateMul(row_slot, b_.getInt32(warps));
+    guarded(b_.CreateICmpEQ(b_.CreateURem(tc_, b_.getInt32(32)), b_.getInt32(0)), [&] {
+      b_.CreateAlignedStore(acc, b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, warp)), llvm::Align(4));
+    });
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    acc = f32(identity_of(op));
+    for (int w = 0; w < warps; ++w)
+      acc = combine(op, acc, b_.CreateAlignedLoad(b_.getFloatTy(),
+                                                  b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, b_.getInt32(w))),
+                                                  llvm::Align(4)));
+    return acc;
+  }
+
+  void reduce(const TileInst& i) {
+    Regs out;
     for (int r = 0; r < rows_of(i.type); ++r) {
-      Value* acc = f32(identity);
-      for (int c = 0; c < (at_type.cols ? s_.vec * s_.chunks_per_thread : 1); ++c) {
-        Value* v = at(arg, r, c);
-        if (Value* ok = col_ok_.empty() ? nullptr : col_ok_[c / s_.vec]) v = b_.CreateSelect(ok, v, f32(identity));
-        acc = combine(i.op, acc, v);
-      }
-      if (!at_type.cols) {  // a per-row value reduced over its row: every column holds it
-        if (i.op == Op::ReduceSum) acc = b_.CreateFMul(acc, f32(static_cast<double>(s_.cols)));
-      } else {
-        for (int off = lanes / 2; off >= 1; off /= 2)
-          acc = combine(i.op, acc, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
-                                                      {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
-      }
-      if (slots && at_type.cols) {
-        Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
-        Value* row_slot = b_.CreateAdd(b_.CreateMul(tr_, b_.getInt32(s_.rows_per_thread)), b_.getInt32(r));
-        Value* base = b_.CreateMul(row_slot, b_.getInt32(warps));
-        guarded(b_.CreateICmpEQ(b_.CreateURem(tc_, b_.getInt32(32)), b_.getInt32(0)), [&] {
-          b_.CreateAlignedStore(acc, b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, warp)), llvm::Align(4));
-        });
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
-        acc = f32(identity);
-        for (int w = 0; w < warps; ++w)
-          acc = combine(i.op, acc, b_.CreateAlignedLoad(b_.getFloatTy(),
-                                                        b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, b_.getInt32(w))),
-                                                        llvm::Align(4)));
-      }
-      out.push_back(acc);
+      Value* acc = thread_partial(i.op, i.args[0], r);
+      out.push_back(types_[i.args[0]].cols ? allreduce(i.op, acc, r) : acc);
     }
     types_[i.result] = i.type;
     values_[i.result] = std::move(out);
+  }
+
+  // ---- rows too long for registers: each pass is a loop over column tiles ----
+
+  const TileInst& inst_of(int id) const { return p_.body[static_cast<size_t>(id)]; }  // ids are body indices
+
+  // Computes value `id` (and what it needs) in the current context; completed reductions and
+  // values set by the caller are kept.
+  void ensure(int id) {
+    if (!values_[id].empty()) return;
+    const TileInst& i = inst_of(id);
+    if (i.opcode == TileOpcode::Reduce)
+      throw CodegenError(fmt::format("kernel {}: %{} is needed before its pass completes it", p_.name, id));
+    for (int a : i.args) ensure(a);
+    lower(i);
+  }
+
+  // Forgets every value that is not a completed per-row result.
+  void reset(const std::vector<bool>& keep) {
+    for (size_t v = 0; v < values_.size(); ++v)
+      if (!keep[v]) values_[v].clear();
+  }
+
+  // Value `id` (one per row: the thread's row) with reduction `m` taken to be `m_value`.
+  Value* with_max(int id, int m, Value* m_value, const std::vector<bool>& keep) {
+    Regs saved = values_[m];
+    reset(keep);
+    types_[m] = inst_of(m).type;
+    values_[m] = {m_value};
+    ensure(id);
+    Value* v = values_[id][0];
+    values_[m] = saved;
+    reset(keep);
+    return v;
+  }
+
+  void lower_looped() {
+    std::vector<bool> keep(values_.size(), false);
+    std::vector<Value*> base_cols = cols_;
+    auto guard_zero = [&](Value* s, Value* scaled) {  // 0 · anything = 0, even 0 · inf
+      return b_.CreateSelect(b_.CreateFCmpOEQ(s, f32(0.0)), f32(0.0), scaled);
+    };
+    for (int pass = 1; pass <= p_.passes; ++pass) {
+      std::vector<const TileInst*> reds, stores;
+      for (const TileInst& i : p_.body) {
+        if (i.opcode == TileOpcode::Reduce && i.pass == pass) reds.push_back(&i);
+        if (i.opcode == TileOpcode::Store && i.type.cols && pass == p_.passes) stores.push_back(&i);
+      }
+      if (reds.empty() && stores.empty()) continue;
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      auto* loop = llvm::BasicBlock::Create(ctx_, fmt::format("pass{}", pass), fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, fmt::format("pass{}.done", pass), fn_);
+      b_.CreateBr(loop);
+      b_.SetInsertPoint(loop);
+      llvm::PHINode* it = b_.CreatePHI(b_.getInt32Ty(), 2, "tile");
+      it->addIncoming(b_.getInt32(0), pre);
+      std::map<int, llvm::PHINode*> acc;
+      for (const TileInst* r : reds) {
+        acc[r->result] = b_.CreatePHI(b_.getFloatTy(), 2, fmt::format("acc{}", r->result));
+        acc[r->result]->addIncoming(f32(identity_of(r->op)), pre);
+      }
+      Value* first_col = b_.CreateMul(it, b_.getInt32(static_cast<uint32_t>(s_.iter_cols())));
+      bool mask = s_.cols % s_.iter_cols() != 0;
+      for (size_t k = 0; k < cols_.size(); ++k) {
+        Value* col = b_.CreateAdd(base_cols[k], first_col);
+        col_ok_[k] = mask ? b_.CreateICmpULT(col, b_.getInt32(static_cast<uint32_t>(s_.cols))) : nullptr;
+        cols_[k] = mask ? b_.CreateSelect(col_ok_[k], col, b_.getInt32(0)) : col;
+      }
+      reset(keep);
+      std::map<int, Value*> next;
+      for (const TileInst* r : reds) {
+        if (r->online_with >= 0) continue;
+        ensure(r->args[0]);
+        Value* part = thread_partial(r->op, r->args[0], 0);
+        next[r->result] = combine(r->op, acc[r->result], part);
+      }
+      for (const TileInst* st : stores) {
+        ensure(st->args[0]);
+        store(*st);
+      }
+      for (const TileInst* r : reds) {
+        if (r->online_with < 0) continue;
+        int m = r->online_with;
+        int c = inst_of(inst_of(r->args[0]).args[0]).args[1];  // sum(exp(u − c(m)))
+        Value* c_old = with_max(c, m, acc[m], keep);
+        Value* c_new = with_max(c, m, next[m], keep);
+        reset(keep);
+        types_[m] = inst_of(m).type;
+        values_[m] = {next[m]};
+        ensure(r->args[0]);
+        Value* part = thread_partial(r->op, r->args[0], 0);
+        reset(keep);
+        Value* scaled = guard_zero(acc[r->result], b_.CreateFMul(acc[r->result], math::exp(b_, b_.CreateFSub(c_old, c_new))));
+        next[r->result] = b_.CreateFAdd(scaled, part);
+      }
+      Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
+      llvm::BasicBlock* latch = b_.GetInsertBlock();
+      it->addIncoming(it_next, latch);
+      for (const TileInst* r : reds) acc[r->result]->addIncoming(next[r->result], latch);
+      b_.CreateCondBr(b_.CreateICmpULT(it_next, b_.getInt32(static_cast<uint32_t>(s_.col_iters))), loop, done);
+      b_.SetInsertPoint(done);
+      reset(keep);
+      for (const TileInst* r : reds) {
+        Value* total;
+        if (r->online_with < 0) {
+          total = allreduce(r->op, acc[r->result], 0);
+        } else {  // bring each thread's sum to the row's max before adding them up
+          int m = r->online_with;
+          int c = inst_of(inst_of(r->args[0]).args[0]).args[1];
+          Value* c_mine = with_max(c, m, acc[m], keep);
+          Value* c_row = with_max(c, m, values_[m][0], keep);
+          Value* s = acc[r->result];
+          total = allreduce(r->op, guard_zero(s, b_.CreateFMul(s, math::exp(b_, b_.CreateFSub(c_mine, c_row)))), 0);
+        }
+        types_[r->result] = r->type;
+        values_[r->result] = {total};
+        keep[r->result] = true;
+      }
+    }
+    for (const TileInst& i : p_.body)  // values of one per row, stored once every pass is done
+      if (i.opcode == TileOpcode::Store && !i.type.cols) {
+        ensure(i.args[0]);
+        store(i);
+      }
   }
 
   void compute(const TileInst& i) {

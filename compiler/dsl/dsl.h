@@ -20,8 +20,10 @@ class Tensor {
   Tensor(Graph* g, NodeId id) : g_(g), id_(id) {}
   Graph& graph() const { return *g_; }
   NodeId id() const { return id_; }
+  // Valid until the graph grows: copy what must outlive the next op.
   const Node& node() const { return g_->node(id_); }
-  const Shape& shape() const { return node().shape; }
+  // By value: a reference into the graph would dangle once another node is appended.
+  Shape shape() const { return node().shape; }
   DType dtype() const { return node().dtype; }
 
  private:

@@ -1,5 +1,7 @@
 #include "compiler/fusion/cost_model.h"
 
+#include "compiler/fusion/row_passes.h"
+
 #include <algorithm>
 #include <set>
 
@@ -109,6 +111,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, hints, why);
     if (!s) return std::nullopt;
     k.schedule = *s;
+    k.passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain).passes;
   } else {
     k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
   }
@@ -128,6 +131,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   std::vector<Shape> views = operand_views(s, k.domain, k.split, shapes);
   int loaded_regs = 0;
   double inflight_per_thread = 0;
+  int64_t full_row_bytes = 0;  // per row, of the inputs that span the row
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     const Node& n = g.node(k.inputs[i]);
     c.bytes_read += tensor_bytes(n);
@@ -137,6 +141,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
     loaded_regs += words;
     if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
+    if (spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype)) * (spans_rows ? 1 : 0);
   }
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   int scratch = 0;
@@ -146,15 +151,21 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     scratch = std::max(scratch, info.scratch_regs);
   }
   // Index and pointer arithmetic, every loaded operand held at once (loads are issued before
-  // the first use), and one vector of results with the evaluation's temporaries.
+  // the first use), the thread's results, and the temporaries of a few elements in evaluation.
   c.registers = std::min(p.max_registers_per_thread,
-                         12 + loaded_regs + s.vec * s.chunks_per_thread * (1 + scratch) +
+                         12 + loaded_regs + s.elems_per_thread() + 4 * scratch +
                              2 * static_cast<int>(k.outputs.size()));
   int threads = s.block_threads();
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));
   int64_t resident_blocks = std::min<int64_t>(c.blocks_per_sm, (s.grid() + p.sm_count - 1) / p.sm_count);
+  if (s.col_iters > 1 && k.passes > 1) {
+    // Each later pass re-reads the rows; they come from L2 when the rows in flight fit in it.
+    int64_t rereads = (k.passes - 1) * full_row_bytes * s.rows;
+    double working = static_cast<double>(full_row_bytes) * s.tile_rows() * resident_blocks * p.sm_count;
+    (working <= p.l2_bytes / 2 ? c.l2_reread_bytes : c.reread_bytes) = rereads;
+  }
   c.bytes_in_flight_per_sm = inflight_per_thread * threads * static_cast<double>(resident_blocks);
   double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
   // A kernel that loads no full tile only streams stores, which need no latency cover.

@@ -344,6 +344,16 @@ class FusionPass {
 
 Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   verify(g);
+  for (const Node& n : g.nodes()) {
+    if (op_info(n.op).kind != OpKind::Reduce) continue;
+    int rank = static_cast<int>(g.node(n.operands[0]).shape.size());
+    if (n.axes.back() != rank - 1 || n.axes.back() - n.axes.front() + 1 != static_cast<int>(n.axes.size()))
+      throw UnsupportedError(fmt::format(
+          "graph '{}': %{} {} reduces axes [{}] of {}{}: tilefuse reduces the trailing axes of a tensor "
+          "(its rows); lay the data out so the reduced axes come last",
+          g.name(), n.id, op_info(n.op).name, fmt::join(n.axes, ", "), dtype_name(n.dtype),
+          shape_str(g.node(n.operands[0]).shape)));
+  }
   const ScheduleHints& h = options.schedule;
   if (h.block_threads && (h.block_threads < 32 || h.block_threads > 1024 || (h.block_threads & (h.block_threads - 1))))
     throw Error(fmt::format("block threads {} must be a power of two from 32 to 1024", h.block_threads));

@@ -18,12 +18,14 @@ const char* schedule_kind_name(ScheduleKind k);
 struct KernelCost {
   int64_t bytes_read = 0;     // each external operand read once, at its own size
   int64_t bytes_written = 0;  // each kernel output written once
+  int64_t reread_bytes = 0;   // a looped row kernel's later passes re-reading its inputs from HBM
+  int64_t l2_reread_bytes = 0;  // the same re-reads when the rows in flight fit in L2
   double flops = 0;           // f32 operations over the whole domain
   int registers = 0;          // estimate per thread
   int blocks_per_sm = 0;      // occupancy the estimate allows
   double bytes_in_flight_per_sm = 0;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
-  int64_t bytes() const { return bytes_read + bytes_written; }
+  int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
 };
 
 struct Kernel {
@@ -34,6 +36,7 @@ struct Kernel {
   std::vector<NodeId> outputs;  // written to memory
   Shape domain;                 // pointwise: the outputs' shape; row reduction: the reduced input's
   int split = -1;               // row reduction: first reduced axis of the domain (the rest follow)
+  int passes = 1;               // row reduction: passes over each row (row_passes.h)
   TileSchedule schedule;
   KernelCost cost;
 };

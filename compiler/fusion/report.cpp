@@ -75,6 +75,14 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                      bytes_str(k.cost.bytes_read));
     s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
     s += fmt::format("    {}\n", k.schedule.describe());
+    if (k.kind == ScheduleKind::RowReduce) {
+      std::string how = k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
+                        : k.passes == 1           ? "one pass: inputs read once"
+                        : k.cost.reread_bytes     ? fmt::format("later passes re-read {} B from HBM", bytes_str(k.cost.reread_bytes))
+                                                  : fmt::format("later passes re-read {} B, from L2 (the rows in flight fit)",
+                                                                bytes_str(k.cost.l2_reread_bytes));
+      s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
+    }
     s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
                      registers_line(k, measured), k.cost.blocks_per_sm,
                      k.cost.bytes_in_flight_per_sm / 1024);
@@ -141,6 +149,8 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("grid", s.grid()).end_object();
     j.field("bytes_read", k.cost.bytes_read).field("bytes_written", k.cost.bytes_written)
         .field("flops", k.cost.flops).field("registers_estimate", k.cost.registers)
+        .field("passes", k.passes).field("reread_bytes", k.cost.reread_bytes)
+        .field("l2_reread_bytes", k.cost.l2_reread_bytes)
         .field("predicted_s", k.cost.predicted_s);
     auto it = measured.find(k.name);
     if (it != measured.end()) {

@@ -12,8 +12,9 @@ std::string TileSchedule::describe() const {
           ? fmt::format("{} row{} × {}×{} cols", rows_per_thread, rows_per_thread == 1 ? "" : "s",
                         chunks_per_thread, vec)
           : fmt::format("{} rows × {} cols", rows_per_thread, vec);
-  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks), {}-wide vectors",
-                     tile_rows(), tile_cols(), per_thread, thread_rows, threads_per_row, grid(), vec);
+  std::string loop = col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
+  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
+                     tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
 }
 
 static int64_t pow2_ceil(int64_t x) {
@@ -137,11 +138,14 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.threads_per_row = static_cast<int>(per_row);
   s.chunks_per_thread = static_cast<int>((vecs + per_row - 1) / per_row);
   if (s.chunks_per_thread * s.vec > 16) {
-    if (why)
-      *why = fmt::format("a row of {} elements needs {} per thread at 1024 threads: too long to hold "
-                         "in registers",
-                         s.cols, s.chunks_per_thread * s.vec);
-    return std::nullopt;
+    // Too long for registers: a loop over column tiles, four 16-byte vectors per thread per tile
+    // so that enough bytes are in flight with one row per block.
+    s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
+    s.chunks_per_thread = 4;
+    s.col_iters = (vecs + s.threads_per_row * 4 - 1) / (s.threads_per_row * 4);
+    s.thread_rows = 1;
+    s.rows_per_thread = 1;
+    return s;
   }
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);

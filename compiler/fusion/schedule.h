@@ -25,10 +25,12 @@ struct TileSchedule {
   int thread_rows = 1;
   int rows_per_thread = 1;
   int chunks_per_thread = 1;
+  int64_t col_iters = 1;   // > 1: a row too long for registers, visited in column tiles by a loop
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
-  int64_t tile_cols() const { return int64_t{threads_per_row} * vec * chunks_per_thread; }
+  int64_t iter_cols() const { return int64_t{threads_per_row} * vec * chunks_per_thread; }
+  int64_t tile_cols() const { return iter_cols() * col_iters; }
   int64_t row_blocks() const { return (rows + tile_rows() - 1) / tile_rows(); }
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
   int64_t grid() const { return row_blocks() * col_blocks(); }
@@ -54,9 +56,10 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
                                             const std::vector<DType>& dtypes,
                                             const ScheduleHints& hints = {});
 
-// Row reduction over axes [split, rank) of `domain`, whole rows held in registers. Returns
-// nullopt (with the reason) when the reduced axes do not collapse to one contiguous row in
-// every operand, or the row is too long to hold on chip.
+// Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
+// (16 elements per thread at most), else one row per block visited by a loop over column tiles.
+// Returns nullopt (with the reason) when the reduced axes do not collapse to one contiguous row
+// in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes,

@@ -87,6 +87,14 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
   verify(g);
   check_inputs(g, inputs);
   std::vector<std::vector<double>> val(g.nodes().size());
+  // Values are freed after their last use, so large graphs need only the live tensors.
+  std::vector<NodeId> last_use(g.nodes().size(), -1);
+  for (const Node& n : g.nodes())
+    for (NodeId o : n.operands) last_use[o] = n.id;
+  auto release_operands = [&](const Node& n) {
+    for (NodeId o : n.operands)
+      if (last_use[o] == n.id && !g.is_output(o)) std::vector<double>().swap(val[o]);
+  };
   for (const Node& n : g.nodes()) {
     int64_t count = num_elements(n.shape);
     std::vector<double>& out = val[n.id];
@@ -115,6 +123,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
         else acc = n.op == Op::ReduceMax ? std::max(acc, v) : std::min(acc, v);
       }
       for (double& v : out) v = round_to(n.dtype, v);
+      release_operands(n);
       continue;
     }
     std::vector<BroadcastIndex> idx;
@@ -128,6 +137,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       else v = reference_binary(n.op, arg(0, i), arg(1, i));
       out[i] = round_to(n.dtype, v);
     }
+    release_operands(n);
   }
   std::map<std::string, std::vector<double>> result;
   for (const GraphOutput& o : g.outputs()) result[o.name] = val[o.node];

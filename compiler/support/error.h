@@ -20,6 +20,8 @@ class GraphError : public Error { using Error::Error; };
 class InputError : public Error { using Error::Error; };
 // Unknown or unsupported compilation target.
 class TargetError : public Error { using Error::Error; };
+// Valid graphs that tilefuse cannot compile yet (the message says what would work).
+class UnsupportedError : public Error { using Error::Error; };
 // Code generation failures (LLVM could not emit, ptxas rejected).
 class CodegenError : public Error { using Error::Error; };
 // CUDA Driver API failures, including "no GPU present".

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/row_passes.h"
 
 #include <fmt/format.h>
 
@@ -29,6 +30,9 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
   std::vector<Shape> views = operand_views(k.schedule, k.domain, k.split, shapes);
   for (size_t i = 0; i < p.params.size(); ++i) p.params[i].view = views[i];
 
+  RowPasses rp;
+  if (k.kind == ScheduleKind::RowReduce) rp = analyze_row_passes(g, k.nodes, k.outputs, k.domain);
+  p.passes = rp.passes;
   std::map<NodeId, int> value_of;
   auto emit = [&](TileInst inst) {
     if (inst.opcode != TileOpcode::Store) inst.result = p.num_values++;
@@ -59,7 +63,11 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
       c.type.cols |= t.cols;
       c.args.push_back(value_of[o]);
     }
-    if (reduce) c.type.cols = false;
+    if (reduce) {
+      c.type.cols = false;
+      c.pass = rp.pass_of.at(id);
+      if (rp.online_with.count(id)) c.online_with = value_of.at(rp.online_with.at(id));
+    }
     value_of[id] = emit(c);
   }
   for (size_t i = k.inputs.size(); i < p.params.size(); ++i) {

@@ -23,6 +23,10 @@ std::string print_tile_program(const TileProgram& p) {
   out += fmt::format("  // program id → (row block, col block) of {} × {}; {}\n", s.row_blocks(),
                      s.col_blocks(), s.exact() ? "tiles cover the domain exactly: no masks"
                                                : "edge tiles masked");
+  if (s.col_iters > 1)
+    out += fmt::format("  // {} pass{} over each row, each a loop over {} column tiles of {} that re-loads what "
+                       "it needs; values of one pass reach the next only as per-row results\n",
+                       p.passes, p.passes == 1 ? "" : "es", s.col_iters, s.iter_cols());
   for (const TileInst& i : p.body) {
     std::string ty = tile_type_str(i.type, s);
     std::vector<std::string> args;
@@ -41,11 +45,18 @@ std::string print_tile_program(const TileProgram& p) {
         out += fmt::format("  %{} = tile.{} {} : {}\n", i.result, op_info(i.op).name,
                            fmt::join(args, ", "), ty);
         break;
-      case TileOpcode::Reduce:
-        out += fmt::format("  %{} = tile.{} %{} along cols : {}  // warp shuffles{}\n", i.result,
-                           op_info(i.op).name, i.args[0], ty,
+      case TileOpcode::Reduce: {
+        std::string online =
+            i.online_with >= 0
+                ? fmt::format(", online with %{}: the running sum is rescaled by exp(c(m) − c(m')) "
+                              "when the running max m grows to m'",
+                              i.online_with)
+                : "";
+        out += fmt::format("  %{} = tile.{} %{} along cols : {}  // pass {}{}; warp shuffles{}\n", i.result,
+                           op_info(i.op).name, i.args[0], ty, i.pass, online,
                            s.threads_per_row > 32 ? ", then shared memory across warps" : "");
         break;
+      }
       case TileOpcode::Store:
         out += fmt::format("  tile.store %arg{}, {} : {}\n", i.param, fmt::join(args, ", "), ty);
         break;

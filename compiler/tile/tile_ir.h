@@ -34,6 +34,8 @@ struct TileInst {
   int param = -1;           // Load/Store: parameter index
   double value = 0;         // Constant
   TileType type;            // result type (Store: the stored tile's type)
+  int pass = 0;             // Reduce: the pass over the row that completes it (1-based)
+  int online_with = -1;     // Reduce (sum): the max reduction whose pass it shares, by rescaling
 };
 
 struct TileParam {
@@ -50,6 +52,7 @@ struct TileProgram {
   TileSchedule schedule;
   std::vector<TileInst> body;
   int num_values = 0;
+  int passes = 1;  // passes over each row (a looped row kernel re-reads its inputs in each)
 };
 
 std::string print_tile_program(const TileProgram& p);
