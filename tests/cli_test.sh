@@ -30,6 +30,9 @@ expect bad-target 1 "unknown target 'sm_75'" -- "$tf" ptx bias_gelu --target sm_
 expect bad-kernel 2 "has no kernel 'k9'; its kernels: bias_gelu_k0" -- "$tf" ptx bias_gelu --kernel k9
 expect two-names 2 "takes one example name" -- "$tf" graph bias_gelu bias_gelu_bf16
 expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
+expect explain 0 "max 2, sum 1.3678794: probabilities \[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
+expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row 3,3 --tile 1
+expect explain-bad-row 2 "--row takes comma-separated numbers" -- "$tf" explain softmax --row 1,x
 if [ ! -e /dev/nvidia0 ] && ! ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   expect run-no-gpu 69 "no GPU present" -- "$tf" run bias_gelu --check
 fi

@@ -1,5 +1,6 @@
 // tilefuse: the CLI over all stages.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,12 +14,14 @@
 #include <fmt/format.h>
 
 #include "compiler/codegen/compile.h"
+#include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/report.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 #include "compiler/support/json.h"
+#include "compiler/tile/softmax_walkthrough.h"
 #include "dsl_examples/examples.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/executable.h"
@@ -42,6 +45,9 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
                                float64 reference; --bench times it (median of CUDA events)
   bench --json FILE [NAME...]  copy-bandwidth ceiling and every named example (default:
                                bias_gelu, bias_gelu_bf16), checked and timed, as JSON
+  explain softmax [--tile N] [--row 1,2,3,1000 ...]
+                               the running softmax tile by tile (running max, sum, rescale)
+                               for small rows, beside the GPU kernel's and float64 results
 
 common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
@@ -58,6 +64,8 @@ TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or all) dumps stages; TILEFUSE_DUMP_DIR=
 struct Args {
   std::string command;
   std::vector<std::string> names;
+  std::vector<std::vector<float>> rows;
+  int tile = 2;
   bool json = false, check = false, bench = false, no_fuse = false;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0;
@@ -78,6 +86,25 @@ int parse_int(const std::string& flag, const std::string& v) {
   throw UsageError(fmt::format("{} needs a positive integer, got '{}'", flag, v));
 }
 
+std::vector<float> parse_row(const std::string& text) {
+  std::vector<float> row;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    try {
+      size_t used = 0;
+      row.push_back(std::stof(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("--row takes comma-separated numbers (inf, -inf, nan allowed), got '{}'", item));
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return row;
+}
+
 Args parse(int argc, char** argv) {
   if (argc < 2) throw UsageError("no command given");
   Args a;
@@ -94,6 +121,8 @@ Args parse(int argc, char** argv) {
     else if (s == "--bench") a.bench = true;
     else if (s == "--no-fuse") a.no_fuse = true;
     else if (s == "--kernel") a.kernel = value();
+    else if (s == "--tile") a.tile = parse_int(s, value());
+    else if (s == "--row") a.rows.push_back(parse_row(value()));
     else if (s == "--target") a.target = value();
     else if (s == "--max-registers") a.max_registers = parse_int(s, value());
     else if (s == "--iters") a.iters = parse_int(s, value());
@@ -299,6 +328,42 @@ int cmd_bench(const Args& a) {
   return all_ok ? 0 : 1;
 }
 
+// The running softmax, tile by tile, then the same rows through the compiled kernel (where a GPU
+// is present) and the float64 reference.
+int cmd_explain(const Args& a) {
+  if (one_name(a) != "softmax") throw UsageError("explain knows 'softmax'");
+  std::vector<std::vector<float>> rows = a.rows;
+  if (rows.empty()) rows = {{1, 2, 3, 1000}, {-INFINITY, 1, -INFINITY, 2}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+  fmt::print("online softmax over tiles of {} (`tilefuse tile softmax_32k` shows the loop a kernel runs)\n"
+             "  c(m) = m, or 0 while m = −inf;  m' = max(m, tile max);\n"
+             "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
+             a.tile);
+  std::string why;
+  bool gpu = cuda::available(&why);
+  for (const auto& row : rows) {
+    if (row.empty()) throw UsageError("--row needs at least one number");
+    fmt::print("{}", print_walkthrough(row, walk_online_softmax(row, a.tile)));
+    Graph g("explain_softmax");
+    output("y", dsl::softmax(dsl::input(g, "x", {1, static_cast<int64_t>(row.size())}), -1));
+    TensorMap in;
+    in["x"] = TensorData::from_doubles(DType::F32, {1, static_cast<int64_t>(row.size())},
+                                       std::vector<double>(row.begin(), row.end()));
+    std::vector<std::string> ref;
+    auto reference = reference_run(g, in);
+    for (double p : reference.at("y")) ref.push_back(fmt::format("{:.8g}", p));
+    fmt::print("  float64 reference:     [{}]\n", fmt::join(ref, ", "));
+    if (gpu) {
+      Executable exe(plan_fusion(g));
+      std::vector<std::string> out;
+      for (double p : exe.run(in).at("y").to_doubles()) out.push_back(fmt::format("{:.8g}", p));
+      fmt::print("  GPU kernel:            [{}]\n", fmt::join(out, ", "));
+    }
+    fmt::print("\n");
+  }
+  if (!gpu) fmt::print("(the GPU kernel's line is left out: {})\n", why);
+  return 0;
+}
+
 int dispatch(const Args& a) {
   if (a.command == "list") {
     for (const Example& e : examples()) fmt::print("{:<22} {}\n", e.name, e.description);
@@ -327,6 +392,7 @@ int dispatch(const Args& a) {
   }
   if (a.command == "run") return cmd_run(a);
   if (a.command == "bench") return cmd_bench(a);
+  if (a.command == "explain") return cmd_explain(a);
   if (a.command == "help" || a.command == "--help" || a.command == "-h") {
     fmt::print("{}", kUsage);
     return 0;
