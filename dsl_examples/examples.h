@@ -13,6 +13,7 @@ struct Example {
   std::string name;
   std::string description;
   std::function<Graph()> build;
+  std::string family = "";  // the benchmark case it belongs to (softmax for softmax_32k_bf16); "" = name
 };
 
 const std::vector<Example>& examples();

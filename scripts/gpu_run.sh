@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: the GPU tests, the benchmark against its ceiling and peers,
-# Nsight Compute's DRAM byte counts beside the cost model's, and the SASS of the main kernel.
+# Nsight Compute's DRAM byte counts beside the cost model's, and the SASS of the main kernels.
 # Needs bundle/ (scripts/build_bundle.sh) and writes everything under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -9,31 +9,29 @@ mkdir -p "$OUT"
 B=bundle
 export TILEFUSE_COMMIT=${TILEFUSE_COMMIT:-unknown}
 export PYTHONUNBUFFERED=1
+BENCH="bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
+       softmax_256k_bf16 layernorm layernorm_bf16 rmsnorm rmsnorm_bf16"
+NCU="bias_gelu bias_gelu_bf16 softmax softmax_32k softmax_256k layernorm rmsnorm"
 log="$OUT/tests.log"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   echo "== tests"
   $B/tilefuse_tests --gtest_brief=1
   echo "tests exit: $?"
+  echo "== explain"
+  $B/tilefuse explain softmax
   echo "== run --check"
-  for e in bias_gelu bias_gelu_bf16 gelu_two_consumers; do $B/tilefuse run $e --check --bench; done
-  echo "== schedule sweep (bias_gelu f32, bf16): block threads × rows per thread"
-  for e in bias_gelu bias_gelu_bf16; do
-    for t in 128 256 512; do
-      for r in 1 2 4; do
-        echo "$e threads=$t rows=$r: $($B/tilefuse run $e --bench --block-threads $t --rows-per-thread $r --seed 7 | grep -E 'median')"
-      done
-    done
-  done
+  for e in gelu_two_consumers log_softmax; do $B/tilefuse run $e --check --bench; done
 } >"$log" 2>&1
-tail -45 "$log"
+grep -E "FAILED|Failure|tests exit|PASSED|SKIPPED|GPU kernel" "$log" | head -30
 
 echo "== benchmark"
-$B/tilefuse bench --json "$OUT/tilefuse.json" bias_gelu bias_gelu_bf16 2>&1 | tail -12
-python3 bench/peers.py --out "$OUT/peers.json" --cases bias_gelu 2>&1 | tail -12
+$B/tilefuse bench --json "$OUT/tilefuse.json" $BENCH 2>&1 | grep -vE "^  output" | tail -40
+python3 bench/peers.py --out "$OUT/peers.json" --cases bias_gelu,softmax,layernorm,rmsnorm >"$OUT/peers.log" 2>&1
+tail -3 "$OUT/peers.log"
 
 echo "== ncu"
-for e in bias_gelu bias_gelu_bf16; do
+for e in $NCU; do
   ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum --csv \
     $B/tilefuse run $e --bench --iters 3 2>/dev/null | grep -v '^==PROF==' || true
 done >"$OUT/ncu.csv"
@@ -45,7 +43,7 @@ python3 bench/report.py --tilefuse "$OUT/tilefuse.json" --peers "$OUT/peers.json
 echo "== sass"
 tmp=$(mktemp -d)
 {
-  for e in bias_gelu bias_gelu_bf16; do
+  for e in bias_gelu bias_gelu_bf16 softmax softmax_32k; do
     $B/tilefuse ptx $e >"$tmp/$e.ptx"
     ptxas -arch=sm_90 -v "$tmp/$e.ptx" -o "$tmp/$e.cubin" 2>&1
     cuobjdump -sass "$tmp/$e.cubin"

@@ -304,11 +304,8 @@ int cmd_bench(const Args& a) {
     double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
     fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps, 100 * gbps / copy_gbps);
     const Node& first = g.node(g.inputs()[0]);
-    // Examples of one computation in several dtypes share a case name: bias_gelu, bias_gelu_bf16.
-    std::string suffix = std::string("_") + dtype_name(g.node(g.inputs()[0]).dtype);
-    bool suffixed = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    j.begin_object().field("case", suffixed ? name.substr(0, name.size() - suffix.size()) : name)
-        .field("example", name).field("dtype", dtype_name(first.dtype)).array("shape", first.shape)
+    const Example& ex = find_example(name);
+    j.begin_object().field("case", ex.family.empty() ? name : ex.family).field("example", name).field("dtype", dtype_name(first.dtype)).array("shape", first.shape)
         .field("impl", "tilefuse").field("median_ms", t.median_ms).field("min_ms", t.min_ms)
         .field("p90_ms", t.p90_ms).field("bytes", bytes).field("gbps", gbps)
         .field("max_rel_err", chk.max_rel_err).field("unwritten", chk.unwritten).field("ok", chk.ok);
