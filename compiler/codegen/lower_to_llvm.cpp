@@ -399,16 +399,17 @@ class Lowering {
       b_.CreateCondBr(b_.CreateICmpULT(it_next, b_.getInt32(static_cast<uint32_t>(s_.col_iters))), loop, done);
       b_.SetInsertPoint(done);
       reset(keep);
+      // The loop exits from its last iteration: `next` holds the thread's totals.
       for (const TileInst* r : reds) {
         Value* total;
         if (r->online_with < 0) {
-          total = allreduce(r->op, acc[r->result], 0);
+          total = allreduce(r->op, next[r->result], 0);
         } else {  // bring each thread's sum to the row's max before adding them up
           int m = r->online_with;
           int c = inst_of(inst_of(r->args[0]).args[0]).args[1];
-          Value* c_mine = with_max(c, m, acc[m], keep);
+          Value* c_mine = with_max(c, m, next[m], keep);
           Value* c_row = with_max(c, m, values_[m][0], keep);
-          Value* s = acc[r->result];
+          Value* s = next[r->result];
           total = allreduce(r->op, guard_zero(s, b_.CreateFMul(s, math::exp(b_, b_.CreateFSub(c_mine, c_row)))), 0);
         }
         types_[r->result] = r->type;
