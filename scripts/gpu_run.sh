@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: the GPU tests, the benchmark against its ceiling and peers,
 # Nsight Compute's DRAM byte counts beside the cost model's, and the SASS of the main kernels.
-# Needs bundle/ (scripts/build_bundle.sh) and writes everything under $OUT.
+# Needs bundle/ (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and
+# NCU (example lists; NCU may be empty) narrow a run to what changed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
@@ -9,9 +10,10 @@ mkdir -p "$OUT"
 B=bundle
 export TILEFUSE_COMMIT=${TILEFUSE_COMMIT:-unknown}
 export PYTHONUNBUFFERED=1
-BENCH="bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
-       softmax_256k_bf16 layernorm layernorm_bf16 rmsnorm rmsnorm_bf16"
-NCU="bias_gelu bias_gelu_bf16 softmax softmax_32k softmax_256k layernorm rmsnorm"
+BENCH=${BENCH:-"bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
+       softmax_256k_bf16 layernorm layernorm_bf16 rmsnorm rmsnorm_bf16"}
+PEER_CASES=${PEER_CASES:-bias_gelu,softmax,layernorm,rmsnorm}
+NCU=${NCU-"bias_gelu bias_gelu_bf16 softmax softmax_32k softmax_256k layernorm rmsnorm"}
 log="$OUT/tests.log"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
@@ -27,7 +29,7 @@ grep -E "FAILED|Failure|tests exit|PASSED|SKIPPED|GPU kernel" "$log" | head -30
 
 echo "== benchmark"
 $B/tilefuse bench --json "$OUT/tilefuse.json" $BENCH 2>&1 | grep -vE "^  output" | tail -40
-python3 bench/peers.py --out "$OUT/peers.json" --cases bias_gelu,softmax,layernorm,rmsnorm >"$OUT/peers.log" 2>&1
+python3 bench/peers.py --out "$OUT/peers.json" --cases "$PEER_CASES" >"$OUT/peers.log" 2>&1
 tail -3 "$OUT/peers.log"
 
 echo "== ncu"
@@ -37,9 +39,12 @@ for e in $NCU; do
 done >"$OUT/ncu.csv"
 wc -l "$OUT/ncu.csv"
 
-python3 bench/report.py --tilefuse "$OUT/tilefuse.json" --peers "$OUT/peers.json" \
-  --ncu "$OUT/ncu.csv" --out "$OUT/results.json" --markdown "$OUT/results.md"
+ncu_arg=()
+[ -s "$OUT/ncu.csv" ] && ncu_arg=(--ncu "$OUT/ncu.csv")
+python3 bench/report.py --tilefuse "$OUT/tilefuse.json" --peers "$OUT/peers.json" "${ncu_arg[@]}" \
+  --out "$OUT/results.json" --markdown "$OUT/results.md"
 
+[ "${SASS:-1}" = 1 ] || exit 0
 echo "== sass"
 tmp=$(mktemp -d)
 {

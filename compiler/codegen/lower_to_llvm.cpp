@@ -426,12 +426,23 @@ class Lowering {
 
   void compute(const TileInst& i) {
     types_[i.result] = i.type;
+    // Dividing a tile by a value broadcast along it (softmax's x / sum): one correctly rounded
+    // reciprocal per divisor element and a multiply per element (≤ 1.5 ulp) instead of a full
+    // division per element.
+    std::map<Value*, Value*> reciprocal;
+    bool broadcast_divisor = i.op == Op::Div && cols_of(types_[i.args[1]]) < cols_of(i.type);
     Regs regs;
     for (int r = 0; r < rows_of(i.type); ++r)
       for (int c = 0; c < cols_of(i.type); ++c) {
         std::vector<Value*> a;
         for (int arg : i.args) a.push_back(at(arg, r, c));
-        regs.push_back(element(i, a));
+        if (broadcast_divisor) {
+          Value*& inv = reciprocal[a[1]];
+          if (!inv) inv = b_.CreateFDiv(f32(1.0), a[1]);
+          regs.push_back(b_.CreateFMul(a[0], inv));
+        } else {
+          regs.push_back(element(i, a));
+        }
       }
     values_[i.result] = std::move(regs);
   }
@@ -442,7 +453,9 @@ class Lowering {
     switch (i.op) {
       case Op::Neg: return b_.CreateFNeg(a[0]);
       case Op::Abs: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
-      case Op::Exp: return math::exp(b_, a[0]);
+      case Op::Exp:
+        if (i.type.dtype == DType::BF16 || i.type.dtype == DType::F16) return math::exp_16bit(b_, a[0]);
+        return math::exp(b_, a[0]);
       case Op::Exp2: return math::exp2(b_, a[0]);
       case Op::Log: return math::log(b_, a[0]);
       case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]);

@@ -62,6 +62,11 @@ Value* exp(llvm::IRBuilder<>& b, Value* x) {
   return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, -104.0)), f32(b, 0.0), res);
 }
 
+Value* exp_16bit(llvm::IRBuilder<>& b, Value* x) {
+  return b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz,
+                           {b.CreateFMul(x, f32_bits(b, kLog2e))});
+}
+
 // erf: |x| < 0.9: |x| + |x|·P(x²); 0.9 ≤ |x| < 3.92: 1 − 2^Q(|x|); beyond: 1; sign restored.
 Value* erf(llvm::IRBuilder<>& b, Value* x) {
   Value* a = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);

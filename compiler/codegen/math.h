@@ -6,6 +6,9 @@
 namespace tilefuse::math {
 
 llvm::Value* exp(llvm::IRBuilder<>& b, llvm::Value* x);
+// e^x for a result rounded to bf16/f16: ex2.approx(x·log2 e), relative error ≤ 2^-22 + |x|·2^-24
+// (about 6e-6 at |x| = 100), far below half an f16 ulp, in two instructions.
+llvm::Value* exp_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* exp2(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* log(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* erf(llvm::IRBuilder<>& b, llvm::Value* x);

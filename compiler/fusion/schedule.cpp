@@ -130,14 +130,20 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
   s.vec = vector_width(s.cols, dtypes);
-  // About 16 elements (16 f32 registers) of each row per thread: several loads in flight, few
-  // enough registers that a few full tiles of the row stay live without spilling.
+  // About four 16-byte vectors of each row per thread (16 f32 or 32 bf16 elements): several
+  // loads in flight, and fewer threads per row for 16-bit rows, so fewer warps meet at each
+  // reduction's barrier. A row of up to 32 elements per thread at 1024 threads (32768 f32)
+  // still stays in registers.
+  // With more than two tensors along the row (layernorm's x, w, b, y) each holds registers:
+  // at most 16 elements per thread.
+  int along_row = 0;
+  for (const Shape& v : collapse_shapes(domain, split, operands, &s.dims, why)) along_row += v.back() != 1;
+  int64_t per_thread = along_row > 2 ? std::max(1, 16 / s.vec) : 4;
   int64_t vecs = (s.cols + s.vec - 1) / s.vec;
-  int64_t target = std::max(1, 16 / s.vec);
-  int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + target - 1) / target), 1, 1024);
+  int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
   s.threads_per_row = static_cast<int>(per_row);
   s.chunks_per_thread = static_cast<int>((vecs + per_row - 1) / per_row);
-  if (s.chunks_per_thread * s.vec > 16) {
+  if (s.chunks_per_thread * s.vec > 32) {
     // Too long for registers: a loop over column tiles, four 16-byte vectors per thread per tile
     // so that enough bytes are in flight with one row per block.
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;

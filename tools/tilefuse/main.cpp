@@ -331,7 +331,7 @@ int cmd_explain(const Args& a) {
   if (one_name(a) != "softmax") throw UsageError("explain knows 'softmax'");
   std::vector<std::vector<float>> rows = a.rows;
   if (rows.empty()) rows = {{1, 2, 3, 1000}, {-INFINITY, 1, -INFINITY, 2}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
-  fmt::print("online softmax over tiles of {} (`tilefuse tile softmax_32k` shows the loop a kernel runs)\n"
+  fmt::print("online softmax over tiles of {} (`tilefuse tile softmax_256k` shows the loop a kernel runs)\n"
              "  c(m) = m, or 0 while m = −inf;  m' = max(m, tile max);\n"
              "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
              a.tile);
