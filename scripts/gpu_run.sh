@@ -28,7 +28,8 @@ log="$OUT/tests.log"
 grep -E "FAILED|Failure|tests exit|PASSED|SKIPPED|GPU kernel" "$log" | head -30
 
 echo "== benchmark"
-$B/tilefuse bench --json "$OUT/tilefuse.json" $BENCH 2>&1 | grep -vE "^  output" | tail -40
+$B/tilefuse bench --json "$OUT/tilefuse.json" $BENCH >"$OUT/bench.log" 2>&1
+grep -vE "^  output" "$OUT/bench.log" | tail -40
 python3 bench/peers.py --out "$OUT/peers.json" --cases "$PEER_CASES" >"$OUT/peers.log" 2>&1
 tail -3 "$OUT/peers.log"
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "compiler/support/error.h"
+#include "compiler/support/parallel.h"
 
 namespace tilefuse {
 
@@ -115,13 +116,23 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       BroadcastIndex to_out(kept, in.shape);
       double init = n.op == Op::ReduceSum ? 0.0 : n.op == Op::ReduceMax ? -INFINITY : INFINITY;
       std::fill(out.begin(), out.end(), init);
-      for (int64_t i = 0; i < static_cast<int64_t>(src.size()); ++i) {
-        double& acc = out[to_out(i)];
-        double v = src[i];
-        if (n.op == Op::ReduceSum) acc += v;
-        else if (std::isnan(v) || std::isnan(acc)) acc = NAN;
-        else acc = n.op == Op::ReduceMax ? std::max(acc, v) : std::min(acc, v);
-      }
+      auto accumulate = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          double& acc = out[to_out(i)];
+          double v = src[i];
+          if (n.op == Op::ReduceSum) acc += v;
+          else if (std::isnan(v) || std::isnan(acc)) acc = NAN;
+          else acc = n.op == Op::ReduceMax ? std::max(acc, v) : std::min(acc, v);
+        }
+      };
+      // Trailing axes: each output owns a contiguous run of inputs, so runs split cleanly.
+      int64_t run = static_cast<int64_t>(src.size()) / count;
+      bool trailing = n.axes.back() == static_cast<int>(in.shape.size()) - 1 &&
+                      n.axes.back() - n.axes.front() + 1 == static_cast<int>(n.axes.size());
+      if (trailing)
+        parallel_chunks(count, [&](int64_t b, int64_t e, int64_t) { accumulate(b * run, e * run); }, 64);
+      else
+        accumulate(0, static_cast<int64_t>(src.size()));
       for (double& v : out) v = round_to(n.dtype, v);
       release_operands(n);
       continue;
@@ -130,13 +141,15 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
     for (NodeId o : n.operands) idx.emplace_back(g.node(o).shape, n.shape);
     auto arg = [&](size_t k, int64_t i) { return val[n.operands[k]][idx[k](i)]; };
     OpKind kind = op_info(n.op).kind;
-    for (int64_t i = 0; i < count; ++i) {
-      double v;
-      if (kind == OpKind::Unary) v = reference_unary(n.op, arg(0, i));
-      else if (kind == OpKind::Select) v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
-      else v = reference_binary(n.op, arg(0, i), arg(1, i));
-      out[i] = round_to(n.dtype, v);
-    }
+    parallel_chunks(count, [&](int64_t begin, int64_t end, int64_t) {
+      for (int64_t i = begin; i < end; ++i) {
+        double v;
+        if (kind == OpKind::Unary) v = reference_unary(n.op, arg(0, i));
+        else if (kind == OpKind::Select) v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
+        else v = reference_binary(n.op, arg(0, i), arg(1, i));
+        out[i] = round_to(n.dtype, v);
+      }
+    });
     release_operands(n);
   }
   std::map<std::string, std::vector<double>> result;
