@@ -91,12 +91,6 @@ TEST(Dsl, OutputsMustBeUniqueAndInGraph) {
   EXPECT_THROW(g.add_output("z", 99), GraphError);
 }
 
-}  // namespace
-}  // namespace tilefuse
-
-namespace tilefuse {
-namespace {
-using namespace dsl;
 
 TEST(DslReduce, ShapesAndKeepdim) {
   Graph g("r");

@@ -144,12 +144,6 @@ TEST(Report, TextAndJsonCarryTheRecords) {
   EXPECT_NE(json.find("\"bytes_saved\": 536870912"), std::string::npos) << json;
 }
 
-}  // namespace
-}  // namespace tilefuse
-
-namespace tilefuse {
-namespace {
-using namespace dsl;
 
 TEST(FusionReduce, SoftmaxIsOneRowKernel) {
   Plan p = plan_fusion(find_example("softmax").build());

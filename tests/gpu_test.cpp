@@ -71,12 +71,6 @@ TEST(NoGpu, RunSaysSo) {
   }
 }
 
-}  // namespace
-}  // namespace tilefuse
-
-namespace tilefuse {
-namespace {
-using namespace dsl;
 
 // Softmax numerics on rows a reader can check: large magnitudes, −inf entries, a fully masked
 // row, every row length class (one warp, one block, a loop over column tiles), 16-bit inputs.

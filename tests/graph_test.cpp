@@ -117,12 +117,6 @@ TEST(TensorData, RelativeError) {
   EXPECT_TRUE(std::isnan(relative_error({NAN, 2}, {1, 2})));
 }
 
-}  // namespace
-}  // namespace tilefuse
-
-namespace tilefuse {
-namespace {
-using namespace dsl;
 
 TEST(Reference, Reductions) {
   Graph g("red");
