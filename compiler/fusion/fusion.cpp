@@ -39,12 +39,6 @@ const char* layer_name(Layer l) {
   return "?";
 }
 
-const Kernel* Plan::kernel_of(NodeId output) const {
-  for (const Kernel& k : kernels)
-    if (std::count(k.outputs.begin(), k.outputs.end(), output)) return &k;
-  return nullptr;
-}
-
 namespace {
 
 bool is_compute(const Node& n) { return n.op != Op::Input && n.op != Op::Constant; }

@@ -96,7 +96,6 @@ struct Plan {
   std::vector<NodeId> dead;     // computed nodes no output depends on: not compiled
   PlanTotals unfused, fused;
 
-  const Kernel* kernel_of(NodeId output) const;  // the kernel that writes `output`, if any
 };
 
 }  // namespace tilefuse
