@@ -36,7 +36,7 @@ TEST(Fusion, CostModelIsARoofline) {
   const DeviceProfile& prof = p.options.profile;
   EXPECT_EQ(k.cost.bytes_read, 8192LL * 8192 * 4 + 8192 * 4);
   EXPECT_EQ(k.cost.bytes_written, 8192LL * 8192 * 4);
-  EXPECT_DOUBLE_EQ(k.cost.flops, (1 + 24) * 8192.0 * 8192);
+  EXPECT_DOUBLE_EQ(k.cost.instructions, (1 + 27) * 8192.0 * 8192);  // add, f32 GELU
   // Enough bytes in flight to cover latency: the full bandwidth applies.
   EXPECT_GE(k.cost.bytes_in_flight_per_sm, prof.hbm_bytes_per_s * prof.memory_latency_s / prof.sm_count);
   EXPECT_DOUBLE_EQ(k.cost.predicted_s, k.cost.bytes() / prof.hbm_bytes_per_s + prof.launch_s);
@@ -86,7 +86,7 @@ TEST(Fusion, ProducerOfTwoDomainsIsDuplicated) {
   EXPECT_EQ(d.producer, p.id());
   EXPECT_EQ(d.verdict, Verdict::Duplicated);
   EXPECT_EQ(d.duplicated_bytes, 1024 * 4);
-  EXPECT_DOUBLE_EQ(d.duplicated_flops, 1024.0);
+  EXPECT_DOUBLE_EQ(d.duplicated_instructions, 1024.0);
   bool merge_illegal = false;
   for (const FusionOption& o : d.options)
     if (o.verdict == Verdict::Merged) merge_illegal = !o.legal;

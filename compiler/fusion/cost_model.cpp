@@ -13,6 +13,27 @@ static int64_t tensor_bytes(const Node& n) {
   return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype));
 }
 
+double instructions_per_element(const Node& n) {
+  bool half = n.dtype == DType::BF16 || n.dtype == DType::F16;
+  switch (n.op) {
+    case Op::Input:
+    case Op::Constant: return 0;
+    case Op::Exp: return half ? 2 : 14;
+    case Op::Exp2: return 1;
+    case Op::Log: return 2;
+    case Op::Sqrt: return 4;
+    case Op::Rsqrt: return 12;
+    case Op::Tanh: return 22;
+    case Op::Erf: return 18;
+    case Op::Sigmoid: return 24;
+    case Op::Gelu: return half ? 13 : 27;
+    case Op::GeluTanh: return 28;
+    case Op::Div: return 10;
+    case Op::Pow: return 10;
+    default: return 1;
+  }
+}
+
 Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split) {
   const Node& node = g.node(n);
   if (split < 0 || op_info(node.op).kind != OpKind::Reduce || node.keepdim) return node.shape;
@@ -146,10 +167,14 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   int scratch = 0;
   for (NodeId n : k.nodes) {
-    const OpInfo& info = op_info(g.node(n).op);
-    c.flops += info.flops * static_cast<double>(domain_elems);
-    scratch = std::max(scratch, info.scratch_regs);
+    c.instructions += instructions_per_element(g.node(n)) * static_cast<double>(domain_elems);
+    scratch = std::max(scratch, op_info(g.node(n).op).scratch_regs);
   }
+  // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.
+  for (NodeId t : k.inputs)
+    if (dtype_size(g.node(t).dtype) == 2) c.instructions += static_cast<double>(num_elements(g.node(t).shape));
+  for (NodeId t : k.outputs)
+    if (dtype_size(g.node(t).dtype) == 2) c.instructions += static_cast<double>(num_elements(g.node(t).shape));
   // Index and pointer arithmetic, every loaded operand held at once (loads are issued before
   // the first use), the thread's results, and the temporaries of a few elements in evaluation.
   c.registers = std::min(p.max_registers_per_thread,
@@ -172,7 +197,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   double cover = inflight_per_thread == 0 ? 1.0 : std::min(1.0, c.bytes_in_flight_per_sm / needed);
   double bw = p.hbm_bytes_per_s * cover;
   c.memory_s = static_cast<double>(c.bytes()) / bw;
-  c.compute_s = c.flops / p.f32_ops_per_s;
+  c.compute_s = c.instructions / p.instructions_per_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 

@@ -1,5 +1,8 @@
 #pragma once
-// Roofline cost model: time = max(bytes / effective bandwidth, flops / f32 rate) + launch.
+// Roofline cost model: time = max(bytes / effective bandwidth, instructions / issue rate) + launch.
+// Arithmetic is counted in issued instructions, not flops: exp, erf and divisions are sequences
+// of FMA, SFU and select instructions, and at 16-bit byte rates their issue time rivals the
+// memory time.
 // Effective bandwidth falls when too few bytes are in flight to cover memory latency, which is
 // how the register estimate (through occupancy) enters the time.
 #include <vector>
@@ -14,6 +17,10 @@ namespace tilefuse {
 std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
                                    const ScheduleHints& hints, std::string* why);
+
+// Instructions per element for a node as codegen emits it (from SASS on sm_90): 16-bit results
+// take the short exp and GELU.
+double instructions_per_element(const Node& n);
 
 // A node's shape aligned to a row-reduction domain: a reduction without keepdim is per-row
 // (its rank-reduced shape padded with 1s on the right); everything else as numpy aligns it.

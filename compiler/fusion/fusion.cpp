@@ -276,8 +276,8 @@ class FusionPass {
       case Verdict::Duplicated: {
         const Node& pn = g_.node(p);
         int copies = static_cast<int>(consumer_groups.size());
-        d.duplicated_flops = (copies - 1) * op_info(pn.op).flops *
-                             static_cast<double>(num_elements(pn.shape));
+        d.duplicated_instructions = (copies - 1) * instructions_per_element(pn) *
+                                    static_cast<double>(num_elements(pn.shape));
         for (NodeId o : pn.operands)
           if (g_.node(o).op != Op::Constant)
             d.duplicated_bytes += (copies - 1) * num_elements(g_.node(o).shape) *

@@ -20,7 +20,7 @@ struct KernelCost {
   int64_t bytes_written = 0;  // each kernel output written once
   int64_t reread_bytes = 0;   // a looped row kernel's later passes re-reading its inputs from HBM
   int64_t l2_reread_bytes = 0;  // the same re-reads when the rows in flight fit in L2
-  double flops = 0;           // f32 operations over the whole domain
+  double instructions = 0;    // issued per thread over the whole domain (cost_model.h)
   int registers = 0;          // estimate per thread
   int blocks_per_sm = 0;      // occupancy the estimate allows
   double bytes_in_flight_per_sm = 0;
@@ -68,7 +68,7 @@ struct FusionDecision {
   int64_t bytes_saved = 0;
   int launches_saved = 0;
   int registers_before = 0, registers_after = 0;
-  double duplicated_flops = 0;
+  double duplicated_instructions = 0;
   int64_t duplicated_bytes = 0;  // extra reads of the producer's operands by the copies
   bool library_gemm_lost = false;
   double predicted_before_s = 0, predicted_after_s = 0;

@@ -45,9 +45,9 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
   const Graph& g = plan.graph;
   const DeviceProfile& p = plan.options.profile;
   std::string s = fmt::format(
-      "fusion plan for {}\n  profile {}: {:.0f} GB/s, {:.0f} TFLOP/s f32, launch {:.1f} µs; "
+      "fusion plan for {}\n  profile {}: {:.0f} GB/s, {:.1f}e12 instructions/s, launch {:.1f} µs; "
       "register budget {}\n\n",
-      g.name(), p.name, p.hbm_bytes_per_s / 1e9, p.f32_ops_per_s / 1e12, p.launch_s * 1e6,
+      g.name(), p.name, p.hbm_bytes_per_s / 1e9, p.instructions_per_s / 1e12, p.launch_s * 1e6,
       plan.options.max_registers);
   s += fmt::format("  {:<9}{:>9}{:>10}{:>18}{:>14}\n", "", "kernels", "launches", "HBM bytes", "predicted");
   auto row = [&](const char* label, const PlanTotals& t) {
@@ -108,7 +108,7 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                      d.registers_before, d.registers_after, ms(d.predicted_before_s),
                      ms(d.predicted_after_s));
     if (d.verdict == Verdict::Duplicated)
-      s += fmt::format("     duplicated work: {:.0f} flops, {} B of extra reads\n", d.duplicated_flops,
+      s += fmt::format("     duplicated work: {:.0f} instructions, {} B of extra reads\n", d.duplicated_instructions,
                        bytes_str(d.duplicated_bytes));
     std::vector<std::string> opts;
     for (const FusionOption& o : d.options) {
@@ -133,7 +133,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   j.begin_object().field("graph", g.name());
   j.key("profile").begin_object().field("name", plan.options.profile.name)
       .field("hbm_bytes_per_s", plan.options.profile.hbm_bytes_per_s)
-      .field("f32_ops_per_s", plan.options.profile.f32_ops_per_s)
+      .field("instructions_per_s", plan.options.profile.instructions_per_s)
       .field("launch_s", plan.options.profile.launch_s).end_object();
   j.field("register_budget", plan.options.max_registers);
   totals("unfused", plan.unfused);
@@ -148,7 +148,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("rows_per_thread", s.rows_per_thread).field("block_threads", s.block_threads())
         .field("grid", s.grid()).end_object();
     j.field("bytes_read", k.cost.bytes_read).field("bytes_written", k.cost.bytes_written)
-        .field("flops", k.cost.flops).field("registers_estimate", k.cost.registers)
+        .field("instructions", k.cost.instructions).field("registers_estimate", k.cost.registers)
         .field("passes", k.passes).field("reread_bytes", k.cost.reread_bytes)
         .field("l2_reread_bytes", k.cost.l2_reread_bytes)
         .field("predicted_s", k.cost.predicted_s);
@@ -168,7 +168,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
     if (d.stopped_by) j.field("stopped_by", layer_name(*d.stopped_by));
     j.field("reason", d.reason).field("bytes_saved", d.bytes_saved)
         .field("launches_saved", d.launches_saved).field("registers_before", d.registers_before)
-        .field("registers_after", d.registers_after).field("duplicated_flops", d.duplicated_flops)
+        .field("registers_after", d.registers_after).field("duplicated_instructions", d.duplicated_instructions)
         .field("duplicated_bytes", d.duplicated_bytes).field("library_gemm_lost", d.library_gemm_lost)
         .field("predicted_before_s", d.predicted_before_s).field("predicted_after_s", d.predicted_after_s);
     j.key("options").begin_array();

@@ -10,25 +10,25 @@
 namespace tilefuse {
 
 const OpInfo& op_info(Op op) {
-  // flops: f32 operations per element; scratch: temporaries held during evaluation.
+  // scratch: temporaries held while an element is evaluated (register estimate).
   static const OpInfo table[] = {
-      {"input", OpKind::Leaf, 0, 0},       {"constant", OpKind::Leaf, 0, 0},
-      {"neg", OpKind::Unary, 1, 0},        {"abs", OpKind::Unary, 1, 0},
-      {"exp", OpKind::Unary, 8, 2},        {"exp2", OpKind::Unary, 2, 0},
-      {"log", OpKind::Unary, 3, 1},        {"sqrt", OpKind::Unary, 4, 1},
-      {"rsqrt", OpKind::Unary, 4, 1},      {"tanh", OpKind::Unary, 16, 3},
-      {"erf", OpKind::Unary, 20, 3},       {"sigmoid", OpKind::Unary, 12, 2},
-      {"relu", OpKind::Unary, 1, 0},       {"gelu", OpKind::Unary, 24, 3},
-      {"gelu_tanh", OpKind::Unary, 22, 3}, {"cast", OpKind::Unary, 1, 0},
-      {"add", OpKind::Binary, 1, 0},       {"sub", OpKind::Binary, 1, 0},
-      {"mul", OpKind::Binary, 1, 0},       {"div", OpKind::Binary, 8, 2},
-      {"max", OpKind::Binary, 1, 0},       {"min", OpKind::Binary, 1, 0},
-      {"pow", OpKind::Binary, 14, 2},      {"lt", OpKind::Compare, 1, 0},
-      {"le", OpKind::Compare, 1, 0},       {"gt", OpKind::Compare, 1, 0},
-      {"ge", OpKind::Compare, 1, 0},       {"eq", OpKind::Compare, 1, 0},
-      {"ne", OpKind::Compare, 1, 0},       {"where", OpKind::Select, 1, 0},
-      {"reduce_sum", OpKind::Reduce, 1, 1}, {"reduce_max", OpKind::Reduce, 1, 1},
-      {"reduce_min", OpKind::Reduce, 1, 1},
+      {"input", OpKind::Leaf, 0},       {"constant", OpKind::Leaf, 0},
+      {"neg", OpKind::Unary, 0},        {"abs", OpKind::Unary, 0},
+      {"exp", OpKind::Unary, 2},        {"exp2", OpKind::Unary, 0},
+      {"log", OpKind::Unary, 1},        {"sqrt", OpKind::Unary, 1},
+      {"rsqrt", OpKind::Unary, 1},      {"tanh", OpKind::Unary, 3},
+      {"erf", OpKind::Unary, 3},       {"sigmoid", OpKind::Unary, 2},
+      {"relu", OpKind::Unary, 0},       {"gelu", OpKind::Unary, 3},
+      {"gelu_tanh", OpKind::Unary, 3}, {"cast", OpKind::Unary, 0},
+      {"add", OpKind::Binary, 0},       {"sub", OpKind::Binary, 0},
+      {"mul", OpKind::Binary, 0},       {"div", OpKind::Binary, 2},
+      {"max", OpKind::Binary, 0},       {"min", OpKind::Binary, 0},
+      {"pow", OpKind::Binary, 2},      {"lt", OpKind::Compare, 0},
+      {"le", OpKind::Compare, 0},       {"gt", OpKind::Compare, 0},
+      {"ge", OpKind::Compare, 0},       {"eq", OpKind::Compare, 0},
+      {"ne", OpKind::Compare, 0},       {"where", OpKind::Select, 0},
+      {"reduce_sum", OpKind::Reduce, 1}, {"reduce_max", OpKind::Reduce, 1},
+      {"reduce_min", OpKind::Reduce, 1},
   };
   static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::ReduceMin) + 1);
   return table[static_cast<size_t>(op)];

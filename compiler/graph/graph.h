@@ -30,8 +30,6 @@ enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce };
 struct OpInfo {
   const char* name;
   OpKind kind;
-  // Arithmetic cost per element in f32 operations, for the cost model and register estimate.
-  double flops;
   // Extra registers per element live while the op is evaluated (polynomial temporaries).
   int scratch_regs;
 };
