@@ -33,7 +33,8 @@ const std::vector<Example>& examples() {
        [] { return softmax_graph("softmax_256k", 2048, 262144, DType::F32); }, "softmax"},
       {"softmax_256k_bf16", "softmax of x bf16[2048, 262144]",
        [] { return softmax_graph("softmax_256k", 2048, 262144, DType::BF16); }, "softmax"},
-      {"log_softmax", "log_softmax(x, -1), x f32[16384, 4096]", [] { return log_softmax_graph(16384, 4096); }},
+      {"log_softmax", "log_softmax(x, -1), x f32[16384, 4096]",
+       [] { return log_softmax_graph(16384, 4096); }},
       {"layernorm", "layernorm over the last axis of x f32[16384, 4096], weight and bias f32[4096]",
        [] { return layernorm_graph(DType::F32); }, "layernorm"},
       {"layernorm_bf16", "layernorm over the last axis of x bf16[16384, 4096]",
@@ -52,8 +53,8 @@ const Example& find_example(const std::string& name) {
     if (e.name == name) return e;
     names.push_back(e.name);
   }
-  throw GraphError(fmt::format("unknown example '{}'; known: {} (see `tilefuse list`)", name,
-                               fmt::join(names, ", ")));
+  throw GraphError(
+      fmt::format("unknown example '{}'; known: {} (see `tilefuse list`)", name, fmt::join(names, ", ")));
 }
 
 }  // namespace tilefuse

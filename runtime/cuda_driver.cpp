@@ -12,16 +12,16 @@ namespace tilefuse::cuda {
 namespace {
 
 // Exported names as CUDA 13's cuda.h maps them (the plain names are macros for these).
-#define TF_CUDA_FUNCS(X)                                                                      \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount)   \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2)            \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2)         \
-  X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2)               \
-  X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx)                  \
-  X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute) X(cuFuncSetAttribute)        \
-  X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)            \
-  X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime_v2)            \
-  X(cuEventDestroy_v2)
+#define TF_CUDA_FUNCS(X)                                                                                    \
+  X(cuGetErrorName)                                                                                         \
+  X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
+      X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)         \
+          X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)        \
+              X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2)                  \
+                  X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute)      \
+                      X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)       \
+                          X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)    \
+                              X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -66,8 +66,7 @@ void load(Driver& d) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = dlerror();
-    d.why = std::string("no GPU present: libcuda.so.1 not found (") + (e ? e : "dlopen failed") +
-            ")";
+    d.why = std::string("no GPU present: libcuda.so.1 not found (") + (e ? e : "dlopen failed") + ")";
     return;
   }
   Api api;
@@ -101,8 +100,7 @@ const Driver& driver() {
   return d;
 }
 
-[[noreturn]] void fail(const char* call, const std::string& what, CUresult r,
-                       const char* hint = "") {
+[[noreturn]] void fail(const char* call, const std::string& what, CUresult r, const char* hint = "") {
   std::string msg = call;
   if (!what.empty()) msg += "(" + what + ")";
   throw CudaError(msg + ": " + result_text(driver().api, r) + hint);
@@ -162,8 +160,8 @@ Context::Context() {
   info_.cc_major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "COMPUTE_CAPABILITY_MAJOR");
   info_.cc_minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "COMPUTE_CAPABILITY_MINOR");
   info_.l2_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE");
-  info_.max_shared_per_block_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                                          "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN");
+  info_.max_shared_per_block_optin =
+      attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN");
   check(a.cuDriverGetVersion(&info_.driver_version), "cuDriverGetVersion", "");
   check(a.cuDeviceTotalMem_v2(&info_.total_mem, dev), "cuDeviceTotalMem_v2", "device 0");
 }
@@ -183,9 +181,7 @@ void Context::make_current() {
   check(driver().api.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "primary context of device 0");
 }
 
-void Context::synchronize() {
-  check(ready().cuCtxSynchronize(), "cuCtxSynchronize", "", kFaultHint);
-}
+void Context::synchronize() { check(ready().cuCtxSynchronize(), "cuCtxSynchronize", "", kFaultHint); }
 
 // ---- DeviceBuffer ----
 
@@ -218,18 +214,17 @@ void DeviceBuffer::upload(const void* host, size_t bytes) {
     throw CudaError("DeviceBuffer::upload: " + std::to_string(bytes) + " bytes do not fit in a " +
                     std::to_string(size_) + "-byte device buffer");
   if (bytes == 0) return;
-  check(a.cuMemcpyHtoD_v2(ptr_, host, bytes), "cuMemcpyHtoD_v2",
-        std::to_string(bytes) + " bytes");
+  check(a.cuMemcpyHtoD_v2(ptr_, host, bytes), "cuMemcpyHtoD_v2", std::to_string(bytes) + " bytes");
 }
 
 void DeviceBuffer::download(void* host, size_t bytes) const {
   const Api& a = ready();
   if (bytes > size_)
-    throw CudaError("DeviceBuffer::download: " + std::to_string(bytes) +
-                    " bytes requested from a " + std::to_string(size_) + "-byte device buffer");
+    throw CudaError("DeviceBuffer::download: " + std::to_string(bytes) + " bytes requested from a " +
+                    std::to_string(size_) + "-byte device buffer");
   if (bytes == 0) return;
-  check(a.cuMemcpyDtoH_v2(host, ptr_, bytes), "cuMemcpyDtoH_v2",
-        std::to_string(bytes) + " bytes", kFaultHint);
+  check(a.cuMemcpyDtoH_v2(host, ptr_, bytes), "cuMemcpyDtoH_v2", std::to_string(bytes) + " bytes",
+        kFaultHint);
 }
 
 void DeviceBuffer::fill_u8(uint8_t v) {
@@ -255,9 +250,7 @@ void DeviceBuffer::fill_u32(uint32_t v) {
 // ---- Stream ----
 
 // CU_STREAM_DEFAULT so work here stays ordered after the legacy-stream memsets and copies above.
-Stream::Stream() {
-  check(ready().cuStreamCreate(&s_, CU_STREAM_DEFAULT), "cuStreamCreate", "");
-}
+Stream::Stream() { check(ready().cuStreamCreate(&s_, CU_STREAM_DEFAULT), "cuStreamCreate", ""); }
 
 Stream::~Stream() {
   if (!s_) return;
@@ -274,9 +267,7 @@ Stream& Stream::operator=(Stream&& o) noexcept {
   return *this;
 }
 
-void Stream::synchronize() {
-  check(ready().cuStreamSynchronize(s_), "cuStreamSynchronize", "", kFaultHint);
-}
+void Stream::synchronize() { check(ready().cuStreamSynchronize(s_), "cuStreamSynchronize", "", kFaultHint); }
 
 // ---- Event ----
 
@@ -299,9 +290,7 @@ Event& Event::operator=(Event&& o) noexcept {
 
 void Event::record(CUstream s) { check(ready().cuEventRecord(e_, s), "cuEventRecord", ""); }
 
-void Event::synchronize() {
-  check(ready().cuEventSynchronize(e_), "cuEventSynchronize", "", kFaultHint);
-}
+void Event::synchronize() { check(ready().cuEventSynchronize(e_), "cuEventSynchronize", "", kFaultHint); }
 
 float Event::elapsed_ms(const Event& a, const Event& b) {
   float ms = 0.0f;
@@ -314,12 +303,10 @@ float Event::elapsed_ms(const Event& a, const Event& b) {
 Module Module::load_ptx(const std::string& ptx, const std::string& what) {
   const Api& a = ready();
   std::vector<char> err_log(64 * 1024, '\0'), info_log(64 * 1024, '\0');
-  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                         CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-                         CU_JIT_LOG_VERBOSE};
+  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                         CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
   void* vals[] = {err_log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(err_log.size())),
-                  info_log.data(),
-                  reinterpret_cast<void*>(static_cast<uintptr_t>(info_log.size())),
+                  info_log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(info_log.size())),
                   reinterpret_cast<void*>(static_cast<uintptr_t>(1))};
   CUmodule m = nullptr;
   CUresult r = a.cuModuleLoadDataEx(&m, ptx.c_str(), sizeof(opts) / sizeof(opts[0]), opts, vals);
@@ -341,8 +328,7 @@ Module::~Module() {
   if (const Api* a = ready_quietly()) a->cuModuleUnload(m_);
 }
 
-Module::Module(Module&& o) noexcept
-    : m_(std::exchange(o.m_, nullptr)), what_(std::move(o.what_)) {}
+Module::Module(Module&& o) noexcept : m_(std::exchange(o.m_, nullptr)), what_(std::move(o.what_)) {}
 
 Module& Module::operator=(Module&& o) noexcept {
   if (this != &o) {
@@ -355,8 +341,7 @@ Module& Module::operator=(Module&& o) noexcept {
 
 CUfunction Module::function(const std::string& name) const {
   CUfunction f = nullptr;
-  check(ready().cuModuleGetFunction(&f, m_, name.c_str()), "cuModuleGetFunction",
-        what_ + ": " + name);
+  check(ready().cuModuleGetFunction(&f, m_, name.c_str()), "cuModuleGetFunction", what_ + ": " + name);
   return f;
 }
 
@@ -369,28 +354,26 @@ int Module::num_registers(CUfunction f) const {
 
 int Module::local_bytes(CUfunction f) const {
   int v = 0;
-  check(ready().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f),
-        "cuFuncGetAttribute", what_ + ": LOCAL_SIZE_BYTES");
+  check(ready().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "cuFuncGetAttribute",
+        what_ + ": LOCAL_SIZE_BYTES");
   return v;
 }
 
 // ---- launches and copies ----
 
-void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
-            void** args, const std::string& what) {
+void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
+            const std::string& what) {
   const Api& a = ready();
   // Dynamic shared memory above the 48 KiB default needs an explicit per-function opt-in.
   if (shared_bytes > 48 * 1024)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(shared_bytes)),
-          "cuFuncSetAttribute",
-          what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));
-  CUresult r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                shared_bytes, stream, args, nullptr);
+          "cuFuncSetAttribute", what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));
+  CUresult r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream,
+                                args, nullptr);
   if (r != CUDA_SUCCESS) {
     auto d3 = [](Dim3 d) {
-      return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) +
-             ")";
+      return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
     };
     std::string cfg = "; grid " + d3(grid) + " block " + d3(block) + " dynamic shared " +
                       std::to_string(shared_bytes) + " bytes";

@@ -135,8 +135,8 @@ struct Dim3 {
 
 // Checks the launch itself; faults inside the kernel surface at the next synchronize.
 // Dynamic shared memory above 48 KiB is opted into automatically.
-void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream,
-            void** args, const std::string& what);
+void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
+            const std::string& what);
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 

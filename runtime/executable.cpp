@@ -15,8 +15,7 @@ struct Executable::Device {
   MeasuredKernels driver;
 };
 
-Executable::Executable(Plan plan, const CodegenOptions& options)
-    : plan_(std::move(plan)), options_(options) {
+Executable::Executable(Plan plan, const CodegenOptions& options) : plan_(std::move(plan)), options_(options) {
   for (const Kernel& k : plan_.kernels) {
     compiled_.push_back(compile_kernel(plan_.graph, k, options_));
     if (auto m = run_ptxas(compiled_.back().ptx, k.name, options_)) ptxas_[k.name] = *m;
@@ -46,7 +45,8 @@ void Executable::load() {
     dev->modules.push_back(cuda::Module::load_ptx(c.ptx, c.name));
     CUfunction f = dev->modules.back().function(c.name);
     dev->functions.push_back(f);
-    dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f), "driver"};
+    dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f),
+                           "driver"};
   }
   const Graph& g = plan_.graph;
   for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));

@@ -1,8 +1,8 @@
 // Codegen: every example's PTX assembles with ptxas -arch=sm_90; the PTX has the accesses the
 // schedule promises; targets are checked.
-#include <regex>
-
 #include <gtest/gtest.h>
+
+#include <regex>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"

@@ -12,10 +12,10 @@
 namespace tilefuse::cuda {
 namespace {
 
-#define REQUIRE_GPU()                                \
-  do {                                               \
-    std::string why_;                                \
-    if (!available(&why_)) GTEST_SKIP() << why_;     \
+#define REQUIRE_GPU()                            \
+  do {                                           \
+    std::string why_;                            \
+    if (!available(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
 // out[i] = in[i] * 2.0f for i < n.
@@ -192,9 +192,7 @@ TEST(CudaDriver, BrokenPtxReportsJitLog) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("cuModuleLoadDataEx(broken_k)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("JIT error log"), std::string::npos) << msg;
-    EXPECT_TRUE(msg.find("frobnicate") != std::string::npos ||
-                msg.find("ptxas") != std::string::npos)
-        << msg;
+    EXPECT_TRUE(msg.find("frobnicate") != std::string::npos || msg.find("ptxas") != std::string::npos) << msg;
   }
 }
 

@@ -1,7 +1,8 @@
 // DSL: shapes, dtypes, broadcasting and the errors bad input gets.
+#include "compiler/dsl/dsl.h"
+
 #include <gtest/gtest.h>
 
-#include "compiler/dsl/dsl.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse {
@@ -90,7 +91,6 @@ TEST(Dsl, OutputsMustBeUniqueAndInGraph) {
   EXPECT_THROW(output("y", x), GraphError);
   EXPECT_THROW(g.add_output("z", 99), GraphError);
 }
-
 
 TEST(DslReduce, ShapesAndKeepdim) {
   Graph g("r");

@@ -1,8 +1,9 @@
 // Fusion decisions on small graphs: kernel counts, decision records, budgets, cost arithmetic.
+#include "compiler/fusion/fusion.h"
+
 #include <gtest/gtest.h>
 
 #include "compiler/dsl/dsl.h"
-#include "compiler/fusion/fusion.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
@@ -143,7 +144,6 @@ TEST(Report, TextAndJsonCarryTheRecords) {
   EXPECT_NE(json.find("\"registers_measured\": 30"), std::string::npos) << json;
   EXPECT_NE(json.find("\"bytes_saved\": 536870912"), std::string::npos) << json;
 }
-
 
 TEST(FusionReduce, SoftmaxIsOneRowKernel) {
   Plan p = plan_fusion(find_example("softmax").build());

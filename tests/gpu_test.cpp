@@ -1,8 +1,8 @@
 // Examples on the GPU against the float64 reference: fresh random inputs, poisoned outputs.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cmath>
-
-#include <gtest/gtest.h>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
@@ -71,7 +71,6 @@ TEST(NoGpu, RunSaysSo) {
   }
 }
 
-
 // Softmax numerics on rows a reader can check: large magnitudes, −inf entries, a fully masked
 // row, every row length class (one warp, one block, a loop over column tiles), 16-bit inputs.
 TEST(GpuReduce, SoftmaxSpecialRows) {
@@ -82,9 +81,9 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
   Plan p = plan_fusion(g);
   Executable exe(p);
   TensorMap in;
-  in["x"] = TensorData::from_doubles(DType::F32, {5, 4},
-                                     {1, 2, 3, 1000, 1e4, -1e4, 9999, 1e4, -inf, 0, -inf, 1,
-                                      -inf, -inf, -inf, -inf, -1e4, -1e4, -1e4, -1e4});
+  in["x"] =
+      TensorData::from_doubles(DType::F32, {5, 4}, {1,    2, 3,    1000, 1e4,  -1e4, 9999, 1e4,  -inf, 0,
+                                                    -inf, 1, -inf, -inf, -inf, -inf, -1e4, -1e4, -1e4, -1e4});
   std::vector<double> y = exe.run(in).at("y").to_doubles();
   std::vector<double> ref = reference_run(g, in).at("y");
   for (size_t i = 0; i < y.size(); ++i) {

@@ -1,7 +1,7 @@
 // Graph IR: verifier, printer, and the reference executor's numbers.
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/graph/reference.h"
@@ -117,7 +117,6 @@ TEST(TensorData, RelativeError) {
   EXPECT_TRUE(std::isnan(relative_error({NAN, 2}, {1, 2})));
 }
 
-
 TEST(Reference, Reductions) {
   Graph g("red");
   Tensor x = input(g, "x", {2, 3});
@@ -140,7 +139,8 @@ TEST(Reference, SoftmaxRowsByHand) {
   output("y", softmax(input(g, "x", {3, 4}), -1));
   const double inf = INFINITY;
   TensorMap in;
-  in["x"] = TensorData::from_doubles(DType::F32, {3, 4}, {1, 2, 3, 1000, -inf, 0, -inf, 0, -inf, -inf, -inf, -inf});
+  in["x"] =
+      TensorData::from_doubles(DType::F32, {3, 4}, {1, 2, 3, 1000, -inf, 0, -inf, 0, -inf, -inf, -inf, -inf});
   auto y = reference_run(g, in)["y"];
   // Row 1: exp(k − 1000) for k = 1, 2, 3 underflows against 1: the max takes everything.
   EXPECT_EQ(y[3], 1.0);

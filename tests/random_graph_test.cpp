@@ -1,8 +1,8 @@
 // Seeded random pointwise graphs: shapes with broadcasting, mixed ops, several outputs. Plan
 // invariants everywhere; PTX through ptxas; on a GPU, results against the reference.
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
@@ -17,33 +17,55 @@ using namespace dsl;
 // operands the generator produces (arguments are kept in range where an op needs it).
 Tensor random_unary(std::mt19937_64& rng, const Tensor& x) {
   switch (std::uniform_int_distribution<int>(0, 13)(rng)) {
-    case 12: return softmax(x, -1);
-    case 13: return x * rsqrt(mean(x * x, {-1}, true) + 1.0);
-    case 0: return -x;
-    case 1: return abs(x);
-    case 2: return exp(tanh(x));
-    case 3: return log(abs(x) + 0.5);
-    case 4: return sqrt(abs(x));
-    case 5: return rsqrt(abs(x) + 0.25);
-    case 6: return tanh(x);
-    case 7: return erf(x);
-    case 8: return sigmoid(x);
-    case 9: return relu(x);
-    case 10: return gelu(x);
-    default: return gelu(x, GeluApprox::Tanh);
+    case 12:
+      return softmax(x, -1);
+    case 13:
+      return x * rsqrt(mean(x * x, {-1}, true) + 1.0);
+    case 0:
+      return -x;
+    case 1:
+      return abs(x);
+    case 2:
+      return exp(tanh(x));
+    case 3:
+      return log(abs(x) + 0.5);
+    case 4:
+      return sqrt(abs(x));
+    case 5:
+      return rsqrt(abs(x) + 0.25);
+    case 6:
+      return tanh(x);
+    case 7:
+      return erf(x);
+    case 8:
+      return sigmoid(x);
+    case 9:
+      return relu(x);
+    case 10:
+      return gelu(x);
+    default:
+      return gelu(x, GeluApprox::Tanh);
   }
 }
 
 Tensor random_binary(std::mt19937_64& rng, const Tensor& a, const Tensor& b) {
   switch (std::uniform_int_distribution<int>(0, 7)(rng)) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / (abs(b) + 1.0);
-    case 4: return max(a, b);
-    case 5: return min(a, b);
-    case 6: return where(a > b, a, b * 0.5);
-    default: return pow(abs(a) + 0.5, tanh(b));
+    case 0:
+      return a + b;
+    case 1:
+      return a - b;
+    case 2:
+      return a * b;
+    case 3:
+      return a / (abs(b) + 1.0);
+    case 4:
+      return max(a, b);
+    case 5:
+      return min(a, b);
+    case 6:
+      return where(a > b, a, b * 0.5);
+    default:
+      return pow(abs(a) + 0.5, tanh(b));
   }
 }
 
@@ -61,7 +83,7 @@ Graph random_graph(uint64_t seed, DType dtype = DType::F32) {
     Shape s = full;
     if (i > 0)
       for (auto& d : s)
-        if (pick(0, 2) == 0) d = 1;  // broadcast along this dim
+        if (pick(0, 2) == 0) d = 1;                    // broadcast along this dim
     if (i > 0 && pick(0, 3) == 0) s.erase(s.begin());  // lower rank
     if (s.empty()) s = {1};
     pool.push_back(input(g, "in" + std::to_string(i), s, dtype));

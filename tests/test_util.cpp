@@ -1,10 +1,10 @@
 #include "tests/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <map>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/graph/reference.h"

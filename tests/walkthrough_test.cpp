@@ -1,7 +1,7 @@
 // The running-softmax walk-through against numbers worked out by hand.
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
@@ -48,8 +48,9 @@ TEST(Walkthrough, FullyMaskedRowIsZero) {
 TEST(Walkthrough, KernelGivesTheSameNumbers) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const float inf = INFINITY;
-  for (std::vector<float> row : {std::vector<float>{1, 2, 3, 1000}, std::vector<float>{-inf, 1, -inf, 2},
-                                 std::vector<float>{-inf, -inf, -inf, -inf}, std::vector<float>{0.5f, -3, 7, 7.25f, 1e4f}}) {
+  for (std::vector<float> row :
+       {std::vector<float>{1, 2, 3, 1000}, std::vector<float>{-inf, 1, -inf, 2},
+        std::vector<float>{-inf, -inf, -inf, -inf}, std::vector<float>{0.5f, -3, 7, 7.25f, 1e4f}}) {
     Graph g("walk");
     int64_t n = static_cast<int64_t>(row.size());
     output("y", dsl::softmax(dsl::input(g, "x", {1, n}), -1));

@@ -1,13 +1,6 @@
 #include "compiler/codegen/compile.h"
 
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <mutex>
-#include <regex>
-
+#include <fmt/format.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -17,7 +10,13 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 
-#include <fmt/format.h>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
 
 #include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/support/dump.h"
@@ -31,9 +30,10 @@ static constexpr int kCodegenVersion = 1;
 
 CodegenOptions codegen_options_for(const std::string& sm) {
   if (sm == "sm_80" || sm == "sm_90" || sm == "sm_90a") return {sm, "+ptx80"};
-  throw TargetError(fmt::format("unknown target '{}': tilefuse emits sm_80, sm_90 (default) or "
-                                "sm_90a",
-                                sm));
+  throw TargetError(
+      fmt::format("unknown target '{}': tilefuse emits sm_80, sm_90 (default) or "
+                  "sm_90a",
+                  sm));
 }
 
 static uint64_t fnv1a(const std::string& s) {
@@ -60,8 +60,8 @@ static llvm::TargetMachine& target_machine(const CodegenOptions& opt) {
     std::string err;
     const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
     if (!t) throw TargetError(fmt::format("LLVM has no NVPTX target: {}", err));
-    tm.reset(t->createTargetMachine(triple, opt.sm, opt.ptx_features, llvm::TargetOptions(),
-                                    std::nullopt, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+    tm.reset(t->createTargetMachine(triple, opt.sm, opt.ptx_features, llvm::TargetOptions(), std::nullopt,
+                                    std::nullopt, llvm::CodeGenOptLevel::Aggressive));
     if (!tm) throw TargetError(fmt::format("LLVM cannot target {} {}", opt.sm, opt.ptx_features));
   }
   return *tm;
@@ -97,8 +97,8 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   TileProgram tile = lower_kernel(g, k);
   std::string tile_text = print_tile_program(tile);
   dump("tile", k.name, tile_text);
-  uint64_t key = fnv1a(fmt::format("{}|{}|{}|{}|{}", tile_text, opt.sm, opt.ptx_features,
-                                   LLVM_VERSION_STRING, kCodegenVersion));
+  uint64_t key = fnv1a(fmt::format("{}|{}|{}|{}|{}", tile_text, opt.sm, opt.ptx_features, LLVM_VERSION_STRING,
+                                   kCodegenVersion));
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
@@ -156,13 +156,13 @@ std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::strin
   while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   int status = pclose(pipe);
   std::filesystem::remove(path);
-  if (status != 0)
-    throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
+  if (status != 0) throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
   MeasuredKernel m;
   m.source = "ptxas";
   std::smatch match;
   if (std::regex_search(out, match, std::regex(R"(Used (\d+) registers)"))) m.registers = std::stoi(match[1]);
-  if (std::regex_search(out, match, std::regex(R"((\d+) bytes spill stores)"))) m.spill_bytes = std::stoi(match[1]);
+  if (std::regex_search(out, match, std::regex(R"((\d+) bytes spill stores)")))
+    m.spill_bytes = std::stoi(match[1]);
   return m;
 }
 

@@ -1,14 +1,13 @@
 #include "compiler/codegen/lower_to_llvm.h"
 
-#include <map>
-
+#include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
-#include <fmt/format.h>
+#include <map>
 
 #include "compiler/codegen/math.h"
 #include "compiler/support/error.h"
@@ -65,17 +64,19 @@ class Lowering {
 
   llvm::Type* storage_type(DType t) {
     switch (t) {
-      case DType::F32: return b_.getFloatTy();
-      case DType::F16: return b_.getHalfTy();
-      case DType::BF16: return b_.getBFloatTy();
-      case DType::Bool: return b_.getInt8Ty();
+      case DType::F32:
+        return b_.getFloatTy();
+      case DType::F16:
+        return b_.getHalfTy();
+      case DType::BF16:
+        return b_.getBFloatTy();
+      case DType::Bool:
+        return b_.getInt8Ty();
     }
     return nullptr;
   }
 
-  Value* sreg(llvm::Intrinsic::ID id) {
-    return b_.CreateIntrinsic(b_.getInt32Ty(), id, {});
-  }
+  Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateIntrinsic(b_.getInt32Ty(), id, {}); }
 
   // Thread → (row, col) of its elements; masks only when tiles do not cover the domain.
   void prologue() {
@@ -144,18 +145,24 @@ class Lowering {
 
   void lower(const TileInst& i) {
     switch (i.opcode) {
-      case TileOpcode::Load: return load(i);
+      case TileOpcode::Load:
+        return load(i);
       case TileOpcode::Constant: {
         double v = i.value;
-        Value* c = i.type.dtype == DType::Bool ? static_cast<Value*>(b_.getInt1(v != 0))
-                                               : to_compute(to_storage(llvm::ConstantFP::get(b_.getFloatTy(), v), i.type.dtype), i.type.dtype);
+        Value* c = i.type.dtype == DType::Bool
+                       ? static_cast<Value*>(b_.getInt1(v != 0))
+                       : to_compute(to_storage(llvm::ConstantFP::get(b_.getFloatTy(), v), i.type.dtype),
+                                    i.type.dtype);
         types_[i.result] = i.type;
         values_[i.result] = {c};
         return;
       }
-      case TileOpcode::Compute: return compute(i);
-      case TileOpcode::Reduce: return reduce(i);
-      case TileOpcode::Store: return store(i);
+      case TileOpcode::Compute:
+        return compute(i);
+      case TileOpcode::Reduce:
+        return reduce(i);
+      case TileOpcode::Store:
+        return store(i);
     }
   }
 
@@ -229,9 +236,12 @@ class Lowering {
 
   Value* combine(Op op, Value* a, Value* b) {
     switch (op) {
-      case Op::ReduceSum: return b_.CreateFAdd(a, b);
-      case Op::ReduceMax: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, b);
-      default: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a, b);
+      case Op::ReduceSum:
+        return b_.CreateFAdd(a, b);
+      case Op::ReduceMax:
+        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, b);
+      default:
+        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a, b);
     }
   }
 
@@ -242,15 +252,17 @@ class Lowering {
     Value* acc = f32(identity);
     for (int c = 0; c < cols_of(t); ++c) {
       Value* x = at(v, r, c);
-      if (Value* ok = col_ok_.empty() ? nullptr : col_ok_[c / s_.vec]) x = b_.CreateSelect(ok, x, f32(identity));
+      if (Value* ok = col_ok_.empty() ? nullptr : col_ok_[c / s_.vec])
+        x = b_.CreateSelect(ok, x, f32(identity));
       acc = combine(op, acc, x);
     }
     // A value constant along the row (broadcast) stands for every column.
     if (!t.cols && op == Op::ReduceSum) {
       if (s_.col_iters > 1)
-        throw CodegenError(fmt::format("kernel {}: summing a value that is constant along a row longer than "
-                                       "the registers hold is not supported; multiply by the row length instead",
-                                       p_.name));
+        throw CodegenError(
+            fmt::format("kernel {}: summing a value that is constant along a row longer than "
+                        "the registers hold is not supported; multiply by the row length instead",
+                        p_.name));
       acc = b_.CreateFMul(acc, f32(static_cast<double>(s_.cols)));
     }
     return acc;
@@ -265,11 +277,13 @@ class Lowering {
   Value* allreduce(Op op, Value* acc, int r) {
     int lanes = std::min(s_.threads_per_row, 32);
     for (int off = lanes / 2; off >= 1; off /= 2)
-      acc = combine(op, acc, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
-                                                {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
+      acc = combine(op, acc,
+                    b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                       {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
     int warps = s_.threads_per_row / lanes;
     if (warps == 1) return acc;
-    auto* arr = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps);
+    auto* arr = llvm::ArrayType::get(b_.getFloatTy(),
+                                     static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps);
     auto* slots = new llvm::GlobalVariable(*m_, arr, false, llvm::GlobalValue::InternalLinkage,
                                            llvm::UndefValue::get(arr), "reduce_slots", nullptr,
                                            llvm::GlobalValue::NotThreadLocal, 3);
@@ -278,14 +292,17 @@ class Lowering {
     Value* row_slot = b_.CreateAdd(b_.CreateMul(tr_, b_.getInt32(s_.rows_per_thread)), b_.getInt32(r));
     Value* base = b_.CreateMul(row_slot, b_.getInt32(warps));
     guarded(b_.CreateICmpEQ(b_.CreateURem(tc_, b_.getInt32(32)), b_.getInt32(0)), [&] {
-      b_.CreateAlignedStore(acc, b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, warp)), llvm::Align(4));
+      b_.CreateAlignedStore(acc, b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, warp)),
+                            llvm::Align(4));
     });
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
     acc = f32(identity_of(op));
     for (int w = 0; w < warps; ++w)
-      acc = combine(op, acc, b_.CreateAlignedLoad(b_.getFloatTy(),
-                                                  b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, b_.getInt32(w))),
-                                                  llvm::Align(4)));
+      acc = combine(op, acc,
+                    b_.CreateAlignedLoad(
+                        b_.getFloatTy(),
+                        b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, b_.getInt32(w))),
+                        llvm::Align(4)));
     return acc;
   }
 
@@ -389,14 +406,16 @@ class Lowering {
         ensure(r->args[0]);
         Value* part = thread_partial(r->op, r->args[0], 0);
         reset(keep);
-        Value* scaled = guard_zero(acc[r->result], b_.CreateFMul(acc[r->result], math::exp(b_, b_.CreateFSub(c_old, c_new))));
+        Value* scaled = guard_zero(acc[r->result],
+                                   b_.CreateFMul(acc[r->result], math::exp(b_, b_.CreateFSub(c_old, c_new))));
         next[r->result] = b_.CreateFAdd(scaled, part);
       }
       Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
       llvm::BasicBlock* latch = b_.GetInsertBlock();
       it->addIncoming(it_next, latch);
       for (const TileInst* r : reds) acc[r->result]->addIncoming(next[r->result], latch);
-      b_.CreateCondBr(b_.CreateICmpULT(it_next, b_.getInt32(static_cast<uint32_t>(s_.col_iters))), loop, done);
+      b_.CreateCondBr(b_.CreateICmpULT(it_next, b_.getInt32(static_cast<uint32_t>(s_.col_iters))), loop,
+                      done);
       b_.SetInsertPoint(done);
       reset(keep);
       // The loop exits from its last iteration: `next` holds the thread's totals.
@@ -410,7 +429,8 @@ class Lowering {
           Value* c_mine = with_max(c, m, next[m], keep);
           Value* c_row = with_max(c, m, values_[m][0], keep);
           Value* s = next[r->result];
-          total = allreduce(r->op, guard_zero(s, b_.CreateFMul(s, math::exp(b_, b_.CreateFSub(c_mine, c_row)))), 0);
+          total = allreduce(r->op,
+                            guard_zero(s, b_.CreateFMul(s, math::exp(b_, b_.CreateFSub(c_mine, c_row)))), 0);
         }
         types_[r->result] = r->type;
         values_[r->result] = {total};
@@ -451,17 +471,25 @@ class Lowering {
 
   Value* element(const TileInst& i, const std::vector<Value*>& a) {
     switch (i.op) {
-      case Op::Neg: return b_.CreateFNeg(a[0]);
-      case Op::Abs: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
+      case Op::Neg:
+        return b_.CreateFNeg(a[0]);
+      case Op::Abs:
+        return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
       case Op::Exp:
         if (i.type.dtype == DType::BF16 || i.type.dtype == DType::F16) return math::exp_16bit(b_, a[0]);
         return math::exp(b_, a[0]);
-      case Op::Exp2: return math::exp2(b_, a[0]);
-      case Op::Log: return math::log(b_, a[0]);
-      case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]);
-      case Op::Rsqrt: return b_.CreateFDiv(f32(1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]));
-      case Op::Tanh: return math::tanh(b_, a[0]);
-      case Op::Erf: return math::erf(b_, a[0]);
+      case Op::Exp2:
+        return math::exp2(b_, a[0]);
+      case Op::Log:
+        return math::log(b_, a[0]);
+      case Op::Sqrt:
+        return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]);
+      case Op::Rsqrt:
+        return b_.CreateFDiv(f32(1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]));
+      case Op::Tanh:
+        return math::tanh(b_, a[0]);
+      case Op::Erf:
+        return math::erf(b_, a[0]);
       case Op::Sigmoid:
         return b_.CreateFDiv(f32(1.0), b_.CreateFAdd(f32(1.0), math::exp(b_, b_.CreateFNeg(a[0]))));
       case Op::Relu:  // NaN passes through, as in the reference
@@ -473,8 +501,8 @@ class Lowering {
       }
       case Op::GeluTanh: {
         Value* x3 = b_.CreateFMul(b_.CreateFMul(a[0], a[0]), a[0]);
-        Value* inner = b_.CreateFMul(f32(0.79788456080286535588),
-                                     b_.CreateFAdd(a[0], b_.CreateFMul(f32(0.044715), x3)));
+        Value* inner =
+            b_.CreateFMul(f32(0.79788456080286535588), b_.CreateFAdd(a[0], b_.CreateFMul(f32(0.044715), x3)));
         return b_.CreateFMul(b_.CreateFMul(f32(0.5), a[0]), b_.CreateFAdd(f32(1.0), math::tanh(b_, inner)));
       }
       case Op::Cast: {
@@ -482,25 +510,40 @@ class Lowering {
         if (a[0]->getType()->isIntegerTy(1)) return b_.CreateSelect(a[0], f32(1.0), f32(0.0));
         return to_compute(to_storage(a[0], to), to);  // rounds to the target precision
       }
-      case Op::Add: return b_.CreateFAdd(a[0], a[1]);
-      case Op::Sub: return b_.CreateFSub(a[0], a[1]);
-      case Op::Mul: return b_.CreateFMul(a[0], a[1]);
-      case Op::Div: return b_.CreateFDiv(a[0], a[1]);
-      case Op::Max: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a[0], a[1]);
-      case Op::Min: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a[0], a[1]);
-      case Op::Pow: return math::pow(b_, a[0], a[1]);
-      case Op::Lt: return b_.CreateFCmpOLT(a[0], a[1]);
-      case Op::Le: return b_.CreateFCmpOLE(a[0], a[1]);
-      case Op::Gt: return b_.CreateFCmpOGT(a[0], a[1]);
-      case Op::Ge: return b_.CreateFCmpOGE(a[0], a[1]);
-      case Op::Eq: return b_.CreateFCmpOEQ(a[0], a[1]);
-      case Op::Ne: return b_.CreateFCmpUNE(a[0], a[1]);
-      case Op::Where: return b_.CreateSelect(a[0], a[1], a[2]);
+      case Op::Add:
+        return b_.CreateFAdd(a[0], a[1]);
+      case Op::Sub:
+        return b_.CreateFSub(a[0], a[1]);
+      case Op::Mul:
+        return b_.CreateFMul(a[0], a[1]);
+      case Op::Div:
+        return b_.CreateFDiv(a[0], a[1]);
+      case Op::Max:
+        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a[0], a[1]);
+      case Op::Min:
+        return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a[0], a[1]);
+      case Op::Pow:
+        return math::pow(b_, a[0], a[1]);
+      case Op::Lt:
+        return b_.CreateFCmpOLT(a[0], a[1]);
+      case Op::Le:
+        return b_.CreateFCmpOLE(a[0], a[1]);
+      case Op::Gt:
+        return b_.CreateFCmpOGT(a[0], a[1]);
+      case Op::Ge:
+        return b_.CreateFCmpOGE(a[0], a[1]);
+      case Op::Eq:
+        return b_.CreateFCmpOEQ(a[0], a[1]);
+      case Op::Ne:
+        return b_.CreateFCmpUNE(a[0], a[1]);
+      case Op::Where:
+        return b_.CreateSelect(a[0], a[1], a[2]);
       case Op::Input:
       case Op::Constant:
       case Op::ReduceSum:
       case Op::ReduceMax:
-      case Op::ReduceMin: break;
+      case Op::ReduceMin:
+        break;
     }
     throw CodegenError(fmt::format("kernel {}: op {} has no tile lowering", p_.name, op_info(i.op).name));
   }
@@ -517,8 +560,8 @@ class Lowering {
   llvm::IRBuilder<> b_;
   std::unique_ptr<llvm::Module> m_;
   llvm::Function* fn_ = nullptr;
-  Value* tc_ = nullptr;  // thread's position along the row
-  Value* tr_ = nullptr;  // thread's row within the block
+  Value* tc_ = nullptr;                // thread's position along the row
+  Value* tr_ = nullptr;                // thread's row within the block
   std::vector<Value*> cols_, col_ok_;  // per chunk
   std::vector<Value*> rows_, row_ok_;  // per row of the thread
   std::vector<Regs> values_;

@@ -1,9 +1,9 @@
 #include "compiler/codegen/math.h"
 
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <llvm/IR/IntrinsicsNVPTX.h>
 
 namespace tilefuse::math {
 
@@ -43,7 +43,8 @@ static constexpr uint32_t kLog2e = 0x3fb8aa3b, kLn2Hi = 0x3f317200, kLn2Lo = 0x3
 
 // e^r on [−ln2/2, ln2/2], degree 6.
 static Value* exp_reduced(llvm::IRBuilder<>& b, Value* r) {
-  return poly_bits(b, r, {0x3ab525f5, 0x3c091f31, 0x3d2aac5d, 0x3e2aaa46, 0x3efffffe, 0x3f800000, 0x3f800000});
+  return poly_bits(b, r,
+                   {0x3ab525f5, 0x3c091f31, 0x3d2aac5d, 0x3e2aaa46, 0x3efffffe, 0x3f800000, 0x3f800000});
 }
 
 // e^x = 2^j · e^r with j = rint(x·log2 e) and r = x − j·ln2 in two exact fma steps (ln2's high
@@ -73,7 +74,8 @@ Value* erf(llvm::IRBuilder<>& b, Value* x) {
   Value* t = b.CreateFMul(a, a);
   Value* p = poly_bits(b, t, {0xba1dd4e7, 0x3ba3ce4f, 0xbcdb4dcb, 0x3de70dc3, 0xbec09376, 0x3e0375d3});
   Value* small = fma(b, a, p, a);
-  Value* q = poly_bits(b, a, {0x39954c43, 0xbb908b50, 0x3d03aff7, 0xbe19b852, 0xbf6b4752, 0xbfd041fe, 0xb98458fa});
+  Value* q =
+      poly_bits(b, a, {0x39954c43, 0xbb908b50, 0x3d03aff7, 0xbe19b852, 0xbf6b4752, 0xbfd041fe, 0xb98458fa});
   Value* large = b.CreateFSub(f32(b, 1.0), ex2(b, q));
   Value* r = b.CreateSelect(b.CreateFCmpOLT(a, f32(b, 0.9)), small, large);
   r = b.CreateSelect(b.CreateFCmpOGE(a, f32(b, 3.92)), f32(b, 1.0), r);
@@ -101,11 +103,12 @@ Value* tanh(llvm::IRBuilder<>& b, Value* x) {
 // x·Φ(x) with Φ(−t) = 2^Q(t), t = min(|x|, 6), Q of degree 7 fitted by
 // tools/mathfit/fit_gelu16.py; Φ(x) = 1 − Φ(−x) for x ≥ 0. Beyond 6, Φ(−6)·x < 1e-8·|x|.
 Value* gelu_16bit(llvm::IRBuilder<>& b, Value* x) {
-  Value* t = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
-                                     f32(b, 6.0));
-  Value* q = poly_bits(b, t, {0xb5fd9f10, 0x388373d2, 0xba761e5c, 0x3c0be919, 0xbd5d44cc, 0xbeeab4b0,
-                              0xbf935cca, 0xbf7fffa1});
-  Value* h = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {q});  // q ≥ −57: no subnormals
+  Value* t = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum,
+                                     b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x), f32(b, 6.0));
+  Value* q = poly_bits(
+      b, t, {0xb5fd9f10, 0x388373d2, 0xba761e5c, 0x3c0be919, 0xbd5d44cc, 0xbeeab4b0, 0xbf935cca, 0xbf7fffa1});
+  Value* h =
+      b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {q});  // q ≥ −57: no subnormals
   Value* phi = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0.0)), h, b.CreateFSub(f32(b, 1.0), h));
   return b.CreateFMul(x, phi);
 }
@@ -118,7 +121,8 @@ Value* pow(llvm::IRBuilder<>& b, Value* a, Value* e) {
   Value* mag = ex2(b, b.CreateFMul(e, lg2(b, b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a))));
   Value* half = b.CreateFMul(e, f32(b, 0.5));
   Value* is_int = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, e), e);
-  Value* is_odd = b.CreateAnd(is_int, b.CreateFCmpUNE(b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, half), half));
+  Value* is_odd =
+      b.CreateAnd(is_int, b.CreateFCmpUNE(b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, half), half));
   Value* neg = b.CreateFCmpOLT(a, f32(b, 0.0));
   Value* r = b.CreateSelect(is_odd, b.CreateFNeg(mag), mag);
   r = b.CreateSelect(b.CreateAnd(neg, b.CreateNot(is_int)), f32(b, NAN), r);

@@ -1,9 +1,9 @@
 #include "compiler/dsl/dsl.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "compiler/support/error.h"
 
@@ -17,14 +17,16 @@ Tensor input(Graph& g, const std::string& name, const Shape& shape, DType dtype)
   if (name.empty()) throw GraphError("input: every input needs a non-empty name");
   for (NodeId id : g.inputs())
     if (g.node(id).name == name)
-      throw GraphError(fmt::format("input '{}' is already declared in graph '{}' (%{}); inputs "
-                                   "need unique names",
-                                   name, g.name(), id));
+      throw GraphError(
+          fmt::format("input '{}' is already declared in graph '{}' (%{}); inputs "
+                      "need unique names",
+                      name, g.name(), id));
   for (int64_t d : shape)
     if (d <= 0)
-      throw ShapeError(fmt::format("input '{}': shape {} has a dimension ≤ 0; every dimension "
-                                   "must be positive",
-                                   name, shape_str(shape)));
+      throw ShapeError(
+          fmt::format("input '{}': shape {} has a dimension ≤ 0; every dimension "
+                      "must be positive",
+                      name, shape_str(shape)));
   Node n;
   n.op = Op::Input;
   n.shape = shape;
@@ -47,9 +49,10 @@ void output(const std::string& name, const Tensor& t) { t.graph().add_output(nam
 
 static Tensor unary(Op op, const Tensor& x) {
   if (!is_float(x.dtype()))
-    throw DTypeError(fmt::format("{}: operand {} is bool; {} needs a float tensor (use "
-                                 "where(cond, a, b) to turn a condition into numbers)",
-                                 op_info(op).name, describe(x), op_info(op).name));
+    throw DTypeError(
+        fmt::format("{}: operand {} is bool; {} needs a float tensor (use "
+                    "where(cond, a, b) to turn a condition into numbers)",
+                    op_info(op).name, describe(x), op_info(op).name));
   Node n;
   n.op = op;
   n.operands = {x.id()};
@@ -60,23 +63,25 @@ static Tensor unary(Op op, const Tensor& x) {
 
 static void same_graph(const char* op, const Tensor& a, const Tensor& b) {
   if (&a.graph() != &b.graph())
-    throw GraphError(fmt::format("{}: operands {} and {} belong to different graphs ('{}' and "
-                                 "'{}'); build both in one graph",
-                                 op, describe(a), describe(b), a.graph().name(), b.graph().name()));
+    throw GraphError(
+        fmt::format("{}: operands {} and {} belong to different graphs ('{}' and "
+                    "'{}'); build both in one graph",
+                    op, describe(a), describe(b), a.graph().name(), b.graph().name()));
 }
 
 static Tensor binary(Op op, const Tensor& a, const Tensor& b) {
   const char* name = op_info(op).name;
   same_graph(name, a, b);
   if (a.dtype() != b.dtype())
-    throw DTypeError(fmt::format("{}: operands {} and {} have different dtypes; tilefuse never "
-                                 "converts silently — cast one: cast(x, DType::{})",
-                                 name, describe(a), describe(b),
-                                 a.dtype() == DType::Bool ? dtype_name(b.dtype()) : dtype_name(a.dtype())));
+    throw DTypeError(
+        fmt::format("{}: operands {} and {} have different dtypes; tilefuse never "
+                    "converts silently — cast one: cast(x, DType::{})",
+                    name, describe(a), describe(b),
+                    a.dtype() == DType::Bool ? dtype_name(b.dtype()) : dtype_name(a.dtype())));
   bool compare = op_info(op).kind == OpKind::Compare;
   if (!is_float(a.dtype()))
-    throw DTypeError(fmt::format("{}: operands {} and {} are bool; {} needs float tensors", name,
-                                 describe(a), describe(b), name));
+    throw DTypeError(fmt::format("{}: operands {} and {} are bool; {} needs float tensors", name, describe(a),
+                                 describe(b), name));
   Node n;
   n.op = op;
   n.operands = {a.id(), b.id()};
@@ -102,8 +107,7 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
 
 Tensor cast(const Tensor& x, DType to) {
   if (to == DType::Bool)
-    throw DTypeError(fmt::format("cast: {} to bool is not supported; compare instead (x != 0)",
-                                 describe(x)));
+    throw DTypeError(fmt::format("cast: {} to bool is not supported; compare instead (x != 0)", describe(x)));
   if (x.dtype() == to) return x;
   Node n;
   n.op = Op::Cast;
@@ -132,12 +136,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   same_graph("where", cond, a);
   same_graph("where", a, b);
   if (cond.dtype() != DType::Bool)
-    throw DTypeError(fmt::format("where: condition {} must be bool (the result of a comparison "
-                                 "such as x > 0)",
-                                 describe(cond)));
+    throw DTypeError(
+        fmt::format("where: condition {} must be bool (the result of a comparison "
+                    "such as x > 0)",
+                    describe(cond)));
   if (a.dtype() != b.dtype())
-    throw DTypeError(fmt::format("where: branches {} and {} have different dtypes; cast one",
-                                 describe(a), describe(b)));
+    throw DTypeError(
+        fmt::format("where: branches {} and {} have different dtypes; cast one", describe(a), describe(b)));
   Node n;
   n.op = Op::Where;
   n.operands = {cond.id(), a.id(), b.id()};
@@ -167,7 +172,8 @@ static std::vector<int> normalize_axes(const char* op, const Tensor& x, const st
 static Tensor reduce(Op op, const Tensor& x, const std::vector<int>& axes, bool keepdim) {
   const char* name = op_info(op).name;
   if (!is_float(x.dtype()))
-    throw DTypeError(fmt::format("{}: operand {} is bool; reductions need a float tensor", name, describe(x)));
+    throw DTypeError(
+        fmt::format("{}: operand {} is bool; reductions need a float tensor", name, describe(x)));
   Node n;
   n.op = op;
   n.operands = {x.id()};
@@ -224,7 +230,7 @@ Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps) {
 
 Tensor operator-(const Tensor& x) { return neg(x); }
 
-#define TILEFUSE_DSL_SCALAR_OPERATOR(sym, fn)                                                  \
+#define TILEFUSE_DSL_SCALAR_OPERATOR(sym, fn)                                                         \
   Tensor operator sym(const Tensor& a, double b) { return fn(a, constant(a.graph(), b, a.dtype())); } \
   Tensor operator sym(double a, const Tensor& b) { return fn(constant(b.graph(), a, b.dtype()), b); }
 TILEFUSE_DSL_SCALAR_OPERATOR(+, add)

@@ -87,9 +87,9 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps =
 Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps = 1e-6);
 
 Tensor operator-(const Tensor& x);
-#define TILEFUSE_DSL_BINARY_OPERATOR(sym, fn)                      \
+#define TILEFUSE_DSL_BINARY_OPERATOR(sym, fn)                                       \
   inline Tensor operator sym(const Tensor& a, const Tensor& b) { return fn(a, b); } \
-  Tensor operator sym(const Tensor& a, double b);                  \
+  Tensor operator sym(const Tensor& a, double b);                                   \
   Tensor operator sym(double a, const Tensor& b);
 TILEFUSE_DSL_BINARY_OPERATOR(+, add)
 TILEFUSE_DSL_BINARY_OPERATOR(-, sub)

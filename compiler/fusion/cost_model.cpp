@@ -1,11 +1,11 @@
 #include "compiler/fusion/cost_model.h"
 
-#include "compiler/fusion/row_passes.h"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <set>
 
-#include <fmt/format.h>
+#include "compiler/fusion/row_passes.h"
 
 namespace tilefuse {
 
@@ -17,20 +17,34 @@ double instructions_per_element(const Node& n) {
   bool half = n.dtype == DType::BF16 || n.dtype == DType::F16;
   switch (n.op) {
     case Op::Input:
-    case Op::Constant: return 0;
-    case Op::Exp: return half ? 2 : 14;
-    case Op::Exp2: return 1;
-    case Op::Log: return 2;
-    case Op::Sqrt: return 4;
-    case Op::Rsqrt: return 12;
-    case Op::Tanh: return 22;
-    case Op::Erf: return 18;
-    case Op::Sigmoid: return 24;
-    case Op::Gelu: return half ? 13 : 27;
-    case Op::GeluTanh: return 28;
-    case Op::Div: return 10;
-    case Op::Pow: return 10;
-    default: return 1;
+    case Op::Constant:
+      return 0;
+    case Op::Exp:
+      return half ? 2 : 14;
+    case Op::Exp2:
+      return 1;
+    case Op::Log:
+      return 2;
+    case Op::Sqrt:
+      return 4;
+    case Op::Rsqrt:
+      return 12;
+    case Op::Tanh:
+      return 22;
+    case Op::Erf:
+      return 18;
+    case Op::Sigmoid:
+      return 24;
+    case Op::Gelu:
+      return half ? 13 : 27;
+    case Op::GeluTanh:
+      return 28;
+    case Op::Div:
+      return 10;
+    case Op::Pow:
+      return 10;
+    default:
+      return 1;
   }
 }
 
@@ -103,8 +117,8 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   for (NodeId o : k.outputs) {
     Shape s = aligned_shape(g, o, k.domain, k.split);
     if (s != k.domain && !(reduces && s == per_row)) {
-      *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})",
-                         shape_str(k.domain), k.outputs[0], shape_str(g.node(o).shape), o);
+      *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})", shape_str(k.domain),
+                         k.outputs[0], shape_str(g.node(o).shape), o);
       return std::nullopt;
     }
   }
@@ -117,9 +131,10 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     for (NodeId o : g.node(n).operands) {
       const Node& on = g.node(o);
       if (members.count(o) && op_info(on.op).kind == OpKind::Reduce && !on.keepdim) {
-        *why = fmt::format("%{} {} drops its reduced axes, so numpy aligns it with the last axis, not "
-                           "the rows; reduce with keepdim to broadcast it back over the row",
-                           o, op_info(on.op).name);
+        *why = fmt::format(
+            "%{} {} drops its reduced axes, so numpy aligns it with the last axis, not "
+            "the rows; reduce with keepdim to broadcast it back over the row",
+            o, op_info(on.op).name);
         return std::nullopt;
       }
     }
@@ -127,7 +142,8 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
   for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
-  for (NodeId t : k.outputs) shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
+  for (NodeId t : k.outputs)
+    shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
   if (reduces) {
     auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, hints, why);
     if (!s) return std::nullopt;
@@ -162,7 +178,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
     loaded_regs += words;
     if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
-    if (spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype)) * (spans_rows ? 1 : 0);
+    if (spans_cols)
+      full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype)) * (spans_rows ? 1 : 0);
   }
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   int scratch = 0;
@@ -172,14 +189,15 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   }
   // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.
   for (NodeId t : k.inputs)
-    if (dtype_size(g.node(t).dtype) == 2) c.instructions += static_cast<double>(num_elements(g.node(t).shape));
+    if (dtype_size(g.node(t).dtype) == 2)
+      c.instructions += static_cast<double>(num_elements(g.node(t).shape));
   for (NodeId t : k.outputs)
-    if (dtype_size(g.node(t).dtype) == 2) c.instructions += static_cast<double>(num_elements(g.node(t).shape));
+    if (dtype_size(g.node(t).dtype) == 2)
+      c.instructions += static_cast<double>(num_elements(g.node(t).shape));
   // Index and pointer arithmetic, every loaded operand held at once (loads are issued before
   // the first use), the thread's results, and the temporaries of a few elements in evaluation.
-  c.registers = std::min(p.max_registers_per_thread,
-                         12 + loaded_regs + s.elems_per_thread() + 4 * scratch +
-                             2 * static_cast<int>(k.outputs.size()));
+  c.registers = std::min(p.max_registers_per_thread, 12 + loaded_regs + s.elems_per_thread() + 4 * scratch +
+                                                         2 * static_cast<int>(k.outputs.size()));
   int threads = s.block_threads();
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,

@@ -7,13 +7,13 @@ namespace tilefuse {
 
 struct DeviceProfile {
   std::string name = "H200";
-  double hbm_bytes_per_s = 4258e9;     // device-to-device copy, bytes read + written, measured
+  double hbm_bytes_per_s = 4258e9;  // device-to-device copy, bytes read + written, measured
   // Thread-instructions issued per second: 132 SMs × 4 schedulers × 32 lanes × 1.98 GHz.
   double instructions_per_s = 33.4e12;
-  double bf16_matmul_flops = 777e12;   // cuBLAS bf16 8192³, measured
-  double launch_s = 2.5e-6;            // back-to-back launch on one stream
-  double memory_latency_s = 800e-9;    // loaded DRAM latency that in-flight bytes must cover
-  double l2_bytes = 50e6;              // last-level cache a re-read can hit
+  double bf16_matmul_flops = 777e12;  // cuBLAS bf16 8192³, measured
+  double launch_s = 2.5e-6;           // back-to-back launch on one stream
+  double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
+  double l2_bytes = 50e6;             // last-level cache a re-read can hit
   int sm_count = 132;
   int max_threads_per_sm = 2048;
   int max_blocks_per_sm = 32;

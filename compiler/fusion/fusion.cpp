@@ -1,11 +1,11 @@
 #include "compiler/fusion/fusion.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/error.h"
@@ -14,27 +14,36 @@ namespace tilefuse {
 
 const char* schedule_kind_name(ScheduleKind k) {
   switch (k) {
-    case ScheduleKind::Pointwise: return "pointwise";
-    case ScheduleKind::RowReduce: return "row-reduction";
+    case ScheduleKind::Pointwise:
+      return "pointwise";
+    case ScheduleKind::RowReduce:
+      return "row-reduction";
   }
   return "?";
 }
 
 const char* verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::Fused: return "fused";
-    case Verdict::Merged: return "merged";
-    case Verdict::Duplicated: return "duplicated";
-    case Verdict::Materialized: return "materialized";
+    case Verdict::Fused:
+      return "fused";
+    case Verdict::Merged:
+      return "merged";
+    case Verdict::Duplicated:
+      return "duplicated";
+    case Verdict::Materialized:
+      return "materialized";
   }
   return "?";
 }
 
 const char* layer_name(Layer l) {
   switch (l) {
-    case Layer::Legality: return "legality";
-    case Layer::Budget: return "budget";
-    case Layer::Profitability: return "profitability";
+    case Layer::Legality:
+      return "legality";
+    case Layer::Budget:
+      return "budget";
+    case Layer::Profitability:
+      return "profitability";
   }
   return "?";
 }
@@ -175,9 +184,10 @@ class FusionPass {
       o.predicted_s += k->cost.predicted_s;
       if (k->cost.registers > opt_.max_registers && o.fits) {
         o.fits = false;
-        o.why_not = fmt::format("the fused kernel needs ~{} registers per thread, over the budget "
-                                "of {}",
-                                k->cost.registers, opt_.max_registers);
+        o.why_not = fmt::format(
+            "the fused kernel needs ~{} registers per thread, over the budget "
+            "of {}",
+            k->cost.registers, opt_.max_registers);
       }
     }
     if (verdict != Verdict::Materialized && topo_groups(st).empty()) {
@@ -187,16 +197,13 @@ class FusionPass {
     return o;
   }
 
-  std::string describe(NodeId n) const {
-    return fmt::format("%{} {}", n, op_info(g_.node(n).op).name);
-  }
+  std::string describe(NodeId n) const { return fmt::format("%{} {}", n, op_info(g_.node(n).op).name); }
 
   FusionDecision decide(NodeId p, State& st) {
     FusionDecision d;
     d.producer = p;
     for (NodeId u : users_[p])
-      if (std::find(d.consumers.begin(), d.consumers.end(), u) == d.consumers.end())
-        d.consumers.push_back(u);
+      if (std::find(d.consumers.begin(), d.consumers.end(), u) == d.consumers.end()) d.consumers.push_back(u);
     std::set<int> consumer_groups;
     for (NodeId u : d.consumers) consumer_groups.insert(st.where[u].begin(), st.where[u].end());
     int own = *st.where[p].begin();
@@ -269,22 +276,24 @@ class FusionPass {
         d.reason = fmt::format("{}: one kernel; the intermediate never reaches memory", edge);
         break;
       case Verdict::Merged:
-        d.reason = fmt::format("{}: the consumers share one domain, so producer and consumers "
-                               "become one kernel that reads the operands once",
-                               edge);
+        d.reason = fmt::format(
+            "{}: the consumers share one domain, so producer and consumers "
+            "become one kernel that reads the operands once",
+            edge);
         break;
       case Verdict::Duplicated: {
         const Node& pn = g_.node(p);
         int copies = static_cast<int>(consumer_groups.size());
-        d.duplicated_instructions = (copies - 1) * instructions_per_element(pn) *
-                                    static_cast<double>(num_elements(pn.shape));
+        d.duplicated_instructions =
+            (copies - 1) * instructions_per_element(pn) * static_cast<double>(num_elements(pn.shape));
         for (NodeId o : pn.operands)
           if (g_.node(o).op != Op::Constant)
             d.duplicated_bytes += (copies - 1) * num_elements(g_.node(o).shape) *
                                   static_cast<int64_t>(dtype_size(g_.node(o).dtype));
-        d.reason = fmt::format("{}: recomputed in each of {} consumer kernels; cheaper than "
-                               "writing and re-reading it",
-                               edge, copies);
+        d.reason = fmt::format(
+            "{}: recomputed in each of {} consumer kernels; cheaper than "
+            "writing and re-reading it",
+            edge, copies);
         break;
       }
       case Verdict::Materialized: {
@@ -300,13 +309,12 @@ class FusionPass {
         if (!stop)
           d.reason = fmt::format("{}: nothing to fuse", edge);
         else if (d.stopped_by == Layer::Profitability)
-          d.reason = fmt::format("{}: written once and re-read; {} would take {:.3f} ms against "
-                                 "{:.3f} ms",
-                                 edge, verdict_name(stop->verdict), stop->predicted_s * 1e3,
-                                 before.predicted_s * 1e3);
+          d.reason = fmt::format(
+              "{}: written once and re-read; {} would take {:.3f} ms against "
+              "{:.3f} ms",
+              edge, verdict_name(stop->verdict), stop->predicted_s * 1e3, before.predicted_s * 1e3);
         else
-          d.reason = fmt::format("{}: not fused ({}): {}", edge, layer_name(*d.stopped_by),
-                                 stop->why_not);
+          d.reason = fmt::format("{}: not fused ({}): {}", edge, layer_name(*d.stopped_by), stop->why_not);
         break;
       }
     }
@@ -349,7 +357,8 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
           shape_str(g.node(n.operands[0]).shape)));
   }
   const ScheduleHints& h = options.schedule;
-  if (h.block_threads && (h.block_threads < 32 || h.block_threads > 1024 || (h.block_threads & (h.block_threads - 1))))
+  if (h.block_threads &&
+      (h.block_threads < 32 || h.block_threads > 1024 || (h.block_threads & (h.block_threads - 1))))
     throw Error(fmt::format("block threads {} must be a power of two from 32 to 1024", h.block_threads));
   if (h.rows_per_thread < 0 || h.rows_per_thread > 16)
     throw Error(fmt::format("rows per thread {} must be from 1 to 16", h.rows_per_thread));

@@ -16,13 +16,13 @@ enum class ScheduleKind { Pointwise, RowReduce };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {
-  int64_t bytes_read = 0;     // each external operand read once, at its own size
-  int64_t bytes_written = 0;  // each kernel output written once
-  int64_t reread_bytes = 0;   // a looped row kernel's later passes re-reading its inputs from HBM
+  int64_t bytes_read = 0;       // each external operand read once, at its own size
+  int64_t bytes_written = 0;    // each kernel output written once
+  int64_t reread_bytes = 0;     // a looped row kernel's later passes re-reading its inputs from HBM
   int64_t l2_reread_bytes = 0;  // the same re-reads when the rows in flight fit in L2
-  double instructions = 0;    // issued per thread over the whole domain (cost_model.h)
-  int registers = 0;          // estimate per thread
-  int blocks_per_sm = 0;      // occupancy the estimate allows
+  double instructions = 0;      // issued per thread over the whole domain (cost_model.h)
+  int registers = 0;            // estimate per thread
+  int blocks_per_sm = 0;        // occupancy the estimate allows
   double bytes_in_flight_per_sm = 0;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
@@ -49,14 +49,14 @@ enum class Layer { Legality, Budget, Profitability };
 const char* layer_name(Layer l);
 
 struct FusionOption {
-  Verdict verdict;            // what taking this option means
+  Verdict verdict;  // what taking this option means
   bool legal = true;
-  bool fits = true;           // within the register budget
-  std::string why_not;        // empty when legal and fitting
-  int kernels = 0;            // kernels touched after the option
-  int64_t bytes = 0;          // HBM bytes of the touched kernels after the option
-  int registers = 0;          // max estimated registers of the touched kernels
-  double predicted_s = 0;     // predicted time of the touched kernels
+  bool fits = true;        // within the register budget
+  std::string why_not;     // empty when legal and fitting
+  int kernels = 0;         // kernels touched after the option
+  int64_t bytes = 0;       // HBM bytes of the touched kernels after the option
+  int registers = 0;       // max estimated registers of the touched kernels
+  double predicted_s = 0;  // predicted time of the touched kernels
 };
 
 struct FusionDecision {
@@ -93,9 +93,8 @@ struct Plan {
   FusionOptions options;
   std::vector<Kernel> kernels;  // in launch (dependency) order
   std::vector<FusionDecision> decisions;
-  std::vector<NodeId> dead;     // computed nodes no output depends on: not compiled
+  std::vector<NodeId> dead;  // computed nodes no output depends on: not compiled
   PlanTotals unfused, fused;
-
 };
 
 }  // namespace tilefuse

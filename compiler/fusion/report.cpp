@@ -51,14 +51,14 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
       plan.options.max_registers);
   s += fmt::format("  {:<9}{:>9}{:>10}{:>18}{:>14}\n", "", "kernels", "launches", "HBM bytes", "predicted");
   auto row = [&](const char* label, const PlanTotals& t) {
-    s += fmt::format("  {:<9}{:>9}{:>10}{:>18}{:>14}\n", label, t.kernels, t.kernels,
-                     bytes_str(t.bytes), ms(t.predicted_s));
+    s += fmt::format("  {:<9}{:>9}{:>10}{:>18}{:>14}\n", label, t.kernels, t.kernels, bytes_str(t.bytes),
+                     ms(t.predicted_s));
   };
   row("unfused", plan.unfused);
   row("fused", plan.fused);
   int64_t saved = plan.unfused.bytes - plan.fused.bytes;
-  s += fmt::format("  {:<9}{:>9}{:>10}{:>18}{:>14}   ({:.1f}% of bytes, {:.2f}x predicted)\n\n",
-                   "saved", "", plan.unfused.kernels - plan.fused.kernels, bytes_str(saved),
+  s += fmt::format("  {:<9}{:>9}{:>10}{:>18}{:>14}   ({:.1f}% of bytes, {:.2f}x predicted)\n\n", "saved", "",
+                   plan.unfused.kernels - plan.fused.kernels, bytes_str(saved),
                    ms(plan.unfused.predicted_s - plan.fused.predicted_s),
                    plan.unfused.bytes ? 100.0 * saved / plan.unfused.bytes : 0.0,
                    plan.fused.predicted_s > 0 ? plan.unfused.predicted_s / plan.fused.predicted_s : 0.0);
@@ -71,21 +71,23 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     for (NodeId n : k.outputs) writes.push_back(tensor_desc(g, n));
     s += fmt::format("  {}  {}  domain {}\n", k.name, schedule_kind_name(k.kind), shape_str(k.domain));
     s += fmt::format("    computes {}\n", fmt::join(nodes, ", "));
-    s += fmt::format("    reads    {} ({} B)\n", reads.empty() ? "nothing" : fmt::format("{}", fmt::join(reads, ", ")),
+    s += fmt::format("    reads    {} ({} B)\n",
+                     reads.empty() ? "nothing" : fmt::format("{}", fmt::join(reads, ", ")),
                      bytes_str(k.cost.bytes_read));
     s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
     s += fmt::format("    {}\n", k.schedule.describe());
     if (k.kind == ScheduleKind::RowReduce) {
-      std::string how = k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
-                        : k.passes == 1           ? "one pass: inputs read once"
-                        : k.cost.reread_bytes     ? fmt::format("later passes re-read {} B from HBM", bytes_str(k.cost.reread_bytes))
-                                                  : fmt::format("later passes re-read {} B, from L2 (the rows in flight fit)",
-                                                                bytes_str(k.cost.l2_reread_bytes));
+      std::string how =
+          k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
+          : k.passes == 1           ? "one pass: inputs read once"
+          : k.cost.reread_bytes
+              ? fmt::format("later passes re-read {} B from HBM", bytes_str(k.cost.reread_bytes))
+              : fmt::format("later passes re-read {} B, from L2 (the rows in flight fit)",
+                            bytes_str(k.cost.l2_reread_bytes));
       s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
     }
     s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
-                     registers_line(k, measured), k.cost.blocks_per_sm,
-                     k.cost.bytes_in_flight_per_sm / 1024);
+                     registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
     s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {})\n", ms(k.cost.predicted_s),
                      k.cost.memory_s >= k.cost.compute_s ? "memory" : "compute", ms(k.cost.memory_s),
                      ms(k.cost.compute_s));
@@ -103,17 +105,17 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     s += fmt::format("  #{} {}", ++i, verdict_name(d.verdict));
     if (d.stopped_by) s += fmt::format(" (stopped by {})", layer_name(*d.stopped_by));
     s += fmt::format(" — {}\n", d.reason);
-    s += fmt::format("     saves {} B and {} launch{}; registers {} → {}; predicted {} → {}\n",
-                     bytes_str(d.bytes_saved), d.launches_saved, d.launches_saved == 1 ? "" : "es",
-                     d.registers_before, d.registers_after, ms(d.predicted_before_s),
-                     ms(d.predicted_after_s));
+    s +=
+        fmt::format("     saves {} B and {} launch{}; registers {} → {}; predicted {} → {}\n",
+                    bytes_str(d.bytes_saved), d.launches_saved, d.launches_saved == 1 ? "" : "es",
+                    d.registers_before, d.registers_after, ms(d.predicted_before_s), ms(d.predicted_after_s));
     if (d.verdict == Verdict::Duplicated)
-      s += fmt::format("     duplicated work: {:.0f} instructions, {} B of extra reads\n", d.duplicated_instructions,
-                       bytes_str(d.duplicated_bytes));
+      s += fmt::format("     duplicated work: {:.0f} instructions, {} B of extra reads\n",
+                       d.duplicated_instructions, bytes_str(d.duplicated_bytes));
     std::vector<std::string> opts;
     for (const FusionOption& o : d.options) {
-      std::string t = fmt::format("{} {}", verdict_name(o.verdict),
-                                  o.legal ? ms(o.predicted_s) : std::string("illegal"));
+      std::string t =
+          fmt::format("{} {}", verdict_name(o.verdict), o.legal ? ms(o.predicted_s) : std::string("illegal"));
       if (o.legal && !o.fits) t += fmt::format(" over budget ({} regs)", o.registers);
       if (o.verdict == d.verdict) t += " ← chosen";
       opts.push_back(t);
@@ -127,14 +129,22 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   const Graph& g = plan.graph;
   JsonWriter j;
   auto totals = [&](const char* key, const PlanTotals& t) {
-    j.key(key).begin_object().field("kernels", t.kernels).field("launches", t.kernels)
-        .field("bytes", t.bytes).field("predicted_s", t.predicted_s).end_object();
+    j.key(key)
+        .begin_object()
+        .field("kernels", t.kernels)
+        .field("launches", t.kernels)
+        .field("bytes", t.bytes)
+        .field("predicted_s", t.predicted_s)
+        .end_object();
   };
   j.begin_object().field("graph", g.name());
-  j.key("profile").begin_object().field("name", plan.options.profile.name)
+  j.key("profile")
+      .begin_object()
+      .field("name", plan.options.profile.name)
       .field("hbm_bytes_per_s", plan.options.profile.hbm_bytes_per_s)
       .field("instructions_per_s", plan.options.profile.instructions_per_s)
-      .field("launch_s", plan.options.profile.launch_s).end_object();
+      .field("launch_s", plan.options.profile.launch_s)
+      .end_object();
   j.field("register_budget", plan.options.max_registers);
   totals("unfused", plan.unfused);
   totals("fused", plan.fused);
@@ -143,18 +153,29 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
     j.begin_object().field("name", k.name).field("schedule", schedule_kind_name(k.kind));
     j.array("domain", k.domain).array("nodes", k.nodes).array("inputs", k.inputs).array("outputs", k.outputs);
     const TileSchedule& s = k.schedule;
-    j.key("tile").begin_object().field("rows", s.rows).field("cols", s.cols).field("vec", s.vec)
-        .field("threads_per_row", s.threads_per_row).field("thread_rows", s.thread_rows)
-        .field("rows_per_thread", s.rows_per_thread).field("block_threads", s.block_threads())
-        .field("grid", s.grid()).end_object();
-    j.field("bytes_read", k.cost.bytes_read).field("bytes_written", k.cost.bytes_written)
-        .field("instructions", k.cost.instructions).field("registers_estimate", k.cost.registers)
-        .field("passes", k.passes).field("reread_bytes", k.cost.reread_bytes)
+    j.key("tile")
+        .begin_object()
+        .field("rows", s.rows)
+        .field("cols", s.cols)
+        .field("vec", s.vec)
+        .field("threads_per_row", s.threads_per_row)
+        .field("thread_rows", s.thread_rows)
+        .field("rows_per_thread", s.rows_per_thread)
+        .field("block_threads", s.block_threads())
+        .field("grid", s.grid())
+        .end_object();
+    j.field("bytes_read", k.cost.bytes_read)
+        .field("bytes_written", k.cost.bytes_written)
+        .field("instructions", k.cost.instructions)
+        .field("registers_estimate", k.cost.registers)
+        .field("passes", k.passes)
+        .field("reread_bytes", k.cost.reread_bytes)
         .field("l2_reread_bytes", k.cost.l2_reread_bytes)
         .field("predicted_s", k.cost.predicted_s);
     auto it = measured.find(k.name);
     if (it != measured.end()) {
-      j.field("registers_measured", it->second.registers).field("spill_bytes", it->second.spill_bytes)
+      j.field("registers_measured", it->second.registers)
+          .field("spill_bytes", it->second.spill_bytes)
           .field("registers_source", it->second.source);
     }
     j.end_object();
@@ -163,19 +184,32 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   j.array("dead", plan.dead);
   j.key("decisions").begin_array();
   for (const FusionDecision& d : plan.decisions) {
-    j.begin_object().field("producer", d.producer).array("consumers", d.consumers)
+    j.begin_object()
+        .field("producer", d.producer)
+        .array("consumers", d.consumers)
         .field("verdict", verdict_name(d.verdict));
     if (d.stopped_by) j.field("stopped_by", layer_name(*d.stopped_by));
-    j.field("reason", d.reason).field("bytes_saved", d.bytes_saved)
-        .field("launches_saved", d.launches_saved).field("registers_before", d.registers_before)
-        .field("registers_after", d.registers_after).field("duplicated_instructions", d.duplicated_instructions)
-        .field("duplicated_bytes", d.duplicated_bytes).field("library_gemm_lost", d.library_gemm_lost)
-        .field("predicted_before_s", d.predicted_before_s).field("predicted_after_s", d.predicted_after_s);
+    j.field("reason", d.reason)
+        .field("bytes_saved", d.bytes_saved)
+        .field("launches_saved", d.launches_saved)
+        .field("registers_before", d.registers_before)
+        .field("registers_after", d.registers_after)
+        .field("duplicated_instructions", d.duplicated_instructions)
+        .field("duplicated_bytes", d.duplicated_bytes)
+        .field("library_gemm_lost", d.library_gemm_lost)
+        .field("predicted_before_s", d.predicted_before_s)
+        .field("predicted_after_s", d.predicted_after_s);
     j.key("options").begin_array();
     for (const FusionOption& o : d.options) {
-      j.begin_object().field("verdict", verdict_name(o.verdict)).field("legal", o.legal)
-          .field("fits", o.fits).field("why_not", o.why_not).field("kernels", o.kernels)
-          .field("bytes", o.bytes).field("registers", o.registers).field("predicted_s", o.predicted_s)
+      j.begin_object()
+          .field("verdict", verdict_name(o.verdict))
+          .field("legal", o.legal)
+          .field("fits", o.fits)
+          .field("why_not", o.why_not)
+          .field("kernels", o.kernels)
+          .field("bytes", o.bytes)
+          .field("registers", o.registers)
+          .field("predicted_s", o.predicted_s)
           .end_object();
     }
     j.end_array().end_object();

@@ -1,18 +1,18 @@
 #include "compiler/fusion/schedule.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace tilefuse {
 
 std::string TileSchedule::describe() const {
-  std::string per_thread =
-      chunks_per_thread > 1
-          ? fmt::format("{} row{} × {}×{} cols", rows_per_thread, rows_per_thread == 1 ? "" : "s",
-                        chunks_per_thread, vec)
-          : fmt::format("{} rows × {} cols", rows_per_thread, vec);
-  std::string loop = col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
+  std::string per_thread = chunks_per_thread > 1
+                               ? fmt::format("{} row{} × {}×{} cols", rows_per_thread,
+                                             rows_per_thread == 1 ? "" : "s", chunks_per_thread, vec)
+                               : fmt::format("{} rows × {} cols", rows_per_thread, vec);
+  std::string loop =
+      col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
 }
@@ -31,8 +31,8 @@ static int64_t dim_of(const Shape& domain, const Shape& s, size_t d) {
 
 // Collapses domain dims [begin, end): drops size-1 dims and merges neighbours that every
 // operand treats alike (both full or both broadcast).
-static void collapse_range(const Shape& domain, const std::vector<Shape>& operands, size_t begin,
-                           size_t end, Shape* dom, std::vector<Shape>* views) {
+static void collapse_range(const Shape& domain, const std::vector<Shape>& operands, size_t begin, size_t end,
+                           Shape* dom, std::vector<Shape>* views) {
   bool first = true;
   size_t prev = 0;
   for (size_t d = begin; d < end; ++d) {
@@ -69,7 +69,8 @@ static std::vector<Shape> collapse_shapes(const Shape& domain, int split, const 
       return {};
     }
     collapsed->push_back(cols.empty() ? 1 : cols[0]);
-    for (size_t i = 0; i < operands.size(); ++i) views[i].push_back(col_views[i].empty() ? 1 : col_views[i][0]);
+    for (size_t i = 0; i < operands.size(); ++i)
+      views[i].push_back(col_views[i].empty() ? 1 : col_views[i][0]);
   }
   if (collapsed->empty()) {  // a scalar domain
     *collapsed = {1};
@@ -116,14 +117,15 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
   // Two 16-byte vectors per thread per operand measured best on the H200 (bench/NOTES.md).
   int rpt = hints.rows_per_thread ? hints.rows_per_thread : 2;
-  s.rows_per_thread = static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, rpt));
+  s.rows_per_thread =
+      static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, rpt));
   return s;
 }
 
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
-                                                const std::vector<DType>& dtypes,
-                                                const ScheduleHints& hints, std::string* why) {
+                                                const std::vector<DType>& dtypes, const ScheduleHints& hints,
+                                                std::string* why) {
   TileSchedule s;
   collapse_shapes(domain, split, operands, &s.dims, why);
   if (s.dims.empty()) return std::nullopt;

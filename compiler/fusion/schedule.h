@@ -18,14 +18,14 @@ namespace tilefuse {
 // along rows (a bias) is loaded once per thread and reused for all its rows. A row-reduction
 // tile spans whole rows, held in registers, reduced with warp shuffles and shared memory.
 struct TileSchedule {
-  Shape dims;              // collapsed domain; dims.back() is cols
+  Shape dims;  // collapsed domain; dims.back() is cols
   int64_t rows = 1, cols = 1;
-  int vec = 1;             // elements per vector access along cols
+  int vec = 1;  // elements per vector access along cols
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
   int chunks_per_thread = 1;
-  int64_t col_iters = 1;   // > 1: a row too long for registers, visited in column tiles by a loop
+  int64_t col_iters = 1;  // > 1: a row too long for registers, visited in column tiles by a loop
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -53,8 +53,7 @@ struct ScheduleHints {
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
 TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
-                                            const std::vector<DType>& dtypes,
-                                            const ScheduleHints& hints = {});
+                                       const std::vector<DType>& dtypes, const ScheduleHints& hints = {});
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (16 elements per thread at most), else one row per block visited by a loop over column tiles.
@@ -62,7 +61,7 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
-                                                const std::vector<DType>& dtypes,
-                                                const ScheduleHints& hints, std::string* why);
+                                                const std::vector<DType>& dtypes, const ScheduleHints& hints,
+                                                std::string* why);
 
 }  // namespace tilefuse

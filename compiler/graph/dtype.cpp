@@ -1,28 +1,35 @@
 #include "compiler/graph/dtype.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace tilefuse {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::Bool: return "bool";
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
+    case DType::F32:
+      return 4;
     case DType::F16:
-    case DType::BF16: return 2;
-    case DType::Bool: return 1;
+    case DType::BF16:
+      return 2;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
@@ -61,7 +68,7 @@ uint16_t float_to_f16_bits(float x) {
   uint32_t u = bits_of(x);
   uint32_t sign = (u >> 16) & 0x8000;
   uint32_t au = u & 0x7fffffff;
-  if (au > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (au > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);   // NaN
   if (au >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to inf
   if (au < 0x38800000) {  // subnormal half (or zero): scale into integer units of 2^-24
     float a = float_of(au);

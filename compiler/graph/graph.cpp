@@ -1,9 +1,9 @@
 #include "compiler/graph/graph.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "compiler/support/error.h"
 
@@ -12,23 +12,17 @@ namespace tilefuse {
 const OpInfo& op_info(Op op) {
   // scratch: temporaries held while an element is evaluated (register estimate).
   static const OpInfo table[] = {
-      {"input", OpKind::Leaf, 0},       {"constant", OpKind::Leaf, 0},
-      {"neg", OpKind::Unary, 0},        {"abs", OpKind::Unary, 0},
-      {"exp", OpKind::Unary, 2},        {"exp2", OpKind::Unary, 0},
-      {"log", OpKind::Unary, 1},        {"sqrt", OpKind::Unary, 1},
-      {"rsqrt", OpKind::Unary, 1},      {"tanh", OpKind::Unary, 3},
-      {"erf", OpKind::Unary, 3},       {"sigmoid", OpKind::Unary, 2},
-      {"relu", OpKind::Unary, 0},       {"gelu", OpKind::Unary, 3},
-      {"gelu_tanh", OpKind::Unary, 3}, {"cast", OpKind::Unary, 0},
-      {"add", OpKind::Binary, 0},       {"sub", OpKind::Binary, 0},
-      {"mul", OpKind::Binary, 0},       {"div", OpKind::Binary, 2},
-      {"max", OpKind::Binary, 0},       {"min", OpKind::Binary, 0},
-      {"pow", OpKind::Binary, 2},      {"lt", OpKind::Compare, 0},
-      {"le", OpKind::Compare, 0},       {"gt", OpKind::Compare, 0},
-      {"ge", OpKind::Compare, 0},       {"eq", OpKind::Compare, 0},
-      {"ne", OpKind::Compare, 0},       {"where", OpKind::Select, 0},
-      {"reduce_sum", OpKind::Reduce, 1}, {"reduce_max", OpKind::Reduce, 1},
-      {"reduce_min", OpKind::Reduce, 1},
+      {"input", OpKind::Leaf, 0},        {"constant", OpKind::Leaf, 0},     {"neg", OpKind::Unary, 0},
+      {"abs", OpKind::Unary, 0},         {"exp", OpKind::Unary, 2},         {"exp2", OpKind::Unary, 0},
+      {"log", OpKind::Unary, 1},         {"sqrt", OpKind::Unary, 1},        {"rsqrt", OpKind::Unary, 1},
+      {"tanh", OpKind::Unary, 3},        {"erf", OpKind::Unary, 3},         {"sigmoid", OpKind::Unary, 2},
+      {"relu", OpKind::Unary, 0},        {"gelu", OpKind::Unary, 3},        {"gelu_tanh", OpKind::Unary, 3},
+      {"cast", OpKind::Unary, 0},        {"add", OpKind::Binary, 0},        {"sub", OpKind::Binary, 0},
+      {"mul", OpKind::Binary, 0},        {"div", OpKind::Binary, 2},        {"max", OpKind::Binary, 0},
+      {"min", OpKind::Binary, 0},        {"pow", OpKind::Binary, 2},        {"lt", OpKind::Compare, 0},
+      {"le", OpKind::Compare, 0},        {"gt", OpKind::Compare, 0},        {"ge", OpKind::Compare, 0},
+      {"eq", OpKind::Compare, 0},        {"ne", OpKind::Compare, 0},        {"where", OpKind::Select, 0},
+      {"reduce_sum", OpKind::Reduce, 1}, {"reduce_max", OpKind::Reduce, 1}, {"reduce_min", OpKind::Reduce, 1},
   };
   static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::ReduceMin) + 1);
   return table[static_cast<size_t>(op)];
@@ -36,8 +30,8 @@ const OpInfo& op_info(Op op) {
 
 const Node& Graph::node(NodeId id) const {
   if (id < 0 || static_cast<size_t>(id) >= nodes_.size())
-    throw GraphError(fmt::format("graph '{}': node %{} does not exist (the graph has {} nodes)",
-                                 name_, id, nodes_.size()));
+    throw GraphError(fmt::format("graph '{}': node %{} does not exist (the graph has {} nodes)", name_, id,
+                                 nodes_.size()));
   return nodes_[id];
 }
 
@@ -56,8 +50,7 @@ std::vector<std::vector<NodeId>> Graph::users() const {
 }
 
 bool Graph::is_output(NodeId id) const {
-  return std::any_of(outputs_.begin(), outputs_.end(),
-                     [&](const GraphOutput& o) { return o.node == id; });
+  return std::any_of(outputs_.begin(), outputs_.end(), [&](const GraphOutput& o) { return o.node == id; });
 }
 
 NodeId Graph::append(Node n) {
@@ -70,13 +63,13 @@ NodeId Graph::append(Node n) {
 void Graph::add_output(const std::string& name, NodeId id) {
   if (id < 0 || static_cast<size_t>(id) >= nodes_.size())
     throw GraphError(fmt::format(
-        "output '{}': node %{} is not in graph '{}'; pass a tensor built in this graph", name, id,
-        name_));
+        "output '{}': node %{} is not in graph '{}'; pass a tensor built in this graph", name, id, name_));
   for (const GraphOutput& o : outputs_)
     if (o.name == name)
-      throw GraphError(fmt::format("output '{}' is already defined in graph '{}' (as %{}); "
-                                   "give each output its own name",
-                                   name, name_, o.node));
+      throw GraphError(
+          fmt::format("output '{}' is already defined in graph '{}' (as %{}); "
+                      "give each output its own name",
+                      name, name_, o.node));
   outputs_.push_back({name, id});
 }
 
@@ -87,10 +80,10 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1)
-      throw ShapeError(fmt::format(
-          "{}: shapes {} and {} do not broadcast (dimension {} of the result: {} vs {}); "
-          "numpy rules: trailing dimensions must be equal or 1 — reshape or slice an operand",
-          op, shape_str(a), shape_str(b), i, da, db));
+      throw ShapeError(
+          fmt::format("{}: shapes {} and {} do not broadcast (dimension {} of the result: {} vs {}); "
+                      "numpy rules: trailing dimensions must be equal or 1 — reshape or slice an operand",
+                      op, shape_str(a), shape_str(b), i, da, db));
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -100,8 +93,10 @@ Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim)
   Shape out;
   for (size_t d = 0; d < in.size(); ++d) {
     bool reduced = std::count(axes.begin(), axes.end(), static_cast<int>(d)) > 0;
-    if (!reduced) out.push_back(in[d]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced)
+      out.push_back(in[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -116,8 +111,7 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 
 void verify(const Graph& g) {
   auto fail = [&](const Node& n, const std::string& what) {
-    throw GraphError(fmt::format("graph '{}', node %{} ({}): {}", g.name(), n.id,
-                                 op_info(n.op).name, what));
+    throw GraphError(fmt::format("graph '{}', node %{} ({}): {}", g.name(), n.id, op_info(n.op).name, what));
   };
   std::set<std::string> input_names;
   for (const Node& n : g.nodes()) {
@@ -126,9 +120,10 @@ void verify(const Graph& g) {
     for (int64_t d : n.shape)
       if (d <= 0) fail(n, fmt::format("shape {} has a non-positive dimension", shape_str(n.shape)));
     const OpInfo& info = op_info(n.op);
-    size_t arity = info.kind == OpKind::Leaf ? 0
+    size_t arity = info.kind == OpKind::Leaf                                   ? 0
                    : info.kind == OpKind::Unary || info.kind == OpKind::Reduce ? 1
-                   : info.kind == OpKind::Select ? 3 : 2;
+                   : info.kind == OpKind::Select                               ? 3
+                                                                               : 2;
     if (n.operands.size() != arity)
       fail(n, fmt::format("expects {} operands, has {}", arity, n.operands.size()));
     if (n.op == Op::Input) {
@@ -145,8 +140,8 @@ void verify(const Graph& g) {
         fail(n, fmt::format("axes [{}] are not distinct, ascending axes of {}", fmt::join(n.axes, ", "),
                             shape_str(in.shape)));
       if (n.shape != reduced_shape(in.shape, n.axes, n.keepdim))
-        fail(n, fmt::format("shape {} is not {} reduced over [{}]", shape_str(n.shape),
-                            shape_str(in.shape), fmt::join(n.axes, ", ")));
+        fail(n, fmt::format("shape {} is not {} reduced over [{}]", shape_str(n.shape), shape_str(in.shape),
+                            fmt::join(n.axes, ", ")));
       if (in.dtype != n.dtype || !is_float(n.dtype)) fail(n, "reduces a float operand to its own dtype");
       continue;
     }
@@ -160,8 +155,8 @@ void verify(const Graph& g) {
     switch (info.kind) {
       case OpKind::Unary:
         if (n.op != Op::Cast && (dt(0) != n.dtype || !is_float(n.dtype)))
-          fail(n, fmt::format("needs a float operand of its own dtype {}, has {}",
-                              dtype_name(n.dtype), dtype_name(dt(0))));
+          fail(n, fmt::format("needs a float operand of its own dtype {}, has {}", dtype_name(n.dtype),
+                              dtype_name(dt(0))));
         break;
       case OpKind::Binary:
         if (dt(0) != n.dtype || dt(1) != n.dtype || !is_float(n.dtype))
@@ -177,7 +172,8 @@ void verify(const Graph& g) {
           fail(n, "where needs a bool condition and two operands of the result dtype");
         break;
       case OpKind::Leaf:
-      case OpKind::Reduce: break;
+      case OpKind::Reduce:
+        break;
     }
   }
   std::set<std::string> out_names;
@@ -187,8 +183,7 @@ void verify(const Graph& g) {
       throw GraphError(fmt::format("graph '{}': output '{}' is defined twice", g.name(), o.name));
   }
   if (g.outputs().empty())
-    throw GraphError(fmt::format("graph '{}' has no outputs; mark results with output(name, t)",
-                                 g.name()));
+    throw GraphError(fmt::format("graph '{}' has no outputs; mark results with output(name, t)", g.name()));
 }
 
 std::string print_graph(const Graph& g) {

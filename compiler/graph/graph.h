@@ -12,17 +12,44 @@ namespace tilefuse {
 using NodeId = int32_t;
 
 enum class Op {
-  Input, Constant,
+  Input,
+  Constant,
   // unary
-  Neg, Abs, Exp, Exp2, Log, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Relu, Gelu, GeluTanh, Cast,
+  Neg,
+  Abs,
+  Exp,
+  Exp2,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Erf,
+  Sigmoid,
+  Relu,
+  Gelu,
+  GeluTanh,
+  Cast,
   // binary
-  Add, Sub, Mul, Div, Max, Min, Pow,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Max,
+  Min,
+  Pow,
   // comparisons (result: bool)
-  Lt, Le, Gt, Ge, Eq, Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  Eq,
+  Ne,
   // where(cond, a, b)
   Where,
   // reductions over `axes` (keepdim keeps them as size-1 dimensions)
-  ReduceSum, ReduceMax, ReduceMin,
+  ReduceSum,
+  ReduceMax,
+  ReduceMin,
 };
 
 enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce };
@@ -41,8 +68,8 @@ struct Node {
   std::vector<NodeId> operands;
   Shape shape;
   DType dtype = DType::F32;
-  std::string name;    // Input: the input's name
-  double value = 0.0;  // Constant: the value
+  std::string name;       // Input: the input's name
+  double value = 0.0;     // Constant: the value
   std::vector<int> axes;  // Reduce*: reduced axes of the operand, ascending
   bool keepdim = false;   // Reduce*: reduced axes kept as size 1
 };

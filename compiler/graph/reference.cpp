@@ -1,8 +1,8 @@
 #include "compiler/graph/reference.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "compiler/support/error.h"
 #include "compiler/support/parallel.h"
@@ -11,53 +11,84 @@ namespace tilefuse {
 
 double reference_unary(Op op, double x) {
   switch (op) {
-    case Op::Neg: return -x;
-    case Op::Abs: return std::fabs(x);
-    case Op::Exp: return std::exp(x);
-    case Op::Exp2: return std::exp2(x);
-    case Op::Log: return std::log(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Rsqrt: return 1.0 / std::sqrt(x);
-    case Op::Tanh: return std::tanh(x);
-    case Op::Erf: return std::erf(x);
-    case Op::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-    case Op::Relu: return x > 0 ? x : (std::isnan(x) ? x : 0.0);
-    case Op::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Op::Neg:
+      return -x;
+    case Op::Abs:
+      return std::fabs(x);
+    case Op::Exp:
+      return std::exp(x);
+    case Op::Exp2:
+      return std::exp2(x);
+    case Op::Log:
+      return std::log(x);
+    case Op::Sqrt:
+      return std::sqrt(x);
+    case Op::Rsqrt:
+      return 1.0 / std::sqrt(x);
+    case Op::Tanh:
+      return std::tanh(x);
+    case Op::Erf:
+      return std::erf(x);
+    case Op::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case Op::Relu:
+      return x > 0 ? x : (std::isnan(x) ? x : 0.0);
+    case Op::Gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
     case Op::GeluTanh: {
       const double k = std::sqrt(2.0 / M_PI);
       return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
     }
-    case Op::Cast: return x;
-    default: break;
+    case Op::Cast:
+      return x;
+    default:
+      break;
   }
   throw GraphError(fmt::format("reference: {} is not a unary op", op_info(op).name));
 }
 
 double reference_binary(Op op, double a, double b) {
   switch (op) {
-    case Op::Add: return a + b;
-    case Op::Sub: return a - b;
-    case Op::Mul: return a * b;
-    case Op::Div: return a / b;
-    case Op::Max: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
-    case Op::Min: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
-    case Op::Pow: return std::pow(a, b);
-    case Op::Lt: return a < b;
-    case Op::Le: return a <= b;
-    case Op::Gt: return a > b;
-    case Op::Ge: return a >= b;
-    case Op::Eq: return a == b;
-    case Op::Ne: return a != b;
-    default: break;
+    case Op::Add:
+      return a + b;
+    case Op::Sub:
+      return a - b;
+    case Op::Mul:
+      return a * b;
+    case Op::Div:
+      return a / b;
+    case Op::Max:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case Op::Min:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case Op::Pow:
+      return std::pow(a, b);
+    case Op::Lt:
+      return a < b;
+    case Op::Le:
+      return a <= b;
+    case Op::Gt:
+      return a > b;
+    case Op::Ge:
+      return a >= b;
+    case Op::Eq:
+      return a == b;
+    case Op::Ne:
+      return a != b;
+    default:
+      break;
   }
   throw GraphError(fmt::format("reference: {} is not a binary op", op_info(op).name));
 }
 
 static double round_to(DType t, double v) {
   switch (t) {
-    case DType::BF16: return round_to_bf16(static_cast<float>(v));
-    case DType::F16: return round_to_f16(static_cast<float>(v));
-    default: return v;
+    case DType::BF16:
+      return round_to_bf16(static_cast<float>(v));
+    case DType::F16:
+      return round_to_f16(static_cast<float>(v));
+    default:
+      return v;
   }
 }
 
@@ -120,9 +151,12 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
         for (int64_t i = begin; i < end; ++i) {
           double& acc = out[to_out(i)];
           double v = src[i];
-          if (n.op == Op::ReduceSum) acc += v;
-          else if (std::isnan(v) || std::isnan(acc)) acc = NAN;
-          else acc = n.op == Op::ReduceMax ? std::max(acc, v) : std::min(acc, v);
+          if (n.op == Op::ReduceSum)
+            acc += v;
+          else if (std::isnan(v) || std::isnan(acc))
+            acc = NAN;
+          else
+            acc = n.op == Op::ReduceMax ? std::max(acc, v) : std::min(acc, v);
         }
       };
       // Trailing axes: each output owns a contiguous run of inputs, so runs split cleanly.
@@ -130,7 +164,8 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       bool trailing = n.axes.back() == static_cast<int>(in.shape.size()) - 1 &&
                       n.axes.back() - n.axes.front() + 1 == static_cast<int>(n.axes.size());
       if (trailing)
-        parallel_chunks(count, [&](int64_t b, int64_t e, int64_t) { accumulate(b * run, e * run); }, 64);
+        parallel_chunks(
+            count, [&](int64_t b, int64_t e, int64_t) { accumulate(b * run, e * run); }, 64);
       else
         accumulate(0, static_cast<int64_t>(src.size()));
       for (double& v : out) v = round_to(n.dtype, v);
@@ -144,9 +179,12 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
     parallel_chunks(count, [&](int64_t begin, int64_t end, int64_t) {
       for (int64_t i = begin; i < end; ++i) {
         double v;
-        if (kind == OpKind::Unary) v = reference_unary(n.op, arg(0, i));
-        else if (kind == OpKind::Select) v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
-        else v = reference_binary(n.op, arg(0, i), arg(1, i));
+        if (kind == OpKind::Unary)
+          v = reference_unary(n.op, arg(0, i));
+        else if (kind == OpKind::Select)
+          v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
+        else
+          v = reference_binary(n.op, arg(0, i), arg(1, i));
         out[i] = round_to(n.dtype, v);
       }
     });

@@ -1,11 +1,11 @@
 #include "compiler/support/dump.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "compiler/support/error.h"
 

@@ -1,11 +1,11 @@
 #pragma once
 // A minimal JSON writer for reports and benchmark results (no parsing needed anywhere).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace tilefuse {
 
@@ -29,7 +29,9 @@ class JsonWriter {
   JsonWriter& value(double v) { return raw(std::isfinite(v) ? fmt::format("{}", v) : "null"); }
   JsonWriter& null() { return raw("null"); }
   template <typename T>
-  JsonWriter& field(const std::string& k, const T& v) { return key(k).value(v); }
+  JsonWriter& field(const std::string& k, const T& v) {
+    return key(k).value(v);
+  }
   template <typename T>
   JsonWriter& array(const std::string& k, const std::vector<T>& v) {
     key(k).begin_array();
@@ -41,10 +43,14 @@ class JsonWriter {
   static std::string quote(const std::string& s) {
     std::string q = "\"";
     for (unsigned char c : s) {
-      if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);
-      else if (c == '\n') q += "\\n";
-      else if (c < 0x20) q += fmt::format("\\u{:04x}", c);
-      else q += static_cast<char>(c);
+      if (c == '"' || c == '\\')
+        q += '\\', q += static_cast<char>(c);
+      else if (c == '\n')
+        q += "\\n";
+      else if (c < 0x20)
+        q += fmt::format("\\u{:04x}", c);
+      else
+        q += static_cast<char>(c);
     }
     return q + "\"";
   }

@@ -1,11 +1,11 @@
 #include "compiler/tile/lower_kernel.h"
 
+#include <fmt/format.h>
+
 #include <map>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/row_passes.h"
-
-#include <fmt/format.h>
 
 namespace tilefuse {
 

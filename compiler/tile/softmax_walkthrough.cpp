@@ -1,9 +1,9 @@
 #include "compiler/tile/softmax_walkthrough.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace tilefuse {
 
@@ -17,7 +17,8 @@ SoftmaxWalkthrough walk_online_softmax(const std::vector<float>& row, int tile) 
     st.values.assign(row.begin() + static_cast<long>(start),
                      row.begin() + static_cast<long>(std::min(row.size(), start + tile)));
     st.tile_max = -INFINITY;
-    for (float x : st.values) st.tile_max = std::isnan(x) || std::isnan(st.tile_max) ? NAN : std::max(st.tile_max, x);
+    for (float x : st.values)
+      st.tile_max = std::isnan(x) || std::isnan(st.tile_max) ? NAN : std::max(st.tile_max, x);
     st.max_before = m;
     float m_new = std::isnan(st.tile_max) ? NAN : std::max(m, st.tile_max);
     st.max_after = m_new;

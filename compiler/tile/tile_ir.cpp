@@ -14,19 +14,20 @@ std::string print_tile_program(const TileProgram& p) {
   std::vector<std::string> params;
   for (size_t i = 0; i < p.params.size(); ++i) {
     const TileParam& t = p.params[i];
-    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}", i, t.name, dtype_name(t.dtype),
-                                 shape_str(t.view), t.output ? " out" : ""));
+    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}", i, t.name, dtype_name(t.dtype), shape_str(t.view),
+                                 t.output ? " out" : ""));
   }
   std::string out = fmt::format("tile.func @{}({})\n", p.name, fmt::join(params, ", "));
   out += fmt::format("  // domain {} as {} rows × {} cols; {}\n", shape_str(s.dims), s.rows, s.cols,
                      s.describe());
-  out += fmt::format("  // program id → (row block, col block) of {} × {}; {}\n", s.row_blocks(),
-                     s.col_blocks(), s.exact() ? "tiles cover the domain exactly: no masks"
-                                               : "edge tiles masked");
+  out +=
+      fmt::format("  // program id → (row block, col block) of {} × {}; {}\n", s.row_blocks(), s.col_blocks(),
+                  s.exact() ? "tiles cover the domain exactly: no masks" : "edge tiles masked");
   if (s.col_iters > 1)
-    out += fmt::format("  // {} pass{} over each row, each a loop over {} column tiles of {} that re-loads what "
-                       "it needs; values of one pass reach the next only as per-row results\n",
-                       p.passes, p.passes == 1 ? "" : "es", s.col_iters, s.iter_cols());
+    out += fmt::format(
+        "  // {} pass{} over each row, each a loop over {} column tiles of {} that re-loads what "
+        "it needs; values of one pass reach the next only as per-row results\n",
+        p.passes, p.passes == 1 ? "" : "es", s.col_iters, s.iter_cols());
   for (const TileInst& i : p.body) {
     std::string ty = tile_type_str(i.type, s);
     std::vector<std::string> args;
@@ -34,7 +35,8 @@ std::string print_tile_program(const TileProgram& p) {
     switch (i.opcode) {
       case TileOpcode::Load: {
         std::string note;
-        if (!i.type.rows && i.type.cols) note = "  // broadcast over rows: read once per thread, reused for its rows";
+        if (!i.type.rows && i.type.cols)
+          note = "  // broadcast over rows: read once per thread, reused for its rows";
         out += fmt::format("  %{} = tile.load %arg{} : {}{}\n", i.result, i.param, ty, note);
         break;
       }
@@ -42,16 +44,16 @@ std::string print_tile_program(const TileProgram& p) {
         out += fmt::format("  %{} = tile.constant {} : {}\n", i.result, i.value, ty);
         break;
       case TileOpcode::Compute:
-        out += fmt::format("  %{} = tile.{} {} : {}\n", i.result, op_info(i.op).name,
-                           fmt::join(args, ", "), ty);
+        out +=
+            fmt::format("  %{} = tile.{} {} : {}\n", i.result, op_info(i.op).name, fmt::join(args, ", "), ty);
         break;
       case TileOpcode::Reduce: {
-        std::string online =
-            i.online_with >= 0
-                ? fmt::format(", online with %{}: the running sum is rescaled by exp(c(m) − c(m')) "
-                              "when the running max m grows to m'",
-                              i.online_with)
-                : "";
+        std::string online = i.online_with >= 0
+                                 ? fmt::format(
+                                       ", online with %{}: the running sum is rescaled by exp(c(m) − c(m')) "
+                                       "when the running max m grows to m'",
+                                       i.online_with)
+                                 : "";
         out += fmt::format("  %{} = tile.{} %{} along cols : {}  // pass {}{}; warp shuffles{}\n", i.result,
                            op_info(i.op).name, i.args[0], ty, i.pass, online,
                            s.threads_per_row > 32 ? ", then shared memory across warps" : "");

@@ -28,21 +28,21 @@ enum class TileOpcode {
 struct TileInst {
   explicit TileInst(TileOpcode o) : opcode(o) {}
   TileOpcode opcode;
-  int result = -1;          // value id; -1 for stores
-  Op op = Op::Add;          // Compute, Reduce: the graph op
-  std::vector<int> args;    // value ids
-  int param = -1;           // Load/Store: parameter index
-  double value = 0;         // Constant
-  TileType type;            // result type (Store: the stored tile's type)
-  int pass = 0;             // Reduce: the pass over the row that completes it (1-based)
-  int online_with = -1;     // Reduce (sum): the max reduction whose pass it shares, by rescaling
+  int result = -1;        // value id; -1 for stores
+  Op op = Op::Add;        // Compute, Reduce: the graph op
+  std::vector<int> args;  // value ids
+  int param = -1;         // Load/Store: parameter index
+  double value = 0;       // Constant
+  TileType type;          // result type (Store: the stored tile's type)
+  int pass = 0;           // Reduce: the pass over the row that completes it (1-based)
+  int online_with = -1;   // Reduce (sum): the max reduction whose pass it shares, by rescaling
 };
 
 struct TileParam {
   std::string name;  // graph input name, output name, or %id of an intermediate
   NodeId node = -1;
   DType dtype = DType::F32;
-  Shape view;        // aligned to schedule.dims: 1 where broadcast
+  Shape view;  // aligned to schedule.dims: 1 where broadcast
   bool output = false;
 };
 

@@ -1,7 +1,9 @@
 // tilefuse: the CLI over all stages.
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -10,8 +12,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
@@ -97,7 +97,8 @@ std::vector<float> parse_row(const std::string& text) {
       row.push_back(std::stof(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      throw UsageError(fmt::format("--row takes comma-separated numbers (inf, -inf, nan allowed), got '{}'", item));
+      throw UsageError(
+          fmt::format("--row takes comma-separated numbers (inf, -inf, nan allowed), got '{}'", item));
     }
     if (end == std::string::npos) break;
     start = end + 1;
@@ -115,22 +116,38 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", s));
       return argv[++i];
     };
-    if (s == "--json" && a.command == "bench") a.json_file = value();
-    else if (s == "--json") a.json = true;
-    else if (s == "--check") a.check = true;
-    else if (s == "--bench") a.bench = true;
-    else if (s == "--no-fuse") a.no_fuse = true;
-    else if (s == "--kernel") a.kernel = value();
-    else if (s == "--tile") a.tile = parse_int(s, value());
-    else if (s == "--row") a.rows.push_back(parse_row(value()));
-    else if (s == "--target") a.target = value();
-    else if (s == "--max-registers") a.max_registers = parse_int(s, value());
-    else if (s == "--iters") a.iters = parse_int(s, value());
-    else if (s == "--block-threads") a.block_threads = parse_int(s, value());
-    else if (s == "--rows-per-thread") a.rows_per_thread = parse_int(s, value());
-    else if (s == "--seed") a.seed = static_cast<uint64_t>(parse_int(s, value()));
-    else if (s.rfind("--", 0) == 0) throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
-    else a.names.push_back(s);
+    if (s == "--json" && a.command == "bench")
+      a.json_file = value();
+    else if (s == "--json")
+      a.json = true;
+    else if (s == "--check")
+      a.check = true;
+    else if (s == "--bench")
+      a.bench = true;
+    else if (s == "--no-fuse")
+      a.no_fuse = true;
+    else if (s == "--kernel")
+      a.kernel = value();
+    else if (s == "--tile")
+      a.tile = parse_int(s, value());
+    else if (s == "--row")
+      a.rows.push_back(parse_row(value()));
+    else if (s == "--target")
+      a.target = value();
+    else if (s == "--max-registers")
+      a.max_registers = parse_int(s, value());
+    else if (s == "--iters")
+      a.iters = parse_int(s, value());
+    else if (s == "--block-threads")
+      a.block_threads = parse_int(s, value());
+    else if (s == "--rows-per-thread")
+      a.rows_per_thread = parse_int(s, value());
+    else if (s == "--seed")
+      a.seed = static_cast<uint64_t>(parse_int(s, value()));
+    else if (s.rfind("--", 0) == 0)
+      throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
+    else
+      a.names.push_back(s);
   }
   return a;
 }
@@ -161,8 +178,8 @@ std::vector<const Kernel*> selected_kernels(const Plan& p, const std::string& ke
     if (kernel.empty() || k.name == kernel) ks.push_back(&k);
   }
   if (ks.empty())
-    throw UsageError(fmt::format("plan '{}' has no kernel '{}'; its kernels: {}", p.graph.name(),
-                                 kernel, fmt::join(names, ", ")));
+    throw UsageError(fmt::format("plan '{}' has no kernel '{}'; its kernels: {}", p.graph.name(), kernel,
+                                 fmt::join(names, ", ")));
   return ks;
 }
 
@@ -176,7 +193,8 @@ int64_t minimum_bytes(const Graph& g) {
 }
 
 uint64_t seed_of(const Args& a) {
-  return a.seed ? *a.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return a.seed ? *a.seed
+                : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 struct Timing {
@@ -285,10 +303,17 @@ int cmd_bench(const Args& a) {
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   const char* commit = std::getenv("TILEFUSE_COMMIT");
   JsonWriter j;
-  j.begin_object().field("tool", "tilefuse").field("date", date).field("gpu", info.name)
-      .field("driver_version", info.driver_version).field("commit", commit ? commit : "unknown");
-  j.key("ceiling").begin_object().field("copy_gbps", copy_gbps)
-      .field("copy_bytes", static_cast<int64_t>(2 * copy_bytes)).field("copy_median_ms", copy.median_ms)
+  j.begin_object()
+      .field("tool", "tilefuse")
+      .field("date", date)
+      .field("gpu", info.name)
+      .field("driver_version", info.driver_version)
+      .field("commit", commit ? commit : "unknown");
+  j.key("ceiling")
+      .begin_object()
+      .field("copy_gbps", copy_gbps)
+      .field("copy_bytes", static_cast<int64_t>(2 * copy_bytes))
+      .field("copy_median_ms", copy.median_ms)
       .end_object();
   j.key("results").begin_array();
   bool all_ok = true;
@@ -302,19 +327,34 @@ int cmd_bench(const Args& a) {
     Timing t = summarize(exe.time(inputs, 10, a.iters));
     int64_t bytes = minimum_bytes(g);
     double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
-    fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps, 100 * gbps / copy_gbps);
+    fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps,
+               100 * gbps / copy_gbps);
     const Node& first = g.node(g.inputs()[0]);
     const Example& ex = find_example(name);
-    j.begin_object().field("case", ex.family.empty() ? name : ex.family).field("example", name).field("dtype", dtype_name(first.dtype)).array("shape", first.shape)
-        .field("impl", "tilefuse").field("median_ms", t.median_ms).field("min_ms", t.min_ms)
-        .field("p90_ms", t.p90_ms).field("bytes", bytes).field("gbps", gbps)
-        .field("max_rel_err", chk.max_rel_err).field("unwritten", chk.unwritten).field("ok", chk.ok);
+    j.begin_object()
+        .field("case", ex.family.empty() ? name : ex.family)
+        .field("example", name)
+        .field("dtype", dtype_name(first.dtype))
+        .array("shape", first.shape)
+        .field("impl", "tilefuse")
+        .field("median_ms", t.median_ms)
+        .field("min_ms", t.min_ms)
+        .field("p90_ms", t.p90_ms)
+        .field("bytes", bytes)
+        .field("gbps", gbps)
+        .field("max_rel_err", chk.max_rel_err)
+        .field("unwritten", chk.unwritten)
+        .field("ok", chk.ok);
     MeasuredKernels m = exe.measured();
     j.key("kernels").begin_array();
     for (const Kernel& k : exe.plan().kernels) {
-      j.begin_object().field("name", k.name).field("predicted_bytes", k.cost.bytes())
-          .field("predicted_ms", k.cost.predicted_s * 1e3).field("registers_estimate", k.cost.registers);
-      if (m.count(k.name)) j.field("registers", m[k.name].registers).field("spill_bytes", m[k.name].spill_bytes);
+      j.begin_object()
+          .field("name", k.name)
+          .field("predicted_bytes", k.cost.bytes())
+          .field("predicted_ms", k.cost.predicted_s * 1e3)
+          .field("registers_estimate", k.cost.registers);
+      if (m.count(k.name))
+        j.field("registers", m[k.name].registers).field("spill_bytes", m[k.name].spill_bytes);
       j.end_object();
     }
     j.end_array().end_object();
@@ -330,11 +370,13 @@ int cmd_bench(const Args& a) {
 int cmd_explain(const Args& a) {
   if (one_name(a) != "softmax") throw UsageError("explain knows 'softmax'");
   std::vector<std::vector<float>> rows = a.rows;
-  if (rows.empty()) rows = {{1, 2, 3, 1000}, {-INFINITY, 1, -INFINITY, 2}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
-  fmt::print("online softmax over tiles of {} (`tilefuse tile softmax_256k` shows the loop a kernel runs)\n"
-             "  c(m) = m, or 0 while m = −inf;  m' = max(m, tile max);\n"
-             "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
-             a.tile);
+  if (rows.empty())
+    rows = {{1, 2, 3, 1000}, {-INFINITY, 1, -INFINITY, 2}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+  fmt::print(
+      "online softmax over tiles of {} (`tilefuse tile softmax_256k` shows the loop a kernel runs)\n"
+      "  c(m) = m, or 0 while m = −inf;  m' = max(m, tile max);\n"
+      "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
+      a.tile);
   std::string why;
   bool gpu = cuda::available(&why);
   for (const auto& row : rows) {
