@@ -56,8 +56,8 @@ Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split) {
   return s;
 }
 
-// The row domain of a set holding reductions: every reduction must reduce the same trailing
-// axes of the same shape.
+// The row domain of a set holding reductions: every reduction must reduce the same axes of the
+// same shape (plan_fusion has checked that reductions run over trailing axes).
 static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* domain, int* split,
                        std::string* why) {
   const Node* first = nullptr;
@@ -69,12 +69,6 @@ static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* 
       first = &r;
       *domain = in;
       *split = r.axes.front();
-      for (size_t i = 0; i < r.axes.size(); ++i)
-        if (r.axes[i] != *split + static_cast<int>(i) || r.axes.back() != static_cast<int>(in.size()) - 1) {
-          *why = fmt::format("%{} {} reduces axes [{}] of {}: tilefuse reduces trailing axes only", n,
-                             op_info(r.op).name, fmt::join(r.axes, ", "), shape_str(in));
-          return false;
-        }
     } else if (in != *domain || r.axes != first->axes) {
       *why = fmt::format("%{} and %{} reduce different rows ({} over [{}], {} over [{}])", first->id, n,
                          shape_str(*domain), fmt::join(first->axes, ", "), shape_str(in),
@@ -111,9 +105,8 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     reduces = true;
     k.kind = ScheduleKind::RowReduce;
   }
-  Shape per_row = reduces ? reduced_shape(k.domain, {}, true) : Shape{};
-  if (reduces)
-    for (int d = k.split; d < static_cast<int>(k.domain.size()); ++d) per_row[d] = 1;
+  Shape per_row = k.domain;  // a row kernel's one-value-per-row outputs
+  for (int d = std::max(k.split, 0); reduces && d < static_cast<int>(k.domain.size()); ++d) per_row[d] = 1;
   for (NodeId o : k.outputs) {
     Shape s = aligned_shape(g, o, k.domain, k.split);
     if (s != k.domain && !(reduces && s == per_row)) {
