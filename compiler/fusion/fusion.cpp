@@ -52,6 +52,15 @@ namespace {
 
 bool is_compute(const Node& n) { return n.op != Op::Input && n.op != Op::Constant; }
 
+PlanTotals totals_of(const std::vector<Kernel>& kernels) {
+  PlanTotals t{static_cast<int>(kernels.size()), 0, 0};
+  for (const Kernel& k : kernels) {
+    t.bytes += k.cost.bytes();
+    t.predicted_s += k.cost.predicted_s;
+  }
+  return t;
+}
+
 // Kernel membership during the pass. A node is in exactly one group, except a duplicated node,
 // which is in every group that uses it and written by none.
 struct State {
@@ -73,7 +82,9 @@ class FusionPass {
   }
 
   Plan run() {
-    Plan plan{g_, opt_, {}, {}, {}, {}, {}};
+    Plan plan;
+    plan.graph = g_;
+    plan.options = opt_;
     State st;
     st.where.resize(g_.nodes().size());
     for (const Node& n : g_.nodes()) {
@@ -83,17 +94,14 @@ class FusionPass {
         st.groups.push_back({n.id});
       }
     }
-    plan.unfused = totals(st);
+    plan.unfused_kernels = ordered_kernels(st);
+    plan.unfused = totals_of(plan.unfused_kernels);
     if (opt_.fuse)
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it)
         if (is_compute(*it) && live_[it->id] && !users_[it->id].empty())
           plan.decisions.push_back(decide(it->id, st));
     plan.kernels = ordered_kernels(st);
-    plan.fused = {static_cast<int>(plan.kernels.size()), 0, 0};
-    for (const Kernel& k : plan.kernels) {
-      plan.fused.bytes += k.cost.bytes();
-      plan.fused.predicted_s += k.cost.predicted_s;
-    }
+    plan.fused = totals_of(plan.kernels);
     return plan;
   }
 
@@ -149,20 +157,6 @@ class FusionPass {
     }
     if (order.size() != live) order.clear();
     return order;
-  }
-
-  PlanTotals totals(const State& st) const {
-    PlanTotals t;
-    for (size_t h = 0; h < st.groups.size(); ++h) {
-      if (st.groups[h].empty()) continue;
-      std::string why;
-      auto k = kernel_of(st, static_cast<int>(h), &why);
-      if (!k) throw GraphError(fmt::format("fusion: internal error, group {} invalid: {}", h, why));
-      t.kernels++;
-      t.bytes += k->cost.bytes();
-      t.predicted_s += k->cost.predicted_s;
-    }
-    return t;
   }
 
   // Evaluates the touched groups of a candidate state through the three layers.

@@ -91,7 +91,8 @@ struct FusionOptions {
 struct Plan {
   Graph graph;
   FusionOptions options;
-  std::vector<Kernel> kernels;  // in launch (dependency) order
+  std::vector<Kernel> kernels;          // in launch (dependency) order
+  std::vector<Kernel> unfused_kernels;  // the baseline: one kernel per op, in the same order
   std::vector<FusionDecision> decisions;
   std::vector<NodeId> dead;  // computed nodes no output depends on: not compiled
   PlanTotals unfused, fused;

@@ -63,7 +63,11 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                    plan.unfused.bytes ? 100.0 * saved / plan.unfused.bytes : 0.0,
                    plan.fused.predicted_s > 0 ? plan.unfused.predicted_s / plan.fused.predicted_s : 0.0);
 
-  s += "kernels\n";
+  s += "unfused plan: one kernel per op\n";
+  for (const Kernel& k : plan.unfused_kernels)
+    s += fmt::format("  {:<28} {:>16} B {:>12}\n", node_desc(g, k.nodes[0]), bytes_str(k.cost.bytes()),
+                     ms(k.cost.predicted_s));
+  s += "\nkernels\n";
   for (const Kernel& k : plan.kernels) {
     std::vector<std::string> nodes, reads, writes;
     for (NodeId n : k.nodes) nodes.push_back(node_desc(g, n));
@@ -148,6 +152,15 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   j.field("register_budget", plan.options.max_registers);
   totals("unfused", plan.unfused);
   totals("fused", plan.fused);
+  j.key("unfused_kernels").begin_array();
+  for (const Kernel& k : plan.unfused_kernels)
+    j.begin_object()
+        .field("node", k.nodes[0])
+        .field("op", op_info(g.node(k.nodes[0]).op).name)
+        .field("bytes", k.cost.bytes())
+        .field("predicted_s", k.cost.predicted_s)
+        .end_object();
+  j.end_array();
   j.key("kernels").begin_array();
   for (const Kernel& k : plan.kernels) {
     j.begin_object().field("name", k.name).field("schedule", schedule_kind_name(k.kind));
