@@ -19,6 +19,9 @@ TEST(Fusion, BiasGeluIsOneKernelWithHalfTheBytes) {
   const int64_t x = 8192LL * 8192 * 4, b = 8192 * 4;
   EXPECT_EQ(p.unfused.kernels, 2);
   EXPECT_EQ(p.unfused.bytes, (x + b + x) + (x + x));
+  ASSERT_EQ(p.unfused_kernels.size(), 2u);  // add, then gelu: the baseline the report shows
+  EXPECT_EQ(p.unfused_kernels[0].cost.bytes(), x + b + x);
+  EXPECT_EQ(p.unfused_kernels[1].cost.bytes(), x + x);
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_EQ(p.fused.bytes, x + b + x);
   ASSERT_EQ(p.decisions.size(), 1u);
