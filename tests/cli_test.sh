@@ -35,6 +35,7 @@ expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row
 expect explain-bad-row 2 "--row takes comma-separated numbers" -- "$tf" explain softmax --row 1,x
 if [ ! -e /dev/nvidia0 ] && ! ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   expect run-no-gpu 69 "no GPU present" -- "$tf" run bias_gelu --check
+  expect measured-profile-no-gpu 69 "no GPU present" -- "$tf" plan bias_gelu --measured-profile
 fi
 dir=$(mktemp -d)
 TILEFUSE_DUMP=graph,plan,tile,llvm,ptx TILEFUSE_DUMP_DIR=$dir "$tf" ptx gelu_two_consumers >/dev/null

@@ -24,6 +24,7 @@
 #include "compiler/tile/softmax_walkthrough.h"
 #include "dsl_examples/examples.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/device_probe.h"
 #include "runtime/executable.h"
 
 using namespace tilefuse;
@@ -57,6 +58,8 @@ common options:
   --iters N                    timed iterations for --bench (default 100)
   --block-threads N            schedule override: threads per block (power of two, 32..1024)
   --rows-per-thread N          schedule override: rows each thread owns (1..16)
+  --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
+                               count, L2) instead of the H200 defaults
 
 TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or all) dumps stages; TILEFUSE_DUMP_DIR=dir writes files.
 )";
@@ -66,7 +69,7 @@ struct Args {
   std::vector<std::string> names;
   std::vector<std::vector<float>> rows;
   int tile = 2;
-  bool json = false, check = false, bench = false, no_fuse = false;
+  bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0;
   std::optional<uint64_t> seed;
@@ -116,16 +119,17 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", s));
       return argv[++i];
     };
+    static const std::map<std::string, bool Args::*> flags = {
+        {"--check", &Args::check},
+        {"--bench", &Args::bench},
+        {"--no-fuse", &Args::no_fuse},
+        {"--measured-profile", &Args::measured_profile}};
     if (s == "--json" && a.command == "bench")
       a.json_file = value();
     else if (s == "--json")
       a.json = true;
-    else if (s == "--check")
-      a.check = true;
-    else if (s == "--bench")
-      a.bench = true;
-    else if (s == "--no-fuse")
-      a.no_fuse = true;
+    else if (flags.count(s))
+      a.*flags.at(s) = true;
     else if (s == "--kernel")
       a.kernel = value();
     else if (s == "--tile")
@@ -165,6 +169,7 @@ Plan make_plan(const Args& a, const std::string& name) {
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread};
+  if (a.measured_profile) fo.profile = measure_device_profile();
   Plan p = plan_fusion(g, fo);
   dump("plan", g.name(), plan_report_text(p));
   return p;
@@ -195,14 +200,6 @@ int64_t minimum_bytes(const Graph& g) {
 uint64_t seed_of(const Args& a) {
   return a.seed ? *a.seed
                 : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-struct Timing {
-  double median_ms, min_ms, p90_ms;
-};
-Timing summarize(std::vector<float> ms) {
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front(), ms[std::min(ms.size() - 1, ms.size() * 9 / 10)]};
 }
 
 struct CheckResult {
@@ -253,7 +250,7 @@ int cmd_run(const Args& a) {
   bool ok = true;
   if (a.check) ok = check_outputs(g, inputs, outs).ok;
   if (a.bench) {
-    Timing t = summarize(exe.time(inputs, 10, a.iters));
+    Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
     int64_t bytes = minimum_bytes(g);
     fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
                t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
@@ -262,24 +259,6 @@ int cmd_run(const Args& a) {
     fmt::print("  {}: {} registers ({}), {} bytes spilled/local\n", k, m.registers, m.source, m.spill_bytes);
   fmt::print("{}\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
-}
-
-// The device-to-device copy ceiling: bytes read + written over the median time.
-Timing copy_ceiling(size_t bytes, int iters) {
-  cuda::DeviceBuffer src(bytes), dst(bytes);
-  src.fill_u32(0x3f8ccccd);
-  cuda::Stream s;
-  for (int i = 0; i < 5; ++i) cuda::copy_device_to_device(dst.ptr(), src.ptr(), bytes, s.get());
-  std::vector<cuda::Event> start(iters), stop(iters);
-  for (int i = 0; i < iters; ++i) {
-    start[i].record(s.get());
-    cuda::copy_device_to_device(dst.ptr(), src.ptr(), bytes, s.get());
-    stop[i].record(s.get());
-  }
-  s.synchronize();
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) ms.push_back(cuda::Event::elapsed_ms(start[i], stop[i]));
-  return summarize(ms);
 }
 
 int cmd_bench(const Args& a) {
@@ -294,7 +273,7 @@ int cmd_bench(const Args& a) {
   }
   const auto& info = cuda::Context::get().info();
   size_t copy_bytes = size_t{1} << 30;
-  Timing copy = copy_ceiling(copy_bytes, a.iters);
+  Timing copy = time_copy(copy_bytes, a.iters);
   double copy_gbps = 2.0 * copy_bytes / (copy.median_ms * 1e-3) / 1e9;
   fmt::print("{}: copy ceiling {:.0f} GB/s ({:.4f} ms for 2 × {} bytes)\n", info.name, copy_gbps,
              copy.median_ms, copy_bytes);
@@ -324,7 +303,7 @@ int cmd_bench(const Args& a) {
     fmt::print("{}:\n", name);
     CheckResult chk = check_outputs(g, inputs, exe.run(inputs));
     all_ok &= chk.ok;
-    Timing t = summarize(exe.time(inputs, 10, a.iters));
+    Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
     int64_t bytes = minimum_bytes(g);
     double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
     fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps,
