@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "compiler/support/error.h"
 #include "runtime/cuda_driver.h"
 
@@ -14,6 +16,15 @@ struct Executable::Device {
   std::map<NodeId, cuda::DeviceBuffer> buffers;  // graph inputs and kernel outputs
   MeasuredKernels driver;
 };
+
+int64_t count_unwritten(const TensorData& t) {
+  size_t w = dtype_size(t.dtype);
+  int64_t n = 0;
+  for (size_t i = 0; i < t.bytes.size(); i += w)
+    n +=
+        std::all_of(t.bytes.begin() + i, t.bytes.begin() + i + w, [](uint8_t b) { return b == kPoisonByte; });
+  return n;
+}
 
 Executable::Executable(Plan plan, const CodegenOptions& options) : plan_(std::move(plan)), options_(options) {
   for (const Kernel& k : plan_.kernels) {
@@ -82,7 +93,7 @@ TensorMap Executable::run(const TensorMap& inputs, const RunOptions& options) {
   upload(inputs);
   if (options.poison_outputs)
     for (const Kernel& k : plan_.kernels)
-      for (NodeId o : k.outputs) dev_->buffers.at(o).fill_u8(0xff);
+      for (NodeId o : k.outputs) dev_->buffers.at(o).fill_u8(kPoisonByte);
   launch_all();
   dev_->stream.synchronize();
   const Graph& g = plan_.graph;

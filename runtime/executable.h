@@ -13,8 +13,13 @@
 namespace tilefuse {
 
 struct RunOptions {
-  bool poison_outputs = true;  // fill every output and intermediate with 0xFF bytes first
+  bool poison_outputs = true;  // fill every output and intermediate with kPoisonByte first
 };
+
+// No computed f32/f16/bf16 value is all 0xFF bytes (hardware NaNs are canonical), so an output
+// element that still is was never written.
+constexpr uint8_t kPoisonByte = 0xff;
+int64_t count_unwritten(const TensorData& t);
 
 class Executable {
  public:

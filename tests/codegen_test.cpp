@@ -21,7 +21,7 @@ int count(const std::string& s, const std::string& re) {
 }
 
 TEST(Codegen, EveryExampleAssemblesWithPtxas) {
-  if (testing::ptxas_path().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
+  if (find_ptxas().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
   for (const Example& e : examples()) {
     Plan p = plan_fusion(e.build());
     for (const Kernel& k : p.kernels) {
@@ -57,7 +57,7 @@ TEST(Codegen, OddShapesAreMasked) {
   EXPECT_EQ(p.kernels[0].schedule.vec, 1);  // 1001 is odd: no wider vector divides a row
   CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
   EXPECT_NE(c.ptx.find("@%p"), std::string::npos) << "edge tiles need predicated stores";
-  if (!testing::ptxas_path().empty()) {
+  if (!find_ptxas().empty()) {
     EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
   }
 }
@@ -74,7 +74,7 @@ TEST(Codegen, TargetsAndCache) {
 }
 
 TEST(Codegen, PtxasRejectionIsReported) {
-  if (testing::ptxas_path().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
+  if (find_ptxas().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
   std::string bad = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { frobnicate; }\n";
   try {
     run_ptxas(bad, "k");

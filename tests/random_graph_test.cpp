@@ -122,7 +122,7 @@ TEST(RandomGraphs, PlanInvariants) {
 }
 
 TEST(RandomGraphs, PtxAssembles) {
-  if (testing::ptxas_path().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
+  if (find_ptxas().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
   for (uint64_t seed = 1; seed <= 24; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Plan p = plan_fusion(random_graph(seed, seed % 3 == 0 ? DType::BF16 : DType::F32));

@@ -82,14 +82,7 @@ void check_on_gpu(const Plan& p, uint64_t seed) {
   auto ref = reference_run(p.graph, inputs);
   for (const GraphOutput& o : p.graph.outputs()) {
     const TensorData& t = outs.at(o.name);
-    size_t w = dtype_size(t.dtype);
-    int64_t unwritten = 0;
-    for (size_t i = 0; i < t.bytes.size(); i += w) {
-      bool poison = true;
-      for (size_t b = 0; b < w; ++b) poison &= t.bytes[i + b] == 0xff;
-      unwritten += poison;
-    }
-    EXPECT_EQ(unwritten, 0) << p.graph.name() << " output " << o.name;
+    EXPECT_EQ(count_unwritten(t), 0) << p.graph.name() << " output " << o.name;
     double err = relative_error(t.to_doubles(), ref.at(o.name));
     // A bool output may flip where a float64 and an f32 value straddle a threshold: rare, bounded by 1e-2.
     double tol = t.dtype == DType::F32 ? 1e-6 : 1e-2;
@@ -98,10 +91,5 @@ void check_on_gpu(const Plan& p, uint64_t seed) {
 }
 
 bool gpu_available() { return cuda::available(); }
-
-std::string ptxas_path() {
-  if (std::filesystem::exists("/usr/local/cuda/bin/ptxas")) return "/usr/local/cuda/bin/ptxas";
-  return "";
-}
 
 }  // namespace tilefuse::testing

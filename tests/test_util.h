@@ -16,6 +16,5 @@ void check_plan_invariants(const Plan& p);
 void check_on_gpu(const Plan& p, uint64_t seed);
 
 bool gpu_available();
-std::string ptxas_path();  // empty when no CUDA toolkit is installed
 
 }  // namespace tilefuse::testing

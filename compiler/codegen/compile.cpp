@@ -131,7 +131,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   return c;
 }
 
-static std::string find_ptxas() {
+std::string find_ptxas() {
   if (const char* env = std::getenv("TILEFUSE_PTXAS")) return env;
   if (std::filesystem::exists("/usr/local/cuda/bin/ptxas")) return "/usr/local/cuda/bin/ptxas";
   if (std::system("command -v ptxas >/dev/null 2>&1") == 0) return "ptxas";

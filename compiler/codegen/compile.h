@@ -21,8 +21,10 @@ struct CompiledKernel {
 
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt = {});
 
-// ptxas -arch=<sm> -v on the PTX, when a CUDA toolkit is present (TILEFUSE_PTXAS, else
-// /usr/local/cuda/bin/ptxas, else ptxas on PATH). Returns nullopt when there is none; throws
+// TILEFUSE_PTXAS, else /usr/local/cuda/bin/ptxas, else ptxas on PATH; empty when there is none.
+std::string find_ptxas();
+
+// ptxas -arch=<sm> -v on the PTX, when find_ptxas() finds one. Returns nullopt when there is none; throws
 // CodegenError with ptxas's message when it rejects the PTX.
 std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::string& kernel,
                                         const CodegenOptions& opt = {});

@@ -165,14 +165,13 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     const Node& n = g.node(k.inputs[i]);
     c.bytes_read += tensor_bytes(n);
-    bool spans_rows = num_elements(views[i]) != views[i].back();
-    bool spans_cols = views[i].back() != 1;
+    bool spans_rows = view_spans_rows(views[i]);
+    bool spans_cols = view_spans_cols(views[i]);
     int elems = (spans_rows ? s.rows_per_thread : 1) * (spans_cols ? s.vec * s.chunks_per_thread : 1);
     int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
     loaded_regs += words;
     if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
-    if (spans_cols)
-      full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype)) * (spans_rows ? 1 : 0);
+    if (spans_rows && spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype));
   }
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   int scratch = 0;

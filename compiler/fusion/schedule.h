@@ -45,6 +45,10 @@ struct TileSchedule {
 std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int split,
                                  const std::vector<Shape>& operands);
 
+// Whether an operand view varies along the tile's rows / columns (else it is broadcast).
+inline bool view_spans_rows(const Shape& view) { return num_elements(view) != view.back(); }
+inline bool view_spans_cols(const Shape& view) { return view.back() != 1; }
+
 // Schedule overrides from the user (0: let tilefuse choose).
 struct ScheduleHints {
   int block_threads = 0;    // power of two, 32..1024

@@ -9,8 +9,6 @@
 
 namespace tilefuse {
 
-static bool spans_rows(const Shape& view) { return num_elements(view) != view.back(); }
-
 TileProgram lower_kernel(const Graph& g, const Kernel& k) {
   TileProgram p;
   p.name = k.name;
@@ -42,7 +40,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     TileInst ld(TileOpcode::Load);
     ld.param = static_cast<int>(i);
-    ld.type = {p.params[i].dtype, spans_rows(views[i]), views[i].back() != 1};
+    ld.type = {p.params[i].dtype, view_spans_rows(views[i]), view_spans_cols(views[i])};
     value_of[k.inputs[i]] = emit(ld);
   }
   for (NodeId id : k.nodes) {
@@ -74,7 +72,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
     TileInst st(TileOpcode::Store);
     st.param = static_cast<int>(i);
     st.args = {value_of.at(p.params[i].node)};
-    st.type = {p.params[i].dtype, spans_rows(views[i]), views[i].back() != 1};
+    st.type = {p.params[i].dtype, view_spans_rows(views[i]), view_spans_cols(views[i])};
     emit(st);
   }
   return p;
