@@ -12,16 +12,18 @@ namespace tilefuse::cuda {
 namespace {
 
 // Exported names as CUDA 13's cuda.h maps them (the plain names are macros for these).
-#define TF_CUDA_FUNCS(X)                                                                                    \
-  X(cuGetErrorName)                                                                                         \
-  X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)         \
-          X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)        \
-              X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2)                  \
-                  X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute)      \
-                      X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)       \
-                          X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)    \
-                              X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)
+#define TF_CUDA_FUNCS(X)                                                                                 \
+  X(cuGetErrorName)                                                                                      \
+  X(cuGetErrorString)                                                                                    \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                  \
+      X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)      \
+          X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)     \
+              X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2)               \
+                  X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute)   \
+                      X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)    \
+                          X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) \
+                              X(cuEventElapsedTime_v2) X(cuEventDestroy_v2) X(cuLaunchKernelEx)          \
+                                  X(cuOccupancyMaxActiveClusters)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -361,24 +363,70 @@ int Module::local_bytes(CUfunction f) const {
 
 // ---- launches and copies ----
 
+namespace {
+
+std::string launch_shape(Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes) {
+  auto d3 = [](Dim3 d) {
+    return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+  };
+  std::string s = "; grid " + d3(grid) + " block " + d3(block);
+  if (cluster > 1) s += " cluster (" + std::to_string(cluster) + ",1,1)";
+  return s + " dynamic shared " + std::to_string(shared_bytes) + " bytes";
+}
+
+// A launch configuration with clusters of `cluster` blocks along x. More than the 8 blocks
+// every sm_90 part supports needs a per-function opt-in.
+struct ClusterLaunch {
+  CUlaunchAttribute attr{};
+  CUlaunchConfig config{};
+
+  ClusterLaunch(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream,
+                const std::string& what) {
+    if (cluster > 8)
+      check(ready().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+            "cuFuncSetAttribute", what + ": NON_PORTABLE_CLUSTER_SIZE_ALLOWED");
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cluster;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
+    config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
+    config.sharedMemBytes = shared_bytes;
+    config.hStream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+};
+
+}  // namespace
+
 void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
-            const std::string& what) {
+            const std::string& what, unsigned cluster) {
   const Api& a = ready();
   // Dynamic shared memory above the 48 KiB default needs an explicit per-function opt-in.
   if (shared_bytes > 48 * 1024)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(shared_bytes)),
           "cuFuncSetAttribute", what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));
-  CUresult r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream,
-                                args, nullptr);
-  if (r != CUDA_SUCCESS) {
-    auto d3 = [](Dim3 d) {
-      return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
-    };
-    std::string cfg = "; grid " + d3(grid) + " block " + d3(block) + " dynamic shared " +
-                      std::to_string(shared_bytes) + " bytes";
-    fail("cuLaunchKernel", what, r, cfg.c_str());
+  CUresult r;
+  if (cluster > 1) {
+    ClusterLaunch l(f, grid, block, cluster, shared_bytes, stream, what);
+    r = a.cuLaunchKernelEx(&l.config, f, args, nullptr);
+  } else {
+    r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream, args,
+                         nullptr);
   }
+  if (r != CUDA_SUCCESS)
+    fail(cluster > 1 ? "cuLaunchKernelEx" : "cuLaunchKernel", what, r,
+         launch_shape(grid, block, cluster, shared_bytes).c_str());
+}
+
+int max_active_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what) {
+  ClusterLaunch l(f, grid, block, cluster, 0, nullptr, what);
+  int n = 0;
+  check(ready().cuOccupancyMaxActiveClusters(&n, f, &l.config), "cuOccupancyMaxActiveClusters",
+        what + launch_shape(grid, block, cluster, 0));
+  return n;
 }
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {

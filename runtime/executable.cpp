@@ -58,6 +58,13 @@ void Executable::load() {
     dev->functions.push_back(f);
     dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f),
                            "driver"};
+    if (c.cluster_blocks > 1 &&
+        cuda::max_active_clusters(f, {static_cast<unsigned>(c.grid), 1, 1}, {c.block_threads, 1, 1},
+                                  c.cluster_blocks, c.name) == 0)
+      throw CudaError(
+          fmt::format("kernel {}: this GPU cannot place one cluster of {} blocks of {} threads "
+                      "({} registers each); plan with a smaller --max-cluster",
+                      c.name, c.cluster_blocks, c.block_threads, dev->driver[c.name].registers));
   }
   const Graph& g = plan_.graph;
   for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
@@ -85,7 +92,8 @@ void Executable::launch_all() {
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
     cuda::Dim3 grid{static_cast<unsigned>(compiled_[i].grid), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
-    cuda::launch(dev_->functions[i], grid, block, 0, dev_->stream.get(), args.data(), k.name);
+    cuda::launch(dev_->functions[i], grid, block, 0, dev_->stream.get(), args.data(), k.name,
+                 compiled_[i].cluster_blocks);
   }
 }
 

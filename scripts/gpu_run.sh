@@ -2,7 +2,9 @@
 # On the GPU machine, in one call: the GPU tests, the benchmark against its ceiling and peers,
 # Nsight Compute's DRAM byte counts beside the cost model's, and the SASS of the main kernels.
 # Needs bundle/ (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and
-# NCU (example lists; NCU may be empty) narrow a run to what changed.
+# NCU (example lists; NCU may be empty) narrow a run to what changed. VARIANTS ("name options;
+# ...") times schedules other than the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's
+# occupancy and stall sections.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
@@ -15,6 +17,7 @@ BENCH=${BENCH:-"bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softma
 PEER_CASES=${PEER_CASES:-bias_gelu,softmax,layernorm,rmsnorm}
 NCU=${NCU-"bias_gelu bias_gelu_bf16 softmax softmax_32k softmax_256k layernorm rmsnorm"}
 log="$OUT/tests.log"
+tmp=$(mktemp -d)
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   echo "== tests"
@@ -28,10 +31,20 @@ log="$OUT/tests.log"
 grep -E "FAILED|Failure|tests exit|PASSED|SKIPPED|GPU kernel" "$log" | head -30
 
 echo "== benchmark"
-$B/tilefuse bench --json "$OUT/tilefuse.json" $BENCH >"$OUT/bench.log" 2>&1
+$B/tilefuse bench --json "$tmp/tilefuse.json" $BENCH >"$OUT/bench.log" 2>&1
 grep -vE "^  output" "$OUT/bench.log" | tail -40
-python3 bench/peers.py --out "$OUT/peers.json" --cases "$PEER_CASES" >"$OUT/peers.log" 2>&1
-tail -3 "$OUT/peers.log"
+if [ -n "${VARIANTS:-}" ]; then
+  echo "== variants" | tee -a "$OUT/bench.log"
+  IFS=';' read -ra variants <<<"$VARIANTS"
+  for v in "${variants[@]}"; do
+    echo "-- $v"
+    # shellcheck disable=SC2086
+    $B/tilefuse run $v --bench 2>&1 | grep -E "median|registers|FAILED|rror"
+  done | tee -a "$OUT/bench.log"
+fi
+echo "== peers" >>"$OUT/bench.log"
+python3 bench/peers.py --out "$tmp/peers.json" --cases "$PEER_CASES" >>"$OUT/bench.log" 2>&1
+tail -2 "$OUT/bench.log"
 
 echo "== ncu"
 for e in $NCU; do
@@ -40,16 +53,21 @@ for e in $NCU; do
 done >"$OUT/ncu.csv"
 wc -l "$OUT/ncu.csv"
 
+for e in ${NCU_DETAIL:-}; do
+  ncu --clock-control none --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis $B/tilefuse run $e --bench --iters 1 2>&1 |
+    grep -v '^==PROF==' | tail -120
+done >"$OUT/ncu_detail.txt"
+
 ncu_arg=()
 [ -s "$OUT/ncu.csv" ] && ncu_arg=(--ncu "$OUT/ncu.csv")
-python3 bench/report.py --tilefuse "$OUT/tilefuse.json" --peers "$OUT/peers.json" "${ncu_arg[@]}" \
+python3 bench/report.py --tilefuse "$tmp/tilefuse.json" --peers "$tmp/peers.json" "${ncu_arg[@]}" \
   --out "$OUT/results.json" --markdown "$OUT/results.md"
 
 [ "${SASS:-1}" = 1 ] || exit 0
 echo "== sass"
-tmp=$(mktemp -d)
 {
-  for e in bias_gelu bias_gelu_bf16 softmax softmax_32k; do
+  for e in bias_gelu_bf16 softmax softmax_256k layernorm_bf16; do
     $B/tilefuse ptx $e >"$tmp/$e.ptx"
     ptxas -arch=sm_90 -v "$tmp/$e.ptx" -o "$tmp/$e.cubin" 2>&1
     cuobjdump -sass "$tmp/$e.cubin"

@@ -73,6 +73,23 @@ TEST(Codegen, TargetsAndCache) {
   EXPECT_THROW(codegen_options_for("gfx90a"), TargetError);
 }
 
+TEST(Codegen, ClustersNeedSm90) {
+  Plan p = plan_fusion(find_example("softmax_32k").build());
+  ASSERT_EQ(p.kernels[0].schedule.cluster_blocks, 2);
+  try {
+    compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80"));
+    FAIL() << "a cluster kernel compiled for sm_80";
+  } catch (const TargetError& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-cluster 1"), std::string::npos) << e.what();
+  }
+  FusionOptions o;
+  o.profile.max_cluster_blocks = 1;
+  Plan flat = plan_fusion(find_example("softmax_32k").build(), o);
+  CompiledKernel c = compile_kernel(flat.graph, flat.kernels[0], codegen_options_for("sm_80"));
+  EXPECT_EQ(c.ptx.find("barrier.cluster"), std::string::npos);
+  EXPECT_EQ(c.cluster_blocks, 1u);
+}
+
 TEST(Codegen, PtxasRejectionIsReported) {
   if (find_ptxas().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
   std::string bad = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { frobnicate; }\n";

@@ -172,15 +172,55 @@ TEST(FusionReduce, NormsAreOneKernel) {
 }
 
 TEST(FusionReduce, LongRowsLoopAndCountTheReread) {
-  Plan p = plan_fusion(find_example("softmax_256k").build());
+  FusionOptions no_clusters;
+  no_clusters.profile.max_cluster_blocks = 1;  // a device without thread-block clusters
+  Plan p = plan_fusion(find_example("softmax_256k").build(), no_clusters);
   testing::check_plan_invariants(p);
   ASSERT_EQ(p.kernels.size(), 1u);
   const Kernel& k = p.kernels[0];
   EXPECT_GT(k.schedule.col_iters, 1);
+  EXPECT_EQ(k.schedule.cluster_blocks, 1);
   EXPECT_EQ(k.passes, 2);
   // 1 MB rows in flight on every SM do not fit in L2: the second pass re-reads x from HBM.
   EXPECT_EQ(k.cost.reread_bytes, 2048LL * 262144 * 4);
   EXPECT_EQ(k.cost.bytes(), 3LL * 2048 * 262144 * 4);
+}
+
+TEST(FusionReduce, LongRowsSplitOverAClusterAreReadOnce) {
+  Plan p = plan_fusion(find_example("softmax_256k").build());
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const TileSchedule& s = p.kernels[0].schedule;
+  // 16 blocks × 512 threads × 32 f32: the row in registers, two blocks per SM.
+  EXPECT_EQ(s.cluster_blocks, 16);
+  EXPECT_EQ(s.col_blocks(), 16);
+  EXPECT_EQ(s.block_threads(), 512);
+  EXPECT_EQ(s.elems_per_thread(), 32);
+  EXPECT_EQ(s.col_iters, 1);
+  EXPECT_EQ(p.kernels[0].cost.reread_bytes, 0);
+  EXPECT_EQ(p.kernels[0].cost.bytes(), 2LL * 2048 * 262144 * 4);
+  EXPECT_LE(p.kernels[0].cost.registers, 64);
+  EXPECT_NE(plan_report_text(p).find("cluster of 16 blocks"), std::string::npos);
+
+  // 32768-wide rows: two blocks; an odd length is balanced over the blocks it needs.
+  Plan p32 = plan_fusion(find_example("softmax_32k_bf16").build());
+  EXPECT_EQ(p32.kernels[0].schedule.cluster_blocks, 2);
+  Graph g("odd");
+  dsl::output("y", dsl::softmax(dsl::input(g, "x", {3, 40000}), -1));
+  const TileSchedule& odd = plan_fusion(g).kernels[0].schedule;
+  EXPECT_EQ(odd.cluster_blocks, 3);
+  EXPECT_GE(odd.tile_cols() * 3, 40000);
+  EXPECT_LT(odd.tile_cols() * 2, 40000);
+
+  // A cap of 8 blocks cannot hold 262144 elements at 32 per thread: back to the loop.
+  FusionOptions eight;
+  eight.schedule.max_cluster_blocks = 8;
+  EXPECT_GT(plan_fusion(find_example("softmax_256k").build(), eight).kernels[0].schedule.col_iters, 1);
+  // ... unless the blocks have 1024 threads.
+  eight.schedule.block_threads = 1024;
+  const TileSchedule& big = plan_fusion(find_example("softmax_256k").build(), eight).kernels[0].schedule;
+  EXPECT_EQ(big.cluster_blocks, 8);
+  EXPECT_EQ(big.block_threads(), 1024);
 }
 
 TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {

@@ -96,7 +96,8 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 
 TEST(GpuReduce, SoftmaxLengthsAndDtypes) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  for (int64_t cols : {1, 31, 4097, 40000, 262147})
+  // 40000 and 262144: rows split over clusters of 3 and 16 blocks; 262147: the column-tile loop.
+  for (int64_t cols : {1, 31, 4097, 40000, 262144, 262147})
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       SCOPED_TRACE(std::to_string(cols) + " " + dtype_name(dt));
       Graph g("lengths");
@@ -108,7 +109,7 @@ TEST(GpuReduce, SoftmaxLengthsAndDtypes) {
 
 TEST(GpuReduce, NormsAndReductions) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  for (int64_t cols : {96, 4096, 20000}) {
+  for (int64_t cols : {96, 4096, 20000, 100000}) {  // 100000: a cluster of 13 blocks
     SCOPED_TRACE(cols);
     Graph g("norms");
     Tensor x = input(g, "x", {7, cols});
@@ -130,6 +131,26 @@ TEST(GpuReduce, ShortRowsManyPerBlock) {
   output("s", sum(x, {1, 2}, true));
   Plan p = plan_fusion(g);
   testing::check_on_gpu(p, fresh_seed());
+}
+
+// The same rows split over clusters of 2, 4, 8 and 16 blocks (blocks of 1024 down to 128
+// threads, 32 bf16 elements each), and without clusters (the column-tile loop).
+TEST(GpuReduce, ClusterSizes) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  for (int threads : {1024, 512, 256, 128, 0}) {
+    SCOPED_TRACE(threads);
+    Graph g("clusters");
+    Tensor x = input(g, "x", {5, 65536}, DType::BF16);
+    output("y", softmax(x, -1));
+    output("m", mean(x, {-1}));
+    FusionOptions o;
+    o.schedule.block_threads = threads;
+    o.schedule.max_cluster_blocks = threads ? 16 : 1;
+    Plan p = plan_fusion(g, o);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, threads ? 65536 / 32 / threads : 1);
+    testing::check_on_gpu(p, fresh_seed());
+  }
 }
 
 }  // namespace

@@ -94,6 +94,11 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt) {
   static std::mutex mu;
   static std::map<uint64_t, CompiledKernel> cache;
+  if (k.schedule.cluster_blocks > 1 && opt.sm == "sm_80")
+    throw TargetError(
+        fmt::format("kernel {} splits its rows over clusters of {} blocks, which need sm_90; "
+                    "plan it for sm_80 without clusters (--max-cluster 1)",
+                    k.name, k.schedule.cluster_blocks));
   TileProgram tile = lower_kernel(g, k);
   std::string tile_text = print_tile_program(tile);
   dump("tile", k.name, tile_text);
@@ -113,6 +118,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.tile_ir = tile_text;
   c.block_threads = static_cast<unsigned>(k.schedule.block_threads());
   c.grid = static_cast<uint64_t>(k.schedule.grid());
+  c.cluster_blocks = static_cast<unsigned>(k.schedule.cluster_blocks);
   {
     llvm::LLVMContext ctx;
     auto module = lower_to_llvm(tile, ctx);

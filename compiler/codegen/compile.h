@@ -16,6 +16,7 @@ struct CompiledKernel {
   std::string ptx;
   unsigned block_threads = 0;
   uint64_t grid = 0;
+  unsigned cluster_blocks = 1;  // > 1: launched as clusters of this many blocks along x
   bool from_cache = false;
 };
 

@@ -30,6 +30,10 @@ class Lowering {
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, p_.name, m_.get());
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn_->addFnAttr("nvvm.maxntid", std::to_string(s_.block_threads()));
+    // A cluster's blocks hold a row split between them: two 512-thread blocks per SM let one
+    // load while the other waits at a reduction, so keep the registers that allows.
+    if (s_.cluster_blocks > 1 && s_.block_threads() <= 512)
+      fn_->addFnAttr("nvvm.minctasm", std::to_string(1024 / s_.block_threads()));
     for (size_t i = 0; i < p_.params.size(); ++i) {
       llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
       a->setName(fmt::format("arg{}", i));
@@ -40,10 +44,17 @@ class Lowering {
     prologue();
     values_.resize(p_.num_values);
     types_.resize(p_.num_values);
+    if (s_.cluster_blocks > 1 && (s_.col_iters > 1 || s_.tile_rows() > 1))
+      throw CodegenError(
+          fmt::format("kernel {}: a cluster shares one row held in registers; this schedule "
+                      "has {} rows per block and {} column tiles",
+                      p_.name, s_.tile_rows(), s_.col_iters));
     if (s_.col_iters > 1)
       lower_looped();
     else
       for (const TileInst& i : p_.body) lower(i);
+    if (s_.cluster_blocks > 1 && !cluster_joined_)
+      intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     b_.CreateRetVoid();
     std::string err;
     llvm::raw_string_ostream os(err);
@@ -77,6 +88,10 @@ class Lowering {
   }
 
   Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateIntrinsic(b_.getInt32Ty(), id, {}); }
+  // A call of a non-overloaded intrinsic.
+  Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<Value*> args = {}) {
+    return b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, args);
+  }
 
   // Thread → (row, col) of its elements; masks only when tiles do not cover the domain.
   void prologue() {
@@ -86,6 +101,10 @@ class Lowering {
     tr_ = b_.CreateUDiv(tid, b_.getInt32(s_.threads_per_row), "tr");
     auto cb = b_.getInt32(static_cast<uint32_t>(s_.col_blocks()));
     Value* pid_c = b_.CreateURem(pid, cb, "pid_c");
+    rank_ = pid_c;  // with clusters of col_blocks() along x, the block's rank in its cluster
+    // Remote shared memory may be written only once every block of the cluster is running:
+    // announce this block now, wait for the others just before the first exchange.
+    if (s_.cluster_blocks > 1) intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_arrive_relaxed_aligned);
     Value* pid_r = b_.CreateUDiv(pid, cb, "pid_r");
     Value* col0 = b_.CreateAdd(b_.CreateMul(pid_c, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
                                b_.CreateMul(tc_, b_.getInt32(s_.vec)), "col", true, true);
@@ -210,6 +229,7 @@ class Lowering {
     int v = i.args[0];
     if (!i.type.cols) {  // one value per row: the row's first thread writes it
       Value* first = b_.CreateICmpEQ(tc_, b_.getInt32(0));
+      if (s_.cluster_blocks > 1) first = b_.CreateAnd(first, b_.CreateICmpEQ(rank_, b_.getInt32(0)));
       for (int r = 0; r < s_.rows_per_thread; ++r)
         guarded(both(first, row_ok_[r]), [&] {
           Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, i.type.rows, false, r, 0));
@@ -264,6 +284,8 @@ class Lowering {
                         "the registers hold is not supported; multiply by the row length instead",
                         p_.name));
       acc = b_.CreateFMul(acc, f32(static_cast<double>(s_.cols)));
+      if (s_.cluster_blocks > 1)  // the whole row's share, counted once in the cluster
+        acc = b_.CreateSelect(b_.CreateICmpEQ(rank_, b_.getInt32(0)), acc, f32(0.0));
     }
     return acc;
   }
@@ -272,9 +294,25 @@ class Lowering {
     return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY;
   }
 
+  // A fresh shared-memory array per reduction, so no slot is ever reused (no barrier to
+  // protect a second use).
+  llvm::GlobalVariable* shared_slots(uint64_t n, const char* name) {
+    auto* arr = llvm::ArrayType::get(b_.getFloatTy(), n);
+    auto* slots = new llvm::GlobalVariable(*m_, arr, false, llvm::GlobalValue::InternalLinkage,
+                                           llvm::UndefValue::get(arr), name, nullptr,
+                                           llvm::GlobalValue::NotThreadLocal, 3);
+    slots->setAlignment(llvm::Align(16));
+    return slots;
+  }
+
   // Combines the row's threads: butterfly shuffles within a warp, then — for rows wider than a
-  // warp — shared memory, one slot per warp, a fresh array per reduction so no slot is reused.
+  // warp — shared memory, one slot per warp; then, for a row split over a cluster, the blocks.
   Value* allreduce(Op op, Value* acc, int r) {
+    acc = block_allreduce(op, acc, r);
+    return s_.cluster_blocks > 1 ? cluster_allreduce(op, acc) : acc;
+  }
+
+  Value* block_allreduce(Op op, Value* acc, int r) {
     int lanes = std::min(s_.threads_per_row, 32);
     for (int off = lanes / 2; off >= 1; off /= 2)
       acc = combine(op, acc,
@@ -282,12 +320,8 @@ class Lowering {
                                        {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
     int warps = s_.threads_per_row / lanes;
     if (warps == 1) return acc;
-    auto* arr = llvm::ArrayType::get(b_.getFloatTy(),
-                                     static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps);
-    auto* slots = new llvm::GlobalVariable(*m_, arr, false, llvm::GlobalValue::InternalLinkage,
-                                           llvm::UndefValue::get(arr), "reduce_slots", nullptr,
-                                           llvm::GlobalValue::NotThreadLocal, 3);
-    slots->setAlignment(llvm::Align(16));
+    auto* slots =
+        shared_slots(static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps, "reduce_slots");
     Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
     Value* row_slot = b_.CreateAdd(b_.CreateMul(tr_, b_.getInt32(s_.rows_per_thread)), b_.getInt32(r));
     Value* base = b_.CreateMul(row_slot, b_.getInt32(warps));
@@ -303,6 +337,32 @@ class Lowering {
                         b_.getFloatTy(),
                         b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, b_.getInt32(w))),
                         llvm::Align(4)));
+    return acc;
+  }
+
+  // Every block of the cluster holds its part's total (all its threads do). Thread t pushes
+  // it into slot [rank] of block t's array; after the cluster barrier (release/acquire) each
+  // block adds the slots up in rank order, so every block gets bit-identical totals.
+  Value* cluster_allreduce(Op op, Value* acc) {
+    const int n = s_.cluster_blocks;
+    auto* slots = shared_slots(static_cast<uint64_t>(n), "cluster_slots");
+    if (!cluster_joined_) {  // pairs with the arrive in the prologue
+      intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+      cluster_joined_ = true;
+    }
+    guarded(b_.CreateICmpULT(tc_, b_.getInt32(n)), [&] {
+      Value* mine = b_.CreateInBoundsGEP(b_.getFloatTy(), slots, rank_);
+      Value* theirs = intrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {mine, tc_});
+      b_.CreateAlignedStore(acc, theirs, llvm::Align(4));
+    });
+    intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
+    intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+    acc = f32(identity_of(op));
+    for (int w = 0; w < n; ++w)
+      acc = combine(
+          op, acc,
+          b_.CreateAlignedLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.getInt32(w)),
+                               llvm::Align(4)));
     return acc;
   }
 
@@ -562,6 +622,8 @@ class Lowering {
   llvm::Function* fn_ = nullptr;
   Value* tc_ = nullptr;                // thread's position along the row
   Value* tr_ = nullptr;                // thread's row within the block
+  Value* rank_ = nullptr;              // block's column block: its rank in a row's cluster
+  bool cluster_joined_ = false;        // the cluster's start barrier has been waited on
   std::vector<Value*> cols_, col_ok_;  // per chunk
   std::vector<Value*> rows_, row_ok_;  // per row of the thread
   std::vector<Regs> values_;

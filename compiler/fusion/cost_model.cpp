@@ -138,7 +138,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   for (NodeId t : k.outputs)
     shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
   if (reduces) {
-    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, hints, why);
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, hints, profile.max_cluster_blocks, why);
     if (!s) return std::nullopt;
     k.schedule = *s;
     k.passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain).passes;
@@ -191,6 +191,9 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   c.registers = std::min(p.max_registers_per_thread, 12 + loaded_regs + s.elems_per_thread() + 4 * scratch +
                                                          2 * static_cast<int>(k.outputs.size()));
   int threads = s.block_threads();
+  // Codegen asks for two such blocks per SM (one loads while the other waits at a reduction).
+  if (s.cluster_blocks > 1 && threads <= 512)
+    c.registers = std::min(c.registers, p.registers_per_sm / (2 * threads) / 8 * 8);
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));

@@ -19,6 +19,9 @@ struct DeviceProfile {
   int max_blocks_per_sm = 32;
   int registers_per_sm = 65536;
   int max_registers_per_thread = 255;
+  // Blocks one thread-block cluster may hold (sm_90: 8 portable, 16 with the non-portable
+  // opt-in the runtime sets); 1 on a device without clusters.
+  int max_cluster_blocks = 16;
 
   static DeviceProfile h200() { return {}; }
 };

@@ -356,6 +356,8 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
     throw Error(fmt::format("block threads {} must be a power of two from 32 to 1024", h.block_threads));
   if (h.rows_per_thread < 0 || h.rows_per_thread > 16)
     throw Error(fmt::format("rows per thread {} must be from 1 to 16", h.rows_per_thread));
+  if (h.max_cluster_blocks < 0 || h.max_cluster_blocks > 16)
+    throw Error(fmt::format("cluster blocks {} must be from 1 to 16", h.max_cluster_blocks));
   return FusionPass(g, options).run();
 }
 

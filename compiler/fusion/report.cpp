@@ -82,8 +82,13 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     s += fmt::format("    {}\n", k.schedule.describe());
     if (k.kind == ScheduleKind::RowReduce) {
       std::string how =
-          k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
-          : k.passes == 1           ? "one pass: inputs read once"
+          k.schedule.cluster_blocks > 1
+              ? fmt::format(
+                    "the row stays in the registers of a cluster of {} blocks, which exchange "
+                    "partial results through distributed shared memory: inputs read once",
+                    k.schedule.cluster_blocks)
+          : k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
+          : k.passes == 1             ? "one pass: inputs read once"
           : k.cost.reread_bytes
               ? fmt::format("later passes re-read {} B from HBM", bytes_str(k.cost.reread_bytes))
               : fmt::format("later passes re-read {} B, from L2 (the rows in flight fit)",

@@ -13,6 +13,7 @@ std::string TileSchedule::describe() const {
                                : fmt::format("{} rows × {} cols", rows_per_thread, vec);
   std::string loop =
       col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
+  if (cluster_blocks > 1) loop += fmt::format(", clusters of {} blocks per row", cluster_blocks);
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
 }
@@ -125,24 +126,39 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, const ScheduleHints& hints,
-                                                std::string* why) {
+                                                int max_cluster_blocks, std::string* why) {
   TileSchedule s;
-  collapse_shapes(domain, split, operands, &s.dims, why);
+  std::vector<Shape> views = collapse_shapes(domain, split, operands, &s.dims, why);
   if (s.dims.empty()) return std::nullopt;
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
   s.vec = vector_width(s.cols, dtypes);
   // About four 16-byte vectors of each row per thread (16 f32 or 32 bf16 elements): several
   // loads in flight, and fewer threads per row for 16-bit rows, so fewer warps meet at each
-  // reduction's barrier. A row of up to 32 elements per thread at 1024 threads (32768 f32)
-  // still stays in registers.
-  // With more than two tensors along the row (layernorm's x, w, b, y) each holds registers:
-  // at most 16 elements per thread.
+  // reduction's barrier. With more than two tensors along the row (layernorm's x, w, b, y)
+  // each holds registers: at most 16 elements per thread.
   int along_row = 0;
-  for (const Shape& v : collapse_shapes(domain, split, operands, &s.dims, why)) along_row += v.back() != 1;
+  for (const Shape& v : views) along_row += v.back() != 1;
+  const int max_elems = along_row > 2 ? 16 : 32;
   int64_t per_thread = along_row > 2 ? std::max(1, 16 / s.vec) : 4;
   int64_t vecs = (s.cols + s.vec - 1) / s.vec;
   int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
+  int max_cluster =
+      hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, max_cluster_blocks) : max_cluster_blocks;
+  if (per_row > 512 && max_cluster > 1) {
+    // A row that wants more than half an SM's threads: blocks of 512 threads holding 32 elements
+    // each (two blocks per SM, so one loads while the other reduces), as many as the row needs,
+    // in one cluster.
+    int threads = hints.block_threads ? hints.block_threads : 512;
+    int64_t chunks = std::max(1, max_elems / s.vec);
+    int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
+    if (blocks <= max_cluster) {
+      s.threads_per_row = threads;
+      s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
+      s.cluster_blocks = static_cast<int>(s.col_blocks());
+      return s;
+    }
+  }
   s.threads_per_row = static_cast<int>(per_row);
   s.chunks_per_thread = static_cast<int>((vecs + per_row - 1) / per_row);
   if (s.chunks_per_thread * s.vec > 32) {
@@ -151,14 +167,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
     s.chunks_per_thread = 4;
     s.col_iters = (vecs + s.threads_per_row * 4 - 1) / (s.threads_per_row * 4);
-    s.thread_rows = 1;
-    s.rows_per_thread = 1;
     return s;
   }
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  s.rows_per_thread = 1;
   return s;
 }
 

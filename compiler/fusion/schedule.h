@@ -17,6 +17,9 @@ namespace tilefuse {
 // accesses are contiguous). A pointwise tile has one chunk per thread, and an operand broadcast
 // along rows (a bias) is loaded once per thread and reused for all its rows. A row-reduction
 // tile spans whole rows, held in registers, reduced with warp shuffles and shared memory.
+// A row longer than one block should hold is split over a cluster of cluster_blocks blocks (the
+// grid's column blocks, co-scheduled on one GPC): each holds its part in registers and the
+// partial reductions meet in distributed shared memory, so the row is still read once.
 struct TileSchedule {
   Shape dims;  // collapsed domain; dims.back() is cols
   int64_t rows = 1, cols = 1;
@@ -25,7 +28,8 @@ struct TileSchedule {
   int thread_rows = 1;
   int rows_per_thread = 1;
   int chunks_per_thread = 1;
-  int64_t col_iters = 1;  // > 1: a row too long for registers, visited in column tiles by a loop
+  int64_t col_iters = 1;   // > 1: a row too long for registers, visited in column tiles by a loop
+  int cluster_blocks = 1;  // > 1: the col_blocks() blocks of a row form one thread-block cluster
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -51,8 +55,9 @@ inline bool view_spans_cols(const Shape& view) { return view.back() != 1; }
 
 // Schedule overrides from the user (0: let tilefuse choose).
 struct ScheduleHints {
-  int block_threads = 0;    // power of two, 32..1024
-  int rows_per_thread = 0;  // 1..16
+  int block_threads = 0;       // power of two, 32..1024
+  int rows_per_thread = 0;     // 1..16
+  int max_cluster_blocks = 0;  // 1..16; 1: no clusters (also implied by a device without them)
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -60,12 +65,13 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
                                        const std::vector<DType>& dtypes, const ScheduleHints& hints = {});
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
-// (16 elements per thread at most), else one row per block visited by a loop over column tiles.
+// (32 elements per thread at most) — in one block, or split over a cluster of at most
+// `max_cluster_blocks` blocks — else one row per block visited by a loop over column tiles.
 // Returns nullopt (with the reason) when the reduced axes do not collapse to one contiguous row
 // in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, const ScheduleHints& hints,
-                                                std::string* why);
+                                                int max_cluster_blocks, std::string* why);
 
 }  // namespace tilefuse

@@ -23,6 +23,11 @@ std::string print_tile_program(const TileProgram& p) {
   out +=
       fmt::format("  // program id → (row block, col block) of {} × {}; {}\n", s.row_blocks(), s.col_blocks(),
                   s.exact() ? "tiles cover the domain exactly: no masks" : "edge tiles masked");
+  if (s.cluster_blocks > 1)
+    out += fmt::format(
+        "  // the {} column blocks of a row form one thread-block cluster; every row reduction "
+        "combines their partial results through distributed shared memory\n",
+        s.cluster_blocks);
   if (s.col_iters > 1)
     out += fmt::format(
         "  // {} pass{} over each row, each a loop over {} column tiles of {} that re-loads what "

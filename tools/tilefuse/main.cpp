@@ -58,6 +58,8 @@ common options:
   --iters N                    timed iterations for --bench (default 100)
   --block-threads N            schedule override: threads per block (power of two, 32..1024)
   --rows-per-thread N          schedule override: rows each thread owns (1..16)
+  --max-cluster N              schedule override: most blocks one row may be split over (1..16;
+                               1: no clusters; sm_80 implies 1)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
 
@@ -71,7 +73,7 @@ struct Args {
   int tile = 2;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false;
   std::string json_file, kernel, target = "sm_90";
-  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0;
+  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -146,6 +148,8 @@ Args parse(int argc, char** argv) {
       a.block_threads = parse_int(s, value());
     else if (s == "--rows-per-thread")
       a.rows_per_thread = parse_int(s, value());
+    else if (s == "--max-cluster")
+      a.max_cluster = parse_int(s, value());
     else if (s == "--seed")
       a.seed = static_cast<uint64_t>(parse_int(s, value()));
     else if (s.rfind("--", 0) == 0)
@@ -168,8 +172,9 @@ Plan make_plan(const Args& a, const std::string& name) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread};
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster};
   if (a.measured_profile) fo.profile = measure_device_profile();
+  if (a.target == "sm_80") fo.profile.max_cluster_blocks = 1;  // clusters are sm_90's
   Plan p = plan_fusion(g, fo);
   dump("plan", g.name(), plan_report_text(p));
   return p;
