@@ -136,20 +136,18 @@ TEST(GpuReduce, ShortRowsManyPerBlock) {
 // The same rows split over clusters of 2, 4, 8 and 16 blocks (blocks of 1024 down to 128
 // threads, 32 bf16 elements each), and without clusters (the column-tile loop).
 TEST(GpuReduce, ClusterSizes) {
-  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   for (int threads : {1024, 512, 256, 128, 0}) {
     SCOPED_TRACE(threads);
     Graph g("clusters");
     Tensor x = input(g, "x", {5, 65536}, DType::BF16);
     output("y", softmax(x, -1));
-    output("m", mean(x, {-1}));
     FusionOptions o;
     o.schedule.block_threads = threads;
     o.schedule.max_cluster_blocks = threads ? 16 : 1;
     Plan p = plan_fusion(g, o);
     ASSERT_EQ(p.kernels.size(), 1u);
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, threads ? 65536 / 32 / threads : 1);
-    testing::check_on_gpu(p, fresh_seed());
+    if (testing::gpu_available()) testing::check_on_gpu(p, fresh_seed());
   }
 }
 

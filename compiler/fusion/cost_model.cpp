@@ -169,7 +169,9 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     bool spans_cols = view_spans_cols(views[i]);
     int elems = (spans_rows ? s.rows_per_thread : 1) * (spans_cols ? s.vec * s.chunks_per_thread : 1);
     int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
-    loaded_regs += words;
+    // A row kernel loads a tensor shared by all rows where it is first used (lower_kernel), so
+    // it is not held through the reductions with the rows.
+    if (k.kind != ScheduleKind::RowReduce || spans_rows) loaded_regs += words;
     if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
     if (spans_rows && spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype));
   }

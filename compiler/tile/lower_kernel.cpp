@@ -37,11 +37,22 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
     p.body.push_back(inst);
     return inst.result;
   };
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
+  // Tensors that run along the kernel's rows are loaded first, so all their bytes are in
+  // flight at once. In a row reduction, a tensor shared by every row (layernorm's w and b) is
+  // loaded where it is first used: usually after the reductions, so its registers are not
+  // held through them (it is small and comes from L2).
+  std::map<NodeId, size_t> deferred;
+  auto load = [&](size_t i) {
     TileInst ld(TileOpcode::Load);
     ld.param = static_cast<int>(i);
     ld.type = {p.params[i].dtype, view_spans_rows(views[i]), view_spans_cols(views[i])};
     value_of[k.inputs[i]] = emit(ld);
+  };
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (k.kind == ScheduleKind::RowReduce && !view_spans_rows(views[i]))
+      deferred[k.inputs[i]] = i;
+    else
+      load(i);
   }
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
@@ -50,6 +61,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
     c.op = n.op;
     c.type = {n.dtype, false, false};
     for (NodeId o : n.operands) {
+      if (!value_of.count(o) && deferred.count(o)) load(deferred.at(o));
       if (!value_of.count(o)) {  // only constants are neither loaded nor computed here
         TileInst cst(TileOpcode::Constant);
         cst.value = g.node(o).value;
