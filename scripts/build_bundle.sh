@@ -10,6 +10,8 @@ cmake --build build-bundle -j"$(nproc)" --target tilefuse tilefuse_cli tilefuse_
 rm -rf bundle && mkdir -p bundle
 cp build-bundle/libtilefuse.so build-bundle/tilefuse build-bundle/tests/tilefuse_tests bundle/
 strip bundle/tilefuse bundle/tilefuse_tests
+# The GPU machine gets a copy of the tree without its history: record what was built.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench' || echo -dirty)" >bundle/COMMIT
 du -sh bundle/*
 size=$(du -sm bundle | cut -f1)
 [ "$size" -lt 64 ] || { echo "bundle is ${size} MiB: over the 64 MiB the GPU machine accepts" >&2; exit 1; }

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
 mkdir -p "$OUT"
 B=bundle
-export TILEFUSE_COMMIT=${TILEFUSE_COMMIT:-unknown}
+export TILEFUSE_COMMIT=${TILEFUSE_COMMIT:-$(cat $B/COMMIT 2>/dev/null || echo unknown)}
 export PYTHONUNBUFFERED=1
 BENCH=${BENCH:-"bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
        softmax_256k_bf16 layernorm layernorm_bf16 rmsnorm rmsnorm_bf16"}

@@ -94,6 +94,45 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
   EXPECT_NEAR(y[16], 0.25, 1e-7);
 }
 
+// The same special rows split over a cluster of 4 blocks: blocks whose whole part is −inf,
+// a fully masked row, and the row's max in the last block, where each block's own max and sum
+// must be rescaled to the row's.
+TEST(GpuReduce, ClusterSpecialRows) {
+  const int64_t n = 65536;
+  Graph g("cluster_special");
+  output("y", softmax(input(g, "x", {4, n}), -1));
+  output("lse", log_softmax(input(g, "z", {4, n}), -1));
+  Plan p = plan_fusion(g);
+  for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.cluster_blocks, 4);
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  std::vector<double> x = random_inputs(g, fresh_seed()).at("x").to_doubles();
+  for (int64_t j = 0; j < n / 2; ++j) x[j] = -INFINITY;  // row 0: blocks 0 and 1 masked
+  for (int64_t j = 0; j < n; ++j) x[n + j] = -INFINITY;  // row 1: all masked
+  x[2 * n + n - 5] = 1e4;                                // row 2: the max in the last block
+  for (int64_t j = 0; j < n; ++j) x[3 * n + j] *= 1e4;   // row 3: ±1e4
+  TensorMap in;
+  in["x"] = TensorData::from_doubles(DType::F32, {4, n}, x);
+  std::vector<double> z = x;
+  z[n] = 0;  // log_softmax of a fully masked row is −inf − log 0: keep every row defined
+  in["z"] = TensorData::from_doubles(DType::F32, {4, n}, z);
+  Executable exe(p);
+  TensorMap out = exe.run(in);
+  auto ref = reference_run(g, in);
+  for (const char* name : {"y", "lse"}) {
+    SCOPED_TRACE(name);
+    std::vector<double> y = out.at(name).to_doubles();
+    const std::vector<double>& r = ref.at(name);
+    int bad = 0;
+    for (size_t i = 0; i < y.size() && bad < 5; ++i) {
+      bool same = (std::isinf(r[i]) && y[i] == r[i]) || std::abs(y[i] - r[i]) <= 1e-6 * (1 + std::abs(r[i]));
+      if (!same || std::isnan(y[i])) ++bad, ADD_FAILURE() << i << ": " << y[i] << " vs " << r[i];
+    }
+  }
+  std::vector<double> y = out.at("y").to_doubles();
+  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[n + j], 0.0) << j;  // fully masked: 0, not NaN
+  EXPECT_NEAR(y[2 * n + n - 5], 1.0, 1e-6);
+}
+
 TEST(GpuReduce, SoftmaxLengthsAndDtypes) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   // 40000 and 262144: rows split over clusters of 3 and 16 blocks; 262147: the column-tile loop.

@@ -52,7 +52,7 @@ class Lowering {
     if (s_.col_iters > 1)
       lower_looped();
     else
-      for (const TileInst& i : p_.body) lower(i);
+      lower_resident();
     if (s_.cluster_blocks > 1 && !cluster_joined_)
       intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     b_.CreateRetVoid();
@@ -340,37 +340,123 @@ class Lowering {
     return acc;
   }
 
-  // Every block of the cluster holds its part's total (all its threads do). Thread t pushes
-  // it into slot [rank] of block t's array; after the cluster barrier (release/acquire) each
-  // block adds the slots up in rank order, so every block gets bit-identical totals.
-  Value* cluster_allreduce(Op op, Value* acc) {
+  // Every block of the cluster holds its part's values (all its threads do). Thread t pushes
+  // them into slot [rank] of block t's arrays; after the cluster barrier (release/acquire)
+  // every block's arrays hold all ranks' values. Returns one array per value.
+  std::vector<llvm::GlobalVariable*> cluster_exchange(const std::vector<Value*>& mine) {
     const int n = s_.cluster_blocks;
-    auto* slots = shared_slots(static_cast<uint64_t>(n), "cluster_slots");
+    std::vector<llvm::GlobalVariable*> slots;
+    for (size_t v = 0; v < mine.size(); ++v)
+      slots.push_back(shared_slots(static_cast<uint64_t>(n), "cluster_slots"));
     if (!cluster_joined_) {  // pairs with the arrive in the prologue
       intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
       cluster_joined_ = true;
     }
     guarded(b_.CreateICmpULT(tc_, b_.getInt32(n)), [&] {
-      Value* mine = b_.CreateInBoundsGEP(b_.getFloatTy(), slots, rank_);
-      Value* theirs = intrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {mine, tc_});
-      b_.CreateAlignedStore(acc, theirs, llvm::Align(4));
+      for (size_t v = 0; v < mine.size(); ++v) {
+        Value* local = b_.CreateInBoundsGEP(b_.getFloatTy(), slots[v], rank_);
+        Value* theirs = intrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {local, tc_});
+        b_.CreateAlignedStore(mine[v], theirs, llvm::Align(4));
+      }
     });
     intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
     intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
-    acc = f32(identity_of(op));
-    for (int w = 0; w < n; ++w)
-      acc = combine(
-          op, acc,
-          b_.CreateAlignedLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.getInt32(w)),
-                               llvm::Align(4)));
-    return acc;
+    return slots;
   }
 
-  void reduce(const TileInst& i) {
+  Value* slot(llvm::GlobalVariable* slots, Value* rank) {
+    return b_.CreateAlignedLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), slots, rank),
+                                llvm::Align(4));
+  }
+
+  // Combined in rank order, so every block gets bit-identical totals.
+  Value* cluster_allreduce(Op op, Value* acc) {
+    llvm::GlobalVariable* slots = cluster_exchange({acc})[0];
+    Value* total = f32(identity_of(op));
+    for (int w = 0; w < s_.cluster_blocks; ++w) total = combine(op, total, slot(slots, b_.getInt32(w)));
+    return total;
+  }
+
+  // ---- rows held in registers ----
+
+  void lower_resident() {
+    for (const TileInst& i : p_.body) {
+      for (int a : i.args) ensure(a);
+      if (i.opcode == TileOpcode::Reduce && s_.cluster_blocks > 1 && i.online_with >= 0)
+        cluster_online_sum(i);
+      else if (i.opcode == TileOpcode::Reduce && s_.cluster_blocks > 1 && has_online_sum(i.result))
+        reduce(i, /*across_cluster=*/false);  // completed with its online sum
+      else
+        lower(i);
+    }
+  }
+
+  bool has_online_sum(int m) const {
+    for (const TileInst& i : p_.body)
+      if (i.opcode == TileOpcode::Reduce && i.online_with == m) return true;
+    return false;
+  }
+
+  // Per-row value `id` with max reduction `m` taken to be `v`; other values are left as they were.
+  Value* per_row_with(int id, int m, Value* v) {
+    std::vector<Regs> saved = values_;
+    for (size_t k = static_cast<size_t>(m) + 1; k < values_.size(); ++k)
+      if (p_.body[k].opcode == TileOpcode::Compute) values_[k].clear();
+    values_[m] = {v};
+    ensure(id);
+    Value* out = values_[id][0];
+    values_ = std::move(saved);
+    return out;
+  }
+
+  // A row split over a cluster, softmax's sum of exp(u − c(m)) with max m: each block has its
+  // own max m_b (block-wide only) and sum s_b of exp(u − c(m_b)); one cluster exchange of the
+  // pairs gives the row's M = max m_b and S = Σ s_b · exp(c(m_b) − c(M)) — one cluster barrier
+  // per row instead of two. The block's exp values are rescaled by exp(c(m_b) − c(M)) rather
+  // than recomputed; everything else that used m_b is recomputed with M.
+  void cluster_online_sum(const TileInst& r) {
+    const int m = r.online_with;
+    const int e = r.args[0];                            // exp(u − c(m))
+    const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
+    Value* m_block = values_[m][0];
+    Value* s_block = block_allreduce(r.op, thread_partial(r.op, e, 0), 0);
+    std::vector<llvm::GlobalVariable*> slots = cluster_exchange({m_block, s_block});
+    Value* m_row = f32(-INFINITY);
+    for (int w = 0; w < s_.cluster_blocks; ++w)
+      m_row = combine(Op::ReduceMax, m_row, slot(slots[0], b_.getInt32(w)));
+    Value* c_row = per_row_with(c, m, m_row);
+    // Lane w rescales rank w's sum; a butterfly over the warp adds them (the same order in
+    // every warp of every block): one exp per thread instead of one per rank.
+    Value* lane = b_.CreateURem(tc_, b_.getInt32(32));
+    Value* in_cluster = b_.CreateICmpULT(lane, b_.getInt32(s_.cluster_blocks));
+    Value* w = b_.CreateSelect(in_cluster, lane, b_.getInt32(0));
+    Value* s = slot(slots[1], w);
+    Value* scale = math::exp(b_, b_.CreateFSub(per_row_with(c, m, slot(slots[0], w)), c_row));
+    Value* term = b_.CreateSelect(b_.CreateOr(b_.CreateNot(in_cluster), b_.CreateFCmpOEQ(s, f32(0.0))),
+                                  f32(0.0), b_.CreateFMul(s, scale));
+    Value* s_row = term;
+    for (int off = 16; off >= 1; off /= 2)
+      s_row = b_.CreateFAdd(
+          s_row, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                    {b_.getInt32(0xffffffff), s_row, b_.getInt32(off), b_.getInt32(0x1f)}));
+    Value* mine = math::exp(b_, b_.CreateFSub(values_[c][0], c_row));
+    Regs rescaled;
+    for (Value* x : values_[e]) rescaled.push_back(b_.CreateFMul(x, mine));
+    for (size_t k = static_cast<size_t>(m) + 1; k < values_.size(); ++k)
+      if (p_.body[k].opcode == TileOpcode::Compute) values_[k].clear();
+    values_[m] = {m_row};
+    values_[e] = std::move(rescaled);
+    types_[r.result] = r.type;
+    values_[r.result] = {s_row};
+  }
+
+  void reduce(const TileInst& i, bool across_cluster = true) {
     Regs out;
     for (int r = 0; r < rows_of(i.type); ++r) {
       Value* acc = thread_partial(i.op, i.args[0], r);
-      out.push_back(types_[i.args[0]].cols ? allreduce(i.op, acc, r) : acc);
+      if (types_[i.args[0]].cols)
+        acc = across_cluster ? allreduce(i.op, acc, r) : block_allreduce(i.op, acc, r);
+      out.push_back(acc);
     }
     types_[i.result] = i.type;
     values_[i.result] = std::move(out);
