@@ -29,6 +29,10 @@ expect bad-int 2 "--max-registers needs a positive integer" -- "$tf" plan bias_g
 expect bad-target 1 "unknown target 'sm_75'" -- "$tf" ptx bias_gelu --target sm_75
 expect bad-kernel 2 "has no kernel 'k9'; its kernels: bias_gelu_k0" -- "$tf" ptx bias_gelu --kernel k9
 expect two-names 2 "takes one example name" -- "$tf" graph bias_gelu bias_gelu_bf16
+expect bad-cluster 1 "cluster blocks 17 must be from 1 to 16" -- "$tf" plan softmax_256k --max-cluster 17
+expect cluster-plan 0 "clusters of 16 blocks per row" -- "$tf" plan softmax_256k
+expect no-cluster-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --max-cluster 1
+expect sm80-no-cluster 0 "1×1024 threads, 4096 blocks\), 4-wide" -- "$tf" plan softmax_32k --target sm_80
 expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
 expect explain 0 "max 2, sum 1.3678794: probabilities \[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
 expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row 3,3 --tile 1
