@@ -12,18 +12,18 @@ namespace tilefuse::cuda {
 namespace {
 
 // Exported names as CUDA 13's cuda.h maps them (the plain names are macros for these).
-#define TF_CUDA_FUNCS(X)                                                                                 \
-  X(cuGetErrorName)                                                                                      \
-  X(cuGetErrorString)                                                                                    \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                  \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)      \
-          X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)     \
-              X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2)               \
-                  X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute)   \
-                      X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)    \
-                          X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) \
-                              X(cuEventElapsedTime_v2) X(cuEventDestroy_v2) X(cuLaunchKernelEx)          \
-                                  X(cuOccupancyMaxActiveClusters)
+#define TF_CUDA_FUNCS(X)                                                                                   \
+  X(cuGetErrorName)                                                                                        \
+  X(cuGetErrorString)                                                                                      \
+  X(cuInit)                                                                                                \
+  X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)      \
+      X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)            \
+          X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2)   \
+              X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx)                   \
+                  X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute) X(cuFuncSetAttribute)     \
+                      X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)     \
+                          X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime_v2) \
+                              X(cuEventDestroy_v2) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -374,17 +374,12 @@ std::string launch_shape(Dim3 grid, Dim3 block, unsigned cluster, unsigned share
   return s + " dynamic shared " + std::to_string(shared_bytes) + " bytes";
 }
 
-// A launch configuration with clusters of `cluster` blocks along x. More than the 8 blocks
-// every sm_90 part supports needs a per-function opt-in.
+// A launch configuration with clusters of `cluster` blocks along x.
 struct ClusterLaunch {
   CUlaunchAttribute attr{};
   CUlaunchConfig config{};
 
-  ClusterLaunch(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream,
-                const std::string& what) {
-    if (cluster > 8)
-      check(ready().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-            "cuFuncSetAttribute", what + ": NON_PORTABLE_CLUSTER_SIZE_ALLOWED");
+  ClusterLaunch(Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream) {
     attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     attr.value.clusterDim.x = cluster;
     attr.value.clusterDim.y = 1;
@@ -410,7 +405,7 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
           "cuFuncSetAttribute", what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));
   CUresult r;
   if (cluster > 1) {
-    ClusterLaunch l(f, grid, block, cluster, shared_bytes, stream, what);
+    ClusterLaunch l(grid, block, cluster, shared_bytes, stream);
     r = a.cuLaunchKernelEx(&l.config, f, args, nullptr);
   } else {
     r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream, args,
@@ -421,8 +416,13 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
          launch_shape(grid, block, cluster, shared_bytes).c_str());
 }
 
-int max_active_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what) {
-  ClusterLaunch l(f, grid, block, cluster, 0, nullptr, what);
+int prepare_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what) {
+  // More than the 8 blocks every sm_90 part supports needs a per-function opt-in, set once here
+  // rather than before every launch.
+  if (cluster > 8)
+    check(ready().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+          "cuFuncSetAttribute", what + ": NON_PORTABLE_CLUSTER_SIZE_ALLOWED");
+  ClusterLaunch l(grid, block, cluster, 0, nullptr);
   int n = 0;
   check(ready().cuOccupancyMaxActiveClusters(&n, f, &l.config), "cuOccupancyMaxActiveClusters",
         what + launch_shape(grid, block, cluster, 0));

@@ -135,13 +135,15 @@ struct Dim3 {
 
 // Checks the launch itself; faults inside the kernel surface at the next synchronize.
 // Dynamic shared memory above 48 KiB is opted into automatically. With cluster > 1, each
-// `cluster` consecutive blocks along x form a thread-block cluster (sm_90; over 8 is opted into).
+// `cluster` consecutive blocks along x form a thread-block cluster (sm_90; prepare_clusters
+// first).
 void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
             const std::string& what, unsigned cluster = 1);
 
-// How many clusters of `cluster` blocks of this shape the device holds at once; 0 when even one
-// cannot be placed (too many registers or blocks for a GPC).
-int max_active_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what);
+// Readies `f` for launches in clusters of `cluster` blocks (opting into sizes over 8) and
+// returns how many such clusters the device holds at once; 0 when even one cannot be placed
+// (too many registers or blocks for a GPC).
+int prepare_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what);
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 

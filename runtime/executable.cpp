@@ -59,8 +59,8 @@ void Executable::load() {
     dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f),
                            "driver"};
     if (c.cluster_blocks > 1 &&
-        cuda::max_active_clusters(f, {static_cast<unsigned>(c.grid), 1, 1}, {c.block_threads, 1, 1},
-                                  c.cluster_blocks, c.name) == 0)
+        cuda::prepare_clusters(f, {static_cast<unsigned>(c.grid), 1, 1}, {c.block_threads, 1, 1},
+                               c.cluster_blocks, c.name) == 0)
       throw CudaError(
           fmt::format("kernel {}: this GPU cannot place one cluster of {} blocks of {} threads "
                       "({} registers each); plan with a smaller --max-cluster",

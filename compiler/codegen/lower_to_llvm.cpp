@@ -30,10 +30,7 @@ class Lowering {
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, p_.name, m_.get());
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn_->addFnAttr("nvvm.maxntid", std::to_string(s_.block_threads()));
-    // A cluster's blocks hold a row split between them: two 512-thread blocks per SM let one
-    // load while the other waits at a reduction, so keep the registers that allows.
-    if (s_.cluster_blocks > 1 && s_.block_threads() <= 512)
-      fn_->addFnAttr("nvvm.minctasm", std::to_string(1024 / s_.block_threads()));
+    if (s_.min_blocks_per_sm > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(s_.min_blocks_per_sm));
     for (size_t i = 0; i < p_.params.size(); ++i) {
       llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
       a->setName(fmt::format("arg{}", i));
@@ -312,12 +309,18 @@ class Lowering {
     return s_.cluster_blocks > 1 ? cluster_allreduce(op, acc) : acc;
   }
 
-  Value* block_allreduce(Op op, Value* acc, int r) {
-    int lanes = std::min(s_.threads_per_row, 32);
+  // Butterfly shuffles over `lanes` lanes: every lane gets the same total.
+  Value* warp_allreduce(Op op, Value* acc, int lanes) {
     for (int off = lanes / 2; off >= 1; off /= 2)
       acc = combine(op, acc,
                     b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
                                        {b_.getInt32(0xffffffff), acc, b_.getInt32(off), b_.getInt32(0x1f)}));
+    return acc;
+  }
+
+  Value* block_allreduce(Op op, Value* acc, int r) {
+    int lanes = std::min(s_.threads_per_row, 32);
+    acc = warp_allreduce(op, acc, lanes);
     int warps = s_.threads_per_row / lanes;
     if (warps == 1) return acc;
     auto* slots =
@@ -397,11 +400,17 @@ class Lowering {
     return false;
   }
 
+  // Drops every elementwise value after `m` (value ids are body indices), so that what depended
+  // on m is recomputed from its current value when next needed.
+  void forget_computed_after(int m) {
+    for (size_t k = static_cast<size_t>(m) + 1; k < values_.size(); ++k)
+      if (p_.body[k].opcode == TileOpcode::Compute) values_[k].clear();
+  }
+
   // Per-row value `id` with max reduction `m` taken to be `v`; other values are left as they were.
   Value* per_row_with(int id, int m, Value* v) {
     std::vector<Regs> saved = values_;
-    for (size_t k = static_cast<size_t>(m) + 1; k < values_.size(); ++k)
-      if (p_.body[k].opcode == TileOpcode::Compute) values_[k].clear();
+    forget_computed_after(m);
     values_[m] = {v};
     ensure(id);
     Value* out = values_[id][0];
@@ -434,16 +443,11 @@ class Lowering {
     Value* scale = math::exp(b_, b_.CreateFSub(per_row_with(c, m, slot(slots[0], w)), c_row));
     Value* term = b_.CreateSelect(b_.CreateOr(b_.CreateNot(in_cluster), b_.CreateFCmpOEQ(s, f32(0.0))),
                                   f32(0.0), b_.CreateFMul(s, scale));
-    Value* s_row = term;
-    for (int off = 16; off >= 1; off /= 2)
-      s_row = b_.CreateFAdd(
-          s_row, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
-                                    {b_.getInt32(0xffffffff), s_row, b_.getInt32(off), b_.getInt32(0x1f)}));
+    Value* s_row = warp_allreduce(Op::ReduceSum, term, 32);
     Value* mine = math::exp(b_, b_.CreateFSub(values_[c][0], c_row));
     Regs rescaled;
     for (Value* x : values_[e]) rescaled.push_back(b_.CreateFMul(x, mine));
-    for (size_t k = static_cast<size_t>(m) + 1; k < values_.size(); ++k)
-      if (p_.body[k].opcode == TileOpcode::Compute) values_[k].clear();
+    forget_computed_after(m);
     values_[m] = {m_row};
     values_[e] = std::move(rescaled);
     types_[r.result] = r.type;

@@ -193,9 +193,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   c.registers = std::min(p.max_registers_per_thread, 12 + loaded_regs + s.elems_per_thread() + 4 * scratch +
                                                          2 * static_cast<int>(k.outputs.size()));
   int threads = s.block_threads();
-  // Codegen asks for two such blocks per SM (one loads while the other waits at a reduction).
-  if (s.cluster_blocks > 1 && threads <= 512)
-    c.registers = std::min(c.registers, p.registers_per_sm / (2 * threads) / 8 * 8);
+  if (s.min_blocks_per_sm > 0)  // codegen caps the registers to fit that many blocks
+    c.registers = std::min(c.registers, p.registers_per_sm / (s.min_blocks_per_sm * threads) / 8 * 8);
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));

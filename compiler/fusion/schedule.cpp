@@ -14,6 +14,7 @@ std::string TileSchedule::describe() const {
   std::string loop =
       col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
   if (cluster_blocks > 1) loop += fmt::format(", clusters of {} blocks per row", cluster_blocks);
+  if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
 }
@@ -156,6 +157,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       s.threads_per_row = threads;
       s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
       s.cluster_blocks = static_cast<int>(s.col_blocks());
+      s.min_blocks_per_sm = std::max(1, 1024 / threads);
       return s;
     }
   }

@@ -28,8 +28,9 @@ struct TileSchedule {
   int thread_rows = 1;
   int rows_per_thread = 1;
   int chunks_per_thread = 1;
-  int64_t col_iters = 1;   // > 1: a row too long for registers, visited in column tiles by a loop
-  int cluster_blocks = 1;  // > 1: the col_blocks() blocks of a row form one thread-block cluster
+  int64_t col_iters = 1;      // > 1: a row too long for registers, visited in column tiles by a loop
+  int cluster_blocks = 1;     // > 1: the col_blocks() blocks of a row form one thread-block cluster
+  int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
