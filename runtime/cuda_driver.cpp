@@ -16,14 +16,16 @@ namespace {
   X(cuGetErrorName)                                                                                        \
   X(cuGetErrorString)                                                                                      \
   X(cuInit)                                                                                                \
-  X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)      \
-      X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)            \
-          X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2)   \
-              X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx)                   \
-                  X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute) X(cuFuncSetAttribute)     \
-                      X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)     \
-                          X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime_v2) \
-                              X(cuEventDestroy_v2) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)
+  X(cuDriverGetVersion)                                                                                    \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2)     \
+      X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2)  \
+          X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) \
+              X(cuMemsetD32_v2) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)             \
+                  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)          \
+                      X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord)       \
+                          X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)              \
+                              X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)                          \
+                                  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -398,11 +400,6 @@ struct ClusterLaunch {
 void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
             const std::string& what, unsigned cluster) {
   const Api& a = ready();
-  // Dynamic shared memory above the 48 KiB default needs an explicit per-function opt-in.
-  if (shared_bytes > 48 * 1024)
-    check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                               static_cast<int>(shared_bytes)),
-          "cuFuncSetAttribute", what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));
   CUresult r;
   if (cluster > 1) {
     ClusterLaunch l(grid, block, cluster, shared_bytes, stream);
@@ -416,16 +413,31 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
          launch_shape(grid, block, cluster, shared_bytes).c_str());
 }
 
-int prepare_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what) {
-  // More than the 8 blocks every sm_90 part supports needs a per-function opt-in, set once here
-  // rather than before every launch.
+int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_bytes,
+                   const std::string& what) {
+  const Api& a = ready();
+  // Set once here rather than before every launch: dynamic shared memory above the 48 KiB
+  // default, and clusters above the 8 blocks every sm_90 part supports, need per-function
+  // opt-ins.
+  if (shared_bytes > 48 * 1024)
+    check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               static_cast<int>(shared_bytes)),
+          "cuFuncSetAttribute", what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));
   if (cluster > 8)
-    check(ready().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+    check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
           "cuFuncSetAttribute", what + ": NON_PORTABLE_CLUSTER_SIZE_ALLOWED");
-  ClusterLaunch l(grid, block, cluster, 0, nullptr);
   int n = 0;
-  check(ready().cuOccupancyMaxActiveClusters(&n, f, &l.config), "cuOccupancyMaxActiveClusters",
-        what + launch_shape(grid, block, cluster, 0));
+  if (cluster > 1) {
+    ClusterLaunch l({cluster, 1, 1}, block, cluster, shared_bytes, nullptr);
+    check(a.cuOccupancyMaxActiveClusters(&n, f, &l.config), "cuOccupancyMaxActiveClusters",
+          what + launch_shape({cluster, 1, 1}, block, cluster, shared_bytes));
+  } else {
+    check(a.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, static_cast<int>(block.x * block.y * block.z),
+                                                        shared_bytes),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+          what + launch_shape({1, 1, 1}, block, 1, shared_bytes));
+    n *= Context::get().info().sm_count;
+  }
   return n;
 }
 

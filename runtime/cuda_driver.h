@@ -133,17 +133,18 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// Checks the launch itself; faults inside the kernel surface at the next synchronize.
-// Dynamic shared memory above 48 KiB is opted into automatically. With cluster > 1, each
-// `cluster` consecutive blocks along x form a thread-block cluster (sm_90; prepare_clusters
-// first).
+// Checks the launch itself; faults inside the kernel surface at the next synchronize. With
+// cluster > 1, each `cluster` consecutive blocks along x form a thread-block cluster (sm_90).
+// Call prepare_launch once per function first.
 void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
             const std::string& what, unsigned cluster = 1);
 
-// Readies `f` for launches in clusters of `cluster` blocks (opting into sizes over 8) and
-// returns how many such clusters the device holds at once; 0 when even one cannot be placed
-// (too many registers or blocks for a GPC).
-int prepare_clusters(CUfunction f, Dim3 grid, Dim3 block, unsigned cluster, const std::string& what);
+// Readies `f` for launches of `block` with `shared_bytes` of dynamic shared memory (opting into
+// more than 48 KiB) in clusters of `cluster` blocks (opting into sizes over 8), and returns how
+// many blocks — with cluster > 1, clusters — the device holds at once; 0 when even one cannot
+// be placed (too many registers, too much shared memory, or too many blocks for a GPC).
+int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_bytes,
+                   const std::string& what);
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 

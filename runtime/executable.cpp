@@ -15,6 +15,7 @@ struct Executable::Device {
   std::vector<CUfunction> functions;
   std::map<NodeId, cuda::DeviceBuffer> buffers;  // graph inputs and kernel outputs
   MeasuredKernels driver;
+  std::vector<uint64_t> grid;  // per kernel: blocks launched
 };
 
 int64_t count_unwritten(const TensorData& t) {
@@ -58,13 +59,21 @@ void Executable::load() {
     dev->functions.push_back(f);
     dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f),
                            "driver"};
-    if (c.cluster_blocks > 1 &&
-        cuda::prepare_clusters(f, {static_cast<unsigned>(c.grid), 1, 1}, {c.block_threads, 1, 1},
-                               c.cluster_blocks, c.name) == 0)
-      throw CudaError(
-          fmt::format("kernel {}: this GPU cannot place one cluster of {} blocks of {} threads "
-                      "({} registers each); plan with a smaller --max-cluster",
-                      c.name, c.cluster_blocks, c.block_threads, dev->driver[c.name].registers));
+    if (c.cluster_blocks > 1 || c.persistent || c.dynamic_shared_bytes > 0) {
+      int resident =
+          cuda::prepare_launch(f, {c.block_threads, 1, 1}, c.cluster_blocks, c.dynamic_shared_bytes, c.name);
+      if (resident == 0)
+        throw CudaError(fmt::format(
+            "kernel {}: this GPU cannot place one {} of {} threads ({} registers, {} bytes of dynamic "
+            "shared memory each); plan with a smaller --max-cluster or fewer --stages",
+            c.name, c.cluster_blocks > 1 ? fmt::format("cluster of {} blocks", c.cluster_blocks) : "block",
+            c.block_threads, dev->driver[c.name].registers, c.dynamic_shared_bytes));
+      // A persistent kernel gets one block (cluster) per place the device has, so none waits
+      // for another to finish.
+      if (c.persistent)
+        dev->grid.push_back(std::min<uint64_t>(c.grid, uint64_t(resident) * c.cluster_blocks));
+    }
+    if (dev->grid.size() <= i) dev->grid.push_back(c.grid);
   }
   const Graph& g = plan_.graph;
   for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
@@ -90,10 +99,10 @@ void Executable::launch_all() {
     for (NodeId n : k.outputs) ptrs.push_back(dev_->buffers.at(n).ptr());
     std::vector<void*> args;
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
-    cuda::Dim3 grid{static_cast<unsigned>(compiled_[i].grid), 1, 1};
+    cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
-    cuda::launch(dev_->functions[i], grid, block, 0, dev_->stream.get(), args.data(), k.name,
-                 compiled_[i].cluster_blocks);
+    cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, dev_->stream.get(),
+                 args.data(), k.name, compiled_[i].cluster_blocks);
   }
 }
 

@@ -73,9 +73,9 @@ TEST(Codegen, TargetsAndCache) {
   EXPECT_THROW(codegen_options_for("gfx90a"), TargetError);
 }
 
-TEST(Codegen, ClustersNeedSm90) {
-  Plan p = plan_fusion(find_example("softmax_32k").build());
-  ASSERT_EQ(p.kernels[0].schedule.cluster_blocks, 2);
+TEST(Codegen, ClustersAndBulkCopiesNeedSm90) {
+  Plan p = plan_fusion(find_example("softmax_256k").build());
+  ASSERT_EQ(p.kernels[0].schedule.cluster_blocks, 8);
   try {
     compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80"));
     FAIL() << "a cluster kernel compiled for sm_80";
@@ -84,10 +84,21 @@ TEST(Codegen, ClustersNeedSm90) {
   }
   FusionOptions o;
   o.profile.max_cluster_blocks = 1;
+  Plan one = plan_fusion(find_example("softmax_32k").build(), o);
+  ASSERT_GT(one.kernels[0].schedule.stages, 0);  // one block per row, still staged
+  try {
+    compile_kernel(one.graph, one.kernels[0], codegen_options_for("sm_80"));
+    FAIL() << "a staged kernel compiled for sm_80";
+  } catch (const TargetError& e) {
+    EXPECT_NE(std::string(e.what()).find("--stages 0"), std::string::npos) << e.what();
+  }
+  o.profile.bulk_copies = false;  // what --target sm_80 plans for
   Plan flat = plan_fusion(find_example("softmax_32k").build(), o);
   CompiledKernel c = compile_kernel(flat.graph, flat.kernels[0], codegen_options_for("sm_80"));
   EXPECT_EQ(c.ptx.find("barrier.cluster"), std::string::npos);
+  EXPECT_EQ(c.ptx.find("cp.async.bulk"), std::string::npos);
   EXPECT_EQ(c.cluster_blocks, 1u);
+  EXPECT_FALSE(c.persistent);
 }
 
 TEST(Codegen, PtxasRejectionIsReported) {

@@ -186,41 +186,70 @@ TEST(FusionReduce, LongRowsLoopAndCountTheReread) {
   EXPECT_EQ(k.cost.bytes(), 3LL * 2048 * 262144 * 4);
 }
 
-TEST(FusionReduce, LongRowsSplitOverAClusterAreReadOnce) {
+TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   Plan p = plan_fusion(find_example("softmax_256k").build());
   testing::check_plan_invariants(p);
   ASSERT_EQ(p.kernels.size(), 1u);
   const TileSchedule& s = p.kernels[0].schedule;
-  // 16 blocks × 512 threads × 32 f32: the row in registers, two blocks per SM.
-  EXPECT_EQ(s.cluster_blocks, 16);
-  EXPECT_EQ(s.col_blocks(), 16);
-  EXPECT_EQ(s.block_threads(), 512);
+  // 8 blocks × 1024 threads × 32 f32: the row in registers, one block per SM, the next row's
+  // 128 KiB part in shared memory.
+  EXPECT_EQ(s.cluster_blocks, 8);
+  EXPECT_EQ(s.col_blocks(), 8);
+  EXPECT_EQ(s.block_threads(), 1024);
   EXPECT_EQ(s.elems_per_thread(), 32);
   EXPECT_EQ(s.col_iters, 1);
+  EXPECT_EQ(s.stages, 1);
+  EXPECT_EQ(s.stage_bytes, 32768 * 4);
   EXPECT_EQ(p.kernels[0].cost.reread_bytes, 0);
   EXPECT_EQ(p.kernels[0].cost.bytes(), 2LL * 2048 * 262144 * 4);
   EXPECT_LE(p.kernels[0].cost.registers, 64);
-  EXPECT_NE(plan_report_text(p).find("cluster of 16 blocks"), std::string::npos);
+  EXPECT_EQ(p.kernels[0].cost.blocks_per_sm, 1);
+  // 16 clusters of 8 at once take 2048 rows in 128 full rounds.
+  EXPECT_EQ(p.kernels[0].cost.busy_share, 1.0);
+  EXPECT_NE(plan_report_text(p).find("clusters of 8 blocks"), std::string::npos);
 
-  // 32768-wide rows: two blocks; an odd length is balanced over the blocks it needs.
+  // bf16: 64 KiB per block's part, three rows ahead.
+  const TileSchedule& b = plan_fusion(find_example("softmax_256k_bf16").build()).kernels[0].schedule;
+  EXPECT_EQ(b.cluster_blocks, 8);
+  EXPECT_EQ(b.stages, 3);
+  // 32768-wide rows: one block; 4096 rows over 132 blocks leave the last round 3% busy.
   Plan p32 = plan_fusion(find_example("softmax_32k_bf16").build());
-  EXPECT_EQ(p32.kernels[0].schedule.cluster_blocks, 2);
+  EXPECT_EQ(p32.kernels[0].schedule.cluster_blocks, 1);
+  EXPECT_NEAR(p32.kernels[0].cost.busy_share, 4096.0 / (132 * 32), 1e-9);
+  EXPECT_NE(plan_report_text(p32).find("busy 97.0% of the time"), std::string::npos);
+
+  // Straight to registers (no stages): 16 blocks × 512 threads, two blocks per SM.
+  FusionOptions regs;
+  regs.schedule.stages = 0;
+  const TileSchedule& r = plan_fusion(find_example("softmax_256k").build(), regs).kernels[0].schedule;
+  EXPECT_EQ(r.cluster_blocks, 16);
+  EXPECT_EQ(r.block_threads(), 512);
+  EXPECT_EQ(r.stages, 0);
+  EXPECT_EQ(r.min_blocks_per_sm, 2);
+  EXPECT_EQ(plan_fusion(find_example("softmax_32k_bf16").build(), regs).kernels[0].schedule.cluster_blocks,
+            2);
+
+  // An odd length has parts that are not whole: not staged, balanced over the blocks it needs.
   Graph g("odd");
   dsl::output("y", dsl::softmax(dsl::input(g, "x", {3, 40000}), -1));
   const TileSchedule& odd = plan_fusion(g).kernels[0].schedule;
+  EXPECT_EQ(odd.stages, 0);
   EXPECT_EQ(odd.cluster_blocks, 3);
   EXPECT_GE(odd.tile_cols() * 3, 40000);
   EXPECT_LT(odd.tile_cols() * 2, 40000);
 
-  // A cap of 8 blocks cannot hold 262144 elements at 32 per thread: back to the loop.
-  FusionOptions eight;
-  eight.schedule.max_cluster_blocks = 8;
-  EXPECT_GT(plan_fusion(find_example("softmax_256k").build(), eight).kernels[0].schedule.col_iters, 1);
-  // ... unless the blocks have 1024 threads.
-  eight.schedule.block_threads = 1024;
-  const TileSchedule& big = plan_fusion(find_example("softmax_256k").build(), eight).kernels[0].schedule;
-  EXPECT_EQ(big.cluster_blocks, 8);
-  EXPECT_EQ(big.block_threads(), 1024);
+  // A cap of 4 blocks cannot hold 262144 elements at 32 per thread: back to the loop.
+  FusionOptions four;
+  four.schedule.max_cluster_blocks = 4;
+  EXPECT_GT(plan_fusion(find_example("softmax_256k").build(), four).kernels[0].schedule.col_iters, 1);
+  // Smaller blocks need more of them: 512 threads, clusters of 16, 64 KiB parts, three ahead.
+  FusionOptions small;
+  small.schedule.block_threads = 512;
+  const TileSchedule& sm = plan_fusion(find_example("softmax_256k").build(), small).kernels[0].schedule;
+  EXPECT_EQ(sm.cluster_blocks, 16);
+  EXPECT_EQ(sm.stages, 3);
+  small.schedule.stages = 2;
+  EXPECT_EQ(plan_fusion(find_example("softmax_256k").build(), small).kernels[0].schedule.stages, 2);
 }
 
 TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {

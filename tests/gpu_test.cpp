@@ -97,24 +97,37 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // The same special rows split over a cluster of 4 blocks: blocks whose whole part is −inf,
 // a fully masked row, and the row's max in the last block, where each block's own max and sum
 // must be rescaled to the row's.
-TEST(GpuReduce, ClusterSpecialRows) {
+// Special rows split over a cluster: staged through shared memory (the default: clusters of
+// 2 blocks of 1024 threads) and straight to registers (clusters of 4 blocks of 512 threads).
+// Rows 0–3 of every `period` rows are special: with more rows than the persistent grid has
+// groups, it meets them again in later rounds.
+void check_special_rows(int64_t rows, int64_t period, int stages) {
   const int64_t n = 65536;
   Graph g("cluster_special");
-  output("y", softmax(input(g, "x", {4, n}), -1));
-  output("lse", log_softmax(input(g, "z", {4, n}), -1));
-  Plan p = plan_fusion(g);
-  for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.cluster_blocks, 4);
+  output("y", softmax(input(g, "x", {rows, n}), -1));
+  output("lse", log_softmax(input(g, "z", {rows, n}), -1));
+  FusionOptions o;
+  o.schedule.stages = stages;
+  Plan p = plan_fusion(g, o);
+  for (const Kernel& k : p.kernels) {
+    EXPECT_EQ(k.schedule.cluster_blocks, stages == 0 ? 4 : 2);
+    EXPECT_EQ(k.schedule.stages > 0, stages != 0);
+  }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, fresh_seed()).at("x").to_doubles();
-  for (int64_t j = 0; j < n / 2; ++j) x[j] = -INFINITY;  // row 0: blocks 0 and 1 masked
-  for (int64_t j = 0; j < n; ++j) x[n + j] = -INFINITY;  // row 1: all masked
-  x[2 * n + n - 5] = 1e4;                                // row 2: the max in the last block
-  for (int64_t j = 0; j < n; ++j) x[3 * n + j] *= 1e4;   // row 3: ±1e4
+  for (int64_t base = 0; base < rows * n; base += period * n) {
+    double* r = x.data() + base;
+    for (int64_t j = 0; j < n / 2; ++j) r[j] = -INFINITY;  // row 0: the first half masked
+    for (int64_t j = 0; j < n; ++j) r[n + j] = -INFINITY;  // row 1: all masked
+    r[2 * n + n - 5] = 1e4;                                // row 2: the max in the last block
+    for (int64_t j = 0; j < n; ++j) r[3 * n + j] *= 1e4;   // row 3: ±1e4
+  }
   TensorMap in;
-  in["x"] = TensorData::from_doubles(DType::F32, {4, n}, x);
+  in["x"] = TensorData::from_doubles(DType::F32, {rows, n}, x);
   std::vector<double> z = x;
-  z[n] = 0;  // log_softmax of a fully masked row is −inf − log 0: keep every row defined
-  in["z"] = TensorData::from_doubles(DType::F32, {4, n}, z);
+  for (int64_t base = 0; base < rows * n; base += period * n)
+    z[base + n] = 0;  // log_softmax of a fully masked row is −inf − log 0: keep every row defined
+  in["z"] = TensorData::from_doubles(DType::F32, {rows, n}, z);
   Executable exe(p);
   TensorMap out = exe.run(in);
   auto ref = reference_run(g, in);
@@ -129,8 +142,50 @@ TEST(GpuReduce, ClusterSpecialRows) {
     }
   }
   std::vector<double> y = out.at("y").to_doubles();
-  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[n + j], 0.0) << j;  // fully masked: 0, not NaN
-  EXPECT_NEAR(y[2 * n + n - 5], 1.0, 1e-6);
+  for (int64_t base = 0; base < rows * n; base += period * n) {
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[base + n + j], 0.0) << base << " " << j;  // 0, not NaN
+    EXPECT_NEAR(y[base + 2 * n + n - 5], 1.0, 1e-6);
+  }
+}
+
+TEST(GpuReduce, ClusterSpecialRows) {
+  for (int stages : {-1, 0}) {
+    SCOPED_TRACE(stages);
+    check_special_rows(4, 4, stages);
+  }
+}
+
+// More rows than the persistent grid has groups: each block (cluster) takes several rounds, so
+// every stage is reused and its mbarrier's phase flips; special rows recur in later rounds.
+TEST(GpuReduce, PersistentRounds) {
+  check_special_rows(300, 100, -1);
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  struct Case {
+    int64_t rows, cols;
+    DType dt;
+    int stages, cluster;  // expected
+  };
+  for (Case c : {Case{600, 32768, DType::F32, 1, 1}, Case{1000, 32768, DType::BF16, 3, 1},
+                 Case{300, 131072, DType::F32, 1, 4}, Case{333, 65536, DType::F16, 3, 2}}) {
+    SCOPED_TRACE(std::to_string(c.rows) + "×" + std::to_string(c.cols) + " " + dtype_name(c.dt));
+    Graph g("rounds");
+    Tensor x = input(g, "x", {c.rows, c.cols}, c.dt);
+    output("y", softmax(x, -1));
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_EQ(p.kernels[0].schedule.stages, c.stages);
+    EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, c.cluster);
+    testing::check_on_gpu(p, fresh_seed());
+  }
+  // Layernorm stages x only (w and b are shared by every row): 16 elements per thread.
+  Graph g("rounds_ln");
+  Tensor x = input(g, "x", {700, 32768}, DType::BF16);
+  output("y", layernorm(x, input(g, "w", {32768}, DType::BF16), input(g, "b", {32768}, DType::BF16)));
+  Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_GT(p.kernels[0].schedule.stages, 0);
+  EXPECT_EQ(p.kernels[0].schedule.stage_bytes, 32768 * 2 / p.kernels[0].schedule.cluster_blocks);
+  testing::check_on_gpu(p, fresh_seed());
 }
 
 TEST(GpuReduce, SoftmaxLengthsAndDtypes) {

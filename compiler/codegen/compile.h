@@ -15,8 +15,12 @@ struct CompiledKernel {
   std::string llvm_ir;  // after O3
   std::string ptx;
   unsigned block_threads = 0;
-  uint64_t grid = 0;
+  uint64_t grid = 0;            // blocks the tiles need
   unsigned cluster_blocks = 1;  // > 1: launched as clusters of this many blocks along x
+  unsigned dynamic_shared_bytes = 0;
+  // Loops over its row tiles: launch only as many blocks (clusters) as the device holds at
+  // once, at most `grid`.
+  bool persistent = false;
   bool from_cache = false;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Verifier.h>
@@ -46,8 +47,15 @@ class Lowering {
           fmt::format("kernel {}: a cluster shares one row held in registers; this schedule "
                       "has {} rows per block and {} column tiles",
                       p_.name, s_.tile_rows(), s_.col_iters));
+    if (s_.stages > 0 && (s_.col_iters > 1 || s_.tile_rows() > 1))
+      throw CodegenError(
+          fmt::format("kernel {}: a staged schedule holds one row per block in registers; "
+                      "this one has {} rows per block and {} column tiles",
+                      p_.name, s_.tile_rows(), s_.col_iters));
     if (s_.col_iters > 1)
       lower_looped();
+    else if (s_.stages > 0)
+      lower_staged();
     else
       lower_resident();
     if (s_.cluster_blocks > 1 && !cluster_joined_)
@@ -345,12 +353,20 @@ class Lowering {
 
   // Every block of the cluster holds its part's values (all its threads do). Thread t pushes
   // them into slot [rank] of block t's arrays; after the cluster barrier (release/acquire)
-  // every block's arrays hold all ranks' values. Returns one array per value.
-  std::vector<llvm::GlobalVariable*> cluster_exchange(const std::vector<Value*>& mine) {
+  // every block's arrays hold all ranks' values. Returns one array per value. A persistent
+  // kernel alternates two sets of arrays by row: a block may push the next row's values while
+  // a slower peer still reads this row's, but not two rows ahead (that needs the peer at the
+  // next row's barrier, after its reads).
+  std::vector<Value*> cluster_exchange(const std::vector<Value*>& mine) {
     const int n = s_.cluster_blocks;
-    std::vector<llvm::GlobalVariable*> slots;
-    for (size_t v = 0; v < mine.size(); ++v)
-      slots.push_back(shared_slots(static_cast<uint64_t>(n), "cluster_slots"));
+    const bool alternate = row_parity_ != nullptr;
+    std::vector<Value*> slots;
+    for (size_t v = 0; v < mine.size(); ++v) {
+      Value* arr = shared_slots(static_cast<uint64_t>(alternate ? 2 * n : n), "cluster_slots");
+      if (alternate)
+        arr = b_.CreateInBoundsGEP(b_.getFloatTy(), arr, b_.CreateMul(row_parity_, b_.getInt32(n)));
+      slots.push_back(arr);
+    }
     if (!cluster_joined_) {  // pairs with the arrive in the prologue
       intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
       cluster_joined_ = true;
@@ -367,14 +383,14 @@ class Lowering {
     return slots;
   }
 
-  Value* slot(llvm::GlobalVariable* slots, Value* rank) {
+  Value* slot(Value* slots, Value* rank) {
     return b_.CreateAlignedLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), slots, rank),
                                 llvm::Align(4));
   }
 
   // Combined in rank order, so every block gets bit-identical totals.
   Value* cluster_allreduce(Op op, Value* acc) {
-    llvm::GlobalVariable* slots = cluster_exchange({acc})[0];
+    Value* slots = cluster_exchange({acc})[0];
     Value* total = f32(identity_of(op));
     for (int w = 0; w < s_.cluster_blocks; ++w) total = combine(op, total, slot(slots, b_.getInt32(w)));
     return total;
@@ -384,6 +400,7 @@ class Lowering {
 
   void lower_resident() {
     for (const TileInst& i : p_.body) {
+      if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
       for (int a : i.args) ensure(a);
       if (i.opcode == TileOpcode::Reduce && s_.cluster_blocks > 1 && i.online_with >= 0)
         cluster_online_sum(i);
@@ -392,6 +409,163 @@ class Lowering {
       else
         lower(i);
     }
+  }
+
+  // ---- persistent rows staged through shared memory ----
+
+  // Side-effecting PTX the NVPTX backend has no intrinsic for (mbarrier transactions, bulk
+  // copies); the memory clobber keeps shared-memory loads after the waits.
+  Value* ptx(const std::string& text, const std::string& constraints, llvm::ArrayRef<Value*> args,
+             llvm::Type* result = nullptr) {
+    std::vector<llvm::Type*> types;
+    for (Value* a : args) types.push_back(a->getType());
+    auto* fty = llvm::FunctionType::get(result ? result : b_.getVoidTy(), types, false);
+    return b_.CreateCall(llvm::InlineAsm::get(fty, text, constraints + ",~{memory}", true), args);
+  }
+  Value* address(Value* ptr) { return b_.CreatePtrToInt(ptr, b_.getInt64Ty()); }
+
+  bool staged(const TileInst& i) const { return i.opcode == TileOpcode::Load && i.type.rows && i.type.cols; }
+
+  // Byte offset of each staged parameter's part within a stage.
+  std::map<int, int64_t> stage_layout() const {
+    std::map<int, int64_t> at;
+    int64_t off = 0;
+    for (const TileInst& i : p_.body)
+      if (staged(i) && !at.count(i.param)) {
+        at[i.param] = off;
+        off += s_.tile_cols() * static_cast<int64_t>(dtype_size(p_.params[i.param].dtype));
+      }
+    if (off != s_.stage_bytes)
+      throw CodegenError(fmt::format("kernel {}: its staged rows take {} bytes, the schedule planned {}",
+                                     p_.name, off, s_.stage_bytes));
+    return at;
+  }
+
+  // The grid holds as many row groups (blocks, or clusters of a row's blocks) as fit at once;
+  // group g reduces rows g, g + groups, … Thread 0 keeps `stages` rows ahead in flight: for
+  // each, one mbarrier expecting the stage's bytes and one bulk copy per staged tensor of the
+  // block's part of the row. Every thread waits on the stage's mbarrier (its phase flips once
+  // per use), copies the part into registers, and after a block barrier (all have read it)
+  // thread 0 refills the stage with the row `stages` ahead; the row is then reduced and
+  // written from registers while that copy is in flight.
+  void lower_staged() {
+    const int stages = s_.stages;
+    const std::map<int, int64_t> layout = stage_layout();
+    auto* mbar_ty = llvm::ArrayType::get(b_.getInt64Ty(), stages);
+    auto* mbar = new llvm::GlobalVariable(*m_, mbar_ty, false, llvm::GlobalValue::InternalLinkage,
+                                          llvm::UndefValue::get(mbar_ty), "stage_full", nullptr,
+                                          llvm::GlobalValue::NotThreadLocal, 3);
+    mbar->setAlignment(llvm::Align(8));
+    auto* buf_ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+    auto* buf = new llvm::GlobalVariable(*m_, buf_ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                         "stage_rows", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    buf->setAlignment(llvm::Align(128));
+
+    Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    Value* leader = b_.CreateICmpEQ(tid, b_.getInt32(0));
+    auto cb = b_.getInt32(static_cast<uint32_t>(s_.col_blocks()));
+    Value* group = b_.CreateUDiv(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), cb, "group");
+    Value* groups = b_.CreateUDiv(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), cb, "groups");
+    Value* rows = b_.getInt32(static_cast<uint32_t>(s_.rows));
+    auto barrier_at = [&](Value* stage) { return b_.CreateInBoundsGEP(b_.getInt64Ty(), mbar, stage); };
+    auto stage_at = [&](Value* stage, int param) {
+      Value* off =
+          b_.CreateAdd(b_.CreateMul(b_.CreateZExt(stage, b_.getInt64Ty()), b_.getInt64(s_.stage_bytes)),
+                       b_.getInt64(layout.at(param)));
+      return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, off);
+    };
+    // Thread 0: the block's part of `row` into `stage`.
+    auto fill = [&](Value* stage, Value* row) {
+      ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "l,r",
+          {address(barrier_at(stage)), b_.getInt32(static_cast<uint32_t>(s_.stage_bytes))});
+      Value* saved = rows_[0];
+      rows_[0] = row;
+      Value* col0 = b_.CreateZExt(b_.CreateMul(rank_, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
+                                  b_.getInt64Ty());
+      for (const auto& [param, off] : layout) {
+        const TileParam& prm = p_.params[param];
+        Value* elem = b_.CreateAdd(offset(prm.view, true, false, 0, 0), col0);
+        Value* src = b_.CreateInBoundsGEP(storage_type(prm.dtype), fn_->getArg(param), elem);
+        uint32_t bytes = static_cast<uint32_t>(s_.tile_cols() * static_cast<int64_t>(dtype_size(prm.dtype)));
+        ptx("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+            "l,l,r,l",
+            {address(stage_at(stage, param)), address(src), b_.getInt32(bytes), address(barrier_at(stage))});
+      }
+      rows_[0] = saved;
+    };
+
+    guarded(leader, [&] {
+      for (int k = 0; k < stages; ++k)
+        ptx("mbarrier.init.shared::cta.b64 [$0], 1;", "l", {address(barrier_at(b_.getInt32(k)))});
+      ptx("fence.mbarrier_init.release.cluster;", "", {});
+    });
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    guarded(leader, [&] {
+      for (int k = 0; k < stages; ++k) {
+        Value* row = b_.CreateAdd(group, b_.CreateMul(groups, b_.getInt32(k)));
+        guarded(b_.CreateICmpULT(row, rows), [&] { fill(b_.getInt32(k), row); });
+      }
+    });
+    if (s_.cluster_blocks > 1) {  // pairs with the arrive in the prologue, overlapping the copies
+      intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+      cluster_joined_ = true;
+    }
+
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "row", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "rows.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(group, rows), loop, done);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* it = b_.CreatePHI(b_.getInt32Ty(), 2, "it");
+    llvm::PHINode* row = b_.CreatePHI(b_.getInt32Ty(), 2, "r");
+    it->addIncoming(b_.getInt32(0), pre);
+    row->addIncoming(group, pre);
+    Value* stage = b_.CreateURem(it, b_.getInt32(stages), "stage");
+    Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
+    row_parity_ = b_.CreateAnd(it, b_.getInt32(1));
+    rows_[0] = row;
+
+    auto* wait = llvm::BasicBlock::Create(ctx_, "stage.wait", fn_);
+    auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
+    b_.CreateBr(wait);
+    b_.SetInsertPoint(wait);
+    Value* full =
+        ptx("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }",
+            "=r,l,r", {address(barrier_at(stage)), phase}, b_.getInt32Ty());
+    b_.CreateCondBr(b_.CreateICmpNE(full, b_.getInt32(0)), ready, wait);
+    b_.SetInsertPoint(ready);
+
+    for (const TileInst& i : p_.body) {
+      if (!staged(i)) continue;
+      const TileParam& prm = p_.params[i.param];
+      llvm::Type* ty = storage_type(prm.dtype);
+      Value* part = stage_at(stage, i.param);
+      Regs regs;
+      for (int k = 0; k < s_.chunks_per_thread; ++k) {
+        Value* col = b_.CreateAdd(b_.CreateMul(tc_, b_.getInt32(s_.vec)),
+                                  b_.getInt32(k * s_.threads_per_row * s_.vec));
+        Value* ptr = b_.CreateInBoundsGEP(ty, part, b_.CreateZExt(col, b_.getInt64Ty()));
+        llvm::Type* vty = s_.vec > 1 ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(ty, s_.vec)) : ty;
+        Value* v = b_.CreateAlignedLoad(vty, ptr, llvm::Align(dtype_size(prm.dtype) * s_.vec),
+                                        fmt::format("{}.c{}", sanitize(prm.name), k));
+        for (int c = 0; c < s_.vec; ++c)
+          regs.push_back(to_compute(s_.vec > 1 ? b_.CreateExtractElement(v, c) : v, prm.dtype));
+      }
+      types_[i.result] = i.type;
+      values_[i.result] = std::move(regs);
+    }
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    Value* ahead = b_.CreateAdd(row, b_.CreateMul(groups, b_.getInt32(stages)));
+    guarded(b_.CreateAnd(leader, b_.CreateICmpULT(ahead, rows)), [&] { fill(stage, ahead); });
+
+    lower_resident();
+
+    Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
+    Value* row_next = b_.CreateAdd(row, groups);
+    it->addIncoming(it_next, b_.GetInsertBlock());
+    row->addIncoming(row_next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpULT(row_next, rows), loop, done);
+    b_.SetInsertPoint(done);
   }
 
   bool has_online_sum(int m) const {
@@ -429,7 +603,7 @@ class Lowering {
     const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
     Value* m_block = values_[m][0];
     Value* s_block = block_allreduce(r.op, thread_partial(r.op, e, 0), 0);
-    std::vector<llvm::GlobalVariable*> slots = cluster_exchange({m_block, s_block});
+    std::vector<Value*> slots = cluster_exchange({m_block, s_block});
     Value* m_row = f32(-INFINITY);
     for (int w = 0; w < s_.cluster_blocks; ++w)
       m_row = combine(Op::ReduceMax, m_row, slot(slots[0], b_.getInt32(w)));
@@ -714,6 +888,7 @@ class Lowering {
   Value* tr_ = nullptr;                // thread's row within the block
   Value* rank_ = nullptr;              // block's column block: its rank in a row's cluster
   bool cluster_joined_ = false;        // the cluster's start barrier has been waited on
+  Value* row_parity_ = nullptr;        // persistent kernels: the parity of the block's row count
   std::vector<Value*> cols_, col_ok_;  // per chunk
   std::vector<Value*> rows_, row_ok_;  // per row of the thread
   std::vector<Regs> values_;

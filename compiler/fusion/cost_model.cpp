@@ -138,7 +138,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   for (NodeId t : k.outputs)
     shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
   if (reduces) {
-    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, hints, profile.max_cluster_blocks, why);
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), hints, profile, why);
     if (!s) return std::nullopt;
     k.schedule = *s;
     k.passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain).passes;
@@ -198,6 +198,10 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));
+  if (s.stages > 0)  // 1 KiB of the SM's shared memory is the system's, per block
+    c.blocks_per_sm = std::max<int>(
+        1,
+        std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / (s.dynamic_shared_bytes() + 4096 + 1024)));
   int64_t resident_blocks = std::min<int64_t>(c.blocks_per_sm, (s.grid() + p.sm_count - 1) / p.sm_count);
   if (s.col_iters > 1 && k.passes > 1) {
     // Each later pass re-reads the rows; they come from L2 when the rows in flight fit in it.
@@ -206,10 +210,18 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     (working <= p.l2_bytes / 2 ? c.l2_reread_bytes : c.reread_bytes) = rereads;
   }
   c.bytes_in_flight_per_sm = inflight_per_thread * threads * static_cast<double>(resident_blocks);
+  if (s.stages > 0) {
+    // Bulk copies keep `stages` rows' parts in flight per block; the persistent grid's groups
+    // (a cluster of a row's blocks each) take rows in rounds, and the last round may be partial.
+    c.bytes_in_flight_per_sm = static_cast<double>(s.dynamic_shared_bytes()) * c.blocks_per_sm;
+    int64_t groups = std::max<int64_t>(1, int64_t{p.sm_count} * c.blocks_per_sm / s.cluster_blocks);
+    int64_t rounds = (s.row_blocks() + groups - 1) / groups;
+    c.busy_share = static_cast<double>(s.row_blocks()) / static_cast<double>(groups * rounds);
+  }
   double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
   // A kernel that loads no full tile only streams stores, which need no latency cover.
   double cover = inflight_per_thread == 0 ? 1.0 : std::min(1.0, c.bytes_in_flight_per_sm / needed);
-  double bw = p.hbm_bytes_per_s * cover;
+  double bw = p.hbm_bytes_per_s * cover * c.busy_share;
   c.memory_s = static_cast<double>(c.bytes()) / bw;
   c.compute_s = c.instructions / p.instructions_per_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;

@@ -1,6 +1,7 @@
 #pragma once
 // The constants of the cost model. Defaults are the H200's measured figures (2026-11-30); the
 // runtime can measure a device and replace them.
+#include <cstdint>
 #include <string>
 
 namespace tilefuse {
@@ -22,6 +23,11 @@ struct DeviceProfile {
   // Blocks one thread-block cluster may hold (sm_90: 8 portable, 16 with the non-portable
   // opt-in the runtime sets); 1 on a device without clusters.
   int max_cluster_blocks = 16;
+  // Shared memory one block may use (sm_90: 227 KiB with the opt-in the runtime sets), and
+  // whether bulk copies (cp.async.bulk completing on an mbarrier, sm_90) can fill it.
+  int64_t max_shared_bytes_per_block = 232448;
+  int64_t shared_bytes_per_sm = 233472;
+  bool bulk_copies = true;
 
   static DeviceProfile h200() { return {}; }
 };

@@ -358,6 +358,7 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
     throw Error(fmt::format("rows per thread {} must be from 1 to 16", h.rows_per_thread));
   if (h.max_cluster_blocks < 0 || h.max_cluster_blocks > 16)
     throw Error(fmt::format("cluster blocks {} must be from 1 to 16", h.max_cluster_blocks));
+  if (h.stages < -1 || h.stages > 4) throw Error(fmt::format("stages {} must be from 0 to 4", h.stages));
   return FusionPass(g, options).run();
 }
 

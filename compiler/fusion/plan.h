@@ -24,6 +24,9 @@ struct KernelCost {
   int registers = 0;            // estimate per thread
   int blocks_per_sm = 0;        // occupancy the estimate allows
   double bytes_in_flight_per_sm = 0;
+  // A persistent kernel's share of busy row groups: its last round over the rows may leave
+  // some groups idle (1 when every group does the same number of rows).
+  double busy_share = 1;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
 };

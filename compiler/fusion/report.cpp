@@ -97,6 +97,11 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     }
     s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
                      registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
+    if (k.cost.busy_share < 1)
+      s += fmt::format(
+          "    persistent grid: its row groups are busy {:.1f}% of the time (the last round over "
+          "the rows is partial)\n",
+          100 * k.cost.busy_share);
     s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {})\n", ms(k.cost.predicted_s),
                      k.cost.memory_s >= k.cost.compute_s ? "memory" : "compute", ms(k.cost.memory_s),
                      ms(k.cost.compute_s));
@@ -181,6 +186,10 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("rows_per_thread", s.rows_per_thread)
         .field("block_threads", s.block_threads())
         .field("grid", s.grid())
+        .field("col_iters", s.col_iters)
+        .field("cluster_blocks", s.cluster_blocks)
+        .field("stages", s.stages)
+        .field("stage_bytes", s.stage_bytes)
         .end_object();
     j.field("bytes_read", k.cost.bytes_read)
         .field("bytes_written", k.cost.bytes_written)
@@ -189,6 +198,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("passes", k.passes)
         .field("reread_bytes", k.cost.reread_bytes)
         .field("l2_reread_bytes", k.cost.l2_reread_bytes)
+        .field("busy_share", k.cost.busy_share)
         .field("predicted_s", k.cost.predicted_s);
     auto it = measured.find(k.name);
     if (it != measured.end()) {

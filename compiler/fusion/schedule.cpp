@@ -15,6 +15,9 @@ std::string TileSchedule::describe() const {
       col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
   if (cluster_blocks > 1) loop += fmt::format(", clusters of {} blocks per row", cluster_blocks);
   if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
+  if (stages > 0)
+    loop += fmt::format(", persistent: {} row{} ahead in shared memory by bulk copies ({} KiB per stage)",
+                        stages, stages == 1 ? "" : "s", stage_bytes / 1024);
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
 }
@@ -124,10 +127,49 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   return s;
 }
 
+// Rows whose parts are whole 16-byte multiples, on a device with bulk copies: blocks of 1024
+// threads (32 elements each in registers, one block per SM), as many as the row needs in one
+// cluster, persistent over rows, each with `stages` rows' parts in shared memory ahead of it.
+static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
+                       size_t num_inputs, int max_elems, int max_cluster, const ScheduleHints& hints,
+                       const DeviceProfile& device) {
+  if (!device.bulk_copies || hints.stages == 0) return false;
+  const int64_t vecs = s.cols / s.vec;
+  if (s.cols % s.vec != 0) return false;
+  const int threads = hints.block_threads ? hints.block_threads : 1024;
+  const int64_t chunks = std::max(1, max_elems / s.vec);
+  const int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
+  if (blocks > std::max(1, max_cluster)) return false;
+  const int64_t balanced = (vecs + blocks * threads - 1) / (blocks * threads);
+  if (blocks * threads * balanced != vecs) return false;  // a part that is not whole
+  const int64_t part = threads * balanced * s.vec;
+  int64_t stage_bytes = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (!view_spans_rows(views[i]) || !view_spans_cols(views[i])) continue;
+    const int64_t size = static_cast<int64_t>(dtype_size(dtypes[i]));
+    if ((part * size) % 16 != 0 || (s.cols * size) % 16 != 0) return false;
+    stage_bytes += part * size;
+  }
+  if (stage_bytes == 0) return false;
+  // The reductions' slots and the stages' mbarriers share the block's shared memory.
+  const int64_t reserved = 4096;
+  int64_t stages = std::min<int64_t>((device.max_shared_bytes_per_block - reserved) / stage_bytes, 4);
+  if (hints.stages > 0) stages = std::min<int64_t>(stages, hints.stages);
+  if (stages < 1) return false;
+  s.threads_per_row = threads;
+  s.chunks_per_thread = static_cast<int>(balanced);
+  s.cluster_blocks = static_cast<int>(blocks);
+  s.min_blocks_per_sm = 1;
+  s.stages = static_cast<int>(stages);
+  s.stage_bytes = stage_bytes;
+  return true;
+}
+
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
-                                                const std::vector<DType>& dtypes, const ScheduleHints& hints,
-                                                int max_cluster_blocks, std::string* why) {
+                                                const std::vector<DType>& dtypes, size_t num_inputs,
+                                                const ScheduleHints& hints, const DeviceProfile& device,
+                                                std::string* why) {
   TileSchedule s;
   std::vector<Shape> views = collapse_shapes(domain, split, operands, &s.dims, why);
   if (s.dims.empty()) return std::nullopt;
@@ -144,8 +186,10 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int64_t per_thread = along_row > 2 ? std::max(1, 16 / s.vec) : 4;
   int64_t vecs = (s.cols + s.vec - 1) / s.vec;
   int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
-  int max_cluster =
-      hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, max_cluster_blocks) : max_cluster_blocks;
+  int max_cluster = hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, device.max_cluster_blocks)
+                                             : device.max_cluster_blocks;
+  if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, max_elems, max_cluster, hints, device))
+    return s;
   if (per_row > 512 && max_cluster > 1) {
     // A row that wants more than half an SM's threads: blocks of 512 threads holding 32 elements
     // each (two blocks per SM, so one loads while the other reduces), as many as the row needs,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/fusion/device_profile.h"
 #include "compiler/graph/graph.h"
 
 namespace tilefuse {
@@ -20,6 +21,10 @@ namespace tilefuse {
 // A row longer than one block should hold is split over a cluster of cluster_blocks blocks (the
 // grid's column blocks, co-scheduled on one GPC): each holds its part in registers and the
 // partial reductions meet in distributed shared memory, so the row is still read once.
+// A staged schedule (stages > 0) is persistent: the grid holds as many blocks (clusters) as fit
+// on the device at once, each walks rows grid-stride, and its part of the rows ahead arrives in
+// shared memory by bulk copies, `stages` rows deep, while it reduces and writes the current one
+// from registers — so no SM waits for a row between rows.
 struct TileSchedule {
   Shape dims;  // collapsed domain; dims.back() is cols
   int64_t rows = 1, cols = 1;
@@ -31,6 +36,8 @@ struct TileSchedule {
   int64_t col_iters = 1;      // > 1: a row too long for registers, visited in column tiles by a loop
   int cluster_blocks = 1;     // > 1: the col_blocks() blocks of a row form one thread-block cluster
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
+  int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
+  int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -38,7 +45,9 @@ struct TileSchedule {
   int64_t tile_cols() const { return iter_cols() * col_iters; }
   int64_t row_blocks() const { return (rows + tile_rows() - 1) / tile_rows(); }
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
+  // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const { return row_blocks() * col_blocks(); }
+  int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
@@ -59,6 +68,7 @@ struct ScheduleHints {
   int block_threads = 0;       // power of two, 32..1024
   int rows_per_thread = 0;     // 1..16
   int max_cluster_blocks = 0;  // 1..16; 1: no clusters (also implied by a device without them)
+  int stages = -1;             // rows prefetched into shared memory; 0: none; -1: tilefuse chooses
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -66,13 +76,17 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
                                        const std::vector<DType>& dtypes, const ScheduleHints& hints = {});
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
-// (32 elements per thread at most) — in one block, or split over a cluster of at most
-// `max_cluster_blocks` blocks — else one row per block visited by a loop over column tiles.
+// (32 elements per thread at most) — in one block, or split over a cluster of at most the
+// device's `max_cluster_blocks` blocks, staged through shared memory where the device has bulk
+// copies and the row's parts are whole 16-byte multiples — else one row per block visited by a
+// loop over column tiles.
+// `operands` are the kernel's inputs (the first `num_inputs`), then its outputs.
 // Returns nullopt (with the reason) when the reduced axes do not collapse to one contiguous row
 // in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
-                                                const std::vector<DType>& dtypes, const ScheduleHints& hints,
-                                                int max_cluster_blocks, std::string* why);
+                                                const std::vector<DType>& dtypes, size_t num_inputs,
+                                                const ScheduleHints& hints, const DeviceProfile& device,
+                                                std::string* why);
 
 }  // namespace tilefuse

@@ -60,6 +60,8 @@ common options:
   --rows-per-thread N          schedule override: rows each thread owns (1..16)
   --max-cluster N              schedule override: most blocks one row may be split over (1..16;
                                1: no clusters; sm_80 implies 1)
+  --stages N                   schedule override: most rows a persistent row kernel prefetches
+                               into shared memory (0..4; 0: rows go straight to registers)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
 
@@ -73,7 +75,7 @@ struct Args {
   int tile = 2;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false;
   std::string json_file, kernel, target = "sm_90";
-  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0;
+  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -81,14 +83,15 @@ struct UsageError : Error {
   using Error::Error;
 };
 
-int parse_int(const std::string& flag, const std::string& v) {
+int parse_int(const std::string& flag, const std::string& v, int least = 1) {
   try {
     size_t used = 0;
     int n = std::stoi(v, &used);
-    if (used == v.size() && n > 0) return n;
+    if (used == v.size() && n >= least) return n;
   } catch (const std::exception&) {
   }
-  throw UsageError(fmt::format("{} needs a positive integer, got '{}'", flag, v));
+  throw UsageError(
+      fmt::format("{} needs a{} integer, got '{}'", flag, least > 0 ? " positive" : " non-negative", v));
 }
 
 std::vector<float> parse_row(const std::string& text) {
@@ -150,6 +153,8 @@ Args parse(int argc, char** argv) {
       a.rows_per_thread = parse_int(s, value());
     else if (s == "--max-cluster")
       a.max_cluster = parse_int(s, value());
+    else if (s == "--stages")
+      a.stages = parse_int(s, value(), 0);
     else if (s == "--seed")
       a.seed = static_cast<uint64_t>(parse_int(s, value()));
     else if (s.rfind("--", 0) == 0)
@@ -172,9 +177,12 @@ Plan make_plan(const Args& a, const std::string& name) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster};
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages};
   if (a.measured_profile) fo.profile = measure_device_profile();
-  if (a.target == "sm_80") fo.profile.max_cluster_blocks = 1;  // clusters are sm_90's
+  if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
+    fo.profile.max_cluster_blocks = 1;
+    fo.profile.bulk_copies = false;
+  }
   Plan p = plan_fusion(g, fo);
   dump("plan", g.name(), plan_report_text(p));
   return p;
