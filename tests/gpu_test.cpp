@@ -94,15 +94,14 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
   EXPECT_NEAR(y[16], 0.25, 1e-7);
 }
 
-// The same special rows split over a cluster of 4 blocks: blocks whose whole part is −inf,
-// a fully masked row, and the row's max in the last block, where each block's own max and sum
-// must be rescaled to the row's.
 // Special rows split over a cluster: staged through shared memory (the default: clusters of
 // 2 blocks of 1024 threads) and straight to registers (clusters of 4 blocks of 512 threads).
 // Rows 0–3 of every `period` rows are special: with more rows than the persistent grid has
 // groups, it meets them again in later rounds.
-void check_special_rows(int64_t rows, int64_t period, int stages) {
-  const int64_t n = 65536;
+// Each warp's and block's own max and sum must be rescaled to the row's: parts whose values
+// are all −inf (next to values near −2e4, so a careless factor exp(0 − max) overflows), a
+// fully masked row, the max in the last block.
+void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int cluster) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}), -1));
@@ -110,14 +109,15 @@ void check_special_rows(int64_t rows, int64_t period, int stages) {
   o.schedule.stages = stages;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
-    EXPECT_EQ(k.schedule.cluster_blocks, stages == 0 ? 4 : 2);
-    EXPECT_EQ(k.schedule.stages > 0, stages != 0);
+    EXPECT_EQ(k.schedule.cluster_blocks, cluster);
+    EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, fresh_seed()).at("x").to_doubles();
   for (int64_t base = 0; base < rows * n; base += period * n) {
     double* r = x.data() + base;
-    for (int64_t j = 0; j < n / 2; ++j) r[j] = -INFINITY;  // row 0: the first half masked
+    for (int64_t j = 0; j < n / 2; ++j) r[j] = -INFINITY;  // row 0: the first half masked,
+    for (int64_t j = n / 2; j < n; ++j) r[j] -= 2e4;       // the rest near −2e4
     for (int64_t j = 0; j < n; ++j) r[n + j] = -INFINITY;  // row 1: all masked
     r[2 * n + n - 5] = 1e4;                                // row 2: the max in the last block
     for (int64_t j = 0; j < n; ++j) r[3 * n + j] *= 1e4;   // row 3: ±1e4
@@ -148,17 +148,16 @@ void check_special_rows(int64_t rows, int64_t period, int stages) {
   }
 }
 
-TEST(GpuReduce, ClusterSpecialRows) {
-  for (int stages : {-1, 0}) {
-    SCOPED_TRACE(stages);
-    check_special_rows(4, 4, stages);
-  }
+TEST(GpuReduce, WarpAndClusterSpecialRows) {
+  check_special_rows(4, 65536, 4, -1, 2);     // staged, clusters of 2 × 1024 threads
+  check_special_rows(4, 65536, 4, 0, 4);      // registers only, clusters of 4 × 512 threads
+  check_special_rows(300, 4096, 100, -1, 1);  // one block of 8 warps per row
 }
 
 // More rows than the persistent grid has groups: each block (cluster) takes several rounds, so
 // every stage is reused and its mbarrier's phase flips; special rows recur in later rounds.
 TEST(GpuReduce, PersistentRounds) {
-  check_special_rows(300, 100, -1);
+  check_special_rows(300, 65536, 100, -1, 2);
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   struct Case {
     int64_t rows, cols;

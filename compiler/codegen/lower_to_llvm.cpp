@@ -9,6 +9,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <map>
+#include <tuple>
 
 #include "compiler/codegen/math.h"
 #include "compiler/support/error.h"
@@ -310,6 +311,10 @@ class Lowering {
     return slots;
   }
 
+  void block_barrier() {
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+  }
+
   // Combines the row's threads: butterfly shuffles within a warp, then — for rows wider than a
   // warp — shared memory, one slot per warp; then, for a row split over a cluster, the blocks.
   Value* allreduce(Op op, Value* acc, int r) {
@@ -340,7 +345,7 @@ class Lowering {
       b_.CreateAlignedStore(acc, b_.CreateInBoundsGEP(b_.getFloatTy(), slots, b_.CreateAdd(base, warp)),
                             llvm::Align(4));
     });
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    block_barrier();
     acc = f32(identity_of(op));
     for (int w = 0; w < warps; ++w)
       acc = combine(op, acc,
@@ -402,10 +407,10 @@ class Lowering {
     for (const TileInst& i : p_.body) {
       if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
       for (int a : i.args) ensure(a);
-      if (i.opcode == TileOpcode::Reduce && s_.cluster_blocks > 1 && i.online_with >= 0)
-        cluster_online_sum(i);
-      else if (i.opcode == TileOpcode::Reduce && s_.cluster_blocks > 1 && has_online_sum(i.result))
-        reduce(i, /*across_cluster=*/false);  // completed with its online sum
+      if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with))
+        online_sum(i);
+      else if (i.opcode == TileOpcode::Reduce && pairs_path(i.result))
+        warp_reduce(i);  // completed with its online sum
       else
         lower(i);
     }
@@ -499,7 +504,7 @@ class Lowering {
         ptx("mbarrier.init.shared::cta.b64 [$0], 1;", "l", {address(barrier_at(b_.getInt32(k)))});
       ptx("fence.mbarrier_init.release.cluster;", "", {});
     });
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    block_barrier();
     guarded(leader, [&] {
       for (int k = 0; k < stages; ++k) {
         Value* row = b_.CreateAdd(group, b_.CreateMul(groups, b_.getInt32(k)));
@@ -554,7 +559,7 @@ class Lowering {
       types_[i.result] = i.type;
       values_[i.result] = std::move(regs);
     }
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    block_barrier();
     Value* ahead = b_.CreateAdd(row, b_.CreateMul(groups, b_.getInt32(stages)));
     guarded(b_.CreateAnd(leader, b_.CreateICmpULT(ahead, rows)), [&] { fill(stage, ahead); });
 
@@ -566,12 +571,6 @@ class Lowering {
     row->addIncoming(row_next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpULT(row_next, rows), loop, done);
     b_.SetInsertPoint(done);
-  }
-
-  bool has_online_sum(int m) const {
-    for (const TileInst& i : p_.body)
-      if (i.opcode == TileOpcode::Reduce && i.online_with == m) return true;
-    return false;
   }
 
   // Drops every elementwise value after `m` (value ids are body indices), so that what depended
@@ -592,35 +591,44 @@ class Lowering {
     return out;
   }
 
-  // A row split over a cluster, softmax's sum of exp(u − c(m)) with max m: each block has its
-  // own max m_b (block-wide only) and sum s_b of exp(u − c(m_b)); one cluster exchange of the
-  // pairs gives the row's M = max m_b and S = Σ s_b · exp(c(m_b) − c(M)) — one cluster barrier
-  // per row instead of two. The block's exp values are rescaled by exp(c(m_b) − c(M)) rather
-  // than recomputed; everything else that used m_b is recomputed with M.
-  void cluster_online_sum(const TileInst& r) {
+  // Softmax's sum of exp(u − c(m)) with max m, for a row of whole warps: each warp takes its
+  // own max m_w and sum s_w of exp(u − c(m_w)) with shuffles alone; the pairs then merge level
+  // by level — the block's warps through shared memory, a cluster's blocks through distributed
+  // shared memory — each merge one barrier: M = max m_i, S = Σ s_i · exp(c(m_i) − c(M)). So a
+  // row takes one block barrier (and one cluster barrier) instead of one per reduction per
+  // level. The warp's exp values are rescaled by exp(c(m_w) − c(M)) rather than recomputed;
+  // everything else that used m_w is recomputed with M.
+  void online_sum(const TileInst& r) {
     const int m = r.online_with;
     const int e = r.args[0];                            // exp(u − c(m))
     const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
-    Value* m_block = values_[m][0];
-    Value* s_block = block_allreduce(r.op, thread_partial(r.op, e, 0), 0);
-    std::vector<Value*> slots = cluster_exchange({m_block, s_block});
-    Value* m_row = f32(-INFINITY);
-    for (int w = 0; w < s_.cluster_blocks; ++w)
-      m_row = combine(Op::ReduceMax, m_row, slot(slots[0], b_.getInt32(w)));
-    Value* c_row = per_row_with(c, m, m_row);
-    // Lane w rescales rank w's sum; a butterfly over the warp adds them (the same order in
-    // every warp of every block): one exp per thread instead of one per rank.
+    Value* m_warp = values_[m][0];
+    Value* s_warp = warp_allreduce(r.op, thread_partial(r.op, e, 0), 32);
+    Value* m_row = m_warp;
+    Value* s_row = s_warp;
+    const int warps = s_.threads_per_row / 32;
     Value* lane = b_.CreateURem(tc_, b_.getInt32(32));
-    Value* in_cluster = b_.CreateICmpULT(lane, b_.getInt32(s_.cluster_blocks));
-    Value* w = b_.CreateSelect(in_cluster, lane, b_.getInt32(0));
-    Value* s = slot(slots[1], w);
-    Value* scale = math::exp(b_, b_.CreateFSub(per_row_with(c, m, slot(slots[0], w)), c_row));
-    Value* term = b_.CreateSelect(b_.CreateOr(b_.CreateNot(in_cluster), b_.CreateFCmpOEQ(s, f32(0.0))),
-                                  f32(0.0), b_.CreateFMul(s, scale));
-    Value* s_row = warp_allreduce(Op::ReduceSum, term, 32);
-    Value* mine = math::exp(b_, b_.CreateFSub(values_[c][0], c_row));
+    if (warps > 1) {
+      auto* ms = shared_slots(static_cast<uint64_t>(warps), "warp_max");
+      auto* ss = shared_slots(static_cast<uint64_t>(warps), "warp_sum");
+      Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
+      guarded(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] {
+        b_.CreateAlignedStore(m_row, b_.CreateInBoundsGEP(b_.getFloatTy(), ms, warp), llvm::Align(4));
+        b_.CreateAlignedStore(s_row, b_.CreateInBoundsGEP(b_.getFloatTy(), ss, warp), llvm::Align(4));
+      });
+      block_barrier();
+      std::tie(m_row, s_row) = merge_pairs(m, c, ms, ss, warps);
+    }
+    if (s_.cluster_blocks > 1) {
+      std::vector<Value*> slots = cluster_exchange({m_row, s_row});
+      std::tie(m_row, s_row) = merge_pairs(m, c, slots[0], slots[1], s_.cluster_blocks);
+    }
+    // A warp whose exp values are all 0 (its part masked with −inf) keeps them 0: its factor
+    // could be exp(0 − c(M)) = inf.
+    Value* factor = math::exp(b_, b_.CreateFSub(values_[c][0], per_row_with(c, m, m_row)));
+    factor = b_.CreateSelect(b_.CreateFCmpOEQ(s_warp, f32(0.0)), f32(0.0), factor);
     Regs rescaled;
-    for (Value* x : values_[e]) rescaled.push_back(b_.CreateFMul(x, mine));
+    for (Value* x : values_[e]) rescaled.push_back(b_.CreateFMul(x, factor));
     forget_computed_after(m);
     values_[m] = {m_row};
     values_[e] = std::move(rescaled);
@@ -628,16 +636,49 @@ class Lowering {
     values_[r.result] = {s_row};
   }
 
-  void reduce(const TileInst& i, bool across_cluster = true) {
+  // The (max, sum) pairs of `n` ≤ 32 parts, in slots [0, n): lane i takes part i's pair and a
+  // butterfly over the warp combines them (the same order in every warp of every block, so all
+  // get bit-identical totals): one exp per thread instead of one per part.
+  std::pair<Value*, Value*> merge_pairs(int m, int c, Value* max_slots, Value* sum_slots, int n) {
+    Value* lane = b_.CreateURem(tc_, b_.getInt32(32));
+    Value* in = b_.CreateICmpULT(lane, b_.getInt32(n));
+    Value* i = b_.CreateSelect(in, lane, b_.getInt32(0));
+    Value* m_i = slot(max_slots, i);
+    Value* s_i = slot(sum_slots, i);
+    Value* m_all = warp_allreduce(Op::ReduceMax, b_.CreateSelect(in, m_i, f32(-INFINITY)), 32);
+    Value* scale = math::exp(b_, b_.CreateFSub(per_row_with(c, m, m_i), per_row_with(c, m, m_all)));
+    Value* term = b_.CreateSelect(b_.CreateOr(b_.CreateNot(in), b_.CreateFCmpOEQ(s_i, f32(0.0))), f32(0.0),
+                                  b_.CreateFMul(s_i, scale));
+    return {m_all, warp_allreduce(Op::ReduceSum, term, 32)};
+  }
+
+  // Whether max reduction `m` and its online sum take the warp-pair path: one row per block of
+  // whole warps, and no other reduction between them (it would see a warp's max, not the row's).
+  bool pairs_path(int m) const {
+    if (s_.tile_rows() != 1 || s_.threads_per_row % 32 != 0 || s_.col_iters != 1) return false;
+    for (size_t k = static_cast<size_t>(m) + 1; k < p_.body.size(); ++k) {
+      const TileInst& i = p_.body[k];
+      if (i.opcode != TileOpcode::Reduce) continue;
+      return i.online_with == m;
+    }
+    return false;
+  }
+
+  void reduce(const TileInst& i) {
     Regs out;
     for (int r = 0; r < rows_of(i.type); ++r) {
       Value* acc = thread_partial(i.op, i.args[0], r);
-      if (types_[i.args[0]].cols)
-        acc = across_cluster ? allreduce(i.op, acc, r) : block_allreduce(i.op, acc, r);
+      if (types_[i.args[0]].cols) acc = allreduce(i.op, acc, r);
       out.push_back(acc);
     }
     types_[i.result] = i.type;
     values_[i.result] = std::move(out);
+  }
+
+  // The reduction over this thread's warp only (one row per block of whole warps).
+  void warp_reduce(const TileInst& i) {
+    types_[i.result] = i.type;
+    values_[i.result] = {warp_allreduce(i.op, thread_partial(i.op, i.args[0], 0), 32)};
   }
 
   // ---- rows too long for registers: each pass is a loop over column tiles ----
