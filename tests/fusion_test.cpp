@@ -242,14 +242,19 @@ TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   FusionOptions four;
   four.schedule.max_cluster_blocks = 4;
   EXPECT_GT(plan_fusion(find_example("softmax_256k").build(), four).kernels[0].schedule.col_iters, 1);
-  // Smaller blocks need more of them: 512 threads, clusters of 16, 64 KiB parts, three ahead.
+  // Smaller blocks need more of them and share an SM: 512 threads, clusters of 16, two blocks
+  // per SM, each with 64 KiB parts one row ahead (half the SM's shared memory).
   FusionOptions small;
   small.schedule.block_threads = 512;
   const TileSchedule& sm = plan_fusion(find_example("softmax_256k").build(), small).kernels[0].schedule;
   EXPECT_EQ(sm.cluster_blocks, 16);
-  EXPECT_EQ(sm.stages, 3);
+  EXPECT_EQ(sm.min_blocks_per_sm, 2);
+  EXPECT_EQ(sm.stages, 1);
+  // bf16: 32 KiB parts, three ahead; a cap of 2 is kept.
+  const TileSchedule& sb = plan_fusion(find_example("softmax_256k_bf16").build(), small).kernels[0].schedule;
+  EXPECT_EQ(sb.stages, 3);
   small.schedule.stages = 2;
-  EXPECT_EQ(plan_fusion(find_example("softmax_256k").build(), small).kernels[0].schedule.stages, 2);
+  EXPECT_EQ(plan_fusion(find_example("softmax_256k_bf16").build(), small).kernels[0].schedule.stages, 2);
 }
 
 TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {

@@ -151,15 +151,19 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
     stage_bytes += part * size;
   }
   if (stage_bytes == 0) return false;
-  // The reductions' slots and the stages' mbarriers share the block's shared memory.
-  const int64_t reserved = 4096;
-  int64_t stages = std::min<int64_t>((device.max_shared_bytes_per_block - reserved) / stage_bytes, 4);
+  // 64 registers per thread (32 elements and their arithmetic) fit 1024 threads per SM: one
+  // block of 1024 threads, or two of 512, … Each block gets its share of the SM's shared
+  // memory, less the system's 1 KiB and its reductions' slots and mbarriers.
+  const int blocks_per_sm = std::max(1, 1024 / threads);
+  const int64_t per_block =
+      std::min(device.max_shared_bytes_per_block, device.shared_bytes_per_sm / blocks_per_sm - 1024) - 4096;
+  int64_t stages = std::min<int64_t>(per_block / stage_bytes, 4);
   if (hints.stages > 0) stages = std::min<int64_t>(stages, hints.stages);
   if (stages < 1) return false;
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(balanced);
   s.cluster_blocks = static_cast<int>(blocks);
-  s.min_blocks_per_sm = 1;
+  s.min_blocks_per_sm = blocks_per_sm;
   s.stages = static_cast<int>(stages);
   s.stage_bytes = stage_bytes;
   return true;
