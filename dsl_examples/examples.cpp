@@ -11,7 +11,7 @@ Graph gelu_two_consumers();
 Graph softmax_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 Graph log_softmax_graph(int64_t rows, int64_t cols);
 Graph layernorm_graph(DType dtype);
-Graph rmsnorm_graph(DType dtype);
+Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -25,11 +25,11 @@ const std::vector<Example>& examples() {
        [] { return softmax_graph("softmax", 16384, 4096, DType::F32); }, "softmax"},
       {"softmax_bf16", "softmax(x, -1), x bf16[16384, 4096], f32 accumulation",
        [] { return softmax_graph("softmax", 16384, 4096, DType::BF16); }, "softmax"},
-      {"softmax_32k", "softmax of x f32[4096, 32768]: rows split over a cluster of blocks",
+      {"softmax_32k", "softmax of x f32[4096, 32768]: one persistent block per row, staged",
        [] { return softmax_graph("softmax_32k", 4096, 32768, DType::F32); }, "softmax"},
       {"softmax_32k_bf16", "softmax of x bf16[4096, 32768]",
        [] { return softmax_graph("softmax_32k", 4096, 32768, DType::BF16); }, "softmax"},
-      {"softmax_256k", "softmax of x f32[2048, 262144]: rows of 1 MB over a cluster of 16 blocks",
+      {"softmax_256k", "softmax of x f32[2048, 262144]: rows of 1 MB staged over a cluster of 8 blocks",
        [] { return softmax_graph("softmax_256k", 2048, 262144, DType::F32); }, "softmax"},
       {"softmax_256k_bf16", "softmax of x bf16[2048, 262144]",
        [] { return softmax_graph("softmax_256k", 2048, 262144, DType::BF16); }, "softmax"},
@@ -40,9 +40,13 @@ const std::vector<Example>& examples() {
       {"layernorm_bf16", "layernorm over the last axis of x bf16[16384, 4096]",
        [] { return layernorm_graph(DType::BF16); }, "layernorm"},
       {"rmsnorm", "RMSNorm over the last axis of x f32[16384, 4096], weight f32[4096]",
-       [] { return rmsnorm_graph(DType::F32); }, "rmsnorm"},
+       [] { return rmsnorm_graph("rmsnorm", 16384, 4096, DType::F32); }, "rmsnorm"},
       {"rmsnorm_bf16", "RMSNorm over the last axis of x bf16[16384, 4096]",
-       [] { return rmsnorm_graph(DType::BF16); }, "rmsnorm"},
+       [] { return rmsnorm_graph("rmsnorm", 16384, 4096, DType::BF16); }, "rmsnorm"},
+      {"rmsnorm_32k", "RMSNorm of x f32[4096, 32768]: one reduction per long row, staged",
+       [] { return rmsnorm_graph("rmsnorm_32k", 4096, 32768, DType::F32); }},
+      {"rmsnorm_32k_bf16", "RMSNorm of x bf16[4096, 32768]",
+       [] { return rmsnorm_graph("rmsnorm_32k", 4096, 32768, DType::BF16); }},
   };
   return all;
 }

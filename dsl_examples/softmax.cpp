@@ -31,10 +31,10 @@ Graph layernorm_graph(DType dtype) {
   return g;
 }
 
-Graph rmsnorm_graph(DType dtype) {
-  Graph g(named("rmsnorm", dtype));
-  Tensor x = input(g, "x", {16384, 4096}, dtype);
-  Tensor w = input(g, "w", {4096}, dtype);
+Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype) {
+  Graph g(named(name, dtype));
+  Tensor x = input(g, "x", {rows, cols}, dtype);
+  Tensor w = input(g, "w", {cols}, dtype);
   output("y", rmsnorm(x, w, 1e-6));
   return g;
 }
