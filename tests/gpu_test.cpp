@@ -176,22 +176,6 @@ TEST(GpuReduce, PersistentRounds) {
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, c.cluster);
     testing::check_on_gpu(p, fresh_seed());
   }
-  // The same shapes with the outputs leaving through shared memory by bulk copies.
-  for (Case c : {Case{600, 32768, DType::F32, 2, 2}, Case{1000, 32768, DType::BF16, 2, 1},
-                 Case{300, 131072, DType::F32, 2, 8}, Case{333, 65536, DType::F16, 2, 2}}) {
-    SCOPED_TRACE("bulk stores " + std::to_string(c.rows) + "×" + std::to_string(c.cols) + " " +
-                 dtype_name(c.dt));
-    Graph g("rounds_out");
-    output("y", softmax(input(g, "x", {c.rows, c.cols}, c.dt), -1));
-    FusionOptions o;
-    o.schedule.bulk_stores = 1;
-    Plan p = plan_fusion(g, o);
-    ASSERT_EQ(p.kernels.size(), 1u);
-    EXPECT_EQ(p.kernels[0].schedule.stages, c.stages);
-    EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, c.cluster);
-    EXPECT_EQ(p.kernels[0].schedule.out_stage_bytes, c.cols / c.cluster * dtype_size(c.dt));
-    testing::check_on_gpu(p, fresh_seed());
-  }
   // Layernorm stages x only (w and b are shared by every row): 16 elements per thread.
   Graph g("rounds_ln");
   Tensor x = input(g, "x", {700, 32768}, DType::BF16);

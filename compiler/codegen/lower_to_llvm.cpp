@@ -243,7 +243,6 @@ class Lowering {
         });
       return;
     }
-    if (out_at_.count(i.param)) return store_to_stage(i);
     for (int r = 0; r < s_.rows_per_thread; ++r)
       for (int k = 0; k < s_.chunks_per_thread; ++k) {
         Value* data;
@@ -259,38 +258,6 @@ class Lowering {
           b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * s_.vec));
         });
       }
-  }
-
-  // This thread's vector k of value v as stored (vec elements of the parameter's type).
-  Value* packed(int v, int k, DType dtype) {
-    llvm::Type* ty = storage_type(dtype);
-    if (s_.vec == 1) return to_storage(at(v, 0, k), dtype);
-    Value* data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, s_.vec));
-    for (int c = 0; c < s_.vec; ++c)
-      data = b_.CreateInsertElement(data, to_storage(at(v, 0, k * s_.vec + c), dtype), c);
-    return data;
-  }
-
-  // A staged output: the thread's vectors into the block's part in shared memory, at the
-  // offsets it read its inputs from; thread 0 copies the part out after the next barrier. The
-  // first such store of a row waits (thread 0, then a barrier) until the previous row's part
-  // has been read out of the buffer.
-  void store_to_stage(const TileInst& i) {
-    const TileParam& prm = p_.params[i.param];
-    if (!out_claimed_) {
-      guarded(b_.CreateICmpEQ(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), b_.getInt32(0)),
-              [&] { ptx("cp.async.bulk.wait_group.read 0;", "", {}); });
-      block_barrier();
-      out_claimed_ = true;
-    }
-    for (int k = 0; k < s_.chunks_per_thread; ++k) {
-      Value* col =
-          b_.CreateAdd(b_.CreateMul(tc_, b_.getInt32(s_.vec)), b_.getInt32(k * s_.threads_per_row * s_.vec));
-      Value* ptr = b_.CreateInBoundsGEP(storage_type(prm.dtype), out_at_.at(i.param),
-                                        b_.CreateZExt(col, b_.getInt64Ty()));
-      b_.CreateAlignedStore(packed(i.args[0], k, prm.dtype), ptr,
-                            llvm::Align(dtype_size(prm.dtype) * s_.vec));
-    }
   }
 
   Value* combine(Op op, Value* a, Value* b) {
@@ -494,16 +461,6 @@ class Lowering {
                                           llvm::UndefValue::get(mbar_ty), "stage_full", nullptr,
                                           llvm::GlobalValue::NotThreadLocal, 3);
     mbar->setAlignment(llvm::Align(8));
-    std::map<int, int64_t> out_layout;
-    int64_t out_off = 0;
-    for (const TileInst& i : p_.body)
-      if (s_.out_stage_bytes > 0 && i.opcode == TileOpcode::Store && i.type.rows && i.type.cols) {
-        out_layout[i.param] = out_off;
-        out_off += s_.tile_cols() * static_cast<int64_t>(dtype_size(p_.params[i.param].dtype));
-      }
-    if (out_off != s_.out_stage_bytes)
-      throw CodegenError(fmt::format("kernel {}: its staged outputs take {} bytes, the schedule planned {}",
-                                     p_.name, out_off, s_.out_stage_bytes));
     auto* buf_ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
     auto* buf = new llvm::GlobalVariable(*m_, buf_ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
                                          "stage_rows", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
@@ -522,31 +479,14 @@ class Lowering {
                        b_.getInt64(layout.at(param)));
       return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, off);
     };
-    for (const auto& [param, off] : out_layout)
-      out_at_[param] = b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, b_.getInt64(stages * s_.stage_bytes + off));
-    Value* col0 = b_.CreateZExt(b_.CreateMul(rank_, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
-                                b_.getInt64Ty());
-    // Thread 0: the block's parts of the outputs of `row` from shared memory to global memory.
-    auto drain = [&](Value* row) {
-      Value* saved = rows_[0];
-      rows_[0] = row;
-      for (const auto& [param, off] : out_layout) {
-        const TileParam& prm = p_.params[param];
-        Value* elem = b_.CreateAdd(offset(prm.view, true, false, 0, 0), col0);
-        Value* dst = b_.CreateInBoundsGEP(storage_type(prm.dtype), fn_->getArg(param), elem);
-        uint32_t bytes = static_cast<uint32_t>(s_.tile_cols() * static_cast<int64_t>(dtype_size(prm.dtype)));
-        ptx("cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;", "l,l,r",
-            {address(dst), address(out_at_.at(param)), b_.getInt32(bytes)});
-      }
-      ptx("cp.async.bulk.commit_group;", "", {});
-      rows_[0] = saved;
-    };
     // Thread 0: the block's part of `row` into `stage`.
     auto fill = [&](Value* stage, Value* row) {
       ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "l,r",
           {address(barrier_at(stage)), b_.getInt32(static_cast<uint32_t>(s_.stage_bytes))});
       Value* saved = rows_[0];
       rows_[0] = row;
+      Value* col0 = b_.CreateZExt(b_.CreateMul(rank_, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
+                                  b_.getInt64Ty());
       for (const auto& [param, off] : layout) {
         const TileParam& prm = p_.params[param];
         Value* elem = b_.CreateAdd(offset(prm.view, true, false, 0, 0), col0);
@@ -622,15 +562,8 @@ class Lowering {
     block_barrier();
     Value* ahead = b_.CreateAdd(row, b_.CreateMul(groups, b_.getInt32(stages)));
     guarded(b_.CreateAnd(leader, b_.CreateICmpULT(ahead, rows)), [&] { fill(stage, ahead); });
-    // The previous row's outputs, written to shared memory before this barrier.
-    if (!out_layout.empty())
-      guarded(b_.CreateAnd(leader, b_.CreateICmpUGT(it, b_.getInt32(0))),
-              [&] { drain(b_.CreateSub(row, groups)); });
 
-    out_claimed_ = false;
     lower_resident();
-    // Shared memory the bulk copies will read was written by ordinary stores.
-    if (!out_layout.empty()) ptx("fence.proxy.async.shared::cta;", "", {});
 
     Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
     Value* row_next = b_.CreateAdd(row, groups);
@@ -638,16 +571,6 @@ class Lowering {
     row->addIncoming(row_next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpULT(row_next, rows), loop, done);
     b_.SetInsertPoint(done);
-    if (!out_layout.empty()) {  // the last row's outputs; the block ends when they are written
-      block_barrier();
-      Value* last = b_.CreateAdd(
-          group, b_.CreateMul(
-                     groups, b_.CreateUDiv(b_.CreateSub(b_.CreateSub(rows, b_.getInt32(1)), group), groups)));
-      guarded(b_.CreateAnd(leader, b_.CreateICmpULT(group, rows)), [&] {
-        drain(last);
-        ptx("cp.async.bulk.wait_group 0;", "", {});
-      });
-    }
   }
 
   // Drops every elementwise value after `m` (value ids are body indices), so that what depended
@@ -1007,8 +930,6 @@ class Lowering {
   Value* rank_ = nullptr;              // block's column block: its rank in a row's cluster
   bool cluster_joined_ = false;        // the cluster's start barrier has been waited on
   Value* row_parity_ = nullptr;        // persistent kernels: the parity of the block's row count
-  std::map<int, Value*> out_at_;       // staged outputs: the block's part in shared memory
-  bool out_claimed_ = false;           // this row may write the staged outputs' buffers
   std::vector<Value*> cols_, col_ok_;  // per chunk
   std::vector<Value*> rows_, row_ok_;  // per row of the thread
   std::vector<Regs> values_;

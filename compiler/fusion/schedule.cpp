@@ -18,9 +18,6 @@ std::string TileSchedule::describe() const {
   if (stages > 0)
     loop += fmt::format(", persistent: {} row{} ahead in shared memory by bulk copies ({} KiB per stage)",
                         stages, stages == 1 ? "" : "s", stage_bytes / 1024);
-  if (out_stage_bytes > 0)
-    loop +=
-        fmt::format(", outputs written by bulk copies from shared memory ({} KiB)", out_stage_bytes / 1024);
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
 }
@@ -133,37 +130,25 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // Rows whose parts are whole 16-byte multiples, on a device with bulk copies: blocks of 1024
 // threads (32 elements each in registers, one block per SM), as many as the row needs in one
 // cluster, persistent over rows, each with `stages` rows' parts in shared memory ahead of it.
-// With `bulk_stores`, the outputs leave through shared memory too (one buffer per output,
-// parts of at most 64 KiB, at least two rows ahead, clusters of at most 8).
 static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
-                       size_t num_inputs, int max_elems, int max_cluster, bool bulk_stores,
-                       const ScheduleHints& hints, const DeviceProfile& device) {
+                       size_t num_inputs, int max_elems, int max_cluster, const ScheduleHints& hints,
+                       const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0) return false;
   const int64_t vecs = s.cols / s.vec;
   if (s.cols % s.vec != 0) return false;
   const int threads = hints.block_threads ? hints.block_threads : 1024;
-  size_t widest = 1;
-  for (size_t i = 0; i < views.size(); ++i)
-    if (view_spans_rows(views[i]) && view_spans_cols(views[i]))
-      widest = std::max(widest, dtype_size(dtypes[i]));
-  if (bulk_stores) {
-    max_elems = std::min<int64_t>(max_elems, 65536 / (threads * static_cast<int64_t>(widest)));
-    max_cluster = std::min(max_cluster, 8);
-    if (max_elems < s.vec) return false;
-  }
   const int64_t chunks = std::max(1, max_elems / s.vec);
   const int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
   if (blocks > std::max(1, max_cluster)) return false;
   const int64_t balanced = (vecs + blocks * threads - 1) / (blocks * threads);
   if (blocks * threads * balanced != vecs) return false;  // a part that is not whole
   const int64_t part = threads * balanced * s.vec;
-  int64_t stage_bytes = 0, out_bytes = 0;
-  for (size_t i = 0; i < views.size(); ++i) {
+  int64_t stage_bytes = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
     if (!view_spans_rows(views[i]) || !view_spans_cols(views[i])) continue;
     const int64_t size = static_cast<int64_t>(dtype_size(dtypes[i]));
-    if (i >= num_inputs && !bulk_stores) continue;
     if ((part * size) % 16 != 0 || (s.cols * size) % 16 != 0) return false;
-    (i < num_inputs ? stage_bytes : out_bytes) += part * size;
+    stage_bytes += part * size;
   }
   if (stage_bytes == 0) return false;
   // 64 registers per thread (32 elements and their arithmetic) fit 1024 threads per SM: one
@@ -172,16 +157,15 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   const int blocks_per_sm = std::max(1, 1024 / threads);
   const int64_t per_block =
       std::min(device.max_shared_bytes_per_block, device.shared_bytes_per_sm / blocks_per_sm - 1024) - 4096;
-  int64_t stages = std::min<int64_t>((per_block - out_bytes) / stage_bytes, 4);
+  int64_t stages = std::min<int64_t>(per_block / stage_bytes, 4);
   if (hints.stages > 0) stages = std::min<int64_t>(stages, hints.stages);
-  if (stages < (bulk_stores ? 2 : 1)) return false;
+  if (stages < 1) return false;
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(balanced);
   s.cluster_blocks = static_cast<int>(blocks);
   s.min_blocks_per_sm = blocks_per_sm;
   s.stages = static_cast<int>(stages);
   s.stage_bytes = stage_bytes;
-  s.out_stage_bytes = out_bytes;
   return true;
 }
 
@@ -208,10 +192,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
   int max_cluster = hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, device.max_cluster_blocks)
                                              : device.max_cluster_blocks;
-  if (per_row > 512 && hints.bulk_stores > 0 &&
-      stage_rows(s, views, dtypes, num_inputs, max_elems, max_cluster, true, hints, device))
-    return s;
-  if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, max_elems, max_cluster, false, hints, device))
+  if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, max_elems, max_cluster, hints, device))
     return s;
   if (per_row > 512 && max_cluster > 1) {
     // A row that wants more than half an SM's threads: blocks of 512 threads holding 32 elements

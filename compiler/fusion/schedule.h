@@ -33,12 +33,11 @@ struct TileSchedule {
   int thread_rows = 1;
   int rows_per_thread = 1;
   int chunks_per_thread = 1;
-  int64_t col_iters = 1;        // > 1: a row too long for registers, visited in column tiles by a loop
-  int cluster_blocks = 1;       // > 1: the col_blocks() blocks of a row form one thread-block cluster
-  int min_blocks_per_sm = 0;    // > 0: registers are capped so that this many blocks fit on an SM
-  int stages = 0;               // > 0: persistent, rows prefetched into shared memory this deep
-  int64_t stage_bytes = 0;      // shared memory of one stage: the block's part of every staged row
-  int64_t out_stage_bytes = 0;  // > 0: the outputs' parts leave through shared memory by bulk copies
+  int64_t col_iters = 1;      // > 1: a row too long for registers, visited in column tiles by a loop
+  int cluster_blocks = 1;     // > 1: the col_blocks() blocks of a row form one thread-block cluster
+  int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
+  int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
+  int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -48,7 +47,7 @@ struct TileSchedule {
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const { return row_blocks() * col_blocks(); }
-  int64_t dynamic_shared_bytes() const { return stages * stage_bytes + out_stage_bytes; }
+  int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
@@ -70,7 +69,6 @@ struct ScheduleHints {
   int rows_per_thread = 0;     // 1..16
   int max_cluster_blocks = 0;  // 1..16; 1: no clusters (also implied by a device without them)
   int stages = -1;             // rows prefetched into shared memory; 0: none; -1: tilefuse chooses
-  int bulk_stores = -1;        // staged rows' outputs by bulk copies: 0 no, 1 yes, -1 tilefuse chooses
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -62,8 +62,6 @@ common options:
                                1: no clusters; sm_80 implies 1)
   --stages N                   schedule override: most rows a persistent row kernel prefetches
                                into shared memory (0..4; 0: rows go straight to registers)
-  --bulk-stores 0|1            schedule override: a staged row kernel writes its outputs from
-                               shared memory by bulk copies (1) or from registers (0)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
 
@@ -77,8 +75,7 @@ struct Args {
   int tile = 2;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false;
   std::string json_file, kernel, target = "sm_90";
-  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      bulk_stores = -1;
+  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -156,8 +153,6 @@ Args parse(int argc, char** argv) {
       a.rows_per_thread = parse_int(s, value());
     else if (s == "--max-cluster")
       a.max_cluster = parse_int(s, value());
-    else if (s == "--bulk-stores")
-      a.bulk_stores = parse_int(s, value(), 0);
     else if (s == "--stages")
       a.stages = parse_int(s, value(), 0);
     else if (s == "--seed")
@@ -182,7 +177,7 @@ Plan make_plan(const Args& a, const std::string& name) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.bulk_stores};
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages};
   if (a.measured_profile) fo.profile = measure_device_profile();
   if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
     fo.profile.max_cluster_blocks = 1;
