@@ -17,7 +17,8 @@ namespace {
   X(cuGetErrorString)                                                                                      \
   X(cuInit)                                                                                                \
   X(cuDriverGetVersion)                                                                                    \
-  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2)     \
+  X(cuDeviceGetCount)                                                                                      \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2)                         \
       X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2)  \
           X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) \
               X(cuMemsetD32_v2) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)             \
@@ -419,7 +420,8 @@ int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_b
   // Set once here rather than before every launch: dynamic shared memory above the 48 KiB
   // default, and clusters above the 8 blocks every sm_90 part supports, need per-function
   // opt-ins.
-  if (shared_bytes > 48 * 1024)
+  // (The 48 KiB default counts static shared memory too, so opt in for any dynamic amount.)
+  if (shared_bytes > 0)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(shared_bytes)),
           "cuFuncSetAttribute", what + ": MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(shared_bytes));

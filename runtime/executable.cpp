@@ -68,16 +68,11 @@ void Executable::load() {
             "shared memory each); plan with a smaller --max-cluster or fewer --stages",
             c.name, c.cluster_blocks > 1 ? fmt::format("cluster of {} blocks", c.cluster_blocks) : "block",
             c.block_threads, dev->driver[c.name].registers, c.dynamic_shared_bytes));
-      // A persistent kernel gets one block (cluster) per place the device has, so none waits
-      // for another to finish.
-      if (c.persistent) {
-        // As many groups as fit, but no more than the rounds over the rows need: 4096 rows on
-        // 132 places take 32 rounds either way, and 128 groups do them evenly.
-        uint64_t rows = c.grid / c.cluster_blocks;
-        uint64_t groups = std::min<uint64_t>(rows, static_cast<uint64_t>(resident));
-        uint64_t rounds = (rows + groups - 1) / groups;
-        dev->grid.push_back((rows + rounds - 1) / rounds * c.cluster_blocks);
-      }
+      // A persistent kernel gets one block (cluster) per place the device has. (Balancing the
+      // rounds — 128 groups for 4096 rows instead of 132 — measured slower on the H200:
+      // bench/NOTES.md v7.)
+      if (c.persistent)
+        dev->grid.push_back(std::min<uint64_t>(c.grid, uint64_t(resident) * c.cluster_blocks));
     }
     if (dev->grid.size() <= i) dev->grid.push_back(c.grid);
   }
