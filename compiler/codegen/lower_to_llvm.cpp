@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Verifier.h>
@@ -418,17 +417,6 @@ class Lowering {
 
   // ---- persistent rows staged through shared memory ----
 
-  // Side-effecting PTX the NVPTX backend has no intrinsic for (mbarrier transactions, bulk
-  // copies); the memory clobber keeps shared-memory loads after the waits.
-  Value* ptx(const std::string& text, const std::string& constraints, llvm::ArrayRef<Value*> args,
-             llvm::Type* result = nullptr) {
-    std::vector<llvm::Type*> types;
-    for (Value* a : args) types.push_back(a->getType());
-    auto* fty = llvm::FunctionType::get(result ? result : b_.getVoidTy(), types, false);
-    return b_.CreateCall(llvm::InlineAsm::get(fty, text, constraints + ",~{memory}", true), args);
-  }
-  Value* address(Value* ptr) { return b_.CreatePtrToInt(ptr, b_.getInt64Ty()); }
-
   bool staged(const TileInst& i) const { return i.opcode == TileOpcode::Load && i.type.rows && i.type.cols; }
 
   // Byte offset of each staged parameter's part within a stage.
@@ -481,8 +469,8 @@ class Lowering {
     };
     // Thread 0: the block's part of `row` into `stage`.
     auto fill = [&](Value* stage, Value* row) {
-      ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "l,r",
-          {address(barrier_at(stage)), b_.getInt32(static_cast<uint32_t>(s_.stage_bytes))});
+      intrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta,
+                {barrier_at(stage), b_.getInt32(static_cast<uint32_t>(s_.stage_bytes))});
       Value* saved = rows_[0];
       rows_[0] = row;
       Value* col0 = b_.CreateZExt(b_.CreateMul(rank_, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
@@ -492,17 +480,19 @@ class Lowering {
         Value* elem = b_.CreateAdd(offset(prm.view, true, false, 0, 0), col0);
         Value* src = b_.CreateInBoundsGEP(storage_type(prm.dtype), fn_->getArg(param), elem);
         uint32_t bytes = static_cast<uint32_t>(s_.tile_cols() * static_cast<int64_t>(dtype_size(prm.dtype)));
-        ptx("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
-            "l,l,r,l",
-            {address(stage_at(stage, param)), address(src), b_.getInt32(bytes), address(barrier_at(stage))});
+        // The block's own shared memory, addressed in the cluster's window (addrspace 7).
+        Value* dst = b_.CreateAddrSpaceCast(stage_at(stage, param), b_.getPtrTy(7));
+        intrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_global_to_shared_cluster,
+                  {dst, barrier_at(stage), src, b_.getInt32(bytes), b_.getInt16(0), b_.getInt64(0),
+                   b_.getFalse(), b_.getFalse()});
       }
       rows_[0] = saved;
     };
 
     guarded(leader, [&] {
       for (int k = 0; k < stages; ++k)
-        ptx("mbarrier.init.shared::cta.b64 [$0], 1;", "l", {address(barrier_at(b_.getInt32(k)))});
-      ptx("fence.mbarrier_init.release.cluster;", "", {});
+        intrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {barrier_at(b_.getInt32(k)), b_.getInt32(1)});
+      intrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster);
     });
     block_barrier();
     guarded(leader, [&] {
@@ -534,10 +524,9 @@ class Lowering {
     auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
     b_.CreateBr(wait);
     b_.SetInsertPoint(wait);
-    Value* full =
-        ptx("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }",
-            "=r,l,r", {address(barrier_at(stage)), phase}, b_.getInt32Ty());
-    b_.CreateCondBr(b_.CreateICmpNE(full, b_.getInt32(0)), ready, wait);
+    Value* full = intrinsic(llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta,
+                            {barrier_at(stage), phase});
+    b_.CreateCondBr(full, ready, wait);
     b_.SetInsertPoint(ready);
 
     for (const TileInst& i : p_.body) {
