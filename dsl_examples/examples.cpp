@@ -10,6 +10,7 @@ Graph bias_gelu(DType dtype);
 Graph gelu_two_consumers();
 Graph softmax_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 Graph log_softmax_graph(int64_t rows, int64_t cols);
+Graph shift_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 Graph layernorm_graph(DType dtype);
 Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 
@@ -33,6 +34,10 @@ const std::vector<Example>& examples() {
        [] { return softmax_graph("softmax_256k", 2048, 262144, DType::F32); }, "softmax"},
       {"softmax_256k_bf16", "softmax of x bf16[2048, 262144]",
        [] { return softmax_graph("softmax_256k", 2048, 262144, DType::BF16); }, "softmax"},
+      {"shift_32k", "x − max(x) over rows of x f32[4096, 32768]: the row schedule's own cost",
+       [] { return shift_graph("shift_32k", 4096, 32768, DType::F32); }},
+      {"shift_32k_bf16", "x − max(x) over rows of x bf16[4096, 32768]",
+       [] { return shift_graph("shift_32k", 4096, 32768, DType::BF16); }},
       {"log_softmax", "log_softmax(x, -1), x f32[16384, 4096]",
        [] { return log_softmax_graph(16384, 4096); }},
       {"layernorm", "layernorm over the last axis of x f32[16384, 4096], weight and bias f32[4096]",

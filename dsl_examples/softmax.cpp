@@ -16,6 +16,15 @@ Graph softmax_graph(const std::string& name, int64_t rows, int64_t cols, DType d
   return g;
 }
 
+// x − max(x) along the row: the lightest row kernel (one max, one subtract), so its speed is
+// what the row schedule itself costs, beside softmax's at the same shape.
+Graph shift_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype) {
+  Graph g(named(name, dtype));
+  Tensor x = input(g, "x", {rows, cols}, dtype);
+  output("y", x - amax(x, {-1}, true));
+  return g;
+}
+
 Graph log_softmax_graph(int64_t rows, int64_t cols) {
   Graph g("log_softmax");
   output("y", log_softmax(input(g, "x", {rows, cols}), -1));

@@ -18,8 +18,10 @@ std::string TileSchedule::describe() const {
   if (stages > 0)
     loop += fmt::format(", persistent: {} row{} ahead in shared memory by bulk copies ({} KiB per stage)",
                         stages, stages == 1 ? "" : "s", stage_bytes / 1024);
-  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {} blocks){}, {}-wide vectors", tile_rows(),
-                     tile_cols(), per_thread, thread_rows, threads_per_row, grid(), loop, vec);
+  // A persistent grid launches as many blocks as the device holds; the tiles are its work.
+  std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
+  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
+                     tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
 
 static int64_t pow2_ceil(int64_t x) {
