@@ -47,32 +47,20 @@ static Value* exp_reduced(llvm::IRBuilder<>& b, Value* r) {
                    {0x3ab525f5, 0x3c091f31, 0x3d2aac5d, 0x3e2aaa46, 0x3efffffe, 0x3f800000, 0x3f800000});
 }
 
-// e^x = 2^j · e^r with j = round(x·log2 e) and r = x − j·ln2 in two exact fma steps (ln2's
-// high part has trailing zero bits), so the error does not grow with |x|. No SFU instruction:
-// j comes from adding 1.5·2^23 (its low mantissa bits are then j), and 2^j is applied by adding
-// j to e^r's exponent bits — scaled by 2^±64 first where e^r·2^j leaves the normal range, so
-// subnormal results and results near overflow are rounded once. Checked over every f32 input
-// against float64: ≤ 0.9 ulp. NaN propagates; −inf (which makes r NaN) and the overflow range
-// are caught by the final selects.
+// e^x = 2^j · e^r with j = rint(x·log2 e) and r = x − j·ln2 in two exact fma steps (ln2's high
+// part has trailing zero bits), so the error does not grow with |x|. 2^j is applied in two
+// halves so that results near overflow and in the subnormal range stay exact. NaN propagates;
+// −inf (which makes r NaN) is caught by the final select.
 Value* exp(llvm::IRBuilder<>& b, Value* x) {
-  llvm::Type* i32 = b.getInt32Ty();
-  Value* magic = f32(b, 12582912.0);  // 1.5 · 2^23
-  Value* t = fma(b, x, f32_bits(b, kLog2e), magic);
-  Value* j = b.CreateSub(b.CreateBitCast(t, i32), b.getInt32(0x4B400000));
-  Value* nj = b.CreateFNeg(b.CreateFSub(t, magic));
+  Value* j = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(x, f32_bits(b, kLog2e)));
+  Value* nj = b.CreateFNeg(j);
   Value* r = fma(b, nj, f32_bits(b, kLn2Hi), x);
   r = fma(b, nj, f32_bits(b, kLn2Lo), r);
-  Value* p = exp_reduced(b, r);  // in [0.7, 1.42]: biased exponent 126 or 127
-  Value* low = b.CreateICmpSLT(j, b.getInt32(-125));
-  Value* high = b.CreateICmpSGT(j, b.getInt32(127));
-  Value* k = b.CreateAdd(
-      j, b.CreateSelect(low, b.getInt32(64), b.CreateSelect(high, b.getInt32(-64), b.getInt32(0))));
-  Value* scaled = b.CreateBitCast(b.CreateAdd(b.CreateBitCast(p, i32), b.CreateShl(k, 23)), b.getFloatTy());
-  Value* res = b.CreateFMul(
-      scaled, b.CreateSelect(low, f32(b, 0x1p-64), b.CreateSelect(high, f32(b, 0x1p64), f32(b, 1.0))));
+  Value* j1 = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(j, f32(b, 0.5)));
+  Value* j2 = b.CreateFSub(j, j1);
+  Value* res = b.CreateFMul(b.CreateFMul(exp_reduced(b, r), ex2(b, j1)), ex2(b, j2));
   res = b.CreateSelect(b.CreateFCmpOGT(x, f32(b, 88.72283172607422)), f32(b, INFINITY), res);
-  res = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, -104.0)), f32(b, 0.0), res);
-  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, res);
+  return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, -104.0)), f32(b, 0.0), res);
 }
 
 Value* exp_16bit(llvm::IRBuilder<>& b, Value* x) {
