@@ -257,6 +257,34 @@ TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   EXPECT_EQ(plan_fusion(find_example("softmax_256k_bf16").build(), small).kernels[0].schedule.stages, 2);
 }
 
+// The edge-by-edge decisions weigh RMSNorm's sum of squares against its scaling before x·x
+// has joined the reduction, and at these widths they keep two kernels that both read x; the
+// merge afterwards makes it one kernel reading x once, and says so.
+TEST(FusionReduce, KernelsSharingAnInputAreMergedAfterwards) {
+  int merges = 0;
+  for (int64_t cols : {12288, 16384})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::to_string(cols) + " " + dtype_name(dt));
+      Graph g("rms");
+      Tensor x = input(g, "x", {4096, cols}, dt);
+      output("y", rmsnorm(x, input(g, "w", {cols}, dt), 1e-6));
+      Plan p = plan_fusion(g);
+      testing::check_plan_invariants(p);
+      ASSERT_EQ(p.kernels.size(), 1u);
+      const int64_t x_bytes = 4096 * cols * static_cast<int64_t>(dtype_size(dt));
+      EXPECT_EQ(p.kernels[0].cost.bytes_read, x_bytes + cols * static_cast<int64_t>(dtype_size(dt)));
+      for (const FusionDecision& d : p.decisions)
+        if (d.verdict == Verdict::Merged && d.reason.find("afterwards") != std::string::npos) {
+          ++merges;
+          EXPECT_NE(d.reason.find("both read x"), std::string::npos) << d.reason;
+          EXPECT_GE(d.bytes_saved, x_bytes);
+          EXPECT_EQ(d.launches_saved, 1);
+          EXPECT_LT(d.predicted_after_s, d.predicted_before_s);
+        }
+    }
+  EXPECT_GE(merges, 3);  // 12288 f32, 16384 f32 and bf16 (12288 bf16 fuses edge by edge)
+}
+
 TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {
   Graph g("nokeep");
   Tensor x = input(g, "x", {64, 64});

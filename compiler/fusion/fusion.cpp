@@ -96,10 +96,12 @@ class FusionPass {
     }
     plan.unfused_kernels = ordered_kernels(st);
     plan.unfused = totals_of(plan.unfused_kernels);
-    if (opt_.fuse)
+    if (opt_.fuse) {
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it)
         if (is_compute(*it) && live_[it->id] && !users_[it->id].empty())
           plan.decisions.push_back(decide(it->id, st));
+      merge_sharing_kernels(st, &plan.decisions);
+    }
     plan.kernels = ordered_kernels(st);
     plan.fused = totals_of(plan.kernels);
     return plan;
@@ -314,6 +316,79 @@ class FusionPass {
     }
     st = candidates[best].second;
     return d;
+  }
+
+  // Values group h reads from memory (graph inputs and other groups' outputs).
+  std::set<NodeId> reads_of(const State& st, int h) const {
+    std::set<NodeId> in;
+    for (NodeId n : st.groups[h])
+      for (NodeId o : g_.node(n).operands)
+        if (!st.groups[h].count(o) && g_.node(o).op != Op::Constant) in.insert(o);
+    return in;
+  }
+
+  // The edge-by-edge decisions above see one producer at a time, so they can leave a kernel
+  // and its consumer kernel both reading the same tensor — RMSNorm's sum of squares and its
+  // scaling both read x when the reduction was weighed before x·x joined it. Afterwards, a
+  // producer kernel and a consumer kernel that read a tensor in common are merged when the
+  // merged kernel is legal, fits, and is predicted faster; each merge is a decision.
+  void merge_sharing_kernels(State& st, std::vector<FusionDecision>* decisions) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      auto edges = group_edges(st);
+      for (size_t a = 0; a < st.groups.size() && !changed; ++a) {
+        if (st.groups[a].empty()) continue;
+        std::set<NodeId> reads_a = reads_of(st, static_cast<int>(a));
+        for (int b : edges[a]) {
+          std::set<NodeId> reads_b = reads_of(st, b);
+          std::vector<NodeId> shared;
+          for (NodeId n : reads_a)
+            if (reads_b.count(n)) shared.push_back(n);
+          if (shared.empty()) continue;
+          State s = st;
+          for (NodeId n : s.groups[b]) {
+            s.where[n].erase(b);
+            s.where[n].insert(static_cast<int>(a));
+            s.groups[a].insert(n);
+          }
+          s.groups[b].clear();
+          std::set<int> touched = {static_cast<int>(a), b};
+          FusionOption before = evaluate(st, Verdict::Materialized, touched);
+          FusionOption after = evaluate(s, Verdict::Merged, touched);
+          if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s * 0.999) continue;
+          FusionDecision d;
+          for (NodeId n : st.groups[b])
+            for (NodeId o : g_.node(n).operands)
+              if (st.groups[a].count(o)) {
+                if (d.producer < 0) d.producer = o;
+                if (o == d.producer &&
+                    std::find(d.consumers.begin(), d.consumers.end(), n) == d.consumers.end())
+                  d.consumers.push_back(n);
+              }
+          d.verdict = Verdict::Merged;
+          d.options = {before, after};
+          d.bytes_saved = before.bytes - after.bytes;
+          d.launches_saved = before.kernels - after.kernels;
+          d.registers_before = before.registers;
+          d.registers_after = after.registers;
+          d.predicted_before_s = before.predicted_s;
+          d.predicted_after_s = after.predicted_s;
+          std::vector<std::string> names, cons;
+          for (NodeId n : shared)
+            names.push_back(g_.node(n).op == Op::Input ? g_.node(n).name : fmt::format("%{}", n));
+          for (NodeId c : d.consumers) cons.push_back(describe(c));
+          d.reason = fmt::format(
+              "{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; "
+              "merged, one kernel reads {} once",
+              describe(d.producer), fmt::join(cons, ", "), describe(d.producer), fmt::join(names, ", "),
+              names.size() == 1 ? "it" : "them");
+          decisions->push_back(d);
+          st = s;
+          changed = true;
+          break;
+        }
+      }
+    }
   }
 
   std::vector<Kernel> ordered_kernels(const State& st) const {

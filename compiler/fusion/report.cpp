@@ -112,7 +112,7 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     for (NodeId n : plan.dead) dead.push_back(node_desc(g, n));
     s += fmt::format("  not compiled (no output depends on them): {}\n", fmt::join(dead, ", "));
   }
-  s += "\ndecisions (consumers first)\n";
+  s += "\ndecisions (consumers first, then merges of kernels that read a tensor in common)\n";
   if (plan.decisions.empty()) s += "  none: fusion is off or no value has a consumer\n";
   int i = 0;
   for (const FusionDecision& d : plan.decisions) {
