@@ -216,6 +216,18 @@ TEST(GpuReduce, NormsAndReductions) {
   }
 }
 
+// A plan whose single kernel comes from merging two kernels that both read x afterwards
+// (FusionReduce.KernelsSharingAnInputAreMergedAfterwards).
+TEST(GpuReduce, MergedRmsnorm) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  Graph g("merged_rms");
+  Tensor x = input(g, "x", {4096, 12288});
+  output("y", rmsnorm(x, input(g, "w", {12288}), 1e-6));
+  Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  testing::check_on_gpu(p, fresh_seed());
+}
+
 TEST(GpuReduce, ShortRowsManyPerBlock) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   Graph g("short_rows");
