@@ -217,6 +217,11 @@ TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   EXPECT_EQ(p32.kernels[0].schedule.cluster_blocks, 1);
   EXPECT_NEAR(p32.kernels[0].cost.busy_share, 4096.0 / (132 * 32), 1e-9);
   EXPECT_NE(plan_report_text(p32).find("busy 97.0% of the time"), std::string::npos);
+  // Each round costs its serial per-row step; a cluster's exchange adds its round trip.
+  const DeviceProfile h200;
+  EXPECT_NEAR(p32.kernels[0].cost.row_steps_s, 32 * h200.row_step_s, 1e-12);
+  EXPECT_NEAR(p.kernels[0].cost.row_steps_s, 128 * (h200.row_step_s + h200.cluster_exchange_s), 1e-12);
+  EXPECT_NE(plan_report_text(p).find("then per-row steps"), std::string::npos);
 
   // Straight to registers (no stages): 16 blocks × 512 threads, two blocks per SM.
   FusionOptions regs;

@@ -217,6 +217,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     int64_t groups = std::max<int64_t>(1, int64_t{p.sm_count} * c.blocks_per_sm / s.cluster_blocks);
     int64_t rounds = (s.row_blocks() + groups - 1) / groups;
     c.busy_share = static_cast<double>(s.row_blocks()) / static_cast<double>(groups * rounds);
+    c.row_steps_s =
+        static_cast<double>(rounds) * (p.row_step_s + (s.cluster_blocks > 1 ? p.cluster_exchange_s : 0));
   }
   double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
   // A kernel that loads no full tile only streams stores, which need no latency cover.
@@ -224,7 +226,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   double bw = p.hbm_bytes_per_s * cover * c.busy_share;
   c.memory_s = static_cast<double>(c.bytes()) / bw;
   c.compute_s = c.instructions / p.instructions_per_s;
-  c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
+  c.predicted_s = std::max(c.memory_s, c.compute_s) + c.row_steps_s + p.launch_s;
 }
 
 }  // namespace tilefuse

@@ -27,6 +27,11 @@ struct DeviceProfile {
   // whether bulk copies (cp.async.bulk completing on an mbarrier, sm_90) can fill it.
   int64_t max_shared_bytes_per_block = 232448;
   int64_t shared_bytes_per_sm = 233472;
+  // A persistent row kernel's serial work per row beyond its bytes (copy to registers, the
+  // dependent reduction chain, barriers), and a cluster exchange's round trip: fitted to the
+  // staged softmax rows on the H200 (bench/NOTES.md, v7).
+  double row_step_s = 0.6e-6;
+  double cluster_exchange_s = 0.5e-6;
   bool bulk_copies = true;
 
   static DeviceProfile h200() { return {}; }

@@ -27,6 +27,7 @@ struct KernelCost {
   // A persistent kernel's share of busy row groups: its last round over the rows may leave
   // some groups idle (1 when every group does the same number of rows).
   double busy_share = 1;
+  double row_steps_s = 0;  // a persistent kernel's serial per-row work, summed over its rounds
   double memory_s = 0, compute_s = 0, predicted_s = 0;
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
 };

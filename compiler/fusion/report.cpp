@@ -102,9 +102,11 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
           "    persistent grid: its row groups are busy {:.1f}% of the time (the last round over "
           "the rows is partial)\n",
           100 * k.cost.busy_share);
-    s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {})\n", ms(k.cost.predicted_s),
+    std::string steps =
+        k.cost.row_steps_s > 0 ? fmt::format(", then per-row steps {}", ms(k.cost.row_steps_s)) : "";
+    s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {}{})\n", ms(k.cost.predicted_s),
                      k.cost.memory_s >= k.cost.compute_s ? "memory" : "compute", ms(k.cost.memory_s),
-                     ms(k.cost.compute_s));
+                     ms(k.cost.compute_s), steps);
   }
 
   if (!plan.dead.empty()) {
@@ -199,6 +201,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("reread_bytes", k.cost.reread_bytes)
         .field("l2_reread_bytes", k.cost.l2_reread_bytes)
         .field("busy_share", k.cost.busy_share)
+        .field("row_steps_s", k.cost.row_steps_s)
         .field("predicted_s", k.cost.predicted_s);
     auto it = measured.find(k.name);
     if (it != measured.end()) {
