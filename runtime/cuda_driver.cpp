@@ -12,21 +12,21 @@ namespace tilefuse::cuda {
 namespace {
 
 // Exported names as CUDA 13's cuda.h maps them (the plain names are macros for these).
-#define TF_CUDA_FUNCS(X)                                                                                   \
-  X(cuGetErrorName)                                                                                        \
-  X(cuGetErrorString)                                                                                      \
-  X(cuInit)                                                                                                \
-  X(cuDriverGetVersion)                                                                                    \
-  X(cuDeviceGetCount)                                                                                      \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2)                         \
-      X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2)  \
-          X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) \
-              X(cuMemsetD32_v2) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload)             \
-                  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)          \
-                      X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord)       \
-                          X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)              \
-                              X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)                          \
-                                  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+#define TF_CUDA_FUNCS(X)                                                                                  \
+  X(cuGetErrorName)                                                                                       \
+  X(cuGetErrorString)                                                                                     \
+  X(cuInit)                                                                                               \
+  X(cuDriverGetVersion)                                                                                   \
+  X(cuDeviceGetCount)                                                                                     \
+  X(cuDeviceGet)                                                                                          \
+  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain)           \
+      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2)          \
+          X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) \
+              X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute)        \
+                  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)         \
+                      X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)      \
+                          X(cuEventElapsedTime_v2) X(cuEventDestroy_v2) X(cuLaunchKernelEx)               \
+                              X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -417,10 +417,9 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
 int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_bytes,
                    const std::string& what) {
   const Api& a = ready();
-  // Set once here rather than before every launch: dynamic shared memory above the 48 KiB
-  // default, and clusters above the 8 blocks every sm_90 part supports, need per-function
-  // opt-ins.
-  // (The 48 KiB default counts static shared memory too, so opt in for any dynamic amount.)
+  // Set once here rather than before every launch: dynamic shared memory beyond the 48 KiB
+  // default (which static shared memory counts against too, so any dynamic amount opts in),
+  // and clusters above the 8 blocks every sm_90 part supports, need per-function opt-ins.
   if (shared_bytes > 0)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(shared_bytes)),

@@ -140,9 +140,9 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
             const std::string& what, unsigned cluster = 1);
 
 // Readies `f` for launches of `block` with `shared_bytes` of dynamic shared memory (opting into
-// more than 48 KiB) in clusters of `cluster` blocks (opting into sizes over 8), and returns how
-// many blocks — with cluster > 1, clusters — the device holds at once; 0 when even one cannot
-// be placed (too many registers, too much shared memory, or too many blocks for a GPC).
+// it, since static shared memory counts against the 48 KiB default) in clusters of `cluster` blocks (opting
+// into sizes over 8), and returns how many blocks — with cluster > 1, clusters — the device holds at once; 0
+// when even one cannot be placed (too many registers, too much shared memory, or too many blocks for a GPC).
 int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_bytes,
                    const std::string& what);
 

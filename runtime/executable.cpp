@@ -59,6 +59,7 @@ void Executable::load() {
     dev->functions.push_back(f);
     dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f),
                            "driver"};
+    uint64_t grid = c.grid;
     if (c.cluster_blocks > 1 || c.persistent || c.dynamic_shared_bytes > 0) {
       int resident =
           cuda::prepare_launch(f, {c.block_threads, 1, 1}, c.cluster_blocks, c.dynamic_shared_bytes, c.name);
@@ -71,10 +72,9 @@ void Executable::load() {
       // A persistent kernel gets one block (cluster) per place the device has. (Balancing the
       // rounds — 128 groups for 4096 rows instead of 132 — measured slower on the H200:
       // bench/NOTES.md v7.)
-      if (c.persistent)
-        dev->grid.push_back(std::min<uint64_t>(c.grid, uint64_t(resident) * c.cluster_blocks));
+      if (c.persistent) grid = std::min<uint64_t>(grid, uint64_t(resident) * c.cluster_blocks);
     }
-    if (dev->grid.size() <= i) dev->grid.push_back(c.grid);
+    dev->grid.push_back(grid);
   }
   const Graph& g = plan_.graph;
   for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));

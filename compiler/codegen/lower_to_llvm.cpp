@@ -42,15 +42,10 @@ class Lowering {
     prologue();
     values_.resize(p_.num_values);
     types_.resize(p_.num_values);
-    if (s_.cluster_blocks > 1 && (s_.col_iters > 1 || s_.tile_rows() > 1))
+    if ((s_.cluster_blocks > 1 || s_.stages > 0) && (s_.col_iters > 1 || s_.tile_rows() > 1))
       throw CodegenError(
-          fmt::format("kernel {}: a cluster shares one row held in registers; this schedule "
-                      "has {} rows per block and {} column tiles",
-                      p_.name, s_.tile_rows(), s_.col_iters));
-    if (s_.stages > 0 && (s_.col_iters > 1 || s_.tile_rows() > 1))
-      throw CodegenError(
-          fmt::format("kernel {}: a staged schedule holds one row per block in registers; "
-                      "this one has {} rows per block and {} column tiles",
+          fmt::format("kernel {}: clusters and staged rows hold one row per block in registers; this "
+                      "schedule has {} rows per block and {} column tiles",
                       p_.name, s_.tile_rows(), s_.col_iters));
     if (s_.col_iters > 1)
       lower_looped();
@@ -199,17 +194,22 @@ class Lowering {
     for (int r = 0; r < rows_of(i.type); ++r)
       for (int k = 0; k < (i.type.cols ? s_.chunks_per_thread : 1); ++k) {
         Value* ptr = b_.CreateInBoundsGEP(ty, base, offset(prm.view, i.type.rows, i.type.cols, r, k));
-        llvm::Align align(dtype_size(prm.dtype) * vec);
-        if (vec > 1) {
-          Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, vec), ptr, align,
-                                          fmt::format("{}.r{}.c{}", sanitize(prm.name), r, k));
-          for (int c = 0; c < vec; ++c) regs.push_back(to_compute(b_.CreateExtractElement(v, c), prm.dtype));
-        } else {
-          regs.push_back(to_compute(b_.CreateAlignedLoad(ty, ptr, align), prm.dtype));
-        }
+        load_vector(ptr, prm.dtype, vec, fmt::format("{}.r{}.c{}", sanitize(prm.name), r, k), &regs);
       }
     types_[i.result] = i.type;
     values_[i.result] = std::move(regs);
+  }
+
+  // `vec` contiguous elements of type `dtype` at `ptr` (global or shared), in compute precision.
+  void load_vector(Value* ptr, DType dtype, int vec, const std::string& name, Regs* regs) {
+    llvm::Type* ty = storage_type(dtype);
+    llvm::Align align(dtype_size(dtype) * vec);
+    if (vec == 1) {
+      regs->push_back(to_compute(b_.CreateAlignedLoad(ty, ptr, align, name), dtype));
+      return;
+    }
+    Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, vec), ptr, align, name);
+    for (int c = 0; c < vec; ++c) regs->push_back(to_compute(b_.CreateExtractElement(v, c), dtype));
   }
 
   // Runs `body` only where `cond` holds (nullptr: always).
@@ -532,18 +532,13 @@ class Lowering {
     for (const TileInst& i : p_.body) {
       if (!staged(i)) continue;
       const TileParam& prm = p_.params[i.param];
-      llvm::Type* ty = storage_type(prm.dtype);
       Value* part = stage_at(stage, i.param);
       Regs regs;
-      for (int k = 0; k < s_.chunks_per_thread; ++k) {
+      for (int k = 0; k < s_.chunks_per_thread; ++k) {  // the columns the thread would load
         Value* col = b_.CreateAdd(b_.CreateMul(tc_, b_.getInt32(s_.vec)),
                                   b_.getInt32(k * s_.threads_per_row * s_.vec));
-        Value* ptr = b_.CreateInBoundsGEP(ty, part, b_.CreateZExt(col, b_.getInt64Ty()));
-        llvm::Type* vty = s_.vec > 1 ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(ty, s_.vec)) : ty;
-        Value* v = b_.CreateAlignedLoad(vty, ptr, llvm::Align(dtype_size(prm.dtype) * s_.vec),
-                                        fmt::format("{}.c{}", sanitize(prm.name), k));
-        for (int c = 0; c < s_.vec; ++c)
-          regs.push_back(to_compute(s_.vec > 1 ? b_.CreateExtractElement(v, c) : v, prm.dtype));
+        Value* ptr = b_.CreateInBoundsGEP(storage_type(prm.dtype), part, b_.CreateZExt(col, b_.getInt64Ty()));
+        load_vector(ptr, prm.dtype, s_.vec, fmt::format("{}.c{}", sanitize(prm.name), k), &regs);
       }
       types_[i.result] = i.type;
       values_[i.result] = std::move(regs);

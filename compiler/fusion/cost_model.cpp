@@ -198,10 +198,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));
-  if (s.stages > 0)  // 1 KiB of the SM's shared memory is the system's, per block
-    c.blocks_per_sm = std::max<int>(
-        1,
-        std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / (s.dynamic_shared_bytes() + 4096 + 1024)));
+  if (s.stages > 0)  // its stages take the shared memory of the blocks the schedule planned per SM
+    c.blocks_per_sm = std::min(c.blocks_per_sm, s.min_blocks_per_sm);
   int64_t resident_blocks = std::min<int64_t>(c.blocks_per_sm, (s.grid() + p.sm_count - 1) / p.sm_count);
   if (s.col_iters > 1 && k.passes > 1) {
     // Each later pass re-reads the rows; they come from L2 when the rows in flight fit in it.
