@@ -12,21 +12,22 @@ namespace tilefuse::cuda {
 namespace {
 
 // Exported names as CUDA 13's cuda.h maps them (the plain names are macros for these).
-#define TF_CUDA_FUNCS(X)                                                                                  \
-  X(cuGetErrorName)                                                                                       \
-  X(cuGetErrorString)                                                                                     \
-  X(cuInit)                                                                                               \
-  X(cuDriverGetVersion)                                                                                   \
-  X(cuDeviceGetCount)                                                                                     \
-  X(cuDeviceGet)                                                                                          \
-  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain)           \
-      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2)          \
-          X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) \
-              X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute)        \
-                  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2)         \
-                      X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)      \
-                          X(cuEventElapsedTime_v2) X(cuEventDestroy_v2) X(cuLaunchKernelEx)               \
-                              X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+#define TF_CUDA_FUNCS(X)                                                                                     \
+  X(cuGetErrorName)                                                                                          \
+  X(cuGetErrorString)                                                                                        \
+  X(cuInit)                                                                                                  \
+  X(cuDriverGetVersion)                                                                                      \
+  X(cuDeviceGetCount)                                                                                        \
+  X(cuDeviceGet)                                                                                             \
+  X(cuDeviceGetName)                                                                                         \
+  X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)              \
+      X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)             \
+          X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx) \
+              X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute) X(cuFuncSetAttribute)           \
+                  X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)           \
+                      X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime_v2)       \
+                          X(cuEventDestroy_v2) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)           \
+                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -377,40 +378,51 @@ std::string launch_shape(Dim3 grid, Dim3 block, unsigned cluster, unsigned share
   return s + " dynamic shared " + std::to_string(shared_bytes) + " bytes";
 }
 
-// A launch configuration with clusters of `cluster` blocks along x.
+// A launch configuration with clusters of `cluster` blocks along x (1: none), cooperative or not.
 struct ClusterLaunch {
-  CUlaunchAttribute attr{};
+  CUlaunchAttribute attrs[2]{};
   CUlaunchConfig config{};
 
-  ClusterLaunch(Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream) {
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cluster;
-    attr.value.clusterDim.y = 1;
-    attr.value.clusterDim.z = 1;
+  ClusterLaunch(Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream,
+                bool cooperative = false) {
+    unsigned n = 0;
+    if (cluster > 1) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = cluster;
+      attrs[n].value.clusterDim.y = 1;
+      attrs[n].value.clusterDim.z = 1;
+      ++n;
+    }
+    if (cooperative) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n].value.cooperative = 1;
+      ++n;
+    }
     config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
     config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
     config.sharedMemBytes = shared_bytes;
     config.hStream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    config.attrs = attrs;
+    config.numAttrs = n;
   }
 };
 
 }  // namespace
 
 void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
-            const std::string& what, unsigned cluster) {
+            const std::string& what, unsigned cluster, bool cooperative) {
   const Api& a = ready();
   CUresult r;
-  if (cluster > 1) {
-    ClusterLaunch l(grid, block, cluster, shared_bytes, stream);
+  const bool ex = cluster > 1 || cooperative;
+  if (ex) {
+    ClusterLaunch l(grid, block, cluster, shared_bytes, stream, cooperative);
     r = a.cuLaunchKernelEx(&l.config, f, args, nullptr);
   } else {
     r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream, args,
                          nullptr);
   }
   if (r != CUDA_SUCCESS)
-    fail(cluster > 1 ? "cuLaunchKernelEx" : "cuLaunchKernel", what, r,
+    fail(ex ? "cuLaunchKernelEx" : "cuLaunchKernel", what, r,
          launch_shape(grid, block, cluster, shared_bytes).c_str());
 }
 

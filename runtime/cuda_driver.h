@@ -135,9 +135,10 @@ struct Dim3 {
 
 // Checks the launch itself; faults inside the kernel surface at the next synchronize. With
 // cluster > 1, each `cluster` consecutive blocks along x form a thread-block cluster (sm_90).
+// A cooperative launch runs all its blocks at once or fails (blocks that wait for each other).
 // Call prepare_launch once per function first.
 void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream stream, void** args,
-            const std::string& what, unsigned cluster = 1);
+            const std::string& what, unsigned cluster = 1, bool cooperative = false);
 
 // Readies `f` for launches of `block` with `shared_bytes` of dynamic shared memory (opting into
 // it, since static shared memory counts against the 48 KiB default) in clusters of `cluster` blocks (opting

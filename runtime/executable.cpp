@@ -16,6 +16,9 @@ struct Executable::Device {
   std::map<NodeId, cuda::DeviceBuffer> buffers;  // graph inputs and kernel outputs
   MeasuredKernels driver;
   std::vector<uint64_t> grid;  // per kernel: blocks launched
+  // Per kernel with split rows: its workspace and the epoch of its last launch (CompiledKernel).
+  std::vector<cuda::DeviceBuffer> workspace;
+  std::vector<uint32_t> epoch;
 };
 
 int64_t count_unwritten(const TensorData& t) {
@@ -75,6 +78,9 @@ void Executable::load() {
       if (c.persistent) grid = std::min<uint64_t>(grid, uint64_t(resident) * c.cluster_blocks);
     }
     dev->grid.push_back(grid);
+    dev->workspace.emplace_back(c.workspace_bytes);
+    if (c.workspace_bytes > 0) dev->workspace.back().fill_u8(0);
+    dev->epoch.push_back(0);
   }
   const Graph& g = plan_.graph;
   for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
@@ -98,12 +104,16 @@ void Executable::launch_all() {
     std::vector<CUdeviceptr> ptrs;
     for (NodeId n : k.inputs) ptrs.push_back(dev_->buffers.at(n).ptr());
     for (NodeId n : k.outputs) ptrs.push_back(dev_->buffers.at(n).ptr());
+    const bool split = compiled_[i].workspace_bytes > 0;
+    if (split) ptrs.push_back(dev_->workspace[i].ptr());
+    uint32_t epoch = split ? ++dev_->epoch[i] : 0;
     std::vector<void*> args;
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
+    if (split) args.push_back(&epoch);
     cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
     cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, dev_->stream.get(),
-                 args.data(), k.name, compiled_[i].cluster_blocks);
+                 args.data(), k.name, compiled_[i].cluster_blocks, split);
   }
 }
 

@@ -73,8 +73,36 @@ TEST(Codegen, TargetsAndCache) {
   EXPECT_THROW(codegen_options_for("gfx90a"), TargetError);
 }
 
-TEST(Codegen, ClustersAndBulkCopiesNeedSm90) {
+TEST(Codegen, SplitRowsExchangeStampedPairs) {
   Plan p = plan_fusion(find_example("softmax_256k").build());
+  const Kernel& k = p.kernels[0];
+  ASSERT_EQ(k.schedule.split_blocks, 16);
+  CompiledKernel c = compile_kernel(p.graph, k);
+  EXPECT_TRUE(c.persistent);
+  EXPECT_EQ(c.cluster_blocks, 1u);
+  EXPECT_EQ(c.workspace_bytes, 2048u * 16 * 16);  // two 8-byte words per part
+  // Each pair word is stored and loaded whole at device scope: no counter, fence or atomic.
+  EXPECT_NE(c.ptx.find("st.relaxed.gpu.global.b64"), std::string::npos);
+  EXPECT_NE(c.ptx.find("ld.relaxed.gpu.global.b64"), std::string::npos);
+  EXPECT_EQ(c.ptx.find("atom."), std::string::npos);
+  EXPECT_EQ(c.ptx.find("barrier.cluster"), std::string::npos);
+  EXPECT_NE(c.ptx.find("cp.async.bulk"), std::string::npos);
+  // The workspace and the epoch follow the tensors.
+  EXPECT_NE(c.ptx.find(".param .u32 softmax_256k_k0_param_3"), std::string::npos);
+  // The exps of x − max x take the short form: one ex2.approx.ftz each.
+  EXPECT_NE(c.ptx.find("ex2.approx.ftz.f32"), std::string::npos);
+  try {
+    compile_kernel(p.graph, k, codegen_options_for("sm_80"));
+    FAIL() << "a split kernel compiled for sm_80";
+  } catch (const TargetError& e) {
+    EXPECT_NE(std::string(e.what()).find("--stages 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Codegen, ClustersAndBulkCopiesNeedSm90) {
+  FusionOptions clusters;
+  clusters.schedule.split = 0;
+  Plan p = plan_fusion(find_example("softmax_256k").build(), clusters);
   ASSERT_EQ(p.kernels[0].schedule.cluster_blocks, 8);
   try {
     compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80"));

@@ -174,6 +174,7 @@ TEST(FusionReduce, NormsAreOneKernel) {
 TEST(FusionReduce, LongRowsLoopAndCountTheReread) {
   FusionOptions no_clusters;
   no_clusters.profile.max_cluster_blocks = 1;  // a device without thread-block clusters
+  no_clusters.profile.bulk_copies = false;     // or bulk copies (sm_80)
   Plan p = plan_fusion(find_example("softmax_256k").build(), no_clusters);
   testing::check_plan_invariants(p);
   ASSERT_EQ(p.kernels.size(), 1u);
@@ -186,8 +187,55 @@ TEST(FusionReduce, LongRowsLoopAndCountTheReread) {
   EXPECT_EQ(k.cost.bytes(), 3LL * 2048 * 262144 * 4);
 }
 
-TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
+TEST(FusionReduce, LongRowsAreSplitIntoPartsAndReadOnce) {
+  const DeviceProfile h200;
   Plan p = plan_fusion(find_example("softmax_256k").build());
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const TileSchedule& s = p.kernels[0].schedule;
+  // 16 parts of 1024 threads × 16 f32, each a task of the persistent grid, three parts ahead.
+  EXPECT_EQ(s.split_blocks, 16);
+  EXPECT_EQ(s.col_blocks(), 16);
+  EXPECT_EQ(s.cluster_blocks, 1);
+  EXPECT_EQ(s.block_threads(), 1024);
+  EXPECT_EQ(s.elems_per_thread(), 16);
+  EXPECT_EQ(s.stages, 3);
+  EXPECT_EQ(s.stage_bytes, 16384 * 4);
+  EXPECT_EQ(p.kernels[0].cost.reread_bytes, 0);
+  EXPECT_EQ(p.kernels[0].cost.bytes(), 2LL * 2048 * 262144 * 4);
+  EXPECT_LE(p.kernels[0].cost.registers, 64);
+  // 32768 parts over 132 blocks: 249 rounds, the last a quarter full.
+  EXPECT_NEAR(p.kernels[0].cost.busy_share, 32768.0 / (132 * 249), 1e-9);
+  EXPECT_NEAR(p.kernels[0].cost.row_steps_s, 249 * h200.split_step_s, 1e-12);
+  const std::string report = plan_report_text(p);
+  EXPECT_NE(report.find("rows split into 16 parts that meet in global memory"), std::string::npos) << report;
+  EXPECT_NE(report.find("its blocks are busy 99.7%"), std::string::npos) << report;
+  // bf16: 32 KiB parts, four ahead.
+  const TileSchedule& b = plan_fusion(find_example("softmax_256k_bf16").build()).kernels[0].schedule;
+  EXPECT_EQ(b.split_blocks, 16);
+  EXPECT_EQ(b.stages, 4);
+  // A row that one block holds is not split; nor is a row whose reductions are not a max and
+  // its online sum (RMSNorm: a cluster), nor one whose parts are not whole (an odd length).
+  EXPECT_EQ(plan_fusion(find_example("softmax_32k").build()).kernels[0].schedule.split_blocks, 1);
+  Plan rms = plan_fusion(find_example("rmsnorm_32k").build());
+  EXPECT_EQ(rms.kernels[0].schedule.split_blocks, 1);
+  EXPECT_EQ(rms.kernels[0].schedule.cluster_blocks, 2);
+  Graph g("odd");
+  dsl::output("y", dsl::softmax(dsl::input(g, "x", {3, 40000}), -1));
+  EXPECT_EQ(plan_fusion(g).kernels[0].schedule.split_blocks, 1);
+  // The user may keep rows whole.
+  FusionOptions whole;
+  whole.schedule.split = 0;
+  EXPECT_EQ(plan_fusion(find_example("softmax_256k").build(), whole).kernels[0].schedule.split_blocks, 1);
+  FusionOptions bad;
+  bad.schedule.split = 2;
+  EXPECT_THROW(plan_fusion(find_example("softmax_256k").build(), bad), Error);
+}
+
+TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
+  FusionOptions clusters;
+  clusters.schedule.split = 0;
+  Plan p = plan_fusion(find_example("softmax_256k").build(), clusters);
   testing::check_plan_invariants(p);
   ASSERT_EQ(p.kernels.size(), 1u);
   const TileSchedule& s = p.kernels[0].schedule;
@@ -209,7 +257,8 @@ TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   EXPECT_NE(plan_report_text(p).find("clusters of 8 blocks"), std::string::npos);
 
   // bf16: 64 KiB per block's part, three rows ahead.
-  const TileSchedule& b = plan_fusion(find_example("softmax_256k_bf16").build()).kernels[0].schedule;
+  const TileSchedule& b =
+      plan_fusion(find_example("softmax_256k_bf16").build(), clusters).kernels[0].schedule;
   EXPECT_EQ(b.cluster_blocks, 8);
   EXPECT_EQ(b.stages, 3);
   // 32768-wide rows: one block; 4096 rows over 132 blocks leave the last round 3% busy.
@@ -224,7 +273,7 @@ TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   EXPECT_NE(plan_report_text(p).find("then per-row steps"), std::string::npos);
 
   // Straight to registers (no stages): 16 blocks × 512 threads, two blocks per SM.
-  FusionOptions regs;
+  FusionOptions regs = clusters;
   regs.schedule.stages = 0;
   const TileSchedule& r = plan_fusion(find_example("softmax_256k").build(), regs).kernels[0].schedule;
   EXPECT_EQ(r.cluster_blocks, 16);
@@ -244,12 +293,12 @@ TEST(FusionReduce, LongRowsAreStagedOverAClusterAndReadOnce) {
   EXPECT_LT(odd.tile_cols() * 2, 40000);
 
   // A cap of 4 blocks cannot hold 262144 elements at 32 per thread: back to the loop.
-  FusionOptions four;
+  FusionOptions four = clusters;
   four.schedule.max_cluster_blocks = 4;
   EXPECT_GT(plan_fusion(find_example("softmax_256k").build(), four).kernels[0].schedule.col_iters, 1);
   // Smaller blocks need more of them and share an SM: 512 threads, clusters of 16, two blocks
   // per SM, each with 64 KiB parts one row ahead (half the SM's shared memory).
-  FusionOptions small;
+  FusionOptions small = clusters;
   small.schedule.block_threads = 512;
   const TileSchedule& sm = plan_fusion(find_example("softmax_256k").build(), small).kernels[0].schedule;
   EXPECT_EQ(sm.cluster_blocks, 16);

@@ -101,15 +101,20 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // Each warp's and block's own max and sum must be rescaled to the row's: parts whose values
 // are all −inf (next to values near −2e4, so a careless factor exp(0 − max) overflows), a
 // fully masked row, the max in the last block.
-void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int cluster) {
+// With split rows (the default for rows longer than a block holds), the parts are tasks of
+// blocks that meet only through their published pairs: the same special rows, across parts.
+void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
+                        int parts) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}), -1));
   FusionOptions o;
   o.schedule.stages = stages;
+  o.schedule.split = split;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
     EXPECT_EQ(k.schedule.cluster_blocks, cluster);
+    EXPECT_EQ(k.schedule.split_blocks, parts);
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
@@ -149,31 +154,39 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
 }
 
 TEST(GpuReduce, WarpAndClusterSpecialRows) {
-  check_special_rows(4, 65536, 4, -1, 2);     // staged, clusters of 2 × 1024 threads
-  check_special_rows(4, 65536, 4, 0, 4);      // registers only, clusters of 4 × 512 threads
-  check_special_rows(300, 4096, 100, -1, 1);  // one block of 8 warps per row
+  check_special_rows(4, 65536, 4, -1, -1, 1, 4);     // staged, split into 4 parts of 1024 × 16
+  check_special_rows(4, 65536, 4, -1, 0, 2, 1);      // staged, clusters of 2 × 1024 threads
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1);      // registers only, clusters of 4 × 512 threads
+  check_special_rows(300, 4096, 100, -1, -1, 1, 1);  // one block of 8 warps per row
 }
 
 // More rows than the persistent grid has groups: each block (cluster) takes several rounds, so
 // every stage is reused and its mbarrier's phase flips; special rows recur in later rounds.
 TEST(GpuReduce, PersistentRounds) {
-  check_special_rows(300, 65536, 100, -1, 2);
+  check_special_rows(300, 65536, 100, -1, -1, 1, 4);
+  check_special_rows(300, 65536, 100, -1, 0, 2, 1);
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   struct Case {
     int64_t rows, cols;
     DType dt;
-    int stages, cluster;  // expected
+    int split;                   // hint
+    int stages, cluster, parts;  // expected
   };
-  for (Case c : {Case{600, 32768, DType::F32, 1, 1}, Case{1000, 32768, DType::BF16, 3, 1},
-                 Case{300, 131072, DType::F32, 1, 4}, Case{333, 65536, DType::F16, 3, 2}}) {
-    SCOPED_TRACE(std::to_string(c.rows) + "×" + std::to_string(c.cols) + " " + dtype_name(c.dt));
+  for (Case c : {Case{600, 32768, DType::F32, -1, 1, 1, 1}, Case{1000, 32768, DType::BF16, -1, 3, 1, 1},
+                 Case{300, 131072, DType::F32, -1, 3, 1, 8}, Case{333, 65536, DType::F16, -1, 4, 1, 4},
+                 Case{300, 131072, DType::F32, 0, 1, 4, 1}, Case{333, 65536, DType::F16, 0, 3, 2, 1}}) {
+    SCOPED_TRACE(std::to_string(c.rows) + "×" + std::to_string(c.cols) + " " + dtype_name(c.dt) + " split " +
+                 std::to_string(c.split));
     Graph g("rounds");
     Tensor x = input(g, "x", {c.rows, c.cols}, c.dt);
     output("y", softmax(x, -1));
-    Plan p = plan_fusion(g);
+    FusionOptions o;
+    o.schedule.split = c.split;
+    Plan p = plan_fusion(g, o);
     ASSERT_EQ(p.kernels.size(), 1u);
     EXPECT_EQ(p.kernels[0].schedule.stages, c.stages);
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, c.cluster);
+    EXPECT_EQ(p.kernels[0].schedule.split_blocks, c.parts);
     testing::check_on_gpu(p, fresh_seed());
   }
   // Layernorm stages x only (w and b are shared by every row): 16 elements per thread.
@@ -187,9 +200,30 @@ TEST(GpuReduce, PersistentRounds) {
   testing::check_on_gpu(p, fresh_seed());
 }
 
+// A split kernel's pairs stay in its workspace between launches, stamped with the launch's
+// epoch: later launches on new inputs (and with stale pairs of the same rows present) must
+// each wait for their own.
+TEST(GpuReduce, SplitRowsAcrossLaunches) {
+  Graph g("split_launches");
+  output("y", softmax(input(g, "x", {300, 65536}, DType::BF16), -1));
+  Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels[0].schedule.split_blocks, 4);
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  Executable exe(p);
+  for (int launch = 0; launch < 3; ++launch) {
+    SCOPED_TRACE(launch);
+    uint64_t seed = fresh_seed();
+    TensorMap in = random_inputs(g, seed);
+    TensorMap out = exe.run(in);
+    EXPECT_EQ(count_unwritten(out.at("y")), 0);
+    EXPECT_LE(relative_error(out.at("y").to_doubles(), reference_run(g, in).at("y")), 1e-2) << seed;
+  }
+}
+
 TEST(GpuReduce, SoftmaxLengthsAndDtypes) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  // 40000 and 262144: rows split over clusters of 3 and 16 blocks; 262147: the column-tile loop.
+  // 40000: a row split over a cluster of 3 blocks; 262144: split into 16 parts; 262147: the
+  // column-tile loop.
   for (int64_t cols : {1, 31, 4097, 40000, 262144, 262147})
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       SCOPED_TRACE(std::to_string(cols) + " " + dtype_name(dt));
@@ -239,7 +273,8 @@ TEST(GpuReduce, ShortRowsManyPerBlock) {
 }
 
 // The same rows split over clusters of 2, 4, 8 and 16 blocks (blocks of 1024 down to 128
-// threads, 32 bf16 elements each), and without clusters (the column-tile loop).
+// threads, 32 bf16 elements each), and without clusters (the column-tile loop); not split
+// into parts.
 TEST(GpuReduce, ClusterSizes) {
   for (int threads : {1024, 512, 256, 128, 0}) {
     SCOPED_TRACE(threads);
@@ -249,6 +284,7 @@ TEST(GpuReduce, ClusterSizes) {
     FusionOptions o;
     o.schedule.block_threads = threads;
     o.schedule.max_cluster_blocks = threads ? 16 : 1;
+    o.schedule.split = 0;
     Plan p = plan_fusion(g, o);
     ASSERT_EQ(p.kernels.size(), 1u);
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, threads ? 65536 / 32 / threads : 1);

@@ -21,6 +21,10 @@ struct CompiledKernel {
   // Loops over its row tiles: launch only as many blocks (clusters) as the device holds at
   // once, at most `grid`.
   bool persistent = false;
+  // Split rows: global memory for each part's (max, sum) pair as two 8-byte words stamped with
+  // the launch's epoch, zeroed once and kept between launches; launch n (from 1) passes n. The
+  // grid must be co-resident (a cooperative launch), since blocks wait for each other's pairs.
+  uint64_t workspace_bytes = 0;
   bool from_cache = false;
 };
 

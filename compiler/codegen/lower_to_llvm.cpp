@@ -7,7 +7,10 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <array>
+#include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "compiler/codegen/math.h"
@@ -27,11 +30,16 @@ class Lowering {
   std::unique_ptr<llvm::Module> run() {
     m_->setTargetTriple(llvm::Triple("nvptx64-nvidia-cuda"));
     std::vector<llvm::Type*> params(p_.params.size(), b_.getPtrTy(1));
+    if (s_.split_blocks > 1) {  // split rows: their workspace and the launch's epoch (CompiledKernel)
+      params.push_back(b_.getPtrTy(1));
+      params.push_back(b_.getInt32Ty());
+    }
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, p_.name, m_.get());
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn_->addFnAttr("nvvm.maxntid", std::to_string(s_.block_threads()));
     if (s_.min_blocks_per_sm > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(s_.min_blocks_per_sm));
+    if (s_.split_blocks > 1) fn_->getArg(static_cast<unsigned>(p_.params.size()))->setName("workspace");
     for (size_t i = 0; i < p_.params.size(); ++i) {
       llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
       a->setName(fmt::format("arg{}", i));
@@ -49,6 +57,8 @@ class Lowering {
                       p_.name, s_.tile_rows(), s_.col_iters));
     if (s_.col_iters > 1)
       lower_looped();
+    else if (s_.split_blocks > 1)
+      lower_split();
     else if (s_.stages > 0)
       lower_staged();
     else
@@ -434,71 +444,104 @@ class Lowering {
     return at;
   }
 
+  // The stages' mbarriers (one per stage, expecting its bytes) and the dynamic shared memory
+  // that holds them; thread 0 initializes the mbarriers before a block barrier.
+  void init_stages() {
+    layout_ = stage_layout();
+    auto* mbar_ty = llvm::ArrayType::get(b_.getInt64Ty(), s_.stages);
+    stage_full_ = new llvm::GlobalVariable(*m_, mbar_ty, false, llvm::GlobalValue::InternalLinkage,
+                                           llvm::UndefValue::get(mbar_ty), "stage_full", nullptr,
+                                           llvm::GlobalValue::NotThreadLocal, 3);
+    stage_full_->setAlignment(llvm::Align(8));
+    auto* buf_ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+    stage_rows_ = new llvm::GlobalVariable(*m_, buf_ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                           "stage_rows", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    stage_rows_->setAlignment(llvm::Align(128));
+    guarded(leader(), [&] {
+      for (int k = 0; k < s_.stages; ++k)
+        intrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared,
+                  {stage_barrier(b_.getInt32(k)), b_.getInt32(1)});
+      intrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster);
+    });
+    block_barrier();
+  }
+
+  Value* leader() { return b_.CreateICmpEQ(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), b_.getInt32(0)); }
+  Value* stage_barrier(Value* stage) { return b_.CreateInBoundsGEP(b_.getInt64Ty(), stage_full_, stage); }
+  Value* stage_at(Value* stage, int param) {
+    Value* off =
+        b_.CreateAdd(b_.CreateMul(b_.CreateZExt(stage, b_.getInt64Ty()), b_.getInt64(s_.stage_bytes)),
+                     b_.getInt64(layout_.at(param)));
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), stage_rows_, off);
+  }
+
+  // Thread 0: the block's part `part` (its column block) of `row` into `stage`, by one bulk copy
+  // per staged tensor, completing on the stage's mbarrier.
+  void fill_stage(Value* stage, Value* row, Value* part) {
+    intrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta,
+              {stage_barrier(stage), b_.getInt32(static_cast<uint32_t>(s_.stage_bytes))});
+    Value* saved = rows_[0];
+    rows_[0] = row;
+    Value* col0 = b_.CreateZExt(b_.CreateMul(part, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
+                                b_.getInt64Ty());
+    for (const auto& [param, off] : layout_) {
+      const TileParam& prm = p_.params[param];
+      Value* elem = b_.CreateAdd(offset(prm.view, true, false, 0, 0), col0);
+      Value* src = b_.CreateInBoundsGEP(storage_type(prm.dtype), fn_->getArg(param), elem);
+      uint32_t bytes = static_cast<uint32_t>(s_.tile_cols() * static_cast<int64_t>(dtype_size(prm.dtype)));
+      // The block's own shared memory, addressed in the cluster's window (addrspace 7).
+      Value* dst = b_.CreateAddrSpaceCast(stage_at(stage, param), b_.getPtrTy(7));
+      intrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_global_to_shared_cluster,
+                {dst, stage_barrier(stage), src, b_.getInt32(bytes), b_.getInt16(0), b_.getInt64(0),
+                 b_.getFalse(), b_.getFalse()});
+    }
+    rows_[0] = saved;
+  }
+
+  // Every thread waits for the stage's mbarrier to complete `phase`, then copies its columns of
+  // the staged tensors into registers.
+  void load_stage(Value* stage, Value* phase) {
+    auto* wait = llvm::BasicBlock::Create(ctx_, "stage.wait", fn_);
+    auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
+    b_.CreateBr(wait);
+    b_.SetInsertPoint(wait);
+    Value* full = intrinsic(llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta,
+                            {stage_barrier(stage), phase});
+    b_.CreateCondBr(full, ready, wait);
+    b_.SetInsertPoint(ready);
+    for (const TileInst& i : p_.body) {
+      if (!staged(i)) continue;
+      const TileParam& prm = p_.params[i.param];
+      Value* part = stage_at(stage, i.param);
+      Regs regs;
+      for (int k = 0; k < s_.chunks_per_thread; ++k) {  // the columns the thread would load
+        Value* col = b_.CreateAdd(b_.CreateMul(tc_, b_.getInt32(s_.vec)),
+                                  b_.getInt32(k * s_.threads_per_row * s_.vec));
+        Value* ptr = b_.CreateInBoundsGEP(storage_type(prm.dtype), part, b_.CreateZExt(col, b_.getInt64Ty()));
+        load_vector(ptr, prm.dtype, s_.vec, fmt::format("{}.c{}", sanitize(prm.name), k), &regs);
+      }
+      types_[i.result] = i.type;
+      values_[i.result] = std::move(regs);
+    }
+  }
+
   // The grid holds as many row groups (blocks, or clusters of a row's blocks) as fit at once;
-  // group g reduces rows g, g + groups, … Thread 0 keeps `stages` rows ahead in flight: for
-  // each, one mbarrier expecting the stage's bytes and one bulk copy per staged tensor of the
-  // block's part of the row. Every thread waits on the stage's mbarrier (its phase flips once
-  // per use), copies the part into registers, and after a block barrier (all have read it)
-  // thread 0 refills the stage with the row `stages` ahead; the row is then reduced and
-  // written from registers while that copy is in flight.
+  // group g reduces rows g, g + groups, … Thread 0 keeps `stages` rows ahead in flight. Every
+  // thread waits on the stage's mbarrier (its phase flips once per use), copies the part into
+  // registers, and after a block barrier (all have read it) thread 0 refills the stage with the
+  // row `stages` ahead; the row is then reduced and written from registers while that copy is
+  // in flight.
   void lower_staged() {
     const int stages = s_.stages;
-    const std::map<int, int64_t> layout = stage_layout();
-    auto* mbar_ty = llvm::ArrayType::get(b_.getInt64Ty(), stages);
-    auto* mbar = new llvm::GlobalVariable(*m_, mbar_ty, false, llvm::GlobalValue::InternalLinkage,
-                                          llvm::UndefValue::get(mbar_ty), "stage_full", nullptr,
-                                          llvm::GlobalValue::NotThreadLocal, 3);
-    mbar->setAlignment(llvm::Align(8));
-    auto* buf_ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
-    auto* buf = new llvm::GlobalVariable(*m_, buf_ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
-                                         "stage_rows", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-    buf->setAlignment(llvm::Align(128));
-
-    Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-    Value* leader = b_.CreateICmpEQ(tid, b_.getInt32(0));
+    init_stages();
     auto cb = b_.getInt32(static_cast<uint32_t>(s_.col_blocks()));
     Value* group = b_.CreateUDiv(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), cb, "group");
     Value* groups = b_.CreateUDiv(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), cb, "groups");
     Value* rows = b_.getInt32(static_cast<uint32_t>(s_.rows));
-    auto barrier_at = [&](Value* stage) { return b_.CreateInBoundsGEP(b_.getInt64Ty(), mbar, stage); };
-    auto stage_at = [&](Value* stage, int param) {
-      Value* off =
-          b_.CreateAdd(b_.CreateMul(b_.CreateZExt(stage, b_.getInt64Ty()), b_.getInt64(s_.stage_bytes)),
-                       b_.getInt64(layout.at(param)));
-      return b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, off);
-    };
-    // Thread 0: the block's part of `row` into `stage`.
-    auto fill = [&](Value* stage, Value* row) {
-      intrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta,
-                {barrier_at(stage), b_.getInt32(static_cast<uint32_t>(s_.stage_bytes))});
-      Value* saved = rows_[0];
-      rows_[0] = row;
-      Value* col0 = b_.CreateZExt(b_.CreateMul(rank_, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
-                                  b_.getInt64Ty());
-      for (const auto& [param, off] : layout) {
-        const TileParam& prm = p_.params[param];
-        Value* elem = b_.CreateAdd(offset(prm.view, true, false, 0, 0), col0);
-        Value* src = b_.CreateInBoundsGEP(storage_type(prm.dtype), fn_->getArg(param), elem);
-        uint32_t bytes = static_cast<uint32_t>(s_.tile_cols() * static_cast<int64_t>(dtype_size(prm.dtype)));
-        // The block's own shared memory, addressed in the cluster's window (addrspace 7).
-        Value* dst = b_.CreateAddrSpaceCast(stage_at(stage, param), b_.getPtrTy(7));
-        intrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_global_to_shared_cluster,
-                  {dst, barrier_at(stage), src, b_.getInt32(bytes), b_.getInt16(0), b_.getInt64(0),
-                   b_.getFalse(), b_.getFalse()});
-      }
-      rows_[0] = saved;
-    };
-
-    guarded(leader, [&] {
-      for (int k = 0; k < stages; ++k)
-        intrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {barrier_at(b_.getInt32(k)), b_.getInt32(1)});
-      intrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster);
-    });
-    block_barrier();
-    guarded(leader, [&] {
+    guarded(leader(), [&] {
       for (int k = 0; k < stages; ++k) {
         Value* row = b_.CreateAdd(group, b_.CreateMul(groups, b_.getInt32(k)));
-        guarded(b_.CreateICmpULT(row, rows), [&] { fill(b_.getInt32(k), row); });
+        guarded(b_.CreateICmpULT(row, rows), [&] { fill_stage(b_.getInt32(k), row, rank_); });
       }
     });
     if (s_.cluster_blocks > 1) {  // pairs with the arrive in the prologue, overlapping the copies
@@ -519,33 +562,10 @@ class Lowering {
     Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
     row_parity_ = b_.CreateAnd(it, b_.getInt32(1));
     rows_[0] = row;
-
-    auto* wait = llvm::BasicBlock::Create(ctx_, "stage.wait", fn_);
-    auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
-    b_.CreateBr(wait);
-    b_.SetInsertPoint(wait);
-    Value* full = intrinsic(llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta,
-                            {barrier_at(stage), phase});
-    b_.CreateCondBr(full, ready, wait);
-    b_.SetInsertPoint(ready);
-
-    for (const TileInst& i : p_.body) {
-      if (!staged(i)) continue;
-      const TileParam& prm = p_.params[i.param];
-      Value* part = stage_at(stage, i.param);
-      Regs regs;
-      for (int k = 0; k < s_.chunks_per_thread; ++k) {  // the columns the thread would load
-        Value* col = b_.CreateAdd(b_.CreateMul(tc_, b_.getInt32(s_.vec)),
-                                  b_.getInt32(k * s_.threads_per_row * s_.vec));
-        Value* ptr = b_.CreateInBoundsGEP(storage_type(prm.dtype), part, b_.CreateZExt(col, b_.getInt64Ty()));
-        load_vector(ptr, prm.dtype, s_.vec, fmt::format("{}.c{}", sanitize(prm.name), k), &regs);
-      }
-      types_[i.result] = i.type;
-      values_[i.result] = std::move(regs);
-    }
+    load_stage(stage, phase);
     block_barrier();
     Value* ahead = b_.CreateAdd(row, b_.CreateMul(groups, b_.getInt32(stages)));
-    guarded(b_.CreateAnd(leader, b_.CreateICmpULT(ahead, rows)), [&] { fill(stage, ahead); });
+    guarded(b_.CreateAnd(leader(), b_.CreateICmpULT(ahead, rows)), [&] { fill_stage(stage, ahead, rank_); });
 
     lower_resident();
 
@@ -555,6 +575,319 @@ class Lowering {
     row->addIncoming(row_next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpULT(row_next, rows), loop, done);
     b_.SetInsertPoint(done);
+  }
+
+  // ---- split rows: a row's parts are tasks of the persistent grid ----
+
+  // The online sum that completes the row's reductions (the schedule admits only a max and its
+  // online sum), and the values computed before it that the rest of the body uses: loads and the
+  // sum's exps are carried to the next iteration; the rest is recomputed from them.
+  int split_sum() const {
+    for (const TileInst& i : p_.body)
+      if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with)) return i.result;
+    throw CodegenError(fmt::format("kernel {}: split rows need a max and its online sum", p_.name));
+  }
+  std::vector<int> carried_after(int r) const {
+    const int m = inst_of(r).online_with, e = inst_of(r).args[0];
+    std::set<int> carried;
+    std::function<void(int)> visit = [&](int v) {
+      const TileInst& i = inst_of(v);
+      if (v == m || v == r || i.opcode == TileOpcode::Constant) return;
+      if (v == e || i.opcode == TileOpcode::Load) {
+        carried.insert(v);
+        return;
+      }
+      if (i.opcode == TileOpcode::Reduce)
+        throw CodegenError(fmt::format("kernel {}: split rows need a max and its online sum only", p_.name));
+      for (int a : i.args) visit(a);
+    };
+    for (size_t k = static_cast<size_t>(r) + 1; k < p_.body.size(); ++k) {
+      if (p_.body[k].opcode == TileOpcode::Reduce)
+        throw CodegenError(fmt::format("kernel {}: split rows need a max and its online sum only", p_.name));
+      for (int a : p_.body[k].args)
+        if (a < r) visit(a);
+    }
+    return {carried.begin(), carried.end()};
+  }
+
+  // The columns of this thread in part `part` of a row.
+  void set_part(Value* part) {
+    Value* col0 = b_.CreateAdd(b_.CreateMul(part, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
+                               b_.CreateMul(tc_, b_.getInt32(s_.vec)));
+    for (int k = 0; k < s_.chunks_per_thread; ++k)
+      cols_[k] = b_.CreateAdd(col0, b_.getInt32(k * s_.threads_per_row * s_.vec));
+  }
+
+  // Task t is part t % P of row t / P, and block b takes tasks b, b + G, … (G blocks, all
+  // resident: a cooperative launch). In each iteration the block
+  //   1. warp 0 starts loading the previous task's row — its P published pairs — while the
+  //      block waits for this task's stage, copies the part into registers and takes each
+  //      warp's (max, sum of exps) pair into shared slots; warp 0 then checks that every pair
+  //      it loaded is this launch's (reloading any that is not yet) and puts them in shared
+  //      slots too;
+  //   2. meets at one block barrier; thread 0 refills the stage with the task `stages` ahead;
+  //   3. merges the warps' pairs into the part's pair, which thread 0 publishes;
+  //   4. writes the previous task: its row's pairs merged into (M, S), its warps' exps rescaled
+  //      by exp(c(m_w) − c(M)), the rest of the body computed from them and stored.
+  // A block thus never waits for its peers on the task it has just reduced: a row's parts are
+  // published an iteration before anyone needs them. The last task is written after the loop.
+  // A pair is two 8-byte words, (max, epoch) and (sum, epoch), each stored and loaded whole, so
+  // a reader needs no fence or counter: a word with this launch's epoch (the last parameter,
+  // launch n of the kernel passes n) carries its value.
+  void lower_split() {
+    const int stages = s_.stages;
+    const uint32_t P = static_cast<uint32_t>(s_.split_blocks);
+    const int warps = s_.threads_per_row / 32;
+    const int r = split_sum();
+    const TileInst& sum = inst_of(r);
+    const int m = sum.online_with, e = sum.args[0];
+    const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
+    const std::vector<int> carried = carried_after(r);
+    const unsigned nparams = static_cast<unsigned>(p_.params.size());
+    Value* words = fn_->getArg(nparams);  // two u64 per task
+    Value* epoch = fn_->getArg(nparams + 1);
+    auto device = ctx_.getOrInsertSyncScopeID("device");
+
+    init_stages();
+    Value* block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    Value* blocks = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+    Value* tasks = b_.getInt32(static_cast<uint32_t>(s_.rows * P));
+    auto row_of = [&](Value* t) { return b_.CreateUDiv(t, b_.getInt32(P)); };
+    auto part_of = [&](Value* t) { return b_.CreateURem(t, b_.getInt32(P)); };
+    guarded(leader(), [&] {
+      for (int k = 0; k < stages; ++k) {
+        Value* t = b_.CreateAdd(block, b_.CreateMul(blocks, b_.getInt32(k)));
+        guarded(b_.CreateICmpULT(t, tasks), [&] { fill_stage(b_.getInt32(k), row_of(t), part_of(t)); });
+      }
+    });
+
+    auto* wmax = shared_slots(2 * static_cast<uint64_t>(warps), "warp_max");
+    auto* wsum = shared_slots(2 * static_cast<uint64_t>(warps), "warp_sum");
+    auto* rmax = shared_slots(2 * static_cast<uint64_t>(P), "row_max");
+    auto* rsum = shared_slots(2 * static_cast<uint64_t>(P), "row_sum");
+    auto at_parity = [&](llvm::GlobalVariable* a, Value* parity, uint32_t n) {
+      return b_.CreateInBoundsGEP(b_.getFloatTy(), a, b_.CreateMul(parity, b_.getInt32(n)));
+    };
+    Value* lane = b_.CreateURem(tc_, b_.getInt32(32));
+    Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
+    Value* fetcher =
+        b_.CreateAnd(b_.CreateICmpEQ(warp, b_.getInt32(0)), b_.CreateICmpULT(lane, b_.getInt32(P)));
+
+    // Word j of task `task`'s pair.
+    auto word_at = [&](Value* task, int j) {
+      Value* i =
+          b_.CreateAdd(b_.CreateMul(b_.CreateZExt(task, b_.getInt64Ty()), b_.getInt64(2)), b_.getInt64(j));
+      return b_.CreateInBoundsGEP(b_.getInt64Ty(), words, i);
+    };
+    auto load_word = [&](Value* at) {
+      auto* w = b_.CreateAlignedLoad(b_.getInt64Ty(), at, llvm::Align(8), "pair_word");
+      w->setAtomic(llvm::AtomicOrdering::Monotonic, device);
+      return w;
+    };
+    auto fresh = [&](Value* w) {
+      return b_.CreateICmpEQ(b_.CreateTrunc(b_.CreateLShr(w, b_.getInt64(32)), b_.getInt32Ty()), epoch);
+    };
+    // The fetcher lanes' first loads of `row`'s pairs (lane i: part i), as values valid where
+    // `when` holds.
+    auto start_fetch = [&](Value* row, Value* when) {
+      Value* task = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(P)), lane);
+      llvm::BasicBlock* from = b_.GetInsertBlock();
+      auto* then = llvm::BasicBlock::Create(ctx_, "fetch", fn_);
+      auto* cont = llvm::BasicBlock::Create(ctx_, "fetched", fn_);
+      b_.CreateCondBr(when, then, cont);
+      b_.SetInsertPoint(then);
+      Value* w0 = load_word(word_at(task, 0));
+      Value* w1 = load_word(word_at(task, 1));
+      llvm::BasicBlock* loaded = b_.GetInsertBlock();
+      b_.CreateBr(cont);
+      b_.SetInsertPoint(cont);
+      std::array<Value*, 3> out;
+      out[0] = task;
+      for (int j = 0; j < 2; ++j) {
+        llvm::PHINode* p = b_.CreatePHI(b_.getInt64Ty(), 2);
+        p->addIncoming(j ? w1 : w0, loaded);
+        p->addIncoming(llvm::PoisonValue::get(b_.getInt64Ty()), from);
+        out[1 + j] = p;
+      }
+      return out;
+    };
+    // The fetcher lanes: reload until both words are this launch's, then the row slots.
+    auto finish_fetch = [&](const std::array<Value*, 3>& f, Value* when, Value* parity) {
+      guarded(when, [&] {
+        llvm::BasicBlock* from = b_.GetInsertBlock();
+        auto* check = llvm::BasicBlock::Create(ctx_, "pair.check", fn_);
+        auto* reload = llvm::BasicBlock::Create(ctx_, "pair.reload", fn_);
+        auto* ready = llvm::BasicBlock::Create(ctx_, "pair.ready", fn_);
+        b_.CreateBr(check);
+        b_.SetInsertPoint(check);
+        llvm::PHINode* w0 = b_.CreatePHI(b_.getInt64Ty(), 2);
+        llvm::PHINode* w1 = b_.CreatePHI(b_.getInt64Ty(), 2);
+        w0->addIncoming(f[1], from);
+        w1->addIncoming(f[2], from);
+        b_.CreateCondBr(b_.CreateAnd(fresh(w0), fresh(w1)), ready, reload);
+        b_.SetInsertPoint(reload);
+        intrinsic(llvm::Intrinsic::nvvm_nanosleep, {b_.getInt32(32)});
+        w0->addIncoming(load_word(word_at(f[0], 0)), reload);
+        w1->addIncoming(load_word(word_at(f[0], 1)), reload);
+        b_.CreateBr(check);
+        b_.SetInsertPoint(ready);
+        for (int j = 0; j < 2; ++j) {
+          Value* bits = b_.CreateTrunc(j ? static_cast<Value*>(w1) : w0, b_.getInt32Ty());
+          b_.CreateAlignedStore(
+              b_.CreateBitCast(bits, b_.getFloatTy()),
+              b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(j ? rsum : rmax, parity, P), lane),
+              llvm::Align(4));
+        }
+      });
+    };
+
+    // Step 4 for a task whose state is `st`: every value the rest of the body needs.
+    struct TaskState {
+      Value* task;
+      Value* m_warp;
+      Value* s_warp;
+      std::vector<Regs> regs;  // per carried value
+    };
+    auto write_task = [&](const TaskState& st, Value* parity) {
+      Value* row = row_of(st.task);
+      rows_[0] = row;
+      set_part(part_of(st.task));
+      for (Regs& v : values_) v.clear();
+      auto [m_row, s_row] =
+          merge_pairs(m, c, at_parity(rmax, parity, P), at_parity(rsum, parity, P), static_cast<int>(P));
+      for (size_t k = 0; k < carried.size(); ++k) values_[carried[k]] = st.regs[k];
+      // A warp whose exps are all 0 (its part masked with −inf) keeps them 0.
+      values_[m] = {st.m_warp};
+      Value* factor = math::exp(b_, b_.CreateFSub(per_row_with(c, m, st.m_warp), per_row_with(c, m, m_row)));
+      factor = b_.CreateSelect(b_.CreateFCmpOEQ(st.s_warp, f32(0.0)), f32(0.0), factor);
+      row_factors_.insert(factor);
+      Regs exps = values_[e];
+      for (Value*& x : exps) x = b_.CreateFMul(x, factor);
+      forget_computed_after(m);
+      if (!exps.empty()) values_[e] = std::move(exps);
+      values_[m] = {m_row};
+      types_[r] = sum.type;
+      values_[r] = {s_row};
+      for (size_t k = static_cast<size_t>(r) + 1; k < p_.body.size(); ++k) {
+        const TileInst& i = p_.body[k];
+        for (int a : i.args) ensure(a);
+        lower(i);
+      }
+    };
+
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "task", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "tasks.done", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "tasks.exit", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(block, tasks), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* it = b_.CreatePHI(b_.getInt32Ty(), 2, "it");
+    llvm::PHINode* task = b_.CreatePHI(b_.getInt32Ty(), 2, "t");
+    it->addIncoming(b_.getInt32(0), pre);
+    task->addIncoming(block, pre);
+    // The previous task's state (poison before the first task: never used).
+    TaskState prev;
+    auto phi = [&](llvm::Type* ty, const char* name) {
+      llvm::PHINode* p = b_.CreatePHI(ty, 2, name);
+      p->addIncoming(llvm::PoisonValue::get(ty), pre);
+      return p;
+    };
+    prev.task = phi(b_.getInt32Ty(), "t.prev");
+    prev.m_warp = phi(b_.getFloatTy(), "m.prev");
+    prev.s_warp = phi(b_.getFloatTy(), "s.prev");
+    std::vector<std::vector<llvm::PHINode*>> prev_phis;
+    for (int v : carried) {
+      const TileInst& i = inst_of(v);
+      size_t n = static_cast<size_t>(cols_of(i.type));
+      std::vector<llvm::PHINode*> ps;
+      Regs regs;
+      for (size_t k = 0; k < n; ++k) {
+        ps.push_back(phi(i.type.dtype == DType::Bool ? b_.getInt1Ty() : b_.getFloatTy(), "carried"));
+        regs.push_back(ps.back());
+      }
+      prev_phis.push_back(ps);
+      prev.regs.push_back(regs);
+    }
+
+    Value* stage = b_.CreateURem(it, b_.getInt32(stages), "stage");
+    Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
+    Value* parity = b_.CreateAnd(it, b_.getInt32(1), "parity");
+    Value* has_prev = b_.CreateICmpNE(it, b_.getInt32(0));
+    Value* fetch_prev = b_.CreateAnd(has_prev, fetcher);
+    std::array<Value*, 3> prev_row = start_fetch(row_of(prev.task), fetch_prev);
+    Value* row = row_of(task);
+    rows_[0] = row;
+    set_part(part_of(task));
+    for (Regs& v : values_) v.clear();
+    load_stage(stage, phase);
+    // 1. The part up to its warps' pairs.
+    for (size_t k = 0; k < static_cast<size_t>(r); ++k) {
+      const TileInst& i = p_.body[k];
+      if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
+      for (int a : i.args) ensure(a);
+      if (i.opcode == TileOpcode::Reduce && pairs_path(i.result))
+        warp_reduce(i);
+      else
+        lower(i);
+    }
+    ensure(e);
+    TaskState cur;
+    cur.task = task;
+    cur.m_warp = values_[m][0];
+    cur.s_warp = warp_allreduce(Op::ReduceSum, thread_partial(Op::ReduceSum, e, 0), 32);
+    for (int v : carried) {
+      ensure(v);
+      cur.regs.push_back(values_[v]);
+    }
+    guarded(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] {
+      b_.CreateAlignedStore(cur.m_warp,
+                            b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(wmax, parity, warps), warp),
+                            llvm::Align(4));
+      b_.CreateAlignedStore(cur.s_warp,
+                            b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(wsum, parity, warps), warp),
+                            llvm::Align(4));
+    });
+    finish_fetch(prev_row, fetch_prev, parity);
+    // 2.
+    block_barrier();
+    Value* ahead = b_.CreateAdd(task, b_.CreateMul(blocks, b_.getInt32(stages)));
+    guarded(b_.CreateAnd(leader(), b_.CreateICmpULT(ahead, tasks)),
+            [&] { fill_stage(stage, row_of(ahead), part_of(ahead)); });
+    // 3.
+    auto [m_part, s_part] =
+        merge_pairs(m, c, at_parity(wmax, parity, warps), at_parity(wsum, parity, warps), warps);
+    guarded(leader(), [&] {
+      Value* stamp = b_.CreateShl(b_.CreateZExt(epoch, b_.getInt64Ty()), b_.getInt64(32));
+      for (int j = 0; j < 2; ++j) {
+        Value* bits = b_.CreateZExt(b_.CreateBitCast(j ? s_part : m_part, b_.getInt32Ty()), b_.getInt64Ty());
+        auto* st = b_.CreateAlignedStore(b_.CreateOr(bits, stamp), word_at(task, j), llvm::Align(8));
+        st->setAtomic(llvm::AtomicOrdering::Monotonic, device);
+      }
+    });
+    // 4.
+    guarded(has_prev, [&] { write_task(prev, parity); });
+
+    Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
+    Value* task_next = b_.CreateAdd(task, blocks);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    it->addIncoming(it_next, latch);
+    task->addIncoming(task_next, latch);
+    llvm::cast<llvm::PHINode>(prev.task)->addIncoming(cur.task, latch);
+    llvm::cast<llvm::PHINode>(prev.m_warp)->addIncoming(cur.m_warp, latch);
+    llvm::cast<llvm::PHINode>(prev.s_warp)->addIncoming(cur.s_warp, latch);
+    for (size_t k = 0; k < carried.size(); ++k)
+      for (size_t j = 0; j < prev_phis[k].size(); ++j) prev_phis[k][j]->addIncoming(cur.regs[k][j], latch);
+    b_.CreateCondBr(b_.CreateICmpULT(task_next, tasks), loop, done);
+
+    // The last task: fetch its row, one barrier (its slots were last read before the barrier of
+    // this iteration), write it.
+    b_.SetInsertPoint(done);
+    Value* last_parity = b_.CreateAnd(it_next, b_.getInt32(1));
+    finish_fetch(start_fetch(row_of(cur.task), fetcher), fetcher, last_parity);
+    block_barrier();
+    write_task(cur, last_parity);
+    b_.CreateBr(exit);
+    b_.SetInsertPoint(exit);
   }
 
   // Drops every elementwise value after `m` (value ids are body indices), so that what depended
@@ -611,6 +944,7 @@ class Lowering {
     // could be exp(0 − c(M)) = inf.
     Value* factor = math::exp(b_, b_.CreateFSub(values_[c][0], per_row_with(c, m, m_row)));
     factor = b_.CreateSelect(b_.CreateFCmpOEQ(s_warp, f32(0.0)), f32(0.0), factor);
+    row_factors_.insert(factor);
     Regs rescaled;
     for (Value* x : values_[e]) rescaled.push_back(b_.CreateFMul(x, factor));
     forget_computed_after(m);
@@ -793,12 +1127,58 @@ class Lowering {
       }
   }
 
+  // Whether value v is u − c(m) with m the row's (or the warp's, or the running) max of u, and
+  // c(m) = m or where(…, m, constant): never positive (or NaN, or −inf − constant).
+  bool nonpositive(int v) const {
+    const TileInst& d = inst_of(v);
+    if (d.opcode != TileOpcode::Compute || d.op != Op::Sub) return false;
+    const int u = d.args[0];
+    auto is_max_of_u = [&](int id) {
+      const TileInst& m = inst_of(id);
+      return m.opcode == TileOpcode::Reduce && m.op == Op::ReduceMax && m.args[0] == u;
+    };
+    const TileInst& c = inst_of(d.args[1]);
+    if (is_max_of_u(d.args[1])) return true;
+    return c.opcode == TileOpcode::Compute && c.op == Op::Where && is_max_of_u(c.args[1]) &&
+           inst_of(c.args[2]).opcode == TileOpcode::Constant;
+  }
+
+  // Whether value v is x − c with c one value per row (broadcast along the columns).
+  bool row_subtrahend(int v) const {
+    const TileInst& d = inst_of(v);
+    return d.opcode == TileOpcode::Compute && d.op == Op::Sub && types_[d.args[0]].cols &&
+           !types_[d.args[1]].cols && types_[d.args[0]].rows == types_[d.args[1]].rows;
+  }
+
   void compute(const TileInst& i) {
     types_[i.result] = i.type;
     // Dividing a tile by a value broadcast along it (softmax's x / sum): one correctly rounded
     // reciprocal per divisor element and a multiply per element (≤ 1.5 ulp) instead of a full
     // division per element.
+    if (i.op == Op::Exp && i.type.dtype == DType::F32 && nonpositive(i.args[0])) {
+      Regs regs;
+      for (Value* x : values_[i.args[0]]) regs.push_back(math::exp_nonpositive(b_, x));
+      values_[i.result] = std::move(regs);
+      return;
+    }
+    if (i.op == Op::Exp && i.type.dtype != DType::F32 && row_subtrahend(i.args[0])) {
+      // e^(x − c) rounded to 16 bits, c per row: 2^(x·log2 e − c·log2 e) with c·log2 e once per
+      // row and one fma per element. c·log2 e's rounding scales the row by at most
+      // 1 + |c|·2^-24·ln 2 (1e-3 at |c| = 1e4, under half a bf16 ulp).
+      const TileInst& d = inst_of(i.args[0]);
+      Regs regs;
+      for (int r = 0; r < rows_of(i.type); ++r) {
+        Value* cl = b_.CreateFNeg(b_.CreateFMul(at(d.args[1], r, 0), f32(1.4426950408889634)));
+        for (int c = 0; c < cols_of(i.type); ++c)
+          regs.push_back(
+              math::exp2_16bit(b_, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::fma,
+                                                      {at(d.args[0], r, c), f32(1.4426950408889634), cl})));
+      }
+      values_[i.result] = std::move(regs);
+      return;
+    }
     std::map<Value*, Value*> reciprocal;
+    std::map<std::pair<Value*, Value*>, Value*> folded_scales;  // (factor, 1/d) → factor/d
     bool broadcast_divisor = i.op == Op::Div && cols_of(types_[i.args[1]]) < cols_of(i.type);
     Regs regs;
     for (int r = 0; r < rows_of(i.type); ++r)
@@ -806,8 +1186,18 @@ class Lowering {
         std::vector<Value*> a;
         for (int arg : i.args) a.push_back(at(arg, r, c));
         if (broadcast_divisor) {
+          // A dividend that is x·f with f a per-row factor (softmax's exps rescaled by their
+          // warp's factor) becomes x·(f·(1/d)): one multiply per element instead of two.
           Value*& inv = reciprocal[a[1]];
           if (!inv) inv = b_.CreateFDiv(f32(1.0), a[1]);
+          auto* scaled = llvm::dyn_cast<llvm::BinaryOperator>(a[0]);
+          if (scaled && scaled->getOpcode() == llvm::Instruction::FMul &&
+              row_factors_.count(scaled->getOperand(1))) {
+            Value*& folded = folded_scales[{scaled->getOperand(1), inv}];
+            if (!folded) folded = b_.CreateFMul(scaled->getOperand(1), inv);
+            regs.push_back(b_.CreateFMul(scaled->getOperand(0), folded));
+            continue;
+          }
           regs.push_back(b_.CreateFMul(a[0], inv));
         } else {
           regs.push_back(element(i, a));
@@ -918,6 +1308,12 @@ class Lowering {
   std::vector<Value*> rows_, row_ok_;  // per row of the thread
   std::vector<Regs> values_;
   std::vector<TileType> types_;
+  // Per-row factors that rescale a row's values (folded into a later per-row divisor).
+  std::set<Value*> row_factors_;
+  // Staged rows: stage → byte offset per parameter, the stages' mbarriers and buffer.
+  std::map<int, int64_t> layout_;
+  llvm::GlobalVariable* stage_full_ = nullptr;
+  llvm::GlobalVariable* stage_rows_ = nullptr;
 };
 
 }  // namespace

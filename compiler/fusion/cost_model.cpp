@@ -138,10 +138,18 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   for (NodeId t : k.outputs)
     shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
   if (reduces) {
-    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), hints, profile, why);
+    RowPasses passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain);
+    // A row's parts may meet once through global memory when its only reductions are a max and
+    // the online sum of its exps and every output is whole rows (written by each part).
+    int reductions = 0;
+    for (NodeId n : k.nodes) reductions += op_info(g.node(n).op).kind == OpKind::Reduce;
+    bool splittable = reductions == 2 && passes.online_with.size() == 1;
+    for (NodeId t : k.outputs) splittable &= num_elements(g.node(t).shape) == num_elements(k.domain);
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, hints,
+                                 profile, why);
     if (!s) return std::nullopt;
     k.schedule = *s;
-    k.passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain).passes;
+    k.passes = passes.passes;
   } else {
     k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
   }
@@ -212,11 +220,14 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     // Bulk copies keep `stages` rows' parts in flight per block; the persistent grid's groups
     // (a cluster of a row's blocks each) take rows in rounds, and the last round may be partial.
     c.bytes_in_flight_per_sm = static_cast<double>(s.dynamic_shared_bytes()) * c.blocks_per_sm;
+    // Split rows: every block takes parts, so the rounds are rounds of parts.
     int64_t groups = std::max<int64_t>(1, int64_t{p.sm_count} * c.blocks_per_sm / s.cluster_blocks);
-    int64_t rounds = (s.row_blocks() + groups - 1) / groups;
-    c.busy_share = static_cast<double>(s.row_blocks()) / static_cast<double>(groups * rounds);
-    c.row_steps_s =
-        static_cast<double>(rounds) * (p.row_step_s + (s.cluster_blocks > 1 ? p.cluster_exchange_s : 0));
+    int64_t tasks = s.row_blocks() * s.split_blocks;
+    int64_t rounds = (tasks + groups - 1) / groups;
+    c.busy_share = static_cast<double>(tasks) / static_cast<double>(groups * rounds);
+    double step = s.split_blocks > 1 ? p.split_step_s
+                                     : p.row_step_s + (s.cluster_blocks > 1 ? p.cluster_exchange_s : 0);
+    c.row_steps_s = static_cast<double>(rounds) * step;
   }
   double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
   // A kernel that loads no full tile only streams stores, which need no latency cover.

@@ -32,6 +32,9 @@ struct DeviceProfile {
   // staged softmax rows on the H200 (bench/NOTES.md, v7).
   double row_step_s = 0.6e-6;
   double cluster_exchange_s = 0.5e-6;
+  // A split row's task (a 16-element-per-thread part) beyond its bytes: its share of the merge
+  // and the pair exchange (fitted to 2048×262144 softmax on the H200, bench/NOTES.md v8).
+  double split_step_s = 0.35e-6;
   bool bulk_copies = true;
 
   static DeviceProfile h200() { return {}; }

@@ -434,6 +434,7 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   if (h.max_cluster_blocks < 0 || h.max_cluster_blocks > 16)
     throw Error(fmt::format("cluster blocks {} must be from 1 to 16", h.max_cluster_blocks));
   if (h.stages < -1 || h.stages > 4) throw Error(fmt::format("stages {} must be from 0 to 4", h.stages));
+  if (h.split < -1 || h.split > 1) throw Error(fmt::format("split {} must be 0 or 1", h.split));
   return FusionPass(g, options).run();
 }
 

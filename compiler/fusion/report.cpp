@@ -87,6 +87,12 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                     "the row stays in the registers of a cluster of {} blocks, which exchange "
                     "partial results through distributed shared memory: inputs read once",
                     k.schedule.cluster_blocks)
+          : k.schedule.split_blocks > 1
+              ? fmt::format(
+                    "each of the row's {} parts stays in the registers of the block that takes it, "
+                    "which publishes its (max, sum) pair in global memory ({} B per part): inputs "
+                    "read once",
+                    k.schedule.split_blocks, 16)
           : k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
           : k.passes == 1             ? "one pass: inputs read once"
           : k.cost.reread_bytes
@@ -99,9 +105,10 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                      registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
     if (k.cost.busy_share < 1)
       s += fmt::format(
-          "    persistent grid: its row groups are busy {:.1f}% of the time (the last round over "
-          "the rows is partial)\n",
-          100 * k.cost.busy_share);
+          "    persistent grid: its {} are busy {:.1f}% of the time (the last round over "
+          "the {} is partial)\n",
+          k.schedule.split_blocks > 1 ? "blocks" : "row groups", 100 * k.cost.busy_share,
+          k.schedule.split_blocks > 1 ? "row parts" : "rows");
     std::string steps =
         k.cost.row_steps_s > 0 ? fmt::format(", then per-row steps {}", ms(k.cost.row_steps_s)) : "";
     s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {}{})\n", ms(k.cost.predicted_s),

@@ -14,10 +14,13 @@ std::string TileSchedule::describe() const {
   std::string loop =
       col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
   if (cluster_blocks > 1) loop += fmt::format(", clusters of {} blocks per row", cluster_blocks);
+  if (split_blocks > 1)
+    loop += fmt::format(", rows split into {} parts that meet in global memory", split_blocks);
   if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
   if (stages > 0)
-    loop += fmt::format(", persistent: {} row{} ahead in shared memory by bulk copies ({} KiB per stage)",
-                        stages, stages == 1 ? "" : "s", stage_bytes / 1024);
+    loop +=
+        fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
+                    split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
@@ -129,6 +132,32 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   return s;
 }
 
+// The stages of a persistent row kernel whose blocks of `threads` hold `part` columns of each
+// staged input: every input that spans rows and columns is copied in, each part a whole
+// 16-byte multiple. A block gets its share of the SM's shared memory (blocks_per_sm blocks),
+// less the system's 1 KiB and its reductions' slots and mbarriers. False when none fits.
+static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
+                        size_t num_inputs, int64_t part, int blocks_per_sm, const ScheduleHints& hints,
+                        const DeviceProfile& device) {
+  int64_t stage_bytes = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (!view_spans_rows(views[i]) || !view_spans_cols(views[i])) continue;
+    const int64_t size = static_cast<int64_t>(dtype_size(dtypes[i]));
+    if ((part * size) % 16 != 0 || (s.cols * size) % 16 != 0) return false;
+    stage_bytes += part * size;
+  }
+  if (stage_bytes == 0) return false;
+  const int64_t per_block =
+      std::min(device.max_shared_bytes_per_block, device.shared_bytes_per_sm / blocks_per_sm - 1024) - 4096;
+  int64_t stages = std::min<int64_t>(per_block / stage_bytes, 4);
+  if (hints.stages > 0) stages = std::min<int64_t>(stages, hints.stages);
+  if (stages < 1) return false;
+  s.min_blocks_per_sm = blocks_per_sm;
+  s.stages = static_cast<int>(stages);
+  s.stage_bytes = stage_bytes;
+  return true;
+}
+
 // Rows whose parts are whole 16-byte multiples, on a device with bulk copies: blocks of 1024
 // threads (32 elements each in registers, one block per SM), as many as the row needs in one
 // cluster, persistent over rows, each with `stages` rows' parts in shared memory ahead of it.
@@ -144,38 +173,41 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   if (blocks > std::max(1, max_cluster)) return false;
   const int64_t balanced = (vecs + blocks * threads - 1) / (blocks * threads);
   if (blocks * threads * balanced != vecs) return false;  // a part that is not whole
-  const int64_t part = threads * balanced * s.vec;
-  int64_t stage_bytes = 0;
-  for (size_t i = 0; i < num_inputs; ++i) {
-    if (!view_spans_rows(views[i]) || !view_spans_cols(views[i])) continue;
-    const int64_t size = static_cast<int64_t>(dtype_size(dtypes[i]));
-    if ((part * size) % 16 != 0 || (s.cols * size) % 16 != 0) return false;
-    stage_bytes += part * size;
-  }
-  if (stage_bytes == 0) return false;
   // 64 registers per thread (32 elements and their arithmetic) fit 1024 threads per SM: one
-  // block of 1024 threads, or two of 512, … Each block gets its share of the SM's shared
-  // memory, less the system's 1 KiB and its reductions' slots and mbarriers.
-  const int blocks_per_sm = std::max(1, 1024 / threads);
-  const int64_t per_block =
-      std::min(device.max_shared_bytes_per_block, device.shared_bytes_per_sm / blocks_per_sm - 1024) - 4096;
-  int64_t stages = std::min<int64_t>(per_block / stage_bytes, 4);
-  if (hints.stages > 0) stages = std::min<int64_t>(stages, hints.stages);
-  if (stages < 1) return false;
+  // block of 1024 threads, or two of 512, …
+  if (!plan_stages(s, views, dtypes, num_inputs, threads * balanced * s.vec, std::max(1, 1024 / threads),
+                   hints, device))
+    return false;
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(balanced);
   s.cluster_blocks = static_cast<int>(blocks);
-  s.min_blocks_per_sm = blocks_per_sm;
-  s.stages = static_cast<int>(stages);
-  s.stage_bytes = stage_bytes;
+  return true;
+}
+
+// Rows of two or more whole parts of 16 elements per thread (blocks of 1024 threads, one per
+// SM): each part is a task of the persistent grid, staged like a row, and a block holds two
+// parts at once (the one it reduces and the one it writes), 32 elements per thread in all.
+static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
+                       size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
+  if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
+  const int threads = hints.block_threads ? hints.block_threads : 1024;
+  const int64_t chunks = std::max(1, 16 / s.vec);
+  const int64_t part = int64_t{threads} * chunks * s.vec;
+  // One warp merges a row's parts: at most 32.
+  if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
+  if (!plan_stages(s, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device))
+    return false;
+  s.threads_per_row = threads;
+  s.chunks_per_thread = static_cast<int>(chunks);
+  s.split_blocks = static_cast<int>(s.cols / part);
   return true;
 }
 
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, size_t num_inputs,
-                                                const ScheduleHints& hints, const DeviceProfile& device,
-                                                std::string* why) {
+                                                bool splittable, const ScheduleHints& hints,
+                                                const DeviceProfile& device, std::string* why) {
   TileSchedule s;
   std::vector<Shape> views = collapse_shapes(domain, split, operands, &s.dims, why);
   if (s.dims.empty()) return std::nullopt;
@@ -194,6 +226,13 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
   int max_cluster = hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, device.max_cluster_blocks)
                                              : device.max_cluster_blocks;
+  // A row that one block holds (32 elements per thread) stays in one block: its rounds cost one
+  // block barrier, where a split row's tasks each add a merge (bench/NOTES.md v8). Longer rows
+  // are split rather than spread over a cluster, so that every SM takes part.
+  const int64_t one_block = int64_t{hints.block_threads ? hints.block_threads : 1024} * max_elems;
+  if (per_row > 512 && splittable && s.cols > one_block &&
+      split_rows(s, views, dtypes, num_inputs, hints, device))
+    return s;
   if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, max_elems, max_cluster, hints, device))
     return s;
   if (per_row > 512 && max_cluster > 1) {

@@ -25,6 +25,11 @@ namespace tilefuse {
 // on the device at once, each walks rows grid-stride, and its part of the rows ahead arrives in
 // shared memory by bulk copies, `stages` rows deep, while it reduces and writes the current one
 // from registers — so no SM waits for a row between rows.
+// A split schedule (split_blocks > 1) is staged too, but a row's parts are tasks for any blocks
+// of the persistent grid rather than for one cluster: each block reduces its part to a (max,
+// sum) pair, publishes it in global memory, and writes the part one task later, once every part
+// of the row has published — so rows of any length use every SM, the last round is a round of
+// parts rather than of rows, and no block waits for its peers.
 struct TileSchedule {
   Shape dims;  // collapsed domain; dims.back() is cols
   int64_t rows = 1, cols = 1;
@@ -38,6 +43,7 @@ struct TileSchedule {
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
   int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
   int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
+  int split_blocks = 1;       // > 1: the col_blocks() parts of a row are tasks of a persistent grid
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -69,6 +75,7 @@ struct ScheduleHints {
   int rows_per_thread = 0;     // 1..16
   int max_cluster_blocks = 0;  // 1..16; 1: no clusters (also implied by a device without them)
   int stages = -1;             // rows prefetched into shared memory; 0: none; -1: tilefuse chooses
+  int split = -1;              // 0: no split rows (parts meeting in global memory); -1: tilefuse chooses
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -80,13 +87,15 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // device's `max_cluster_blocks` blocks, staged through shared memory where the device has bulk
 // copies and the row's parts are whole 16-byte multiples — else one row per block visited by a
 // loop over column tiles.
-// `operands` are the kernel's inputs (the first `num_inputs`), then its outputs.
+// `operands` are the kernel's inputs (the first `num_inputs`), then its outputs. `splittable`:
+// the kernel's reductions are one max and the online sum of its exps and it writes whole rows,
+// so a long row may be split into parts that meet once through global memory.
 // Returns nullopt (with the reason) when the reduced axes do not collapse to one contiguous row
 // in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, size_t num_inputs,
-                                                const ScheduleHints& hints, const DeviceProfile& device,
-                                                std::string* why);
+                                                bool splittable, const ScheduleHints& hints,
+                                                const DeviceProfile& device, std::string* why);
 
 }  // namespace tilefuse

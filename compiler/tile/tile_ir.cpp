@@ -28,6 +28,12 @@ std::string print_tile_program(const TileProgram& p) {
         "  // the {} column blocks of a row form one thread-block cluster; every row reduction "
         "combines their partial results through distributed shared memory\n",
         s.cluster_blocks);
+  if (s.split_blocks > 1)
+    out += fmt::format(
+        "  // the {} parts of a row are tasks of a persistent grid: each block publishes its part's "
+        "(max, sum) in global memory and writes the part one task later, when every part of the row "
+        "has published\n",
+        s.split_blocks);
   if (s.col_iters > 1)
     out += fmt::format(
         "  // {} pass{} over each row, each a loop over {} column tiles of {} that re-loads what "

@@ -62,6 +62,9 @@ common options:
                                1: no clusters; sm_80 implies 1)
   --stages N                   schedule override: most rows a persistent row kernel prefetches
                                into shared memory (0..4; 0: rows go straight to registers)
+  --split 0|1                  schedule override: 0 keeps a long softmax row in one block or
+                               cluster instead of splitting it into parts that any blocks of a
+                               persistent grid take, meeting in global memory (default 1)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
 
@@ -75,7 +78,8 @@ struct Args {
   int tile = 2;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false;
   std::string json_file, kernel, target = "sm_90";
-  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1;
+  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
+      split = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -155,6 +159,8 @@ Args parse(int argc, char** argv) {
       a.max_cluster = parse_int(s, value());
     else if (s == "--stages")
       a.stages = parse_int(s, value(), 0);
+    else if (s == "--split")
+      a.split = parse_int(s, value(), 0);
     else if (s == "--seed")
       a.seed = static_cast<uint64_t>(parse_int(s, value()));
     else if (s.rfind("--", 0) == 0)
@@ -177,7 +183,7 @@ Plan make_plan(const Args& a, const std::string& name) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages};
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split};
   if (a.measured_profile) fo.profile = measure_device_profile();
   if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
     fo.profile.max_cluster_blocks = 1;
