@@ -210,10 +210,11 @@ TEST(FusionReduce, LongRowsAreSplitIntoPartsAndReadOnce) {
   const std::string report = plan_report_text(p);
   EXPECT_NE(report.find("rows split into 16 parts that meet in global memory"), std::string::npos) << report;
   EXPECT_NE(report.find("its blocks are busy 99.7%"), std::string::npos) << report;
-  // bf16: 32 KiB parts, four ahead.
+  // bf16: 32 elements per thread (64 KiB parts, as many bytes as f32's), three stages.
   const TileSchedule& b = plan_fusion(find_example("softmax_256k_bf16").build()).kernels[0].schedule;
-  EXPECT_EQ(b.split_blocks, 16);
-  EXPECT_EQ(b.stages, 4);
+  EXPECT_EQ(b.split_blocks, 8);
+  EXPECT_EQ(b.elems_per_thread(), 32);
+  EXPECT_EQ(b.stages, 3);
   // A row that one block holds is not split; nor is a row whose reductions are not a max and
   // its online sum (RMSNorm: a cluster), nor one whose parts are not whole (an odd length).
   EXPECT_EQ(plan_fusion(find_example("softmax_32k").build()).kernels[0].schedule.split_blocks, 1);

@@ -104,10 +104,10 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // With split rows (the default for rows longer than a block holds), the parts are tasks of
 // blocks that meet only through their published pairs: the same special rows, across parts.
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
-                        int parts) {
+                        int parts, DType dt = DType::F32) {
   Graph g("cluster_special");
-  output("y", softmax(input(g, "x", {rows, n}), -1));
-  output("lse", log_softmax(input(g, "z", {rows, n}), -1));
+  output("y", softmax(input(g, "x", {rows, n}, dt), -1));
+  output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
   FusionOptions o;
   o.schedule.stages = stages;
   o.schedule.split = split;
@@ -128,11 +128,11 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     for (int64_t j = 0; j < n; ++j) r[3 * n + j] *= 1e4;   // row 3: ±1e4
   }
   TensorMap in;
-  in["x"] = TensorData::from_doubles(DType::F32, {rows, n}, x);
+  in["x"] = TensorData::from_doubles(dt, {rows, n}, x);
   std::vector<double> z = x;
   for (int64_t base = 0; base < rows * n; base += period * n)
     z[base + n] = 0;  // log_softmax of a fully masked row is −inf − log 0: keep every row defined
-  in["z"] = TensorData::from_doubles(DType::F32, {rows, n}, z);
+  in["z"] = TensorData::from_doubles(dt, {rows, n}, z);
   Executable exe(p);
   TensorMap out = exe.run(in);
   auto ref = reference_run(g, in);
@@ -142,19 +142,22 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     const std::vector<double>& r = ref.at(name);
     int bad = 0;
     for (size_t i = 0; i < y.size() && bad < 5; ++i) {
-      bool same = (std::isinf(r[i]) && y[i] == r[i]) || std::abs(y[i] - r[i]) <= 1e-6 * (1 + std::abs(r[i]));
+      const double tol = dt == DType::F32 ? 1e-6 : 1e-2;
+      bool same = (std::isinf(r[i]) && y[i] == r[i]) || std::abs(y[i] - r[i]) <= tol * (1 + std::abs(r[i]));
       if (!same || std::isnan(y[i])) ++bad, ADD_FAILURE() << i << ": " << y[i] << " vs " << r[i];
     }
   }
   std::vector<double> y = out.at("y").to_doubles();
   for (int64_t base = 0; base < rows * n; base += period * n) {
     for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[base + n + j], 0.0) << base << " " << j;  // 0, not NaN
-    EXPECT_NEAR(y[base + 2 * n + n - 5], 1.0, 1e-6);
+    EXPECT_NEAR(y[base + 2 * n + n - 5], 1.0, dt == DType::F32 ? 1e-6 : 1e-2);
   }
 }
 
 TEST(GpuReduce, WarpAndClusterSpecialRows) {
-  check_special_rows(4, 65536, 4, -1, -1, 1, 4);     // staged, split into 4 parts of 1024 × 16
+  check_special_rows(4, 65536, 4, -1, -1, 1, 4);  // staged, split into 4 parts of 1024 × 16
+  // bf16: 2 parts of 1024 × 32, each written from its stage with its exps recomputed
+  check_special_rows(4, 65536, 4, -1, -1, 1, 2, DType::BF16);
   check_special_rows(4, 65536, 4, -1, 0, 2, 1);      // staged, clusters of 2 × 1024 threads
   check_special_rows(4, 65536, 4, 0, -1, 4, 1);      // registers only, clusters of 4 × 512 threads
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);  // one block of 8 warps per row
@@ -164,6 +167,7 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
 // every stage is reused and its mbarrier's phase flips; special rows recur in later rounds.
 TEST(GpuReduce, PersistentRounds) {
   check_special_rows(300, 65536, 100, -1, -1, 1, 4);
+  check_special_rows(300, 65536, 100, -1, -1, 1, 2, DType::BF16);
   check_special_rows(300, 65536, 100, -1, 0, 2, 1);
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   struct Case {
@@ -173,7 +177,7 @@ TEST(GpuReduce, PersistentRounds) {
     int stages, cluster, parts;  // expected
   };
   for (Case c : {Case{600, 32768, DType::F32, -1, 1, 1, 1}, Case{1000, 32768, DType::BF16, -1, 3, 1, 1},
-                 Case{300, 131072, DType::F32, -1, 3, 1, 8}, Case{333, 65536, DType::F16, -1, 4, 1, 4},
+                 Case{300, 131072, DType::F32, -1, 3, 1, 8}, Case{333, 65536, DType::F16, -1, 3, 1, 2},
                  Case{300, 131072, DType::F32, 0, 1, 4, 1}, Case{333, 65536, DType::F16, 0, 3, 2, 1}}) {
     SCOPED_TRACE(std::to_string(c.rows) + "×" + std::to_string(c.cols) + " " + dtype_name(c.dt) + " split " +
                  std::to_string(c.split));
@@ -207,7 +211,7 @@ TEST(GpuReduce, SplitRowsAcrossLaunches) {
   Graph g("split_launches");
   output("y", softmax(input(g, "x", {300, 65536}, DType::BF16), -1));
   Plan p = plan_fusion(g);
-  ASSERT_EQ(p.kernels[0].schedule.split_blocks, 4);
+  ASSERT_EQ(p.kernels[0].schedule.split_blocks, 2);
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   Executable exe(p);
   for (int launch = 0; launch < 3; ++launch) {

@@ -501,6 +501,10 @@ class Lowering {
   // Every thread waits for the stage's mbarrier to complete `phase`, then copies its columns of
   // the staged tensors into registers.
   void load_stage(Value* stage, Value* phase) {
+    wait_stage(stage, phase);
+    read_stage(stage);
+  }
+  void wait_stage(Value* stage, Value* phase) {
     auto* wait = llvm::BasicBlock::Create(ctx_, "stage.wait", fn_);
     auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
     b_.CreateBr(wait);
@@ -509,6 +513,8 @@ class Lowering {
                             {stage_barrier(stage), phase});
     b_.CreateCondBr(full, ready, wait);
     b_.SetInsertPoint(ready);
+  }
+  void read_stage(Value* stage) {
     for (const TileInst& i : p_.body) {
       if (!staged(i)) continue;
       const TileParam& prm = p_.params[i.param];
@@ -587,13 +593,15 @@ class Lowering {
       if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with)) return i.result;
     throw CodegenError(fmt::format("kernel {}: split rows need a max and its online sum", p_.name));
   }
-  std::vector<int> carried_after(int r) const {
+  // With `recompute`, the exps are recomputed too (from the carried loads, with the row's max).
+  std::vector<int> carried_after(int r, bool recompute) const {
     const int m = inst_of(r).online_with, e = inst_of(r).args[0];
     std::set<int> carried;
     std::function<void(int)> visit = [&](int v) {
       const TileInst& i = inst_of(v);
       if (v == m || v == r || i.opcode == TileOpcode::Constant) return;
-      if (v == e || i.opcode == TileOpcode::Load) {
+      if (recompute && i.opcode == TileOpcode::Load) return;  // read again
+      if ((v == e && !recompute) || i.opcode == TileOpcode::Load) {
         carried.insert(v);
         return;
       }
@@ -642,7 +650,15 @@ class Lowering {
     const TileInst& sum = inst_of(r);
     const int m = sum.online_with, e = sum.args[0];
     const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
-    const std::vector<int> carried = carried_after(r);
+    // A task of 32 elements per thread (16-bit parts) is written from its stage, which is
+    // refilled only after that (stages − 2 parts ahead), with its exps recomputed from the row's
+    // max; one of 16 carries its exps in registers and rescales them, and its stage is refilled
+    // as soon as it is read (stages parts ahead).
+    const bool recompute = s_.elems_per_thread() > 16;
+    if (recompute && stages < 3)
+      throw CodegenError(
+          fmt::format("kernel {}: split rows of 32 elements per thread need 3 stages", p_.name));
+    const std::vector<int> carried = carried_after(r, recompute);
     const unsigned nparams = static_cast<unsigned>(p_.params.size());
     Value* words = fn_->getArg(nparams);  // two u64 per task
     Value* epoch = fn_->getArg(nparams + 1);
@@ -744,6 +760,7 @@ class Lowering {
     // Step 4 for a task whose state is `st`: every value the rest of the body needs.
     struct TaskState {
       Value* task;
+      Value* stage;
       Value* m_warp;
       Value* s_warp;
       std::vector<Regs> regs;  // per carried value
@@ -755,6 +772,18 @@ class Lowering {
       for (Regs& v : values_) v.clear();
       auto [m_row, s_row] =
           merge_pairs(m, c, at_parity(rmax, parity, P), at_parity(rsum, parity, P), static_cast<int>(P));
+      if (recompute) {
+        read_stage(st.stage);
+        values_[m] = {m_row};
+        types_[r] = sum.type;
+        values_[r] = {s_row};
+        for (size_t k = static_cast<size_t>(r) + 1; k < p_.body.size(); ++k) {
+          const TileInst& i = p_.body[k];
+          for (int a : i.args) ensure(a);
+          lower(i);
+        }
+        return;
+      }
       for (size_t k = 0; k < carried.size(); ++k) values_[carried[k]] = st.regs[k];
       // A warp whose exps are all 0 (its part masked with −inf) keeps them 0.
       values_[m] = {st.m_warp};
@@ -793,16 +822,18 @@ class Lowering {
       return p;
     };
     prev.task = phi(b_.getInt32Ty(), "t.prev");
+    prev.stage = phi(b_.getInt32Ty(), "stage.prev");
     prev.m_warp = phi(b_.getFloatTy(), "m.prev");
     prev.s_warp = phi(b_.getFloatTy(), "s.prev");
     std::vector<std::vector<llvm::PHINode*>> prev_phis;
     for (int v : carried) {
       const TileInst& i = inst_of(v);
       size_t n = static_cast<size_t>(cols_of(i.type));
+      llvm::Type* ty = i.type.dtype == DType::Bool ? b_.getInt1Ty() : b_.getFloatTy();
       std::vector<llvm::PHINode*> ps;
       Regs regs;
       for (size_t k = 0; k < n; ++k) {
-        ps.push_back(phi(i.type.dtype == DType::Bool ? b_.getInt1Ty() : b_.getFloatTy(), "carried"));
+        ps.push_back(phi(ty, "carried"));
         regs.push_back(ps.back());
       }
       prev_phis.push_back(ps);
@@ -833,6 +864,7 @@ class Lowering {
     ensure(e);
     TaskState cur;
     cur.task = task;
+    cur.stage = stage;
     cur.m_warp = values_[m][0];
     cur.s_warp = warp_allreduce(Op::ReduceSum, thread_partial(Op::ReduceSum, e, 0), 32);
     for (int v : carried) {
@@ -850,9 +882,18 @@ class Lowering {
     finish_fetch(prev_row, fetch_prev, parity);
     // 2.
     block_barrier();
-    Value* ahead = b_.CreateAdd(task, b_.CreateMul(blocks, b_.getInt32(stages)));
-    guarded(b_.CreateAnd(leader(), b_.CreateICmpULT(ahead, tasks)),
-            [&] { fill_stage(stage, row_of(ahead), part_of(ahead)); });
+    if (recompute) {  // the stage written in the last iteration: every thread has read it
+      Value* back2 = b_.CreateSub(task, b_.CreateMul(blocks, b_.getInt32(2)));
+      Value* ahead = b_.CreateAdd(back2, b_.CreateMul(blocks, b_.getInt32(stages)));
+      Value* stage2 = b_.CreateURem(b_.CreateAdd(it, b_.getInt32(stages - 2)), b_.getInt32(stages));
+      guarded(b_.CreateAnd(b_.CreateAnd(leader(), b_.CreateICmpUGE(it, b_.getInt32(2))),
+                           b_.CreateICmpULT(ahead, tasks)),
+              [&] { fill_stage(stage2, row_of(ahead), part_of(ahead)); });
+    } else {
+      Value* ahead = b_.CreateAdd(task, b_.CreateMul(blocks, b_.getInt32(stages)));
+      guarded(b_.CreateAnd(leader(), b_.CreateICmpULT(ahead, tasks)),
+              [&] { fill_stage(stage, row_of(ahead), part_of(ahead)); });
+    }
     // 3.
     auto [m_part, s_part] =
         merge_pairs(m, c, at_parity(wmax, parity, warps), at_parity(wsum, parity, warps), warps);
@@ -873,6 +914,7 @@ class Lowering {
     it->addIncoming(it_next, latch);
     task->addIncoming(task_next, latch);
     llvm::cast<llvm::PHINode>(prev.task)->addIncoming(cur.task, latch);
+    llvm::cast<llvm::PHINode>(prev.stage)->addIncoming(cur.stage, latch);
     llvm::cast<llvm::PHINode>(prev.m_warp)->addIncoming(cur.m_warp, latch);
     llvm::cast<llvm::PHINode>(prev.s_warp)->addIncoming(cur.s_warp, latch);
     for (size_t k = 0; k < carried.size(); ++k)

@@ -184,14 +184,18 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   return true;
 }
 
-// Rows of two or more whole parts of 16 elements per thread (blocks of 1024 threads, one per
-// SM): each part is a task of the persistent grid, staged like a row, and a block holds two
-// parts at once (the one it reduces and the one it writes), 32 elements per thread in all.
+// Rows of two or more whole parts (blocks of 1024 threads, one per SM): each part is a task of
+// the persistent grid, staged like a row, and a block holds two parts at once (the one it
+// reduces and the one it writes): 16 f32 elements per thread per part and their exps, or 32
+// 16-bit elements kept as loaded (16 registers), so that a task moves as many bytes either way.
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
   const int threads = hints.block_threads ? hints.block_threads : 1024;
-  const int64_t chunks = std::max(1, 16 / s.vec);
+  bool sixteen_bit = true;
+  for (size_t i = 0; i < num_inputs; ++i)
+    if (view_spans_rows(views[i]) && view_spans_cols(views[i])) sixteen_bit &= dtype_size(dtypes[i]) == 2;
+  const int64_t chunks = std::max(1, (sixteen_bit ? 32 : 16) / s.vec);
   const int64_t part = int64_t{threads} * chunks * s.vec;
   // One warp merges a row's parts: at most 32.
   if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
