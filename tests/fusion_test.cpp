@@ -215,6 +215,13 @@ TEST(FusionReduce, LongRowsAreSplitIntoPartsAndReadOnce) {
   EXPECT_EQ(b.split_blocks, 8);
   EXPECT_EQ(b.elems_per_thread(), 32);
   EXPECT_EQ(b.stages, 3);
+  // With fewer than three stages allowed, 16-bit parts take 16 elements per thread instead.
+  FusionOptions two;
+  two.schedule.stages = 2;
+  const TileSchedule& b2 = plan_fusion(find_example("softmax_256k_bf16").build(), two).kernels[0].schedule;
+  EXPECT_EQ(b2.split_blocks, 16);
+  EXPECT_EQ(b2.elems_per_thread(), 16);
+  EXPECT_EQ(b2.stages, 2);
   // A row that one block holds is not split; nor is a row whose reductions are not a max and
   // its online sum (RMSNorm: a cluster), nor one whose parts are not whole (an odd length).
   EXPECT_EQ(plan_fusion(find_example("softmax_32k").build()).kernels[0].schedule.split_blocks, 1);

@@ -633,10 +633,13 @@ class Lowering {
   //      warp's (max, sum of exps) pair into shared slots; warp 0 then checks that every pair
   //      it loaded is this launch's (reloading any that is not yet) and puts them in shared
   //      slots too;
-  //   2. meets at one block barrier; thread 0 refills the stage with the task `stages` ahead;
+  //   2. meets at one block barrier; thread 0 refills a stage: this task's (16 elements per
+  //      thread) or the one written in the last iteration (32);
   //   3. merges the warps' pairs into the part's pair, which thread 0 publishes;
-  //   4. writes the previous task: its row's pairs merged into (M, S), its warps' exps rescaled
-  //      by exp(c(m_w) − c(M)), the rest of the body computed from them and stored.
+  //   4. writes the previous task: its row's pairs merged into (M, S); with 16 elements per
+  //      thread its warps' exps, kept in registers, rescaled by exp(c(m_w) − c(M)); with 32,
+  //      the part read again from its stage and its exps recomputed with M; the rest of the
+  //      body computed from them and stored.
   // A block thus never waits for its peers on the task it has just reduced: a row's parts are
   // published an iteration before anyone needs them. The last task is written after the loop.
   // A pair is two 8-byte words, (max, epoch) and (sum, epoch), each stored and loaded whole, so

@@ -17,7 +17,12 @@ std::string TileSchedule::describe() const {
   if (split_blocks > 1)
     loop += fmt::format(", rows split into {} parts that meet in global memory", split_blocks);
   if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
-  if (stages > 0)
+  if (stages > 0 && split_blocks > 1 && elems_per_thread() > 16)  // parts stay staged until written
+    loop += fmt::format(
+        ", persistent: {} parts in shared memory by bulk copies (one reduced, one written, {} ahead; {} KiB "
+        "each)",
+        stages, stages - 2, stage_bytes / 1024);
+  else if (stages > 0)
     loop +=
         fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
                     split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
@@ -186,8 +191,9 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 
 // Rows of two or more whole parts (blocks of 1024 threads, one per SM): each part is a task of
 // the persistent grid, staged like a row, and a block holds two parts at once (the one it
-// reduces and the one it writes): 16 f32 elements per thread per part and their exps, or 32
-// 16-bit elements kept as loaded (16 registers), so that a task moves as many bytes either way.
+// reduces and the one it writes). 16 f32 elements per thread per part, whose exps stay in
+// registers until written; 16-bit parts take 32 (as many bytes), which stay in their stage
+// until written, so they need three stages (one reduced, one written, one in flight) — else 16.
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
@@ -195,16 +201,22 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   bool sixteen_bit = true;
   for (size_t i = 0; i < num_inputs; ++i)
     if (view_spans_rows(views[i]) && view_spans_cols(views[i])) sixteen_bit &= dtype_size(dtypes[i]) == 2;
-  const int64_t chunks = std::max(1, (sixteen_bit ? 32 : 16) / s.vec);
-  const int64_t part = int64_t{threads} * chunks * s.vec;
-  // One warp merges a row's parts: at most 32.
-  if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
-  if (!plan_stages(s, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device))
-    return false;
-  s.threads_per_row = threads;
-  s.chunks_per_thread = static_cast<int>(chunks);
-  s.split_blocks = static_cast<int>(s.cols / part);
-  return true;
+  for (int elems : {sixteen_bit ? 32 : 16, 16}) {
+    const int64_t chunks = std::max(1, elems / s.vec);
+    const int64_t part = int64_t{threads} * chunks * s.vec;
+    // One warp merges a row's parts: at most 32.
+    if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) continue;
+    TileSchedule t = s;
+    if (!plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device))
+      continue;
+    if (elems > 16 && t.stages < 3) continue;
+    s = t;
+    s.threads_per_row = threads;
+    s.chunks_per_thread = static_cast<int>(chunks);
+    s.split_blocks = static_cast<int>(s.cols / part);
+    return true;
+  }
+  return false;
 }
 
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
