@@ -626,6 +626,126 @@ class Lowering {
       cols_[k] = b_.CreateAdd(col0, b_.getInt32(k * s_.threads_per_row * s_.vec));
   }
 
+  // The pairs of split rows in global memory: a pair is two 8-byte words, (max, epoch) and
+  // (sum, epoch), each stored and loaded whole at device scope, so a reader needs no fence or
+  // counter: a word with this launch's epoch (the last parameter; launch n of the kernel passes
+  // n) carries its value. Warp 0's lanes i < P fetch a row's pairs (lane i: part i) into shared
+  // slots, two sets alternating by iteration.
+  struct PairExchange {
+    Lowering& l;
+    llvm::IRBuilder<>& b;
+    const uint32_t P;
+    Value* words;  // two u64 per task
+    Value* epoch;
+    llvm::SyncScope::ID device;
+    llvm::GlobalVariable* rmax;
+    llvm::GlobalVariable* rsum;
+    Value* lane;
+    Value* warp;
+    Value* fetcher;
+
+    explicit PairExchange(Lowering& lowering)
+        : l(lowering),
+          b(lowering.b_),
+          P(static_cast<uint32_t>(lowering.s_.split_blocks)),
+          words(lowering.fn_->getArg(static_cast<unsigned>(lowering.p_.params.size()))),
+          epoch(lowering.fn_->getArg(static_cast<unsigned>(lowering.p_.params.size()) + 1)),
+          device(lowering.ctx_.getOrInsertSyncScopeID("device")) {
+      rmax = l.shared_slots(2 * static_cast<uint64_t>(P), "row_max");
+      rsum = l.shared_slots(2 * static_cast<uint64_t>(P), "row_sum");
+      lane = b.CreateURem(l.tc_, b.getInt32(32));
+      warp = b.CreateUDiv(l.tc_, b.getInt32(32));
+      fetcher = b.CreateAnd(b.CreateICmpEQ(warp, b.getInt32(0)), b.CreateICmpULT(lane, b.getInt32(P)));
+    }
+
+    Value* max_slots(Value* parity) {
+      return b.CreateInBoundsGEP(b.getFloatTy(), rmax, b.CreateMul(parity, b.getInt32(P)));
+    }
+    Value* sum_slots(Value* parity) {
+      return b.CreateInBoundsGEP(b.getFloatTy(), rsum, b.CreateMul(parity, b.getInt32(P)));
+    }
+
+    // Word j of task `task`'s pair.
+    Value* word_at(Value* task, int j) {
+      Value* i = b.CreateAdd(b.CreateMul(b.CreateZExt(task, b.getInt64Ty()), b.getInt64(2)), b.getInt64(j));
+      return b.CreateInBoundsGEP(b.getInt64Ty(), words, i);
+    }
+    Value* load_word(Value* at) {
+      auto* w = b.CreateAlignedLoad(b.getInt64Ty(), at, llvm::Align(8), "pair_word");
+      w->setAtomic(llvm::AtomicOrdering::Monotonic, device);
+      return w;
+    }
+    Value* fresh(Value* w) {
+      return b.CreateICmpEQ(b.CreateTrunc(b.CreateLShr(w, b.getInt64(32)), b.getInt32Ty()), epoch);
+    }
+
+    // Thread 0: the part's pair, stamped.
+    void publish(Value* task, Value* m_part, Value* s_part) {
+      Value* stamp = b.CreateShl(b.CreateZExt(epoch, b.getInt64Ty()), b.getInt64(32));
+      for (int j = 0; j < 2; ++j) {
+        Value* bits = b.CreateZExt(b.CreateBitCast(j ? s_part : m_part, b.getInt32Ty()), b.getInt64Ty());
+        auto* st = b.CreateAlignedStore(b.CreateOr(bits, stamp), word_at(task, j), llvm::Align(8));
+        st->setAtomic(llvm::AtomicOrdering::Monotonic, device);
+      }
+    }
+
+    // The fetcher lanes' first loads of `row`'s pairs: {task, word 0, word 1}, valid where `when`
+    // holds. Issued early, so that their latency passes while the block reduces.
+    std::array<Value*, 3> start(Value* row, Value* when) {
+      Value* task = b.CreateAdd(b.CreateMul(row, b.getInt32(P)), lane);
+      llvm::BasicBlock* from = b.GetInsertBlock();
+      auto* then = llvm::BasicBlock::Create(l.ctx_, "fetch", l.fn_);
+      auto* cont = llvm::BasicBlock::Create(l.ctx_, "fetched", l.fn_);
+      b.CreateCondBr(when, then, cont);
+      b.SetInsertPoint(then);
+      Value* w0 = load_word(word_at(task, 0));
+      Value* w1 = load_word(word_at(task, 1));
+      llvm::BasicBlock* loaded = b.GetInsertBlock();
+      b.CreateBr(cont);
+      b.SetInsertPoint(cont);
+      std::array<Value*, 3> out;
+      out[0] = task;
+      for (int j = 0; j < 2; ++j) {
+        llvm::PHINode* p = b.CreatePHI(b.getInt64Ty(), 2);
+        p->addIncoming(j ? w1 : w0, loaded);
+        p->addIncoming(llvm::PoisonValue::get(b.getInt64Ty()), from);
+        out[1 + j] = p;
+      }
+      return out;
+    }
+
+    // The fetcher lanes: reload (sleeping between tries) until both words are this launch's,
+    // then the row slots of `parity`.
+    void finish(const std::array<Value*, 3>& f, Value* when, Value* parity) {
+      l.guarded(when, [&] {
+        llvm::BasicBlock* from = b.GetInsertBlock();
+        auto* check = llvm::BasicBlock::Create(l.ctx_, "pair.check", l.fn_);
+        auto* reload = llvm::BasicBlock::Create(l.ctx_, "pair.reload", l.fn_);
+        auto* ready = llvm::BasicBlock::Create(l.ctx_, "pair.ready", l.fn_);
+        b.CreateBr(check);
+        b.SetInsertPoint(check);
+        llvm::PHINode* w0 = b.CreatePHI(b.getInt64Ty(), 2);
+        llvm::PHINode* w1 = b.CreatePHI(b.getInt64Ty(), 2);
+        w0->addIncoming(f[1], from);
+        w1->addIncoming(f[2], from);
+        b.CreateCondBr(b.CreateAnd(fresh(w0), fresh(w1)), ready, reload);
+        b.SetInsertPoint(reload);
+        l.intrinsic(llvm::Intrinsic::nvvm_nanosleep, {b.getInt32(32)});
+        w0->addIncoming(load_word(word_at(f[0], 0)), reload);
+        w1->addIncoming(load_word(word_at(f[0], 1)), reload);
+        b.CreateBr(check);
+        b.SetInsertPoint(ready);
+        for (int j = 0; j < 2; ++j) {
+          Value* bits = b.CreateTrunc(j ? static_cast<Value*>(w1) : w0, b.getInt32Ty());
+          b.CreateAlignedStore(
+              b.CreateBitCast(bits, b.getFloatTy()),
+              b.CreateInBoundsGEP(b.getFloatTy(), j ? sum_slots(parity) : max_slots(parity), lane),
+              llvm::Align(4));
+        }
+      });
+    }
+  };
+
   // Task t is part t % P of row t / P, and block b takes tasks b, b + G, … (G blocks, all
   // resident: a cooperative launch). In each iteration the block
   //   1. warp 0 starts loading the previous task's row — its P published pairs — while the
@@ -642,9 +762,6 @@ class Lowering {
   //      body computed from them and stored.
   // A block thus never waits for its peers on the task it has just reduced: a row's parts are
   // published an iteration before anyone needs them. The last task is written after the loop.
-  // A pair is two 8-byte words, (max, epoch) and (sum, epoch), each stored and loaded whole, so
-  // a reader needs no fence or counter: a word with this launch's epoch (the last parameter,
-  // launch n of the kernel passes n) carries its value.
   void lower_split() {
     const int stages = s_.stages;
     const uint32_t P = static_cast<uint32_t>(s_.split_blocks);
@@ -662,11 +779,6 @@ class Lowering {
       throw CodegenError(
           fmt::format("kernel {}: split rows of 32 elements per thread need 3 stages", p_.name));
     const std::vector<int> carried = carried_after(r, recompute);
-    const unsigned nparams = static_cast<unsigned>(p_.params.size());
-    Value* words = fn_->getArg(nparams);  // two u64 per task
-    Value* epoch = fn_->getArg(nparams + 1);
-    auto device = ctx_.getOrInsertSyncScopeID("device");
-
     init_stages();
     Value* block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
     Value* blocks = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
@@ -682,83 +794,12 @@ class Lowering {
 
     auto* wmax = shared_slots(2 * static_cast<uint64_t>(warps), "warp_max");
     auto* wsum = shared_slots(2 * static_cast<uint64_t>(warps), "warp_sum");
-    auto* rmax = shared_slots(2 * static_cast<uint64_t>(P), "row_max");
-    auto* rsum = shared_slots(2 * static_cast<uint64_t>(P), "row_sum");
+    PairExchange pairs(*this);
     auto at_parity = [&](llvm::GlobalVariable* a, Value* parity, uint32_t n) {
       return b_.CreateInBoundsGEP(b_.getFloatTy(), a, b_.CreateMul(parity, b_.getInt32(n)));
     };
-    Value* lane = b_.CreateURem(tc_, b_.getInt32(32));
-    Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
-    Value* fetcher =
-        b_.CreateAnd(b_.CreateICmpEQ(warp, b_.getInt32(0)), b_.CreateICmpULT(lane, b_.getInt32(P)));
-
-    // Word j of task `task`'s pair.
-    auto word_at = [&](Value* task, int j) {
-      Value* i =
-          b_.CreateAdd(b_.CreateMul(b_.CreateZExt(task, b_.getInt64Ty()), b_.getInt64(2)), b_.getInt64(j));
-      return b_.CreateInBoundsGEP(b_.getInt64Ty(), words, i);
-    };
-    auto load_word = [&](Value* at) {
-      auto* w = b_.CreateAlignedLoad(b_.getInt64Ty(), at, llvm::Align(8), "pair_word");
-      w->setAtomic(llvm::AtomicOrdering::Monotonic, device);
-      return w;
-    };
-    auto fresh = [&](Value* w) {
-      return b_.CreateICmpEQ(b_.CreateTrunc(b_.CreateLShr(w, b_.getInt64(32)), b_.getInt32Ty()), epoch);
-    };
-    // The fetcher lanes' first loads of `row`'s pairs (lane i: part i), as values valid where
-    // `when` holds.
-    auto start_fetch = [&](Value* row, Value* when) {
-      Value* task = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(P)), lane);
-      llvm::BasicBlock* from = b_.GetInsertBlock();
-      auto* then = llvm::BasicBlock::Create(ctx_, "fetch", fn_);
-      auto* cont = llvm::BasicBlock::Create(ctx_, "fetched", fn_);
-      b_.CreateCondBr(when, then, cont);
-      b_.SetInsertPoint(then);
-      Value* w0 = load_word(word_at(task, 0));
-      Value* w1 = load_word(word_at(task, 1));
-      llvm::BasicBlock* loaded = b_.GetInsertBlock();
-      b_.CreateBr(cont);
-      b_.SetInsertPoint(cont);
-      std::array<Value*, 3> out;
-      out[0] = task;
-      for (int j = 0; j < 2; ++j) {
-        llvm::PHINode* p = b_.CreatePHI(b_.getInt64Ty(), 2);
-        p->addIncoming(j ? w1 : w0, loaded);
-        p->addIncoming(llvm::PoisonValue::get(b_.getInt64Ty()), from);
-        out[1 + j] = p;
-      }
-      return out;
-    };
-    // The fetcher lanes: reload until both words are this launch's, then the row slots.
-    auto finish_fetch = [&](const std::array<Value*, 3>& f, Value* when, Value* parity) {
-      guarded(when, [&] {
-        llvm::BasicBlock* from = b_.GetInsertBlock();
-        auto* check = llvm::BasicBlock::Create(ctx_, "pair.check", fn_);
-        auto* reload = llvm::BasicBlock::Create(ctx_, "pair.reload", fn_);
-        auto* ready = llvm::BasicBlock::Create(ctx_, "pair.ready", fn_);
-        b_.CreateBr(check);
-        b_.SetInsertPoint(check);
-        llvm::PHINode* w0 = b_.CreatePHI(b_.getInt64Ty(), 2);
-        llvm::PHINode* w1 = b_.CreatePHI(b_.getInt64Ty(), 2);
-        w0->addIncoming(f[1], from);
-        w1->addIncoming(f[2], from);
-        b_.CreateCondBr(b_.CreateAnd(fresh(w0), fresh(w1)), ready, reload);
-        b_.SetInsertPoint(reload);
-        intrinsic(llvm::Intrinsic::nvvm_nanosleep, {b_.getInt32(32)});
-        w0->addIncoming(load_word(word_at(f[0], 0)), reload);
-        w1->addIncoming(load_word(word_at(f[0], 1)), reload);
-        b_.CreateBr(check);
-        b_.SetInsertPoint(ready);
-        for (int j = 0; j < 2; ++j) {
-          Value* bits = b_.CreateTrunc(j ? static_cast<Value*>(w1) : w0, b_.getInt32Ty());
-          b_.CreateAlignedStore(
-              b_.CreateBitCast(bits, b_.getFloatTy()),
-              b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(j ? rsum : rmax, parity, P), lane),
-              llvm::Align(4));
-        }
-      });
-    };
+    Value* lane = pairs.lane;
+    Value* warp = pairs.warp;
 
     // Step 4 for a task whose state is `st`: every value the rest of the body needs.
     struct TaskState {
@@ -774,29 +815,22 @@ class Lowering {
       set_part(part_of(st.task));
       for (Regs& v : values_) v.clear();
       auto [m_row, s_row] =
-          merge_pairs(m, c, at_parity(rmax, parity, P), at_parity(rsum, parity, P), static_cast<int>(P));
+          merge_pairs(m, c, pairs.max_slots(parity), pairs.sum_slots(parity), static_cast<int>(P));
       if (recompute) {
         read_stage(st.stage);
-        values_[m] = {m_row};
-        types_[r] = sum.type;
-        values_[r] = {s_row};
-        for (size_t k = static_cast<size_t>(r) + 1; k < p_.body.size(); ++k) {
-          const TileInst& i = p_.body[k];
-          for (int a : i.args) ensure(a);
-          lower(i);
-        }
-        return;
+      } else {
+        for (size_t k = 0; k < carried.size(); ++k) values_[carried[k]] = st.regs[k];
+        // A warp whose exps are all 0 (its part masked with −inf) keeps them 0.
+        values_[m] = {st.m_warp};
+        Value* factor =
+            math::exp(b_, b_.CreateFSub(per_row_with(c, m, st.m_warp), per_row_with(c, m, m_row)));
+        factor = b_.CreateSelect(b_.CreateFCmpOEQ(st.s_warp, f32(0.0)), f32(0.0), factor);
+        row_factors_.insert(factor);
+        Regs exps = values_[e];
+        for (Value*& x : exps) x = b_.CreateFMul(x, factor);
+        forget_computed_after(m);
+        if (!exps.empty()) values_[e] = std::move(exps);
       }
-      for (size_t k = 0; k < carried.size(); ++k) values_[carried[k]] = st.regs[k];
-      // A warp whose exps are all 0 (its part masked with −inf) keeps them 0.
-      values_[m] = {st.m_warp};
-      Value* factor = math::exp(b_, b_.CreateFSub(per_row_with(c, m, st.m_warp), per_row_with(c, m, m_row)));
-      factor = b_.CreateSelect(b_.CreateFCmpOEQ(st.s_warp, f32(0.0)), f32(0.0), factor);
-      row_factors_.insert(factor);
-      Regs exps = values_[e];
-      for (Value*& x : exps) x = b_.CreateFMul(x, factor);
-      forget_computed_after(m);
-      if (!exps.empty()) values_[e] = std::move(exps);
       values_[m] = {m_row};
       types_[r] = sum.type;
       values_[r] = {s_row};
@@ -847,8 +881,8 @@ class Lowering {
     Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
     Value* parity = b_.CreateAnd(it, b_.getInt32(1), "parity");
     Value* has_prev = b_.CreateICmpNE(it, b_.getInt32(0));
-    Value* fetch_prev = b_.CreateAnd(has_prev, fetcher);
-    std::array<Value*, 3> prev_row = start_fetch(row_of(prev.task), fetch_prev);
+    Value* fetch_prev = b_.CreateAnd(has_prev, pairs.fetcher);
+    std::array<Value*, 3> prev_row = pairs.start(row_of(prev.task), fetch_prev);
     Value* row = row_of(task);
     rows_[0] = row;
     set_part(part_of(task));
@@ -882,7 +916,7 @@ class Lowering {
                             b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(wsum, parity, warps), warp),
                             llvm::Align(4));
     });
-    finish_fetch(prev_row, fetch_prev, parity);
+    pairs.finish(prev_row, fetch_prev, parity);
     // 2.
     block_barrier();
     if (recompute) {  // the stage written in the last iteration: every thread has read it
@@ -900,14 +934,7 @@ class Lowering {
     // 3.
     auto [m_part, s_part] =
         merge_pairs(m, c, at_parity(wmax, parity, warps), at_parity(wsum, parity, warps), warps);
-    guarded(leader(), [&] {
-      Value* stamp = b_.CreateShl(b_.CreateZExt(epoch, b_.getInt64Ty()), b_.getInt64(32));
-      for (int j = 0; j < 2; ++j) {
-        Value* bits = b_.CreateZExt(b_.CreateBitCast(j ? s_part : m_part, b_.getInt32Ty()), b_.getInt64Ty());
-        auto* st = b_.CreateAlignedStore(b_.CreateOr(bits, stamp), word_at(task, j), llvm::Align(8));
-        st->setAtomic(llvm::AtomicOrdering::Monotonic, device);
-      }
-    });
+    guarded(leader(), [&] { pairs.publish(task, m_part, s_part); });
     // 4.
     guarded(has_prev, [&] { write_task(prev, parity); });
 
@@ -928,7 +955,7 @@ class Lowering {
     // this iteration), write it.
     b_.SetInsertPoint(done);
     Value* last_parity = b_.CreateAnd(it_next, b_.getInt32(1));
-    finish_fetch(start_fetch(row_of(cur.task), fetcher), fetcher, last_parity);
+    pairs.finish(pairs.start(row_of(cur.task), pairs.fetcher), pairs.fetcher, last_parity);
     block_barrier();
     write_task(cur, last_parity);
     b_.CreateBr(exit);
