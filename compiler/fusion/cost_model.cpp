@@ -13,14 +13,28 @@ static int64_t tensor_bytes(const Node& n) {
   return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype));
 }
 
-double instructions_per_element(const Node& n) {
+// Whether node `v` is x − c(max x) with c(m) = m or where(…, m, constant) — the argument
+// codegen's short exp takes (compiler/codegen: Lowering::nonpositive, on the Tile IR).
+static bool x_minus_its_max(const Graph& g, NodeId v) {
+  const Node& d = g.node(v);
+  if (d.op != Op::Sub) return false;
+  const NodeId x = d.operands[0];
+  auto max_of_x = [&](NodeId id) { return g.node(id).op == Op::ReduceMax && g.node(id).operands[0] == x; };
+  const Node& c = g.node(d.operands[1]);
+  return max_of_x(d.operands[1]) ||
+         (c.op == Op::Where && max_of_x(c.operands[1]) && g.node(c.operands[2]).op == Op::Constant);
+}
+
+double instructions_per_element(const Graph& g, const Node& n) {
   bool half = n.dtype == DType::BF16 || n.dtype == DType::F16;
   switch (n.op) {
     case Op::Input:
     case Op::Constant:
       return 0;
     case Op::Exp:
-      return half ? 2 : 14;
+      // Counted in SASS (bench/NOTES.md v8): the accurate f32 exp issues about 25 (two FRND,
+      // two MUFU with their subnormal fix-ups, the polynomial), the short one 8.
+      return half ? 2 : x_minus_its_max(g, n.operands[0]) ? 8 : 25;
     case Op::Exp2:
       return 1;
     case Op::Log:
@@ -186,7 +200,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   int scratch = 0;
   for (NodeId n : k.nodes) {
-    c.instructions += instructions_per_element(g.node(n)) * static_cast<double>(domain_elems);
+    c.instructions += instructions_per_element(g, g.node(n)) * static_cast<double>(domain_elems);
     scratch = std::max(scratch, op_info(g.node(n).op).scratch_regs);
   }
   // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.

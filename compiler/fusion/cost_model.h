@@ -18,9 +18,10 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
                                    const ScheduleHints& hints, std::string* why);
 
-// Instructions per element for a node as codegen emits it (from SASS on sm_90): 16-bit results
-// take the short exp and GELU.
-double instructions_per_element(const Node& n);
+// Instructions per element for a node of `g` as codegen emits it (from SASS on sm_90): 16-bit
+// results take the short exp and GELU, and an f32 exp of x − max x the short form for arguments
+// that are never positive.
+double instructions_per_element(const Graph& g, const Node& n);
 
 // A node's shape aligned to a row-reduction domain: a reduction without keepdim is per-row
 // (its rank-reduced shape padded with 1s on the right); everything else as numpy aligns it.

@@ -281,7 +281,7 @@ class FusionPass {
         const Node& pn = g_.node(p);
         int copies = static_cast<int>(consumer_groups.size());
         d.duplicated_instructions =
-            (copies - 1) * instructions_per_element(pn) * static_cast<double>(num_elements(pn.shape));
+            (copies - 1) * instructions_per_element(g_, pn) * static_cast<double>(num_elements(pn.shape));
         for (NodeId o : pn.operands)
           if (g_.node(o).op != Op::Constant)
             d.duplicated_bytes += (copies - 1) * num_elements(g_.node(o).shape) *
