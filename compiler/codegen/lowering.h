@@ -1,0 +1,303 @@
+#pragma once
+// The state and helpers of the Tile IR → LLVM IR lowering (lower_to_llvm.h), shared by its
+// files: the common parts and rows held in registers (lower_to_llvm.cpp), persistent rows
+// staged through shared memory (lower_staged.cpp), rows split into parts that meet in global
+// memory (lower_split.cpp), and rows visited by a loop over column tiles (lower_looped.cpp).
+// Internal to compiler/codegen.
+#include <fmt/format.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Module.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/support/error.h"
+#include "compiler/tile/tile_ir.h"
+
+namespace tilefuse {
+
+using llvm::Value;
+
+class Lowering {
+ public:
+  Lowering(const TileProgram& p, llvm::LLVMContext& ctx)
+      : p_(p), s_(p.schedule), ctx_(ctx), b_(ctx), m_(std::make_unique<llvm::Module>(p.name, ctx)) {}
+
+  std::unique_ptr<llvm::Module> run();
+
+ private:
+  using Regs = std::vector<Value*>;
+
+  int rows_of(const TileType& t) const { return t.rows ? s_.rows_per_thread : 1; }
+  int cols_of(const TileType& t) const { return t.cols ? s_.vec * s_.chunks_per_thread : 1; }
+  Value* at(int v, int r, int c) const {
+    const TileType& t = types_[v];
+    return values_[v][(t.rows ? r : 0) * cols_of(t) + (t.cols ? c : 0)];
+  }
+
+  llvm::Type* storage_type(DType t);
+
+  Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateIntrinsic(b_.getInt32Ty(), id, {}); }
+  // A call of a non-overloaded intrinsic.
+  Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<Value*> args = {}) {
+    return b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, args);
+  }
+
+  // Thread → (row, col) of its elements; masks only when tiles do not cover the domain.
+  void prologue();
+
+  // Element offset of (row r of this thread, first column of its chunk k) in a parameter's view.
+  Value* offset(const Shape& view, bool spans_rows, bool spans_cols, int r, int k);
+
+  Value* to_compute(Value* v, DType t);
+  Value* to_storage(Value* v, DType t);
+
+  void lower(const TileInst& i);
+
+  void load(const TileInst& i);
+
+  // `vec` contiguous elements of type `dtype` at `ptr` (global or shared), in compute precision.
+  void load_vector(Value* ptr, DType dtype, int vec, const std::string& name, Regs* regs);
+
+  // Runs `body` only where `cond` holds (nullptr: always).
+  template <typename F>
+  void guarded(Value* cond, F body) {
+    if (!cond) return body();
+    auto* then = llvm::BasicBlock::Create(ctx_, "store", fn_);
+    auto* cont = llvm::BasicBlock::Create(ctx_, "stored", fn_);
+    b_.CreateCondBr(cond, then, cont);
+    b_.SetInsertPoint(then);
+    body();
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(cont);
+  }
+
+  Value* both(Value* a, Value* b) { return !a ? b : !b ? a : b_.CreateAnd(a, b); }
+
+  void store(const TileInst& i);
+
+  Value* combine(Op op, Value* a, Value* b);
+
+  // This thread's share of row r of value v (masked columns contribute the identity).
+  Value* thread_partial(Op op, int v, int r);
+
+  static double identity_of(Op op) {
+    return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY;
+  }
+
+  // A fresh shared-memory array per reduction, so no slot is ever reused (no barrier to
+  // protect a second use).
+  llvm::GlobalVariable* shared_slots(uint64_t n, const char* name);
+
+  void block_barrier() {
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+  }
+
+  // Combines the row's threads: butterfly shuffles within a warp, then — for rows wider than a
+  // warp — shared memory, one slot per warp; then, for a row split over a cluster, the blocks.
+  Value* allreduce(Op op, Value* acc, int r) {
+    acc = block_allreduce(op, acc, r);
+    return s_.cluster_blocks > 1 ? cluster_allreduce(op, acc) : acc;
+  }
+
+  // Butterfly shuffles over `lanes` lanes: every lane gets the same total.
+  Value* warp_allreduce(Op op, Value* acc, int lanes);
+
+  Value* block_allreduce(Op op, Value* acc, int r);
+
+  // Every block of the cluster holds its part's values (all its threads do). Thread t pushes
+  // them into slot [rank] of block t's arrays; after the cluster barrier (release/acquire)
+  // every block's arrays hold all ranks' values. Returns one array per value. A persistent
+  // kernel alternates two sets of arrays by row: a block may push the next row's values while
+  // a slower peer still reads this row's, but not two rows ahead (that needs the peer at the
+  // next row's barrier, after its reads).
+  std::vector<Value*> cluster_exchange(const std::vector<Value*>& mine);
+
+  Value* slot(Value* slots, Value* rank) {
+    return b_.CreateAlignedLoad(b_.getFloatTy(), b_.CreateInBoundsGEP(b_.getFloatTy(), slots, rank),
+                                llvm::Align(4));
+  }
+
+  // Combined in rank order, so every block gets bit-identical totals.
+  Value* cluster_allreduce(Op op, Value* acc);
+
+  // ---- rows held in registers (lower_to_llvm.cpp, with everything not marked otherwise) ----
+
+  void lower_resident();
+
+  // ---- persistent rows staged through shared memory (lower_staged.cpp) ----
+
+  bool staged(const TileInst& i) const { return i.opcode == TileOpcode::Load && i.type.rows && i.type.cols; }
+
+  // Byte offset of each staged parameter's part within a stage.
+  std::map<int, int64_t> stage_layout() const;
+
+  // The stages' mbarriers (one per stage, expecting its bytes) and the dynamic shared memory
+  // that holds them; thread 0 initializes the mbarriers before a block barrier.
+  void init_stages();
+
+  Value* leader() { return b_.CreateICmpEQ(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), b_.getInt32(0)); }
+  Value* stage_barrier(Value* stage) { return b_.CreateInBoundsGEP(b_.getInt64Ty(), stage_full_, stage); }
+  Value* stage_at(Value* stage, int param);
+
+  // Thread 0: the block's part `part` (its column block) of `row` into `stage`, by one bulk copy
+  // per staged tensor, completing on the stage's mbarrier.
+  void fill_stage(Value* stage, Value* row, Value* part);
+
+  // Every thread waits for the stage's mbarrier to complete `phase`, then copies its columns of
+  // the staged tensors into registers.
+  void load_stage(Value* stage, Value* phase) {
+    wait_stage(stage, phase);
+    read_stage(stage);
+  }
+  void wait_stage(Value* stage, Value* phase);
+  void read_stage(Value* stage);
+
+  // The grid holds as many row groups (blocks, or clusters of a row's blocks) as fit at once;
+  // group g reduces rows g, g + groups, … Thread 0 keeps `stages` rows ahead in flight. Every
+  // thread waits on the stage's mbarrier (its phase flips once per use), copies the part into
+  // registers, and after a block barrier (all have read it) thread 0 refills the stage with the
+  // row `stages` ahead; the row is then reduced and written from registers while that copy is
+  // in flight.
+  void lower_staged();
+
+  // ---- split rows: a row's parts are tasks of the persistent grid (lower_split.cpp) ----
+
+  // The online sum that completes the row's reductions (the schedule admits only a max and its
+  // online sum), and the values computed before it that the rest of the body uses: loads and the
+  // sum's exps are carried to the next iteration; the rest is recomputed from them.
+  int split_sum() const;
+  // With `recompute`, the exps are recomputed too (from the carried loads, with the row's max).
+  std::vector<int> carried_after(int r, bool recompute) const;
+
+  // The columns of this thread in part `part` of a row.
+  void set_part(Value* part);
+
+  // The pairs of split rows in global memory: a pair is two 8-byte words, (max, epoch) and
+  // (sum, epoch), each stored and loaded whole at device scope, so a reader needs no fence or
+  // counter: a word with this launch's epoch (the last parameter; launch n of the kernel passes
+  // n) carries its value. Warp 0's lanes i < P fetch a row's pairs (lane i: part i) into shared
+  // slots, two sets alternating by iteration.
+  struct PairExchange;
+
+  // Task t is part t % P of row t / P, and block b takes tasks b, b + G, … (G blocks, all
+  // resident: a cooperative launch). In each iteration the block
+  //   1. warp 0 starts loading the previous task's row — its P published pairs — while the
+  //      block waits for this task's stage, copies the part into registers and takes each
+  //      warp's (max, sum of exps) pair into shared slots; warp 0 then checks that every pair
+  //      it loaded is this launch's (reloading any that is not yet) and puts them in shared
+  //      slots too;
+  //   2. meets at one block barrier; thread 0 refills a stage: this task's (16 elements per
+  //      thread) or the one written in the last iteration (32);
+  //   3. merges the warps' pairs into the part's pair, which thread 0 publishes;
+  //   4. writes the previous task: its row's pairs merged into (M, S); with 16 elements per
+  //      thread its warps' exps, kept in registers, rescaled by exp(c(m_w) − c(M)); with 32,
+  //      the part read again from its stage and its exps recomputed with M; the rest of the
+  //      body computed from them and stored.
+  // A block thus never waits for its peers on the task it has just reduced: a row's parts are
+  // published an iteration before anyone needs them. The last task is written after the loop.
+  void lower_split();
+
+  // ---- the online sum and its pairs ----
+
+  // Drops every elementwise value after `m` (value ids are body indices), so that what depended
+  // on m is recomputed from its current value when next needed.
+  void forget_computed_after(int m) {
+    for (size_t k = static_cast<size_t>(m) + 1; k < values_.size(); ++k)
+      if (p_.body[k].opcode == TileOpcode::Compute) values_[k].clear();
+  }
+
+  // Per-row value `id` with max reduction `m` taken to be `v`; other values are left as they were.
+  Value* per_row_with(int id, int m, Value* v);
+
+  // Softmax's sum of exp(u − c(m)) with max m, for a row of whole warps: each warp takes its
+  // own max m_w and sum s_w of exp(u − c(m_w)) with shuffles alone; the pairs then merge level
+  // by level — the block's warps through shared memory, a cluster's blocks through distributed
+  // shared memory — each merge one barrier: M = max m_i, S = Σ s_i · exp(c(m_i) − c(M)). So a
+  // row takes one block barrier (and one cluster barrier) instead of one per reduction per
+  // level. The warp's exp values are rescaled by exp(c(m_w) − c(M)) rather than recomputed;
+  // everything else that used m_w is recomputed with M.
+  void online_sum(const TileInst& r);
+
+  // The (max, sum) pairs of `n` ≤ 32 parts, in slots [0, n): lane i takes part i's pair and a
+  // butterfly over the warp combines them (the same order in every warp of every block, so all
+  // get bit-identical totals): one exp per thread instead of one per part.
+  std::pair<Value*, Value*> merge_pairs(int m, int c, Value* max_slots, Value* sum_slots, int n);
+
+  // Whether max reduction `m` and its online sum take the warp-pair path: one row per block of
+  // whole warps, and no other reduction between them (it would see a warp's max, not the row's).
+  bool pairs_path(int m) const;
+
+  void reduce(const TileInst& i);
+
+  // The reduction over this thread's warp only (one row per block of whole warps).
+  void warp_reduce(const TileInst& i) {
+    types_[i.result] = i.type;
+    values_[i.result] = {warp_allreduce(i.op, thread_partial(i.op, i.args[0], 0), 32)};
+  }
+
+  // ---- values: evaluation and elementwise ops ----
+
+  const TileInst& inst_of(int id) const { return p_.body[static_cast<size_t>(id)]; }  // ids are body indices
+
+  // Computes value `id` (and what it needs) in the current context; completed reductions and
+  // values set by the caller are kept.
+  void ensure(int id);
+
+  // Whether value v is u − c(m) with m the row's (or the warp's, or the running) max of u, and
+  // c(m) = m or where(…, m, constant): never positive (or NaN, or −inf − constant).
+  bool nonpositive(int v) const;
+
+  // Whether value v is x − c with c one value per row (broadcast along the columns).
+  bool row_subtrahend(int v) const;
+
+  void compute(const TileInst& i);
+
+  Value* f32(double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
+
+  Value* element(const TileInst& i, const std::vector<Value*>& a);
+
+  static std::string sanitize(const std::string& s);
+
+  // ---- rows too long for registers: each pass is a loop over column tiles (lower_looped.cpp) ----
+
+  // Forgets every value that is not a completed per-row result.
+  void reset(const std::vector<bool>& keep) {
+    for (size_t v = 0; v < values_.size(); ++v)
+      if (!keep[v]) values_[v].clear();
+  }
+
+  // Value `id` (one per row: the thread's row) with reduction `m` taken to be `m_value`.
+  Value* with_max(int id, int m, Value* m_value, const std::vector<bool>& keep);
+
+  void lower_looped();
+
+  const TileProgram& p_;
+  const TileSchedule& s_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  std::unique_ptr<llvm::Module> m_;
+  llvm::Function* fn_ = nullptr;
+  Value* tc_ = nullptr;                // thread's position along the row
+  Value* tr_ = nullptr;                // thread's row within the block
+  Value* rank_ = nullptr;              // block's column block: its rank in a row's cluster
+  bool cluster_joined_ = false;        // the cluster's start barrier has been waited on
+  Value* row_parity_ = nullptr;        // persistent kernels: the parity of the block's row count
+  std::vector<Value*> cols_, col_ok_;  // per chunk
+  std::vector<Value*> rows_, row_ok_;  // per row of the thread
+  std::vector<Regs> values_;
+  std::vector<TileType> types_;
+  // Per-row factors that rescale a row's values (folded into a later per-row divisor).
+  std::set<Value*> row_factors_;
+  // Staged rows: stage → byte offset per parameter, the stages' mbarriers and buffer.
+  std::map<int, int64_t> layout_;
+  llvm::GlobalVariable* stage_full_ = nullptr;
+  llvm::GlobalVariable* stage_rows_ = nullptr;
+};
+
+}  // namespace tilefuse
