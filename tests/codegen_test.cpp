@@ -99,6 +99,39 @@ TEST(Codegen, SplitRowsExchangeStampedPairs) {
   }
 }
 
+// 16-bit parts of 32 elements per thread are written from their stage: each task reads its part
+// from shared memory twice (reduce, write), and the kernel carries no exps between iterations.
+TEST(Codegen, SixteenBitSplitPartsAreReadTwiceFromTheirStage) {
+  Plan p = plan_fusion(find_example("softmax_256k_bf16").build());
+  ASSERT_EQ(p.kernels[0].schedule.elems_per_thread(), 32);
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string bf16 = compile_kernel(p.graph, p.kernels[0]).ptx;
+  // 4 vectors of 8 per thread: reduce and write in the loop, write after it.
+  EXPECT_EQ(count(bf16, "ld.shared.v4.b32"), 12u);
+  Plan f = plan_fusion(find_example("softmax_256k").build());
+  EXPECT_EQ(count(compile_kernel(f.graph, f.kernels[0]).ptx, "ld.shared.v4.b32"), 4u);  // exps carried
+}
+
+// The short exp (one ex2.approx.ftz, no rounding to an integer) only where the argument is x
+// minus x's own max; x − mean(x) can be positive and takes the accurate exp.
+TEST(Codegen, ShortExpOnlyWhereTheArgumentIsNeverPositive) {
+  for (bool own_max : {true, false}) {
+    SCOPED_TRACE(own_max);
+    Graph g("exp_argument");
+    Tensor x = input(g, "x", {64, 1024});
+    output("y", exp(x - (own_max ? amax(x, {-1}, true) : mean(x, {-1}, true))));
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    const std::string ptx = compile_kernel(p.graph, p.kernels[0]).ptx;
+    EXPECT_EQ(ptx.find("cvt.rni.f32.f32") == std::string::npos, own_max);
+    EXPECT_EQ(ptx.find("ex2.approx.ftz.f32") != std::string::npos, own_max);
+  }
+}
+
 TEST(Codegen, ClustersAndBulkCopiesNeedSm90) {
   FusionOptions clusters;
   clusters.schedule.split = 0;

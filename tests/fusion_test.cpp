@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/dsl/dsl.h"
+#include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
@@ -47,6 +48,18 @@ TEST(Fusion, CostModelIsARoofline) {
   // The bias is broadcast along rows: 16-byte vectors, several rows per thread.
   EXPECT_EQ(k.schedule.vec, 4);
   EXPECT_GE(k.schedule.rows_per_thread, 2);
+}
+
+// The exp is counted as codegen issues it: the short form only for x minus x's own max.
+TEST(Fusion, CostModelCountsTheExpCodegenEmits) {
+  Graph g("exp_cost");
+  Tensor x = input(g, "x", {4, 1024});
+  Tensor own = exp(x - amax(x, {-1}, true));
+  Tensor other = exp(x - mean(x, {-1}, true));
+  Tensor half = exp(cast(x, DType::BF16));
+  EXPECT_EQ(instructions_per_element(g, own.node()), 8);
+  EXPECT_EQ(instructions_per_element(g, other.node()), 25);
+  EXPECT_EQ(instructions_per_element(g, half.node()), 2);
 }
 
 TEST(Fusion, Bf16UsesEightWideVectors) {
