@@ -106,7 +106,13 @@ void Executable::launch_all() {
     for (NodeId n : k.outputs) ptrs.push_back(dev_->buffers.at(n).ptr());
     const bool split = compiled_[i].workspace_bytes > 0;
     if (split) ptrs.push_back(dev_->workspace[i].ptr());
-    uint32_t epoch = split ? ++dev_->epoch[i] : 0;
+    uint32_t epoch = 0;
+    if (split && ++dev_->epoch[i] == 0) {  // after 2^32 launches: no word may carry a stale epoch
+      dev_->stream.synchronize();
+      dev_->workspace[i].fill_u8(0);
+      dev_->epoch[i] = 1;
+    }
+    if (split) epoch = dev_->epoch[i];
     std::vector<void*> args;
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
     if (split) args.push_back(&epoch);
