@@ -4,7 +4,8 @@
 # Needs bundle/ (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and
 # NCU (example lists; NCU may be empty) narrow a run to what changed. VARIANTS ("name options;
 # ...") times schedules other than the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's
-# occupancy and stall sections.
+# occupancy and stall sections, SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and
+# synccheck over the small persistent, cluster and split row tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
@@ -63,6 +64,15 @@ ncu_arg=()
 [ -s "$OUT/ncu.csv" ] && ncu_arg=(--ncu "$OUT/ncu.csv")
 python3 bench/report.py --tilefuse "$tmp/tilefuse.json" --peers "$tmp/peers.json" "${ncu_arg[@]}" \
   --out "$OUT/results.json" --markdown "$OUT/results.md"
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+  echo "== compute-sanitizer"
+  for tool in memcheck racecheck synccheck; do
+    echo "-- $tool"
+    timeout 240 compute-sanitizer --tool "$tool" $B/tilefuse_tests --gtest_brief=1 \
+      --gtest_filter='GpuReduce.WarpAndClusterSpecialRows' 2>&1 | tail -6
+  done | tee "$OUT/sanitizer.txt"
+fi
 
 [ "${SASS:-1}" = 1 ] || exit 0
 echo "== sass"
