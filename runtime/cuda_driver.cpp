@@ -20,13 +20,14 @@ namespace {
   X(cuDeviceGetCount)                                                                                        \
   X(cuDeviceGet)                                                                                             \
   X(cuDeviceGetName)                                                                                         \
-  X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)              \
-      X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)             \
-          X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx) \
-              X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncGetAttribute) X(cuFuncSetAttribute)           \
-                  X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)           \
-                      X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime_v2)       \
-                          X(cuEventDestroy_v2) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)           \
+  X(cuDeviceGetAttribute)                                                                                    \
+  X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) \
+      X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2)         \
+          X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) \
+              X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)                \
+                  X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord)             \
+                      X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)                    \
+                          X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)                                \
                               X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct Api {
@@ -378,13 +379,13 @@ std::string launch_shape(Dim3 grid, Dim3 block, unsigned cluster, unsigned share
   return s + " dynamic shared " + std::to_string(shared_bytes) + " bytes";
 }
 
-// A launch configuration with clusters of `cluster` blocks along x (1: none), cooperative or not.
-struct ClusterLaunch {
+// A cuLaunchKernelEx configuration: clusters of `cluster` blocks along x (1: none), cooperative or not.
+struct LaunchConfig {
   CUlaunchAttribute attrs[2]{};
   CUlaunchConfig config{};
 
-  ClusterLaunch(Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream,
-                bool cooperative = false) {
+  LaunchConfig(Dim3 grid, Dim3 block, unsigned cluster, unsigned shared_bytes, CUstream stream,
+               bool cooperative = false) {
     unsigned n = 0;
     if (cluster > 1) {
       attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -415,7 +416,7 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
   CUresult r;
   const bool ex = cluster > 1 || cooperative;
   if (ex) {
-    ClusterLaunch l(grid, block, cluster, shared_bytes, stream, cooperative);
+    LaunchConfig l(grid, block, cluster, shared_bytes, stream, cooperative);
     r = a.cuLaunchKernelEx(&l.config, f, args, nullptr);
   } else {
     r = a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream, args,
@@ -441,7 +442,7 @@ int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_b
           "cuFuncSetAttribute", what + ": NON_PORTABLE_CLUSTER_SIZE_ALLOWED");
   int n = 0;
   if (cluster > 1) {
-    ClusterLaunch l({cluster, 1, 1}, block, cluster, shared_bytes, nullptr);
+    LaunchConfig l({cluster, 1, 1}, block, cluster, shared_bytes, nullptr);
     check(a.cuOccupancyMaxActiveClusters(&n, f, &l.config), "cuOccupancyMaxActiveClusters",
           what + launch_shape({cluster, 1, 1}, block, cluster, shared_bytes));
   } else {

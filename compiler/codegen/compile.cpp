@@ -126,8 +126,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.cluster_blocks = static_cast<unsigned>(k.schedule.cluster_blocks);
   c.dynamic_shared_bytes = static_cast<unsigned>(k.schedule.dynamic_shared_bytes());
   c.persistent = k.schedule.stages > 0;
-  if (k.schedule.split_blocks > 1)
-    c.workspace_bytes = static_cast<uint64_t>(k.schedule.rows) * 16 * k.schedule.split_blocks;
+  c.workspace_bytes = static_cast<uint64_t>(k.schedule.split_workspace_bytes());
   {
     llvm::LLVMContext ctx;
     auto module = lower_to_llvm(tile, ctx);

@@ -71,12 +71,8 @@ struct Lowering::PairExchange {
     fetcher = b.CreateAnd(b.CreateICmpEQ(warp, b.getInt32(0)), b.CreateICmpULT(lane, b.getInt32(P)));
   }
 
-  Value* max_slots(Value* parity) {
-    return b.CreateInBoundsGEP(b.getFloatTy(), rmax, b.CreateMul(parity, b.getInt32(P)));
-  }
-  Value* sum_slots(Value* parity) {
-    return b.CreateInBoundsGEP(b.getFloatTy(), rsum, b.CreateMul(parity, b.getInt32(P)));
-  }
+  Value* max_slots(Value* parity) { return l.slots_at_parity(rmax, parity, P); }
+  Value* sum_slots(Value* parity) { return l.slots_at_parity(rsum, parity, P); }
 
   // Word j of task `task`'s pair.
   Value* word_at(Value* task, int j) {
@@ -191,9 +187,6 @@ void Lowering::lower_split() {
   auto* wmax = shared_slots(2 * static_cast<uint64_t>(warps), "warp_max");
   auto* wsum = shared_slots(2 * static_cast<uint64_t>(warps), "warp_sum");
   PairExchange pairs(*this);
-  auto at_parity = [&](llvm::GlobalVariable* a, Value* parity, uint32_t n) {
-    return b_.CreateInBoundsGEP(b_.getFloatTy(), a, b_.CreateMul(parity, b_.getInt32(n)));
-  };
   Value* lane = pairs.lane;
   Value* warp = pairs.warp;
 
@@ -214,26 +207,14 @@ void Lowering::lower_split() {
         merge_pairs(m, c, pairs.max_slots(parity), pairs.sum_slots(parity), static_cast<int>(P));
     if (recompute) {
       read_stage(st.stage);
+      values_[m] = {m_row};
+      types_[r] = sum.type;
+      values_[r] = {s_row};
     } else {
       for (size_t k = 0; k < carried.size(); ++k) values_[carried[k]] = st.regs[k];
-      // A warp whose exps are all 0 (its part masked with −inf) keeps them 0.
-      values_[m] = {st.m_warp};
-      Value* factor = math::exp(b_, b_.CreateFSub(per_row_with(c, m, st.m_warp), per_row_with(c, m, m_row)));
-      factor = b_.CreateSelect(b_.CreateFCmpOEQ(st.s_warp, f32(0.0)), f32(0.0), factor);
-      row_factors_.insert(factor);
-      Regs exps = values_[e];
-      for (Value*& x : exps) x = b_.CreateFMul(x, factor);
-      forget_computed_after(m);
-      if (!exps.empty()) values_[e] = std::move(exps);
+      settle_online_sum(sum, per_row_with(c, m, st.m_warp), st.s_warp, m_row, s_row);
     }
-    values_[m] = {m_row};
-    types_[r] = sum.type;
-    values_[r] = {s_row};
-    for (size_t k = static_cast<size_t>(r) + 1; k < p_.body.size(); ++k) {
-      const TileInst& i = p_.body[k];
-      for (int a : i.args) ensure(a);
-      lower(i);
-    }
+    lower_resident(static_cast<size_t>(r) + 1);
   };
 
   llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -284,15 +265,7 @@ void Lowering::lower_split() {
   for (Regs& v : values_) v.clear();
   load_stage(stage, phase);
   // 1. The part up to its warps' pairs.
-  for (size_t k = 0; k < static_cast<size_t>(r); ++k) {
-    const TileInst& i = p_.body[k];
-    if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
-    for (int a : i.args) ensure(a);
-    if (i.opcode == TileOpcode::Reduce && pairs_path(i.result))
-      warp_reduce(i);
-    else
-      lower(i);
-  }
+  lower_resident(0, static_cast<size_t>(r));
   ensure(e);
   TaskState cur;
   cur.task = task;
@@ -305,10 +278,10 @@ void Lowering::lower_split() {
   }
   guarded(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] {
     b_.CreateAlignedStore(cur.m_warp,
-                          b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(wmax, parity, warps), warp),
+                          b_.CreateInBoundsGEP(b_.getFloatTy(), slots_at_parity(wmax, parity, warps), warp),
                           llvm::Align(4));
     b_.CreateAlignedStore(cur.s_warp,
-                          b_.CreateInBoundsGEP(b_.getFloatTy(), at_parity(wsum, parity, warps), warp),
+                          b_.CreateInBoundsGEP(b_.getFloatTy(), slots_at_parity(wsum, parity, warps), warp),
                           llvm::Align(4));
   });
   pairs.finish(prev_row, fetch_prev, parity);
@@ -328,7 +301,7 @@ void Lowering::lower_split() {
   }
   // 3.
   auto [m_part, s_part] =
-      merge_pairs(m, c, at_parity(wmax, parity, warps), at_parity(wsum, parity, warps), warps);
+      merge_pairs(m, c, slots_at_parity(wmax, parity, warps), slots_at_parity(wsum, parity, warps), warps);
   guarded(leader(), [&] { pairs.publish(task, m_part, s_part); });
   // 4.
   guarded(has_prev, [&] { write_task(prev, parity); });

@@ -3,6 +3,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <tuple>
 
 #include "compiler/codegen/lowering.h"
@@ -329,8 +330,9 @@ Value* Lowering::cluster_allreduce(Op op, Value* acc) {
   return total;
 }
 
-void Lowering::lower_resident() {
-  for (const TileInst& i : p_.body) {
+void Lowering::lower_resident(size_t begin, size_t end) {
+  for (size_t k = begin; k < std::min(end, p_.body.size()); ++k) {
+    const TileInst& i = p_.body[k];
     if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
     for (int a : i.args) ensure(a);
     if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with))
@@ -377,9 +379,16 @@ void Lowering::online_sum(const TileInst& r) {
     std::vector<Value*> slots = cluster_exchange({m_row, s_row});
     std::tie(m_row, s_row) = merge_pairs(m, c, slots[0], slots[1], s_.cluster_blocks);
   }
+  settle_online_sum(r, values_[c][0], s_warp, m_row, s_row);
+}
+
+void Lowering::settle_online_sum(const TileInst& r, Value* c_warp, Value* s_warp, Value* m_row,
+                                 Value* s_row) {
+  const int m = r.online_with, e = r.args[0];
+  const int c = inst_of(inst_of(e).args[0]).args[1];
   // A warp whose exp values are all 0 (its part masked with −inf) keeps them 0: its factor
   // could be exp(0 − c(M)) = inf.
-  Value* factor = math::exp(b_, b_.CreateFSub(values_[c][0], per_row_with(c, m, m_row)));
+  Value* factor = math::exp(b_, b_.CreateFSub(c_warp, per_row_with(c, m, m_row)));
   factor = b_.CreateSelect(b_.CreateFCmpOEQ(s_warp, f32(0.0)), f32(0.0), factor);
   row_factors_.insert(factor);
   Regs rescaled;

@@ -10,6 +10,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -128,7 +129,8 @@ class Lowering {
 
   // ---- rows held in registers (lower_to_llvm.cpp, with everything not marked otherwise) ----
 
-  void lower_resident();
+  // Body instructions [begin, end) for a row held in registers (staged loads already there).
+  void lower_resident(size_t begin = 0, size_t end = SIZE_MAX);
 
   // ---- persistent rows staged through shared memory (lower_staged.cpp) ----
 
@@ -223,6 +225,14 @@ class Lowering {
   // level. The warp's exp values are rescaled by exp(c(m_w) − c(M)) rather than recomputed;
   // everything else that used m_w is recomputed with M.
   void online_sum(const TileInst& r);
+  // Completes online sum r with the row's (M, S) = (m_row, s_row): the warp's exps, computed
+  // with its own max m_w (c(m_w) = c_warp, sum s_warp), rescaled by exp(c(m_w) − c(M)); what
+  // else used the max is recomputed with M.
+  void settle_online_sum(const TileInst& r, Value* c_warp, Value* s_warp, Value* m_row, Value* s_row);
+  // Slots [parity·n, parity·n + n) of a shared array of 2n.
+  Value* slots_at_parity(llvm::GlobalVariable* a, Value* parity, uint32_t n) {
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), a, b_.CreateMul(parity, b_.getInt32(n)));
+  }
 
   // The (max, sum) pairs of `n` ≤ 32 parts, in slots [0, n): lane i takes part i's pair and a
   // butterfly over the warp combines them (the same order in every warp of every block, so all

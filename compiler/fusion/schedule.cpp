@@ -201,7 +201,7 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   bool sixteen_bit = true;
   for (size_t i = 0; i < num_inputs; ++i)
     if (view_spans_rows(views[i]) && view_spans_cols(views[i])) sixteen_bit &= dtype_size(dtypes[i]) == 2;
-  for (int elems : {sixteen_bit ? 32 : 16, 16}) {
+  for (int elems : sixteen_bit ? std::vector<int>{32, 16} : std::vector<int>{16}) {
     const int64_t chunks = std::max(1, elems / s.vec);
     const int64_t part = int64_t{threads} * chunks * s.vec;
     // One warp merges a row's parts: at most 32.

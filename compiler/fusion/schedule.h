@@ -54,6 +54,8 @@ struct TileSchedule {
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const { return row_blocks() * col_blocks(); }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
+  // Split rows: global memory for each part's (max, sum) pair, two 8-byte words (codegen).
+  int64_t split_workspace_bytes() const { return split_blocks > 1 ? rows * split_blocks * 16 : 0; }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
