@@ -16,7 +16,7 @@ struct Executable::Device {
   std::map<NodeId, cuda::DeviceBuffer> buffers;  // graph inputs and kernel outputs
   MeasuredKernels driver;
   std::vector<uint64_t> grid;  // per kernel: blocks launched
-  // Per kernel with split rows: its workspace and the epoch of its last launch (CompiledKernel).
+  // Per kernel with a workspace: the workspace and the epoch of its last launch (CompiledKernel).
   std::vector<cuda::DeviceBuffer> workspace;
   std::vector<uint32_t> epoch;
 };
@@ -104,22 +104,22 @@ void Executable::launch_all() {
     std::vector<CUdeviceptr> ptrs;
     for (NodeId n : k.inputs) ptrs.push_back(dev_->buffers.at(n).ptr());
     for (NodeId n : k.outputs) ptrs.push_back(dev_->buffers.at(n).ptr());
-    const bool split = compiled_[i].workspace_bytes > 0;
-    if (split) ptrs.push_back(dev_->workspace[i].ptr());
+    const bool workspace = compiled_[i].workspace_bytes > 0;
+    if (workspace) ptrs.push_back(dev_->workspace[i].ptr());
     uint32_t epoch = 0;
-    if (split && ++dev_->epoch[i] == 0) {  // after 2^32 launches: no word may carry a stale epoch
+    if (workspace && ++dev_->epoch[i] == 0) {  // after 2^32 launches: no word may carry a stale epoch
       dev_->stream.synchronize();
       dev_->workspace[i].fill_u8(0);
       dev_->epoch[i] = 1;
     }
-    if (split) epoch = dev_->epoch[i];
+    if (workspace) epoch = dev_->epoch[i];
     std::vector<void*> args;
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
-    if (split) args.push_back(&epoch);
+    if (workspace) args.push_back(&epoch);
     cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
     cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, dev_->stream.get(),
-                 args.data(), k.name, compiled_[i].cluster_blocks, split);
+                 args.data(), k.name, compiled_[i].cluster_blocks, compiled_[i].cooperative);
   }
 }
 

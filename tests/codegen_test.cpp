@@ -79,6 +79,7 @@ TEST(Codegen, SplitRowsExchangeStampedPairs) {
   ASSERT_EQ(k.schedule.split_blocks, 16);
   CompiledKernel c = compile_kernel(p.graph, k);
   EXPECT_TRUE(c.persistent);
+  EXPECT_TRUE(c.cooperative);
   EXPECT_EQ(c.cluster_blocks, 1u);
   EXPECT_EQ(c.workspace_bytes, 2048u * 16 * 16);  // two 8-byte words per part
   // Each pair word is stored and loaded whole at device scope: no counter, fence or atomic.
@@ -97,6 +98,35 @@ TEST(Codegen, SplitRowsExchangeStampedPairs) {
   } catch (const TargetError& e) {
     EXPECT_NE(std::string(e.what()).find("--stages 0"), std::string::npos) << e.what();
   }
+}
+
+// A persistent kernel of one block per row claims its rows from a counter in its workspace
+// (one atomic per row, issued a row ahead), and the last block to finish zeroes the counters.
+TEST(Codegen, PersistentRowsAreClaimedFromACounter) {
+  Plan p = plan_fusion(find_example("softmax_32k_bf16").build());
+  const Kernel& k = p.kernels[0];
+  ASSERT_GT(k.schedule.stages, 0);
+  ASSERT_EQ(k.schedule.cluster_blocks, 1);
+  ASSERT_TRUE(k.schedule.claims_rows());
+  CompiledKernel c = compile_kernel(p.graph, k);
+  EXPECT_TRUE(c.persistent);
+  EXPECT_FALSE(c.cooperative);  // no block waits for another
+  EXPECT_EQ(c.workspace_bytes, 8u);
+  EXPECT_NE(c.ptx.find(".param .u64 .ptr .global .align 1 softmax_32k_bf16_k0_param_2"), std::string::npos);
+  EXPECT_NE(c.ptx.find("atom.global.add.u32"), std::string::npos);
+  // The count of finished blocks is taken between fences, then both counters are zeroed.
+  size_t fence = c.ptx.find("fence.acq_rel.gpu");
+  ASSERT_NE(fence, std::string::npos);
+  EXPECT_NE(c.ptx.find("st.relaxed.gpu.global.b32", fence), std::string::npos);
+  // Clusters keep taking rows grid-stride: their blocks must agree on the row.
+  FusionOptions o;
+  o.schedule.split = 0;
+  Plan q = plan_fusion(find_example("softmax_256k").build(), o);
+  ASSERT_GT(q.kernels[0].schedule.cluster_blocks, 1);
+  EXPECT_FALSE(q.kernels[0].schedule.claims_rows());
+  CompiledKernel d = compile_kernel(q.graph, q.kernels[0]);
+  EXPECT_EQ(d.workspace_bytes, 0u);
+  EXPECT_EQ(d.ptx.find("atom."), std::string::npos);
 }
 
 // 16-bit parts of 32 elements per thread are written from their stage: each task reads its part

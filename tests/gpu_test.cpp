@@ -158,9 +158,10 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 65536, 4, -1, -1, 1, 4);  // staged, split into 4 parts of 1024 × 16
   // bf16: 2 parts of 1024 × 32, each written from its stage with its exps recomputed
   check_special_rows(4, 65536, 4, -1, -1, 1, 2, DType::BF16);
-  check_special_rows(4, 65536, 4, -1, 0, 2, 1);      // staged, clusters of 2 × 1024 threads
-  check_special_rows(4, 65536, 4, 0, -1, 4, 1);      // registers only, clusters of 4 × 512 threads
-  check_special_rows(300, 4096, 100, -1, -1, 1, 1);  // one block of 8 warps per row
+  check_special_rows(4, 65536, 4, -1, 0, 2, 1);                // staged, clusters of 2 × 1024 threads
+  check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16);  // staged, one block per row
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1);                // registers only, clusters of 4 × 512 threads
+  check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
 }
 
 // More rows than the persistent grid has groups: each block (cluster) takes several rounds, so
@@ -204,23 +205,30 @@ TEST(GpuReduce, PersistentRounds) {
   testing::check_on_gpu(p, fresh_seed());
 }
 
-// A split kernel's pairs stay in its workspace between launches, stamped with the launch's
-// epoch: later launches on new inputs (and with stale pairs of the same rows present) must
-// each wait for their own.
-TEST(GpuReduce, SplitRowsAcrossLaunches) {
-  Graph g("split_launches");
-  output("y", softmax(input(g, "x", {300, 65536}, DType::BF16), -1));
-  Plan p = plan_fusion(g);
-  ASSERT_EQ(p.kernels[0].schedule.split_blocks, 2);
+// A kernel's workspace stays between launches. A split kernel's pairs are stamped with the
+// launch's epoch: later launches on new inputs (and with stale pairs of the same rows present)
+// must each wait for their own. A kernel that claims its rows from a counter must find it zeroed
+// again by the last block of the launch before (else a later launch writes nothing).
+TEST(GpuReduce, WorkspaceAcrossLaunches) {
+  Graph split("split_launches");
+  output("y", softmax(input(split, "x", {300, 65536}, DType::BF16), -1));
+  Graph claimed("claimed_launches");
+  output("y", softmax(input(claimed, "x", {700, 32768}, DType::BF16), -1));
+  Plan ps = plan_fusion(split), pc = plan_fusion(claimed);
+  ASSERT_EQ(ps.kernels[0].schedule.split_blocks, 2);
+  ASSERT_TRUE(pc.kernels[0].schedule.claims_rows());
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  Executable exe(p);
-  for (int launch = 0; launch < 3; ++launch) {
-    SCOPED_TRACE(launch);
-    uint64_t seed = fresh_seed();
-    TensorMap in = random_inputs(g, seed);
-    TensorMap out = exe.run(in);
-    EXPECT_EQ(count_unwritten(out.at("y")), 0);
-    EXPECT_LE(relative_error(out.at("y").to_doubles(), reference_run(g, in).at("y")), 1e-2) << seed;
+  for (const Plan* p : {&ps, &pc}) {
+    const Graph& g = p->graph;
+    Executable exe(*p);
+    for (int launch = 0; launch < 3; ++launch) {
+      SCOPED_TRACE(g.name() + " launch " + std::to_string(launch));
+      uint64_t seed = fresh_seed();
+      TensorMap in = random_inputs(g, seed);
+      TensorMap out = exe.run(in);
+      EXPECT_EQ(count_unwritten(out.at("y")), 0);
+      EXPECT_LE(relative_error(out.at("y").to_doubles(), reference_run(g, in).at("y")), 1e-2) << seed;
+    }
   }
 }
 

@@ -126,7 +126,8 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.cluster_blocks = static_cast<unsigned>(k.schedule.cluster_blocks);
   c.dynamic_shared_bytes = static_cast<unsigned>(k.schedule.dynamic_shared_bytes());
   c.persistent = k.schedule.stages > 0;
-  c.workspace_bytes = static_cast<uint64_t>(k.schedule.split_workspace_bytes());
+  c.workspace_bytes = static_cast<uint64_t>(k.schedule.workspace_bytes());
+  c.cooperative = k.schedule.split_blocks > 1;
   {
     llvm::LLVMContext ctx;
     auto module = lower_to_llvm(tile, ctx);

@@ -21,10 +21,13 @@ struct CompiledKernel {
   // Loops over its row tiles: launch only as many blocks (clusters) as the device holds at
   // once, at most `grid`.
   bool persistent = false;
-  // Split rows: global memory for each part's (max, sum) pair as two 8-byte words stamped with
-  // the launch's epoch, zeroed once and kept between launches; launch n (from 1) passes n. The
-  // grid must be co-resident (a cooperative launch), since blocks wait for each other's pairs.
+  // Global memory zeroed once and kept between launches, passed after the tensors with the
+  // launch's epoch (launch n, from 1, passes n): for split rows, each part's (max, sum) pair as
+  // two 8-byte words stamped with the epoch; for claimed rows, the row counter and the count of
+  // finished blocks, which the last block to finish zeroes again.
   uint64_t workspace_bytes = 0;
+  // The grid must be co-resident (a cooperative launch): split rows' blocks wait for each other.
+  bool cooperative = false;
   bool from_cache = false;
 };
 

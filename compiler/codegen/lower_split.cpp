@@ -164,13 +164,29 @@ void Lowering::lower_split() {
   const int m = sum.online_with, e = sum.args[0];
   const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
   // A task of 32 elements per thread (16-bit parts) is written from its stage, which is
-  // refilled only after that (stages − 2 parts ahead), with its exps recomputed from the row's
-  // max; one of 16 carries its exps in registers and rescales them, and its stage is refilled
-  // as soon as it is read (stages parts ahead).
+  // refilled only after that (stages − 2 parts ahead, less the reduce of one), with its exps
+  // recomputed from the row's max; one of 16 carries its exps in registers and rescales them,
+  // and its stage is refilled as soon as it is read (stages parts ahead).
   const bool recompute = s_.elems_per_thread() > 16;
   if (recompute && stages < 3)
     throw CodegenError(fmt::format("kernel {}: split rows of 32 elements per thread need 3 stages", p_.name));
   const std::vector<int> carried = carried_after(r, recompute);
+  if (warps & (warps - 1))
+    throw CodegenError(fmt::format("kernel {}: split rows need a power-of-two warp count", p_.name));
+  // Recompute mode: per stage, how many warps have read it in their write step (modulo warps).
+  llvm::GlobalVariable* readers = nullptr;
+  if (recompute) {
+    auto* ty = llvm::ArrayType::get(b_.getInt32Ty(), static_cast<uint64_t>(stages));
+    readers = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage,
+                                       llvm::UndefValue::get(ty), "stage_readers", nullptr,
+                                       llvm::GlobalValue::NotThreadLocal, 3);
+    readers->setAlignment(llvm::Align(4));
+    guarded(leader(), [&] {  // before init_stages' barrier
+      for (int k = 0; k < stages; ++k)
+        b_.CreateAlignedStore(b_.getInt32(0), b_.CreateConstInBoundsGEP2_32(ty, readers, 0, k),
+                              llvm::Align(4));
+    });
+  }
   init_stages();
   Value* block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
   Value* blocks = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
@@ -198,7 +214,27 @@ void Lowering::lower_split() {
     Value* s_warp;
     std::vector<Regs> regs;  // per carried value
   };
-  auto write_task = [&](const TaskState& st, Value* parity) {
+  // Recompute mode: once every warp has read the part of task `st` for its write step, the last
+  // of them refills the stage with the task `stages` iterations later — half an iteration
+  // sooner than the next block barrier would, so the copy has a whole iteration to arrive.
+  llvm::SyncScope::ID cta = ctx_.getOrInsertSyncScopeID("block");
+  auto release_stage = [&](const TaskState& st) {
+    intrinsic(llvm::Intrinsic::nvvm_bar_warp_sync, {b_.getInt32(0xffffffff)});  // the warp's reads
+    guarded(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] {
+      // (Fences around a relaxed add: LLVM 22 emits an acq_rel atomicrmw as a relaxed atom.)
+      b_.CreateFence(llvm::AtomicOrdering::Release, cta);
+      Value* before = b_.CreateAtomicRMW(
+          llvm::AtomicRMWInst::Add, b_.CreateInBoundsGEP(b_.getInt32Ty(), readers, st.stage), b_.getInt32(1),
+          llvm::Align(4), llvm::AtomicOrdering::Monotonic, cta);
+      Value* last = b_.CreateICmpEQ(b_.CreateAnd(before, b_.getInt32(warps - 1)), b_.getInt32(warps - 1));
+      Value* ahead = b_.CreateAdd(st.task, b_.CreateMul(blocks, b_.getInt32(stages)));
+      guarded(b_.CreateAnd(last, b_.CreateICmpULT(ahead, tasks)), [&] {
+        b_.CreateFence(llvm::AtomicOrdering::Acquire, cta);
+        fill_stage(st.stage, row_of(ahead), part_of(ahead));
+      });
+    });
+  };
+  auto write_task = [&](const TaskState& st, Value* parity, bool refill) {
     Value* row = row_of(st.task);
     rows_[0] = row;
     set_part(part_of(st.task));
@@ -207,6 +243,7 @@ void Lowering::lower_split() {
         merge_pairs(m, c, pairs.max_slots(parity), pairs.sum_slots(parity), static_cast<int>(P));
     if (recompute) {
       read_stage(st.stage);
+      if (refill) release_stage(st);
       values_[m] = {m_row};
       types_[r] = sum.type;
       values_[r] = {s_row};
@@ -287,14 +324,7 @@ void Lowering::lower_split() {
   pairs.finish(prev_row, fetch_prev, parity);
   // 2.
   block_barrier();
-  if (recompute) {  // the stage written in the last iteration: every thread has read it
-    Value* back2 = b_.CreateSub(task, b_.CreateMul(blocks, b_.getInt32(2)));
-    Value* ahead = b_.CreateAdd(back2, b_.CreateMul(blocks, b_.getInt32(stages)));
-    Value* stage2 = b_.CreateURem(b_.CreateAdd(it, b_.getInt32(stages - 2)), b_.getInt32(stages));
-    guarded(b_.CreateAnd(b_.CreateAnd(leader(), b_.CreateICmpUGE(it, b_.getInt32(2))),
-                         b_.CreateICmpULT(ahead, tasks)),
-            [&] { fill_stage(stage2, row_of(ahead), part_of(ahead)); });
-  } else {
+  if (!recompute) {
     Value* ahead = b_.CreateAdd(task, b_.CreateMul(blocks, b_.getInt32(stages)));
     guarded(b_.CreateAnd(leader(), b_.CreateICmpULT(ahead, tasks)),
             [&] { fill_stage(stage, row_of(ahead), part_of(ahead)); });
@@ -304,7 +334,7 @@ void Lowering::lower_split() {
       merge_pairs(m, c, slots_at_parity(wmax, parity, warps), slots_at_parity(wsum, parity, warps), warps);
   guarded(leader(), [&] { pairs.publish(task, m_part, s_part); });
   // 4.
-  guarded(has_prev, [&] { write_task(prev, parity); });
+  guarded(has_prev, [&] { write_task(prev, parity, true); });
 
   Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
   Value* task_next = b_.CreateAdd(task, blocks);
@@ -325,7 +355,7 @@ void Lowering::lower_split() {
   Value* last_parity = b_.CreateAnd(it_next, b_.getInt32(1));
   pairs.finish(pairs.start(row_of(cur.task), pairs.fetcher), pairs.fetcher, last_parity);
   block_barrier();
-  write_task(cur, last_parity);
+  write_task(cur, last_parity, false);
   b_.CreateBr(exit);
   b_.SetInsertPoint(exit);
 }

@@ -92,6 +92,7 @@ void Lowering::read_stage(Value* stage) {
 }
 
 void Lowering::lower_staged() {
+  if (s_.claims_rows()) return lower_claimed();
   const int stages = s_.stages;
   init_stages();
   auto cb = b_.getInt32(static_cast<uint32_t>(s_.col_blocks()));
@@ -135,6 +136,135 @@ void Lowering::lower_staged() {
   row->addIncoming(row_next, b_.GetInsertBlock());
   b_.CreateCondBr(b_.CreateICmpULT(row_next, rows), loop, done);
   b_.SetInsertPoint(done);
+}
+
+void Lowering::lower_claimed() {
+  const int stages = s_.stages;
+  init_stages();
+  llvm::SyncScope::ID device = ctx_.getOrInsertSyncScopeID("device");
+  Value* workspace = fn_->getArg(static_cast<unsigned>(p_.params.size()));
+  Value* next_row = workspace;
+  Value* finished = b_.CreateInBoundsGEP(b_.getInt32Ty(), workspace, b_.getInt32(1));
+  auto* rows_ty = llvm::ArrayType::get(b_.getInt32Ty(), static_cast<uint64_t>(stages));
+  auto* stage_row = new llvm::GlobalVariable(*m_, rows_ty, false, llvm::GlobalValue::InternalLinkage,
+                                             llvm::UndefValue::get(rows_ty), "stage_row", nullptr,
+                                             llvm::GlobalValue::NotThreadLocal, 3);
+  stage_row->setAlignment(llvm::Align(4));
+  auto row_slot = [&](Value* stage) { return b_.CreateInBoundsGEP(b_.getInt32Ty(), stage_row, stage); };
+  Value* rows = b_.getInt32(static_cast<uint32_t>(s_.rows));
+  Value* block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  Value* blocks = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  // The first `stages` rounds of rows are dealt grid-stride, as a static schedule would (so a
+  // grid with few rounds of rows gives every block its share); the counter hands out the rest.
+  Value* dealt = b_.CreateMul(blocks, b_.getInt32(static_cast<uint32_t>(stages)));
+  auto claim = [&]() {
+    return b_.CreateAdd(dealt, b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, next_row, b_.getInt32(1),
+                                                  llvm::Align(4), llvm::AtomicOrdering::Monotonic, device));
+  };
+  // Thread 0: stage `stage` gets the row of ticket `t`, or — once the tickets pass the last row —
+  // the end mark `rows` and an arrival without bytes, so that the block's wait on it completes.
+  auto assign = [&](Value* stage, Value* t) {
+    Value* real = b_.CreateICmpULT(t, rows);
+    b_.CreateAlignedStore(b_.CreateSelect(real, t, rows), row_slot(stage), llvm::Align(4));
+    llvm::BasicBlock* then = llvm::BasicBlock::Create(ctx_, "fill", fn_);
+    llvm::BasicBlock* other = llvm::BasicBlock::Create(ctx_, "end.mark", fn_);
+    llvm::BasicBlock* cont = llvm::BasicBlock::Create(ctx_, "assigned", fn_);
+    b_.CreateCondBr(real, then, other);
+    b_.SetInsertPoint(then);
+    fill_stage(stage, t, rank_);
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(other);
+    intrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta,
+              {stage_barrier(stage), b_.getInt32(1)});
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(cont);
+  };
+
+  // Thread 0 claims its first row from the counter ahead of need: the atomic's latency passes
+  // while the block reduces, and each refill then claims the row for the next.
+  llvm::BasicBlock* entry = b_.GetInsertBlock();
+  llvm::BasicBlock* lead = llvm::BasicBlock::Create(ctx_, "claim", fn_);
+  llvm::BasicBlock* pre = llvm::BasicBlock::Create(ctx_, "claimed", fn_);
+  b_.CreateCondBr(leader(), lead, pre);
+  b_.SetInsertPoint(lead);
+  for (int k = 0; k < stages; ++k)
+    assign(b_.getInt32(k), b_.CreateAdd(block, b_.CreateMul(blocks, b_.getInt32(k))));
+  Value* spare = claim();
+  llvm::BasicBlock* lead_end = b_.GetInsertBlock();
+  b_.CreateBr(pre);
+  b_.SetInsertPoint(pre);
+  llvm::PHINode* spare0 = b_.CreatePHI(b_.getInt32Ty(), 2, "spare");
+  spare0->addIncoming(spare, lead_end);
+  spare0->addIncoming(llvm::PoisonValue::get(b_.getInt32Ty()), entry);
+
+  auto* loop = llvm::BasicBlock::Create(ctx_, "row", fn_);
+  auto* body = llvm::BasicBlock::Create(ctx_, "row.body", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "rows.done", fn_);
+  b_.CreateBr(loop);
+  b_.SetInsertPoint(loop);
+  llvm::PHINode* it = b_.CreatePHI(b_.getInt32Ty(), 2, "it");
+  llvm::PHINode* ticket = b_.CreatePHI(b_.getInt32Ty(), 2, "ticket");
+  it->addIncoming(b_.getInt32(0), pre);
+  ticket->addIncoming(spare0, pre);
+  Value* stage = b_.CreateURem(it, b_.getInt32(stages), "stage");
+  Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
+  row_parity_ = b_.CreateAnd(it, b_.getInt32(1));
+  wait_stage(stage, phase);
+  // Written by thread 0 before its arrival on the stage, which the wait acquired.
+  Value* row = b_.CreateAlignedLoad(b_.getInt32Ty(), row_slot(stage), llvm::Align(4), "r");
+  b_.CreateCondBr(b_.CreateICmpULT(row, rows), body, done);
+  b_.SetInsertPoint(body);
+  rows_[0] = row;
+  read_stage(stage);
+  // Thread 0 refills the stage after the body's first block barrier, which follows every
+  // thread's reads of the stage and its row: one barrier per row, so a warp goes on from
+  // writing one row to reducing the next without waiting for the others.
+  Value* next = nullptr;
+  after_barrier_ = [&] {
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    llvm::BasicBlock* refill = llvm::BasicBlock::Create(ctx_, "refill", fn_);
+    llvm::BasicBlock* cont = llvm::BasicBlock::Create(ctx_, "refilled", fn_);
+    b_.CreateCondBr(leader(), refill, cont);
+    b_.SetInsertPoint(refill);
+    assign(stage, ticket);
+    // Past the last row no more tickets are needed: every later stage gets the end mark.
+    llvm::BasicBlock* assigned = b_.GetInsertBlock();
+    llvm::BasicBlock* again = llvm::BasicBlock::Create(ctx_, "claim.next", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(ticket, rows), again, cont);
+    b_.SetInsertPoint(again);
+    Value* more = claim();
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(cont);
+    llvm::PHINode* n = b_.CreatePHI(b_.getInt32Ty(), 3, "ticket.next");
+    n->addIncoming(more, again);
+    n->addIncoming(ticket, assigned);
+    n->addIncoming(ticket, from);
+    next = n;
+  };
+
+  lower_resident();
+  if (after_barrier_) block_barrier();  // a body without a block barrier (one warp per row)
+
+  it->addIncoming(b_.CreateAdd(it, b_.getInt32(1)), b_.GetInsertBlock());
+  ticket->addIncoming(next, b_.GetInsertBlock());
+  b_.CreateBr(loop);
+
+  // The last block to finish zeroes the counters for the next launch: every block's claims come
+  // before its release of `finished`, which the last block's increment acquires.
+  b_.SetInsertPoint(done);
+  guarded(leader(), [&] {
+    // (Fences around a relaxed increment: LLVM 22 emits an acq_rel atomicrmw as a relaxed atom.)
+    b_.CreateFence(llvm::AtomicOrdering::Release, device);
+    Value* before = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, finished, b_.getInt32(1), llvm::Align(4),
+                                       llvm::AtomicOrdering::Monotonic, device);
+    b_.CreateFence(llvm::AtomicOrdering::Acquire, device);
+    guarded(b_.CreateICmpEQ(b_.CreateAdd(before, b_.getInt32(1)), blocks), [&] {
+      for (Value* counter : {next_row, finished}) {
+        auto* st = b_.CreateAlignedStore(b_.getInt32(0), counter, llvm::Align(4));
+        st->setAtomic(llvm::AtomicOrdering::Monotonic, device);
+      }
+    });
+  });
 }
 
 }  // namespace tilefuse

@@ -14,7 +14,7 @@ namespace tilefuse {
 std::unique_ptr<llvm::Module> Lowering::run() {
   m_->setTargetTriple(llvm::Triple("nvptx64-nvidia-cuda"));
   std::vector<llvm::Type*> params(p_.params.size(), b_.getPtrTy(1));
-  if (s_.split_blocks > 1) {  // split rows: their workspace and the launch's epoch (CompiledKernel)
+  if (s_.workspace_bytes() > 0) {  // the kernel's workspace and the launch's epoch (CompiledKernel)
     params.push_back(b_.getPtrTy(1));
     params.push_back(b_.getInt32Ty());
   }
@@ -23,7 +23,10 @@ std::unique_ptr<llvm::Module> Lowering::run() {
   fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
   fn_->addFnAttr("nvvm.maxntid", std::to_string(s_.block_threads()));
   if (s_.min_blocks_per_sm > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(s_.min_blocks_per_sm));
-  if (s_.split_blocks > 1) fn_->getArg(static_cast<unsigned>(p_.params.size()))->setName("workspace");
+  if (s_.workspace_bytes() > 0) {
+    fn_->getArg(static_cast<unsigned>(p_.params.size()))->setName("workspace");
+    fn_->getArg(static_cast<unsigned>(p_.params.size()) + 1)->setName("epoch");
+  }
   for (size_t i = 0; i < p_.params.size(); ++i) {
     llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
     a->setName(fmt::format("arg{}", i));
@@ -277,8 +280,8 @@ Value* Lowering::block_allreduce(Op op, Value* acc, int r) {
   acc = warp_allreduce(op, acc, lanes);
   int warps = s_.threads_per_row / lanes;
   if (warps == 1) return acc;
-  auto* slots =
-      shared_slots(static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps, "reduce_slots");
+  Value* slots =
+      row_slots(static_cast<uint64_t>(s_.thread_rows) * s_.rows_per_thread * warps, "reduce_slots");
   Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
   Value* row_slot = b_.CreateAdd(b_.CreateMul(tr_, b_.getInt32(s_.rows_per_thread)), b_.getInt32(r));
   Value* base = b_.CreateMul(row_slot, b_.getInt32(warps));
@@ -299,14 +302,9 @@ Value* Lowering::block_allreduce(Op op, Value* acc, int r) {
 
 std::vector<Value*> Lowering::cluster_exchange(const std::vector<Value*>& mine) {
   const int n = s_.cluster_blocks;
-  const bool alternate = row_parity_ != nullptr;
   std::vector<Value*> slots;
-  for (size_t v = 0; v < mine.size(); ++v) {
-    Value* arr = shared_slots(static_cast<uint64_t>(alternate ? 2 * n : n), "cluster_slots");
-    if (alternate)
-      arr = b_.CreateInBoundsGEP(b_.getFloatTy(), arr, b_.CreateMul(row_parity_, b_.getInt32(n)));
-    slots.push_back(arr);
-  }
+  for (size_t v = 0; v < mine.size(); ++v)
+    slots.push_back(row_slots(static_cast<uint64_t>(n), "cluster_slots"));
   if (!cluster_joined_) {  // pairs with the arrive in the prologue
     intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     cluster_joined_ = true;
@@ -365,8 +363,8 @@ void Lowering::online_sum(const TileInst& r) {
   const int warps = s_.threads_per_row / 32;
   Value* lane = b_.CreateURem(tc_, b_.getInt32(32));
   if (warps > 1) {
-    auto* ms = shared_slots(static_cast<uint64_t>(warps), "warp_max");
-    auto* ss = shared_slots(static_cast<uint64_t>(warps), "warp_sum");
+    Value* ms = row_slots(static_cast<uint64_t>(warps), "warp_max");
+    Value* ss = row_slots(static_cast<uint64_t>(warps), "warp_sum");
     Value* warp = b_.CreateUDiv(tc_, b_.getInt32(32));
     guarded(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] {
       b_.CreateAlignedStore(m_row, b_.CreateInBoundsGEP(b_.getFloatTy(), ms, warp), llvm::Align(4));

@@ -11,10 +11,12 @@
 #include <llvm/IR/Module.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/support/error.h"
@@ -97,6 +99,15 @@ class Lowering {
 
   void block_barrier() {
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+    if (after_barrier_) std::exchange(after_barrier_, nullptr)();
+  }
+
+  // Shared slots for one value per warp (or cluster rank) per row: in a persistent loop two
+  // sets alternate by row, so that a row's writes need no barrier after the last row's reads
+  // (a row's reads end before the next row's barrier, which precedes the row after's writes).
+  Value* row_slots(uint64_t n, const char* name) {
+    if (!row_parity_) return shared_slots(n, name);
+    return slots_at_parity(shared_slots(2 * n, name), row_parity_, static_cast<uint32_t>(n));
   }
 
   // Combines the row's threads: butterfly shuffles within a warp, then — for rows wider than a
@@ -167,6 +178,11 @@ class Lowering {
   // row `stages` ahead; the row is then reduced and written from registers while that copy is
   // in flight.
   void lower_staged();
+  // The same pipeline with rows claimed from a counter in the workspace (claims_rows()): after
+  // the first `stages` rows, dealt grid-stride, thread 0 claims a row for each stage it refills
+  // and records it beside the stage (an end mark once the rows run out), so a block takes rows
+  // as fast as it finishes them; one block barrier per row.
+  void lower_claimed();
 
   // ---- split rows: a row's parts are tasks of the persistent grid (lower_split.cpp) ----
 
@@ -194,13 +210,13 @@ class Lowering {
   //      warp's (max, sum of exps) pair into shared slots; warp 0 then checks that every pair
   //      it loaded is this launch's (reloading any that is not yet) and puts them in shared
   //      slots too;
-  //   2. meets at one block barrier; thread 0 refills a stage: this task's (16 elements per
-  //      thread) or the one written in the last iteration (32);
+  //   2. meets at one block barrier; with 16 elements per thread, thread 0 refills this task's
+  //      stage;
   //   3. merges the warps' pairs into the part's pair, which thread 0 publishes;
   //   4. writes the previous task: its row's pairs merged into (M, S); with 16 elements per
   //      thread its warps' exps, kept in registers, rescaled by exp(c(m_w) − c(M)); with 32,
-  //      the part read again from its stage and its exps recomputed with M; the rest of the
-  //      body computed from them and stored.
+  //      the part read again from its stage (the last warp to read it refills it) and its exps
+  //      recomputed with M; the rest of the body computed from them and stored.
   // A block thus never waits for its peers on the task it has just reduced: a row's parts are
   // published an iteration before anyone needs them. The last task is written after the loop.
   void lower_split();
@@ -293,10 +309,13 @@ class Lowering {
   llvm::IRBuilder<> b_;
   std::unique_ptr<llvm::Module> m_;
   llvm::Function* fn_ = nullptr;
-  Value* tc_ = nullptr;                // thread's position along the row
-  Value* tr_ = nullptr;                // thread's row within the block
-  Value* rank_ = nullptr;              // block's column block: its rank in a row's cluster
-  bool cluster_joined_ = false;        // the cluster's start barrier has been waited on
+  Value* tc_ = nullptr;          // thread's position along the row
+  Value* tr_ = nullptr;          // thread's row within the block
+  Value* rank_ = nullptr;        // block's column block: its rank in a row's cluster
+  bool cluster_joined_ = false;  // the cluster's start barrier has been waited on
+  // Emitted once right after the next block barrier (a persistent loop's stage refill, which
+  // must follow every thread's reads of the stage).
+  std::function<void()> after_barrier_;
   Value* row_parity_ = nullptr;        // persistent kernels: the parity of the block's row count
   std::vector<Value*> cols_, col_ok_;  // per chunk
   std::vector<Value*> rows_, row_ok_;  // per row of the thread

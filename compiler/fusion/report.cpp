@@ -92,7 +92,7 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                     "each of the row's {} parts stays in the registers of the block that takes it, "
                     "which publishes its (max, sum) pair in global memory ({} B in all): inputs "
                     "read once",
-                    k.schedule.split_blocks, bytes_str(k.schedule.split_workspace_bytes()))
+                    k.schedule.split_blocks, bytes_str(k.schedule.workspace_bytes()))
           : k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
           : k.passes == 1             ? "one pass: inputs read once"
           : k.cost.reread_bytes

@@ -24,7 +24,10 @@ namespace tilefuse {
 // A staged schedule (stages > 0) is persistent: the grid holds as many blocks (clusters) as fit
 // on the device at once, each walks rows grid-stride, and its part of the rows ahead arrives in
 // shared memory by bulk copies, `stages` rows deep, while it reduces and writes the current one
-// from registers — so no SM waits for a row between rows.
+// from registers — so no SM waits for a row between rows. Blocks of one (claims_rows()) take
+// their rows from a counter in global memory, one at a time, so an SM that runs slower than its
+// peers takes fewer rows and all finish within a row of each other; clusters take rows
+// grid-stride (their blocks must agree on the row).
 // A split schedule (split_blocks > 1) is staged too, but a row's parts are tasks for any blocks
 // of the persistent grid rather than for one cluster: each block reduces its part to a (max,
 // sum) pair, publishes it in global memory, and writes the part one task later, once every part
@@ -54,8 +57,12 @@ struct TileSchedule {
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const { return row_blocks() * col_blocks(); }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
-  // Split rows: global memory for each part's (max, sum) pair, two 8-byte words (codegen).
-  int64_t split_workspace_bytes() const { return split_blocks > 1 ? rows * split_blocks * 16 : 0; }
+  bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1; }
+  // Global memory the kernel keeps between launches (codegen): split rows, each part's (max,
+  // sum) pair as two 8-byte words; claimed rows, the row counter and the count of finished blocks.
+  int64_t workspace_bytes() const {
+    return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
+  }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
