@@ -28,13 +28,14 @@ struct DeviceProfile {
   int64_t max_shared_bytes_per_block = 232448;
   int64_t shared_bytes_per_sm = 233472;
   // A persistent row kernel's serial work per row beyond its bytes (copy to registers, the
-  // dependent reduction chain, barriers), and a cluster exchange's round trip: fitted to the
-  // staged softmax rows on the H200 (bench/NOTES.md, v7).
-  double row_step_s = 0.6e-6;
-  double cluster_exchange_s = 0.5e-6;
-  // A split row's task (a 16-element-per-thread part) beyond its bytes: its share of the merge
-  // and the pair exchange (fitted to 2048×262144 softmax on the H200, bench/NOTES.md v8).
-  double split_step_s = 0.35e-6;
+  // dependent reduction chain, its block barrier) for rows one block holds, and what a cluster's
+  // rows add (a second barrier, the exchange's round trip): fitted to the staged softmax rows on
+  // the H200 (bench/NOTES.md v9 and v7).
+  double row_step_s = 0.25e-6;
+  double cluster_exchange_s = 0.85e-6;
+  // A split row's task beyond its bytes: its share of the merge and the pair exchange (fitted
+  // to 2048×262144 softmax on the H200, bench/NOTES.md v9).
+  double split_step_s = 0.27e-6;
   bool bulk_copies = true;
 
   static DeviceProfile h200() { return {}; }
