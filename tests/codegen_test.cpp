@@ -22,8 +22,18 @@ int count(const std::string& s, const std::string& re) {
 
 TEST(Codegen, EveryExampleAssemblesWithPtxas) {
   if (find_ptxas().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
-  for (const Example& e : examples()) {
-    Plan p = plan_fusion(e.build());
+  std::vector<Graph> graphs;
+  for (const Example& e : examples()) graphs.push_back(e.build());
+  // Layernorm of rows longer than the examples' (clusters of blocks of 1024 threads with their
+  // 64 registers each).
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Graph g(std::string("layernorm_32k_") + dtype_name(dt));
+    output("y",
+           layernorm(input(g, "x", {64, 32768}, dt), input(g, "w", {32768}, dt), input(g, "b", {32768}, dt)));
+    graphs.push_back(std::move(g));
+  }
+  for (const Graph& g : graphs) {
+    Plan p = plan_fusion(g);
     for (const Kernel& k : p.kernels) {
       CompiledKernel c = compile_kernel(p.graph, k);
       auto m = run_ptxas(c.ptx, k.name);

@@ -238,9 +238,17 @@ TEST(FusionReduce, LongRowsAreSplitIntoPartsAndReadOnce) {
   // A row that one block holds is not split; nor is a row whose reductions are not a max and
   // its online sum (RMSNorm: a cluster), nor one whose parts are not whole (an odd length).
   EXPECT_EQ(plan_fusion(find_example("softmax_32k").build()).kernels[0].schedule.split_blocks, 1);
-  Plan rms = plan_fusion(find_example("rmsnorm_32k").build());
+  Graph long_rms("long_rms");
+  dsl::output("y", dsl::rmsnorm(dsl::input(long_rms, "x", {64, 65536}), dsl::input(long_rms, "w", {65536})));
+  Plan rms = plan_fusion(long_rms);
   EXPECT_EQ(rms.kernels[0].schedule.split_blocks, 1);
   EXPECT_EQ(rms.kernels[0].schedule.cluster_blocks, 2);
+  // RMSNorm's w is shared by every row and loaded after the reduction: a row of 32768 holds 32
+  // elements per thread in one block, like softmax's.
+  const TileSchedule& rms32k = plan_fusion(find_example("rmsnorm_32k_bf16").build()).kernels[0].schedule;
+  EXPECT_EQ(rms32k.cluster_blocks, 1);
+  EXPECT_EQ(rms32k.elems_per_thread(), 32);
+  EXPECT_TRUE(rms32k.claims_rows());
   Graph g("odd");
   dsl::output("y", dsl::softmax(dsl::input(g, "x", {3, 40000}), -1));
   EXPECT_EQ(plan_fusion(g).kernels[0].schedule.split_blocks, 1);

@@ -194,7 +194,7 @@ TEST(GpuReduce, PersistentRounds) {
     EXPECT_EQ(p.kernels[0].schedule.split_blocks, c.parts);
     testing::check_on_gpu(p, fresh_seed());
   }
-  // Layernorm stages x only (w and b are shared by every row): 16 elements per thread.
+  // Layernorm stages x only (w and b are shared by every row, loaded after the reductions).
   Graph g("rounds_ln");
   Tensor x = input(g, "x", {700, 32768}, DType::BF16);
   output("y", layernorm(x, input(g, "w", {32768}, DType::BF16), input(g, "b", {32768}, DType::BF16)));

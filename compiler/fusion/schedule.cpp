@@ -249,7 +249,13 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   if (per_row > 512 && splittable && s.cols > one_block &&
       split_rows(s, views, dtypes, num_inputs, hints, device))
     return s;
-  if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, max_elems, max_cluster, hints, device))
+  // A staged row's tensor shared by every row (RMSNorm's w) is loaded after its reductions, one
+  // vector at a time, so it holds no registers through them: x and y with one such tensor fit
+  // 32 elements per thread in 64 registers. (Layernorm's x − mean, w and b spill in f32.)
+  int per_row_tensors = 0;
+  for (const Shape& v : views) per_row_tensors += v.back() != 1 && view_spans_rows(v);
+  const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
+  if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device))
     return s;
   if (per_row > 512 && max_cluster > 1) {
     // A row that wants more than half an SM's threads: blocks of 512 threads holding 32 elements
