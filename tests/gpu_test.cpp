@@ -177,7 +177,7 @@ TEST(GpuReduce, PersistentRounds) {
     int split;                   // hint
     int stages, cluster, parts;  // expected
   };
-  for (Case c : {Case{600, 32768, DType::F32, -1, 1, 1, 1}, Case{1000, 32768, DType::BF16, -1, 3, 1, 1},
+  for (Case c : {Case{600, 32768, DType::F32, -1, 1, 1, 1}, Case{1000, 32768, DType::BF16, -1, 2, 1, 1},
                  Case{300, 131072, DType::F32, -1, 3, 1, 8}, Case{333, 65536, DType::F16, -1, 3, 1, 2},
                  Case{300, 131072, DType::F32, 0, 1, 4, 1}, Case{333, 65536, DType::F16, 0, 3, 2, 1}}) {
     SCOPED_TRACE(std::to_string(c.rows) + "×" + std::to_string(c.cols) + " " + dtype_name(c.dt) + " split " +

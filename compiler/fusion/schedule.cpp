@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace tilefuse {
 
@@ -186,6 +187,14 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(balanced);
   s.cluster_blocks = static_cast<int>(blocks);
+  if (s.claims_rows() && hints.stages < 0) {
+    // Claimed rows: one stage being read plus as few as cover the memory latency. Every stage
+    // is filled at once when the kernel starts, so more stages only delay the first row's
+    // bytes (bf16 4096×32768: two stages of 64 KiB 1.3% faster than three; bench/NOTES.md v9).
+    const double needed = device.hbm_bytes_per_s * device.memory_latency_s / device.sm_count;
+    const int cover = static_cast<int>(std::ceil(needed / static_cast<double>(s.stage_bytes)));
+    s.stages = std::min(s.stages, 1 + cover);
+  }
   return true;
 }
 
