@@ -5,7 +5,8 @@
 # NCU (example lists; NCU may be empty) narrow a run to what changed. VARIANTS ("name options;
 # ...") times schedules other than the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's
 # occupancy and stall sections, SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and
-# synccheck over the small persistent, cluster and split row tests.
+# synccheck over the small persistent, cluster, split and claimed row tests and their workspaces
+# across launches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
@@ -70,7 +71,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
   for tool in memcheck racecheck synccheck; do
     echo "-- $tool"
     timeout 240 compute-sanitizer --tool "$tool" $B/tilefuse_tests --gtest_brief=1 \
-      --gtest_filter='GpuReduce.WarpAndClusterSpecialRows' 2>&1 | tail -6
+      --gtest_filter='GpuReduce.WarpAndClusterSpecialRows:GpuReduce.WorkspaceAcrossLaunches' 2>&1 | tail -6
   done | tee "$OUT/sanitizer.txt"
 fi
 

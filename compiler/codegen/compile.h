@@ -24,7 +24,8 @@ struct CompiledKernel {
   // Global memory zeroed once and kept between launches, passed after the tensors with the
   // launch's epoch (launch n, from 1, passes n): for split rows, each part's (max, sum) pair as
   // two 8-byte words stamped with the epoch; for claimed rows, the row counter and the count of
-  // finished blocks, which the last block to finish zeroes again.
+  // finished blocks, which the last block to finish zeroes again. So launches of one kernel
+  // must not overlap (the runtime issues them on one stream).
   uint64_t workspace_bytes = 0;
   // The grid must be co-resident (a cooperative launch): split rows' blocks wait for each other.
   bool cooperative = false;
