@@ -31,6 +31,7 @@ expect bad-kernel 2 "has no kernel 'k9'; its kernels: bias_gelu_k0" -- "$tf" ptx
 expect two-names 2 "takes one example name" -- "$tf" graph bias_gelu bias_gelu_bf16
 expect bad-cluster 1 "cluster blocks 17 must be from 1 to 16" -- "$tf" plan softmax_256k --max-cluster 17
 expect split-plan 0 "rows split into 16 parts that meet in global memory, 1 blocks per SM, persistent: 3 parts ahead" -- "$tf" plan softmax_256k
+expect claimed-plan 0 "persistent: 2 rows ahead in shared memory by bulk copies \(64 KiB per stage\), rows after the first 2 rounds claimed from a counter" -- "$tf" plan softmax_32k_bf16
 expect cluster-plan 0 "clusters of 8 blocks per row, 1 blocks per SM, persistent: 1 row ahead in shared memory" -- "$tf" plan softmax_256k --split 0
 expect bad-split 1 "split 2 must be 0 or 1" -- "$tf" plan softmax_256k --split 2
 expect register-cluster-plan 0 "clusters of 16 blocks per row, 2 blocks per SM, 4-wide" -- "$tf" plan softmax_256k --stages 0

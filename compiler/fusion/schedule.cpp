@@ -27,6 +27,7 @@ std::string TileSchedule::describe() const {
     loop +=
         fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
                     split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
+  if (claims_rows()) loop += fmt::format(", rows after the first {} rounds claimed from a counter", stages);
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
