@@ -32,6 +32,10 @@ TEST(Codegen, EveryExampleAssemblesWithPtxas) {
            layernorm(input(g, "x", {64, 32768}, dt), input(g, "w", {32768}, dt), input(g, "b", {32768}, dt)));
     graphs.push_back(std::move(g));
   }
+  // RMSNorm of a row that a cluster of two blocks holds, 32 elements per thread.
+  Graph rms("rmsnorm_64k");
+  output("y", rmsnorm(input(rms, "x", {64, 65536}), input(rms, "w", {65536})));
+  graphs.push_back(std::move(rms));
   for (const Graph& g : graphs) {
     Plan p = plan_fusion(g);
     for (const Kernel& k : p.kernels) {

@@ -262,6 +262,25 @@ TEST(GpuReduce, NormsAndReductions) {
   }
 }
 
+// RMSNorm rows of 32 elements per thread (w loaded after the reduction): one block per row,
+// claimed from the counter, and a cluster of two blocks per row.
+TEST(GpuReduce, RmsnormRowsOfThirtyTwoPerThread) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t cols : {32768, 65536}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(cols));
+      Graph g("rms32");
+      Tensor x = input(g, "x", {300, cols}, dt);
+      output("y", rmsnorm(x, input(g, "w", {cols}, dt)));
+      Plan p = plan_fusion(g);
+      ASSERT_EQ(p.kernels.size(), 1u);
+      const TileSchedule& s = p.kernels[0].schedule;
+      EXPECT_EQ(s.elems_per_thread(), 32);
+      EXPECT_EQ(s.cluster_blocks,
+                static_cast<int>(cols * dtype_size(dt) / (dt == DType::F32 ? 131072 : 65536)));
+      if (testing::gpu_available()) testing::check_on_gpu(p, fresh_seed());
+    }
+}
+
 // A plan whose single kernel comes from merging two kernels that both read x afterwards
 // (FusionReduce.KernelsSharingAnInputAreMergedAfterwards).
 TEST(GpuReduce, MergedRmsnorm) {
