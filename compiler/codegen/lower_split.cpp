@@ -221,11 +221,7 @@ void Lowering::lower_split() {
   auto release_stage = [&](const TaskState& st) {
     intrinsic(llvm::Intrinsic::nvvm_bar_warp_sync, {b_.getInt32(0xffffffff)});  // the warp's reads
     guarded(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] {
-      // (Fences around a relaxed add: LLVM 22 emits an acq_rel atomicrmw as a relaxed atom.)
-      b_.CreateFence(llvm::AtomicOrdering::Release, cta);
-      Value* before = b_.CreateAtomicRMW(
-          llvm::AtomicRMWInst::Add, b_.CreateInBoundsGEP(b_.getInt32Ty(), readers, st.stage), b_.getInt32(1),
-          llvm::Align(4), llvm::AtomicOrdering::Monotonic, cta);
+      Value* before = release_increment(b_.CreateInBoundsGEP(b_.getInt32Ty(), readers, st.stage), cta);
       Value* last = b_.CreateICmpEQ(b_.CreateAnd(before, b_.getInt32(warps - 1)), b_.getInt32(warps - 1));
       Value* ahead = b_.CreateAdd(st.task, b_.CreateMul(blocks, b_.getInt32(stages)));
       guarded(b_.CreateAnd(last, b_.CreateICmpULT(ahead, tasks)), [&] {
@@ -290,8 +286,8 @@ void Lowering::lower_split() {
     prev.regs.push_back(regs);
   }
 
-  Value* stage = b_.CreateURem(it, b_.getInt32(stages), "stage");
-  Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
+  Value* stage = stage_of(it);
+  Value* phase = phase_of(it);
   Value* parity = b_.CreateAnd(it, b_.getInt32(1), "parity");
   Value* has_prev = b_.CreateICmpNE(it, b_.getInt32(0));
   Value* fetch_prev = b_.CreateAnd(has_prev, pairs.fetcher);

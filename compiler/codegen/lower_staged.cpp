@@ -92,7 +92,6 @@ void Lowering::read_stage(Value* stage) {
 }
 
 void Lowering::lower_staged() {
-  if (s_.claims_rows()) return lower_claimed();
   const int stages = s_.stages;
   init_stages();
   auto cb = b_.getInt32(static_cast<uint32_t>(s_.col_blocks()));
@@ -119,8 +118,8 @@ void Lowering::lower_staged() {
   llvm::PHINode* row = b_.CreatePHI(b_.getInt32Ty(), 2, "r");
   it->addIncoming(b_.getInt32(0), pre);
   row->addIncoming(group, pre);
-  Value* stage = b_.CreateURem(it, b_.getInt32(stages), "stage");
-  Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
+  Value* stage = stage_of(it);
+  Value* phase = phase_of(it);
   row_parity_ = b_.CreateAnd(it, b_.getInt32(1));
   rows_[0] = row;
   load_stage(stage, phase);
@@ -206,8 +205,8 @@ void Lowering::lower_claimed() {
   llvm::PHINode* ticket = b_.CreatePHI(b_.getInt32Ty(), 2, "ticket");
   it->addIncoming(b_.getInt32(0), pre);
   ticket->addIncoming(spare0, pre);
-  Value* stage = b_.CreateURem(it, b_.getInt32(stages), "stage");
-  Value* phase = b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(stages)), b_.getInt32(1), "phase");
+  Value* stage = stage_of(it);
+  Value* phase = phase_of(it);
   row_parity_ = b_.CreateAnd(it, b_.getInt32(1));
   wait_stage(stage, phase);
   // Written by thread 0 before its arrival on the stage, which the wait acquired.
@@ -253,12 +252,9 @@ void Lowering::lower_claimed() {
   // before its release of `finished`, which the last block's increment acquires.
   b_.SetInsertPoint(done);
   guarded(leader(), [&] {
-    // (Fences around a relaxed increment: LLVM 22 emits an acq_rel atomicrmw as a relaxed atom.)
-    b_.CreateFence(llvm::AtomicOrdering::Release, device);
-    Value* before = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, finished, b_.getInt32(1), llvm::Align(4),
-                                       llvm::AtomicOrdering::Monotonic, device);
-    b_.CreateFence(llvm::AtomicOrdering::Acquire, device);
+    Value* before = release_increment(finished, device);
     guarded(b_.CreateICmpEQ(b_.CreateAdd(before, b_.getInt32(1)), blocks), [&] {
+      b_.CreateFence(llvm::AtomicOrdering::Acquire, device);
       for (Value* counter : {next_row, finished}) {
         auto* st = b_.CreateAlignedStore(b_.getInt32(0), counter, llvm::Align(4));
         st->setAtomic(llvm::AtomicOrdering::Monotonic, device);

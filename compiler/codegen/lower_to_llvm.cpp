@@ -46,6 +46,8 @@ std::unique_ptr<llvm::Module> Lowering::run() {
     lower_looped();
   else if (s_.split_blocks > 1)
     lower_split();
+  else if (s_.claims_rows())
+    lower_claimed();
   else if (s_.stages > 0)
     lower_staged();
   else

@@ -157,6 +157,21 @@ class Lowering {
   Value* leader() { return b_.CreateICmpEQ(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), b_.getInt32(0)); }
   Value* stage_barrier(Value* stage) { return b_.CreateInBoundsGEP(b_.getInt64Ty(), stage_full_, stage); }
   Value* stage_at(Value* stage, int param);
+  // Iteration `it` of a persistent loop uses stage it % stages, whose mbarrier then completes
+  // phase (it / stages) mod 2.
+  Value* stage_of(Value* it) { return b_.CreateURem(it, b_.getInt32(s_.stages), "stage"); }
+  Value* phase_of(Value* it) {
+    return b_.CreateAnd(b_.CreateUDiv(it, b_.getInt32(s_.stages)), b_.getInt32(1), "phase");
+  }
+
+  // Thread's release of its earlier accesses and a relaxed increment of the u32 at `at` (an
+  // acquirer adds its own fence); returns the value before. (LLVM 22 emits an acq_rel
+  // atomicrmw as a relaxed atom, so the fences are explicit.)
+  Value* release_increment(Value* at, llvm::SyncScope::ID scope) {
+    b_.CreateFence(llvm::AtomicOrdering::Release, scope);
+    return b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, at, b_.getInt32(1), llvm::Align(4),
+                              llvm::AtomicOrdering::Monotonic, scope);
+  }
 
   // Thread 0: the block's part `part` (its column block) of `row` into `stage`, by one bulk copy
   // per staged tensor, completing on the stage's mbarrier.
@@ -171,12 +186,12 @@ class Lowering {
   void wait_stage(Value* stage, Value* phase);
   void read_stage(Value* stage);
 
-  // The grid holds as many row groups (blocks, or clusters of a row's blocks) as fit at once;
-  // group g reduces rows g, g + groups, … Thread 0 keeps `stages` rows ahead in flight. Every
-  // thread waits on the stage's mbarrier (its phase flips once per use), copies the part into
-  // registers, and after a block barrier (all have read it) thread 0 refills the stage with the
-  // row `stages` ahead; the row is then reduced and written from registers while that copy is
-  // in flight.
+  // Rows of a cluster's blocks (rows of one block are claimed: lower_claimed). The grid holds
+  // as many row groups (clusters) as fit at once; group g reduces rows g, g + groups, … Thread 0 keeps
+  // `stages` rows ahead in flight. Every thread waits on the stage's mbarrier (its phase flips once per use),
+  // copies the part into registers, and after a block barrier (all have read it) thread 0 refills the stage
+  // with the row `stages` ahead; the row is then reduced and written from registers while that copy is in
+  // flight.
   void lower_staged();
   // The same pipeline with rows claimed from a counter in the workspace (claims_rows()): after
   // the first `stages` rows, dealt grid-stride, thread 0 claims a row for each stage it refills
