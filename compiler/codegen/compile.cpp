@@ -10,7 +10,12 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -42,18 +47,17 @@ static uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// LLVM's TargetMachine is not safe to share between threads that emit code at once, so each
+// thread keeps its own, one per target; LLVM's target registry is initialized once.
 static llvm::TargetMachine& target_machine(const CodegenOptions& opt) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<llvm::TargetMachine>> machines;
-  std::lock_guard<std::mutex> lock(mu);
-  static bool initialized = [] {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
     LLVMInitializeNVPTXTargetInfo();
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
-    return true;
-  }();
-  (void)initialized;
+  });
+  thread_local std::map<std::string, std::unique_ptr<llvm::TargetMachine>> machines;
   auto& tm = machines[opt.sm + opt.ptx_features];
   if (!tm) {
     llvm::Triple triple("nvptx64-nvidia-cuda");
@@ -149,29 +153,78 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
 std::string find_ptxas() {
   if (const char* env = std::getenv("TILEFUSE_PTXAS")) return env;
   if (std::filesystem::exists("/usr/local/cuda/bin/ptxas")) return "/usr/local/cuda/bin/ptxas";
-  if (std::system("command -v ptxas >/dev/null 2>&1") == 0) return "ptxas";
-  return "";
+  static const bool on_path = std::system("command -v ptxas >/dev/null 2>&1") == 0;
+  return on_path ? "ptxas" : "";
 }
+
+namespace {
+
+// A file of its own for one ptxas run (concurrent runs, threads or processes, never share
+// one), removed when it goes out of scope.
+class PtxFile {
+ public:
+  PtxFile(const std::string& ptx, const std::string& kernel) {
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+    if (ec || !std::filesystem::is_directory(dir, ec))
+      throw CodegenError(fmt::format(
+          "kernel {}: no directory for ptxas's input: the temporary directory{} {}; set TMPDIR to a "
+          "writable directory",
+          kernel, std::getenv("TMPDIR") ? fmt::format(" (TMPDIR={})", std::getenv("TMPDIR")) : "",
+          ec ? ec.message() : "is not a directory"));
+    std::string pattern = (dir / "tilefuse_XXXXXX.ptx").string();
+    std::vector<char> name(pattern.begin(), pattern.end());
+    name.push_back(0);
+    int fd = mkstemps(name.data(), 4);
+    if (fd < 0)
+      throw CodegenError(fmt::format("kernel {}: cannot create a file in {} for ptxas: {}", kernel,
+                                     dir.string(), std::strerror(errno)));
+    path_ = name.data();
+    size_t done = 0;
+    while (done < ptx.size()) {
+      ssize_t n = ::write(fd, ptx.data() + done, ptx.size() - done);
+      if (n <= 0) {
+        std::string why = std::strerror(errno);
+        ::close(fd);
+        throw CodegenError(fmt::format("kernel {}: cannot write {} for ptxas: {}", kernel, path_, why));
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (::close(fd) != 0)
+      throw CodegenError(fmt::format("kernel {}: cannot write {} for ptxas: {}", kernel, path_, std::strerror(errno)));
+  }
+  ~PtxFile() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  PtxFile(const PtxFile&) = delete;
+  PtxFile& operator=(const PtxFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
 
 std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::string& kernel,
                                         const CodegenOptions& opt) {
   std::string ptxas = find_ptxas();
   if (ptxas.empty()) return std::nullopt;
-  auto dir = std::filesystem::temp_directory_path();
-  std::string path = (dir / fmt::format("tilefuse_{}_{}.ptx", kernel, fnv1a(ptx))).string();
-  {
-    std::ofstream f(path);
-    f << ptx;
-  }
-  std::string cmd = fmt::format("'{}' -arch={} -v '{}' -o /dev/null 2>&1", ptxas, opt.sm, path);
+  if (ptxas.find('/') != std::string::npos && ::access(ptxas.c_str(), X_OK) != 0)
+    throw CodegenError(fmt::format("cannot run ptxas at {}{}: {}", ptxas,
+                                   std::getenv("TILEFUSE_PTXAS") ? " (TILEFUSE_PTXAS)" : "", std::strerror(errno)));
+  PtxFile file(ptx, kernel);
+  std::string cmd = fmt::format("'{}' -arch={} -v '{}' -o /dev/null 2>&1", ptxas, opt.sm, file.path());
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) throw CodegenError(fmt::format("cannot run {}", cmd));
+  if (!pipe) throw CodegenError(fmt::format("cannot run {}: {}", cmd, std::strerror(errno)));
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   int status = pclose(pipe);
-  std::filesystem::remove(path);
-  if (status != 0) throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127)
+    throw CodegenError(fmt::format("cannot run ptxas ({}):\n{}", cmd, out));
+  if (WEXITSTATUS(status) != 0)
+    throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
   MeasuredKernel m;
   m.source = "ptxas";
   std::smatch match;

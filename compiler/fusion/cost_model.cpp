@@ -70,8 +70,8 @@ Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split) {
   return s;
 }
 
-// The row domain of a set holding reductions: every reduction must reduce the same axes of the
-// same shape (plan_fusion has checked that reductions run over trailing axes).
+// The row domain of a set holding reductions: every reduction must reduce the same shape from the
+// same first axis (plan_fusion has checked that every axis after it is reduced or of size 1).
 static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* domain, int* split,
                        std::string* why) {
   const Node* first = nullptr;
@@ -83,7 +83,7 @@ static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* 
       first = &r;
       *domain = in;
       *split = r.axes.front();
-    } else if (in != *domain || r.axes != first->axes) {
+    } else if (in != *domain || r.axes.front() != first->axes.front()) {  // the rest is trailing
       *why = fmt::format("%{} and %{} reduce different rows ({} over [{}], {} over [{}])", first->id, n,
                          shape_str(*domain), fmt::join(first->axes, ", "), shape_str(in),
                          fmt::join(r.axes, ", "));

@@ -417,8 +417,12 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   verify(g);
   for (const Node& n : g.nodes()) {
     if (op_info(n.op).kind != OpKind::Reduce) continue;
-    int rank = static_cast<int>(g.node(n.operands[0]).shape.size());
-    if (n.axes.back() != rank - 1 || n.axes.back() - n.axes.front() + 1 != static_cast<int>(n.axes.size()))
+    // Trailing: every axis from the first reduced one on is reduced or of size 1.
+    const Shape& in = g.node(n.operands[0]).shape;
+    bool trailing = true;
+    for (int d = n.axes.front(); d < static_cast<int>(in.size()); ++d)
+      trailing &= in[d] == 1 || std::count(n.axes.begin(), n.axes.end(), d) > 0;
+    if (!trailing)
       throw UnsupportedError(fmt::format(
           "graph '{}': %{} {} reduces axes [{}] of {}{}: tilefuse reduces the trailing axes of a tensor "
           "(its rows); lay the data out so the reduced axes come last",

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/support/error.h"
+
 namespace tilefuse {
 
 std::string TileSchedule::describe() const {
@@ -70,9 +72,12 @@ static void collapse_range(const Shape& domain, const std::vector<Shape>& operan
 }
 
 // Pointwise: the whole domain collapses freely. Row reduction: the row dims collapse among
-// themselves and the reduced dims must become one column dim.
-static std::vector<Shape> collapse_shapes(const Shape& domain, int split, const std::vector<Shape>& operands,
-                                          Shape* collapsed, std::string* why) {
+// themselves and the reduced dims must become one column dim. Returns nullopt (with the reason)
+// when they cannot: an operand broadcast along some reduced axes but not others (a group-norm
+// weight [G, 1] under a reduction over [G, K]) has no one contiguous row.
+static std::optional<std::vector<Shape>> collapse_shapes(const Shape& domain, int split,
+                                                         const std::vector<Shape>& operands, Shape* collapsed,
+                                                         std::string* why) {
   std::vector<Shape> views(operands.size());
   collapsed->clear();
   size_t end = split < 0 ? domain.size() : static_cast<size_t>(split);
@@ -82,8 +87,10 @@ static std::vector<Shape> collapse_shapes(const Shape& domain, int split, const 
     std::vector<Shape> col_views(operands.size());
     collapse_range(domain, operands, end, domain.size(), &cols, &col_views);
     if (cols.size() > 1) {
-      if (why) *why = "an operand is broadcast along some reduced axes but not others";
-      return {};
+      if (why)
+        *why = fmt::format("an operand is broadcast along some of the reduced axes of {} but not others",
+                           shape_str(domain));
+      return std::nullopt;
     }
     collapsed->push_back(cols.empty() ? 1 : cols[0]);
     for (size_t i = 0; i < operands.size(); ++i)
@@ -99,10 +106,13 @@ static std::vector<Shape> collapse_shapes(const Shape& domain, int split, const 
 std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int split,
                                  const std::vector<Shape>& operands) {
   Shape collapsed;
-  std::vector<Shape> views = collapse_shapes(domain, split, operands, &collapsed, nullptr);
+  std::string why;
+  auto views = collapse_shapes(domain, split, operands, &collapsed, &why);
+  if (!views)  // the schedule was chosen from the same shapes, which collapsed then
+    throw Error(fmt::format("operand_views: {}", why));
   if (collapsed.size() == 1 && s.dims.size() == 2)  // the contiguous domain split into rows
-    for (Shape& v : views) v = v[0] == 1 ? Shape{1, 1} : s.dims;
-  return views;
+    for (Shape& v : *views) v = v[0] == 1 ? Shape{1, 1} : s.dims;
+  return *views;
 }
 
 static int vector_width(int64_t cols, const std::vector<DType>& dtypes) {
@@ -116,7 +126,7 @@ static int vector_width(int64_t cols, const std::vector<DType>& dtypes) {
 TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
                                        const std::vector<DType>& dtypes, const ScheduleHints& hints) {
   TileSchedule s;
-  collapse_shapes(domain, -1, operands, &s.dims, nullptr);
+  collapse_shapes(domain, -1, operands, &s.dims, nullptr);  // a pointwise domain always collapses
   // A fully contiguous domain has no row structure; give it rows so each thread owns several
   // vectors (independent loads in flight) without index division.
   if (s.dims.size() == 1) {
@@ -235,8 +245,9 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 bool splittable, const ScheduleHints& hints,
                                                 const DeviceProfile& device, std::string* why) {
   TileSchedule s;
-  std::vector<Shape> views = collapse_shapes(domain, split, operands, &s.dims, why);
-  if (s.dims.empty()) return std::nullopt;
+  std::optional<std::vector<Shape>> collapsed = collapse_shapes(domain, split, operands, &s.dims, why);
+  if (!collapsed) return std::nullopt;
+  const std::vector<Shape>& views = *collapsed;
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
   s.vec = vector_width(s.cols, dtypes);

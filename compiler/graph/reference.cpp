@@ -81,8 +81,10 @@ double reference_binary(Op op, double a, double b) {
   throw GraphError(fmt::format("reference: {} is not a binary op", op_info(op).name));
 }
 
-static double round_to(DType t, double v) {
+static double round_to(DType t, double v, ReferencePrecision precision) {
   switch (t) {
+    case DType::F32:
+      return precision == ReferencePrecision::Storage ? static_cast<double>(static_cast<float>(v)) : v;
     case DType::BF16:
       return round_to_bf16(static_cast<float>(v));
     case DType::F16:
@@ -115,7 +117,8 @@ struct BroadcastIndex {
 };
 }  // namespace
 
-std::map<std::string, std::vector<double>> reference_run(const Graph& g, const TensorMap& inputs) {
+std::map<std::string, std::vector<double>> reference_run(const Graph& g, const TensorMap& inputs,
+                                                         ReferencePrecision precision) {
   verify(g);
   check_inputs(g, inputs);
   std::vector<std::vector<double>> val(g.nodes().size());
@@ -135,7 +138,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       continue;
     }
     if (n.op == Op::Constant) {
-      out.assign(count, round_to(n.dtype, n.value));
+      out.assign(count, round_to(n.dtype, n.value, precision));
       continue;
     }
     out.resize(count);
@@ -168,7 +171,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
             count, [&](int64_t b, int64_t e, int64_t) { accumulate(b * run, e * run); }, 64);
       else
         accumulate(0, static_cast<int64_t>(src.size()));
-      for (double& v : out) v = round_to(n.dtype, v);
+      for (double& v : out) v = round_to(n.dtype, v, precision);
       release_operands(n);
       continue;
     }
@@ -185,7 +188,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
         else
           v = reference_binary(n.op, arg(0, i), arg(1, i));
-        out[i] = round_to(n.dtype, v);
+        out[i] = round_to(n.dtype, v, precision);
       }
     });
     release_operands(n);

@@ -1,0 +1,92 @@
+#include "compiler/fusion/plan_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "compiler/fusion/cost_model.h"
+
+namespace tilefuse {
+
+namespace {
+
+int64_t tensor_bytes(const Graph& g, NodeId n) {
+  return num_elements(g.node(n).shape) * static_cast<int64_t>(dtype_size(g.node(n).dtype));
+}
+
+// A kernel's own consistency: what it reads, computes and writes.
+void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& available,
+                  std::vector<std::string>* out) {
+  auto problem = [&](std::string s) { out->push_back(fmt::format("{}: {}", k.name, s)); };
+  std::set<NodeId> members(k.nodes.begin(), k.nodes.end());
+  for (NodeId in : k.inputs) {
+    if (!available.count(in)) problem(fmt::format("reads %{} before any kernel writes it", in));
+    if (members.count(in)) problem(fmt::format("reads %{}, which it computes", in));
+  }
+  for (NodeId n : k.nodes)
+    for (NodeId o : g.node(n).operands)
+      if (!members.count(o) && g.node(o).op != Op::Constant &&
+          std::find(k.inputs.begin(), k.inputs.end(), o) == k.inputs.end())
+        problem(fmt::format("operand %{} of %{} is neither computed nor read", o, n));
+  Shape per_row = k.domain;
+  for (size_t d = static_cast<size_t>(std::max(k.split, 0)); d < per_row.size(); ++d) per_row[d] = 1;
+  for (NodeId o : k.outputs) {
+    if (!members.count(o)) problem(fmt::format("writes %{}, which it does not compute", o));
+    Shape s = aligned_shape(g, o, k.domain, k.split);
+    bool fits = s == k.domain || (k.kind == ScheduleKind::RowReduce && s == per_row);
+    if (!fits)
+      problem(fmt::format("writes %{} of shape {} in a domain {}", o, shape_str(s), shape_str(k.domain)));
+  }
+  int64_t read = 0, written = 0;
+  for (NodeId in : k.inputs) read += tensor_bytes(g, in);
+  for (NodeId o : k.outputs) written += tensor_bytes(g, o);
+  if (read != k.cost.bytes_read) problem(fmt::format("counts {} bytes read, its inputs have {}", k.cost.bytes_read, read));
+  if (written != k.cost.bytes_written)
+    problem(fmt::format("counts {} bytes written, its outputs have {}", k.cost.bytes_written, written));
+}
+
+}  // namespace
+
+std::vector<std::string> plan_problems(const Plan& p) {
+  std::vector<std::string> out;
+  const Graph& g = p.graph;
+  std::map<NodeId, int> computed_in;
+  std::set<NodeId> available, written;
+  for (NodeId id : g.inputs()) available.insert(id);
+  int64_t bytes = 0;
+  for (const Kernel& k : p.kernels) {
+    check_kernel(g, k, available, &out);
+    for (NodeId n : k.nodes) computed_in[n]++;
+    for (NodeId o : k.outputs) {
+      if (!written.insert(o).second) out.push_back(fmt::format("%{} is written by two kernels", o));
+      available.insert(o);
+    }
+    bytes += k.cost.bytes();
+  }
+  if (bytes != p.fused.bytes)
+    out.push_back(fmt::format("the plan's total of {} bytes is not its kernels' {}", p.fused.bytes, bytes));
+  if (static_cast<int>(p.kernels.size()) != p.fused.kernels)
+    out.push_back(fmt::format("the plan counts {} kernels and has {}", p.fused.kernels, p.kernels.size()));
+  std::set<NodeId> dead(p.dead.begin(), p.dead.end());
+  for (const Node& n : g.nodes()) {
+    if (n.op == Op::Input || n.op == Op::Constant) continue;
+    int copies = computed_in.count(n.id) ? computed_in.at(n.id) : 0;
+    if (dead.count(n.id)) {
+      if (copies > 0) out.push_back(fmt::format("dead %{} is computed", n.id));
+    } else if (copies == 0) {
+      out.push_back(fmt::format("%{} is computed by no kernel", n.id));
+    } else if (copies > 1 && written.count(n.id)) {
+      out.push_back(fmt::format("%{} is computed by {} kernels and also written", n.id, copies));
+    }
+  }
+  for (const GraphOutput& o : g.outputs()) {
+    const Op op = g.node(o.node).op;
+    if (op != Op::Input && op != Op::Constant && !written.count(o.node))
+      out.push_back(fmt::format("output '{}' (%{}) is never written", o.name, o.node));
+  }
+  return out;
+}
+
+}  // namespace tilefuse

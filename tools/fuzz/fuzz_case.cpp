@@ -1,0 +1,137 @@
+#include "tools/fuzz/fuzz_case.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "compiler/codegen/compile.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/plan_check.h"
+#include "compiler/support/error.h"
+#include "runtime/check.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/executable.h"
+
+namespace tilefuse::fuzz {
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::Passed:
+      return "passed";
+    case Outcome::Refused:
+      return "refused";
+    case Outcome::Unjudged:
+      return "unjudged";
+    case Outcome::Failed:
+      return "FAILED";
+  }
+  return "?";
+}
+
+namespace {
+
+// The plans a case builds: the default, and — picked by the seed — schedule hints, the sm_80
+// target, and the unfused plan (an independent path to the same outputs).
+struct Variant {
+  std::string name;
+  FusionOptions fusion;
+  CodegenOptions codegen;
+};
+
+std::vector<Variant> variants_of(uint64_t seed) {
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + 1);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<Variant> out;
+  Variant v{"default", {}, {}};
+  switch (pick(0, 9)) {
+    case 0:
+      v.name = "--target sm_80";
+      v.fusion.profile.max_cluster_blocks = 1;
+      v.fusion.profile.bulk_copies = false;
+      v.codegen = codegen_options_for("sm_80");
+      break;
+    case 1:
+      v.name = "--split 0";
+      v.fusion.schedule.split = 0;
+      break;
+    case 2:
+      v.name = "--stages 0";
+      v.fusion.schedule.stages = 0;
+      break;
+    case 3: {
+      const int threads = 32 << pick(0, 5);
+      v.name = fmt::format("--block-threads {}", threads);
+      v.fusion.schedule.block_threads = threads;
+      break;
+    }
+    case 4:
+      v.fusion.schedule.rows_per_thread = pick(1, 4);
+      v.fusion.schedule.max_cluster_blocks = pick(1, 16);
+      v.name = fmt::format("--rows-per-thread {} --max-cluster {}", v.fusion.schedule.rows_per_thread,
+                           v.fusion.schedule.max_cluster_blocks);
+      break;
+    default:
+      break;
+  }
+  out.push_back(v);
+  if (pick(0, 3) == 0) {
+    Variant u{"--no-fuse", {}, {}};
+    u.fusion.fuse = false;
+    out.push_back(u);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string replay_command(uint64_t seed, const CaseOptions& o) {
+  return fmt::format("tilefuse_fuzz --seed {}{}", seed, o.gpu ? " --gpu" : "");
+}
+
+CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(const char*)) {
+  CaseResult r;
+  r.seed = seed;
+  auto stage = [&](const char* s) {
+    r.stage = s;
+    if (stage_note) stage_note(s);
+  };
+  auto fail = [&](std::string message) {
+    r.outcome = Outcome::Failed;
+    r.message = std::move(message);
+    return r;
+  };
+  try {
+    stage("generate");
+    Graph g = random_graph(seed, o.graph);
+    verify(g);
+    const bool gpu = o.gpu && cuda::available();
+    for (const Variant& v : variants_of(seed)) {
+      r.variant += (r.variant.empty() ? "" : ", ") + v.name;
+      stage("plan");
+      Plan plan = plan_fusion(g, v.fusion);
+      stage("verify");
+      std::vector<std::string> problems = plan_problems(plan);
+      if (!problems.empty()) return fail(fmt::format("{}: {}", v.name, fmt::join(problems, "; ")));
+      stage("compile");
+      Executable exe(std::move(plan), v.codegen);
+      r.kernels += static_cast<int>(exe.kernels().size());
+      for (const auto& [name, m] : exe.measured()) r.spilling += m.spill_bytes > 0;
+      if (!gpu) continue;
+      stage("gpu");
+      const uint64_t input_seed = seed ^ 0x5eed5eed5eed5eedull;
+      TensorMap inputs = random_inputs(exe.plan().graph, input_seed);
+      CheckReport check = check_against_reference(exe.plan().graph, inputs, exe.run(inputs));
+      if (!check.ok) return fail(fmt::format("{}: inputs seeded {}\n{}", v.name, input_seed, check.text()));
+      if (check.ill_conditioned) r.outcome = Outcome::Unjudged;
+    }
+  } catch (const UnsupportedError& e) {
+    if (r.stage != "plan") return fail(e.what());
+    r.outcome = Outcome::Refused;
+    r.message = e.what();
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  return r;
+}
+
+}  // namespace tilefuse::fuzz

@@ -1,0 +1,41 @@
+#pragma once
+// One fuzz case: a seeded random graph through every stage — plan (and the plan verifier),
+// compile, ptxas, and on a GPU a run against the float64 reference with poisoned outputs —
+// under options that the seed also picks (schedule hints, the sm_80 target, the unfused plan).
+#include <cstdint>
+#include <string>
+
+#include "tools/fuzz/random_graph.h"
+
+namespace tilefuse::fuzz {
+
+struct CaseOptions {
+  bool gpu = false;  // run on the GPU and check against the reference
+  RandomGraphOptions graph;
+};
+
+enum class Outcome {
+  Passed,    // every stage held
+  Refused,   // planning refused the graph with a typed UnsupportedError (a stated limit)
+  Unjudged,  // ran, but rounding alone moves an output too far to judge it (runtime/check.h)
+  Failed,    // any other error, a broken plan invariant, or a wrong or unwritten output
+};
+const char* outcome_name(Outcome o);
+
+struct CaseResult {
+  uint64_t seed = 0;
+  Outcome outcome = Outcome::Passed;
+  std::string stage;    // where it stopped: plan, verify, compile, gpu
+  std::string message;  // the error, the broken invariants or the failed check
+  std::string variant;  // the options the seed picked
+  int kernels = 0;      // compiled, over every plan of the case
+  int spilling = 0;     // kernels whose ptxas report shows spills
+};
+
+// `stage_note` (optional) is told each stage as it begins, for a crash report.
+CaseResult run_case(uint64_t seed, const CaseOptions& options, void (*stage_note)(const char*) = nullptr);
+
+// The command that replays one case.
+std::string replay_command(uint64_t seed, const CaseOptions& options);
+
+}  // namespace tilefuse::fuzz

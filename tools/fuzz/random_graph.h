@@ -1,0 +1,28 @@
+#pragma once
+// Seeded random graphs for the differential fuzzer: 1–5-D shapes with odd, prime and size-1
+// axes; inputs broadcast along leading, middle and trailing axes; elementwise chains; sum, max,
+// min and mean over one or several trailing axes, with keepdim results broadcast back and
+// reductions of reductions; softmax, log-softmax, layernorm, RMSNorm and group-norm written
+// from primitives; f32, f16 and bf16 mixed through casts; several outputs, intermediates among
+// them. Values stay finite: every op that needs it gets an argument kept in range.
+// The same seed gives the same graph (on one standard library build).
+#include <cstdint>
+
+#include "compiler/graph/graph.h"
+
+namespace tilefuse::fuzz {
+
+struct RandomGraphOptions {
+  // Elements of the largest tensor: keeps the float64 reference quick.
+  int64_t max_elements = int64_t{1} << 20;
+  // Chance of a graph over long rows (16384 to 262144 elements: staged, claimed, split,
+  // cluster and looped row schedules), with at most 4·max_elements elements.
+  double long_rows = 0.15;
+  // Chance that a graph also reduces a non-trailing axis, which planning refuses with a typed
+  // error today.
+  double non_trailing = 0.02;
+};
+
+Graph random_graph(uint64_t seed, const RandomGraphOptions& options = {});
+
+}  // namespace tilefuse::fuzz
