@@ -1,7 +1,6 @@
 // Examples on the GPU against the float64 reference: fresh random inputs, poisoned outputs.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 
 #include "compiler/dsl/dsl.h"
@@ -16,10 +15,6 @@ namespace tilefuse {
 namespace {
 using namespace dsl;
 
-uint64_t fresh_seed() {
-  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
 TEST(Gpu, ExamplesMatchReference) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   for (const Example& e : examples()) {
@@ -30,7 +25,7 @@ TEST(Gpu, ExamplesMatchReference) {
     int64_t biggest = 0;
     for (NodeId id : g.inputs()) biggest = std::max(biggest, num_elements(g.node(id).shape));
     if (biggest > (int64_t{1} << 27)) continue;
-    testing::check_on_gpu(plan_fusion(g), fresh_seed());
+    testing::check_on_gpu(plan_fusion(g), testing::test_seed());
   }
 }
 
@@ -38,7 +33,7 @@ TEST(Gpu, UnfusedPlansMatchReference) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   FusionOptions off;
   off.fuse = false;
-  testing::check_on_gpu(plan_fusion(find_example("gelu_two_consumers").build(), off), fresh_seed());
+  testing::check_on_gpu(plan_fusion(find_example("gelu_two_consumers").build(), off), testing::test_seed());
 }
 
 TEST(Gpu, EdgeTilesAndBroadcasts) {
@@ -49,7 +44,7 @@ TEST(Gpu, EdgeTilesAndBroadcasts) {
   Tensor c = input(g, "c", {37, 1});
   output("y", gelu(x * r + c, GeluApprox::Tanh));
   output("z", where(x > c, exp(x), neg(x)));
-  testing::check_on_gpu(plan_fusion(g), fresh_seed());
+  testing::check_on_gpu(plan_fusion(g), testing::test_seed());
 }
 
 TEST(Gpu, WrongInputsAreRejectedBeforeLaunch) {
@@ -118,7 +113,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  std::vector<double> x = random_inputs(g, fresh_seed()).at("x").to_doubles();
+  std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
   for (int64_t base = 0; base < rows * n; base += period * n) {
     double* r = x.data() + base;
     for (int64_t j = 0; j < n / 2; ++j) r[j] = -INFINITY;  // row 0: the first half masked,
@@ -192,7 +187,7 @@ TEST(GpuReduce, PersistentRounds) {
     EXPECT_EQ(p.kernels[0].schedule.stages, c.stages);
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, c.cluster);
     EXPECT_EQ(p.kernels[0].schedule.split_blocks, c.parts);
-    testing::check_on_gpu(p, fresh_seed());
+    testing::check_on_gpu(p, testing::test_seed());
   }
   // Layernorm stages x only (w and b are shared by every row, loaded after the reductions).
   Graph g("rounds_ln");
@@ -202,7 +197,7 @@ TEST(GpuReduce, PersistentRounds) {
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_GT(p.kernels[0].schedule.stages, 0);
   EXPECT_EQ(p.kernels[0].schedule.stage_bytes, 32768 * 2 / p.kernels[0].schedule.cluster_blocks);
-  testing::check_on_gpu(p, fresh_seed());
+  testing::check_on_gpu(p, testing::test_seed());
 }
 
 // A kernel's workspace stays between launches. A split kernel's pairs are stamped with the
@@ -223,7 +218,7 @@ TEST(GpuReduce, WorkspaceAcrossLaunches) {
     Executable exe(*p);
     for (int launch = 0; launch < 3; ++launch) {
       SCOPED_TRACE(g.name() + " launch " + std::to_string(launch));
-      uint64_t seed = fresh_seed();
+      uint64_t seed = testing::test_seed();
       TensorMap in = random_inputs(g, seed);
       TensorMap out = exe.run(in);
       EXPECT_EQ(count_unwritten(out.at("y")), 0);
@@ -242,7 +237,7 @@ TEST(GpuReduce, SoftmaxLengthsAndDtypes) {
       Graph g("lengths");
       output("y", softmax(input(g, "x", {3, cols}, dt), -1));
       output("lse", log_softmax(input(g, "z", {3, cols}, dt), -1));
-      testing::check_on_gpu(plan_fusion(g), fresh_seed());
+      testing::check_on_gpu(plan_fusion(g), testing::test_seed());
     }
 }
 
@@ -258,7 +253,7 @@ TEST(GpuReduce, NormsAndReductions) {
     output("rms", rmsnorm(x, w));
     output("rowmax", amax(x, {-1}));
     output("rowmin", amin(x * 2.0, {-1}, true));
-    testing::check_on_gpu(plan_fusion(g), fresh_seed());
+    testing::check_on_gpu(plan_fusion(g), testing::test_seed());
   }
 }
 
@@ -277,7 +272,7 @@ TEST(GpuReduce, RmsnormRowsOfThirtyTwoPerThread) {
       EXPECT_EQ(s.elems_per_thread(), 32);
       EXPECT_EQ(s.cluster_blocks,
                 static_cast<int>(cols * dtype_size(dt) / (dt == DType::F32 ? 131072 : 65536)));
-      if (testing::gpu_available()) testing::check_on_gpu(p, fresh_seed());
+      if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
     }
 }
 
@@ -290,7 +285,7 @@ TEST(GpuReduce, MergedRmsnorm) {
   output("y", rmsnorm(x, input(g, "w", {12288}), 1e-6));
   Plan p = plan_fusion(g);
   ASSERT_EQ(p.kernels.size(), 1u);
-  testing::check_on_gpu(p, fresh_seed());
+  testing::check_on_gpu(p, testing::test_seed());
 }
 
 TEST(GpuReduce, ShortRowsManyPerBlock) {
@@ -300,7 +295,7 @@ TEST(GpuReduce, ShortRowsManyPerBlock) {
   output("y", softmax(x * 3.0, -1));
   output("s", sum(x, {1, 2}, true));
   Plan p = plan_fusion(g);
-  testing::check_on_gpu(p, fresh_seed());
+  testing::check_on_gpu(p, testing::test_seed());
 }
 
 // The same rows split over clusters of 2, 4, 8 and 16 blocks (blocks of 1024 down to 128
@@ -319,7 +314,7 @@ TEST(GpuReduce, ClusterSizes) {
     Plan p = plan_fusion(g, o);
     ASSERT_EQ(p.kernels.size(), 1u);
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, threads ? 65536 / 32 / threads : 1);
-    if (testing::gpu_available()) testing::check_on_gpu(p, fresh_seed());
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
   }
 }
 

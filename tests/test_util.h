@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "compiler/fusion/plan.h"
@@ -6,14 +7,17 @@
 
 namespace tilefuse::testing {
 
-// Plan invariants: every compute node in at least one kernel and every non-duplicated node in
-// exactly one; every value a kernel reads is a graph input or written by an earlier kernel;
-// byte accounting consistent with the kernels' operands.
+// Fails the current test for every broken plan invariant (compiler/fusion/plan_check.h).
 void check_plan_invariants(const Plan& p);
 
-// Compiles and runs the plan on the GPU with poisoned outputs and compares every output with
-// the float64 reference on fresh random inputs. Caller must have checked cuda::available().
+// Compiles and runs the plan on the GPU with poisoned outputs and checks every output against
+// the float64 reference (runtime/check.h) on random inputs drawn from `seed`. Caller must have
+// checked gpu_available().
 void check_on_gpu(const Plan& p, uint64_t seed);
+
+// A seed for random inputs: TILEFUSE_TEST_SEED when set (a replay), else drawn from the clock.
+// Printed with the test's name, so that a failure names the seed that replays it.
+uint64_t test_seed();
 
 bool gpu_available();
 

@@ -1,0 +1,95 @@
+// The fuzzer's failures, each as a graph of its own, and a batch of fuzz cases run from the
+// test binary (on a GPU, against the reference). `tilefuse_fuzz` runs the large batches.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "compiler/codegen/compile.h"
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/plan_check.h"
+#include "tests/test_util.h"
+#include "tools/fuzz/fuzz_case.h"
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+// Plans (fused and not), verifies, compiles and assembles a graph; on a GPU, checks both plans
+// against the reference.
+void check_graph(const Graph& g) {
+  for (bool fuse : {true, false}) {
+    SCOPED_TRACE(fuse ? "fused" : "unfused");
+    FusionOptions o;
+    o.fuse = fuse;
+    Plan p = plan_fusion(g, o);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    for (const Kernel& k : p.kernels) {
+      CompiledKernel c = compile_kernel(p.graph, k);
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      }
+    }
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  }
+}
+
+// Planning crashed (a null schedule dereferenced) where an operand of a fused reduction is
+// broadcast along some of its reduced axes but not others: a group-norm weight [G, 1] under a
+// reduction over [G, K]. Such a kernel has no one contiguous row; the product is written first.
+TEST(FuzzRegressions, OperandBroadcastAlongSomeReducedAxes) {
+  Graph g("group_norm_weight");
+  Tensor x = input(g, "x", {2, 3, 4});
+  Tensor w = input(g, "w", {3, 1});
+  output("y", sum(x * w, {-2, -1}, true));
+  Plan p = plan_fusion(g);
+  bool refused = false;
+  for (const FusionDecision& d : p.decisions)
+    refused |= d.stopped_by == Layer::Legality && d.reason.find("broadcast along some") != std::string::npos;
+  EXPECT_TRUE(refused) << "the decision says why x·w is written";
+  check_graph(g);
+}
+
+// The same crash from a row max broadcast back inside a reduction over two axes.
+TEST(FuzzRegressions, RowMaxInsideATwoAxisReduction) {
+  Graph g("max_in_two_axes");
+  Tensor x = input(g, "x", {5, 7, 9});
+  output("y", sum(x - amax(x, {-1}, true), {-2, -1}, true));
+  check_graph(g);
+}
+
+// Group norm written from primitives: statistics over [G, K], an affine per group.
+TEST(FuzzRegressions, GroupNorm) {
+  Graph g("group_norm");
+  Tensor x = input(g, "x", {4, 6, 33}, DType::BF16);
+  Tensor xc = x - mean(x, {-2, -1}, true);
+  Tensor var = mean(xc * xc, {-2, -1}, true);
+  output("y", xc * rsqrt(var + 1e-5) * input(g, "w", {6, 1}, DType::BF16) + input(g, "b", {6, 1}, DType::BF16));
+  check_graph(g);
+}
+
+// A reduction over an axis followed only by size-1 axes reduces a trailing row; a reduction of
+// a keepdim result over its kept axis and the one before reduces a row of rows.
+TEST(FuzzRegressions, ReductionsFollowedBySizeOneAxes) {
+  Graph g("size_one_tail");
+  Tensor x = input(g, "x", {4, 5, 1});
+  output("a", sum(x, {1}));
+  Tensor r = amax(input(g, "z", {3, 7, 11}), {-1}, true);
+  output("b", sum(r, {-2, -1}, true));
+  check_graph(g);
+}
+
+// Fuzz cases from the test binary: plan, verify, compile, assemble; on a GPU, run and check.
+TEST(Fuzz, SmallBatch) {
+  fuzz::CaseOptions o;
+  o.gpu = testing::gpu_available();
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    fuzz::CaseResult r = fuzz::run_case(seed, o);
+    EXPECT_NE(r.outcome, fuzz::Outcome::Failed)
+        << "seed " << seed << " (" << r.variant << ") at " << r.stage << ": " << r.message
+        << "\n  replay: " << fuzz::replay_command(seed, o);
+  }
+}
+
+}  // namespace
+}  // namespace tilefuse
