@@ -21,22 +21,23 @@ expect list 0 "bias_gelu_bf16" -- "$tf" list
 expect graph 0 'output "y" = %3' -- "$tf" graph bias_gelu
 expect plan 0 "unfused +2 +2 +1,073,774,592" -- "$tf" plan bias_gelu
 expect plan-json 0 '"verdict": "fused"' -- "$tf" plan bias_gelu --json
-expect unknown-example 1 "unknown example 'nope'; known: bias_gelu" -- "$tf" plan nope
+expect unknown-example 2 "unknown example 'nope'; known: bias_gelu" -- "$tf" plan nope
 expect unknown-flag 2 "unknown option '--frob'" -- "$tf" plan bias_gelu --frob
 expect unknown-command 2 "unknown command 'explode'" -- "$tf" explode
 expect no-command 2 "no command given" -- "$tf"
-expect bad-int 2 "--max-registers needs a positive integer" -- "$tf" plan bias_gelu --max-registers x
-expect bad-target 1 "unknown target 'sm_75'" -- "$tf" ptx bias_gelu --target sm_75
+expect bad-int 2 "--max-registers needs an integer from 1 to 255, got 'x'" -- "$tf" plan bias_gelu --max-registers x
+expect bad-target 2 "unknown target 'sm_75'" -- "$tf" ptx bias_gelu --target sm_75
 expect bad-kernel 2 "has no kernel 'k9'; its kernels: bias_gelu_k0" -- "$tf" ptx bias_gelu --kernel k9
 expect two-names 2 "takes one example name" -- "$tf" graph bias_gelu bias_gelu_bf16
-expect bad-cluster 1 "cluster blocks 17 must be from 1 to 16" -- "$tf" plan softmax_256k --max-cluster 17
+expect bad-cluster 2 "--max-cluster needs an integer from 1 to 16, got '17'" -- "$tf" plan softmax_256k --max-cluster 17
 expect split-plan 0 "rows split into 16 parts that meet in global memory, 1 blocks per SM, persistent: 3 parts ahead" -- "$tf" plan softmax_256k
 expect claimed-plan 0 "persistent: 2 rows ahead in shared memory by bulk copies \(64 KiB per stage\), rows after the first 2 rounds claimed from a counter" -- "$tf" plan softmax_32k_bf16
 expect cluster-plan 0 "clusters of 8 blocks per row, 1 blocks per SM, persistent: 1 row ahead in shared memory" -- "$tf" plan softmax_256k --split 0
-expect bad-split 1 "split 2 must be 0 or 1" -- "$tf" plan softmax_256k --split 2
+expect bad-split 2 "--split needs an integer from 0 to 1, got '2'" -- "$tf" plan softmax_256k --split 2
 expect register-cluster-plan 0 "clusters of 16 blocks per row, 2 blocks per SM, 4-wide" -- "$tf" plan softmax_256k --stages 0
-expect bad-stages 1 "stages 5 must be from 0 to 4" -- "$tf" plan softmax_256k --stages 5
-expect negative-stages 2 "--stages needs a non-negative integer" -- "$tf" plan softmax_256k --stages -1
+expect bad-stages 2 "--stages needs an integer from 0 to 4, got '5'" -- "$tf" plan softmax_256k --stages 5
+expect negative-stages 2 "--stages needs an integer from 0 to 4, got '-1'" -- "$tf" plan softmax_256k --stages -1
+expect odd-threads 2 "block_threads \(--block-threads 33\) must be a power of two" -- "$tf" plan bias_gelu --block-threads 33
 expect no-cluster-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --max-cluster 1 --split 0
 expect sm80-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --target sm_80
 expect sm80-no-cluster 0 "1×1024 threads, 4096 blocks\), 4-wide" -- "$tf" plan softmax_32k --target sm_80
@@ -44,6 +45,20 @@ expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
 expect explain 0 "max 2, sum 1.3678794: probabilities \[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
 expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row 3,3 --tile 1
 expect explain-bad-row 2 "--row takes comma-separated numbers" -- "$tf" explain softmax --row 1,x
+# Failures become messages and exit 1, never an abort; output that cannot be written is an error.
+expect full-stdout-ptx 1 "No space left on device" -- sh -c "'$tf' ptx softmax >/dev/full"
+expect full-stdout-list 1 "No space left on device" -- sh -c "'$tf' list >/dev/full"
+expect bad-tmpdir 1 "set TMPDIR to a writable directory" -- env TMPDIR=/nonexistent "$tf" plan bias_gelu
+expect bad-ptxas 1 "cannot run ptxas at /nonexistent \(TILEFUSE_PTXAS\)" -- env TILEFUSE_PTXAS=/nonexistent "$tf" plan bias_gelu
+expect bench-bad-path 1 "bench: cannot write /nonexistent/dir/x.json" -- "$tf" bench --json /nonexistent/dir/x.json bias_gelu
+# Hints no kernel takes and dump stages tilefuse does not know are reported.
+expect ignored-hint 0 "note: --rows-per-thread 3 changes no kernel's schedule" -- "$tf" plan softmax --rows-per-thread 3
+expect bogus-dump 0 "TILEFUSE_DUMP names an unknown stage 'bogus'" -- env TILEFUSE_DUMP=bogus "$tf" tile bias_gelu
+# Seeds are 64-bit; rows take any f32 (subnormals too) and refuse what f32 cannot hold.
+expect seed-64 0 "output \"y\"" -- "$tf" graph bias_gelu --seed 18446744073709551615
+expect seed-negative 2 "--seed needs an integer from 0 to 18446744073709551615" -- "$tf" graph bias_gelu --seed -1
+expect row-subnormal 0 "probabilities \[0.26894143, 0.7310586\]" -- "$tf" explain softmax --row 1e-40,1
+expect row-overflow 2 "1e40 is beyond the range of f32" -- "$tf" explain softmax --row 1e40
 if [ ! -e /dev/nvidia0 ] && ! ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   expect run-no-gpu 69 "no GPU present" -- "$tf" run bias_gelu --check
   expect measured-profile-no-gpu 69 "no GPU present" -- "$tf" plan bias_gelu --measured-profile

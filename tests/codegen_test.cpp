@@ -219,3 +219,58 @@ TEST(Codegen, PtxasRejectionIsReported) {
 
 }  // namespace
 }  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+// Element indices are computed in 64 bits where an extent passes 2^31 − 1 (masks compare with
+// the whole extent, not its low 32 bits), and in 32 bits elsewhere.
+TEST(Codegen, WideIndicesWhereAnExtentPassesTwoToThe31) {
+  struct Case {
+    const char* name;
+    Shape shape;
+    bool softmax;
+    std::string extent;     // the extent a mask compares with, whole
+    std::string truncated;  // a pattern of its low 32 bits, as a 32-bit mask would use them
+  };
+  const std::string u32_mask = R"(setp\.\w+\.[bsu]32\s+%p\d+, %r\d+, )";
+  for (const Case& c : {Case{"long_vector", {5000000001}, false, "500000000", "70503270[45]"},
+                        Case{"long_rows", {2, 4294967312}, true, "4294967312", u32_mask + "1[56];"},
+                        Case{"many_rows", {4294967297, 4}, true, "4294967296", u32_mask + "[01];"}}) {
+    SCOPED_TRACE(c.name);
+    Graph g(c.name);
+    Tensor x = input(g, "x", c.shape);
+    output("y", c.softmax ? softmax(x, -1) : x + 1.0);
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_TRUE(p.kernels[0].schedule.wide_indices());
+    const std::string ptx = compile_kernel(p.graph, p.kernels[0]).ptx;
+    EXPECT_NE(ptx.find("setp"), std::string::npos);
+    EXPECT_TRUE(std::regex_search(ptx, std::regex(R"(setp\.\w+\.u64\s+%p\d+, %rd\d+, )" + c.extent))) << ptx;
+    EXPECT_FALSE(std::regex_search(ptx, std::regex(c.truncated))) << ptx;
+  }
+  Plan narrow = plan_fusion(find_example("bias_gelu").build());
+  EXPECT_FALSE(narrow.kernels[0].schedule.wide_indices());
+  EXPECT_EQ(compile_kernel(narrow.graph, narrow.kernels[0]).ptx.find(".u64 \t%p"), std::string::npos);
+}
+
+// A kernel needing more blocks than a grid holds is a typed error naming the domain, as is a
+// tensor beyond 2^48 elements; neither divides by zero.
+TEST(Codegen, AbsurdSizesAreTypedErrors) {
+  Graph g("huge");
+  EXPECT_THROW(input(g, "x", {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40}), ShapeError);
+  Tensor a = input(g, "a", {int64_t{1} << 30, 1});
+  Tensor b = input(g, "b", {1, int64_t{1} << 30});
+  EXPECT_THROW(a + b, ShapeError);  // 2^60 elements
+  output("y", input(g, "c", {kMaxElements}) * 2.0);
+  try {
+    plan_fusion(g);
+    FAIL() << "a grid of 2^40 blocks was planned";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than a grid (2^31 − 1)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tilefuse

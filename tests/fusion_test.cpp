@@ -393,3 +393,44 @@ TEST(FusionReduce, NonTrailingAxesAreRefusedClearly) {
 
 }  // namespace
 }  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+
+// A device profile with a zero or negative constant is refused by name before the cost model
+// divides by it.
+TEST(Fusion, DeviceProfileConstantsAreChecked) {
+  Graph g = find_example("softmax").build();
+  FusionOptions o;
+  o.profile.sm_count = 0;
+  try {
+    plan_fusion(g, o);
+    FAIL() << "a profile of 0 SMs was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sm_count is 0"), std::string::npos) << e.what();
+  }
+  o.profile = DeviceProfile::h200();
+  o.profile.memory_latency_s = -1;
+  EXPECT_THROW(plan_fusion(g, o), Error);
+  o.profile = DeviceProfile::h200();
+  o.schedule.block_threads = 48;
+  try {
+    plan_fusion(g, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--block-threads 48"), std::string::npos) << e.what();
+  }
+}
+
+// A hint that changes no kernel's schedule is named (rows per thread apply to pointwise tiles).
+TEST(Fusion, IneffectiveHintsAreNamed) {
+  FusionOptions o;
+  o.schedule.rows_per_thread = 3;
+  o.schedule.split = 0;
+  std::vector<std::string> row = ineffective_hints(plan_fusion(find_example("softmax_256k").build(), o));
+  EXPECT_EQ(row, std::vector<std::string>{"--rows-per-thread 3"});
+  EXPECT_EQ(ineffective_hints(plan_fusion(find_example("bias_gelu").build(), o)), std::vector<std::string>{"--split 0"});
+}
+
+}  // namespace
+}  // namespace tilefuse

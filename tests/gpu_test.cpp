@@ -1,12 +1,16 @@
 // Examples on the GPU against the float64 reference: fresh random inputs, poisoned outputs.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/error.h"
+#include "compiler/support/parallel.h"
+#include "runtime/cuda_driver.h"
 #include "dsl_examples/examples.h"
 #include "runtime/executable.h"
 #include "tests/test_util.h"
@@ -316,6 +320,51 @@ TEST(GpuReduce, ClusterSizes) {
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, threads ? 65536 / 32 / threads : 1);
     if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
   }
+}
+
+}  // namespace
+}  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+
+// A pointwise graph of more than 2^31 elements (an odd count: masked edge tiles, 64-bit
+// indices) runs and every element is checked — against the same arithmetic on the host, since
+// the float64 reference of 2^31 elements would need tens of GB.
+TEST(Gpu, MoreThanTwoToThe31Elements) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const int64_t n = (int64_t{1} << 31) + 4099;
+  if (cuda::Context::get().info().total_mem < size_t{24} << 30) GTEST_SKIP() << "needs 24 GB of device memory";
+  Graph g("two_to_the_31");
+  output("y", input(g, "x", {n}, DType::BF16) * 2.0 + 1.0);
+  Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  ASSERT_TRUE(p.kernels[0].schedule.wide_indices());
+  const uint64_t seed = testing::test_seed();
+  TensorMap in;
+  in["x"] = TensorData::zeros(DType::BF16, {n});
+  // bf16 values of magnitude about 1, from a cheap hash of the index and the seed.
+  parallel_chunks(n, [&](int64_t b, int64_t e, int64_t) {
+    for (int64_t i = b; i < e; ++i) {
+      uint64_t h = (static_cast<uint64_t>(i) + seed) * 0x9e3779b97f4a7c15ull;
+      uint16_t bits = static_cast<uint16_t>(0x3e00 + ((h >> 40) & 0x1ff)) | static_cast<uint16_t>((h >> 63) << 15);
+      std::memcpy(&in["x"].bytes[static_cast<size_t>(i) * 2], &bits, 2);
+    }
+  });
+  Executable exe(p);
+  TensorMap out = exe.run(in);
+  std::atomic<int64_t> wrong{0}, first_wrong{-1};
+  parallel_chunks(n, [&](int64_t b, int64_t e, int64_t) {
+    for (int64_t i = b; i < e; ++i) {
+      uint16_t xb, yb;
+      std::memcpy(&xb, &in["x"].bytes[static_cast<size_t>(i) * 2], 2);
+      std::memcpy(&yb, &out["y"].bytes[static_cast<size_t>(i) * 2], 2);
+      if (float_to_bf16_bits(bf16_bits_to_float(xb) * 2.0f + 1.0f) != yb) {
+        if (wrong++ == 0) first_wrong = i;
+      }
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0) << "first wrong element " << first_wrong.load() << " of " << n << ", seed " << seed;
 }
 
 }  // namespace

@@ -168,10 +168,10 @@ class PtxFile {
     std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
     if (ec || !std::filesystem::is_directory(dir, ec))
       throw CodegenError(fmt::format(
-          "kernel {}: no directory for ptxas's input: the temporary directory{} {}; set TMPDIR to a "
-          "writable directory",
-          kernel, std::getenv("TMPDIR") ? fmt::format(" (TMPDIR={})", std::getenv("TMPDIR")) : "",
-          ec ? ec.message() : "is not a directory"));
+          "kernel {}: ptxas needs a file for its input, and the temporary directory{} cannot hold one ({}); "
+          "set TMPDIR to a writable directory",
+          kernel, std::getenv("TMPDIR") ? fmt::format(" TMPDIR={}", std::getenv("TMPDIR")) : "",
+          ec ? ec.message() : "not a directory"));
     std::string pattern = (dir / "tilefuse_XXXXXX.ptx").string();
     std::vector<char> name(pattern.begin(), pattern.end());
     name.push_back(0);

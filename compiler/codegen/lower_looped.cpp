@@ -41,12 +41,12 @@ void Lowering::lower_looped() {
       acc[r->result] = b_.CreatePHI(b_.getFloatTy(), 2, fmt::format("acc{}", r->result));
       acc[r->result]->addIncoming(f32(identity_of(r->op)), pre);
     }
-    Value* first_col = b_.CreateMul(it, b_.getInt32(static_cast<uint32_t>(s_.iter_cols())));
+    Value* first_col = b_.CreateMul(to_index(it), index(s_.iter_cols()));
     bool mask = s_.cols % s_.iter_cols() != 0;
     for (size_t k = 0; k < cols_.size(); ++k) {
       Value* col = b_.CreateAdd(base_cols[k], first_col);
-      col_ok_[k] = mask ? b_.CreateICmpULT(col, b_.getInt32(static_cast<uint32_t>(s_.cols))) : nullptr;
-      cols_[k] = mask ? b_.CreateSelect(col_ok_[k], col, b_.getInt32(0)) : col;
+      col_ok_[k] = mask ? b_.CreateICmpULT(col, index(s_.cols)) : nullptr;
+      cols_[k] = mask ? b_.CreateSelect(col_ok_[k], col, index(0)) : col;
     }
     reset(keep);
     std::map<int, Value*> next;

@@ -88,23 +88,23 @@ void Lowering::prologue() {
   // announce this block now, wait for the others just before the first exchange.
   if (s_.cluster_blocks > 1) intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_arrive_relaxed_aligned);
   Value* pid_r = b_.CreateUDiv(pid, cb, "pid_r");
-  Value* col0 = b_.CreateAdd(b_.CreateMul(pid_c, b_.getInt32(static_cast<uint32_t>(s_.tile_cols()))),
-                             b_.CreateMul(tc_, b_.getInt32(s_.vec)), "col", true, true);
+  Value* col0 = b_.CreateAdd(b_.CreateMul(to_index(pid_c), index(s_.tile_cols())),
+                             to_index(b_.CreateMul(tc_, b_.getInt32(s_.vec))), "col", true, true);
   bool mask_cols = s_.cols % s_.tile_cols() != 0, mask_rows = s_.rows % s_.tile_rows() != 0;
   for (int k = 0; k < s_.chunks_per_thread; ++k) {
-    Value* col =
-        b_.CreateAdd(col0, b_.getInt32(k * s_.threads_per_row * s_.vec), fmt::format("col{}", k), true, true);
-    Value* ok = mask_cols ? b_.CreateICmpULT(col, b_.getInt32(static_cast<uint32_t>(s_.cols))) : nullptr;
+    Value* col = b_.CreateAdd(col0, index(int64_t{k} * s_.threads_per_row * s_.vec), fmt::format("col{}", k),
+                              true, true);
+    Value* ok = mask_cols ? b_.CreateICmpULT(col, index(s_.cols)) : nullptr;
     col_ok_.push_back(ok);
-    cols_.push_back(mask_cols ? b_.CreateSelect(ok, col, b_.getInt32(0)) : col);
+    cols_.push_back(mask_cols ? b_.CreateSelect(ok, col, index(0)) : col);
   }
-  Value* row0 = b_.CreateMul(pid_r, b_.getInt32(static_cast<uint32_t>(s_.tile_rows())));
+  Value* row0 = b_.CreateMul(to_index(pid_r), index(s_.tile_rows()));
   for (int r = 0; r < s_.rows_per_thread; ++r) {
-    Value* row = b_.CreateAdd(row0, b_.CreateAdd(tr_, b_.getInt32(r * s_.thread_rows)),
+    Value* row = b_.CreateAdd(row0, to_index(b_.CreateAdd(tr_, b_.getInt32(r * s_.thread_rows))),
                               fmt::format("row{}", r), true, true);
-    Value* ok = mask_rows ? b_.CreateICmpULT(row, b_.getInt32(static_cast<uint32_t>(s_.rows))) : nullptr;
+    Value* ok = mask_rows ? b_.CreateICmpULT(row, index(s_.rows)) : nullptr;
     row_ok_.push_back(ok);
-    rows_.push_back(mask_rows ? b_.CreateSelect(ok, row, b_.getInt32(0)) : row);
+    rows_.push_back(mask_rows ? b_.CreateSelect(ok, row, index(0)) : row);
   }
 }
 

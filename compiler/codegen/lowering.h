@@ -46,6 +46,11 @@ class Lowering {
   llvm::Type* storage_type(DType t);
 
   Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateIntrinsic(b_.getInt32Ty(), id, {}); }
+  // Element indices along rows and columns: i32, or i64 where the schedule's extent needs it
+  // (TileSchedule::wide_indices); `index` is a constant and `to_index` a widened u32 of that type.
+  llvm::IntegerType* index_ty() { return s_.wide_indices() ? b_.getInt64Ty() : b_.getInt32Ty(); }
+  Value* index(int64_t v) { return llvm::ConstantInt::get(index_ty(), static_cast<uint64_t>(v)); }
+  Value* to_index(Value* u32) { return b_.CreateZExt(u32, index_ty()); }
   // A call of a non-overloaded intrinsic.
   Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<Value*> args = {}) {
     return b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, args);
@@ -326,14 +331,14 @@ class Lowering {
   llvm::Function* fn_ = nullptr;
   Value* tc_ = nullptr;          // thread's position along the row
   Value* tr_ = nullptr;          // thread's row within the block
-  Value* rank_ = nullptr;        // block's column block: its rank in a row's cluster
+  Value* rank_ = nullptr;        // block's column block (i32): its rank in a row's cluster
   bool cluster_joined_ = false;  // the cluster's start barrier has been waited on
   // Emitted once right after the next block barrier (a persistent loop's stage refill, which
   // must follow every thread's reads of the stage).
   std::function<void()> after_barrier_;
   Value* row_parity_ = nullptr;        // persistent kernels: the parity of the block's row count
-  std::vector<Value*> cols_, col_ok_;  // per chunk
-  std::vector<Value*> rows_, row_ok_;  // per row of the thread
+  std::vector<Value*> cols_, col_ok_;  // per chunk: column indices (index_ty) and their masks
+  std::vector<Value*> rows_, row_ok_;  // per row of the thread: row indices (index_ty), masks
   std::vector<Regs> values_;
   std::vector<TileType> types_;
   // Per-row factors that rescale a row's values (folded into a later per-row divisor).

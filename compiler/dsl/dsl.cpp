@@ -21,12 +21,8 @@ Tensor input(Graph& g, const std::string& name, const Shape& shape, DType dtype)
           fmt::format("input '{}' is already declared in graph '{}' (%{}); inputs "
                       "need unique names",
                       name, g.name(), id));
-  for (int64_t d : shape)
-    if (d <= 0)
-      throw ShapeError(
-          fmt::format("input '{}': shape {} has a dimension ≤ 0; every dimension "
-                      "must be positive",
-                      name, shape_str(shape)));
+  if (checked_num_elements(shape) < 0)
+    throw ShapeError(fmt::format("input '{}': shape {}: {}", name, shape_str(shape), shape_problem(shape)));
   Node n;
   n.op = Op::Input;
   n.shape = shape;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
 #include "compiler/fusion/row_passes.h"
@@ -166,6 +167,12 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     k.passes = passes.passes;
   } else {
     k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
+  }
+  if (k.schedule.grid() > INT32_MAX || k.schedule.col_iters > INT32_MAX) {
+    *why = fmt::format("its domain {} needs {} blocks{}, more than a grid (2^31 − 1) or a loop holds",
+                       shape_str(k.domain), k.schedule.grid(),
+                       k.schedule.col_iters > 1 ? fmt::format(" of {} column tiles", k.schedule.col_iters) : "");
+    return std::nullopt;
   }
   estimate_cost(g, k, profile);
   return k;

@@ -398,7 +398,12 @@ class FusionPass {
     for (int h : topo_groups(st)) {
       std::string why;
       auto k = kernel_of(st, h, &why);
-      if (!k) throw GraphError(fmt::format("fusion: internal error, group {} invalid: {}", h, why));
+      if (!k) {
+        std::vector<std::string> nodes;
+        for (NodeId n : st.groups[h]) nodes.push_back(describe(n));
+        throw UnsupportedError(fmt::format("graph '{}': no kernel can compute {}: {}", g_.name(),
+                                           fmt::join(nodes, ", "), why));
+      }
       k->name = fmt::format("{}_k{}", base, out.size());
       out.push_back(std::move(*k));
     }
@@ -412,6 +417,45 @@ class FusionPass {
 };
 
 }  // namespace
+
+// Schedule hints (named by their CLI flags too) and the device profile's constants: a value out
+// of range gets a message naming it, not a division by zero deep in the cost model.
+void check_fusion_options(const FusionOptions& o) {
+  const ScheduleHints& h = o.schedule;
+  auto bad_hint = [](const char* field, const char* flag, int v, const char* range) {
+    return Error(fmt::format("schedule hint {} ({} {}) must be {}", field, flag, v, range));
+  };
+  if (h.block_threads &&
+      (h.block_threads < 32 || h.block_threads > 1024 || (h.block_threads & (h.block_threads - 1))))
+    throw bad_hint("block_threads", "--block-threads", h.block_threads, "a power of two from 32 to 1024");
+  if (h.rows_per_thread < 0 || h.rows_per_thread > 16)
+    throw bad_hint("rows_per_thread", "--rows-per-thread", h.rows_per_thread, "from 1 to 16");
+  if (h.max_cluster_blocks < 0 || h.max_cluster_blocks > 16)
+    throw bad_hint("max_cluster_blocks", "--max-cluster", h.max_cluster_blocks, "from 1 to 16");
+  if (h.stages < -1 || h.stages > 4) throw bad_hint("stages", "--stages", h.stages, "from 0 to 4");
+  if (h.split < -1 || h.split > 1) throw bad_hint("split", "--split", h.split, "0 or 1");
+  const DeviceProfile& p = o.profile;
+  auto positive = [&](const char* field, double v) {
+    if (!(v > 0))
+      throw Error(fmt::format("device profile '{}': {} is {}; it must be positive", p.name, field, v));
+  };
+  positive("hbm_bytes_per_s", p.hbm_bytes_per_s);
+  positive("instructions_per_s", p.instructions_per_s);
+  positive("bf16_matmul_flops", p.bf16_matmul_flops);
+  positive("sm_count", p.sm_count);
+  positive("max_threads_per_sm", p.max_threads_per_sm);
+  positive("max_blocks_per_sm", p.max_blocks_per_sm);
+  positive("registers_per_sm", p.registers_per_sm);
+  positive("max_registers_per_thread", p.max_registers_per_thread);
+  positive("max_cluster_blocks", p.max_cluster_blocks);
+  positive("max_shared_bytes_per_block", static_cast<double>(p.max_shared_bytes_per_block));
+  positive("shared_bytes_per_sm", static_cast<double>(p.shared_bytes_per_sm));
+  for (auto [field, v] : {std::pair<const char*, double>{"launch_s", p.launch_s}, {"memory_latency_s", p.memory_latency_s},
+                          {"l2_bytes", p.l2_bytes}, {"row_step_s", p.row_step_s},
+                          {"cluster_exchange_s", p.cluster_exchange_s}, {"split_step_s", p.split_step_s}})
+    if (!(v >= 0) || std::isinf(v))
+      throw Error(fmt::format("device profile '{}': {} is {}; it must be finite and not negative", p.name, field, v));
+}
 
 Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   verify(g);
@@ -429,17 +473,39 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
           g.name(), n.id, op_info(n.op).name, fmt::join(n.axes, ", "), dtype_name(n.dtype),
           shape_str(g.node(n.operands[0]).shape)));
   }
-  const ScheduleHints& h = options.schedule;
-  if (h.block_threads &&
-      (h.block_threads < 32 || h.block_threads > 1024 || (h.block_threads & (h.block_threads - 1))))
-    throw Error(fmt::format("block threads {} must be a power of two from 32 to 1024", h.block_threads));
-  if (h.rows_per_thread < 0 || h.rows_per_thread > 16)
-    throw Error(fmt::format("rows per thread {} must be from 1 to 16", h.rows_per_thread));
-  if (h.max_cluster_blocks < 0 || h.max_cluster_blocks > 16)
-    throw Error(fmt::format("cluster blocks {} must be from 1 to 16", h.max_cluster_blocks));
-  if (h.stages < -1 || h.stages > 4) throw Error(fmt::format("stages {} must be from 0 to 4", h.stages));
-  if (h.split < -1 || h.split > 1) throw Error(fmt::format("split {} must be 0 or 1", h.split));
+  check_fusion_options(options);
   return FusionPass(g, options).run();
+}
+
+}  // namespace tilefuse
+
+namespace tilefuse {
+
+std::vector<std::string> ineffective_hints(const Plan& plan) {
+  struct Hint {
+    const char* flag;
+    int ScheduleHints::*field;
+    int unset;
+  };
+  static const Hint hints[] = {{"--block-threads", &ScheduleHints::block_threads, 0},
+                               {"--rows-per-thread", &ScheduleHints::rows_per_thread, 0},
+                               {"--max-cluster", &ScheduleHints::max_cluster_blocks, 0},
+                               {"--stages", &ScheduleHints::stages, -1},
+                               {"--split", &ScheduleHints::split, -1}};
+  auto schedules = [](const Plan& p) {
+    std::vector<std::string> out;
+    for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());
+    return out;
+  };
+  std::vector<std::string> out;
+  for (const Hint& h : hints) {
+    if (plan.options.schedule.*h.field == h.unset) continue;
+    FusionOptions without = plan.options;
+    without.schedule.*h.field = h.unset;
+    if (schedules(plan_fusion(plan.graph, without)) == schedules(plan))
+      out.push_back(fmt::format("{} {}", h.flag, plan.options.schedule.*h.field));
+  }
+  return out;
 }
 
 }  // namespace tilefuse

@@ -8,4 +8,13 @@ namespace tilefuse {
 
 Plan plan_fusion(const Graph& g, const FusionOptions& options = {});
 
+// Throws Error naming the field (and its CLI flag) when a schedule hint or a device profile
+// constant is out of range; plan_fusion checks the same first.
+void check_fusion_options(const FusionOptions& options);
+
+// The schedule hints of plan.options that change no kernel's schedule (the plan with the hint
+// left to tilefuse is the same), by their CLI flags: e.g. "--rows-per-thread 3" on a plan of
+// row kernels, which take no rows-per-thread hint.
+std::vector<std::string> ineffective_hints(const Plan& plan);
+
 }  // namespace tilefuse

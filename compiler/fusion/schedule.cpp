@@ -267,7 +267,9 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   // block barrier, where a split row's tasks each add a merge (bench/NOTES.md v8). Longer rows
   // are split rather than spread over a cluster, so that every SM takes part.
   const int64_t one_block = int64_t{hints.block_threads ? hints.block_threads : 1024} * max_elems;
-  if (per_row > 512 && splittable && s.cols > one_block &&
+  // Persistent kernels count rows (and a row's ≤ 32 parts) in 32 bits.
+  const bool persistent_ok = s.rows <= INT32_MAX / 32;
+  if (per_row > 512 && persistent_ok && splittable && s.cols > one_block &&
       split_rows(s, views, dtypes, num_inputs, hints, device))
     return s;
   // A staged row's tensor shared by every row (RMSNorm's w) is loaded after its reductions, one
@@ -276,7 +278,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int per_row_tensors = 0;
   for (const Shape& v : views) per_row_tensors += v.back() != 1 && view_spans_rows(v);
   const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
-  if (per_row > 512 && stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device))
+  if (per_row > 512 && persistent_ok &&
+      stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device))
     return s;
   if (per_row > 512 && max_cluster > 1) {
     // A row that wants more than half an SM's threads: blocks of 512 threads holding 32 elements

@@ -1,5 +1,6 @@
 #pragma once
 // Tile parameters of a kernel: the schedule half of the algorithm/schedule split.
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -64,6 +65,11 @@ struct TileSchedule {
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
   }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
+  // Whether a row or column index (up to the tiles' padded extent) can pass 2^31 − 1: codegen
+  // then computes element indices in 64 bits (else 32, which is cheaper).
+  bool wide_indices() const {
+    return row_blocks() * tile_rows() > INT32_MAX || col_blocks() * tile_cols() > INT32_MAX;
+  }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
 };

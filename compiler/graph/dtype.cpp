@@ -42,6 +42,13 @@ int64_t num_elements(const Shape& s) {
   return n;
 }
 
+int64_t checked_num_elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    if (d <= 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) return -1;
+  return n;
+}
+
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 static uint32_t bits_of(float x) {

@@ -13,7 +13,12 @@ size_t dtype_size(DType t);
 bool is_float(DType t);
 
 using Shape = std::vector<int64_t>;
+// The most elements a tensor may have: 2^48, far beyond any device's memory, and small enough
+// that the byte counts of a whole plan stay exact in 64-bit arithmetic.
+constexpr int64_t kMaxElements = int64_t{1} << 48;
 int64_t num_elements(const Shape& s);
+// num_elements, or -1 when a dimension is not positive or the count passes kMaxElements.
+int64_t checked_num_elements(const Shape& s);
 std::string shape_str(const Shape& s);
 
 // Host-side rounding used by the reference executor and by buffer conversion.

@@ -56,6 +56,9 @@ bool Graph::is_output(NodeId id) const {
 NodeId Graph::append(Node n) {
   n.id = static_cast<NodeId>(nodes_.size());
   for (NodeId o : n.operands) node(o);  // operands must already exist
+  if (checked_num_elements(n.shape) < 0)
+    throw ShapeError(fmt::format("graph '{}': %{} {} would have shape {}: {}", name_, n.id, op_info(n.op).name,
+                                 shape_str(n.shape), shape_problem(n.shape)));
   nodes_.push_back(std::move(n));
   return nodes_.back().id;
 }
@@ -71,6 +74,12 @@ void Graph::add_output(const std::string& name, NodeId id) {
                       "give each output its own name",
                       name, name_, o.node));
   outputs_.push_back({name, id});
+}
+
+std::string shape_problem(const Shape& s) {
+  for (int64_t d : s)
+    if (d <= 0) return "a dimension is not positive; every dimension must be at least 1";
+  return fmt::format("more than 2^48 elements; tilefuse's tensors hold at most {} elements", kMaxElements);
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
@@ -117,8 +126,8 @@ void verify(const Graph& g) {
   for (const Node& n : g.nodes()) {
     for (NodeId o : n.operands)
       if (o < 0 || o >= n.id) fail(n, fmt::format("operand %{} does not precede it", o));
-    for (int64_t d : n.shape)
-      if (d <= 0) fail(n, fmt::format("shape {} has a non-positive dimension", shape_str(n.shape)));
+    if (checked_num_elements(n.shape) < 0)
+      fail(n, fmt::format("shape {}: {}", shape_str(n.shape), shape_problem(n.shape)));
     const OpInfo& info = op_info(n.op);
     size_t arity = info.kind == OpKind::Leaf                                   ? 0
                    : info.kind == OpKind::Unary || info.kind == OpKind::Reduce ? 1

@@ -105,6 +105,8 @@ class Graph {
 
 // numpy broadcasting of two shapes; throws ShapeError naming `op` when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// Why checked_num_elements(s) refuses s: a dimension that is not positive, or too many elements.
+std::string shape_problem(const Shape& s);
 // True when `from` broadcasts to exactly `to`.
 bool broadcasts_to(const Shape& from, const Shape& to);
 

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 #include "compiler/support/json.h"
+#include "runtime/check.h"
 #include "compiler/tile/softmax_walkthrough.h"
 #include "dsl_examples/examples.h"
 #include "runtime/cuda_driver.h"
@@ -54,7 +57,8 @@ common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
   --no-fuse                    plan every op as its own kernel
   --max-registers N            register budget per thread for fused kernels (default 128)
-  --seed N                     seed for random inputs (default: from the clock)
+  --seed N                     seed for random inputs, 0..2^64-1 (default: drawn at random
+                               and printed, so that --seed replays the run)
   --iters N                    timed iterations for --bench (default 100)
   --block-threads N            schedule override: threads per block (power of two, 32..1024)
   --rows-per-thread N          schedule override: rows each thread owns (1..16)
@@ -87,35 +91,69 @@ struct UsageError : Error {
   using Error::Error;
 };
 
-int parse_int(const std::string& flag, const std::string& v, int least = 1) {
+int parse_int(const std::string& flag, const std::string& v, int least, int most) {
   try {
     size_t used = 0;
-    int n = std::stoi(v, &used);
-    if (used == v.size() && n >= least) return n;
+    long n = std::stol(v, &used);
+    if (used == v.size() && n >= least && n <= most) return static_cast<int>(n);
   } catch (const std::exception&) {
   }
-  throw UsageError(
-      fmt::format("{} needs a{} integer, got '{}'", flag, least > 0 ? " positive" : " non-negative", v));
+  throw UsageError(fmt::format("{} needs an integer from {} to {}, got '{}'", flag, least, most, v));
 }
 
+uint64_t parse_seed(const std::string& v) {
+  try {
+    size_t used = 0;
+    unsigned long long n = std::stoull(v, &used, 10);
+    if (used == v.size() && !v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("--seed needs an integer from 0 to 18446744073709551615, got '{}'", v));
+}
+
+// Numbers as f32 values: subnormals (1e-40) are numbers; values beyond f32's range are refused
+// rather than turned into inf (write inf for that).
 std::vector<float> parse_row(const std::string& text) {
   std::vector<float> row;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(',', start);
     std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    try {
-      size_t used = 0;
-      row.push_back(std::stof(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
+    char* stop = nullptr;
+    errno = 0;
+    float f = item.empty() ? 0 : std::strtof(item.c_str(), &stop);
+    if (item.empty() || *stop != 0 || std::isspace(static_cast<unsigned char>(item[0])))
       throw UsageError(
           fmt::format("--row takes comma-separated numbers (inf, -inf, nan allowed), got '{}'", item));
-    }
+    if (errno == ERANGE && std::isinf(f))
+      throw UsageError(fmt::format("--row: {} is beyond the range of f32 (±3.4e38); write inf or -inf", item));
+    row.push_back(f);
     if (end == std::string::npos) break;
     start = end + 1;
   }
   return row;
+}
+
+// The planning options the flags ask for (the measured profile is taken at plan time).
+FusionOptions fusion_options(const Args& a) {
+  FusionOptions fo;
+  fo.fuse = !a.no_fuse;
+  fo.max_registers = a.max_registers;
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split};
+  if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
+    fo.profile.max_cluster_blocks = 1;
+    fo.profile.bulk_copies = false;
+  }
+  return fo;
+}
+
+// An example by name; an unknown name is a usage error.
+const Example& example(const std::string& name) {
+  try {
+    return find_example(name);
+  } catch (const GraphError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 Args parse(int argc, char** argv) {
@@ -142,31 +180,37 @@ Args parse(int argc, char** argv) {
     else if (s == "--kernel")
       a.kernel = value();
     else if (s == "--tile")
-      a.tile = parse_int(s, value());
+      a.tile = parse_int(s, value(), 1, 1 << 20);
     else if (s == "--row")
       a.rows.push_back(parse_row(value()));
     else if (s == "--target")
       a.target = value();
     else if (s == "--max-registers")
-      a.max_registers = parse_int(s, value());
+      a.max_registers = parse_int(s, value(), 1, 255);
     else if (s == "--iters")
-      a.iters = parse_int(s, value());
+      a.iters = parse_int(s, value(), 1, 1 << 20);
     else if (s == "--block-threads")
-      a.block_threads = parse_int(s, value());
+      a.block_threads = parse_int(s, value(), 32, 1024);
     else if (s == "--rows-per-thread")
-      a.rows_per_thread = parse_int(s, value());
+      a.rows_per_thread = parse_int(s, value(), 1, 16);
     else if (s == "--max-cluster")
-      a.max_cluster = parse_int(s, value());
+      a.max_cluster = parse_int(s, value(), 1, 16);
     else if (s == "--stages")
-      a.stages = parse_int(s, value(), 0);
+      a.stages = parse_int(s, value(), 0, 4);
     else if (s == "--split")
-      a.split = parse_int(s, value(), 0);
+      a.split = parse_int(s, value(), 0, 1);
     else if (s == "--seed")
-      a.seed = static_cast<uint64_t>(parse_int(s, value()));
+      a.seed = parse_seed(value());
     else if (s.rfind("--", 0) == 0)
       throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
     else
       a.names.push_back(s);
+  }
+  try {
+    codegen_options_for(a.target);
+    check_fusion_options(fusion_options(a));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
   }
   return a;
 }
@@ -178,19 +222,19 @@ const std::string& one_name(const Args& a) {
 }
 
 Plan make_plan(const Args& a, const std::string& name) {
-  Graph g = find_example(name).build();
+  Graph g = example(name).build();
   dump("graph", g.name(), print_graph(g));
-  FusionOptions fo;
-  fo.fuse = !a.no_fuse;
-  fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split};
-  if (a.measured_profile) fo.profile = measure_device_profile();
-  if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
-    fo.profile.max_cluster_blocks = 1;
-    fo.profile.bulk_copies = false;
+  FusionOptions fo = fusion_options(a);
+  if (a.measured_profile) {
+    DeviceProfile measured = measure_device_profile();
+    measured.max_cluster_blocks = std::min(measured.max_cluster_blocks, fo.profile.max_cluster_blocks);
+    measured.bulk_copies &= fo.profile.bulk_copies;
+    fo.profile = measured;
   }
   Plan p = plan_fusion(g, fo);
   dump("plan", g.name(), plan_report_text(p));
+  for (const std::string& hint : ineffective_hints(p))
+    fmt::print(stderr, "tilefuse: note: {} changes no kernel's schedule in this plan\n", hint);
   return p;
 }
 
@@ -216,36 +260,11 @@ int64_t minimum_bytes(const Graph& g) {
   return b;
 }
 
+// The run's seed: --seed, else drawn at random (printed, so that --seed replays it).
 uint64_t seed_of(const Args& a) {
-  return a.seed ? *a.seed
-                : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-struct CheckResult {
-  double max_rel_err = 0;
-  int64_t unwritten = 0;
-  bool ok = true;
-};
-
-// Every output against the float64 reference; outputs were poisoned, so a 0xFF…FF element was
-// never written.
-CheckResult check_outputs(const Graph& g, const TensorMap& inputs, const TensorMap& outs) {
-  CheckResult r;
-  auto ref = reference_run(g, inputs);
-  for (const GraphOutput& o : g.outputs()) {
-    const TensorData& t = outs.at(o.name);
-    r.unwritten += count_unwritten(t);
-    double err = relative_error(t.to_doubles(), ref.at(o.name));
-    double tol = t.dtype == DType::F32 ? 1e-6 : 1e-2;
-    fmt::print("  output {}: relative error {:.3e} (tolerance {:.0e})\n", o.name, err, tol);
-    r.max_rel_err = std::max(r.max_rel_err, err);
-    if (!(err <= tol)) r.ok = false;
-  }
-  if (r.unwritten) {
-    fmt::print("  {} output elements were never written\n", r.unwritten);
-    r.ok = false;
-  }
-  return r;
+  if (a.seed) return *a.seed;
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 int cmd_run(const Args& a) {
@@ -264,7 +283,11 @@ int cmd_run(const Args& a) {
              info.cc_minor, exe.kernels().size(), exe.kernels().size() == 1 ? "" : "s", seed);
   TensorMap outs = exe.run(inputs);
   bool ok = true;
-  if (a.check) ok = check_outputs(g, inputs, outs).ok;
+  if (a.check) {
+    CheckReport check = check_against_reference(g, inputs, outs);
+    fmt::print("{}", check.text());
+    ok = check.ok;
+  }
   if (a.bench) {
     Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
     int64_t bytes = minimum_bytes(g);
@@ -281,7 +304,10 @@ int cmd_bench(const Args& a) {
   if (a.json_file.empty()) throw UsageError("bench needs --json FILE");
   std::vector<std::string> names = a.names;
   if (names.empty()) names = {"bias_gelu", "bias_gelu_bf16"};
-  for (const std::string& n : names) find_example(n);  // unknown names fail before any work
+  for (const std::string& n : names) example(n);  // unknown names fail before any work
+  // The results file is opened before the run, so a path that cannot be written fails first.
+  std::ofstream json(a.json_file);
+  if (!json) throw Error(fmt::format("bench: cannot write {}: {}", a.json_file, std::strerror(errno)));
   std::string why;
   if (!cuda::available(&why)) {
     fmt::print(stderr, "tilefuse bench: cannot run: {}\n", why);
@@ -297,13 +323,16 @@ int cmd_bench(const Args& a) {
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   const char* commit = std::getenv("TILEFUSE_COMMIT");
+  const uint64_t seed = seed_of(a);
+  fmt::print("inputs seeded {}\n", seed);
   JsonWriter j;
   j.begin_object()
       .field("tool", "tilefuse")
       .field("date", date)
       .field("gpu", info.name)
       .field("driver_version", info.driver_version)
-      .field("commit", commit ? commit : "unknown");
+      .field("commit", commit ? commit : "unknown")
+      .field("seed", std::to_string(seed));  // a string: JSON readers may hold 53-bit integers only
   j.key("ceiling")
       .begin_object()
       .field("copy_gbps", copy_gbps)
@@ -315,9 +344,10 @@ int cmd_bench(const Args& a) {
   for (const std::string& name : names) {
     Executable exe(make_plan(a, name), codegen_options_for(a.target));
     const Graph& g = exe.plan().graph;
-    TensorMap inputs = random_inputs(g, seed_of(a));
+    TensorMap inputs = random_inputs(g, seed);
     fmt::print("{}:\n", name);
-    CheckResult chk = check_outputs(g, inputs, exe.run(inputs));
+    CheckReport chk = check_against_reference(g, inputs, exe.run(inputs));
+    fmt::print("{}", chk.text());
     all_ok &= chk.ok;
     Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
     int64_t bytes = minimum_bytes(g);
@@ -325,7 +355,7 @@ int cmd_bench(const Args& a) {
     fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps,
                100 * gbps / copy_gbps);
     const Node& first = g.node(g.inputs()[0]);
-    const Example& ex = find_example(name);
+    const Example& ex = example(name);
     j.begin_object()
         .field("case", ex.family.empty() ? name : ex.family)
         .field("example", name)
@@ -355,7 +385,9 @@ int cmd_bench(const Args& a) {
     j.end_array().end_object();
   }
   j.end_array().end_object();
-  std::ofstream(a.json_file) << j.str() << "\n";
+  json << j.str() << "\n";
+  json.close();
+  if (!json) throw Error(fmt::format("bench: cannot write {}: {}", a.json_file, std::strerror(errno)));
   fmt::print("wrote {}\n", a.json_file);
   return all_ok ? 0 : 1;
 }
@@ -404,7 +436,7 @@ int dispatch(const Args& a) {
     return 0;
   }
   if (a.command == "graph") {
-    Graph g = find_example(one_name(a)).build();
+    Graph g = example(one_name(a)).build();
     verify(g);
     fmt::print("{}", print_graph(g));
     return 0;
@@ -437,16 +469,26 @@ int dispatch(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int rc;
   try {
-    return dispatch(parse(argc, argv));
+    rc = dispatch(parse(argc, argv));
   } catch (const UsageError& e) {
     fmt::print(stderr, "tilefuse: {}\n\n{}", e.what(), kUsage);
     return kExitUsage;
   } catch (const CudaError& e) {
     fmt::print(stderr, "tilefuse: {}\n", e.what());
     return std::strncmp(e.what(), "no GPU present", 14) == 0 ? kExitNoGpu : 1;
-  } catch (const Error& e) {
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "tilefuse: out of host memory\n");
+    return 1;
+  } catch (const std::exception& e) {  // tilefuse's errors, and the library's (a failed write, …)
     fmt::print(stderr, "tilefuse: {}\n", e.what());
     return 1;
   }
+  // What was printed must have reached its destination (a full disk is an error).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "tilefuse: cannot write the output: {}\n", std::strerror(errno));
+    return 1;
+  }
+  return rc;
 }
