@@ -84,7 +84,8 @@ void Lowering::read_stage(Value* stage) {
       Value* col =
           b_.CreateAdd(b_.CreateMul(tc_, b_.getInt32(s_.vec)), b_.getInt32(k * s_.threads_per_row * s_.vec));
       Value* ptr = b_.CreateInBoundsGEP(storage_type(prm.dtype), part, b_.CreateZExt(col, b_.getInt64Ty()));
-      load_vector(ptr, prm.dtype, s_.vec, fmt::format("{}.c{}", sanitize(prm.name), k), &regs);
+      load_vector(ptr, prm.dtype, s_.vec, fmt::format("{}.c{}", sanitize(prm.name), k), widely_used(i.result),
+                  &regs);
     }
     types_[i.result] = i.type;
     values_[i.result] = std::move(regs);

@@ -10,6 +10,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -69,8 +70,15 @@ class Lowering {
 
   void load(const TileInst& i);
 
-  // `vec` contiguous elements of type `dtype` at `ptr` (global or shared), in compute precision.
-  void load_vector(Value* ptr, DType dtype, int vec, const std::string& name, Regs* regs);
+  // `vec` contiguous elements of type `dtype` at `ptr` (global or shared), in compute precision;
+  // `widely_used`: the value feeds many instructions, so each element gets its own register.
+  void load_vector(Value* ptr, DType dtype, int vec, const std::string& name, bool widely_used, Regs* regs);
+  Value* own_register(Value* f32);
+  bool widely_used(int v) const {
+    int uses = 0;
+    for (const TileInst& i : p_.body) uses += static_cast<int>(std::count(i.args.begin(), i.args.end(), v));
+    return uses > 64;
+  }
 
   // Runs `body` only where `cond` holds (nullptr: always).
   template <typename F>

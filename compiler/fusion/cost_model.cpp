@@ -94,6 +94,91 @@ static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* 
   return first != nullptr;
 }
 
+namespace {
+
+bool is_member(const Kernel& k, NodeId n) { return std::binary_search(k.nodes.begin(), k.nodes.end(), n); }
+
+// Node n's own legality in kernel k (whose domain is set): it broadcasts into the domain, and no
+// operand of it in the kernel is a reduction that dropped its axes.
+bool node_fits(const Graph& g, const Kernel& k, NodeId n, std::string* why) {
+  if (!broadcasts_to(aligned_shape(g, n, k.domain, k.split), k.domain)) {
+    *why = fmt::format("%{} {} does not broadcast into the kernel's domain {}", n, shape_str(g.node(n).shape),
+                       shape_str(k.domain));
+    return false;
+  }
+  for (NodeId o : g.node(n).operands) {
+    const Node& on = g.node(o);
+    if (op_info(on.op).kind == OpKind::Reduce && !on.keepdim && is_member(k, o)) {
+      *why = fmt::format(
+          "%{} {} drops its reduced axes, so numpy aligns it with the last axis, not "
+          "the rows; reduce with keepdim to broadcast it back over the row",
+          o, op_info(on.op).name);
+      return false;
+    }
+  }
+  return true;
+}
+
+void add_totals(const Graph& g, NodeTotals& t, NodeId n) {
+  const Node& node = g.node(n);
+  t.instructions_per_element += instructions_per_element(g, node);
+  t.scratch_regs = std::max(t.scratch_regs, op_info(node.op).scratch_regs);
+  t.reductions += op_info(node.op).kind == OpKind::Reduce;
+}
+
+void analyze_passes(const Graph& g, Kernel& k) {
+  RowPasses passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain);
+  k.passes = passes.passes;
+  k.totals.online_sums = static_cast<int>(passes.online_with.size());
+}
+
+// Outputs, schedule and cost of a kernel whose nodes, inputs, domain, totals and passes are set.
+bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, const ScheduleHints& hints,
+                   std::string* why) {
+  if (k.outputs.empty()) {
+    *why = "the kernel would write nothing";
+    return false;
+  }
+  const bool reduces = k.kind == ScheduleKind::RowReduce;
+  Shape per_row = k.domain;  // a row kernel's one-value-per-row outputs
+  for (int d = std::max(k.split, 0); reduces && d < static_cast<int>(k.domain.size()); ++d) per_row[d] = 1;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
+  for (NodeId o : k.outputs) {
+    Shape s = aligned_shape(g, o, k.domain, k.split);
+    if (s != k.domain && !(reduces && s == per_row)) {
+      *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})", shape_str(k.domain),
+                         k.outputs[0], shape_str(g.node(o).shape), o);
+      return false;
+    }
+    shapes.push_back(std::move(s));
+    dtypes.push_back(g.node(o).dtype);
+  }
+  if (reduces) {
+    // A row's parts may meet once through global memory when its only reductions are a max and
+    // the online sum of its exps and every output is whole rows (written by each part).
+    bool splittable = k.totals.reductions == 2 && k.totals.online_sums == 1;
+    for (NodeId t : k.outputs) splittable &= num_elements(g.node(t).shape) == num_elements(k.domain);
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, hints,
+                                 profile, why);
+    if (!s) return false;
+    k.schedule = *s;
+  } else {
+    k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
+  }
+  if (k.schedule.grid() > INT32_MAX || k.schedule.col_iters > INT32_MAX) {
+    *why = fmt::format("its domain {} needs {} blocks{}, more than a grid (2^31 − 1) or a loop holds",
+                       shape_str(k.domain), k.schedule.grid(),
+                       k.schedule.col_iters > 1 ? fmt::format(" of {} column tiles", k.schedule.col_iters) : "");
+    return false;
+  }
+  estimate_cost(g, k, profile);
+  return true;
+}
+
+}  // namespace
+
 std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
                                    const ScheduleHints& hints, std::string* why) {
@@ -102,79 +187,80 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   std::sort(k.nodes.begin(), k.nodes.end());
   k.outputs = outputs;
   std::sort(k.outputs.begin(), k.outputs.end());
-  std::set<NodeId> members(k.nodes.begin(), k.nodes.end());
-  std::set<NodeId> inputs;
   for (NodeId n : k.nodes)
     for (NodeId o : g.node(n).operands)
-      if (!members.count(o) && g.node(o).op != Op::Constant) inputs.insert(o);
-  k.inputs.assign(inputs.begin(), inputs.end());
+      if (!is_member(k, o) && g.node(o).op != Op::Constant) k.inputs.push_back(o);
+  std::sort(k.inputs.begin(), k.inputs.end());
+  k.inputs.erase(std::unique(k.inputs.begin(), k.inputs.end()), k.inputs.end());
   if (k.outputs.empty()) {
     *why = "the kernel would write nothing";
     return std::nullopt;
   }
-  bool reduces = false;
-  if (!row_domain(g, k.nodes, &k.domain, &k.split, why)) {
+  if (row_domain(g, k.nodes, &k.domain, &k.split, why)) {
+    k.kind = ScheduleKind::RowReduce;
+  } else {
     if (!why->empty()) return std::nullopt;
     k.domain = g.node(k.outputs[0]).shape;
-  } else {
-    reduces = true;
-    k.kind = ScheduleKind::RowReduce;
-  }
-  Shape per_row = k.domain;  // a row kernel's one-value-per-row outputs
-  for (int d = std::max(k.split, 0); reduces && d < static_cast<int>(k.domain.size()); ++d) per_row[d] = 1;
-  for (NodeId o : k.outputs) {
-    Shape s = aligned_shape(g, o, k.domain, k.split);
-    if (s != k.domain && !(reduces && s == per_row)) {
-      *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})", shape_str(k.domain),
-                         k.outputs[0], shape_str(g.node(o).shape), o);
-      return std::nullopt;
-    }
   }
   for (NodeId n : k.nodes) {
-    if (!broadcasts_to(aligned_shape(g, n, k.domain, k.split), k.domain)) {
-      *why = fmt::format("%{} {} does not broadcast into the kernel's domain {}", n,
-                         shape_str(g.node(n).shape), shape_str(k.domain));
-      return std::nullopt;
-    }
-    for (NodeId o : g.node(n).operands) {
-      const Node& on = g.node(o);
-      if (members.count(o) && op_info(on.op).kind == OpKind::Reduce && !on.keepdim) {
-        *why = fmt::format(
-            "%{} {} drops its reduced axes, so numpy aligns it with the last axis, not "
-            "the rows; reduce with keepdim to broadcast it back over the row",
-            o, op_info(on.op).name);
-        return std::nullopt;
-      }
-    }
+    if (!node_fits(g, k, n, why)) return std::nullopt;
+    add_totals(g, k.totals, n);
   }
-  std::vector<Shape> shapes;
-  std::vector<DType> dtypes;
-  for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
-  for (NodeId t : k.outputs)
-    shapes.push_back(aligned_shape(g, t, k.domain, k.split)), dtypes.push_back(g.node(t).dtype);
-  if (reduces) {
-    RowPasses passes = analyze_row_passes(g, k.nodes, k.outputs, k.domain);
-    // A row's parts may meet once through global memory when its only reductions are a max and
-    // the online sum of its exps and every output is whole rows (written by each part).
-    int reductions = 0;
-    for (NodeId n : k.nodes) reductions += op_info(g.node(n).op).kind == OpKind::Reduce;
-    bool splittable = reductions == 2 && passes.online_with.size() == 1;
-    for (NodeId t : k.outputs) splittable &= num_elements(g.node(t).shape) == num_elements(k.domain);
-    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, hints,
-                                 profile, why);
-    if (!s) return std::nullopt;
-    k.schedule = *s;
-    k.passes = passes.passes;
-  } else {
-    k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
+  if (k.kind == ScheduleKind::RowReduce) analyze_passes(g, k);
+  if (!finish_kernel(g, k, profile, hints, why)) return std::nullopt;
+  return k;
+}
+
+std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p, const std::vector<NodeId>& users,
+                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
+                                    const ScheduleHints& hints, std::string* why) {
+  const Node& pn = g.node(p);
+  const bool reduce = op_info(pn.op).kind == OpKind::Reduce;
+  std::vector<NodeId> sorted_outputs = outputs;
+  std::sort(sorted_outputs.begin(), sorted_outputs.end());
+  // What changes the domain or the legality of the other nodes is built whole: the first
+  // reduction, or a pointwise kernel whose first output (its domain) changes.
+  const bool domain_moves = base.kind == ScheduleKind::Pointwise &&
+                            (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain);
+  if (domain_moves) {
+    std::vector<NodeId> nodes = base.nodes;
+    nodes.push_back(p);
+    return build_kernel(g, nodes, outputs, profile, hints, why);
   }
-  if (k.schedule.grid() > INT32_MAX || k.schedule.col_iters > INT32_MAX) {
-    *why = fmt::format("its domain {} needs {} blocks{}, more than a grid (2^31 − 1) or a loop holds",
-                       shape_str(k.domain), k.schedule.grid(),
-                       k.schedule.col_iters > 1 ? fmt::format(" of {} column tiles", k.schedule.col_iters) : "");
+  Kernel k;
+  k.kind = base.kind;
+  k.domain = base.domain;
+  k.split = base.split;
+  k.totals = base.totals;
+  k.passes = base.passes;
+  k.nodes = base.nodes;
+  k.nodes.insert(std::upper_bound(k.nodes.begin(), k.nodes.end(), p), p);
+  k.outputs = std::move(sorted_outputs);
+  k.inputs = base.inputs;
+  auto at = std::lower_bound(k.inputs.begin(), k.inputs.end(), p);
+  if (at != k.inputs.end() && *at == p) k.inputs.erase(at);
+  for (NodeId o : pn.operands) {
+    if (is_member(k, o) || g.node(o).op == Op::Constant) continue;
+    auto pos = std::lower_bound(k.inputs.begin(), k.inputs.end(), o);
+    if (pos == k.inputs.end() || *pos != o) k.inputs.insert(pos, o);
+  }
+  if (reduce && (g.node(pn.operands[0]).shape != k.domain || pn.axes.front() != k.split)) {
+    *why = fmt::format("%{} reduces a different row ({} from axis {}) than the kernel's ({} from axis {})", p,
+                       shape_str(g.node(pn.operands[0]).shape), pn.axes.front(), shape_str(k.domain), k.split);
     return std::nullopt;
   }
-  estimate_cost(g, k, profile);
+  if (!node_fits(g, k, p, why)) return std::nullopt;
+  if (reduce && !pn.keepdim)  // the producer as an operand of the kernel's nodes
+    for (NodeId u : users)
+      if (is_member(k, u) && !node_fits(g, k, u, why)) return std::nullopt;
+  add_totals(g, k.totals, p);
+  // Row passes depend on the reductions and on the per-row values and exps around them; a
+  // producer over the whole domain that is neither an exp nor a subtraction leaves them as
+  // they were (its depth is 0, and it is no part of an online sum's pattern).
+  const bool passes_move = reduce || pn.op == Op::Exp || pn.op == Op::Sub ||
+                           aligned_shape(g, p, k.domain, k.split) != k.domain;
+  if (k.kind == ScheduleKind::RowReduce && passes_move) analyze_passes(g, k);
+  if (!finish_kernel(g, k, profile, hints, why)) return std::nullopt;
   return k;
 }
 
@@ -205,11 +291,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     if (spans_rows && spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype));
   }
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
-  int scratch = 0;
-  for (NodeId n : k.nodes) {
-    c.instructions += instructions_per_element(g, g.node(n)) * static_cast<double>(domain_elems);
-    scratch = std::max(scratch, op_info(g.node(n).op).scratch_regs);
-  }
+  c.instructions = k.totals.instructions_per_element * static_cast<double>(domain_elems);
+  const int scratch = k.totals.scratch_regs;
   // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.
   for (NodeId t : k.inputs)
     if (dtype_size(g.node(t).dtype) == 2)

@@ -11,12 +11,21 @@
 
 namespace tilefuse {
 
-// One pointwise kernel computing `nodes` (topological order) and writing `outputs`. Returns
-// nullopt, with the reason in `why`, when the set cannot be one kernel (outputs of different
-// shapes, a member that does not broadcast into the domain).
+// One kernel computing `nodes` and writing `outputs`: pointwise, or a row reduction when it
+// reduces. Returns nullopt, with the reason in `why`, when the set cannot be one kernel (outputs
+// of different shapes, a member that does not broadcast into the domain, reductions of
+// different rows, no schedule).
 std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& nodes,
                                    const std::vector<NodeId>& outputs, const DeviceProfile& profile,
                                    const ScheduleHints& hints, std::string* why);
+
+// The kernel of base's nodes and `producer` (not among them), writing `outputs`: the same as
+// build_kernel on the union, in time proportional to the producer's operands and users and the
+// kernel's reads and writes rather than to all its nodes (a long chain fused one producer at a
+// time stays linear). `users` are the producer's users in the graph.
+std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId producer,
+                                    const std::vector<NodeId>& users, const std::vector<NodeId>& outputs,
+                                    const DeviceProfile& profile, const ScheduleHints& hints, std::string* why);
 
 // Instructions per element for a node of `g` as codegen emits it (from SASS on sm_90): 16-bit
 // results take the short exp and GELU, and an f32 exp of x − max x the short form for arguments
@@ -27,7 +36,7 @@ double instructions_per_element(const Graph& g, const Node& n);
 // (its rank-reduced shape padded with 1s on the right); everything else as numpy aligns it.
 Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split);
 
-// Fills kernel.cost from its nodes, operands and schedule.
+// Fills kernel.cost from its totals, operands and schedule.
 void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);
 
 }  // namespace tilefuse

@@ -61,13 +61,38 @@ PlanTotals totals_of(const std::vector<Kernel>& kernels) {
   return t;
 }
 
-// Kernel membership during the pass. A node is in exactly one group, except a duplicated node,
-// which is in every group that uses it and written by none.
-struct State {
-  std::vector<std::set<NodeId>> groups;  // group id → members; empty once merged away
-  std::vector<std::set<int>> where;      // node → groups computing it
+// A candidate change to the kernels: producer p (or, for merges afterwards, no producer) moved
+// out of its own group into `into` — the one consumer group (fused), every consumer group
+// (duplicated), or the first of them, into which the others are merged (merged).
+struct Move {
+  Verdict verdict = Verdict::Materialized;
+  NodeId producer = -1;
+  std::vector<int> into;
 };
 
+// What applying a move changed, so that it can be undone in place: candidates are weighed on
+// the pass's own state, not on copies of it (a copy per candidate made planning quadratic).
+struct Undo {
+  NodeId producer = -1;
+  std::set<int> producer_where;                          // the producer's groups before
+  std::vector<std::pair<int, std::set<NodeId>>> merged;  // groups merged away, with their members
+  std::vector<std::pair<NodeId, std::set<int>>> where;   // their members' groups before
+  std::vector<NodeId> added;                             // nodes added to the target
+  int target = -1;
+};
+
+// A group's kernel, built when first needed and kept until the group changes.
+struct CachedKernel {
+  bool built = false;
+  std::optional<Kernel> kernel;
+  std::string why;  // when the group cannot be one kernel
+};
+
+// The fusion pass. Kernels are groups of nodes: a node is in exactly one group, except a
+// duplicated node, which is in every group that uses it and written by none. Producers are
+// weighed consumers first (reverse topological order); each decision tries its moves on the
+// state and undoes them, and a group grown by one producer has its kernel extended from the
+// group's kept kernel, so a chain of n producers plans in about n steps, not n² (cost_model.h).
 class FusionPass {
  public:
   FusionPass(const Graph& g, const FusionOptions& opt) : g_(g), opt_(opt), live_(g.nodes().size()) {
@@ -85,108 +110,183 @@ class FusionPass {
     Plan plan;
     plan.graph = g_;
     plan.options = opt_;
-    State st;
-    st.where.resize(g_.nodes().size());
+    where_.resize(g_.nodes().size());
     for (const Node& n : g_.nodes()) {
       if (is_compute(n) && !live_[n.id]) plan.dead.push_back(n.id);
       if (is_compute(n) && live_[n.id]) {
-        st.where[n.id] = {static_cast<int>(st.groups.size())};
-        st.groups.push_back({n.id});
+        where_[n.id] = {static_cast<int>(groups_.size())};
+        groups_.push_back({n.id});
       }
     }
-    plan.unfused_kernels = ordered_kernels(st);
+    cache_.resize(groups_.size());
+    plan.unfused_kernels = ordered_kernels();
     plan.unfused = totals_of(plan.unfused_kernels);
     if (opt_.fuse) {
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it)
-        if (is_compute(*it) && live_[it->id] && !users_[it->id].empty())
-          plan.decisions.push_back(decide(it->id, st));
-      merge_sharing_kernels(st, &plan.decisions);
+        if (is_compute(*it) && live_[it->id] && !users_[it->id].empty()) plan.decisions.push_back(decide(it->id));
+      merge_sharing_kernels(&plan.decisions);
     }
-    plan.kernels = ordered_kernels(st);
+    plan.kernels = ordered_kernels();
     plan.fused = totals_of(plan.kernels);
     return plan;
   }
 
  private:
-  std::vector<NodeId> outputs_of(const State& st, int gid) const {
+  // ---- the state: groups, where each node is, and each group's kernel ----
+
+  bool needed_outside(NodeId n) const {
+    if (g_.is_output(n)) return true;
+    for (NodeId u : users_[n])
+      for (int h : where_[u])
+        if (!where_[n].count(h)) return true;
+    return false;
+  }
+
+  std::vector<NodeId> outputs_of(int h) const {
     std::vector<NodeId> out;
-    for (NodeId n : st.groups[gid]) {
-      bool needed = g_.is_output(n);
-      for (NodeId u : users_[n])
-        for (int h : st.where[u])
-          if (!st.where[n].count(h)) needed = true;
-      if (needed) out.push_back(n);
-    }
+    for (NodeId n : groups_[h])
+      if (needed_outside(n)) out.push_back(n);
     return out;
   }
 
-  std::optional<Kernel> kernel_of(const State& st, int gid, std::string* why) const {
-    const auto& m = st.groups[gid];
-    return build_kernel(g_, {m.begin(), m.end()}, outputs_of(st, gid), opt_.profile, opt_.schedule, why);
-  }
-
-  // Group-level dependency edges: h' → h when h reads a value h' writes.
-  std::vector<std::set<int>> group_edges(const State& st) const {
-    std::vector<std::set<int>> edges(st.groups.size());
-    for (size_t h = 0; h < st.groups.size(); ++h)
-      for (NodeId n : st.groups[h])
-        for (NodeId o : g_.node(n).operands)
-          if (!st.groups[h].count(o))
-            for (int src : st.where[o]) edges[src].insert(static_cast<int>(h));
-    return edges;
-  }
-
-  // Groups in dependency order, or empty when the group graph has a cycle.
-  std::vector<int> topo_groups(const State& st) const {
-    auto edges = group_edges(st);
-    std::vector<int> indeg(st.groups.size(), 0), order;
-    for (const auto& e : edges)
-      for (int h : e) indeg[h]++;
-    // Ready groups ordered by their first node, so kernel order follows the program.
-    std::set<std::pair<NodeId, int>> ready;
-    size_t live = 0;
-    for (size_t h = 0; h < st.groups.size(); ++h) {
-      if (st.groups[h].empty()) continue;
-      live++;
-      if (indeg[h] == 0) ready.insert({*st.groups[h].begin(), static_cast<int>(h)});
+  const CachedKernel& kernel(int h) {
+    CachedKernel& c = cache_[h];
+    if (!c.built) {
+      c = {};
+      c.built = true;
+      const auto& m = groups_[h];
+      c.kernel = build_kernel(g_, {m.begin(), m.end()}, outputs_of(h), opt_.profile, opt_.schedule, &c.why);
     }
-    while (!ready.empty()) {
-      int h = ready.begin()->second;
-      ready.erase(ready.begin());
-      order.push_back(h);
-      for (int t : edges[h])
-        if (--indeg[t] == 0) ready.insert({*st.groups[t].begin(), t});
-    }
-    if (order.size() != live) order.clear();
-    return order;
+    return c;
   }
 
-  // Evaluates the touched groups of a candidate state through the three layers.
-  FusionOption evaluate(const State& st, Verdict verdict, const std::set<int>& touched) const {
+  // Group h's kernel with `move` applied: extended from its kept kernel when the move only
+  // added the producer to it (and the producer uses none of its nodes, so no other node's need
+  // to be written changes), else built whole.
+  CachedKernel kernel_after(int h, const Move& m) {
+    const NodeId p = m.producer;
+    const bool grown = p >= 0 && m.verdict != Verdict::Merged && groups_[h].count(p) &&
+                       std::find(m.into.begin(), m.into.end(), h) != m.into.end();
+    if (grown) {
+      const CachedKernel& before = cache_[h];
+      bool uses_member = false;
+      for (NodeId o : g_.node(p).operands) uses_member |= groups_[h].count(o) > 0;
+      if (before.built && before.kernel && !uses_member) {
+        std::vector<NodeId> outputs = before.kernel->outputs;
+        if (needed_outside(p)) outputs.push_back(p);
+        CachedKernel c;
+        c.built = true;
+        c.kernel = extend_kernel(g_, *before.kernel, p, users_[p], outputs, opt_.profile, opt_.schedule, &c.why);
+        return c;
+      }
+    }
+    CachedKernel c;
+    c.built = true;
+    const auto& members = groups_[h];
+    c.kernel = build_kernel(g_, {members.begin(), members.end()}, outputs_of(h), opt_.profile, opt_.schedule, &c.why);
+    return c;
+  }
+
+  Undo apply(const Move& m) {
+    Undo u;
+    u.producer = m.producer;
+    if (m.producer >= 0) {
+      const NodeId p = m.producer;
+      u.producer_where = where_[p];
+      for (int h : where_[p]) groups_[h].erase(p);
+      where_[p].clear();
+      const size_t targets = m.verdict == Verdict::Duplicated ? m.into.size() : 1;
+      for (size_t i = 0; i < targets; ++i) {
+        groups_[m.into[i]].insert(p);
+        where_[p].insert(m.into[i]);
+      }
+    }
+    if (m.verdict != Verdict::Merged) return u;
+    u.target = m.into[0];
+    for (size_t i = 1; i < m.into.size(); ++i) {
+      const int h = m.into[i];
+      u.merged.push_back({h, groups_[h]});
+      for (NodeId n : groups_[h]) {
+        u.where.push_back({n, where_[n]});
+        where_[n].erase(h);
+        where_[n].insert(u.target);
+        if (groups_[u.target].insert(n).second) u.added.push_back(n);
+      }
+      groups_[h].clear();
+    }
+    return u;
+  }
+
+  void undo(const Undo& u) {
+    for (NodeId n : u.added) groups_[u.target].erase(n);
+    for (auto it = u.where.rbegin(); it != u.where.rend(); ++it) where_[it->first] = it->second;
+    for (const auto& [h, members] : u.merged) groups_[h] = members;
+    if (u.producer >= 0) {
+      for (int h : where_[u.producer]) groups_[h].erase(u.producer);
+      where_[u.producer] = u.producer_where;
+      for (int h : u.producer_where) groups_[h].insert(u.producer);
+    }
+  }
+
+  // The groups group h feeds (reads of their nodes from h's).
+  std::set<int> successors(int h) const {
+    std::set<int> out;
+    for (NodeId n : groups_[h])
+      for (NodeId u : users_[n])
+        for (int s : where_[u])
+          if (s != h && !groups_[s].count(n)) out.insert(s);
+    return out;
+  }
+
+  // Whether a path of kernels leads from group t back to itself.
+  bool on_cycle(int t) const {
+    std::set<int> seen;
+    std::vector<int> stack;
+    for (int s : successors(t)) stack.push_back(s);
+    while (!stack.empty()) {
+      int h = stack.back();
+      stack.pop_back();
+      if (h == t) return true;
+      if (!seen.insert(h).second) continue;
+      for (int s : successors(h)) stack.push_back(s);
+    }
+    return false;
+  }
+
+  // ---- weighing options ----
+
+  // The touched groups' kernels through the three layers, with the move applied (kernels_out:
+  // the kernels it would keep).
+  FusionOption evaluate(const Move& m, const std::set<int>& touched, std::map<int, CachedKernel>* kernels_out) {
     FusionOption o;
-    o.verdict = verdict;
+    o.verdict = m.verdict;
     for (int h : touched) {
-      if (st.groups[h].empty()) continue;
-      std::string why;
-      auto k = kernel_of(st, h, &why);
-      if (!k) {
+      if (groups_[h].empty()) continue;
+      CachedKernel after;
+      if (m.verdict != Verdict::Materialized) after = kernel_after(h, m);
+      const CachedKernel& c = m.verdict == Verdict::Materialized ? kernel(h) : after;
+      if (!c.kernel) {
         o.legal = false;
-        o.why_not = why;
+        o.why_not = c.why;
         return o;
       }
+      const KernelCost& k = c.kernel->cost;
       o.kernels++;
-      o.bytes += k->cost.bytes();
-      o.registers = std::max(o.registers, k->cost.registers);
-      o.predicted_s += k->cost.predicted_s;
-      if (k->cost.registers > opt_.max_registers && o.fits) {
+      o.bytes += k.bytes();
+      o.registers = std::max(o.registers, k.registers);
+      o.predicted_s += k.predicted_s;
+      if (k.registers > opt_.max_registers && o.fits) {
         o.fits = false;
-        o.why_not = fmt::format(
-            "the fused kernel needs ~{} registers per thread, over the budget "
-            "of {}",
-            k->cost.registers, opt_.max_registers);
+        o.why_not = fmt::format("the fused kernel needs ~{} registers per thread, over the budget of {}",
+                                k.registers, opt_.max_registers);
       }
+      if (kernels_out && m.verdict != Verdict::Materialized) (*kernels_out)[h] = std::move(after);
     }
-    if (verdict != Verdict::Materialized && topo_groups(st).empty()) {
+    // Fusing or duplicating a producer into its consumers' groups cannot close a cycle here:
+    // producers are weighed consumers first, so every group of more than one node holds only
+    // nodes after p, and a path leaving such a group never returns to p, whose operands come
+    // before it. Merging consumer groups can: one may feed the other through a third kernel.
+    if (m.verdict == Verdict::Merged && on_cycle(m.into[0])) {
       o.legal = false;
       o.why_not = "fusing would create a cycle between kernels";
     }
@@ -195,67 +295,48 @@ class FusionPass {
 
   std::string describe(NodeId n) const { return fmt::format("%{} {}", n, op_info(g_.node(n).op).name); }
 
-  FusionDecision decide(NodeId p, State& st) {
+  FusionDecision decide(NodeId p) {
     FusionDecision d;
     d.producer = p;
     for (NodeId u : users_[p])
       if (std::find(d.consumers.begin(), d.consumers.end(), u) == d.consumers.end()) d.consumers.push_back(u);
     std::set<int> consumer_groups;
-    for (NodeId u : d.consumers) consumer_groups.insert(st.where[u].begin(), st.where[u].end());
-    int own = *st.where[p].begin();
+    for (NodeId u : d.consumers) consumer_groups.insert(where_[u].begin(), where_[u].end());
     std::set<int> touched = consumer_groups;
-    touched.insert(own);
+    touched.insert(where_[p].begin(), where_[p].end());
 
-    std::vector<std::pair<FusionOption, State>> candidates;
-    candidates.push_back({evaluate(st, Verdict::Materialized, touched), st});
-    auto move_into = [&](State& s, int h) {
-      s.groups[h].insert(p);
-      s.where[p].insert(h);
-    };
+    std::vector<Move> moves = {{Verdict::Materialized, p, {}}};
+    std::vector<int> into(consumer_groups.begin(), consumer_groups.end());
     if (consumer_groups.size() == 1) {
-      State s = st;
-      s.groups[own].clear();
-      s.where[p].clear();
-      move_into(s, *consumer_groups.begin());
-      candidates.push_back({evaluate(s, Verdict::Fused, touched), s});
+      moves.push_back({Verdict::Fused, p, into});
     } else {
-      if (!g_.is_output(p)) {
-        State s = st;
-        s.groups[own].clear();
-        s.where[p].clear();
-        for (int h : consumer_groups) move_into(s, h);
-        candidates.push_back({evaluate(s, Verdict::Duplicated, touched), s});
+      if (!g_.is_output(p)) moves.push_back({Verdict::Duplicated, p, into});
+      moves.push_back({Verdict::Merged, p, into});
+    }
+    std::vector<FusionOption> options;
+    std::vector<std::map<int, CachedKernel>> kernels(moves.size());
+    for (size_t i = 0; i < moves.size(); ++i) {
+      if (moves[i].verdict == Verdict::Materialized) {
+        options.push_back(evaluate(moves[i], touched, nullptr));
+        continue;
       }
-      State s = st;
-      int target = *consumer_groups.begin();
-      s.groups[own].clear();
-      s.where[p].clear();
-      move_into(s, target);
-      for (int h : consumer_groups) {
-        if (h == target) continue;
-        for (NodeId n : s.groups[h]) {
-          s.where[n].erase(h);
-          s.where[n].insert(target);
-          s.groups[target].insert(n);
-        }
-        s.groups[h].clear();
-      }
-      candidates.push_back({evaluate(s, Verdict::Merged, touched), s});
+      Undo u = apply(moves[i]);
+      options.push_back(evaluate(moves[i], touched, &kernels[i]));
+      undo(u);
     }
 
-    const FusionOption& before = candidates[0].first;
+    const FusionOption& before = options[0];
     size_t best = 0;
-    for (size_t i = 1; i < candidates.size(); ++i) {
-      const FusionOption& o = candidates[i].first;
-      const FusionOption& b = candidates[best].first;
+    for (size_t i = 1; i < options.size(); ++i) {
+      const FusionOption& o = options[i];
+      const FusionOption& b = options[best];
       if (!o.legal || !o.fits) continue;
       // Prefer fewer kernels unless the model predicts a real (> 0.1%) loss.
-      if (o.predicted_s < b.predicted_s * 0.999 ||
-          (o.predicted_s <= b.predicted_s * 1.001 && o.kernels < b.kernels))
+      if (o.predicted_s < b.predicted_s * 0.999 || (o.predicted_s <= b.predicted_s * 1.001 && o.kernels < b.kernels))
         best = i;
     }
-    for (auto& c : candidates) d.options.push_back(c.first);
-    const FusionOption& chosen = candidates[best].first;
+    d.options = options;
+    const FusionOption& chosen = options[best];
     d.verdict = chosen.verdict;
     d.bytes_saved = before.bytes - chosen.bytes;
     d.launches_saved = before.kernels - chosen.kernels;
@@ -263,68 +344,56 @@ class FusionPass {
     d.registers_after = chosen.registers;
     d.predicted_before_s = before.predicted_s;
     d.predicted_after_s = chosen.predicted_s;
-
-    std::vector<std::string> cons;
-    for (NodeId c : d.consumers) cons.push_back(describe(c));
-    std::string edge = fmt::format("{} → {}", describe(p), fmt::join(cons, ", "));
-    switch (chosen.verdict) {
-      case Verdict::Fused:
-        d.reason = fmt::format("{}: one kernel; the intermediate never reaches memory", edge);
-        break;
-      case Verdict::Merged:
-        d.reason = fmt::format(
-            "{}: the consumers share one domain, so producer and consumers "
-            "become one kernel that reads the operands once",
-            edge);
-        break;
-      case Verdict::Duplicated: {
-        const Node& pn = g_.node(p);
-        int copies = static_cast<int>(consumer_groups.size());
-        d.duplicated_instructions =
-            (copies - 1) * instructions_per_element(g_, pn) * static_cast<double>(num_elements(pn.shape));
-        for (NodeId o : pn.operands)
-          if (g_.node(o).op != Op::Constant)
-            d.duplicated_bytes += (copies - 1) * num_elements(g_.node(o).shape) *
-                                  static_cast<int64_t>(dtype_size(g_.node(o).dtype));
-        d.reason = fmt::format(
-            "{}: recomputed in each of {} consumer kernels; cheaper than "
-            "writing and re-reading it",
-            edge, copies);
-        break;
-      }
-      case Verdict::Materialized: {
-        bool any_legal = false, any_fit = false;
-        const FusionOption* stop = nullptr;
-        for (size_t i = 1; i < candidates.size(); ++i) {
-          const FusionOption& o = candidates[i].first;
-          any_legal |= o.legal;
-          any_fit |= o.legal && o.fits;
-          if (!stop || (o.legal && !stop->legal) || (o.legal && o.fits && !stop->fits)) stop = &o;
-        }
-        d.stopped_by = !any_legal ? Layer::Legality : !any_fit ? Layer::Budget : Layer::Profitability;
-        if (!stop)
-          d.reason = fmt::format("{}: nothing to fuse", edge);
-        else if (d.stopped_by == Layer::Profitability)
-          d.reason = fmt::format(
-              "{}: written once and re-read; {} would take {:.3f} ms against "
-              "{:.3f} ms",
-              edge, verdict_name(stop->verdict), stop->predicted_s * 1e3, before.predicted_s * 1e3);
-        else
-          d.reason = fmt::format("{}: not fused ({}): {}", edge, layer_name(*d.stopped_by), stop->why_not);
-        break;
-      }
+    d.reason = reason(d, options, consumer_groups.size());
+    if (best != 0) {
+      apply(moves[best]);
+      for (int h : touched) cache_[h] = {};
+      for (auto& [h, c] : kernels[best]) cache_[h] = std::move(c);
     }
-    st = candidates[best].second;
     return d;
   }
 
-  // Values group h reads from memory (graph inputs and other groups' outputs).
-  std::set<NodeId> reads_of(const State& st, int h) const {
-    std::set<NodeId> in;
-    for (NodeId n : st.groups[h])
-      for (NodeId o : g_.node(n).operands)
-        if (!st.groups[h].count(o) && g_.node(o).op != Op::Constant) in.insert(o);
-    return in;
+  std::string reason(FusionDecision& d, const std::vector<FusionOption>& options, size_t copies) const {
+    const NodeId p = d.producer;
+    std::vector<std::string> cons;
+    for (NodeId c : d.consumers) cons.push_back(describe(c));
+    std::string edge = fmt::format("{} → {}", describe(p), fmt::join(cons, ", "));
+    switch (d.verdict) {
+      case Verdict::Fused:
+        return fmt::format("{}: one kernel; the intermediate never reaches memory", edge);
+      case Verdict::Merged:
+        return fmt::format(
+            "{}: the consumers share one domain, so producer and consumers become one kernel that reads the "
+            "operands once",
+            edge);
+      case Verdict::Duplicated: {
+        const Node& pn = g_.node(p);
+        const int64_t extra = static_cast<int64_t>(copies) - 1;
+        d.duplicated_instructions =
+            static_cast<double>(extra) * instructions_per_element(g_, pn) * static_cast<double>(num_elements(pn.shape));
+        for (NodeId o : pn.operands)
+          if (g_.node(o).op != Op::Constant)
+            d.duplicated_bytes += extra * num_elements(g_.node(o).shape) * static_cast<int64_t>(dtype_size(g_.node(o).dtype));
+        return fmt::format("{}: recomputed in each of {} consumer kernels; cheaper than writing and re-reading it",
+                           edge, copies);
+      }
+      case Verdict::Materialized:
+        break;
+    }
+    bool any_legal = false, any_fit = false;
+    const FusionOption* stop = nullptr;
+    for (size_t i = 1; i < options.size(); ++i) {
+      const FusionOption& o = options[i];
+      any_legal |= o.legal;
+      any_fit |= o.legal && o.fits;
+      if (!stop || (o.legal && !stop->legal) || (o.legal && o.fits && !stop->fits)) stop = &o;
+    }
+    d.stopped_by = !any_legal ? Layer::Legality : !any_fit ? Layer::Budget : Layer::Profitability;
+    if (!stop) return fmt::format("{}: nothing to fuse", edge);
+    if (d.stopped_by == Layer::Profitability)
+      return fmt::format("{}: written once and re-read; {} would take {:.3f} ms against {:.3f} ms", edge,
+                         verdict_name(stop->verdict), stop->predicted_s * 1e3, options[0].predicted_s * 1e3);
+    return fmt::format("{}: not fused ({}): {}", edge, layer_name(*d.stopped_by), stop->why_not);
   }
 
   // The edge-by-edge decisions above see one producer at a time, so they can leave a kernel
@@ -332,80 +401,114 @@ class FusionPass {
   // scaling both read x when the reduction was weighed before x·x joined it. Afterwards, a
   // producer kernel and a consumer kernel that read a tensor in common are merged when the
   // merged kernel is legal, fits, and is predicted faster; each merge is a decision.
-  void merge_sharing_kernels(State& st, std::vector<FusionDecision>* decisions) {
+  void merge_sharing_kernels(std::vector<FusionDecision>* decisions) {
     for (bool changed = true; changed;) {
       changed = false;
-      auto edges = group_edges(st);
-      for (size_t a = 0; a < st.groups.size() && !changed; ++a) {
-        if (st.groups[a].empty()) continue;
-        std::set<NodeId> reads_a = reads_of(st, static_cast<int>(a));
-        for (int b : edges[a]) {
-          std::set<NodeId> reads_b = reads_of(st, b);
+      for (size_t a = 0; a < groups_.size() && !changed; ++a) {
+        if (groups_[a].empty() || !kernel(static_cast<int>(a)).kernel) continue;
+        const std::vector<NodeId> reads_a = kernel(static_cast<int>(a)).kernel->inputs;
+        for (int b : successors(static_cast<int>(a))) {
+          if (!kernel(b).kernel) continue;
+          const std::vector<NodeId>& reads_b = kernel(b).kernel->inputs;
           std::vector<NodeId> shared;
-          for (NodeId n : reads_a)
-            if (reads_b.count(n)) shared.push_back(n);
+          std::set_intersection(reads_a.begin(), reads_a.end(), reads_b.begin(), reads_b.end(),
+                                std::back_inserter(shared));
           if (shared.empty()) continue;
-          State s = st;
-          for (NodeId n : s.groups[b]) {
-            s.where[n].erase(b);
-            s.where[n].insert(static_cast<int>(a));
-            s.groups[a].insert(n);
+          if (try_merge(static_cast<int>(a), b, shared, decisions)) {
+            changed = true;
+            break;
           }
-          s.groups[b].clear();
-          std::set<int> touched = {static_cast<int>(a), b};
-          FusionOption before = evaluate(st, Verdict::Materialized, touched);
-          FusionOption after = evaluate(s, Verdict::Merged, touched);
-          if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s * 0.999) continue;
-          FusionDecision d;
-          for (NodeId n : st.groups[b])
-            for (NodeId o : g_.node(n).operands)
-              if (st.groups[a].count(o)) {
-                if (d.producer < 0) d.producer = o;
-                if (o == d.producer &&
-                    std::find(d.consumers.begin(), d.consumers.end(), n) == d.consumers.end())
-                  d.consumers.push_back(n);
-              }
-          d.verdict = Verdict::Merged;
-          d.options = {before, after};
-          d.bytes_saved = before.bytes - after.bytes;
-          d.launches_saved = before.kernels - after.kernels;
-          d.registers_before = before.registers;
-          d.registers_after = after.registers;
-          d.predicted_before_s = before.predicted_s;
-          d.predicted_after_s = after.predicted_s;
-          std::vector<std::string> names, cons;
-          for (NodeId n : shared)
-            names.push_back(g_.node(n).op == Op::Input ? g_.node(n).name : fmt::format("%{}", n));
-          for (NodeId c : d.consumers) cons.push_back(describe(c));
-          d.reason = fmt::format(
-              "{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; "
-              "merged, one kernel reads {} once",
-              describe(d.producer), fmt::join(cons, ", "), describe(d.producer), fmt::join(names, ", "),
-              names.size() == 1 ? "it" : "them");
-          decisions->push_back(d);
-          st = s;
-          changed = true;
-          break;
         }
       }
     }
   }
 
-  std::vector<Kernel> ordered_kernels(const State& st) const {
+  bool try_merge(int a, int b, const std::vector<NodeId>& shared, std::vector<FusionDecision>* decisions) {
+    const std::set<int> touched = {a, b};
+    const std::set<NodeId> members_b = groups_[b];
+    FusionOption before = evaluate({Verdict::Materialized, -1, {}}, touched, nullptr);
+    Move merge{Verdict::Merged, -1, {a, b}};
+    Undo u = apply(merge);
+    std::map<int, CachedKernel> kernels;
+    FusionOption after = evaluate(merge, touched, &kernels);
+    if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s * 0.999) {
+      undo(u);
+      return false;
+    }
+    cache_[a] = std::move(kernels[a]);
+    cache_[b] = {};
+    FusionDecision d;
+    for (NodeId n : members_b)
+      for (NodeId o : g_.node(n).operands)
+        if (groups_[a].count(o) && !members_b.count(o)) {
+          if (d.producer < 0) d.producer = o;
+          if (o == d.producer && std::find(d.consumers.begin(), d.consumers.end(), n) == d.consumers.end())
+            d.consumers.push_back(n);
+        }
+    d.verdict = Verdict::Merged;
+    d.options = {before, after};
+    d.bytes_saved = before.bytes - after.bytes;
+    d.launches_saved = before.kernels - after.kernels;
+    d.registers_before = before.registers;
+    d.registers_after = after.registers;
+    d.predicted_before_s = before.predicted_s;
+    d.predicted_after_s = after.predicted_s;
+    std::vector<std::string> names, cons;
+    for (NodeId n : shared) names.push_back(g_.node(n).op == Op::Input ? g_.node(n).name : fmt::format("%{}", n));
+    for (NodeId c : d.consumers) cons.push_back(describe(c));
+    d.reason = fmt::format(
+        "{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; merged, one kernel "
+        "reads {} once",
+        describe(d.producer), fmt::join(cons, ", "), describe(d.producer), fmt::join(names, ", "),
+        names.size() == 1 ? "it" : "them");
+    decisions->push_back(d);
+    return true;
+  }
+
+  // ---- the plan's kernels ----
+
+  // Groups in dependency order (ready groups by their first node, so kernel order follows the
+  // program).
+  std::vector<int> topo_groups() const {
+    std::vector<int> indeg(groups_.size(), 0), order;
+    std::vector<std::set<int>> edges(groups_.size());
+    size_t live = 0;
+    for (size_t h = 0; h < groups_.size(); ++h) {
+      if (groups_[h].empty()) continue;
+      live++;
+      edges[h] = successors(static_cast<int>(h));
+    }
+    for (const auto& e : edges)
+      for (int h : e) indeg[h]++;
+    std::set<std::pair<NodeId, int>> ready;
+    for (size_t h = 0; h < groups_.size(); ++h)
+      if (!groups_[h].empty() && indeg[h] == 0) ready.insert({*groups_[h].begin(), static_cast<int>(h)});
+    while (!ready.empty()) {
+      int h = ready.begin()->second;
+      ready.erase(ready.begin());
+      order.push_back(h);
+      for (int t : edges[h])
+        if (--indeg[t] == 0) ready.insert({*groups_[t].begin(), t});
+    }
+    if (order.size() != live) throw Error(fmt::format("graph '{}': fusion left a cycle between kernels", g_.name()));
+    return order;
+  }
+
+  std::vector<Kernel> ordered_kernels() {
     std::vector<Kernel> out;
     std::string base;
     for (char c : g_.name()) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    for (int h : topo_groups(st)) {
-      std::string why;
-      auto k = kernel_of(st, h, &why);
-      if (!k) {
+    for (int h : topo_groups()) {
+      const CachedKernel& c = kernel(h);
+      if (!c.kernel) {
         std::vector<std::string> nodes;
-        for (NodeId n : st.groups[h]) nodes.push_back(describe(n));
-        throw UnsupportedError(fmt::format("graph '{}': no kernel can compute {}: {}", g_.name(),
-                                           fmt::join(nodes, ", "), why));
+        for (NodeId n : groups_[h]) nodes.push_back(describe(n));
+        throw UnsupportedError(
+            fmt::format("graph '{}': no kernel can compute {}: {}", g_.name(), fmt::join(nodes, ", "), c.why));
       }
-      k->name = fmt::format("{}_k{}", base, out.size());
-      out.push_back(std::move(*k));
+      Kernel k = *c.kernel;
+      k.name = fmt::format("{}_k{}", base, out.size());
+      out.push_back(std::move(k));
     }
     return out;
   }
@@ -414,6 +517,9 @@ class FusionPass {
   const FusionOptions& opt_;
   std::vector<bool> live_;                  // some graph output depends on it
   std::vector<std::vector<NodeId>> users_;  // live users only
+  std::vector<std::set<NodeId>> groups_;    // group id → members; empty once merged away
+  std::vector<std::set<int>> where_;        // node → groups computing it
+  std::vector<CachedKernel> cache_;         // group id → its kernel
 };
 
 }  // namespace

@@ -32,6 +32,15 @@ struct KernelCost {
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
 };
 
+// Sums over a kernel's nodes that its cost needs, kept so that a kernel grown by one producer is
+// costed without visiting the rest (cost_model.h: extend_kernel).
+struct NodeTotals {
+  double instructions_per_element = 0;  // Σ instructions_per_element over the nodes
+  int scratch_regs = 0;                 // the largest scratch_regs of a node
+  int reductions = 0;
+  int online_sums = 0;  // row kernels: sums of exps computed in their max's pass
+};
+
 struct Kernel {
   std::string name;
   ScheduleKind kind = ScheduleKind::Pointwise;
@@ -43,6 +52,7 @@ struct Kernel {
   int passes = 1;               // row reduction: passes over each row (row_passes.h)
   TileSchedule schedule;
   KernelCost cost;
+  NodeTotals totals;
 };
 
 enum class Verdict { Fused, Merged, Duplicated, Materialized };
