@@ -223,13 +223,14 @@ def kernel_lines(tf):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tilefuse", required=True, help="JSON from the tilefuse CLI")
-    p.add_argument("--peers", required=True, help="JSON from bench/peers.py")
+    p.add_argument("--peers", help="JSON from bench/peers.py (none: tilefuse and its ceiling only)")
     p.add_argument("--ncu", help="ncu --csv output with dram__bytes_read.sum,dram__bytes_write.sum")
     p.add_argument("--out", required=True, help="merged JSON to write")
     p.add_argument("--markdown", help="also write the table as GitHub markdown")
     a = p.parse_args()
 
-    tf, peers = load_json(a.tilefuse, "tilefuse"), load_json(a.peers, "peers")
+    tf = load_json(a.tilefuse, "tilefuse")
+    peers = load_json(a.peers, "peers") if a.peers else {}
     ncu = None
     if a.ncu:
         try:

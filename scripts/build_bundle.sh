@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build-bundle -DCMAKE_BUILD_TYPE=Release -DTILEFUSE_BUNDLE=ON >/dev/null
-cmake --build build-bundle -j"$(nproc)" --target tilefuse tilefuse_cli tilefuse_tests
+cmake --build build-bundle -j"$(nproc)" --target tilefuse tilefuse_cli tilefuse_tests tilefuse_fuzz
 rm -rf bundle && mkdir -p bundle
-cp build-bundle/libtilefuse.so build-bundle/tilefuse build-bundle/tests/tilefuse_tests bundle/
-strip bundle/tilefuse bundle/tilefuse_tests
+cp build-bundle/libtilefuse.so build-bundle/tilefuse build-bundle/tests/tilefuse_tests build-bundle/tilefuse_fuzz bundle/
+strip bundle/tilefuse bundle/tilefuse_tests bundle/tilefuse_fuzz
 # The GPU machine gets a copy of the tree without its history: record what was built.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench' || echo -dirty)" >bundle/COMMIT
 du -sh bundle/*

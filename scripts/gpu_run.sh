@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# On the GPU machine, in one call: the GPU tests, the benchmark against its ceiling and peers,
-# Nsight Compute's DRAM byte counts beside the cost model's, and the SASS of the main kernels.
-# Needs bundle/ (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and
-# NCU (example lists; NCU may be empty) narrow a run to what changed. VARIANTS ("name options;
-# ...") times schedules other than the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's
-# occupancy and stall sections, SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and
-# synccheck over the small persistent, cluster, split and claimed row tests and their workspaces
-# across launches.
+# On the GPU machine, in one call: the GPU tests, the differential fuzzer against the float64
+# reference, the benchmark against its ceiling and peers, Nsight Compute's DRAM byte counts
+# beside the cost model's, and the SASS of the main kernels. Needs bundle/
+# (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and NCU
+# (example lists; each may be empty to skip that part) narrow a run to what changed; FUZZ is the
+# number of fuzz graphs (default 500). VARIANTS ("name options; ...") times schedules other than
+# the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's occupancy and stall sections,
+# SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and synccheck over the whole test
+# suite (the three at once), with their summaries in $OUT/sanitizer.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
@@ -14,9 +15,9 @@ mkdir -p "$OUT"
 B=bundle
 export TILEFUSE_COMMIT=${TILEFUSE_COMMIT:-$(cat $B/COMMIT 2>/dev/null || echo unknown)}
 export PYTHONUNBUFFERED=1
-BENCH=${BENCH:-"bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
+BENCH=${BENCH-"bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
        softmax_256k_bf16 layernorm layernorm_bf16 rmsnorm rmsnorm_bf16"}
-PEER_CASES=${PEER_CASES:-bias_gelu,softmax,layernorm,rmsnorm}
+PEER_CASES=${PEER_CASES-bias_gelu,softmax,layernorm,rmsnorm}
 NCU=${NCU-"bias_gelu bias_gelu_bf16 softmax softmax_32k softmax_256k layernorm rmsnorm"}
 log="$OUT/tests.log"
 tmp=$(mktemp -d)
@@ -32,6 +33,28 @@ tmp=$(mktemp -d)
 } >"$log" 2>&1
 grep -E "FAILED|Failure|tests exit|PASSED|SKIPPED|GPU kernel" "$log" | head -30
 
+echo "== fuzz"
+$B/tilefuse_fuzz --count "${FUZZ:-500}" --gpu --jobs 8 >"$OUT/fuzz.log" 2>&1
+echo "fuzz exit: $?" >>"$OUT/fuzz.log"
+grep -E "^FAILED|^fuzz|exit" "$OUT/fuzz.log" | tail -12
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+  echo "== compute-sanitizer (whole suite)"
+  for tool in memcheck racecheck synccheck; do
+    (
+      timeout "${SANITIZE_TIMEOUT:-500}" compute-sanitizer --tool "$tool" --print-limit 20 $B/tilefuse_tests \
+        --gtest_brief=1 >"$OUT/sanitizer-$tool.log" 2>&1
+      echo "exit: $?" >>"$OUT/sanitizer-$tool.log"
+    ) &
+  done
+  wait
+  for tool in memcheck racecheck synccheck; do
+    echo "-- $tool"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests ran|PASSED|FAILED|exit:" "$OUT/sanitizer-$tool.log" | tail -8
+  done | tee "$OUT/sanitizer.txt"
+fi
+
+[ -n "$BENCH" ] || exit 0
 echo "== benchmark"
 $B/tilefuse bench --json "$tmp/tilefuse.json" $BENCH >"$OUT/bench.log" 2>&1
 grep -vE "^  output" "$OUT/bench.log" | tail -40
@@ -44,9 +67,13 @@ if [ -n "${VARIANTS:-}" ]; then
     $B/tilefuse run $v --bench 2>&1 | grep -E "median|registers|FAILED|rror"
   done | tee -a "$OUT/bench.log"
 fi
-echo "== peers" >>"$OUT/bench.log"
-python3 bench/peers.py --out "$tmp/peers.json" --cases "$PEER_CASES" >>"$OUT/bench.log" 2>&1
-tail -2 "$OUT/bench.log"
+peer_arg=()
+if [ -n "$PEER_CASES" ]; then
+  echo "== peers" >>"$OUT/bench.log"
+  python3 bench/peers.py --out "$tmp/peers.json" --cases "$PEER_CASES" >>"$OUT/bench.log" 2>&1
+  tail -2 "$OUT/bench.log"
+  peer_arg=(--peers "$tmp/peers.json")
+fi
 
 echo "== ncu"
 for e in $NCU; do
@@ -63,17 +90,8 @@ done >"$OUT/ncu_detail.txt"
 
 ncu_arg=()
 [ -s "$OUT/ncu.csv" ] && ncu_arg=(--ncu "$OUT/ncu.csv")
-python3 bench/report.py --tilefuse "$tmp/tilefuse.json" --peers "$tmp/peers.json" "${ncu_arg[@]}" \
+python3 bench/report.py --tilefuse "$tmp/tilefuse.json" "${peer_arg[@]}" "${ncu_arg[@]}" \
   --out "$OUT/results.json" --markdown "$OUT/results.md"
-
-if [ "${SANITIZE:-0}" = 1 ]; then
-  echo "== compute-sanitizer"
-  for tool in memcheck racecheck synccheck; do
-    echo "-- $tool"
-    timeout 240 compute-sanitizer --tool "$tool" $B/tilefuse_tests --gtest_brief=1 \
-      --gtest_filter='GpuReduce.WarpAndClusterSpecialRows:GpuReduce.WorkspaceAcrossLaunches' 2>&1 | tail -6
-  done | tee "$OUT/sanitizer.txt"
-fi
 
 [ "${SASS:-1}" = 1 ] || exit 0
 echo "== sass"

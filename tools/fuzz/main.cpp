@@ -33,7 +33,8 @@ const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [-
   --first S         first seed of a batch (default 1)
   --count N         cases in the batch (default 100)
   --gpu             run every plan on the GPU against the float64 reference
-  --jobs J          cases compiled at once (default: the hardware's threads; 1 with --gpu)
+  --jobs J          cases at once, each on its own thread and stream (default: the hardware's
+                    threads, at most 16)
   --max-elements N  elements of the largest tensor (default 1048576)
   --long-rows P     chance of a graph over rows of 16384..262144 elements (default 0.15)
   --verbose         a line for every case that did not pass (refused, unjudged) too
@@ -114,8 +115,7 @@ Args parse(int argc, char** argv) {
       throw std::invalid_argument(fmt::format("unknown argument '{}'", s));
     }
   }
-  if (a.jobs == 0)
-    a.jobs = g_options.gpu ? 1 : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  if (a.jobs == 0) a.jobs = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   return a;
 }
 
