@@ -20,7 +20,7 @@ void check_plan_invariants(const Plan& p) {
 void check_on_gpu(const Plan& p, uint64_t seed) {
   Executable exe(p);
   TensorMap inputs = random_inputs(p.graph, seed);
-  CheckReport check = check_against_reference(p.graph, inputs, exe.run(inputs));
+  CheckReport check = check_against_reference(p, inputs, exe.run(inputs));
   EXPECT_TRUE(check.ok) << p.graph.name() << ", inputs seeded " << seed << " (replay: TILEFUSE_TEST_SEED=" << seed
                         << "):\n"
                         << check.text();

@@ -81,10 +81,8 @@ double reference_binary(Op op, double a, double b) {
   throw GraphError(fmt::format("reference: {} is not a binary op", op_info(op).name));
 }
 
-static double round_to(DType t, double v, ReferencePrecision precision) {
+static double round_to(DType t, double v) {
   switch (t) {
-    case DType::F32:
-      return precision == ReferencePrecision::Storage ? static_cast<double>(static_cast<float>(v)) : v;
     case DType::BF16:
       return round_to_bf16(static_cast<float>(v));
     case DType::F16:
@@ -92,6 +90,15 @@ static double round_to(DType t, double v, ReferencePrecision precision) {
     default:
       return v;
   }
+}
+
+// A uniform draw from [−1, 1] for (seed, node, element): splitmix64 of the three.
+static double unit_noise(uint64_t seed, NodeId node, int64_t i) {
+  uint64_t z = seed ^ (static_cast<uint64_t>(node) * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(i) * 0xbf58476d1ce4e5b9ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
 }
 
 namespace {
@@ -118,7 +125,7 @@ struct BroadcastIndex {
 }  // namespace
 
 std::map<std::string, std::vector<double>> reference_run(const Graph& g, const TensorMap& inputs,
-                                                         ReferencePrecision precision) {
+                                                         const ReferenceOptions& options) {
   verify(g);
   check_inputs(g, inputs);
   std::vector<std::vector<double>> val(g.nodes().size());
@@ -130,6 +137,10 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
     for (NodeId o : n.operands)
       if (last_use[o] == n.id && !g.is_output(o)) std::vector<double>().swap(val[o]);
   };
+  auto rounds = [&](const Node& n) { return options.rounded.empty() || options.rounded.at(n.id); };
+  auto noisy = [&](NodeId n, int64_t i, double v) {
+    return options.noise == 0 ? v : v * (1 + options.noise * unit_noise(options.noise_seed, n, i));
+  };
   for (const Node& n : g.nodes()) {
     int64_t count = num_elements(n.shape);
     std::vector<double>& out = val[n.id];
@@ -138,7 +149,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       continue;
     }
     if (n.op == Op::Constant) {
-      out.assign(count, round_to(n.dtype, n.value, precision));
+      out.assign(count, round_to(n.dtype, n.value));
       continue;
     }
     out.resize(count);
@@ -155,7 +166,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           double& acc = out[to_out(i)];
           double v = src[i];
           if (n.op == Op::ReduceSum)
-            acc += v;
+            acc += noisy(n.id, i, v);
           else if (std::isnan(v) || std::isnan(acc))
             acc = NAN;
           else
@@ -171,7 +182,8 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
             count, [&](int64_t b, int64_t e, int64_t) { accumulate(b * run, e * run); }, 64);
       else
         accumulate(0, static_cast<int64_t>(src.size()));
-      for (double& v : out) v = round_to(n.dtype, v, precision);
+      if (rounds(n))
+        for (double& v : out) v = round_to(n.dtype, v);
       release_operands(n);
       continue;
     }
@@ -188,7 +200,10 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
         else
           v = reference_binary(n.op, arg(0, i), arg(1, i));
-        out[i] = round_to(n.dtype, v, precision);
+        if (kind != OpKind::Compare && kind != OpKind::Select && n.op != Op::Max && n.op != Op::Min &&
+            n.op != Op::Abs && n.op != Op::Neg && n.op != Op::Relu && n.op != Op::Cast)
+          v = noisy(n.id, i, v);  // the ops f32 computes exactly stay exact
+        out[i] = rounds(n) ? round_to(n.dtype, v) : v;
       }
     });
     release_operands(n);

@@ -4,7 +4,10 @@
 // under options that the seed also picks (schedule hints, the sm_80 target, the unfused plan).
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "compiler/codegen/target.h"
+#include "compiler/fusion/plan.h"
 #include "tools/fuzz/random_graph.h"
 
 namespace tilefuse::fuzz {
@@ -31,6 +34,18 @@ struct CaseResult {
   int kernels = 0;      // compiled, over every plan of the case
   int spilling = 0;     // kernels whose ptxas report shows spills
 };
+
+// The plans a case builds: the default options, or — picked by the seed — schedule hints or the
+// sm_80 target; and sometimes the unfused plan too (an independent path to the same outputs).
+struct Variant {
+  std::string name;
+  FusionOptions fusion;
+  CodegenOptions codegen;
+};
+std::vector<Variant> variants_of(uint64_t seed);
+
+// The seed of a case's random inputs.
+inline uint64_t input_seed(uint64_t seed) { return seed ^ 0x5eed5eed5eed5eedull; }
 
 // `stage_note` (optional) is told each stage as it begins, for a crash report.
 CaseResult run_case(uint64_t seed, const CaseOptions& options, void (*stage_note)(const char*) = nullptr);

@@ -284,7 +284,7 @@ int cmd_run(const Args& a) {
   TensorMap outs = exe.run(inputs);
   bool ok = true;
   if (a.check) {
-    CheckReport check = check_against_reference(g, inputs, outs);
+    CheckReport check = check_against_reference(exe.plan(), inputs, outs);
     fmt::print("{}", check.text());
     ok = check.ok;
   }
@@ -346,7 +346,7 @@ int cmd_bench(const Args& a) {
     const Graph& g = exe.plan().graph;
     TensorMap inputs = random_inputs(g, seed);
     fmt::print("{}:\n", name);
-    CheckReport chk = check_against_reference(g, inputs, exe.run(inputs));
+    CheckReport chk = check_against_reference(exe.plan(), inputs, exe.run(inputs));
     fmt::print("{}", chk.text());
     all_ok &= chk.ok;
     Timing t = summarize_ms(exe.time(inputs, 10, a.iters));

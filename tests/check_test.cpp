@@ -1,0 +1,91 @@
+// The check of outputs against the reference (runtime/check.h), on outputs made on the host:
+// it follows the plan's rounding, allows what f32 arithmetic moves an output, and still fails
+// wrong, unwritten and NaN elements.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/graph/reference.h"
+#include "runtime/check.h"
+#include "runtime/executable.h"
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+TensorMap as_outputs(const Graph& g, const std::map<std::string, std::vector<double>>& values) {
+  TensorMap out;
+  for (const GraphOutput& o : g.outputs())
+    out[o.name] = TensorData::from_doubles(g.node(o.node).dtype, g.node(o.node).shape, values.at(o.name));
+  return out;
+}
+
+// A bf16 row normalized after a min against its own sum: every element is the same, so x −
+// mean(x) is 0 in exact arithmetic, and op-by-op bf16 rounding of the mean leaves noise that the
+// normalization blows up. The fused kernel keeps f32 inside and is right; the check must judge
+// it by the plan's rounding (found by the fuzzer: 63% "error" against op-by-op rounding).
+TEST(Check, FusedSixteenBitIsJudgedByThePlansRounding) {
+  Graph g("constant_rows");
+  Tensor x = input(g, "x", {64, 33}, DType::BF16);
+  Tensor t = min(x, sum(x, {-1}, true));
+  Tensor tc = t - mean(t, {-1}, true);
+  output("y", tc * rsqrt(mean(tc * tc, {-1}, true) + 1e-5));
+  Plan fused = plan_fusion(g);
+  ASSERT_EQ(fused.kernels.size(), 1u);
+  TensorMap in = random_inputs(g, 11);
+  ReferenceOptions kernel_like;  // what the fused kernel computes: rounded only where it writes
+  kernel_like.rounded.assign(g.nodes().size(), false);
+  for (const Node& n : g.nodes()) kernel_like.rounded[n.id] = n.op == Op::Input || n.op == Op::Constant;
+  kernel_like.rounded[g.outputs()[0].node] = true;
+  CheckReport ok = check_against_reference(fused, in, as_outputs(g, reference_run(g, in, kernel_like)));
+  EXPECT_TRUE(ok.ok) << ok.text();
+  EXPECT_FALSE(ok.ill_conditioned) << ok.text();
+  // The op-by-op values are far from the fused kernel's.
+  CheckReport op_by_op = check_against_reference(fused, in, as_outputs(g, reference_run(g, in)));
+  EXPECT_FALSE(op_by_op.ok) << op_by_op.text();
+}
+
+// An f32 value rounded to bf16 and back: where it lies near a rounding boundary, an f32
+// result a few ulps off the float64 one flips it by a whole bf16 ulp (found by the fuzzer: 3e-5
+// against an f32 tolerance of 1e-6). The check allows what such noise moves the output, and no
+// more.
+TEST(Check, AmplificationIsAllowedWhatF32ArithmeticGives) {
+  Graph g("round_trip");
+  Tensor x = input(g, "x", {1024, 1024});
+  output("y", cast(cast(erf(x * 0.5), DType::BF16), DType::F32));
+  Plan p = plan_fusion(g);
+  TensorMap in = random_inputs(g, 3);
+  // The same arithmetic in f32 on the host, as a kernel does it.
+  std::vector<double> xs = in.at("x").to_doubles(), y(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i)
+    y[i] = static_cast<double>(round_to_bf16(std::erf(static_cast<float>(xs[i]) * 0.5f)));
+  CheckReport f32 = check_against_reference(p, in, as_outputs(g, {{"y", y}}));
+  EXPECT_TRUE(f32.ok) << f32.text();
+  EXPECT_GT(f32.outputs[0].rel_err, f32.outputs[0].tolerance) << "no element flipped: the test shows nothing";
+  // Every element off by a bf16 ulp is not rounding noise.
+  for (double& v : y) v *= 1 + 0x1.0p-8;
+  CheckReport wrong = check_against_reference(p, in, as_outputs(g, {{"y", y}}));
+  EXPECT_FALSE(wrong.ok) << wrong.text();
+}
+
+TEST(Check, UnwrittenAndNanElementsFail) {
+  Graph g("plain");
+  output("y", exp(input(g, "x", {8, 8})));
+  Plan p = plan_fusion(g);
+  TensorMap in = random_inputs(g, 5);
+  TensorMap out = as_outputs(g, reference_run(g, in));
+  EXPECT_TRUE(check_against_reference(p, in, out).ok);
+  TensorMap unwritten = out;
+  std::fill(unwritten["y"].bytes.begin(), unwritten["y"].bytes.begin() + 4, kPoisonByte);
+  CheckReport u = check_against_reference(p, in, unwritten);
+  EXPECT_FALSE(u.ok);
+  EXPECT_EQ(u.unwritten, 1);
+  std::vector<double> nan = reference_run(g, in).at("y");
+  nan[3] = NAN;
+  EXPECT_FALSE(check_against_reference(p, in, as_outputs(g, {{"y", nan}})).ok);
+}
+
+}  // namespace
+}  // namespace tilefuse
