@@ -7,7 +7,9 @@
 # number of fuzz graphs (default 500; 0 skips it), TESTS=0 skips the test suite. VARIANTS ("name options; ...") times schedules other than
 # the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's occupancy and stall sections,
 # SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and synccheck over the whole test
-# suite (the three at once), with their summaries in $OUT/sanitizer.txt.
+# suite (the three at once), with their summaries in $OUT/sanitizer.txt (memcheck also counts
+# the three Driver API errors that CudaDriver.LaunchScaleKernel and BrokenPtxReportsJitLog
+# provoke on purpose; its "Program hit" lines name them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tilefuse-gpu}
