@@ -295,6 +295,17 @@ class FusionPass {
 
   std::string describe(NodeId n) const { return fmt::format("%{} {}", n, op_info(g_.node(n).op).name); }
 
+  // The decision's verdict and what the chosen option saved and cost against `before`.
+  static void record_outcome(FusionDecision& d, const FusionOption& before, const FusionOption& chosen) {
+    d.verdict = chosen.verdict;
+    d.bytes_saved = before.bytes - chosen.bytes;
+    d.launches_saved = before.kernels - chosen.kernels;
+    d.registers_before = before.registers;
+    d.registers_after = chosen.registers;
+    d.predicted_before_s = before.predicted_s;
+    d.predicted_after_s = chosen.predicted_s;
+  }
+
   FusionDecision decide(NodeId p) {
     FusionDecision d;
     d.producer = p;
@@ -336,14 +347,7 @@ class FusionPass {
         best = i;
     }
     d.options = options;
-    const FusionOption& chosen = options[best];
-    d.verdict = chosen.verdict;
-    d.bytes_saved = before.bytes - chosen.bytes;
-    d.launches_saved = before.kernels - chosen.kernels;
-    d.registers_before = before.registers;
-    d.registers_after = chosen.registers;
-    d.predicted_before_s = before.predicted_s;
-    d.predicted_after_s = chosen.predicted_s;
+    record_outcome(d, before, options[best]);
     d.reason = reason(d, options, consumer_groups.size());
     if (best != 0) {
       apply(moves[best]);
@@ -445,14 +449,8 @@ class FusionPass {
           if (o == d.producer && std::find(d.consumers.begin(), d.consumers.end(), n) == d.consumers.end())
             d.consumers.push_back(n);
         }
-    d.verdict = Verdict::Merged;
     d.options = {before, after};
-    d.bytes_saved = before.bytes - after.bytes;
-    d.launches_saved = before.kernels - after.kernels;
-    d.registers_before = before.registers;
-    d.registers_after = after.registers;
-    d.predicted_before_s = before.predicted_s;
-    d.predicted_after_s = after.predicted_s;
+    record_outcome(d, before, after);
     std::vector<std::string> names, cons;
     for (NodeId n : shared) names.push_back(g_.node(n).op == Op::Input ? g_.node(n).name : fmt::format("%{}", n));
     for (NodeId c : d.consumers) cons.push_back(describe(c));
