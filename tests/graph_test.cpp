@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/error.h"
 
@@ -151,6 +152,76 @@ TEST(Reference, SoftmaxRowsByHand) {
   EXPECT_EQ(y[7], 0.5);
   // Row 3, fully masked: defined as 0, not NaN.
   for (int i = 8; i < 12; ++i) EXPECT_EQ(y[i], 0.0);
+}
+
+}  // namespace
+}  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+// numpy's matmul: batch axes broadcast, operands read transposed by flag, checked by hand.
+TEST(MatMul, ShapesAndReference) {
+  Graph g("mm");
+  Tensor a = input(g, "a", {2, 1, 2, 3});   // batch [2, 1], M 2, K 3
+  Tensor b = input(g, "b", {4, 3, 2});      // batch [4],    K 3, N 2
+  Tensor bt = input(g, "bt", {2, 3});       // N 2, K 3: read transposed
+  Tensor c = matmul(a, b);
+  EXPECT_EQ(c.shape(), (Shape{2, 4, 2, 2}));
+  output("c", c);
+  MatMulOptions transposed_b;
+  transposed_b.transpose_b = true;
+  output("ct", matmul(a, bt, transposed_b));
+  MatMulOptions to_f32;
+  to_f32.out = DType::F32;
+  output("half", matmul(cast(a, DType::BF16), cast(b, DType::BF16), to_f32));
+  std::string printed = print_graph(g);
+  EXPECT_NE(printed.find("matmul %0, %2ᵀ : f32[2, 1, 2, 2]"), std::string::npos) << printed;
+  verify(g);
+  TensorMap in;
+  std::vector<double> av(12), bv(24), btv = {1, 0, -1, 2, 1, 0};
+  for (int i = 0; i < 12; ++i) av[i] = i;
+  for (int i = 0; i < 24; ++i) bv[i] = i % 5 - 2;
+  in["a"] = TensorData::from_doubles(DType::F32, {2, 1, 2, 3}, av);
+  in["b"] = TensorData::from_doubles(DType::F32, {4, 3, 2}, bv);
+  in["bt"] = TensorData::from_doubles(DType::F32, {2, 3}, btv);
+  auto out = reference_run(g, in);
+  // c[1][2][1][0] = Σ_p a[1][0][1][p] · b[2][p][0]: a's row (9, 10, 11), b's column (0, 2, -1).
+  EXPECT_EQ(out["c"][((1 * 4 + 2) * 2 + 1) * 2 + 0], 9 * 0 + 10 * 2 + 11 * -1);
+  // ct[0][0][1][1] = a row (3, 4, 5) · bt row 1 (2, 1, 0).
+  EXPECT_EQ(out["ct"][1 * 2 + 1], 3 * 2 + 4 * 1 + 5 * 0);
+  EXPECT_EQ(out["half"], out["c"]);  // small integers: exact in bf16
+}
+
+TEST(MatMul, TypedErrors) {
+  Graph g("bad");
+  Tensor a = input(g, "a", {4, 3});
+  EXPECT_THROW(matmul(a, input(g, "b", {4, 5})), ShapeError);  // K 3 against 4
+  EXPECT_THROW(matmul(a, input(g, "v", {3})), ShapeError);     // a vector: give it an axis
+  EXPECT_THROW(matmul(input(g, "x", {2, 4, 3}), input(g, "y", {3, 3, 5})), ShapeError);  // batch 2 vs 3
+  EXPECT_THROW(matmul(a, input(g, "h", {3, 5}, DType::BF16)), DTypeError);
+  try {
+    MatMulOptions t;
+    t.transpose_b = true;
+    matmul(a, input(g, "w", {5, 4}), t);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("contracts 3 values but b [5, 4] (transposed) has 4"), std::string::npos)
+        << e.what();
+  }
+  output("y", matmul(a, input(g, "ok", {3, 2})));
+  EXPECT_THROW(plan_fusion(g), UnsupportedError);  // no kernel for matmul yet: a typed refusal
+}
+
+TEST(Iota, CausalMask) {
+  Graph g("mask");
+  Tensor q = iota(g, {3, 3}, 0), k = iota(g, {3, 3}, -1);
+  output("causal", where(q >= k, constant(g, 1.0), constant(g, 0.0)));
+  auto out = reference_run(g, {});
+  EXPECT_EQ(out["causal"], (std::vector<double>{1, 0, 0, 1, 1, 0, 1, 1, 1}));
+  EXPECT_THROW(iota(g, {3}, 1), ShapeError);
+  EXPECT_THROW(iota(g, {300}, 0, DType::BF16), DTypeError);  // 257 is not a bf16
 }
 
 }  // namespace

@@ -609,6 +609,8 @@ Value* Lowering::element(const TileInst& i, const std::vector<Value*>& a) {
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:
+    case Op::Iota:
+    case Op::MatMul:
       break;
   }
   throw CodegenError(fmt::format("kernel {}: op {} has no tile lowering", p_.name, op_info(i.op).name));

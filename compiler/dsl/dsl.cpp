@@ -9,6 +9,8 @@
 
 namespace tilefuse::dsl {
 
+static void same_graph(const char* op, const Tensor& a, const Tensor& b);
+
 static std::string describe(const Tensor& t) {
   return fmt::format("%{} {}{}", t.id(), dtype_name(t.dtype()), shape_str(t.shape()));
 }
@@ -39,6 +41,43 @@ Tensor constant(Graph& g, double value, DType dtype) {
   n.dtype = dtype;
   n.value = value;
   return {&g, g.append(std::move(n))};
+}
+
+Tensor iota(Graph& g, const Shape& shape, int axis, DType dtype) {
+  const int rank = static_cast<int>(shape.size());
+  if (axis < -rank || axis >= rank)
+    throw ShapeError(fmt::format("iota: axis {} is out of range for shape {} (rank {})", axis, shape_str(shape), rank));
+  if (!is_float(dtype)) throw DTypeError("iota: its values are float; compare them to make a mask");
+  if (checked_num_elements(shape) < 0)
+    throw ShapeError(fmt::format("iota: shape {}: {}", shape_str(shape), shape_problem(shape)));
+  if (dtype != DType::F32 && shape[static_cast<size_t>(axis < 0 ? axis + rank : axis)] > 256)
+    throw DTypeError(fmt::format(
+        "iota: {} holds integers exactly only up to 256; an axis of {} needs f32 (cast the mask, not the index)",
+        dtype_name(dtype), shape[static_cast<size_t>(axis < 0 ? axis + rank : axis)]));
+  Node n;
+  n.op = Op::Iota;
+  n.shape = shape;
+  n.dtype = dtype;
+  n.axes = {axis < 0 ? axis + rank : axis};
+  return {&g, g.append(std::move(n))};
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, const MatMulOptions& options) {
+  same_graph("matmul", a, b);
+  if (a.dtype() != b.dtype())
+    throw DTypeError(fmt::format("matmul: operands {} and {} have different dtypes; cast one", describe(a),
+                                 describe(b)));
+  if (!is_float(a.dtype())) throw DTypeError(fmt::format("matmul: operands {} are bool", describe(a)));
+  const DType out = options.out.value_or(a.dtype());
+  if (!is_float(out)) throw DTypeError("matmul: the result dtype must be f32, f16 or bf16");
+  Node n;
+  n.op = Op::MatMul;
+  n.operands = {a.id(), b.id()};
+  n.shape = matmul_shape(a.shape(), b.shape(), options.transpose_a, options.transpose_b);
+  n.dtype = out;
+  n.transpose_a = options.transpose_a;
+  n.transpose_b = options.transpose_b;
+  return {&a.graph(), a.graph().append(std::move(n))};
 }
 
 void output(const std::string& name, const Tensor& t) { t.graph().add_output(name, t.id()); }

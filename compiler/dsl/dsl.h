@@ -8,6 +8,7 @@
 //
 // Shapes broadcast as in numpy. Two tensors of different dtypes never mix silently: insert
 // cast(t, dtype). A C++ number next to a tensor becomes a constant of the tensor's dtype.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ class Tensor {
 
 Tensor input(Graph& g, const std::string& name, const Shape& shape, DType dtype = DType::F32);
 Tensor constant(Graph& g, double value, DType dtype = DType::F32);
+// A tensor of `shape` whose value at every index is that index along `axis` (negative counts
+// from the end): iota(g, {n, n}, 0) >= iota(g, {n, n}, 1) is a causal mask.
+Tensor iota(Graph& g, const Shape& shape, int axis, DType dtype = DType::F32);
 void output(const std::string& name, const Tensor& t);
 
 Tensor neg(const Tensor& x);
@@ -67,6 +71,17 @@ Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 // where(cond, a, b): cond must be bool (the result of a comparison).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// numpy's matmul: a [..., M, K] · b [..., K, N] → [..., M, N], batch axes broadcast; an operand
+// stored the other way round ([..., K, M] for a, [..., N, K] for b: q·kᵀ, x·Wᵀ) is read
+// transposed. f16/bf16/f32 operands of one dtype, accumulated in f32; the result has `out`
+// dtype (default: the operands').
+struct MatMulOptions {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  std::optional<DType> out;
+};
+Tensor matmul(const Tensor& a, const Tensor& b, const MatMulOptions& options = {});
 
 // Reductions over `axes` (negative counts from the end); keepdim keeps them as size 1 so the
 // result broadcasts back over x.

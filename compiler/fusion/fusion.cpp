@@ -564,6 +564,11 @@ void check_fusion_options(const FusionOptions& o) {
 Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   verify(g);
   for (const Node& n : g.nodes()) {
+    if (n.op == Op::MatMul || n.op == Op::Iota)
+      throw UnsupportedError(fmt::format(
+          "graph '{}': %{} {}{}: tilefuse plans no kernel for {} yet (the graph, its verifier and the float64 "
+          "reference have it; code generation for it comes with the tile loops of Tile IR v2)",
+          g.name(), n.id, op_info(n.op).name, shape_str(n.shape), op_info(n.op).name));
     if (op_info(n.op).kind != OpKind::Reduce) continue;
     // Trailing: every axis from the first reduced one on is reduced or of size 1.
     const Shape& in = g.node(n.operands[0]).shape;

@@ -23,8 +23,9 @@ const OpInfo& op_info(Op op) {
       {"le", OpKind::Compare, 0},        {"gt", OpKind::Compare, 0},        {"ge", OpKind::Compare, 0},
       {"eq", OpKind::Compare, 0},        {"ne", OpKind::Compare, 0},        {"where", OpKind::Select, 0},
       {"reduce_sum", OpKind::Reduce, 1}, {"reduce_max", OpKind::Reduce, 1}, {"reduce_min", OpKind::Reduce, 1},
+      {"iota", OpKind::Leaf, 0},         {"matmul", OpKind::Contract, 0},
   };
-  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::ReduceMin) + 1);
+  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::MatMul) + 1);
   return table[static_cast<size_t>(op)];
 }
 
@@ -110,6 +111,29 @@ Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim)
   return out;
 }
 
+std::pair<int64_t, int64_t> matmul_operand_dims(const Shape& s, bool transpose) {
+  const int64_t r = s[s.size() - 2], c = s[s.size() - 1];
+  return transpose ? std::make_pair(c, r) : std::make_pair(r, c);
+}
+
+Shape matmul_shape(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b) {
+  if (a.size() < 2 || b.size() < 2)
+    throw ShapeError(fmt::format(
+        "matmul: operands {} and {} need at least two axes each ([..., M, K] and [..., K, N]); give a "
+        "vector a size-1 axis",
+        shape_str(a), shape_str(b)));
+  auto [m, k] = matmul_operand_dims(a, transpose_a);
+  auto [k2, n] = matmul_operand_dims(b, transpose_b);
+  if (k != k2)
+    throw ShapeError(fmt::format(
+        "matmul: a {}{} contracts {} values but b {}{} has {}; the inner lengths must match", shape_str(a),
+        transpose_a ? " (transposed)" : "", k, shape_str(b), transpose_b ? " (transposed)" : "", k2));
+  Shape batch = broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), "matmul (batch axes)");
+  batch.push_back(m);
+  batch.push_back(n);
+  return batch;
+}
+
 bool broadcasts_to(const Shape& from, const Shape& to) {
   if (from.size() > to.size()) return false;
   size_t off = to.size() - from.size();
@@ -132,7 +156,7 @@ void verify(const Graph& g) {
     size_t arity = info.kind == OpKind::Leaf                                   ? 0
                    : info.kind == OpKind::Unary || info.kind == OpKind::Reduce ? 1
                    : info.kind == OpKind::Select                               ? 3
-                                                                               : 2;
+                                                                               : 2;  // binary, compare, contract
     if (n.operands.size() != arity)
       fail(n, fmt::format("expects {} operands, has {}", arity, n.operands.size()));
     if (n.op == Op::Input) {
@@ -140,7 +164,29 @@ void verify(const Graph& g) {
       if (!input_names.insert(n.name).second) fail(n, fmt::format("input name '{}' is used twice", n.name));
       continue;
     }
+    if (n.op == Op::Iota) {
+      if (n.axes.size() != 1 || n.axes[0] < 0 || n.axes[0] >= static_cast<int>(n.shape.size()))
+        fail(n, fmt::format("iota needs one axis of its shape {}", shape_str(n.shape)));
+      if (!is_float(n.dtype)) fail(n, "iota's values are float");
+      continue;
+    }
     if (info.kind == OpKind::Leaf) continue;
+    if (info.kind == OpKind::Contract) {
+      const Node& a = g.node(n.operands[0]);
+      const Node& b = g.node(n.operands[1]);
+      Shape expect;
+      try {
+        expect = matmul_shape(a.shape, b.shape, n.transpose_a, n.transpose_b);
+      } catch (const ShapeError& e) {
+        fail(n, e.what());
+      }
+      if (expect != n.shape)
+        fail(n, fmt::format("shape {} is not the product's {}", shape_str(n.shape), shape_str(expect)));
+      if (a.dtype != b.dtype || !is_float(a.dtype) || !is_float(n.dtype))
+        fail(n, fmt::format("needs float operands of one dtype (has {}, {}) and a float result",
+                            dtype_name(a.dtype), dtype_name(b.dtype)));
+      continue;
+    }
     if (info.kind == OpKind::Reduce) {
       const Node& in = g.node(n.operands[0]);
       bool ascending = !n.axes.empty() && std::is_sorted(n.axes.begin(), n.axes.end()) &&
@@ -182,6 +228,7 @@ void verify(const Graph& g) {
         break;
       case OpKind::Leaf:
       case OpKind::Reduce:
+      case OpKind::Contract:
         break;
     }
   }
@@ -206,6 +253,11 @@ std::string print_graph(const Graph& g) {
     else if (op_info(n.op).kind == OpKind::Reduce)
       s += fmt::format("  %{} = {} %{} axes [{}]{} : {}\n", n.id, op_info(n.op).name, n.operands[0],
                        fmt::join(n.axes, ", "), n.keepdim ? " keepdim" : "", type);
+    else if (n.op == Op::Iota)
+      s += fmt::format("  %{} = iota axis {} : {}\n", n.id, n.axes[0], type);
+    else if (n.op == Op::MatMul)
+      s += fmt::format("  %{} = matmul %{}{}, %{}{} : {}\n", n.id, n.operands[0], n.transpose_a ? "ᵀ" : "",
+                       n.operands[1], n.transpose_b ? "ᵀ" : "", type);
     else {
       std::vector<std::string> ops;
       for (NodeId o : n.operands) ops.push_back(fmt::format("%{}", o));

@@ -3,6 +3,7 @@
 // Nodes are appended in dependency order, so the node list is a topological order.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/graph/dtype.h"
@@ -50,9 +51,15 @@ enum class Op {
   ReduceSum,
   ReduceMax,
   ReduceMin,
+  // iota: a tensor whose value at every index is that index along axes[0] (masks: causal, lengths)
+  Iota,
+  // matmul(a, b): numpy's matmul of a [..., M, K] and b [..., K, N] (each read transposed when
+  // its flag says so) into [..., M, N], batch axes broadcast; accumulated in f32 (float64 in
+  // the reference) and rounded to the node's dtype
+  MatMul,
 };
 
-enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce };
+enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce, Contract };
 
 struct OpInfo {
   const char* name;
@@ -70,8 +77,9 @@ struct Node {
   DType dtype = DType::F32;
   std::string name;       // Input: the input's name
   double value = 0.0;     // Constant: the value
-  std::vector<int> axes;  // Reduce*: reduced axes of the operand, ascending
+  std::vector<int> axes;  // Reduce*: reduced axes of the operand, ascending; Iota: {its axis}
   bool keepdim = false;   // Reduce*: reduced axes kept as size 1
+  bool transpose_a = false, transpose_b = false;  // MatMul: operands stored as [..., K, M], [..., N, K]
 };
 
 struct GraphOutput {
@@ -112,6 +120,12 @@ bool broadcasts_to(const Shape& from, const Shape& to);
 
 // The shape a reduction of `in` over `axes` (ascending, valid) produces.
 Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim);
+
+// The shape of matmul(a, b) with its transpose flags; throws ShapeError naming the problem
+// (an operand of rank < 2, contraction lengths that differ, batch axes that do not broadcast).
+Shape matmul_shape(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b);
+// A matmul operand's (rows, cols) as the product sees them: (M, K) for a, (K, N) for b.
+std::pair<int64_t, int64_t> matmul_operand_dims(const Shape& s, bool transpose);
 
 // Checks every invariant of the IR; throws GraphError with the offending node.
 void verify(const Graph& g);

@@ -124,6 +124,42 @@ struct BroadcastIndex {
 };
 }  // namespace
 
+// C = A·B over the broadcast batch, accumulated in float64; with noise, each product is
+// perturbed as a summand of a sum is.
+static void matmul(const Graph& g, const Node& n, const std::vector<std::vector<double>>& val,
+                   std::vector<double>& out, const ReferenceOptions* noise) {
+  const Node& a = g.node(n.operands[0]);
+  const Node& b = g.node(n.operands[1]);
+  const auto [m, k] = matmul_operand_dims(a.shape, n.transpose_a);
+  const int64_t nn = n.shape.back();
+  const Shape batch(n.shape.begin(), n.shape.end() - 2);
+  BroadcastIndex a_batch(Shape(a.shape.begin(), a.shape.end() - 2), batch);
+  BroadcastIndex b_batch(Shape(b.shape.begin(), b.shape.end() - 2), batch);
+  const int64_t batches = num_elements(batch);
+  const std::vector<double>& av = val[a.id];
+  const std::vector<double>& bv = val[b.id];
+  parallel_chunks(
+      batches * m,
+      [&](int64_t begin, int64_t end, int64_t) {
+        for (int64_t row = begin; row < end; ++row) {
+          const int64_t bi = row / m, i = row % m;
+          const int64_t a0 = a_batch(bi) * m * k, b0 = b_batch(bi) * k * nn;
+          for (int64_t j = 0; j < nn; ++j) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              const double x = av[a0 + (n.transpose_a ? p * m + i : i * k + p)];
+              const double y = bv[b0 + (n.transpose_b ? j * k + p : p * nn + j)];
+              double term = x * y;
+              if (noise) term *= 1 + noise->noise * unit_noise(noise->noise_seed, n.id, (row * nn + j) * k + p);
+              acc += term;
+            }
+            out[row * nn + j] = acc;
+          }
+        }
+      },
+      1);
+}
+
 std::map<std::string, std::vector<double>> reference_run(const Graph& g, const TensorMap& inputs,
                                                          const ReferenceOptions& options) {
   verify(g);
@@ -153,6 +189,20 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       continue;
     }
     out.resize(count);
+    if (n.op == Op::Iota) {
+      int64_t stride = 1;
+      for (size_t d = static_cast<size_t>(n.axes[0]) + 1; d < n.shape.size(); ++d) stride *= n.shape[d];
+      const int64_t extent = n.shape[static_cast<size_t>(n.axes[0])];
+      for (int64_t i = 0; i < count; ++i) out[i] = round_to(n.dtype, static_cast<double>((i / stride) % extent));
+      continue;
+    }
+    if (n.op == Op::MatMul) {
+      matmul(g, n, val, out, options.noise == 0 ? nullptr : &options);
+      if (rounds(n))
+        for (double& v : out) v = round_to(n.dtype, v);
+      release_operands(n);
+      continue;
+    }
     if (op_info(n.op).kind == OpKind::Reduce) {
       const Node& in = g.node(n.operands[0]);
       const std::vector<double>& src = val[in.id];

@@ -113,13 +113,37 @@ class Generator {
       Tensor r = reduction(x, true);
       if (x.shape().size() >= 2) r = reduce(r, trailing_reduced_ + 1, true);
       pool_.push_back(r);
-    } else if (u < 0.95) {
+    } else if (u < 0.93) {
       pool_.push_back(composite(operand()));
+    } else if (u < 0.93 + o_.matmul) {
+      matmul_step(operand());
+    } else if (u < 0.93 + o_.matmul + o_.iota) {
+      // A mask from iota comparisons (causal-like), selecting between two values.
+      Tensor x = operand();
+      const int rank = static_cast<int>(x.shape().size());
+      Tensor i = iota(g_, x.shape(), -1, DType::F32), j = iota(g_, x.shape(), rank > 1 ? -2 : 0, DType::F32);
+      Tensor mask = i <= j * 1.5;
+      pool_.push_back(where(mask, x, base_ == DType::F32 ? x * 0.5 : cast(cast(x, DType::F32) * 0.5, base_)));
     } else {
       DType other = base_ == DType::F32 ? DType::BF16 : DType::F32;
       if (base_ == DType::F16) other = DType::F32;
       pool_.push_back(cast(cast(operand(), other), base_));
     }
+  }
+
+  // x [..., M, K] times a weight of its own: [K, K] keeps x's shape (an epilogue may follow in
+  // the pool), [N, K] read transposed (x·Wᵀ) gives another (an output).
+  void matmul_step(const Tensor& x) {
+    const Shape s = x.shape();
+    if (s.size() < 2) return;
+    const int64_t k = s.back();
+    const bool square = chance(0.5);
+    const int64_t n = square ? k : std::max<int64_t>(1, one_of(kSizes) % 300);
+    MatMulOptions o;
+    o.transpose_b = !square || chance(0.5);
+    Tensor w = new_input(o.transpose_b ? Shape{n, k} : Shape{k, n});
+    Tensor y = matmul(x, w, o) * (1.0 / std::sqrt(static_cast<double>(k)));
+    (square ? pool_ : side_).push_back(y);
   }
 
   Tensor unary(const Tensor& x) {

@@ -3,7 +3,7 @@
 // axes; inputs broadcast along leading, middle and trailing axes; elementwise chains; sum, max,
 // min and mean over one or several trailing axes, with keepdim results broadcast back and
 // reductions of reductions; softmax, log-softmax, layernorm, RMSNorm and group-norm written
-// from primitives; f32, f16 and bf16 mixed through casts; several outputs, intermediates among
+// from primitives; matmuls against weights, iota masks; f32, f16 and bf16 mixed through casts; several outputs, intermediates among
 // them. Values stay finite: every op that needs it gets an argument kept in range.
 // The same seed gives the same graph (on one standard library build).
 #include <cstdint>
@@ -21,6 +21,10 @@ struct RandomGraphOptions {
   // Chance that a graph also reduces a non-trailing axis, which planning refuses with a typed
   // error today.
   double non_trailing = 0.02;
+  // Chance of each step being a matmul against a weight of its own, or an iota mask: low while
+  // planning refuses both (until Tile IR v2 compiles them), so that most graphs still compile.
+  double matmul = 0.005;
+  double iota = 0.005;
 };
 
 Graph random_graph(uint64_t seed, const RandomGraphOptions& options = {});
