@@ -1,0 +1,184 @@
+#include "compiler/tile/ir.h"
+
+#include <fmt/format.h>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse::tir {
+
+int Layout::block_threads() const {
+  int n = 1;
+  for (int t : threads) n *= t;
+  return n;
+}
+
+std::string layout_str(const Layout& l) {
+  return fmt::format("blocked<per_thread [{}], threads [{}], reps [{}]>", fmt::join(l.per_thread, ", "),
+                     fmt::join(l.threads, ", "), fmt::join(l.reps, ", "));
+}
+
+std::string type_str(const Type& t) {
+  switch (t.kind) {
+    case Type::Kind::Index:
+      return "index";
+    case Type::Kind::Scalar:
+      return dtype_name(t.dtype);
+    case Type::Kind::Tile:
+      return fmt::format("tile<{}x{}{}>", fmt::join(t.shape, "x"), dtype_name(t.dtype),
+                         t.space == Space::Shared ? ", smem" : "");
+  }
+  return "?";
+}
+
+const char* opcode_name(Opcode o) {
+  switch (o) {
+    case Opcode::ProgramId:
+      return "program_id";
+    case Opcode::Const:
+      return "const";
+    case Opcode::IndexMul:
+      return "muli";
+    case Opcode::IndexAdd:
+      return "addi";
+    case Opcode::Load:
+      return "load";
+    case Opcode::Store:
+      return "store";
+    case Opcode::Compute:
+      return "compute";
+    case Opcode::Reduce:
+      return "reduce";
+    case Opcode::For:
+      return "for";
+    case Opcode::Yield:
+      return "yield";
+  }
+  return "?";
+}
+
+int Builder::emit(Inst i, std::optional<Type> result) {
+  int id = -1;
+  if (result) {
+    id = p_.add_value(*result);
+    i.results = {id};
+  }
+  r_->body.push_back(std::move(i));
+  return id;
+}
+
+int Builder::program_id(int axis) {
+  Inst i;
+  i.opcode = Opcode::ProgramId;
+  i.axis = axis;
+  return emit(i, Type::index());
+}
+
+int Builder::index(int64_t v) {
+  Inst i;
+  i.opcode = Opcode::Const;
+  i.value = static_cast<double>(v);
+  return emit(i, Type::index());
+}
+
+int Builder::scalar(double v, DType t) {
+  Inst i;
+  i.opcode = Opcode::Const;
+  i.value = v;
+  return emit(i, Type::scalar(t));
+}
+
+int Builder::tile_const(double v, DType t, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::Const;
+  i.value = v;
+  return emit(i, Type::tile(t, shape));
+}
+
+int Builder::mul(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexMul;
+  i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::add(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexAdd;
+  i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::Load;
+  i.param = param;
+  i.args = offsets;
+  return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape));
+}
+
+void Builder::store(int param, const std::vector<int>& offsets, int tile) {
+  Inst i;
+  i.opcode = Opcode::Store;
+  i.param = param;
+  i.args = offsets;
+  i.args.push_back(tile);
+  emit(i, std::nullopt);
+}
+
+// The numpy broadcast of the tile arguments' shapes (scalars broadcast to anything).
+static Shape broadcast_of(const Program& p, const std::vector<int>& args) {
+  Shape out;
+  for (int a : args) {
+    const Type& t = p.types.at(static_cast<size_t>(a));
+    if (!t.is_tile()) continue;
+    out = out.empty() ? t.shape : broadcast_shapes(out, t.shape, "tile op");
+  }
+  return out;
+}
+
+int Builder::compute(Op op, const std::vector<int>& args, DType dtype) {
+  Inst i;
+  i.opcode = Opcode::Compute;
+  i.op = op;
+  i.args = args;
+  Shape shape = broadcast_of(p_, args);
+  return emit(i, shape.empty() ? Type::scalar(dtype) : Type::tile(dtype, shape));
+}
+
+int Builder::reduce(Op op, int tile, int axis) {
+  Inst i;
+  i.opcode = Opcode::Reduce;
+  i.op = op;
+  i.axis = axis;
+  i.args = {tile};
+  Type t = p_.types.at(static_cast<size_t>(tile));
+  t.shape.at(static_cast<size_t>(axis)) = 1;
+  return emit(i, t);
+}
+
+std::vector<int> Builder::for_loop(int lo, int hi, int step, const std::vector<int>& inits, const LoopBody& body) {
+  Inst loop;
+  loop.opcode = Opcode::For;
+  loop.args = {lo, hi, step};
+  loop.args.insert(loop.args.end(), inits.begin(), inits.end());
+  Region r;
+  const int iv = p_.add_value(Type::index());
+  r.args.push_back(iv);
+  std::vector<int> carried;
+  for (int v : inits) {
+    carried.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
+    r.args.push_back(carried.back());
+  }
+  Builder inner(p_, r);
+  std::vector<int> next = body(inner, iv, carried);
+  Inst yield;
+  yield.opcode = Opcode::Yield;
+  yield.args = next;
+  r.body.push_back(yield);
+  for (int v : inits) loop.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
+  loop.regions.push_back(std::move(r));
+  r_->body.push_back(std::move(loop));
+  return r_->body.back().results;
+}
+
+}  // namespace tilefuse::tir

@@ -1,0 +1,166 @@
+#pragma once
+// Tile IR v2: a kernel is a block-level SSA program. Values are indices (uniform across the
+// block), scalars, or tiles — typed by shape, dtype, memory space and layout. Memory is read and
+// written a tile at a time at SSA offsets into a parameter's view, with masks where a tile
+// crosses the view's edge; loops carry values (tiles too) from one iteration to the next.
+//
+//   tile.func @bias_gelu_k0(%x: f32[8192, 8192], %b: f32[1, 8192], %y: f32[8192, 8192] out)
+//       grid [4096] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [2, 1]> {
+//     %0 = program_id 0 : index
+//     %1 = const 2 : index
+//     %2 = muli %0, %1 : index
+//     %3 = const 0 : index
+//     %4 = load %x[%2, %3] : tile<2x1024xf32>
+//     %5 = load %b[%3, %3] : tile<1x1024xf32>
+//     %6 = add %4, %5 : tile<2x1024xf32>
+//     %7 = gelu %6 : tile<2x1024xf32>
+//     store %y[%2, %3], %7 : tile<2x1024xf32>
+//   }
+//
+// Layouts are data (`Layout`): how a tile's elements are spread over the block's threads. A tile
+// of extent 1 along an axis is the same for every thread along it (a per-row vector, a bias row),
+// and elementwise ops broadcast such tiles as numpy does. The printer and parser round-trip; the
+// verifier (ir_verify.h) checks a program between passes.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/graph/graph.h"
+
+namespace tilefuse::tir {
+
+// How a tile's elements are spread over a block's threads. Blocked: along axis d each thread
+// holds per_thread[d] contiguous elements, threads[d] threads hold consecutive runs, and the
+// pattern repeats reps[d] times, so the tile spans per_thread·threads·reps elements along d;
+// threads are numbered with the last axis fastest (a warp runs along the columns).
+struct Layout {
+  std::vector<int> per_thread, threads, reps;
+  int64_t extent(size_t d) const { return int64_t{per_thread[d]} * threads[d] * reps[d]; }
+  int block_threads() const;
+  bool operator==(const Layout& o) const {
+    return per_thread == o.per_thread && threads == o.threads && reps == o.reps;
+  }
+  bool operator!=(const Layout& o) const { return !(*this == o); }
+};
+std::string layout_str(const Layout& l);
+
+enum class Space { Reg, Shared };
+
+struct Type {
+  enum class Kind { Index, Scalar, Tile };
+  Kind kind = Kind::Index;
+  DType dtype = DType::F32;  // Scalar, Tile
+  Shape shape;               // Tile: its extent per axis (1: the same along that axis)
+  Space space = Space::Reg;  // Tile
+
+  static Type index() { return {}; }
+  static Type scalar(DType t) { return {Kind::Scalar, t, {}, Space::Reg}; }
+  static Type tile(DType t, Shape s, Space sp = Space::Reg) { return {Kind::Tile, t, std::move(s), sp}; }
+  bool is_tile() const { return kind == Kind::Tile; }
+  bool operator==(const Type& o) const {
+    return kind == o.kind && (kind == Kind::Index || (dtype == o.dtype && shape == o.shape && space == o.space));
+  }
+  bool operator!=(const Type& o) const { return !(*this == o); }
+};
+std::string type_str(const Type& t);
+
+// A kernel parameter: a tensor in global memory seen through the kernel's view — one extent per
+// axis of the kernel's tiles, 1 where it is broadcast. `dims` is the tensor's own shape when it
+// spans the view's leading axes only in part (a [3, 1, 5] operand of a [3·4, 5] view): loads
+// split the row index into those dimensions. Empty when the view is the tensor.
+struct Param {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape view;
+  bool output = false;
+  Shape dims;  // the collapsed domain's leading dimensions, where the view needs them split
+};
+
+enum class Opcode {
+  ProgramId,  // index: the block's id along grid axis `axis`
+  Const,      // index, scalar or tile (every element): `value`
+  IndexMul,   // index arithmetic
+  IndexAdd,
+  Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
+  Store,      // args: offsets..., the tile
+  Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
+  Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there
+  For,        // results = the carried values after the loop; region args: the induction
+              // variable and the carried values; args: lo, hi, step, initial carried values
+  Yield,      // the carried values of the next iteration (the For region's terminator)
+};
+const char* opcode_name(Opcode o);
+
+struct Region;
+
+struct Inst {
+  Opcode opcode = Opcode::Const;
+  std::vector<int> results;  // value ids
+  std::vector<int> args;     // value ids
+  Op op = Op::Add;           // Compute, Reduce: the graph op
+  int param = -1;            // Load, Store
+  int axis = 0;              // ProgramId, Reduce
+  double value = 0;          // Const
+  std::vector<Region> regions;
+};
+
+struct Region {
+  std::vector<int> args;  // value ids defined on entry (For: induction variable, carried values)
+  std::vector<Inst> body;
+};
+
+struct Program {
+  std::string name;
+  std::vector<Param> params;  // inputs first, then outputs
+  std::vector<int64_t> grid;  // blocks along each grid axis
+  Layout layout;              // of every register tile
+  Region body;
+  std::vector<Type> types;    // value id → type
+  // Launch attributes codegen honours (they mirror the schedule): registers capped so that this
+  // many blocks fit on an SM (0: no cap).
+  int min_blocks_per_sm = 0;
+
+  int block_threads() const { return layout.block_threads(); }
+  // A new value of type t.
+  int add_value(const Type& t) {
+    types.push_back(t);
+    return static_cast<int>(types.size()) - 1;
+  }
+};
+
+std::string print_program(const Program& p);
+// Parses print_program's text; throws Error with the line and what was expected.
+Program parse_program(const std::string& text);
+
+// Appends instructions to a region, allocating their results in the program.
+class Builder {
+ public:
+  Builder(Program& p, Region& r) : p_(p), r_(&r) {}
+  Region& region() { return *r_; }
+  Program& program() { return p_; }
+
+  int program_id(int axis);
+  int index(int64_t v);
+  int scalar(double v, DType t);
+  int tile_const(double v, DType t, const Shape& shape);
+  int mul(int a, int b);
+  int add(int a, int b);
+  int load(int param, const std::vector<int>& offsets, const Shape& shape);
+  void store(int param, const std::vector<int>& offsets, int tile);
+  int compute(Op op, const std::vector<int>& args, DType dtype);
+  int reduce(Op op, int tile, int axis);
+  // A loop over [lo, hi) by `step` carrying `inits`: `body` fills the loop's region, given a
+  // builder for it, the induction variable and the carried values, and returns the values the
+  // next iteration carries. Returns the carried values after the loop.
+  using LoopBody = std::function<std::vector<int>(Builder&, int iv, const std::vector<int>& carried)>;
+  std::vector<int> for_loop(int lo, int hi, int step, const std::vector<int>& inits, const LoopBody& body);
+
+ private:
+  int emit(Inst i, std::optional<Type> result);
+  Program& p_;
+  Region* r_;
+};
+
+}  // namespace tilefuse::tir

@@ -1,0 +1,485 @@
+// Tile IR v2 as text: the printer and the parser that reads it back.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cmath>
+#include <map>
+
+#include "compiler/support/error.h"
+#include "compiler/tile/ir.h"
+
+namespace tilefuse::tir {
+
+namespace {
+
+// ---- printing ----
+
+std::string number(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::isnan(v)) return "nan";
+  return fmt::format("{}", v);
+}
+
+// Values are printed numbered in the order the text defines them, so that printing a parsed
+// program gives the same text.
+class Names {
+ public:
+  explicit Names(const Program& p) { number(p.body); }
+  std::string operator()(int id) const { return fmt::format("%{}", at_.at(id)); }
+  std::string operator()(const std::vector<int>& ids) const {
+    std::vector<std::string> s;
+    for (int i : ids) s.push_back((*this)(i));
+    return fmt::format("{}", fmt::join(s, ", "));
+  }
+
+ private:
+  void number(const Region& r) {
+    for (const Inst& i : r.body) {
+      for (int v : i.results) at_[v] = next_++;
+      for (const Region& inner : i.regions) {
+        for (int v : inner.args) at_[v] = next_++;
+        number(inner);
+      }
+    }
+  }
+  std::map<int, int> at_;
+  int next_ = 0;
+};
+
+// Compute and Reduce print the graph op's name (reduce_sum, add, gelu, …).
+std::string mnemonic(const Inst& i) {
+  if (i.opcode == Opcode::Compute || i.opcode == Opcode::Reduce) return op_info(i.op).name;
+  return opcode_name(i.opcode);
+}
+
+void print_region(const Program& p, const Names& value, const Region& r, int depth, std::string* out) {
+  const auto& values = value;
+  const std::string pad(2 * static_cast<size_t>(depth), ' ');
+  auto type_of = [&](int v) { return type_str(p.types.at(static_cast<size_t>(v))); };
+  for (const Inst& i : r.body) {
+    std::string lhs = i.results.empty() ? "" : values(i.results) + " = ";
+    switch (i.opcode) {
+      case Opcode::ProgramId:
+        *out += fmt::format("{}{}program_id {} : index\n", pad, lhs, i.axis);
+        break;
+      case Opcode::Const:
+        *out += fmt::format("{}{}const {} : {}\n", pad, lhs, number(i.value), type_of(i.results[0]));
+        break;
+      case Opcode::Load: {
+        *out += fmt::format("{}{}load %arg{}[{}] : {}\n", pad, lhs, i.param, values(i.args), type_of(i.results[0]));
+        break;
+      }
+      case Opcode::Store: {
+        std::vector<int> offsets(i.args.begin(), i.args.end() - 1);
+        *out += fmt::format("{}store %arg{}[{}], {} : {}\n", pad, i.param, values(offsets), value(i.args.back()),
+                            type_of(i.args.back()));
+        break;
+      }
+      case Opcode::Reduce:
+        *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
+                            type_of(i.results[0]));
+        break;
+      case Opcode::For: {
+        std::vector<std::string> carried, types;
+        const Region& body = i.regions.at(0);
+        for (size_t k = 3; k < i.args.size(); ++k)
+          carried.push_back(fmt::format("{} = {}", value(body.args.at(k - 2)), value(i.args[k])));
+        for (int v : i.results) types.push_back(type_of(v));
+        *out += fmt::format("{}{}for {} = {} to {} step {}", pad, lhs, value(body.args.at(0)), value(i.args[0]),
+                            value(i.args[1]), value(i.args[2]));
+        if (!carried.empty())
+          *out += fmt::format(" iter_args({}) : {}", fmt::join(carried, ", "), fmt::join(types, ", "));
+        *out += " {\n";
+        print_region(p, value, body, depth + 1, out);
+        *out += pad + "}\n";
+        break;
+      }
+      case Opcode::Yield:
+        *out += fmt::format("{}yield {}\n", pad, values(i.args));
+        break;
+      case Opcode::IndexMul:
+      case Opcode::IndexAdd:
+      case Opcode::Compute:
+        *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), type_of(i.results[0]));
+        break;
+    }
+  }
+}
+
+// ---- parsing ----
+
+struct Token {
+  enum Kind { Word, Value, Symbol, String, Punct, End } kind;
+  std::string text;
+  int line;
+};
+
+std::vector<Token> tokenize(const std::string& s) {
+  std::vector<Token> out;
+  int line = 1;
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+    } else if (c == '/' && i + 1 < s.size() && s[i + 1] == '/') {
+      while (i < s.size() && s[i] != '\n') ++i;
+    } else if (c == '"') {
+      size_t j = s.find('"', i + 1);
+      if (j == std::string::npos) throw Error(fmt::format("tile IR line {}: unterminated string", line));
+      out.push_back({Token::String, s.substr(i + 1, j - i - 1), line});
+      i = j + 1;
+    } else if (c == '%' || c == '@') {
+      size_t j = i + 1;
+      while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      out.push_back({c == '%' ? Token::Value : Token::Symbol, s.substr(i + 1, j - i - 1), line});
+      i = j;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') {
+      size_t j = i;
+      while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_' || s[j] == '.' ||
+                              s[j] == '-' || s[j] == '+'))
+        ++j;
+      out.push_back({Token::Word, s.substr(i, j - i), line});
+      i = j;
+    } else {
+      out.push_back({Token::Punct, std::string(1, c), line});
+      ++i;
+    }
+  }
+  out.push_back({Token::End, "", line});
+  return out;
+}
+
+class Parser {
+ public:
+  explicit Parser(const std::string& text) : t_(tokenize(text)) {}
+
+  Program program() {
+    Program p;
+    word("tile.func");
+    p.name = expect(Token::Symbol, "@name").text;
+    punct("(");
+    while (!at_punct(")")) {
+      if (!p.params.empty()) punct(",");
+      p.params.push_back(param(static_cast<int>(p.params.size())));
+    }
+    punct(")");
+    word("grid");
+    p.grid = int_list();
+    word("threads");
+    const int threads = static_cast<int>(integer());
+    word("layout");
+    p.layout = layout();
+    if (at_word("min_blocks_per_sm")) {
+      next();
+      p.min_blocks_per_sm = static_cast<int>(integer());
+    }
+    if (p.layout.block_threads() != threads)
+      fail(fmt::format("the layout has {} threads, the function {}", p.layout.block_threads(), threads));
+    punct("{");
+    region(p, p.body);
+    punct("}");
+    expect(Token::End, "the end of the text");
+    return p;
+  }
+
+ private:
+  const Token& peek() const { return t_[pos_]; }
+  const Token& next() { return t_[pos_++]; }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(fmt::format("tile IR line {}: {} (at '{}')", peek().line, what, peek().text));
+  }
+  const Token& expect(Token::Kind k, const char* what) {
+    if (peek().kind != k) fail(fmt::format("expected {}", what));
+    return next();
+  }
+  bool at_punct(const char* p) const { return peek().kind == Token::Punct && peek().text == p; }
+  bool at_word(const char* w) const { return peek().kind == Token::Word && peek().text == w; }
+  void punct(const char* p) {
+    if (!at_punct(p)) fail(fmt::format("expected '{}'", p));
+    next();
+  }
+  void word(const char* w) {
+    if (!at_word(w)) fail(fmt::format("expected '{}'", w));
+    next();
+  }
+  int64_t integer() {
+    const Token& t = expect(Token::Word, "an integer");
+    try {
+      size_t used = 0;
+      long long v = std::stoll(t.text, &used);
+      if (used == t.text.size()) return v;
+    } catch (const std::exception&) {
+    }
+    --pos_;
+    fail("expected an integer");
+  }
+  double real() {
+    const Token& t = expect(Token::Word, "a number");
+    if (t.text == "inf") return INFINITY;
+    if (t.text == "-inf") return -INFINITY;
+    if (t.text == "nan") return NAN;
+    try {
+      size_t used = 0;
+      double v = std::stod(t.text, &used);
+      if (used == t.text.size()) return v;
+    } catch (const std::exception&) {
+    }
+    --pos_;
+    fail("expected a number");
+  }
+  std::vector<int64_t> int_list() {
+    std::vector<int64_t> out;
+    punct("[");
+    while (!at_punct("]")) {
+      if (!out.empty()) punct(",");
+      out.push_back(integer());
+    }
+    punct("]");
+    return out;
+  }
+  std::vector<int> small_list() {
+    std::vector<int> out;
+    for (int64_t v : int_list()) out.push_back(static_cast<int>(v));
+    return out;
+  }
+  DType dtype_named(const std::string& s) {
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Bool})
+      if (s == dtype_name(t)) return t;
+    fail(fmt::format("unknown dtype '{}'", s));
+  }
+  Layout layout() {
+    word("blocked");
+    punct("<");
+    Layout l;
+    word("per_thread");
+    l.per_thread = small_list();
+    punct(",");
+    word("threads");
+    l.threads = small_list();
+    punct(",");
+    word("reps");
+    l.reps = small_list();
+    punct(">");
+    if (l.per_thread.size() != l.threads.size() || l.threads.size() != l.reps.size())
+      fail("the layout's lists have different lengths");
+    return l;
+  }
+  Param param(int index) {
+    Param p;
+    const Token& id = expect(Token::Value, "%argN");
+    if (id.text != fmt::format("arg{}", index)) fail(fmt::format("expected %arg{}", index));
+    p.name = expect(Token::String, "the parameter's name in quotes").text;
+    punct(":");
+    p.dtype = dtype_named(expect(Token::Word, "a dtype").text);
+    p.view = int_list();
+    if (at_word("dims")) {
+      next();
+      p.dims = int_list();
+    }
+    if (at_word("out")) {
+      next();
+      p.output = true;
+    }
+    return p;
+  }
+  Type type() {
+    if (at_word("index")) {
+      next();
+      return Type::index();
+    }
+    const Token& w = expect(Token::Word, "a type");
+    if (w.text != "tile") return Type::scalar(dtype_named(w.text));
+    punct("<");
+    // 2x1024xf32 is one word: extents, then the dtype.
+    std::string spec = expect(Token::Word, "a tile's extents and dtype").text;
+    Shape shape;
+    size_t start = 0;
+    for (size_t x = spec.find('x'); x != std::string::npos; x = spec.find('x', start)) {
+      try {
+        shape.push_back(std::stoll(spec.substr(start, x - start)));
+      } catch (const std::exception&) {
+        fail(fmt::format("bad tile extents '{}'", spec));
+      }
+      start = x + 1;
+    }
+    DType dt = dtype_named(spec.substr(start));
+    Space space = Space::Reg;
+    if (at_punct(",")) {
+      next();
+      word("smem");
+      space = Space::Shared;
+    }
+    punct(">");
+    if (shape.empty()) fail("a tile needs extents");
+    return Type::tile(dt, shape, space);
+  }
+  // A use of a value defined earlier (in this region or an enclosing one).
+  int use(const char* what) {
+    const Token& v = expect(Token::Value, what);
+    auto it = names_.find(v.text);
+    if (it == names_.end()) {
+      --pos_;
+      fail(fmt::format("%{} is used before it is defined", v.text));
+    }
+    return it->second;
+  }
+  std::vector<int> uses_until_colon() {
+    std::vector<int> out;
+    while (!at_punct(":") && !at_punct("]")) {
+      if (!out.empty()) punct(",");
+      out.push_back(use("a value"));
+    }
+    return out;
+  }
+  int define(Program& p, const std::string& name, const Type& t) {
+    if (names_.count(name)) fail(fmt::format("%{} is defined twice", name));
+    int id = p.add_value(t);
+    names_[name] = id;
+    return id;
+  }
+  void region(Program& p, Region& r) {
+    while (!at_punct("}")) r.body.push_back(inst(p));
+  }
+  Inst inst(Program& p) {
+    std::vector<std::string> defs;
+    while (peek().kind == Token::Value) {
+      defs.push_back(next().text);
+      if (at_punct(",")) next();
+    }
+    if (!defs.empty()) punct("=");
+    const Token& m = expect(Token::Word, "an instruction");
+    Inst i;
+    const std::string op = m.text;
+    auto results = [&](const std::vector<Type>& types) {
+      if (types.size() != defs.size())
+        fail(fmt::format("{} values defined, {} types given", defs.size(), types.size()));
+      for (size_t k = 0; k < defs.size(); ++k) i.results.push_back(define(p, defs[k], types[k]));
+    };
+    if (op == "program_id") {
+      i.opcode = Opcode::ProgramId;
+      i.axis = static_cast<int>(integer());
+      punct(":");
+      results({type()});
+    } else if (op == "const") {
+      i.opcode = Opcode::Const;
+      i.value = real();
+      punct(":");
+      results({type()});
+    } else if (op == "muli" || op == "addi") {
+      i.opcode = op == "muli" ? Opcode::IndexMul : Opcode::IndexAdd;
+      i.args = uses_until_colon();
+      punct(":");
+      results({type()});
+    } else if (op == "load" || op == "store") {
+      i.opcode = op == "load" ? Opcode::Load : Opcode::Store;
+      const Token& a = expect(Token::Value, "%argN");
+      if (a.text.rfind("arg", 0) != 0) fail("expected a parameter %argN");
+      i.param = std::stoi(a.text.substr(3));
+      if (i.param < 0 || i.param >= static_cast<int>(p.params.size())) fail("no such parameter");
+      punct("[");
+      i.args = uses_until_colon();
+      punct("]");
+      if (i.opcode == Opcode::Store) {
+        punct(",");
+        i.args.push_back(use("the stored tile"));
+      }
+      punct(":");
+      Type t = type();
+      if (i.opcode == Opcode::Load) results({t});
+    } else if (op == "for") {
+      i.opcode = Opcode::For;
+      Region r;
+      const std::string iv = expect(Token::Value, "the induction variable").text;
+      punct("=");
+      i.args.push_back(use("the lower bound"));
+      word("to");
+      i.args.push_back(use("the upper bound"));
+      word("step");
+      i.args.push_back(use("the step"));
+      std::vector<std::string> carried;
+      std::vector<Type> types;
+      if (at_word("iter_args")) {
+        next();
+        punct("(");
+        while (!at_punct(")")) {
+          if (!carried.empty()) punct(",");
+          carried.push_back(expect(Token::Value, "a carried value").text);
+          punct("=");
+          i.args.push_back(use("an initial value"));
+        }
+        punct(")");
+        punct(":");
+        while (types.size() < carried.size()) {
+          if (!types.empty()) punct(",");
+          types.push_back(type());
+        }
+      }
+      std::map<std::string, int> outer = names_;
+      r.args.push_back(define(p, iv, Type::index()));
+      for (size_t k = 0; k < carried.size(); ++k) r.args.push_back(define(p, carried[k], types[k]));
+      punct("{");
+      region(p, r);
+      punct("}");
+      names_ = outer;  // the region's values are not visible after it
+      i.regions.push_back(std::move(r));
+      results(types);
+    } else if (op == "yield") {
+      i.opcode = Opcode::Yield;
+      while (peek().kind == Token::Value) {
+        if (!i.args.empty()) punct(",");
+        i.args.push_back(use("a yielded value"));
+        if (at_punct(",")) continue;
+        break;
+      }
+    } else if (op.rfind("reduce_", 0) == 0) {
+      i.opcode = Opcode::Reduce;
+      i.op = graph_op(op);
+      i.args = {use("the reduced tile")};
+      word("axis");
+      i.axis = static_cast<int>(integer());
+      punct(":");
+      results({type()});
+    } else {
+      i.opcode = Opcode::Compute;
+      i.op = graph_op(op);
+      i.args = uses_until_colon();
+      punct(":");
+      results({type()});
+    }
+    return i;
+  }
+  Op graph_op(const std::string& name) {
+    for (int o = 0; o <= static_cast<int>(Op::MatMul); ++o)
+      if (name == op_info(static_cast<Op>(o)).name) return static_cast<Op>(o);
+    fail(fmt::format("unknown instruction '{}'", name));
+  }
+
+  std::vector<Token> t_;
+  size_t pos_ = 0;
+  std::map<std::string, int> names_;
+};
+
+}  // namespace
+
+std::string print_program(const Program& p) {
+  std::vector<std::string> params;
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const Param& a = p.params[i];
+    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view),
+                                 a.dims.empty() ? "" : " dims " + shape_str(a.dims), a.output ? " out" : ""));
+  }
+  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{} {{\n", p.name,
+                                fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),
+                                layout_str(p.layout),
+                                p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "");
+  print_region(p, Names(p), p.body, 1, &out);
+  out += "}\n";
+  return out;
+}
+
+Program parse_program(const std::string& text) { return Parser(text).program(); }
+
+}  // namespace tilefuse::tir

@@ -1,0 +1,225 @@
+#include "compiler/tile/ir_verify.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse::tir {
+
+namespace {
+
+class Verifier {
+ public:
+  explicit Verifier(const Program& p) : p_(p) {}
+
+  std::vector<std::string> run() {
+    if (p_.grid.empty()) problem("the program has no grid");
+    for (int64_t g : p_.grid)
+      if (g <= 0) problem(fmt::format("grid extent {} is not positive", g));
+    const size_t rank = p_.layout.threads.size();
+    if (rank == 0 || p_.layout.per_thread.size() != rank || p_.layout.reps.size() != rank)
+      problem("the layout's lists are empty or of different lengths");
+    if (p_.block_threads() > 1024) problem(fmt::format("{} threads per block, more than 1024", p_.block_threads()));
+    for (size_t i = 0; i < p_.params.size(); ++i)
+      if (p_.params[i].view.size() != rank)
+        problem(fmt::format("%arg{}'s view {} is not of the layout's rank {}", i, shape_str(p_.params[i].view), rank));
+    std::set<int> scope;
+    region(p_.body, scope, false);
+    return problems_;
+  }
+
+ private:
+  void problem(std::string s) { problems_.push_back(std::move(s)); }
+  const Type& type(int v) const { return p_.types.at(static_cast<size_t>(v)); }
+  std::string where(const Inst& i) const {
+    return fmt::format("{}{}", i.results.empty() ? "" : fmt::format("%{} = ", i.results[0]),
+                       i.opcode == Opcode::Compute || i.opcode == Opcode::Reduce ? op_info(i.op).name : opcode_name(i.opcode));
+  }
+
+  bool is_index(int v) const { return type(v).kind == Type::Kind::Index; }
+
+  // A register tile must cover the layout's tile along each axis, or be 1 (the same along it).
+  void check_tile_shape(const Inst& i, const Type& t) {
+    if (!t.is_tile()) return;
+    if (t.shape.size() != p_.layout.threads.size()) {
+      problem(fmt::format("{}: {} is not of the layout's rank", where(i), type_str(t)));
+      return;
+    }
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      if (t.space == Space::Reg && t.shape[d] != 1 && t.shape[d] != p_.layout.extent(d))
+        problem(fmt::format("{}: {} spans {} along axis {}, the layout's tile {}", where(i), type_str(t), t.shape[d], d,
+                            p_.layout.extent(d)));
+  }
+
+  void memory(const Inst& i, bool store) {
+    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
+      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
+      return;
+    }
+    const Param& prm = p_.params[static_cast<size_t>(i.param)];
+    if (prm.output != store)
+      problem(fmt::format("{}: %arg{} is {}", where(i), i.param, prm.output ? "an output" : "an input"));
+    const size_t offsets = i.args.size() - (store ? 1 : 0);
+    if (offsets != prm.view.size())
+      problem(fmt::format("{}: {} offsets into a view of rank {}", where(i), offsets, prm.view.size()));
+    for (size_t k = 0; k < offsets && k < i.args.size(); ++k)
+      if (!is_index(i.args[k])) problem(fmt::format("{}: offset {} is not an index", where(i), k));
+    const Type& t = store ? type(i.args.back()) : type(i.results.at(0));
+    if (!t.is_tile() || t.dtype != prm.dtype) {
+      problem(fmt::format("{}: {} is not a tile of %arg{}'s dtype {}", where(i), type_str(t), i.param, dtype_name(prm.dtype)));
+      return;
+    }
+    check_tile_shape(i, t);
+    for (size_t d = 0; d < t.shape.size() && d < prm.view.size(); ++d)
+      if (prm.view[d] == 1 && t.shape[d] != 1)
+        problem(fmt::format("{}: %arg{} is broadcast along axis {}, but the tile spans {}", where(i), i.param, d, t.shape[d]));
+  }
+
+  void compute(const Inst& i) {
+    const Type& r = type(i.results.at(0));
+    const OpInfo& info = op_info(i.op);
+    size_t arity = info.kind == OpKind::Unary ? 1 : info.kind == OpKind::Select ? 3 : 2;
+    if (info.kind == OpKind::Reduce || info.kind == OpKind::Leaf || info.kind == OpKind::Contract) {
+      problem(fmt::format("{}: not an elementwise op", where(i)));
+      return;
+    }
+    if (i.args.size() != arity) {
+      problem(fmt::format("{}: {} operands, needs {}", where(i), i.args.size(), arity));
+      return;
+    }
+    Shape shape;
+    for (int a : i.args) {
+      const Type& t = type(a);
+      if (t.kind == Type::Kind::Index) problem(fmt::format("{}: operand %{} is an index", where(i), a));
+      if (!t.is_tile()) continue;
+      try {
+        shape = shape.empty() ? t.shape : broadcast_shapes(shape, t.shape, "tile op");
+      } catch (const ShapeError& e) {
+        problem(fmt::format("{}: {}", where(i), e.what()));
+      }
+    }
+    if ((shape.empty() ? !(r.kind == Type::Kind::Scalar) : !(r.is_tile() && r.shape == shape)))
+      problem(fmt::format("{}: result {} is not the broadcast of its operands", where(i), type_str(r)));
+    auto dt = [&](size_t k) { return type(i.args[k]).dtype; };
+    bool ok = true;
+    switch (info.kind) {
+      case OpKind::Unary:
+        ok = i.op == Op::Cast || dt(0) == r.dtype;
+        break;
+      case OpKind::Binary:
+        ok = dt(0) == r.dtype && dt(1) == r.dtype;
+        break;
+      case OpKind::Compare:
+        ok = dt(0) == dt(1) && r.dtype == DType::Bool;
+        break;
+      case OpKind::Select:
+        ok = dt(0) == DType::Bool && dt(1) == r.dtype && dt(2) == r.dtype;
+        break;
+      default:
+        break;
+    }
+    if (!ok) problem(fmt::format("{}: operand dtypes do not fit {}", where(i), type_str(r)));
+    check_tile_shape(i, r);
+  }
+
+  void loop(const Inst& i, std::set<int> scope) {
+    if (i.regions.size() != 1 || i.args.size() < 3) {
+      problem(fmt::format("{}: needs bounds, a step and one region", where(i)));
+      return;
+    }
+    for (size_t k = 0; k < 3; ++k)
+      if (!is_index(i.args[k])) problem(fmt::format("{}: bound or step %{} is not an index", where(i), i.args[k]));
+    const Region& r = i.regions[0];
+    const size_t carried = i.args.size() - 3;
+    if (r.args.size() != carried + 1 || i.results.size() != carried) {
+      problem(fmt::format("{}: {} initial values, {} region arguments, {} results", where(i), carried, r.args.size(), i.results.size()));
+      return;
+    }
+    if (!is_index(r.args[0])) problem(fmt::format("{}: the induction variable is not an index", where(i)));
+    for (size_t k = 0; k < carried; ++k)
+      if (type(i.args[3 + k]) != type(r.args[1 + k]) || type(r.args[1 + k]) != type(i.results[k]))
+        problem(fmt::format("{}: carried value {} changes type", where(i), k));
+    for (int a : r.args) scope.insert(a);
+    region(r, scope, true);
+    if (r.body.empty() || r.body.back().opcode != Opcode::Yield) {
+      problem(fmt::format("{}: its region does not end with a yield", where(i)));
+      return;
+    }
+    const Inst& y = r.body.back();
+    if (y.args.size() != carried) {
+      problem(fmt::format("{}: yields {} values for {} carried", where(i), y.args.size(), carried));
+      return;
+    }
+    for (size_t k = 0; k < carried; ++k)
+      if (type(y.args[k]) != type(r.args[1 + k]))
+        problem(fmt::format("{}: yields {} for carried value {} of {}", where(i), type_str(type(y.args[k])), k,
+                            type_str(type(r.args[1 + k]))));
+  }
+
+  void region(const Region& r, std::set<int>& scope, bool in_loop) {
+    for (size_t n = 0; n < r.body.size(); ++n) {
+      const Inst& i = r.body[n];
+      for (int a : i.args)
+        if (!scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
+      switch (i.opcode) {
+        case Opcode::ProgramId:
+          if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))
+            problem(fmt::format("{}: no grid axis {}", where(i), i.axis));
+          break;
+        case Opcode::Const:
+          check_tile_shape(i, type(i.results.at(0)));
+          break;
+        case Opcode::IndexMul:
+        case Opcode::IndexAdd:
+          if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]))
+            problem(fmt::format("{}: needs two indices", where(i)));
+          break;
+        case Opcode::Load:
+          memory(i, false);
+          break;
+        case Opcode::Store:
+          memory(i, true);
+          break;
+        case Opcode::Compute:
+          compute(i);
+          break;
+        case Opcode::Reduce: {
+          const Type& t = type(i.args.at(0));
+          const Type& out = type(i.results.at(0));
+          Shape expect = t.shape;
+          if (i.axis >= 0 && static_cast<size_t>(i.axis) < expect.size()) expect[static_cast<size_t>(i.axis)] = 1;
+          if (!t.is_tile() || !out.is_tile() || out.shape != expect || out.dtype != t.dtype ||
+              op_info(i.op).kind != OpKind::Reduce)
+            problem(fmt::format("{}: {} along axis {} does not give {}", where(i), type_str(t), i.axis, type_str(out)));
+          break;
+        }
+        case Opcode::For:
+          loop(i, scope);
+          break;
+        case Opcode::Yield:
+          if (!in_loop || n + 1 != r.body.size()) problem("a yield that does not end a loop's region");
+          break;
+      }
+      for (int v : i.results) {
+        if (!scope.insert(v).second) problem(fmt::format("{}: %{} is defined twice", where(i), v));
+      }
+    }
+  }
+
+  const Program& p_;
+  std::vector<std::string> problems_;
+};
+
+}  // namespace
+
+std::vector<std::string> program_problems(const Program& p) { return Verifier(p).run(); }
+
+void verify_program(const Program& p) {
+  std::vector<std::string> problems = program_problems(p);
+  if (!problems.empty())
+    throw Error(fmt::format("tile IR of {} is invalid: {}", p.name, fmt::join(problems, "; ")));
+}
+
+}  // namespace tilefuse::tir
