@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "compiler/codegen/elementwise.h"
 #include "compiler/codegen/lowering.h"
 #include "compiler/codegen/math.h"
 
@@ -63,19 +64,7 @@ std::unique_ptr<llvm::Module> Lowering::run() {
   return std::move(m_);
 }
 
-llvm::Type* Lowering::storage_type(DType t) {
-  switch (t) {
-    case DType::F32:
-      return b_.getFloatTy();
-    case DType::F16:
-      return b_.getHalfTy();
-    case DType::BF16:
-      return b_.getBFloatTy();
-    case DType::Bool:
-      return b_.getInt8Ty();
-  }
-  return nullptr;
-}
+llvm::Type* Lowering::storage_type(DType t) { return tilefuse::storage_type(b_, t); }
 
 void Lowering::prologue() {
   Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
@@ -133,32 +122,18 @@ Value* Lowering::offset(const Shape& view, bool spans_rows, bool spans_cols, int
   return off;
 }
 
-Value* Lowering::to_compute(Value* v, DType t) {
-  if (t == DType::Bool) return b_.CreateICmpNE(v, b_.getInt8(0));
-  if (t == DType::F32) return v;
-  return b_.CreateFPExt(v, b_.getFloatTy());
-}
+Value* Lowering::to_compute(Value* v, DType t) { return tilefuse::to_compute(b_, v, t); }
 
-Value* Lowering::to_storage(Value* v, DType t) {
-  if (t == DType::Bool) return b_.CreateZExt(v, b_.getInt8Ty());
-  if (t == DType::F32) return v;
-  return b_.CreateFPTrunc(v, storage_type(t));
-}
+Value* Lowering::to_storage(Value* v, DType t) { return tilefuse::to_storage(b_, v, t); }
 
 void Lowering::lower(const TileInst& i) {
   switch (i.opcode) {
     case TileOpcode::Load:
       return load(i);
-    case TileOpcode::Constant: {
-      double v = i.value;
-      Value* c =
-          i.type.dtype == DType::Bool
-              ? static_cast<Value*>(b_.getInt1(v != 0))
-              : to_compute(to_storage(llvm::ConstantFP::get(b_.getFloatTy(), v), i.type.dtype), i.type.dtype);
+    case TileOpcode::Constant:
       types_[i.result] = i.type;
-      values_[i.result] = {c};
+      values_[i.result] = {compute_constant(b_, i.value, i.type.dtype)};
       return;
-    }
     case TileOpcode::Compute:
       return compute(i);
     case TileOpcode::Reduce:
@@ -536,84 +511,7 @@ void Lowering::compute(const TileInst& i) {
 }
 
 Value* Lowering::element(const TileInst& i, const std::vector<Value*>& a) {
-  switch (i.op) {
-    case Op::Neg:
-      return b_.CreateFNeg(a[0]);
-    case Op::Abs:
-      return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
-    case Op::Exp:
-      if (i.type.dtype == DType::BF16 || i.type.dtype == DType::F16) return math::exp_16bit(b_, a[0]);
-      return math::exp(b_, a[0]);
-    case Op::Exp2:
-      return math::exp2(b_, a[0]);
-    case Op::Log:
-      return math::log(b_, a[0]);
-    case Op::Sqrt:
-      return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]);
-    case Op::Rsqrt:
-      return b_.CreateFDiv(f32(1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]));
-    case Op::Tanh:
-      return math::tanh(b_, a[0]);
-    case Op::Erf:
-      return math::erf(b_, a[0]);
-    case Op::Sigmoid:
-      return b_.CreateFDiv(f32(1.0), b_.CreateFAdd(f32(1.0), math::exp(b_, b_.CreateFNeg(a[0]))));
-    case Op::Relu:  // NaN passes through, as in the reference
-      return b_.CreateSelect(b_.CreateFCmpOLT(a[0], f32(0.0)), f32(0.0), a[0]);
-    case Op::Gelu: {
-      if (i.type.dtype == DType::BF16 || i.type.dtype == DType::F16) return math::gelu_16bit(b_, a[0]);
-      Value* e = math::erf(b_, b_.CreateFMul(a[0], f32(0.70710678118654752440)));
-      return b_.CreateFMul(b_.CreateFMul(f32(0.5), a[0]), b_.CreateFAdd(f32(1.0), e));
-    }
-    case Op::GeluTanh: {
-      Value* x3 = b_.CreateFMul(b_.CreateFMul(a[0], a[0]), a[0]);
-      Value* inner =
-          b_.CreateFMul(f32(0.79788456080286535588), b_.CreateFAdd(a[0], b_.CreateFMul(f32(0.044715), x3)));
-      return b_.CreateFMul(b_.CreateFMul(f32(0.5), a[0]), b_.CreateFAdd(f32(1.0), math::tanh(b_, inner)));
-    }
-    case Op::Cast: {
-      DType to = i.type.dtype;
-      if (a[0]->getType()->isIntegerTy(1)) return b_.CreateSelect(a[0], f32(1.0), f32(0.0));
-      return to_compute(to_storage(a[0], to), to);  // rounds to the target precision
-    }
-    case Op::Add:
-      return b_.CreateFAdd(a[0], a[1]);
-    case Op::Sub:
-      return b_.CreateFSub(a[0], a[1]);
-    case Op::Mul:
-      return b_.CreateFMul(a[0], a[1]);
-    case Op::Div:
-      return b_.CreateFDiv(a[0], a[1]);
-    case Op::Max:
-      return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a[0], a[1]);
-    case Op::Min:
-      return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a[0], a[1]);
-    case Op::Pow:
-      return math::pow(b_, a[0], a[1]);
-    case Op::Lt:
-      return b_.CreateFCmpOLT(a[0], a[1]);
-    case Op::Le:
-      return b_.CreateFCmpOLE(a[0], a[1]);
-    case Op::Gt:
-      return b_.CreateFCmpOGT(a[0], a[1]);
-    case Op::Ge:
-      return b_.CreateFCmpOGE(a[0], a[1]);
-    case Op::Eq:
-      return b_.CreateFCmpOEQ(a[0], a[1]);
-    case Op::Ne:
-      return b_.CreateFCmpUNE(a[0], a[1]);
-    case Op::Where:
-      return b_.CreateSelect(a[0], a[1], a[2]);
-    case Op::Input:
-    case Op::Constant:
-    case Op::ReduceSum:
-    case Op::ReduceMax:
-    case Op::ReduceMin:
-    case Op::Iota:
-    case Op::MatMul:
-      break;
-  }
-  throw CodegenError(fmt::format("kernel {}: op {} has no tile lowering", p_.name, op_info(i.op).name));
+  return tilefuse::element(b_, i.op, i.type.dtype, a, p_.name);
 }
 
 std::string Lowering::sanitize(const std::string& s) {

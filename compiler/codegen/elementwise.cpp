@@ -1,0 +1,127 @@
+#include "compiler/codegen/elementwise.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include "compiler/codegen/math.h"
+#include "compiler/support/error.h"
+
+namespace tilefuse {
+
+using llvm::Value;
+
+static Value* f32(llvm::IRBuilder<>& b, double v) { return llvm::ConstantFP::get(b.getFloatTy(), v); }
+
+llvm::Type* storage_type(llvm::IRBuilder<>& b, DType t) {
+  switch (t) {
+    case DType::F32:
+      return b.getFloatTy();
+    case DType::F16:
+      return b.getHalfTy();
+    case DType::BF16:
+      return b.getBFloatTy();
+    case DType::Bool:
+      return b.getInt8Ty();
+  }
+  return nullptr;
+}
+
+Value* to_compute(llvm::IRBuilder<>& b, Value* v, DType t) {
+  if (t == DType::Bool) return b.CreateICmpNE(v, b.getInt8(0));
+  if (t == DType::F32) return v;
+  return b.CreateFPExt(v, b.getFloatTy());
+}
+
+Value* to_storage(llvm::IRBuilder<>& b, Value* v, DType t) {
+  if (t == DType::Bool) return b.CreateZExt(v, b.getInt8Ty());
+  if (t == DType::F32) return v;
+  return b.CreateFPTrunc(v, storage_type(b, t));
+}
+
+Value* compute_constant(llvm::IRBuilder<>& b, double v, DType t) {
+  if (t == DType::Bool) return b.getInt1(v != 0);
+  return to_compute(b, to_storage(b, f32(b, v), t), t);
+}
+
+Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a, const std::string& kernel) {
+  switch (op) {
+    case Op::Neg:
+      return b.CreateFNeg(a[0]);
+    case Op::Abs:
+      return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
+    case Op::Exp:
+      if (dtype == DType::BF16 || dtype == DType::F16) return math::exp_16bit(b, a[0]);
+      return math::exp(b, a[0]);
+    case Op::Exp2:
+      return math::exp2(b, a[0]);
+    case Op::Log:
+      return math::log(b, a[0]);
+    case Op::Sqrt:
+      return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]);
+    case Op::Rsqrt:
+      return b.CreateFDiv(f32(b, 1.0), b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]));
+    case Op::Tanh:
+      return math::tanh(b, a[0]);
+    case Op::Erf:
+      return math::erf(b, a[0]);
+    case Op::Sigmoid:
+      return b.CreateFDiv(f32(b, 1.0), b.CreateFAdd(f32(b, 1.0), math::exp(b, b.CreateFNeg(a[0]))));
+    case Op::Relu:  // NaN passes through, as in the reference
+      return b.CreateSelect(b.CreateFCmpOLT(a[0], f32(b, 0.0)), f32(b, 0.0), a[0]);
+    case Op::Gelu: {
+      if (dtype == DType::BF16 || dtype == DType::F16) return math::gelu_16bit(b, a[0]);
+      Value* e = math::erf(b, b.CreateFMul(a[0], f32(b, 0.70710678118654752440)));
+      return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), e));
+    }
+    case Op::GeluTanh: {
+      Value* x3 = b.CreateFMul(b.CreateFMul(a[0], a[0]), a[0]);
+      Value* inner =
+          b.CreateFMul(f32(b, 0.79788456080286535588), b.CreateFAdd(a[0], b.CreateFMul(f32(b, 0.044715), x3)));
+      return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), math::tanh(b, inner)));
+    }
+    case Op::Cast: {
+      DType to = dtype;
+      if (a[0]->getType()->isIntegerTy(1)) return b.CreateSelect(a[0], f32(b, 1.0), f32(b, 0.0));
+      return to_compute(b, to_storage(b, a[0], to), to);  // rounds to the target precision
+    }
+    case Op::Add:
+      return b.CreateFAdd(a[0], a[1]);
+    case Op::Sub:
+      return b.CreateFSub(a[0], a[1]);
+    case Op::Mul:
+      return b.CreateFMul(a[0], a[1]);
+    case Op::Div:
+      return b.CreateFDiv(a[0], a[1]);
+    case Op::Max:
+      return b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a[0], a[1]);
+    case Op::Min:
+      return b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a[0], a[1]);
+    case Op::Pow:
+      return math::pow(b, a[0], a[1]);
+    case Op::Lt:
+      return b.CreateFCmpOLT(a[0], a[1]);
+    case Op::Le:
+      return b.CreateFCmpOLE(a[0], a[1]);
+    case Op::Gt:
+      return b.CreateFCmpOGT(a[0], a[1]);
+    case Op::Ge:
+      return b.CreateFCmpOGE(a[0], a[1]);
+    case Op::Eq:
+      return b.CreateFCmpOEQ(a[0], a[1]);
+    case Op::Ne:
+      return b.CreateFCmpUNE(a[0], a[1]);
+    case Op::Where:
+      return b.CreateSelect(a[0], a[1], a[2]);
+    case Op::Input:
+    case Op::Constant:
+    case Op::ReduceSum:
+    case Op::ReduceMax:
+    case Op::ReduceMin:
+    case Op::Iota:
+    case Op::MatMul:
+      break;
+  }
+  throw CodegenError(fmt::format("kernel {}: op {} has no elementwise lowering", kernel, op_info(op).name));
+}
+
+}  // namespace tilefuse
