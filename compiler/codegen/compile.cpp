@@ -23,15 +23,17 @@
 #include <mutex>
 #include <regex>
 
+#include "compiler/codegen/emit.h"
 #include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
+#include "compiler/tile/build.h"
 #include "compiler/tile/lower_kernel.h"
 
 namespace tilefuse {
 
 // Bump when codegen changes what it emits for the same Tile IR.
-static constexpr int kCodegenVersion = 1;
+static constexpr int kCodegenVersion = 2;
 
 CodegenOptions codegen_options_for(const std::string& sm) {
   if (sm == "sm_80" || sm == "sm_90" || sm == "sm_90a") return {sm, "+ptx80"};
@@ -108,8 +110,11 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
         fmt::format("kernel {} stages its rows through shared memory by bulk copies, which need sm_90; "
                     "plan it for sm_80 without stages (--stages 0)",
                     k.name));
-  TileProgram tile = lower_kernel(g, k);
-  std::string tile_text = print_tile_program(tile);
+  // Kernels whose schedules have moved to Tile IR v2 take it; the rest the first Tile IR.
+  std::optional<tir::Program> program = tir::build_program(g, k);
+  std::optional<TileProgram> tile;
+  if (!program) tile = lower_kernel(g, k);
+  std::string tile_text = program ? tir::print_program(*program) : print_tile_program(*tile);
   dump("tile", k.name, tile_text);
   uint64_t key = fnv1a(fmt::format("{}|{}|{}|{}|{}", tile_text, opt.sm, opt.ptx_features, LLVM_VERSION_STRING,
                                    kCodegenVersion));
@@ -134,7 +139,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.cooperative = k.schedule.split_blocks > 1;
   {
     llvm::LLVMContext ctx;
-    auto module = lower_to_llvm(tile, ctx);
+    auto module = program ? emit_program(*program, ctx) : lower_to_llvm(*tile, ctx);
     llvm::TargetMachine& tm = target_machine(opt);
     module->setDataLayout(tm.createDataLayout());
     optimize(*module, tm);

@@ -40,10 +40,16 @@ const char* opcode_name(Opcode o) {
       return "muli";
     case Opcode::IndexAdd:
       return "addi";
+    case Opcode::IndexDiv:
+      return "divui";
+    case Opcode::IndexRem:
+      return "remui";
     case Opcode::Load:
       return "load";
     case Opcode::Store:
       return "store";
+    case Opcode::Splat:
+      return "splat";
     case Opcode::Compute:
       return "compute";
     case Opcode::Reduce:
@@ -108,20 +114,36 @@ int Builder::add(int a, int b) {
   return emit(i, Type::index());
 }
 
-int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape) {
+int Builder::div(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexDiv;
+  i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::rem(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexRem;
+  i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked) {
   Inst i;
   i.opcode = Opcode::Load;
   i.param = param;
   i.args = offsets;
+  i.masked = masked;
   return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape));
 }
 
-void Builder::store(int param, const std::vector<int>& offsets, int tile) {
+void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked) {
   Inst i;
   i.opcode = Opcode::Store;
   i.param = param;
   i.args = offsets;
   i.args.push_back(tile);
+  i.masked = masked;
   emit(i, std::nullopt);
 }
 
@@ -134,6 +156,13 @@ static Shape broadcast_of(const Program& p, const std::vector<int>& args) {
     out = out.empty() ? t.shape : broadcast_shapes(out, t.shape, "tile op");
   }
   return out;
+}
+
+int Builder::splat(int scalar, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::Splat;
+  i.args = {scalar};
+  return emit(i, Type::tile(p_.types.at(static_cast<size_t>(scalar)).dtype, shape));
 }
 
 int Builder::compute(Op op, const std::vector<int>& args, DType dtype) {

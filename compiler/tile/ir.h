@@ -67,24 +67,28 @@ struct Type {
 std::string type_str(const Type& t);
 
 // A kernel parameter: a tensor in global memory seen through the kernel's view — one extent per
-// axis of the kernel's tiles, 1 where it is broadcast. `dims` is the tensor's own shape when it
-// spans the view's leading axes only in part (a [3, 1, 5] operand of a [3·4, 5] view): loads
-// split the row index into those dimensions. Empty when the view is the tensor.
+// axis of the kernel's tiles, 1 where it is broadcast. A tensor broadcast along some of the
+// domain's row dimensions but not others (a [3, 1, 5] operand of a [3, 4, 5] domain seen as
+// [12, 5]) has `row_dims` (the domain's row dimensions, [3, 4]) and `row_view` (its own extents
+// along them, [3, 1]): a load splits the row index into those dimensions.
 struct Param {
   std::string name;
   DType dtype = DType::F32;
   Shape view;
   bool output = false;
-  Shape dims;  // the collapsed domain's leading dimensions, where the view needs them split
+  Shape row_dims, row_view;
 };
 
 enum class Opcode {
   ProgramId,  // index: the block's id along grid axis `axis`
   Const,      // index, scalar or tile (every element): `value`
-  IndexMul,   // index arithmetic
+  IndexMul,   // index arithmetic (unsigned)
   IndexAdd,
+  IndexDiv,
+  IndexRem,
   Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
   Store,      // args: offsets..., the tile
+  Splat,      // a tile of the given type, every element the scalar argument
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
   Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there
   For,        // results = the carried values after the loop; region args: the induction
@@ -101,6 +105,7 @@ struct Inst {
   std::vector<int> args;     // value ids
   Op op = Op::Add;           // Compute, Reduce: the graph op
   int param = -1;            // Load, Store
+  std::vector<bool> masked;  // Load, Store: the axes whose offsets may pass the view's extent
   int axis = 0;              // ProgramId, Reduce
   double value = 0;          // Const
   std::vector<Region> regions;
@@ -119,8 +124,9 @@ struct Program {
   Region body;
   std::vector<Type> types;    // value id → type
   // Launch attributes codegen honours (they mirror the schedule): registers capped so that this
-  // many blocks fit on an SM (0: no cap).
+  // many blocks fit on an SM (0: no cap); element indices in 64 bits (else 32).
   int min_blocks_per_sm = 0;
+  bool wide_indices = false;
 
   int block_threads() const { return layout.block_threads(); }
   // A new value of type t.
@@ -147,8 +153,12 @@ class Builder {
   int tile_const(double v, DType t, const Shape& shape);
   int mul(int a, int b);
   int add(int a, int b);
-  int load(int param, const std::vector<int>& offsets, const Shape& shape);
-  void store(int param, const std::vector<int>& offsets, int tile);
+  int div(int a, int b);
+  int rem(int a, int b);
+  // `masked`: the axes whose offsets may pass the view's extent (empty: none).
+  int load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked = {});
+  void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {});
+  int splat(int scalar, const Shape& shape);
   int compute(Op op, const std::vector<int>& args, DType dtype);
   int reduce(Op op, int tile, int axis);
   // A loop over [lo, hi) by `step` carrying `inits`: `body` fills the loop's region, given a

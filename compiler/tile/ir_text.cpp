@@ -46,6 +46,14 @@ class Names {
   int next_ = 0;
 };
 
+// " masked [0, 1]": the axes a load or store checks against its view's extent.
+std::string masked(const Inst& i) {
+  std::vector<int> axes;
+  for (size_t d = 0; d < i.masked.size(); ++d)
+    if (i.masked[d]) axes.push_back(static_cast<int>(d));
+  return axes.empty() ? "" : fmt::format(" masked [{}]", fmt::join(axes, ", "));
+}
+
 // Compute and Reduce print the graph op's name (reduce_sum, add, gelu, …).
 std::string mnemonic(const Inst& i) {
   if (i.opcode == Opcode::Compute || i.opcode == Opcode::Reduce) return op_info(i.op).name;
@@ -66,13 +74,14 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}const {} : {}\n", pad, lhs, number(i.value), type_of(i.results[0]));
         break;
       case Opcode::Load: {
-        *out += fmt::format("{}{}load %arg{}[{}] : {}\n", pad, lhs, i.param, values(i.args), type_of(i.results[0]));
+        *out += fmt::format("{}{}load %arg{}[{}]{} : {}\n", pad, lhs, i.param, values(i.args), masked(i),
+                            type_of(i.results[0]));
         break;
       }
       case Opcode::Store: {
         std::vector<int> offsets(i.args.begin(), i.args.end() - 1);
-        *out += fmt::format("{}store %arg{}[{}], {} : {}\n", pad, i.param, values(offsets), value(i.args.back()),
-                            type_of(i.args.back()));
+        *out += fmt::format("{}store %arg{}[{}], {}{} : {}\n", pad, i.param, values(offsets), value(i.args.back()),
+                            masked(i), type_of(i.args.back()));
         break;
       }
       case Opcode::Reduce:
@@ -99,6 +108,9 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         break;
       case Opcode::IndexMul:
       case Opcode::IndexAdd:
+      case Opcode::IndexDiv:
+      case Opcode::IndexRem:
+      case Opcode::Splat:
       case Opcode::Compute:
         *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), type_of(i.results[0]));
         break;
@@ -175,6 +187,10 @@ class Parser {
     if (at_word("min_blocks_per_sm")) {
       next();
       p.min_blocks_per_sm = static_cast<int>(integer());
+    }
+    if (at_word("wide_indices")) {
+      next();
+      p.wide_indices = true;
     }
     if (p.layout.block_threads() != threads)
       fail(fmt::format("the layout has {} threads, the function {}", p.layout.block_threads(), threads));
@@ -275,9 +291,11 @@ class Parser {
     punct(":");
     p.dtype = dtype_named(expect(Token::Word, "a dtype").text);
     p.view = int_list();
-    if (at_word("dims")) {
+    if (at_word("rows")) {
       next();
-      p.dims = int_list();
+      p.row_dims = int_list();
+      word("as");
+      p.row_view = int_list();
     }
     if (at_word("out")) {
       next();
@@ -368,8 +386,8 @@ class Parser {
       i.value = real();
       punct(":");
       results({type()});
-    } else if (op == "muli" || op == "addi") {
-      i.opcode = op == "muli" ? Opcode::IndexMul : Opcode::IndexAdd;
+    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui") {
+      i.opcode = op == "muli" ? Opcode::IndexMul : op == "addi" ? Opcode::IndexAdd : op == "divui" ? Opcode::IndexDiv : Opcode::IndexRem;
       i.args = uses_until_colon();
       punct(":");
       results({type()});
@@ -382,13 +400,27 @@ class Parser {
       punct("[");
       i.args = uses_until_colon();
       punct("]");
+      const size_t rank = i.args.size();
       if (i.opcode == Opcode::Store) {
         punct(",");
         i.args.push_back(use("the stored tile"));
       }
+      if (at_word("masked")) {
+        next();
+        i.masked.assign(rank, false);
+        for (int64_t d : int_list()) {
+          if (d < 0 || d >= static_cast<int64_t>(rank)) fail("a masked axis out of range");
+          i.masked[static_cast<size_t>(d)] = true;
+        }
+      }
       punct(":");
       Type t = type();
       if (i.opcode == Opcode::Load) results({t});
+    } else if (op == "splat") {
+      i.opcode = Opcode::Splat;
+      i.args = uses_until_colon();
+      punct(":");
+      results({type()});
     } else if (op == "for") {
       i.opcode = Opcode::For;
       Region r;
@@ -468,13 +500,15 @@ std::string print_program(const Program& p) {
   std::vector<std::string> params;
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Param& a = p.params[i];
-    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view),
-                                 a.dims.empty() ? "" : " dims " + shape_str(a.dims), a.output ? " out" : ""));
+    std::string rows = a.row_dims.empty() ? "" : fmt::format(" rows {} as {}", shape_str(a.row_dims), shape_str(a.row_view));
+    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
+                                 a.output ? " out" : ""));
   }
-  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{} {{\n", p.name,
+  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),
                                 layout_str(p.layout),
-                                p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "");
+                                p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "",
+                                p.wide_indices ? " wide_indices" : "");
   print_region(p, Names(p), p.body, 1, &out);
   out += "}\n";
   return out;

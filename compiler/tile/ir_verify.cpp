@@ -22,9 +22,15 @@ class Verifier {
     if (rank == 0 || p_.layout.per_thread.size() != rank || p_.layout.reps.size() != rank)
       problem("the layout's lists are empty or of different lengths");
     if (p_.block_threads() > 1024) problem(fmt::format("{} threads per block, more than 1024", p_.block_threads()));
-    for (size_t i = 0; i < p_.params.size(); ++i)
-      if (p_.params[i].view.size() != rank)
-        problem(fmt::format("%arg{}'s view {} is not of the layout's rank {}", i, shape_str(p_.params[i].view), rank));
+    for (size_t i = 0; i < p_.params.size(); ++i) {
+      const Param& prm = p_.params[i];
+      if (prm.view.size() != rank)
+        problem(fmt::format("%arg{}'s view {} is not of the layout's rank {}", i, shape_str(prm.view), rank));
+      if (prm.row_dims.size() != prm.row_view.size() || !broadcasts_to(prm.row_view, prm.row_dims) ||
+          (!prm.row_dims.empty() && num_elements(prm.row_view) != prm.view.at(0)))
+        problem(fmt::format("%arg{}'s rows {} as {} do not split its view {}", i, shape_str(prm.row_dims),
+                            shape_str(prm.row_view), shape_str(prm.view)));
+    }
     std::set<int> scope;
     region(p_.body, scope, false);
     return problems_;
@@ -62,6 +68,8 @@ class Verifier {
     if (prm.output != store)
       problem(fmt::format("{}: %arg{} is {}", where(i), i.param, prm.output ? "an output" : "an input"));
     const size_t offsets = i.args.size() - (store ? 1 : 0);
+    if (!i.masked.empty() && i.masked.size() != offsets)
+      problem(fmt::format("{}: masks {} axes of {}", where(i), i.masked.size(), offsets));
     if (offsets != prm.view.size())
       problem(fmt::format("{}: {} offsets into a view of rank {}", where(i), offsets, prm.view.size()));
     for (size_t k = 0; k < offsets && k < i.args.size(); ++k)
@@ -173,6 +181,8 @@ class Verifier {
           break;
         case Opcode::IndexMul:
         case Opcode::IndexAdd:
+        case Opcode::IndexDiv:
+        case Opcode::IndexRem:
           if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]))
             problem(fmt::format("{}: needs two indices", where(i)));
           break;
@@ -182,6 +192,14 @@ class Verifier {
         case Opcode::Store:
           memory(i, true);
           break;
+        case Opcode::Splat: {
+          const Type& out = type(i.results.at(0));
+          if (i.args.size() != 1 || type(i.args[0]).kind != Type::Kind::Scalar || !out.is_tile() ||
+              out.dtype != type(i.args[0]).dtype)
+            problem(fmt::format("{}: needs a scalar of the tile's dtype", where(i)));
+          check_tile_shape(i, out);
+          break;
+        }
         case Opcode::Compute:
           compute(i);
           break;
