@@ -13,6 +13,7 @@ Graph log_softmax_graph(int64_t rows, int64_t cols);
 Graph shift_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 Graph layernorm_graph(DType dtype);
 Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
+Graph column_sum_graph(DType dtype);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -52,6 +53,10 @@ const std::vector<Example>& examples() {
        [] { return rmsnorm_graph("rmsnorm_32k", 4096, 32768, DType::F32); }},
       {"rmsnorm_32k_bf16", "RMSNorm of x bf16[4096, 32768]",
        [] { return rmsnorm_graph("rmsnorm_32k", 4096, 32768, DType::BF16); }},
+      {"column_sum", "sum(x, {0}) of x f32[8192, 8192]: a bias gradient's reduction over rows, split over blocks",
+       [] { return column_sum_graph(DType::F32); }, "column_sum"},
+      {"column_sum_bf16", "sum(x, {0}) of x bf16[8192, 8192], f32 accumulation",
+       [] { return column_sum_graph(DType::BF16); }, "column_sum"},
   };
   return all;
 }

@@ -392,15 +392,31 @@ TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {
   EXPECT_EQ(p.kernels.size(), 2u);
 }
 
-TEST(FusionReduce, NonTrailingAxesAreRefusedClearly) {
+// A reduction over leading or middle axes is one column-reduction kernel, its pointwise producers
+// and the values after it fused in; axes that are not adjacent are refused, saying so.
+TEST(FusionReduce, ReductionsOverLeadingAxesAreColumnKernels) {
   Graph g("cols");
-  output("y", sum(input(g, "x", {8, 16}), {0}));
+  Tensor x = input(g, "x", {8192, 8192});
+  Tensor db = sum(x * input(g, "dy", {8192, 8192}), {0});
+  output("db", db * 0.5);
+  Plan p = plan_fusion(g);
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Kernel& k = p.kernels[0];
+  EXPECT_EQ(k.kind, ScheduleKind::ColumnReduce);
+  EXPECT_EQ(k.nodes.size(), 3u);  // x·dy, its sum, the sum · 0.5: all in one kernel
+  EXPECT_EQ(k.cost.bytes_read, 2LL * 8192 * 8192 * 4);
+  // Enough blocks for every SM: the rows are split into parts that meet in the workspace.
+  EXPECT_GE(k.schedule.grid(), p.options.profile.sm_count);
+  EXPECT_GT(k.schedule.split_blocks, 1);
+  EXPECT_GT(k.schedule.workspace_bytes(), 0);
+  Graph bad("gaps");
+  output("y", sum(input(bad, "x", {8, 16, 4}), {0, 2}));
   try {
-    plan_fusion(g);
+    plan_fusion(bad);
     FAIL();
   } catch (const UnsupportedError& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("reduces axes [0] of f32[8, 16]"), std::string::npos) << m;
+    EXPECT_NE(std::string(e.what()).find("reduces axes [0, 2] of f32[8, 16, 4]"), std::string::npos) << e.what();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/graph/reference.h"
@@ -12,6 +13,7 @@
 #include "compiler/support/parallel.h"
 #include "runtime/cuda_driver.h"
 #include "dsl_examples/examples.h"
+#include "runtime/check.h"
 #include "runtime/executable.h"
 #include "tests/test_util.h"
 
@@ -366,6 +368,58 @@ TEST(Gpu, MoreThanTwoToThe31Elements) {
     }
   });
   EXPECT_EQ(wrong.load(), 0) << "first wrong element " << first_wrong.load() << " of " << n << ", seed " << seed;
+}
+
+}  // namespace
+}  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+// Reductions over leading and middle axes (column reductions), on the GPU against the reference:
+// one part and many (the workspace and the last block's sum), odd widths (masked column tiles),
+// row counts that are no multiple of a loop step, several reductions in one kernel, values after
+// the reduction (an epilogue with a per-column input), full-size outputs written in the loop, and
+// launches that reuse the workspace's counters.
+TEST(GpuReduce, ColumnReductions) {
+  struct Case {
+    Shape shape;
+    std::vector<int> axes;
+    DType dt;
+  };
+  for (const Case& c : {Case{{8192, 1024}, {0}, DType::F32}, Case{{4097, 33}, {0}, DType::BF16},
+                        Case{{8, 512, 768}, {0, 1}, DType::BF16}, Case{{6, 300, 129}, {1}, DType::F32},
+                        Case{{3, 5, 77, 2}, {1, 2}, DType::F16}, Case{{1000, 3}, {0}, DType::F32}}) {
+    SCOPED_TRACE(shape_str(c.shape) + " over " + std::to_string(c.axes.size()) + " axes " + dtype_name(c.dt));
+    Graph g("columns");
+    Tensor x = input(g, "x", c.shape, c.dt);
+    Tensor y = x * 2.0;
+    output("y", y);  // full-size, written in the loop
+    Tensor s = sum(y, c.axes);
+    Shape per_column = s.shape();
+    output("s", s * input(g, "scale", {per_column.back()}, c.dt));  // after the reduction
+    output("m", amax(x, c.axes, true));
+    output("n", amin(x, c.axes));
+    Plan p = plan_fusion(g);
+    bool columns = false;
+    for (const Kernel& k : p.kernels) {
+      columns |= k.kind == ScheduleKind::ColumnReduce;
+      CompiledKernel compiled = compile_kernel(p.graph, k);
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(compiled.ptx, k.name).has_value());
+      }
+    }
+    EXPECT_TRUE(columns);
+    if (!testing::gpu_available()) continue;
+    Executable exe(p);
+    for (int launch = 0; launch < 2; ++launch) {  // the counters are zeroed again by each launch's last blocks
+      const uint64_t seed = testing::test_seed();
+      TensorMap in = random_inputs(g, seed);
+      CheckReport check = check_against_reference(exe.plan(), in, exe.run(in));
+      EXPECT_TRUE(check.ok) << "seed " << seed << "\n" << check.text();
+    }
+  }
 }
 
 }  // namespace

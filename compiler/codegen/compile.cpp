@@ -136,7 +136,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.dynamic_shared_bytes = static_cast<unsigned>(k.schedule.dynamic_shared_bytes());
   c.persistent = k.schedule.stages > 0;
   c.workspace_bytes = static_cast<uint64_t>(k.schedule.workspace_bytes());
-  c.cooperative = k.schedule.split_blocks > 1;
+  c.cooperative = k.schedule.split_blocks > 1 && !k.schedule.reduces_columns;  // split rows wait for each other
   {
     llvm::LLVMContext ctx;
     auto module = program ? emit_program(*program, ctx) : lower_to_llvm(*tile, ctx);

@@ -33,17 +33,29 @@ class Emitter {
     if (l_.threads.size() != 2)
       throw CodegenError(fmt::format("kernel {}: codegen takes two-axis tiles, not {}", p_.name, l_.threads.size()));
     m_->setTargetTriple(llvm::Triple("nvptx64-nvidia-cuda"));
-    std::vector<llvm::Type*> params(p_.params.size(), b_.getPtrTy(1));
+    // Tensors, then — where the program has a workspace — the workspace and the launch's epoch
+    // (the runtime passes both to every kernel with a workspace; this one needs no epoch).
+    std::vector<llvm::Type*> params;
+    for (const tir::Param& prm : p_.params)
+      if (!prm.workspace) params.push_back(b_.getPtrTy(1));
+    for (const tir::Param& prm : p_.params)
+      if (prm.workspace) {
+        params.push_back(b_.getPtrTy(1));
+        params.push_back(b_.getInt32Ty());
+      }
     fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
                                  llvm::Function::ExternalLinkage, p_.name, m_.get());
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn_->addFnAttr("nvvm.maxntid", std::to_string(p_.block_threads()));
     if (p_.min_blocks_per_sm > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(p_.min_blocks_per_sm));
-    for (size_t i = 0; i < p_.params.size(); ++i) {
-      llvm::Argument* a = fn_->getArg(static_cast<unsigned>(i));
-      a->setName(fmt::format("arg{}", i));
+    for (size_t i = 0, tensors = 0; i < p_.params.size(); ++i) {
+      const tir::Param& prm = p_.params[i];
+      const unsigned at = prm.workspace ? static_cast<unsigned>(params.size() - 2) : static_cast<unsigned>(tensors++);
+      llvm::Argument* a = fn_->getArg(at);
+      args_.push_back(a);
+      a->setName(prm.workspace ? "workspace" : fmt::format("arg{}", i));
       a->addAttr(llvm::Attribute::NoAlias);
-      a->addAttr(p_.params[i].output ? llvm::Attribute::WriteOnly : llvm::Attribute::ReadOnly);
+      if (!prm.workspace) a->addAttr(prm.output ? llvm::Attribute::WriteOnly : llvm::Attribute::ReadOnly);
     }
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
     vals_.resize(p_.types.size());
@@ -90,7 +102,8 @@ class Emitter {
     if (extent != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(d, element), index_ty()), "", true, true);
     *ok = nullptr;
     if (d < i.masked.size() && i.masked[d]) {
-      *ok = b_.CreateICmpULT(at, index(p_.params[static_cast<size_t>(i.param)].view[d]));
+      const int limit = d < i.limits.size() ? i.limits[d] : -1;
+      *ok = b_.CreateICmpULT(at, limit >= 0 ? one(limit) : index(p_.params[static_cast<size_t>(i.param)].view[d]));
       at = b_.CreateSelect(*ok, at, index(0));
     }
     return at;
@@ -142,7 +155,7 @@ class Emitter {
     // in long fused chains; see bench/NOTES.md, robustness).
     const bool widely_used = uses_[static_cast<size_t>(i.results[0])] > 64;
     for_each_vector(i, t.shape, [&](int, int, int width, Value* row, Value* col, Value*) {
-      Value* ptr = b_.CreateInBoundsGEP(ty, fn_->getArg(static_cast<unsigned>(i.param)), offset(prm, row, col));
+      Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
       const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(width));
       if (width == 1) {
         out.push_back(to_compute(b_, b_.CreateAlignedLoad(ty, ptr, align), prm.dtype));
@@ -180,7 +193,7 @@ class Emitter {
                                         static_cast<uint64_t>(c));
       }
       guarded(ok, [&] {
-        Value* ptr = b_.CreateInBoundsGEP(ty, fn_->getArg(static_cast<unsigned>(i.param)), offset(prm, row, col));
+        Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
         b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
       });
     });
@@ -250,14 +263,26 @@ class Emitter {
         return set(b_.CreateUDiv(one(i.args[0]), one(i.args[1])));
       case Opcode::IndexRem:
         return set(b_.CreateURem(one(i.args[0]), one(i.args[1])));
+      case Opcode::IndexMin:
+        return set(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, one(i.args[0]), one(i.args[1])));
+      case Opcode::InBounds:
+        return in_bounds(i);
+      case Opcode::Reduce:
+        return reduce(i);
+      case Opcode::For:
+        return loop(i);
+      case Opcode::If:
+        return when(i);
+      case Opcode::LastArrival:
+        return last_arrival(i);
+      case Opcode::ResetCount:
+        return reset_count(i);
       case Opcode::Load:
         return load(i);
       case Opcode::Store:
         return store(i);
       case Opcode::Compute:
         return compute(i);
-      case Opcode::Reduce:
-      case Opcode::For:
       case Opcode::Yield:
         break;
     }
@@ -266,6 +291,145 @@ class Emitter {
 
   void region(const Region& r) {
     for (const Inst& i : r.body) inst(i);
+  }
+
+  size_t elements(const Type& t) const {
+    return t.is_tile() ? static_cast<size_t>(count(t.shape[0], 0) * count(t.shape[1], 1)) : 1;
+  }
+
+  // Whether offset + each element's position along the axis is below the limit.
+  void in_bounds(const Inst& i) {
+    const Type& t = type(i.results[0]);
+    const size_t d = static_cast<size_t>(i.axis);
+    std::vector<Value*> out;
+    for (int e0 = 0; e0 < count(t.shape[0], 0); ++e0)
+      for (int e1 = 0; e1 < count(t.shape[1], 1); ++e1) {
+        Value* at = one(i.args[0]);
+        if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(d, d == 0 ? e0 : e1), index_ty()));
+        out.push_back(b_.CreateICmpULT(at, one(i.args[1])));
+      }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // Along an axis no two threads share (threads[axis] == 1): the thread's own elements combined
+  // in order. (Reductions across threads stay with the first Tile IR until they move here.)
+  void reduce(const Inst& i) {
+    const size_t d = static_cast<size_t>(i.axis);
+    const Type& in = type(i.args[0]);
+    if (l_.threads[d] != 1)
+      throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
+                                     p_.name, d));
+    const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
+    const int n0 = count(in.shape[0], 0), n1 = count(in.shape[1], 1);
+    const Op combine = i.op == Op::ReduceSum ? Op::Add : i.op == Op::ReduceMax ? Op::Max : Op::Min;
+    std::vector<Value*> out;
+    for (int a = 0; a < (d == 0 ? n1 : n0); ++a) {
+      Value* acc = nullptr;
+      for (int e = 0; e < (d == 0 ? n0 : n1); ++e) {
+        Value* x = v[static_cast<size_t>(d == 0 ? e * n1 + a : a * n1 + e)];
+        acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
+      }
+      out.push_back(acc);
+    }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // lo ≤ iv < hi by step, the carried values (every element of a carried tile) as PHIs.
+  void loop(const Inst& i) {
+    const Region& r = i.regions.at(0);
+    Value* lo = one(i.args[0]);
+    Value* hi = one(i.args[1]);
+    Value* step = one(i.args[2]);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "loop.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* iv = b_.CreatePHI(index_ty(), 2, "iv");
+    iv->addIncoming(lo, pre);
+    vals_[static_cast<size_t>(r.args[0])] = {iv};
+    std::vector<std::vector<llvm::PHINode*>> phis;
+    for (size_t k = 3; k < i.args.size(); ++k) {
+      std::vector<llvm::PHINode*> ps;
+      std::vector<Value*> vs;
+      for (Value* init : vals_[static_cast<size_t>(i.args[k])]) {
+        llvm::PHINode* phi = b_.CreatePHI(init->getType(), 2);
+        phi->addIncoming(init, pre);
+        ps.push_back(phi);
+        vs.push_back(phi);
+      }
+      vals_[static_cast<size_t>(r.args[k - 2])] = vs;
+      phis.push_back(ps);
+    }
+    b_.CreateCondBr(b_.CreateICmpULT(iv, hi), body, exit);
+    b_.SetInsertPoint(body);
+    for (const Inst& inner : r.body)
+      if (inner.opcode != Opcode::Yield) inst(inner);
+    const Inst& yield = r.body.back();
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    iv->addIncoming(b_.CreateAdd(iv, step), latch);
+    for (size_t k = 0; k < phis.size(); ++k)
+      for (size_t e = 0; e < phis[k].size(); ++e)
+        phis[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+    for (size_t k = 0; k < i.results.size(); ++k)
+      vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(phis[k].begin(), phis[k].end());
+  }
+
+  void when(const Inst& i) {
+    guarded(one(i.args[0]), [&] { region(i.regions.at(0)); });
+  }
+
+  Value* leader() {
+    Value* tid = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {});
+    return b_.CreateICmpEQ(tid, b_.getInt32(0));
+  }
+  void block_barrier() {
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+  }
+  // The u32 counter `slot` after the workspace's f32 view.
+  Value* counter(const Inst& i) {
+    const tir::Param& ws = p_.params[static_cast<size_t>(i.param)];
+    Value* base = b_.CreateInBoundsGEP(b_.getFloatTy(), args_[static_cast<size_t>(i.param)],
+                                       b_.getInt64(static_cast<uint64_t>(num_elements(ws.view))));
+    return b_.CreateInBoundsGEP(b_.getInt32Ty(), base, b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()));
+  }
+
+  // Every thread's earlier writes reach the block barrier; thread 0 releases them at device
+  // scope and counts the block in; the block that brings the count to `arrivals` acquires the
+  // others' writes (thread 0's acquire, passed on by the second barrier) and learns it is last.
+  // (LLVM 22 emits an acq_rel atomicrmw as a relaxed one, so the fences are explicit.)
+  void last_arrival(const Inst& i) {
+    llvm::SyncScope::ID device = ctx_.getOrInsertSyncScopeID("device");
+    auto* flag_ty = llvm::ArrayType::get(b_.getInt32Ty(), 1);
+    auto* flag = new llvm::GlobalVariable(*m_, flag_ty, false, llvm::GlobalValue::InternalLinkage,
+                                          llvm::UndefValue::get(flag_ty), "last_block", nullptr,
+                                          llvm::GlobalValue::NotThreadLocal, 3);
+    block_barrier();
+    Value* slot = counter(i);
+    Value* arrivals = b_.CreateTrunc(one(i.args[1]), b_.getInt32Ty());
+    guarded(leader(), [&] {
+      b_.CreateFence(llvm::AtomicOrdering::Release, device);
+      Value* before = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, slot, b_.getInt32(1), llvm::Align(4),
+                                         llvm::AtomicOrdering::Monotonic, device);
+      Value* last = b_.CreateICmpEQ(b_.CreateAdd(before, b_.getInt32(1)), arrivals);
+      guarded(last, [&] { b_.CreateFence(llvm::AtomicOrdering::Acquire, device); });
+      b_.CreateAlignedStore(b_.CreateZExt(last, b_.getInt32Ty()), flag, llvm::Align(4));
+    });
+    block_barrier();
+    Value* last = b_.CreateICmpNE(b_.CreateAlignedLoad(b_.getInt32Ty(), flag, llvm::Align(4)), b_.getInt32(0));
+    vals_[static_cast<size_t>(i.results[0])] = {last};
+  }
+
+  void reset_count(const Inst& i) {
+    llvm::SyncScope::ID device = ctx_.getOrInsertSyncScopeID("device");
+    Value* slot = counter(i);
+    guarded(leader(), [&] {
+      auto* st = b_.CreateAlignedStore(b_.getInt32(0), slot, llvm::Align(4));
+      st->setAtomic(llvm::AtomicOrdering::Monotonic, device);
+    });
   }
 
   const Program& p_;
@@ -277,6 +441,7 @@ class Emitter {
   Value* thread_[2] = {nullptr, nullptr};  // the thread's coordinate along each axis (i32)
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it
+  std::vector<llvm::Argument*> args_;      // param → its kernel argument
 };
 
 }  // namespace

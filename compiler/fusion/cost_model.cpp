@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <set>
 
 #include "compiler/fusion/row_passes.h"
@@ -63,31 +64,39 @@ double instructions_per_element(const Graph& g, const Node& n) {
   }
 }
 
-Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split) {
+Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k) {
   const Node& node = g.node(n);
-  if (split < 0 || op_info(node.op).kind != OpKind::Reduce || node.keepdim) return node.shape;
   Shape s = node.shape;
-  s.resize(domain.size(), 1);
+  if (k.split >= 0 && op_info(node.op).kind == OpKind::Reduce && !node.keepdim)
+    s.insert(s.begin() + std::min<int64_t>(k.split, static_cast<int64_t>(s.size())), node.axes.size(), 1);
+  s.insert(s.begin(), k.domain.size() - std::min(k.domain.size(), s.size()), 1);  // numpy's leading 1s
   return s;
 }
 
-// The row domain of a set holding reductions: every reduction must reduce the same shape from the
-// same first axis (plan_fusion has checked that every axis after it is reduced or of size 1).
-static bool row_domain(const Graph& g, const std::vector<NodeId>& nodes, Shape* domain, int* split,
-                       std::string* why) {
+Shape reduced_domain(const Kernel& k) {
+  Shape s = k.domain;
+  for (int d = std::max(k.split, 0); k.split >= 0 && d < k.reduce_end; ++d) s[static_cast<size_t>(d)] = 1;
+  return s;
+}
+
+// The domain of a set holding reductions: every reduction must reduce the same shape over the
+// same block of axes (plan_fusion has checked that each reduces one contiguous block).
+static bool reduction_domain(const Graph& g, const std::vector<NodeId>& nodes, Kernel* k, std::string* why) {
   const Node* first = nullptr;
   for (NodeId n : nodes) {
     const Node& r = g.node(n);
     if (op_info(r.op).kind != OpKind::Reduce) continue;
     const Shape& in = g.node(r.operands[0]).shape;
+    int end = r.axes.back() + 1;
+    while (end < static_cast<int>(in.size()) && in[static_cast<size_t>(end)] == 1) ++end;  // size-1 axes after it
     if (!first) {
       first = &r;
-      *domain = in;
-      *split = r.axes.front();
-    } else if (in != *domain || r.axes.front() != first->axes.front()) {  // the rest is trailing
-      *why = fmt::format("%{} and %{} reduce different rows ({} over [{}], {} over [{}])", first->id, n,
-                         shape_str(*domain), fmt::join(first->axes, ", "), shape_str(in),
-                         fmt::join(r.axes, ", "));
+      k->domain = in;
+      k->split = r.axes.front();
+      k->reduce_end = end;
+    } else if (in != k->domain || r.axes.front() != k->split || end != k->reduce_end) {
+      *why = fmt::format("%{} and %{} reduce different axes ({} over [{}], {} over [{}])", first->id, n,
+                         shape_str(k->domain), fmt::join(first->axes, ", "), shape_str(in), fmt::join(r.axes, ", "));
       return false;
     }
   }
@@ -101,14 +110,16 @@ bool is_member(const Kernel& k, NodeId n) { return std::binary_search(k.nodes.be
 // Node n's own legality in kernel k (whose domain is set): it broadcasts into the domain, and no
 // operand of it in the kernel is a reduction that dropped its axes.
 bool node_fits(const Graph& g, const Kernel& k, NodeId n, std::string* why) {
-  if (!broadcasts_to(aligned_shape(g, n, k.domain, k.split), k.domain)) {
+  if (!broadcasts_to(aligned_shape(g, n, k), k.domain)) {
     *why = fmt::format("%{} {} does not broadcast into the kernel's domain {}", n, shape_str(g.node(n).shape),
                        shape_str(k.domain));
     return false;
   }
   for (NodeId o : g.node(n).operands) {
     const Node& on = g.node(o);
-    if (op_info(on.op).kind == OpKind::Reduce && !on.keepdim && is_member(k, o)) {
+    Shape numpy(k.domain.size() - std::min(k.domain.size(), on.shape.size()), 1);  // how numpy aligns it
+    numpy.insert(numpy.end(), on.shape.begin(), on.shape.end());  // (aligned_shape: where its axes were)
+    if (op_info(on.op).kind == OpKind::Reduce && !on.keepdim && is_member(k, o) && numpy != aligned_shape(g, o, k)) {
       *why = fmt::format(
           "%{} {} drops its reduced axes, so numpy aligns it with the last axis, not "
           "the rows; reduce with keepdim to broadcast it back over the row",
@@ -132,6 +143,40 @@ void analyze_passes(const Graph& g, Kernel& k) {
   k.totals.online_sums = static_cast<int>(passes.online_with.size());
 }
 
+// A column reduction runs one loop over the reduced axis: what is computed inside it (every node
+// not after a reduction) spans the domain, and what uses a reduction's result comes after it,
+// one value per column — so no reduction may reduce another's result (that needs a second
+// pass), and an input is read either inside the loop or after it, not both.
+bool column_kernel_fits(const Graph& g, const Kernel& k, std::string* why) {
+  const Shape per_column = reduced_domain(k);
+  std::map<NodeId, bool> after;  // member → it uses a reduction's result
+  std::set<NodeId> inside, outside;
+  for (NodeId n : k.nodes) {
+    const Node& node = g.node(n);
+    bool uses_reduction = false;
+    for (NodeId o : node.operands) uses_reduction |= after.count(o) && after.at(o);
+    if (op_info(node.op).kind == OpKind::Reduce && uses_reduction) {
+      *why = fmt::format("%{} reduces a value that needs %{}'s result: a column reduction takes one pass", n,
+                         node.operands[0]);
+      return false;
+    }
+    after[n] = uses_reduction || op_info(node.op).kind == OpKind::Reduce;
+    if (uses_reduction && aligned_shape(g, n, k) != per_column) {
+      *why = fmt::format("%{} {} uses a column reduction's result across the reduced axes: it needs a second pass",
+                         n, shape_str(node.shape));
+      return false;
+    }
+    for (NodeId o : node.operands)
+      if (std::binary_search(k.inputs.begin(), k.inputs.end(), o)) (uses_reduction ? outside : inside).insert(o);
+  }
+  for (NodeId in : inside)
+    if (outside.count(in)) {
+      *why = fmt::format("%{} is read both inside a column reduction's loop and after it", in);
+      return false;
+    }
+  return true;
+}
+
 // Outputs, schedule and cost of a kernel whose nodes, inputs, domain, totals and passes are set.
 bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, const ScheduleHints& hints,
                    std::string* why) {
@@ -139,14 +184,13 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     *why = "the kernel would write nothing";
     return false;
   }
-  const bool reduces = k.kind == ScheduleKind::RowReduce;
-  Shape per_row = k.domain;  // a row kernel's one-value-per-row outputs
-  for (int d = std::max(k.split, 0); reduces && d < static_cast<int>(k.domain.size()); ++d) per_row[d] = 1;
+  const bool reduces = k.kind != ScheduleKind::Pointwise;
+  const Shape per_row = reduced_domain(k);  // one value per row (or column)
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
   for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape), dtypes.push_back(g.node(t).dtype);
   for (NodeId o : k.outputs) {
-    Shape s = aligned_shape(g, o, k.domain, k.split);
+    Shape s = aligned_shape(g, o, k);
     if (s != k.domain && !(reduces && s == per_row)) {
       *why = fmt::format("its outputs have different shapes ({} for %{}, {} for %{})", shape_str(k.domain),
                          k.outputs[0], shape_str(g.node(o).shape), o);
@@ -155,7 +199,13 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     shapes.push_back(std::move(s));
     dtypes.push_back(g.node(o).dtype);
   }
-  if (reduces) {
+  if (k.kind == ScheduleKind::ColumnReduce) {
+    auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), hints,
+                                    profile, why);
+    if (!s) return false;
+    k.schedule = *s;
+    k.schedule.partial_sums = k.totals.reductions;
+  } else if (reduces) {
     // A row's parts may meet once through global memory when its only reductions are a max and
     // the online sum of its exps and every output is whole rows (written by each part).
     bool splittable = k.totals.reductions == 2 && k.totals.online_sums == 1;
@@ -196,8 +246,8 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     *why = "the kernel would write nothing";
     return std::nullopt;
   }
-  if (row_domain(g, k.nodes, &k.domain, &k.split, why)) {
-    k.kind = ScheduleKind::RowReduce;
+  if (reduction_domain(g, k.nodes, &k, why)) {
+    k.kind = k.reduce_end == static_cast<int>(k.domain.size()) ? ScheduleKind::RowReduce : ScheduleKind::ColumnReduce;
   } else {
     if (!why->empty()) return std::nullopt;
     k.domain = g.node(k.outputs[0]).shape;
@@ -207,6 +257,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     add_totals(g, k.totals, n);
   }
   if (k.kind == ScheduleKind::RowReduce) analyze_passes(g, k);
+  if (k.kind == ScheduleKind::ColumnReduce && !column_kernel_fits(g, k, why)) return std::nullopt;
   if (!finish_kernel(g, k, profile, hints, why)) return std::nullopt;
   return k;
 }
@@ -220,8 +271,9 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   std::sort(sorted_outputs.begin(), sorted_outputs.end());
   // What changes the domain or the legality of the other nodes is built whole: the first
   // reduction, or a pointwise kernel whose first output (its domain) changes.
-  const bool domain_moves = base.kind == ScheduleKind::Pointwise &&
-                            (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain);
+  const bool domain_moves = (base.kind == ScheduleKind::Pointwise &&
+                             (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain)) ||
+                            base.kind == ScheduleKind::ColumnReduce;  // its few nodes are checked as a whole
   if (domain_moves) {
     std::vector<NodeId> nodes = base.nodes;
     nodes.push_back(p);
@@ -231,6 +283,7 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   k.kind = base.kind;
   k.domain = base.domain;
   k.split = base.split;
+  k.reduce_end = base.reduce_end;
   k.totals = base.totals;
   k.passes = base.passes;
   k.nodes = base.nodes;
@@ -244,7 +297,8 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
     auto pos = std::lower_bound(k.inputs.begin(), k.inputs.end(), o);
     if (pos == k.inputs.end() || *pos != o) k.inputs.insert(pos, o);
   }
-  if (reduce && (g.node(pn.operands[0]).shape != k.domain || pn.axes.front() != k.split)) {
+  if (reduce && (g.node(pn.operands[0]).shape != k.domain || pn.axes.front() != k.split ||
+                 (k.reduce_end < static_cast<int>(k.domain.size())))) {
     *why = fmt::format("%{} reduces a different row ({} from axis {}) than the kernel's ({} from axis {})", p,
                        shape_str(g.node(pn.operands[0]).shape), pn.axes.front(), shape_str(k.domain), k.split);
     return std::nullopt;
@@ -258,7 +312,7 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   // producer over the whole domain that is neither an exp nor a subtraction leaves them as
   // they were (its depth is 0, and it is no part of an online sum's pattern).
   const bool passes_move = reduce || pn.op == Op::Exp || pn.op == Op::Sub ||
-                           aligned_shape(g, p, k.domain, k.split) != k.domain;
+                           aligned_shape(g, p, k) != k.domain;
   if (k.kind == ScheduleKind::RowReduce && passes_move) analyze_passes(g, k);
   if (!finish_kernel(g, k, profile, hints, why)) return std::nullopt;
   return k;
@@ -273,7 +327,9 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   // (broadcast along rows) only vec, a column vector rows_per_thread, a scalar 1.
   std::vector<Shape> shapes;
   for (NodeId t : k.inputs) shapes.push_back(g.node(t).shape);
-  std::vector<Shape> views = operand_views(s, k.domain, k.split, shapes);
+  std::vector<Shape> views = k.kind == ScheduleKind::ColumnReduce
+                                 ? column_views(k.domain, k.split, k.reduce_end, shapes)
+                                 : operand_views(s, k.domain, k.split, shapes);
   int loaded_regs = 0;
   double inflight_per_thread = 0;
   int64_t full_row_bytes = 0;  // per row, of the inputs that span the row
@@ -291,6 +347,8 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     if (spans_rows && spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype));
   }
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
+  if (s.reduces_columns && s.split_blocks > 1)  // each part's sums written to the workspace and read back
+    c.reread_bytes = 2 * int64_t{s.partial_sums} * s.outer * s.split_blocks * s.cols * 4;
   c.instructions = k.totals.instructions_per_element * static_cast<double>(domain_elems);
   const int scratch = k.totals.scratch_regs;
   // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.

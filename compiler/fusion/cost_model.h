@@ -32,9 +32,12 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
 // that are never positive.
 double instructions_per_element(const Graph& g, const Node& n);
 
-// A node's shape aligned to a row-reduction domain: a reduction without keepdim is per-row
-// (its rank-reduced shape padded with 1s on the right); everything else as numpy aligns it.
-Shape aligned_shape(const Graph& g, NodeId n, const Shape& domain, int split);
+// A node's shape aligned to kernel k's domain, of the domain's rank: a reduction without keepdim
+// has 1s put back where its reduced axes were (for a row reduction, at the right); everything
+// else as numpy aligns it.
+Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k);
+// The shape of one value per row (row reduction) or per column (column reduction) of k's domain.
+Shape reduced_domain(const Kernel& k);
 
 // Fills kernel.cost from its totals, operands and schedule.
 void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);

@@ -18,6 +18,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "pointwise";
     case ScheduleKind::RowReduce:
       return "row-reduction";
+    case ScheduleKind::ColumnReduce:
+      return "column-reduction";
   }
   return "?";
 }
@@ -570,15 +572,16 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
           "reference have it; code generation for it comes with the tile loops of Tile IR v2)",
           g.name(), n.id, op_info(n.op).name, shape_str(n.shape), op_info(n.op).name));
     if (op_info(n.op).kind != OpKind::Reduce) continue;
-    // Trailing: every axis from the first reduced one on is reduced or of size 1.
+    // One contiguous block of axes (size-1 axes inside it count as reduced): the rows, or the
+    // columns of a [P, R, C] view.
     const Shape& in = g.node(n.operands[0]).shape;
-    bool trailing = true;
-    for (int d = n.axes.front(); d < static_cast<int>(in.size()); ++d)
-      trailing &= in[d] == 1 || std::count(n.axes.begin(), n.axes.end(), d) > 0;
-    if (!trailing)
+    bool contiguous = true;
+    for (int d = n.axes.front(); d <= n.axes.back(); ++d)
+      contiguous &= in[static_cast<size_t>(d)] == 1 || std::count(n.axes.begin(), n.axes.end(), d) > 0;
+    if (!contiguous)
       throw UnsupportedError(fmt::format(
-          "graph '{}': %{} {} reduces axes [{}] of {}{}: tilefuse reduces the trailing axes of a tensor "
-          "(its rows); lay the data out so the reduced axes come last",
+          "graph '{}': %{} {} reduces axes [{}] of {}{}: tilefuse reduces one block of adjacent axes; "
+          "reduce in two steps, or lay the data out so the reduced axes are adjacent",
           g.name(), n.id, op_info(n.op).name, fmt::join(n.axes, ", "), dtype_name(n.dtype),
           shape_str(g.node(n.operands[0]).shape)));
   }

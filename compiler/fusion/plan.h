@@ -12,7 +12,10 @@
 
 namespace tilefuse {
 
-enum class ScheduleKind { Pointwise, RowReduce };
+// Pointwise: every axis of the domain parallel. RowReduce: the trailing axes reduced.
+// ColumnReduce: a block of axes followed by parallel ones reduced (a bias gradient's sum over
+// rows): the domain is [P, R, C] with R reduced.
+enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {
@@ -47,8 +50,9 @@ struct Kernel {
   std::vector<NodeId> nodes;    // computed here, in topological order
   std::vector<NodeId> inputs;   // read from memory: graph inputs or other kernels' outputs
   std::vector<NodeId> outputs;  // written to memory
-  Shape domain;                 // pointwise: the outputs' shape; row reduction: the reduced input's
-  int split = -1;               // row reduction: first reduced axis of the domain (the rest follow)
+  Shape domain;                 // pointwise: the outputs' shape; reduction: the reduced input's
+  int split = -1;               // reduction: first reduced axis of the domain
+  int reduce_end = -1;          // reduction: one past the last reduced axis (the rank, for rows)
   int passes = 1;               // row reduction: passes over each row (row_passes.h)
   TileSchedule schedule;
   KernelCost cost;

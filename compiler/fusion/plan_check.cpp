@@ -30,12 +30,11 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
       if (!members.count(o) && g.node(o).op != Op::Constant &&
           std::find(k.inputs.begin(), k.inputs.end(), o) == k.inputs.end())
         problem(fmt::format("operand %{} of %{} is neither computed nor read", o, n));
-  Shape per_row = k.domain;
-  for (size_t d = static_cast<size_t>(std::max(k.split, 0)); d < per_row.size(); ++d) per_row[d] = 1;
+  const Shape per_row = reduced_domain(k);
   for (NodeId o : k.outputs) {
     if (!members.count(o)) problem(fmt::format("writes %{}, which it does not compute", o));
-    Shape s = aligned_shape(g, o, k.domain, k.split);
-    bool fits = s == k.domain || (k.kind == ScheduleKind::RowReduce && s == per_row);
+    Shape s = aligned_shape(g, o, k);
+    bool fits = s == k.domain || (k.kind != ScheduleKind::Pointwise && s == per_row);
     if (!fits)
       problem(fmt::format("writes %{} of shape {} in a domain {}", o, shape_str(s), shape_str(k.domain)));
   }

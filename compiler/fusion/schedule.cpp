@@ -30,6 +30,14 @@ std::string TileSchedule::describe() const {
         fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
                     split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
   if (claims_rows()) loop += fmt::format(", rows after the first {} rounds claimed from a counter", stages);
+  if (reduces_columns)
+    return fmt::format(
+        "column tiles of {} ({}×{} threads, {}×{} per loop step), {} reduced rows{} in {} part{} of {} rows each "
+        "({} blocks){}, {}-wide vectors",
+        tile_cols(), thread_rows, threads_per_row, tile_rows(), tile_cols(), rows,
+        outer > 1 ? fmt::format(" for each of {} column sets", outer) : "", split_blocks, split_blocks == 1 ? "" : "s",
+        split_rows, grid(), split_blocks > 1 ? "; the parts meet in the workspace, added up by each tile's last block" : "",
+        vec);
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
@@ -113,6 +121,21 @@ std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int
   if (collapsed.size() == 1 && s.dims.size() == 2)  // the contiguous domain split into rows
     for (Shape& v : *views) v = v[0] == 1 ? Shape{1, 1} : s.dims;
   return *views;
+}
+
+std::vector<Shape> column_views(const Shape& domain, int split, int end, const std::vector<Shape>& operands) {
+  std::vector<Shape> views;
+  for (const Shape& o : operands) {
+    Shape aligned(domain.size() - std::min(domain.size(), o.size()), 1);
+    aligned.insert(aligned.end(), o.begin(), o.end());
+    auto extent = [&](size_t b, size_t e) {
+      int64_t n = 1;
+      for (size_t d = b; d < e; ++d) n *= aligned[d];
+      return n;
+    };
+    views.push_back({extent(0, static_cast<size_t>(end)), extent(static_cast<size_t>(end), domain.size())});
+  }
+  return views;
 }
 
 static int vector_width(int64_t cols, const std::vector<DType>& dtypes) {
@@ -237,6 +260,62 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
     return true;
   }
   return false;
+}
+
+std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int split, int end,
+                                                   const std::vector<Shape>& operands,
+                                                   const std::vector<DType>& dtypes, size_t num_inputs,
+                                                   const ScheduleHints& hints, const DeviceProfile& device,
+                                                   std::string* why) {
+  TileSchedule s;
+  s.reduces_columns = true;
+  auto product = [&](size_t b, size_t e) {
+    int64_t n = 1;
+    for (size_t d = b; d < e; ++d) n *= domain[d];
+    return n;
+  };
+  s.outer = product(0, static_cast<size_t>(split));
+  s.rows = product(static_cast<size_t>(split), static_cast<size_t>(end));
+  s.cols = product(static_cast<size_t>(end), domain.size());
+  s.dims = {s.outer, s.rows, s.cols};
+  // Every operand must be one view of [outer, rows, cols]: full or broadcast along each.
+  for (const Shape& o : operands) {
+    Shape aligned(domain.size() - std::min(domain.size(), o.size()), 1);
+    aligned.insert(aligned.end(), o.begin(), o.end());
+    for (auto [b, e] : {std::pair<size_t, size_t>{0, static_cast<size_t>(split)},
+                        {static_cast<size_t>(split), static_cast<size_t>(end)}, {static_cast<size_t>(end), domain.size()}}) {
+      bool all = true, none = true;
+      for (size_t d = b; d < e; ++d) {
+        all &= aligned[d] == domain[d];
+        none &= aligned[d] == 1;
+      }
+      if (!all && !none && e - b > 1) {
+        if (why)
+          *why = fmt::format("an operand {} is broadcast along some of the axes the column reduction merges but not others",
+                             shape_str(o));
+        return std::nullopt;
+      }
+    }
+  }
+  s.vec = vector_width(s.cols, dtypes);
+  const int threads = hints.block_threads ? hints.block_threads : 128;
+  s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
+  s.thread_rows = 1;
+  // 32 elements per thread per loop step (8 f32 rows of 16-byte vectors: 16 KB in flight per
+  // block of 128 threads), no more rows than there are.
+  const int rows_per_step = std::max(1, 32 / s.vec);
+  s.rows_per_thread = static_cast<int>(std::min<int64_t>(hints.rows_per_thread ? hints.rows_per_thread : rows_per_step, s.rows));
+  // Four blocks per SM (their loads cover the memory latency), each at least eight loop steps:
+  // the rows are split into that many parts, which the last block of a column tile adds up.
+  const int64_t tiles = s.outer * s.col_blocks();
+  const int64_t wanted = int64_t{device.sm_count} * 4;
+  const int64_t most = std::max<int64_t>(1, s.rows / (8 * s.tile_rows()));
+  const int64_t parts = std::clamp<int64_t>((wanted + tiles - 1) / tiles, 1, std::min<int64_t>(most, 256));
+  s.split_rows = (s.rows + parts - 1) / parts;
+  s.split_rows = (s.split_rows + s.tile_rows() - 1) / s.tile_rows() * s.tile_rows();
+  s.split_blocks = static_cast<int>((s.rows + s.split_rows - 1) / s.split_rows);
+  (void)num_inputs;
+  return s;
 }
 
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,

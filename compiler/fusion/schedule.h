@@ -48,6 +48,14 @@ struct TileSchedule {
   int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
   int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
   int split_blocks = 1;       // > 1: the col_blocks() parts of a row are tasks of a persistent grid
+  // Column reductions: the domain is [outer, rows, cols] with rows reduced. Each block takes a
+  // tile of columns and a part of the rows (split_blocks parts of split_rows rows), looping over
+  // them tile_rows() at a time; the parts meet in the workspace, where the last block of a
+  // column tile to finish adds them up.
+  bool reduces_columns = false;
+  int64_t outer = 1;
+  int64_t split_rows = 0;
+  int partial_sums = 1;  // the kernel's reductions: each has its parts in the workspace
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -56,19 +64,24 @@ struct TileSchedule {
   int64_t row_blocks() const { return (rows + tile_rows() - 1) / tile_rows(); }
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
-  int64_t grid() const { return row_blocks() * col_blocks(); }
+  int64_t grid() const { return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks(); }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
   bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1; }
   // Global memory the kernel keeps between launches (codegen): split rows, each part's (max,
   // sum) pair as two 8-byte words; claimed rows, the row counter and the count of finished blocks.
+  // Column reductions split over blocks: each part's f32 sums, then a u32 count of the parts
+  // done per column tile (the last block of a tile zeroes it again).
   int64_t workspace_bytes() const {
+    if (reduces_columns)
+      return split_blocks > 1 ? (partial_sums * outer * split_blocks * cols + outer * col_blocks()) * 4 : 0;
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
   }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
   // Whether a row or column index (up to the tiles' padded extent) can pass 2^31 − 1: codegen
   // then computes element indices in 64 bits (else 32, which is cheaper).
   bool wide_indices() const {
-    return row_blocks() * tile_rows() > INT32_MAX || col_blocks() * tile_cols() > INT32_MAX;
+    return outer * (row_blocks() * tile_rows()) > INT32_MAX || col_blocks() * tile_cols() > INT32_MAX ||
+           int64_t{partial_sums} * outer * split_blocks * cols > INT32_MAX;
   }
   bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
@@ -79,6 +92,9 @@ struct TileSchedule {
 // row-reduction domain (no dimension is merged across it), or -1 for a pointwise domain.
 std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int split,
                                  const std::vector<Shape>& operands);
+// A column reduction's operands (of domain [P…, R…, C…], axes [split, end) reduced) as
+// [rows, cols] views: rows P·R, P or R (or 1) as the operand spans them, cols C or 1.
+std::vector<Shape> column_views(const Shape& domain, int split, int end, const std::vector<Shape>& operands);
 
 // Whether an operand view varies along the tile's rows / columns (else it is broadcast).
 inline bool view_spans_rows(const Shape& view) { return num_elements(view) != view.back(); }
@@ -96,6 +112,16 @@ struct ScheduleHints {
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
 TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
                                        const std::vector<DType>& dtypes, const ScheduleHints& hints = {});
+
+// Column reduction of `domain` over axes [split, end): blocks of threads along the columns, each
+// holding rows_per_thread rows × a vector of columns per loop step (no thread shares a column,
+// so the reduction of a tile needs no exchange), the rows split over enough blocks to fill the
+// device. `operands` as for choose_row_schedule (aligned to the domain).
+std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int split, int end,
+                                                   const std::vector<Shape>& operands,
+                                                   const std::vector<DType>& dtypes, size_t num_inputs,
+                                                   const ScheduleHints& hints, const DeviceProfile& device,
+                                                   std::string* why);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the

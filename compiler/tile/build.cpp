@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/error.h"
@@ -99,10 +102,221 @@ Program pointwise(const Graph& g, const Kernel& k) {
   return p;
 }
 
+double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
+Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
+
+// A column reduction of [P, R, C] (R reduced): block (p, part, column tile) loops over its part
+// of the rows a tile at a time, carrying one f32 partial tile per reduction; the tile's rows are
+// then reduced. With one part, the values after the reductions (one per column) are computed
+// and stored at once; with several, each part's sums go to the workspace, and the last block of
+// the column tile to arrive adds them up, in part order, and computes the rest.
+class ColumnReduction {
+ public:
+  ColumnReduction(const Graph& g, const Kernel& k) : g_(g), k_(k), s_(k.schedule) {}
+
+  Program build() {
+    p_.name = k_.name;
+    p_.layout = layout_of(s_);
+    p_.grid = {s_.grid()};
+    p_.wide_indices = s_.wide_indices();
+    classify();
+    add_params();
+    Builder b(p_, p_.body);
+    const int pid = b.program_id(0);
+    const int col_blocks = b.index(s_.col_blocks()), parts = b.index(s_.split_blocks);
+    const int tile = b.rem(pid, col_blocks), rest = b.div(pid, col_blocks);
+    part_ = b.rem(rest, parts);
+    outer_ = b.div(rest, parts);
+    col0_ = b.mul(tile, b.index(s_.tile_cols()));
+    zero_ = b.index(0);
+    const int first = b.mul(outer_, b.index(s_.rows));
+    const int r0 = b.add(first, b.mul(part_, b.index(s_.split_rows)));
+    const int r1 = b.min(b.add(r0, b.index(s_.split_rows)), b.add(first, b.index(s_.rows)));
+    std::vector<int> sums = sum_rows(b, r0, r1);
+    if (s_.split_blocks == 1) {
+      after_reductions(b, sums);
+    } else {
+      for (size_t i = 0; i < sums.size(); ++i)
+        b.store(workspace_, {b.add(slot_row(b, i), part_), col0_}, sums[i], {false, cols_masked()});
+      const int slot = b.add(b.mul(outer_, col_blocks), tile);
+      const int last = b.last_arrival(workspace_, slot, parts);
+      b.when(last, [&](Builder& in) {
+        after_reductions(in, add_parts(in));
+        in.reset_count(workspace_, slot);
+      });
+    }
+    verify_program(p_);
+    return std::move(p_);
+  }
+
+ private:
+  Shape loop_tile() const { return {s_.tile_rows(), s_.tile_cols()}; }
+  bool cols_masked() const { return s_.cols % s_.tile_cols() != 0; }
+
+  // Which nodes run inside the loop (before any reduction's result) and which inputs each side reads.
+  void classify() {
+    for (NodeId n : k_.nodes) {
+      const Node& node = g_.node(n);
+      bool uses = false;
+      for (NodeId o : node.operands) uses |= after_.count(o) > 0;
+      if (op_info(node.op).kind == OpKind::Reduce) reductions_.push_back(n);
+      if (uses || op_info(node.op).kind == OpKind::Reduce) after_.insert(n);
+      for (NodeId o : node.operands)
+        if (std::binary_search(k_.inputs.begin(), k_.inputs.end(), o)) (uses ? epilogue_inputs_ : loop_inputs_).insert(o);
+    }
+  }
+
+  void add_params() {
+    std::vector<Shape> shapes;
+    for (NodeId id : k_.inputs) shapes.push_back(g_.node(id).shape);
+    for (NodeId id : k_.outputs) shapes.push_back(aligned_shape(g_, id, k_));
+    std::vector<Shape> views = column_views(k_.domain, k_.split, k_.reduce_end, shapes);
+    auto add = [&](NodeId id, bool output, size_t operand) {
+      const Shape& view = views[operand];
+      Param prm = param_of(g_, id, output, view, s_);
+      prm.view = view;
+      prm.row_dims.clear();
+      prm.row_view.clear();
+      // In the loop's [P·R, C] view an operand that spans one of P and R splits its rows.
+      const bool in_loop = output ? !after_.count(id) : loop_inputs_.count(id) > 0;
+      if (in_loop && view[0] != 1 && view[0] != s_.outer * s_.rows) {
+        const Shape& shape = shapes[operand];
+        Shape aligned(k_.domain.size() - std::min(k_.domain.size(), shape.size()), 1);
+        aligned.insert(aligned.end(), shape.begin(), shape.end());
+        int64_t spans_outer = 1;
+        for (int d = 0; d < k_.split; ++d) spans_outer *= aligned[static_cast<size_t>(d)];
+        prm.row_dims = {s_.outer, s_.rows};
+        prm.row_view = {spans_outer, view[0] / spans_outer};
+      }
+      param_of_[id] = static_cast<int>(p_.params.size());
+      p_.params.push_back(prm);
+    };
+    for (size_t i = 0; i < k_.inputs.size(); ++i) add(k_.inputs[i], false, i);
+    for (size_t i = 0; i < k_.outputs.size(); ++i) add(k_.outputs[i], true, k_.inputs.size() + i);
+    if (s_.split_blocks > 1) {
+      Param ws;
+      ws.name = "workspace";
+      ws.view = {static_cast<int64_t>(reductions_.size()) * s_.outer * s_.split_blocks, s_.cols};
+      ws.workspace = true;
+      workspace_ = static_cast<int>(p_.params.size());
+      p_.params.push_back(ws);
+    }
+  }
+
+  // The workspace row of reduction i's first part for this block's P index.
+  int slot_row(Builder& b, size_t i) {
+    return b.mul(b.add(b.index(static_cast<int64_t>(i) * s_.outer), outer_), b.index(s_.split_blocks));
+  }
+
+  int constant(Builder& b, NodeId c) { return b.scalar(g_.node(c).value, g_.node(c).dtype); }
+
+  // The loop over rows [r0, r1): loads, the nodes before the reductions, full-size outputs, and
+  // each reduction's partial (rows past r1 contribute its identity); then the tile's rows reduced.
+  std::vector<int> sum_rows(Builder& b, int r0, int r1) {
+    std::vector<int> inits;
+    for (NodeId r : reductions_) inits.push_back(b.tile_const(identity_of(g_.node(r).op), DType::F32, loop_tile()));
+    const bool rows_masked = s_.rows % s_.tile_rows() != 0 || s_.split_rows * s_.split_blocks != s_.rows;
+    std::vector<int> partial = b.for_loop(r0, r1, b.index(s_.tile_rows()), inits, [&](Builder& in, int row, const std::vector<int>& acc) {
+      std::map<NodeId, int> value;
+      for (NodeId id : loop_inputs_) {
+        const Param& prm = p_.params[static_cast<size_t>(param_of_.at(id))];
+        const Shape shape = {prm.view[0] == 1 ? 1 : s_.tile_rows(), prm.view[1] == 1 ? 1 : s_.tile_cols()};
+        value[id] = in.load(param_of_.at(id), {prm.view[0] == 1 ? zero_ : row, prm.view[1] == 1 ? zero_ : col0_}, shape,
+                            {rows_masked && prm.view[0] != 1, cols_masked() && prm.view[1] != 1});
+      }
+      std::vector<int> next = acc;
+      for (NodeId id : k_.nodes) {
+        const Node& n = g_.node(id);
+        if (after_.count(id) && op_info(n.op).kind != OpKind::Reduce) continue;
+        std::vector<int> args;
+        for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(in, o));
+        if (op_info(n.op).kind != OpKind::Reduce) {
+          value[id] = in.compute(n.op, args, n.dtype);
+          continue;
+        }
+        const size_t i = static_cast<size_t>(std::find(reductions_.begin(), reductions_.end(), id) - reductions_.begin());
+        int v = args[0];
+        if (g_.node(n.operands[0]).dtype != DType::F32) v = in.compute(Op::Cast, {v}, DType::F32);
+        const int ok = in.in_bounds(row, r1, 0, {s_.tile_rows(), 1});
+        v = in.compute(Op::Where, {ok, v, in.scalar(identity_of(n.op), DType::F32)}, DType::F32);
+        next[i] = in.compute(combine_of(n.op), {acc[i], v}, DType::F32);
+      }
+      for (NodeId o : k_.outputs)
+        if (!after_.count(o))
+          in.store(param_of_.at(o), {row, col0_}, value.at(o), {true, cols_masked()}, {r1, -1});
+      return next;
+    });
+    std::vector<int> sums;
+    for (size_t i = 0; i < reductions_.size(); ++i)
+      sums.push_back(b.reduce(g_.node(reductions_[i]).op, partial[i], 0));
+    return sums;
+  }
+
+  // The last block of a column tile: each reduction's parts, in order, reduced again.
+  std::vector<int> add_parts(Builder& b) {
+    std::vector<int> sums;
+    for (size_t i = 0; i < reductions_.size(); ++i) {
+      const Op op = g_.node(reductions_[i]).op;
+      const int first = slot_row(b, i), end = b.add(first, b.index(s_.split_blocks));
+      const int init = b.tile_const(identity_of(op), DType::F32, loop_tile());
+      std::vector<int> acc = b.for_loop(first, end, b.index(s_.tile_rows()), {init}, [&](Builder& in, int row, const std::vector<int>& carried) {
+        int v = in.load(workspace_, {row, col0_}, loop_tile(), {true, cols_masked()}, {end, -1});
+        const int ok = in.in_bounds(row, end, 0, {s_.tile_rows(), 1});
+        v = in.compute(Op::Where, {ok, v, in.scalar(identity_of(op), DType::F32)}, DType::F32);
+        return std::vector<int>{in.compute(combine_of(op), {carried[0], v}, DType::F32)};
+      });
+      sums.push_back(b.reduce(op, acc[0], 0));
+    }
+    return sums;
+  }
+
+  // Each reduction's result (rounded to its dtype), the nodes after it, and the outputs of one
+  // value per column.
+  void after_reductions(Builder& b, const std::vector<int>& sums) {
+    std::map<NodeId, int> value;
+    for (size_t i = 0; i < reductions_.size(); ++i) {
+      const DType dt = g_.node(reductions_[i]).dtype;
+      value[reductions_[i]] = dt == DType::F32 ? sums[i] : b.compute(Op::Cast, {sums[i]}, dt);
+    }
+    for (NodeId id : epilogue_inputs_) {
+      const Param& prm = p_.params[static_cast<size_t>(param_of_.at(id))];
+      const Shape shape = {1, prm.view[1] == 1 ? 1 : s_.tile_cols()};
+      value[id] = b.load(param_of_.at(id), {prm.view[0] == 1 ? zero_ : outer_, prm.view[1] == 1 ? zero_ : col0_}, shape,
+                         {false, cols_masked() && prm.view[1] != 1});
+    }
+    for (NodeId id : k_.nodes) {
+      const Node& n = g_.node(id);
+      if (!after_.count(id) || op_info(n.op).kind == OpKind::Reduce) continue;
+      std::vector<int> args;
+      for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(b, o));
+      value[id] = b.compute(n.op, args, n.dtype);
+    }
+    for (NodeId o : k_.outputs) {
+      if (!after_.count(o)) continue;
+      const Param& prm = p_.params[static_cast<size_t>(param_of_.at(o))];
+      int v = value.at(o);
+      const Shape shape = {1, prm.view[1] == 1 ? 1 : s_.tile_cols()};
+      if (!p_.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, shape);
+      b.store(param_of_.at(o), {prm.view[0] == 1 ? zero_ : outer_, prm.view[1] == 1 ? zero_ : col0_}, v,
+              {false, cols_masked() && prm.view[1] != 1});
+    }
+  }
+
+  const Graph& g_;
+  const Kernel& k_;
+  const TileSchedule& s_;
+  Program p_;
+  std::set<NodeId> after_, loop_inputs_, epilogue_inputs_;
+  std::vector<NodeId> reductions_;
+  std::map<NodeId, int> param_of_;
+  int workspace_ = -1, part_ = -1, outer_ = -1, col0_ = -1, zero_ = -1;
+};
+
 }  // namespace
 
 std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
+  if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
   return std::nullopt;
 }
 

@@ -44,6 +44,16 @@ const char* opcode_name(Opcode o) {
       return "divui";
     case Opcode::IndexRem:
       return "remui";
+    case Opcode::IndexMin:
+      return "minui";
+    case Opcode::InBounds:
+      return "in_bounds";
+    case Opcode::If:
+      return "if";
+    case Opcode::LastArrival:
+      return "last_arrival";
+    case Opcode::ResetCount:
+      return "reset_count";
     case Opcode::Load:
       return "load";
     case Opcode::Store:
@@ -128,22 +138,74 @@ int Builder::rem(int a, int b) {
   return emit(i, Type::index());
 }
 
-int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked) {
+int Builder::min(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexMin;
+  i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::in_bounds(int offset, int limit, int axis, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::InBounds;
+  i.args = {offset, limit};
+  i.axis = axis;
+  return emit(i, Type::tile(DType::Bool, shape));
+}
+
+int Builder::last_arrival(int workspace_param, int slot, int arrivals) {
+  Inst i;
+  i.opcode = Opcode::LastArrival;
+  i.param = workspace_param;
+  i.args = {slot, arrivals};
+  return emit(i, Type::scalar(DType::Bool));
+}
+
+void Builder::reset_count(int workspace_param, int slot) {
+  Inst i;
+  i.opcode = Opcode::ResetCount;
+  i.param = workspace_param;
+  i.args = {slot};
+  emit(i, std::nullopt);
+}
+
+void Builder::when(int cond, const std::function<void(Builder&)>& body) {
+  Inst i;
+  i.opcode = Opcode::If;
+  i.args = {cond};
+  Region r;
+  Builder inner(p_, r);
+  body(inner);
+  i.regions.push_back(std::move(r));
+  r_->body.push_back(std::move(i));
+}
+
+// A load's or store's masks, padded to its rank, and their limits (-1: the view's extent).
+static void set_masks(Inst& i, size_t rank, const std::vector<bool>& masked, const std::vector<int>& limits) {
+  if (masked.empty()) return;
+  i.masked = masked;
+  i.limits = limits;
+  i.limits.resize(rank, -1);
+}
+
+int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked,
+                  const std::vector<int>& limits) {
   Inst i;
   i.opcode = Opcode::Load;
   i.param = param;
   i.args = offsets;
-  i.masked = masked;
+  set_masks(i, offsets.size(), masked, limits);
   return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape));
 }
 
-void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked) {
+void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,
+                    const std::vector<int>& limits) {
   Inst i;
   i.opcode = Opcode::Store;
   i.param = param;
   i.args = offsets;
   i.args.push_back(tile);
-  i.masked = masked;
+  set_masks(i, offsets.size(), masked, limits);
   emit(i, std::nullopt);
 }
 

@@ -77,6 +77,9 @@ struct Param {
   Shape view;
   bool output = false;
   Shape row_dims, row_view;
+  // The kernel's workspace (read and written; kept between launches, zero at the first): this
+  // view of f32 values, then u32 counters.
+  bool workspace = false;
 };
 
 enum class Opcode {
@@ -86,14 +89,22 @@ enum class Opcode {
   IndexAdd,
   IndexDiv,
   IndexRem,
+  IndexMin,
   Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
+  InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
   Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there
   For,        // results = the carried values after the loop; region args: the induction
               // variable and the carried values; args: lo, hi, step, initial carried values
   Yield,      // the carried values of the next iteration (the For region's terminator)
+  If,         // runs its region when the bool scalar arg 0 holds
+  // Workspace counters (u32 slots after the workspace parameter's view): LastArrival counts this
+  // block in slot arg 0 (releasing its earlier writes) and gives whether it is the arg 1'th,
+  // the last (acquiring the others' writes); ResetCount zeroes the slot for the next launch.
+  LastArrival,
+  ResetCount,
 };
 const char* opcode_name(Opcode o);
 
@@ -106,6 +117,7 @@ struct Inst {
   Op op = Op::Add;           // Compute, Reduce: the graph op
   int param = -1;            // Load, Store
   std::vector<bool> masked;  // Load, Store: the axes whose offsets may pass the view's extent
+  std::vector<int> limits;   // Load, Store: per masked axis, the bound (a value; -1: the view's extent)
   int axis = 0;              // ProgramId, Reduce
   double value = 0;          // Const
   std::vector<Region> regions;
@@ -155,9 +167,18 @@ class Builder {
   int add(int a, int b);
   int div(int a, int b);
   int rem(int a, int b);
-  // `masked`: the axes whose offsets may pass the view's extent (empty: none).
-  int load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked = {});
-  void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {});
+  int min(int a, int b);
+  int in_bounds(int offset, int limit, int axis, const Shape& shape);
+  int last_arrival(int workspace_param, int slot, int arrivals);
+  void reset_count(int workspace_param, int slot);
+  // Runs `body` (given a builder for the region) when the bool scalar `cond` holds.
+  void when(int cond, const std::function<void(Builder&)>& body);
+  // `masked`: the axes whose offsets may pass the view's extent (empty: none); `limits`: per
+  // axis, a value that bounds it instead (-1: the view's extent).
+  int load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked = {},
+           const std::vector<int>& limits = {});
+  void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
+             const std::vector<int>& limits = {});
   int splat(int scalar, const Shape& shape);
   int compute(Op op, const std::vector<int>& args, DType dtype);
   int reduce(Op op, int tile, int axis);

@@ -46,11 +46,13 @@ class Names {
   int next_ = 0;
 };
 
-// " masked [0, 1]": the axes a load or store checks against its view's extent.
-std::string masked(const Inst& i) {
-  std::vector<int> axes;
+// " masked [0 < %5, 1]": the axes a load or store checks, against a value or its view's extent.
+std::string masked(const Inst& i, const Names& value) {
+  std::vector<std::string> axes;
   for (size_t d = 0; d < i.masked.size(); ++d)
-    if (i.masked[d]) axes.push_back(static_cast<int>(d));
+    if (i.masked[d])
+      axes.push_back(d < i.limits.size() && i.limits[d] >= 0 ? fmt::format("{} < {}", d, value(i.limits[d]))
+                                                            : std::to_string(d));
   return axes.empty() ? "" : fmt::format(" masked [{}]", fmt::join(axes, ", "));
 }
 
@@ -74,19 +76,32 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}const {} : {}\n", pad, lhs, number(i.value), type_of(i.results[0]));
         break;
       case Opcode::Load: {
-        *out += fmt::format("{}{}load %arg{}[{}]{} : {}\n", pad, lhs, i.param, values(i.args), masked(i),
+        *out += fmt::format("{}{}load %arg{}[{}]{} : {}\n", pad, lhs, i.param, values(i.args), masked(i, value),
                             type_of(i.results[0]));
         break;
       }
       case Opcode::Store: {
         std::vector<int> offsets(i.args.begin(), i.args.end() - 1);
         *out += fmt::format("{}store %arg{}[{}], {}{} : {}\n", pad, i.param, values(offsets), value(i.args.back()),
-                            masked(i), type_of(i.args.back()));
+                            masked(i, value), type_of(i.args.back()));
         break;
       }
       case Opcode::Reduce:
+      case Opcode::InBounds:
         *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
                             type_of(i.results[0]));
+        break;
+      case Opcode::LastArrival:
+        *out += fmt::format("{}{}last_arrival %arg{}[{}] of {} : bool\n", pad, lhs, i.param, value(i.args[0]),
+                            value(i.args[1]));
+        break;
+      case Opcode::ResetCount:
+        *out += fmt::format("{}reset_count %arg{}[{}]\n", pad, i.param, value(i.args[0]));
+        break;
+      case Opcode::If:
+        *out += fmt::format("{}if {} {{\n", pad, value(i.args[0]));
+        print_region(p, value, i.regions.at(0), depth + 1, out);
+        *out += pad + "}\n";
         break;
       case Opcode::For: {
         std::vector<std::string> carried, types;
@@ -110,6 +125,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::IndexAdd:
       case Opcode::IndexDiv:
       case Opcode::IndexRem:
+      case Opcode::IndexMin:
       case Opcode::Splat:
       case Opcode::Compute:
         *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), type_of(i.results[0]));
@@ -301,6 +317,10 @@ class Parser {
       next();
       p.output = true;
     }
+    if (at_word("workspace")) {
+      next();
+      p.workspace = true;
+    }
     return p;
   }
   Type type() {
@@ -386,8 +406,11 @@ class Parser {
       i.value = real();
       punct(":");
       results({type()});
-    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui") {
-      i.opcode = op == "muli" ? Opcode::IndexMul : op == "addi" ? Opcode::IndexAdd : op == "divui" ? Opcode::IndexDiv : Opcode::IndexRem;
+    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui" || op == "minui") {
+      static const std::map<std::string, Opcode> ops = {{"muli", Opcode::IndexMul}, {"addi", Opcode::IndexAdd},
+                                                        {"divui", Opcode::IndexDiv}, {"remui", Opcode::IndexRem},
+                                                        {"minui", Opcode::IndexMin}};
+      i.opcode = ops.at(op);
       i.args = uses_until_colon();
       punct(":");
       results({type()});
@@ -408,10 +431,19 @@ class Parser {
       if (at_word("masked")) {
         next();
         i.masked.assign(rank, false);
-        for (int64_t d : int_list()) {
+        i.limits.assign(rank, -1);
+        punct("[");
+        while (!at_punct("]")) {
+          if (at_punct(",")) next();
+          const int64_t d = integer();
           if (d < 0 || d >= static_cast<int64_t>(rank)) fail("a masked axis out of range");
           i.masked[static_cast<size_t>(d)] = true;
+          if (at_punct("<")) {
+            next();
+            i.limits[static_cast<size_t>(d)] = use("a limit");
+          }
         }
+        punct("]");
       }
       punct(":");
       Type t = type();
@@ -458,6 +490,39 @@ class Parser {
       names_ = outer;  // the region's values are not visible after it
       i.regions.push_back(std::move(r));
       results(types);
+    } else if (op == "in_bounds") {
+      i.opcode = Opcode::InBounds;
+      i.args = {use("an offset")};
+      punct(",");
+      i.args.push_back(use("a limit"));
+      word("axis");
+      i.axis = static_cast<int>(integer());
+      punct(":");
+      results({type()});
+    } else if (op == "last_arrival" || op == "reset_count") {
+      i.opcode = op == "last_arrival" ? Opcode::LastArrival : Opcode::ResetCount;
+      const Token& a = expect(Token::Value, "%argN");
+      if (a.text.rfind("arg", 0) != 0) fail("expected the workspace %argN");
+      i.param = std::stoi(a.text.substr(3));
+      punct("[");
+      i.args = {use("a counter slot")};
+      punct("]");
+      if (i.opcode == Opcode::LastArrival) {
+        word("of");
+        i.args.push_back(use("the number of arrivals"));
+        punct(":");
+        results({type()});
+      }
+    } else if (op == "if") {
+      i.opcode = Opcode::If;
+      i.args = {use("a condition")};
+      Region r;
+      std::map<std::string, int> outer = names_;
+      punct("{");
+      region(p, r);
+      punct("}");
+      names_ = outer;
+      i.regions.push_back(std::move(r));
     } else if (op == "yield") {
       i.opcode = Opcode::Yield;
       while (peek().kind == Token::Value) {
@@ -501,8 +566,8 @@ std::string print_program(const Program& p) {
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Param& a = p.params[i];
     std::string rows = a.row_dims.empty() ? "" : fmt::format(" rows {} as {}", shape_str(a.row_dims), shape_str(a.row_view));
-    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
-                                 a.output ? " out" : ""));
+    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
+                                 a.output ? " out" : "", a.workspace ? " workspace" : ""));
   }
   std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),

@@ -65,8 +65,10 @@ class Verifier {
       return;
     }
     const Param& prm = p_.params[static_cast<size_t>(i.param)];
-    if (prm.output != store)
+    if (prm.output != store && !prm.workspace)
       problem(fmt::format("{}: %arg{} is {}", where(i), i.param, prm.output ? "an output" : "an input"));
+    for (int limit : i.limits)
+      if (limit >= 0 && !is_index(limit)) problem(fmt::format("{}: a mask's limit %{} is not an index", where(i), limit));
     const size_t offsets = i.args.size() - (store ? 1 : 0);
     if (!i.masked.empty() && i.masked.size() != offsets)
       problem(fmt::format("{}: masks {} axes of {}", where(i), i.masked.size(), offsets));
@@ -171,6 +173,8 @@ class Verifier {
       const Inst& i = r.body[n];
       for (int a : i.args)
         if (!scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
+      for (int a : i.limits)
+        if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
       switch (i.opcode) {
         case Opcode::ProgramId:
           if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))
@@ -183,6 +187,7 @@ class Verifier {
         case Opcode::IndexAdd:
         case Opcode::IndexDiv:
         case Opcode::IndexRem:
+        case Opcode::IndexMin:
           if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]))
             problem(fmt::format("{}: needs two indices", where(i)));
           break;
@@ -215,6 +220,29 @@ class Verifier {
         }
         case Opcode::For:
           loop(i, scope);
+          break;
+        case Opcode::InBounds: {
+          const Type& out = type(i.results.at(0));
+          if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]) || !out.is_tile() ||
+              out.dtype != DType::Bool || i.axis < 0 || static_cast<size_t>(i.axis) >= out.shape.size())
+            problem(fmt::format("{}: needs an offset, a limit and a bool tile along one of its axes", where(i)));
+          check_tile_shape(i, out);
+          break;
+        }
+        case Opcode::If: {
+          if (i.args.size() != 1 || type(i.args[0]).kind != Type::Kind::Scalar || type(i.args[0]).dtype != DType::Bool ||
+              i.regions.size() != 1)
+            problem(fmt::format("{}: needs a bool scalar and one region", where(i)));
+          std::set<int> inner = scope;
+          if (!i.regions.empty()) region(i.regions[0], inner, false);
+          break;
+        }
+        case Opcode::LastArrival:
+        case Opcode::ResetCount:
+          if (i.param < 0 || i.param >= static_cast<int>(p_.params.size()) || !p_.params[static_cast<size_t>(i.param)].workspace)
+            problem(fmt::format("{}: %arg{} is not the workspace", where(i), i.param));
+          for (int a : i.args)
+            if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
           break;
         case Opcode::Yield:
           if (!in_loop || n + 1 != r.body.size()) problem("a yield that does not end a loop's region");

@@ -21,7 +21,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
       for (const GraphOutput& o : g.outputs())
         if (o.node == id) name = o.name;
     p.params.push_back({name, id, n.dtype, {}, output});
-    shapes.push_back(output ? aligned_shape(g, id, k.domain, k.split) : n.shape);
+    shapes.push_back(output ? aligned_shape(g, id, k) : n.shape);
   };
   for (NodeId id : k.inputs) add_param(id, false);
   for (NodeId id : k.outputs) add_param(id, true);

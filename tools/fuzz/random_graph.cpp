@@ -230,6 +230,22 @@ class Generator {
 
   Tensor reduction(const Tensor& x, bool keepdim) {
     const int rank = static_cast<int>(x.shape().size());
+    if (rank >= 2 && chance(0.3)) {  // over leading or middle axes: a column reduction
+      const int first = pick(0, rank - 2), last = pick(first, rank - 2);
+      std::vector<int> which;
+      for (int a = first; a <= last; ++a) which.push_back(a);
+      trailing_reduced_ = 1;
+      switch (pick(base_ == DType::F16 ? 1 : 0, 3)) {
+        case 0:
+          return sum(x, which, keepdim);
+        case 1:
+          return mean(x, which, keepdim);
+        case 2:
+          return amax(x, which, keepdim);
+        default:
+          return amin(x, which, keepdim);
+      }
+    }
     trailing_reduced_ = pick(1, std::min(rank, 3));
     return reduce(x, trailing_reduced_, keepdim);
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Seeded random graphs for the differential fuzzer: 1–5-D shapes with odd, prime and size-1
 // axes; inputs broadcast along leading, middle and trailing axes; elementwise chains; sum, max,
-// min and mean over one or several trailing axes, with keepdim results broadcast back and
+// min and mean over one or several trailing axes (rows) or a block of leading or middle axes
+// (columns), with keepdim results broadcast back and
 // reductions of reductions; softmax, log-softmax, layernorm, RMSNorm and group-norm written
 // from primitives; matmuls against weights, iota masks; f32, f16 and bf16 mixed through casts; several outputs, intermediates among
 // them. Values stay finite: every op that needs it gets an argument kept in range.
