@@ -97,16 +97,22 @@ class Emitter {
   }
   // Element index along axis d: the offset plus the element's position (unless the tile is one
   // element wide there), clamped to 0 where masked and out of the view; `ok` gets the mask.
-  Value* coordinate(const Inst& i, size_t d, int64_t extent, int element, Value** ok) {
+  Value* coordinate(const Inst& i, size_t d, int64_t tile_extent, int element, Value** ok) {
     Value* at = one(i.args[d]);
-    if (extent != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(d, element), index_ty()), "", true, true);
+    if (tile_extent != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(d, element), index_ty()), "", true, true);
     *ok = nullptr;
     if (d < i.masked.size() && i.masked[d]) {
       const int limit = d < i.limits.size() ? i.limits[d] : -1;
-      *ok = b_.CreateICmpULT(at, limit >= 0 ? one(limit) : index(p_.params[static_cast<size_t>(i.param)].view[d]));
+      *ok = b_.CreateICmpULT(at, limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d)));
       at = b_.CreateSelect(*ok, at, index(0));
     }
     return at;
+  }
+
+  // How far indices into a parameter run along axis d: its view's extent, or — where its rows are
+  // split into the domain's row dimensions — the domain's rows (an index is a domain row there).
+  static int64_t index_extent(const tir::Param& prm, size_t d) {
+    return d == 0 && !prm.row_dims.empty() ? num_elements(prm.row_dims) : prm.view[d];
   }
 
   // Element offset of (row, col) in a parameter: its rows split into the domain's dimensions

@@ -160,6 +160,13 @@ bool column_kernel_fits(const Graph& g, const Kernel& k, std::string* why) {
                          node.operands[0]);
       return false;
     }
+    // Only the reductions' results cross from the loop to what follows it.
+    if (uses_reduction && op_info(node.op).kind != OpKind::Reduce)
+      for (NodeId o : node.operands)
+        if (after.count(o) && !after.at(o)) {
+          *why = fmt::format("%{} is computed inside the column reduction's loop and used after it by %{}", o, n);
+          return false;
+        }
     after[n] = uses_reduction || op_info(node.op).kind == OpKind::Reduce;
     if (uses_reduction && aligned_shape(g, n, k) != per_column) {
       *why = fmt::format("%{} {} uses a column reduction's result across the reduced axes: it needs a second pass",

@@ -70,7 +70,8 @@ std::string type_str(const Type& t);
 // axis of the kernel's tiles, 1 where it is broadcast. A tensor broadcast along some of the
 // domain's row dimensions but not others (a [3, 1, 5] operand of a [3, 4, 5] domain seen as
 // [12, 5]) has `row_dims` (the domain's row dimensions, [3, 4]) and `row_view` (its own extents
-// along them, [3, 1]): a load splits the row index into those dimensions.
+// along them, [3, 1]): its row indices are the domain's (masked against 12, not 3), and a load
+// splits them into those dimensions.
 struct Param {
   std::string name;
   DType dtype = DType::F32;
