@@ -301,9 +301,10 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
   const int threads = hints.block_threads ? hints.block_threads : 128;
   s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
   s.thread_rows = 1;
-  // 32 elements per thread per loop step (8 f32 rows of 16-byte vectors: 16 KB in flight per
-  // block of 128 threads), no more rows than there are.
-  const int rows_per_step = std::max(1, 32 / s.vec);
+  // Eight 16-byte vectors per thread per loop step (16 KB in flight per block of 128 threads),
+  // no more rows than there are: bf16 8192² took 0.0450 ms at 8 rows against 0.0505 at 4 and
+  // 0.0512 at 16 (168 registers); f32 was the same at 8 and 16 (bench/NOTES.md, columns).
+  const int rows_per_step = 8;
   s.rows_per_thread = static_cast<int>(std::min<int64_t>(hints.rows_per_thread ? hints.rows_per_thread : rows_per_step, s.rows));
   // Four blocks per SM (their loads cover the memory latency), each at least eight loop steps:
   // the rows are split into that many parts, which the last block of a column tile adds up.
