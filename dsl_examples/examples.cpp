@@ -14,6 +14,7 @@ Graph shift_graph(const std::string& name, int64_t rows, int64_t cols, DType dty
 Graph layernorm_graph(DType dtype);
 Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 Graph column_sum_graph(DType dtype);
+Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -57,6 +58,10 @@ const std::vector<Example>& examples() {
        [] { return column_sum_graph(DType::F32); }, "column_sum"},
       {"column_sum_bf16", "sum(x, {0}) of x bf16[8192, 8192], f32 accumulation",
        [] { return column_sum_graph(DType::BF16); }, "column_sum"},
+      {"matmul", "a · b, a and b bf16[8192, 8192]: tensor cores (mma.sync), f32 accumulation",
+       [] { return matmul_graph("matmul", 8192, 8192, 8192, false); }},
+      {"matmul_bias_gelu", "gelu(a · b + bias) in bf16, a [8192, 4096], b [4096, 8192]: the epilogue fused",
+       [] { return matmul_graph("matmul_bias_gelu", 8192, 8192, 4096, true); }},
   };
   return all;
 }

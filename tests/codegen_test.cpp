@@ -1,5 +1,6 @@
 // Codegen: every example's PTX assembles with ptxas -arch=sm_90; the PTX has the accesses the
 // schedule promises; targets are checked.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -73,6 +74,41 @@ TEST(Codegen, OddShapesAreMasked) {
   EXPECT_NE(c.ptx.find("@%p"), std::string::npos) << "edge tiles need predicated stores";
   if (!find_ptxas().empty()) {
     EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
+  }
+}
+
+// A matmul's dot is mma.sync m16n8k16 on sm_80 and sm_90, bf16 and f16; operands read transposed
+// and shapes off the tile grid (M, N, K not multiples of 64, 64, 16) assemble too.
+TEST(Codegen, MatMulIsMmaSync) {
+  struct Case {
+    DType dtype;
+    bool ta, tb;
+    Shape a, b;
+    const char* mma;
+  };
+  for (const Case& c : std::vector<Case>{
+           {DType::BF16, false, false, {128, 64}, {64, 128}, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+           {DType::F16, false, true, {2, 37, 50}, {29, 50}, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
+           {DType::BF16, true, false, {50, 37}, {50, 29}, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+       }) {
+    Graph g("mm");
+    output("c", matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), {c.ta, c.tb, std::nullopt}));
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    for (const std::string sm : {"sm_80", "sm_90"}) {
+      SCOPED_TRACE(fmt::format("{} {} {}", dtype_name(c.dtype), shape_str(c.a), sm));
+      CompiledKernel k = compile_kernel(p.graph, p.kernels[0], codegen_options_for(sm));
+      // A warp's 32×32 piece of the accumulator is 2×4 mma tiles of 16×8, per step of K (and
+      // the loop may be unrolled).
+      const int mmas = count(k.ptx, c.mma);
+      EXPECT_GE(mmas, 8) << k.ptx;
+      EXPECT_EQ(mmas % 8, 0) << k.ptx;
+      if (!find_ptxas().empty()) {
+        auto m = run_ptxas(k.ptx, p.kernels[0].name, codegen_options_for(sm));
+        ASSERT_TRUE(m.has_value());
+        EXPECT_EQ(m->spill_bytes, 0);
+      }
+    }
   }
 }
 

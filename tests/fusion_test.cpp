@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <set>
+
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/report.h"
@@ -417,6 +420,75 @@ TEST(FusionReduce, ReductionsOverLeadingAxesAreColumnKernels) {
     FAIL();
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("reduces axes [0, 2] of f32[8, 16, 4]"), std::string::npos) << e.what();
+  }
+}
+
+// A matmul's kernel takes its pointwise consumers as an epilogue; what would have to be
+// computed per block that reads it (a producer of an operand) or across the product's rows (a
+// reduction) stays in kernels of its own, each decision saying why.
+TEST(FusionMatMul, EpilogueFusesProducersAndReductionsDoNot) {
+  auto decision_about = [](const Plan& p, Op producer) -> const FusionDecision* {
+    for (const FusionDecision& d : p.decisions)
+      if (p.graph.node(d.producer).op == producer) return &d;
+    return nullptr;
+  };
+  Graph g("mm");
+  Tensor a = input(g, "a", {256, 128}, DType::BF16);
+  Tensor w = input(g, "w", {128, 96}, DType::BF16);
+  output("z", gelu(matmul(a * 2.0, w) + input(g, "bias", {96}, DType::BF16)));
+  Plan p = plan_fusion(g);
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 2u);  // a·2, then the matmul with its epilogue
+  const Kernel& mk = p.kernels[1];
+  ASSERT_EQ(mk.kind, ScheduleKind::MatMul);
+  EXPECT_EQ(mk.domain, (Shape{256, 96}));
+  std::set<Op> ops;
+  for (NodeId n : mk.nodes) ops.insert(p.graph.node(n).op);
+  EXPECT_EQ(ops, (std::set<Op>{Op::MatMul, Op::Add, Op::Gelu}));
+  EXPECT_EQ(mk.cost.flops, 2.0 * 256 * 96 * 128);
+  const FusionDecision* mul = decision_about(p, Op::Mul);
+  ASSERT_NE(mul, nullptr);
+  EXPECT_EQ(mul->verdict, Verdict::Materialized);
+  EXPECT_EQ(mul->stopped_by, Layer::Legality);
+  EXPECT_NE(mul->reason.find("its operands are read from memory"), std::string::npos) << mul->reason;
+
+  Graph r("mm_sum");
+  output("s", sum(matmul(input(r, "a", {256, 128}, DType::BF16), input(r, "w", {128, 96}, DType::BF16)), {1}));
+  Plan q = plan_fusion(r);
+  EXPECT_EQ(q.kernels.size(), 2u);
+  const FusionDecision* mm = decision_about(q, Op::MatMul);
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->stopped_by, Layer::Legality);
+  EXPECT_NE(mm->reason.find("reduces in a matmul's kernel"), std::string::npos) << mm->reason;
+}
+
+TEST(FusionMatMul, RefusalsNameTheReason) {
+  struct Case {
+    const char* why;
+    std::function<void(Graph&)> build;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"tensor cores (mma.sync) take bf16 or f16",
+            [](Graph& g) { output("c", matmul(input(g, "a", {32, 32}), input(g, "b", {32, 32}))); }},
+           {"broadcast along some batch axes",
+            [](Graph& g) {
+              output("c", matmul(input(g, "a", {2, 3, 16, 32}, DType::BF16), input(g, "b", {1, 3, 32, 16}, DType::BF16)));
+            }},
+           {"one of them transposed",
+            [](Graph& g) {
+              Tensor x = input(g, "x", {64, 32}, DType::BF16);
+              output("c", matmul(x, x, {false, true, std::nullopt}));
+            }},
+       }) {
+    SCOPED_TRACE(c.why);
+    Graph g("refused");
+    c.build(g);
+    try {
+      plan_fusion(g);
+      FAIL();
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.why), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
@@ -31,8 +32,77 @@ TEST(Gpu, ExamplesMatchReference) {
     int64_t biggest = 0;
     for (NodeId id : g.inputs()) biggest = std::max(biggest, num_elements(g.node(id).shape));
     if (biggest > (int64_t{1} << 27)) continue;
+    // So do the matmuls (GpuMatMul.FullShapeSampled): 8192³ multiply-adds in float64.
+    bool contracts = false;
+    for (const Node& n : g.nodes()) contracts |= n.op == Op::MatMul;
+    if (contracts) continue;
     testing::check_on_gpu(plan_fusion(g), testing::test_seed());
   }
+}
+
+// Matmuls against the float64 reference: shapes on and off the tile grid (K not a multiple of
+// 16), batches with a shared weight, operands read transposed, f16, an f32 product, fused
+// epilogues with a bias, a residual shared across batches and GELU.
+TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  struct Case {
+    const char* name;
+    DType dtype;
+    Shape a, b;
+    MatMulOptions options;
+    bool epilogue;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
+           {"odd", DType::BF16, {37, 50}, {50, 29}, {}, false},
+           {"batched_shared_weight", DType::BF16, {3, 70, 40}, {40, 66}, {}, true},
+           {"transposed_a", DType::BF16, {2, 33, 65}, {2, 33, 80}, {true, false, std::nullopt}, false},
+           {"transposed_b_f16", DType::F16, {130, 96}, {72, 96}, {false, true, std::nullopt}, true},
+           {"f32_product", DType::BF16, {64, 300}, {300, 64}, {false, false, DType::F32}, true},
+       }) {
+    SCOPED_TRACE(c.name);
+    Graph g(std::string("mm_") + c.name);
+    Tensor y = matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), c.options);
+    if (c.epilogue) {
+      const Shape& s = y.shape();
+      const DType dt = c.options.out.value_or(c.dtype);
+      y = gelu(y + input(g, "bias", {s.back()}, dt) + input(g, "res", {s[s.size() - 2], s.back()}, dt));
+    }
+    output("c", y);
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    testing::check_on_gpu(p, seed);
+  }
+}
+
+// The 8192³ example is too big for the float64 reference on the CPU: 4096 sampled outputs are
+// each checked against their own float64 dot product.
+TEST(GpuMatMul, FullShapeSampled) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  Executable exe(plan_fusion(find_example("matmul").build()));
+  TensorMap in = random_inputs(exe.plan().graph, seed);
+  const std::vector<double> out = exe.run(in).at("c").to_doubles();
+  const std::vector<double> a = in.at("a").to_doubles(), b = in.at("b").to_doubles();
+  const int64_t n = 8192;
+  std::mt19937_64 rng(seed);
+  int bad = 0;
+  for (int s = 0; s < 4096; ++s) {
+    const int64_t i = static_cast<int64_t>(rng() % n), j = static_cast<int64_t>(rng() % n);
+    double ref = 0, mag = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      ref += a[i * n + k] * b[k * n + j];
+      mag += std::abs(a[i * n + k] * b[k * n + j]);
+    }
+    // The bf16 product's rounding, and f32 accumulation over 8192 terms.
+    const double allowed = 0x1.0p-8 * std::abs(ref) + 0x1.0p-16 * mag;
+    const double got = out[static_cast<size_t>(i * n + j)];
+    if (!(std::abs(got - ref) <= allowed) && bad++ < 5)
+      ADD_FAILURE() << "c[" << i << ", " << j << "] = " << got << ", float64 " << ref << " (allowed ±" << allowed
+                    << "), inputs seeded " << seed;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Gpu, UnfusedPlansMatchReference) {

@@ -22,6 +22,7 @@ using tir::Inst;
 using tir::Opcode;
 using tir::Program;
 using tir::Region;
+using tir::Frag;
 using tir::Type;
 
 class Emitter {
@@ -64,6 +65,14 @@ class Emitter {
     Value* tid = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {});
     thread_[1] = b_.CreateURem(tid, b_.getInt32(static_cast<uint32_t>(l_.threads[1])), "tc");
     thread_[0] = b_.CreateUDiv(tid, b_.getInt32(static_cast<uint32_t>(l_.threads[1])), "tr");
+    if (p_.mma) {  // the warp's place in the warps' grid, and the lane's in PTX's fragment layout
+      Value* lane = b_.CreateURem(tid, b_.getInt32(32));
+      Value* warp = b_.CreateUDiv(tid, b_.getInt32(32));
+      warp_[0] = b_.CreateUDiv(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wm");
+      warp_[1] = b_.CreateURem(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wn");
+      group_ = b_.CreateUDiv(lane, b_.getInt32(4), "group");
+      in_group_ = b_.CreateURem(lane, b_.getInt32(4), "tig");
+    }
     region(p_.body);
     b_.CreateRetVoid();
     std::string err;
@@ -86,20 +95,51 @@ class Emitter {
     }
   }
 
-  // Elements the thread holds along axis d of a tile spanning `extent` there.
-  int count(int64_t extent, size_t d) const { return extent == 1 ? 1 : l_.reps[d] * l_.per_thread[d]; }
-  // The position within the tile of the thread's element i along axis d (an i32).
-  Value* position(size_t d, int i) {
-    const int pt = l_.per_thread[d], rep = i / pt, j = i % pt;
-    Value* run = b_.CreateMul(b_.CreateAdd(thread_[d], b_.getInt32(static_cast<uint32_t>(rep * l_.threads[d]))),
-                              b_.getInt32(static_cast<uint32_t>(pt)));
-    return j == 0 ? run : b_.CreateAdd(run, b_.getInt32(static_cast<uint32_t>(j)));
+  // The thread's elements of a tile: along each axis a number of slots, each at a position within
+  // the tile that depends on the thread; a tile one element wide along an axis has one slot there.
+  // Blocked: slot s is repetition s / per_thread, element s % per_thread of the thread's run.
+  // Fragments (PTX's m16n8k16 layouts, per 16-row or 8-column piece of the warp's tile):
+  //   rows of A and of the accumulator: slot (i, h) → warp row + 16i + group + 8h;
+  //   columns of the accumulator: slot (j, c) → warp column + 8j + 2·tig + c;
+  //   k of A (columns) and of B (rows): slot (kk, c) → 8kk + 2·tig + c;
+  //   columns of B: slot j → warp column + 8j + group.
+  int slots(const Type& t, size_t d) const {
+    if (t.shape[d] == 1) return 1;
+    if (t.frag == Frag::None) return l_.reps[d] * l_.per_thread[d];
+    const bool k_axis = (t.frag == Frag::A && d == 1) || (t.frag == Frag::B && d == 0);
+    if (k_axis) return 4;
+    if (d == 0) return p_.mma->warp_m / 16 * 2;
+    return t.frag == Frag::B ? p_.mma->warp_n / 8 : p_.mma->warp_n / 8 * 2;
+  }
+  Value* i32(int v) { return b_.getInt32(static_cast<uint32_t>(v)); }
+  Value* position(const Type& t, size_t d, int slot) {
+    if (t.frag == Frag::None) {
+      const int pt = l_.per_thread[d], rep = slot / pt, j = slot % pt;
+      Value* run = b_.CreateMul(b_.CreateAdd(thread_[d], i32(rep * l_.threads[d])), i32(pt));
+      return j == 0 ? run : b_.CreateAdd(run, i32(j));
+    }
+    const bool k_axis = (t.frag == Frag::A && d == 1) || (t.frag == Frag::B && d == 0);
+    if (k_axis)  // (kk, c)
+      return b_.CreateAdd(b_.CreateMul(in_group_, i32(2)), i32(8 * (slot / 2) + slot % 2));
+    const int warp_extent = d == 0 ? p_.mma->warp_m : p_.mma->warp_n;
+    Value* base = b_.CreateMul(warp_[d], i32(warp_extent));
+    if (d == 0)  // (i, h)
+      return b_.CreateAdd(base, b_.CreateAdd(group_, i32(16 * (slot / 2) + 8 * (slot % 2))));
+    if (t.frag == Frag::B)  // j
+      return b_.CreateAdd(base, b_.CreateAdd(group_, i32(8 * slot)));
+    return b_.CreateAdd(base, b_.CreateAdd(b_.CreateMul(in_group_, i32(2)), i32(8 * (slot / 2) + slot % 2)));  // (j, c)
+  }
+  // Runs of consecutive slots that are consecutive elements: their length and axis.
+  int run(const Type& t, size_t* axis) const {
+    *axis = t.frag == Frag::B ? 0 : 1;
+    if (t.shape[*axis] == 1) return 1;
+    return t.frag == Frag::None ? l_.per_thread[1] : 2;
   }
   // Element index along axis d: the offset plus the element's position (unless the tile is one
   // element wide there), clamped to 0 where masked and out of the view; `ok` gets the mask.
-  Value* coordinate(const Inst& i, size_t d, int64_t tile_extent, int element, Value** ok) {
+  Value* coordinate(const Inst& i, const Type& t, size_t d, int slot, Value** ok) {
     Value* at = one(i.args[d]);
-    if (tile_extent != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(d, element), index_ty()), "", true, true);
+    if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, slot), index_ty()), "", true, true);
     *ok = nullptr;
     if (d < i.masked.size() && i.masked[d]) {
       const int limit = d < i.limits.size() ? i.limits[d] : -1;
@@ -118,6 +158,13 @@ class Emitter {
   // Element offset of (row, col) in a parameter: its rows split into the domain's dimensions
   // where it is broadcast along some of them.
   Value* offset(const tir::Param& prm, Value* row, Value* col) {
+    if (prm.col_major) {  // groups of group_rows rows (a batch), each stored column by column
+      Value* r = b_.CreateZExt(row, b_.getInt64Ty());
+      Value* g = b_.getInt64(static_cast<uint64_t>(prm.group_rows));
+      Value* group = b_.CreateMul(b_.CreateUDiv(r, g), b_.getInt64(static_cast<uint64_t>(prm.group_rows * prm.view[1])));
+      Value* c = prm.view[1] == 1 ? b_.getInt64(0) : b_.CreateMul(b_.CreateZExt(col, b_.getInt64Ty()), g);
+      return b_.CreateAdd(group, b_.CreateAdd(c, b_.CreateURem(r, g)));
+    }
     Value* off = b_.getInt64(0);
     if (prm.view[0] != 1) {
       Value* r = b_.CreateZExt(row, b_.getInt64Ty());
@@ -138,16 +185,28 @@ class Emitter {
   }
 
   // Each run of contiguous elements along the last axis is one vector access.
-  template <typename F>  // f(element index along axis 0, first element along axis 1, width, row, col, mask)
-  void for_each_vector(const Inst& i, const Shape& shape, F f) {
-    const int width = shape[1] == 1 ? 1 : l_.per_thread[1];
-    for (int e0 = 0; e0 < count(shape[0], 0); ++e0)
-      for (int e1 = 0; e1 < count(shape[1], 1); e1 += width) {
+  // Each run of the thread's elements that is contiguous in the parameter's memory is one vector
+  // access (along columns for a row-major parameter, rows for a column-major one); otherwise one
+  // access per element.
+  template <typename F>  // f(the run's elements' indices, row, col, mask)
+  void for_each_vector(const Inst& i, const Type& t, F f) {
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    size_t axis;
+    int width = run(t, &axis);
+    // (Only along the contiguous axis, and only where every run starts on a multiple of its
+    // width: a matmul operand with an odd K is read an element at a time.)
+    const int64_t contiguous = prm.col_major ? prm.group_rows : prm.view[1];
+    if (axis != (prm.col_major ? 0u : 1u) || contiguous % width != 0) width = 1;
+    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    for (int e0 = 0; e0 < n0; e0 += axis == 0 ? width : 1)
+      for (int e1 = 0; e1 < n1; e1 += axis == 1 ? width : 1) {
         Value *ok0, *ok1;
-        Value* row = coordinate(i, 0, shape[0], e0, &ok0);
-        Value* col = coordinate(i, 1, shape[1], e1, &ok1);
+        Value* row = coordinate(i, t, 0, e0, &ok0);
+        Value* col = coordinate(i, t, 1, e1, &ok1);
         Value* ok = !ok0 ? ok1 : !ok1 ? ok0 : b_.CreateAnd(ok0, ok1);
-        f(e0, e1, width, row, col, ok);
+        std::vector<int> elems;
+        for (int w = 0; w < width; ++w) elems.push_back(axis == 0 ? (e0 + w) * n1 + e1 : e0 * n1 + e1 + w);
+        f(elems, row, col, ok);
       }
   }
 
@@ -160,17 +219,20 @@ class Emitter {
     // otherwise walks the multi-result vector load's whole use list for each of them (quadratic
     // in long fused chains; see bench/NOTES.md, robustness).
     const bool widely_used = uses_[static_cast<size_t>(i.results[0])] > 64;
-    for_each_vector(i, t.shape, [&](int, int, int width, Value* row, Value* col, Value*) {
+    out.resize(static_cast<size_t>(slots(t, 0) * slots(t, 1)));
+    for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value*) {
+      const int width = static_cast<int>(elems.size());
       Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
       const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(width));
       if (width == 1) {
-        out.push_back(to_compute(b_, b_.CreateAlignedLoad(ty, ptr, align), prm.dtype));
+        out[static_cast<size_t>(elems[0])] = to_compute(b_, b_.CreateAlignedLoad(ty, ptr, align), prm.dtype);
         return;
       }
       Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)), ptr, align);
       for (int c = 0; c < width; ++c) {
         Value* x = to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
-        out.push_back(widely_used && x->getType()->isFloatTy() ? own_register(x) : x);
+        out[static_cast<size_t>(elems[static_cast<size_t>(c)])] =
+            widely_used && x->getType()->isFloatTy() ? own_register(x) : x;
       }
     });
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
@@ -186,16 +248,16 @@ class Emitter {
     const int v = i.args.back();
     const Type& t = type(v);
     llvm::Type* ty = storage_type(b_, prm.dtype);
-    const std::vector<Value*>& elems = vals_.at(static_cast<size_t>(v));
-    const int per_row = count(t.shape[1], 1);
-    for_each_vector(i, t.shape, [&](int e0, int e1, int width, Value* row, Value* col, Value* ok) {
+    const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
+    for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok) {
+      const int width = static_cast<int>(elems.size());
       Value* data;
       if (width == 1) {
-        data = to_storage(b_, elems[static_cast<size_t>(e0 * per_row + e1)], prm.dtype);
+        data = to_storage(b_, values[static_cast<size_t>(elems[0])], prm.dtype);
       } else {
         data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
         for (int c = 0; c < width; ++c)
-          data = b_.CreateInsertElement(data, to_storage(b_, elems[static_cast<size_t>(e0 * per_row + e1 + c)], prm.dtype),
+          data = b_.CreateInsertElement(data, to_storage(b_, values[static_cast<size_t>(elems[static_cast<size_t>(c)])], prm.dtype),
                                         static_cast<uint64_t>(c));
       }
       guarded(ok, [&] {
@@ -222,7 +284,7 @@ class Emitter {
   void compute(const Inst& i) {
     const Type& t = type(i.results[0]);
     std::vector<Value*> out;
-    const int n0 = t.is_tile() ? count(t.shape[0], 0) : 1, n1 = t.is_tile() ? count(t.shape[1], 1) : 1;
+    const int n0 = t.is_tile() ? slots(t, 0) : 1, n1 = t.is_tile() ? slots(t, 1) : 1;
     for (int e0 = 0; e0 < n0; ++e0)
       for (int e1 = 0; e1 < n1; ++e1) {
         std::vector<Value*> args;
@@ -233,7 +295,7 @@ class Emitter {
             continue;
           }
           const int a0 = at.shape[0] == 1 ? 0 : e0, a1 = at.shape[1] == 1 ? 0 : e1;
-          args.push_back(vals_[static_cast<size_t>(a)][static_cast<size_t>(a0 * count(at.shape[1], 1) + a1)]);
+          args.push_back(vals_[static_cast<size_t>(a)][static_cast<size_t>(a0 * slots(at, 1) + a1)]);
         }
         out.push_back(element(b_, i.op, t.dtype, args, p_.name));
       }
@@ -252,13 +314,12 @@ class Emitter {
         if (t.kind == Type::Kind::Index) return set(index(static_cast<int64_t>(i.value)));
         Value* c = compute_constant(b_, i.value, t.dtype);
         if (!t.is_tile()) return set(c);
-        vals_[static_cast<size_t>(i.results[0])].assign(static_cast<size_t>(count(t.shape[0], 0) * count(t.shape[1], 1)), c);
+        vals_[static_cast<size_t>(i.results[0])].assign(elements(t), c);
         return;
       }
       case Opcode::Splat: {
         const Type& t = type(i.results[0]);
-        vals_[static_cast<size_t>(i.results[0])].assign(static_cast<size_t>(count(t.shape[0], 0) * count(t.shape[1], 1)),
-                                                        one(i.args[0]));
+        vals_[static_cast<size_t>(i.results[0])].assign(elements(t), one(i.args[0]));
         return;
       }
       case Opcode::IndexMul:
@@ -281,6 +342,8 @@ class Emitter {
         return when(i);
       case Opcode::LastArrival:
         return last_arrival(i);
+      case Opcode::Dot:
+        return dot(i);
       case Opcode::ResetCount:
         return reset_count(i);
       case Opcode::Load:
@@ -300,7 +363,7 @@ class Emitter {
   }
 
   size_t elements(const Type& t) const {
-    return t.is_tile() ? static_cast<size_t>(count(t.shape[0], 0) * count(t.shape[1], 1)) : 1;
+    return t.is_tile() ? static_cast<size_t>(slots(t, 0) * slots(t, 1)) : 1;
   }
 
   // Whether offset + each element's position along the axis is below the limit.
@@ -308,10 +371,10 @@ class Emitter {
     const Type& t = type(i.results[0]);
     const size_t d = static_cast<size_t>(i.axis);
     std::vector<Value*> out;
-    for (int e0 = 0; e0 < count(t.shape[0], 0); ++e0)
-      for (int e1 = 0; e1 < count(t.shape[1], 1); ++e1) {
+    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+      for (int e1 = 0; e1 < slots(t, 1); ++e1) {
         Value* at = one(i.args[0]);
-        if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(d, d == 0 ? e0 : e1), index_ty()));
+        if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
         out.push_back(b_.CreateICmpULT(at, one(i.args[1])));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
@@ -326,7 +389,9 @@ class Emitter {
       throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
                                      p_.name, d));
     const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
-    const int n0 = count(in.shape[0], 0), n1 = count(in.shape[1], 1);
+    if (in.frag != Frag::None)
+      throw CodegenError(fmt::format("kernel {}: reducing a {} tile is not in Tile IR v2 yet", p_.name, frag_name(in.frag)));
+    const int n0 = slots(in, 0), n1 = slots(in, 1);
     const Op combine = i.op == Op::ReduceSum ? Op::Add : i.op == Op::ReduceMax ? Op::Max : Op::Min;
     std::vector<Value*> out;
     for (int a = 0; a < (d == 0 ? n1 : n0); ++a) {
@@ -382,6 +447,55 @@ class Emitter {
     b_.SetInsertPoint(exit);
     for (size_t k = 0; k < i.results.size(); ++k)
       vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(phis[k].begin(), phis[k].end());
+  }
+
+  // Two 16-bit elements of a fragment (held in f32, exactly) packed into an i32 register.
+  Value* pack(Value* lo, Value* hi, DType dt) {
+    llvm::Type* half = storage_type(b_, dt);
+    Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(half, 2));
+    v = b_.CreateInsertElement(v, b_.CreateFPTrunc(lo, half), uint64_t{0});
+    v = b_.CreateInsertElement(v, b_.CreateFPTrunc(hi, half), uint64_t{1});
+    return b_.CreateBitCast(v, b_.getInt32Ty());
+  }
+
+  // acc + A·B, one mma.sync m16n8k16 per 16×8 piece of the warp's accumulator. Slots (see slots)
+  // map to PTX's registers: a0a1 = (h 0, kk 0), a2a3 = (h 1, kk 0), a4a5 = (h 0, kk 1),
+  // a6a7 = (h 1, kk 1); b0b1 = (kk 0), b2b3 = (kk 1); c0c1 = (h 0), c2c3 = (h 1).
+  void dot(const Inst& i) {
+    const Type &ta = type(i.args[0]), &tc = type(i.args[2]);
+    const std::vector<Value*>& a = vals_[static_cast<size_t>(i.args[0])];
+    const std::vector<Value*>& bv = vals_[static_cast<size_t>(i.args[1])];
+    std::vector<Value*> c = vals_[static_cast<size_t>(i.args[2])];
+    const llvm::Intrinsic::ID mma = ta.dtype == DType::BF16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16
+                                                            : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
+    const int pieces_m = p_.mma->warp_m / 16, pieces_n = p_.mma->warp_n / 8;
+    const int acc_cols = slots(tc, 1);
+    const Type& tb = type(i.args[1]);
+    const int b_cols = slots(tb, 1);
+    for (int im = 0; im < pieces_m; ++im) {
+      auto A = [&](int h, int kk, int cc) { return a[static_cast<size_t>((im * 2 + h) * 4 + kk * 2 + cc)]; };
+      std::vector<Value*> a_regs;
+      for (auto [h, kk] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}})
+        a_regs.push_back(pack(A(h, kk, 0), A(h, kk, 1), ta.dtype));
+      for (int jn = 0; jn < pieces_n; ++jn) {
+        auto B = [&](int kk, int cc) { return bv[static_cast<size_t>((kk * 2 + cc) * b_cols + jn)]; };
+        auto C = [&](int h, int cc) -> Value*& { return c[static_cast<size_t>((im * 2 + h) * acc_cols + jn * 2 + cc)]; };
+        std::vector<Value*> args = a_regs;
+        if (ta.dtype == DType::BF16) {
+          args.push_back(pack(B(0, 0), B(0, 1), ta.dtype));
+          args.push_back(pack(B(1, 0), B(1, 1), ta.dtype));
+        } else {  // the f16 form takes <2 x half> registers
+          for (Value*& r : args) r = b_.CreateBitCast(r, llvm::FixedVectorType::get(b_.getHalfTy(), 2));
+          args.push_back(b_.CreateBitCast(pack(B(0, 0), B(0, 1), ta.dtype), llvm::FixedVectorType::get(b_.getHalfTy(), 2)));
+          args.push_back(b_.CreateBitCast(pack(B(1, 0), B(1, 1), ta.dtype), llvm::FixedVectorType::get(b_.getHalfTy(), 2)));
+        }
+        for (auto [h, cc] : {std::pair{0, 0}, {0, 1}, {1, 0}, {1, 1}}) args.push_back(C(h, cc));
+        Value* d = b_.CreateIntrinsic(mma, {}, args);
+        int r = 0;
+        for (auto [h, cc] : {std::pair{0, 0}, {0, 1}, {1, 0}, {1, 1}}) C(h, cc) = b_.CreateExtractValue(d, {static_cast<unsigned>(r++)});
+      }
+    }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(c);
   }
 
   void when(const Inst& i) {
@@ -445,6 +559,9 @@ class Emitter {
   std::unique_ptr<llvm::Module> m_;
   llvm::Function* fn_ = nullptr;
   Value* thread_[2] = {nullptr, nullptr};  // the thread's coordinate along each axis (i32)
+  Value* warp_[2] = {nullptr, nullptr};    // mma: the warp's row and column in the warps' grid
+  Value* group_ = nullptr;                 // mma: lane / 4
+  Value* in_group_ = nullptr;              // mma: lane % 4
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it
   std::vector<llvm::Argument*> args_;      // param → its kernel argument

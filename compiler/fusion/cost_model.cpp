@@ -184,6 +184,58 @@ bool column_kernel_fits(const Graph& g, const Kernel& k, std::string* why) {
   return true;
 }
 
+// A matmul kernel computes its one contraction from operands in memory and a pointwise epilogue
+// on the product's tiles: no reduction, no second contraction, no producer of an operand inside
+// (their tiles would be computed once per block that reads them), 16-bit operands for mma.sync,
+// and each operand's batch axes either the product's or all 1 (shared by every batch).
+bool matmul_kernel_fits(const Graph& g, const Kernel& k, NodeId mm, std::string* why) {
+  const Node& m = g.node(mm);
+  for (NodeId n : k.nodes) {
+    const Node& node = g.node(n);
+    if (n != mm && node.op == Op::MatMul) {
+      *why = fmt::format("%{} and %{} are two matmuls: a kernel computes one contraction", mm, n);
+      return false;
+    }
+    if (op_info(node.op).kind == OpKind::Reduce) {
+      *why = fmt::format("%{} {} reduces in a matmul's kernel, which takes a pointwise epilogue only", n,
+                         op_info(node.op).name);
+      return false;
+    }
+  }
+  for (NodeId o : m.operands)
+    if (is_member(k, o)) {
+      *why = fmt::format("%{} {} feeds the matmul %{}: its operands are read from memory (each block reads "
+                         "its tiles, so a fused producer would be recomputed by every block that reads them)",
+                         o, op_info(g.node(o).op).name, mm);
+      return false;
+    }
+  const Node &a = g.node(m.operands[0]), &b = g.node(m.operands[1]);
+  if (a.id == b.id && m.transpose_a != m.transpose_b) {
+    *why = fmt::format("the matmul %{} reads %{} as both operands, one of them transposed: a kernel reads each "
+                       "tensor in one layout (pass a copy of it as one operand)",
+                       mm, a.id);
+    return false;
+  }
+  if (a.dtype != DType::BF16 && a.dtype != DType::F16) {
+    *why = fmt::format("the matmul %{} multiplies {} operands; tensor cores (mma.sync) take bf16 or f16: cast "
+                       "its operands to bf16",
+                       mm, dtype_name(a.dtype));
+    return false;
+  }
+  const Shape batch(m.shape.begin(), m.shape.end() - 2);
+  for (const Node* o : {&a, &b}) {
+    Shape ob(o->shape.begin(), o->shape.end() - 2);
+    ob.insert(ob.begin(), batch.size() - ob.size(), 1);
+    if (ob != batch && num_elements(ob) != 1) {
+      *why = fmt::format("the matmul %{}'s operand %{} {} is broadcast along some batch axes of {} but not "
+                         "others; tilefuse reads an operand either per batch or shared by all",
+                         mm, o->id, shape_str(o->shape), shape_str(batch));
+      return false;
+    }
+  }
+  return true;
+}
+
 // Outputs, schedule and cost of a kernel whose nodes, inputs, domain, totals and passes are set.
 bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, const ScheduleHints& hints,
                    std::string* why) {
@@ -206,7 +258,11 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     shapes.push_back(std::move(s));
     dtypes.push_back(g.node(o).dtype);
   }
-  if (k.kind == ScheduleKind::ColumnReduce) {
+  if (k.kind == ScheduleKind::MatMul) {
+    const Node& m = g.node(contraction(g, k));
+    const auto [rows, depth] = matmul_operand_dims(g.node(m.operands[0]).shape, m.transpose_a);
+    k.schedule = choose_matmul_schedule(num_elements(m.shape) / (rows * m.shape.back()), rows, m.shape.back(), depth);
+  } else if (k.kind == ScheduleKind::ColumnReduce) {
     auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), hints,
                                     profile, why);
     if (!s) return false;
@@ -253,7 +309,14 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     *why = "the kernel would write nothing";
     return std::nullopt;
   }
-  if (reduction_domain(g, k.nodes, &k, why)) {
+  NodeId mm = -1;
+  for (NodeId n : k.nodes)
+    if (g.node(n).op == Op::MatMul && mm < 0) mm = n;
+  if (mm >= 0) {
+    if (!matmul_kernel_fits(g, k, mm, why)) return std::nullopt;
+    k.kind = ScheduleKind::MatMul;
+    k.domain = g.node(mm).shape;
+  } else if (reduction_domain(g, k.nodes, &k, why)) {
     k.kind = k.reduce_end == static_cast<int>(k.domain.size()) ? ScheduleKind::RowReduce : ScheduleKind::ColumnReduce;
   } else {
     if (!why->empty()) return std::nullopt;
@@ -280,7 +343,8 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   // reduction, or a pointwise kernel whose first output (its domain) changes.
   const bool domain_moves = (base.kind == ScheduleKind::Pointwise &&
                              (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain)) ||
-                            base.kind == ScheduleKind::ColumnReduce;  // its few nodes are checked as a whole
+                            base.kind == ScheduleKind::ColumnReduce ||  // its few nodes are checked as a whole
+                            base.kind == ScheduleKind::MatMul || pn.op == Op::MatMul;
   if (domain_moves) {
     std::vector<NodeId> nodes = base.nodes;
     nodes.push_back(p);
@@ -325,9 +389,44 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   return k;
 }
 
+NodeId contraction(const Graph& g, const Kernel& k) {
+  for (NodeId n : k.nodes)
+    if (g.node(n).op == Op::MatMul) return n;
+  return -1;
+}
+
+// A matmul kernel: its multiply-adds at the mma.sync rate, or its bytes (each operand read once:
+// the blocks that share a tile of it find it in L2), whichever is longer; the accumulator's
+// fragments (a 32×32 f32 piece per warp, 32 registers a thread), the operands' fragments and the
+// epilogue's operands held with them.
+void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
+  KernelCost& c = k.cost;
+  const TileSchedule& s = k.schedule;
+  for (NodeId t : k.inputs) c.bytes_read += tensor_bytes(g.node(t));
+  for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
+  c.flops = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
+            static_cast<double>(s.k);
+  const double epilogue = k.totals.instructions_per_element - instructions_per_element(g, g.node(contraction(g, k)));
+  c.instructions = epilogue * static_cast<double>(num_elements(k.domain));
+  const Node& mm = g.node(contraction(g, k));
+  int epilogue_operands = 0;
+  for (NodeId t : k.inputs) epilogue_operands += t != mm.operands[0] && t != mm.operands[1];
+  const int acc = s.block_m * s.block_n / s.block_threads();
+  c.registers = std::min(p.max_registers_per_thread,
+                         36 + acc + acc * epilogue_operands / 2 + 4 * k.totals.scratch_regs);
+  const int threads = s.block_threads();
+  const int regs_alloc = (c.registers + 7) / 8 * 8;
+  c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
+                                          p.registers_per_sm / (regs_alloc * threads)}));
+  c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
+  c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
+  c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
+}
+
 void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   c = {};
+  if (k.kind == ScheduleKind::MatMul) return estimate_matmul_cost(g, k, p);
   const TileSchedule& s = k.schedule;
   int64_t domain_elems = num_elements(k.domain);
   // Per-thread elements an operand occupies: full tiles hold rows_per_thread × vec, a bias

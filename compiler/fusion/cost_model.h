@@ -40,6 +40,9 @@ Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k);
 Shape reduced_domain(const Kernel& k);
 
 // Fills kernel.cost from its totals, operands and schedule.
+// The kernel's matmul node (ScheduleKind::MatMul), or -1.
+NodeId contraction(const Graph& g, const Kernel& k);
+
 void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);
 
 }  // namespace tilefuse

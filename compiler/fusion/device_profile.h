@@ -12,6 +12,9 @@ struct DeviceProfile {
   // Thread-instructions issued per second: 132 SMs × 4 schedulers × 32 lanes × 1.98 GHz.
   double instructions_per_s = 33.4e12;
   double bf16_matmul_flops = 777e12;  // cuBLAS bf16 8192³, measured
+  // tilefuse's own matmul (mma.sync fragments loaded straight from global memory): an estimate
+  // until the H200 measures it.
+  double mma_sync_flops = 150e12;
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
   double l2_bytes = 50e6;             // last-level cache a re-read can hit

@@ -20,6 +20,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "row-reduction";
     case ScheduleKind::ColumnReduce:
       return "column-reduction";
+    case ScheduleKind::MatMul:
+      return "matmul";
   }
   return "?";
 }
@@ -548,6 +550,7 @@ void check_fusion_options(const FusionOptions& o) {
   positive("hbm_bytes_per_s", p.hbm_bytes_per_s);
   positive("instructions_per_s", p.instructions_per_s);
   positive("bf16_matmul_flops", p.bf16_matmul_flops);
+  positive("mma_sync_flops", p.mma_sync_flops);
   positive("sm_count", p.sm_count);
   positive("max_threads_per_sm", p.max_threads_per_sm);
   positive("max_blocks_per_sm", p.max_blocks_per_sm);
@@ -566,10 +569,10 @@ void check_fusion_options(const FusionOptions& o) {
 Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   verify(g);
   for (const Node& n : g.nodes()) {
-    if (n.op == Op::MatMul || n.op == Op::Iota)
+    if (n.op == Op::Iota)
       throw UnsupportedError(fmt::format(
           "graph '{}': %{} {}{}: tilefuse plans no kernel for {} yet (the graph, its verifier and the float64 "
-          "reference have it; code generation for it comes with the tile loops of Tile IR v2)",
+          "reference have it)",
           g.name(), n.id, op_info(n.op).name, shape_str(n.shape), op_info(n.op).name));
     if (op_info(n.op).kind != OpKind::Reduce) continue;
     // One contiguous block of axes (size-1 axes inside it count as reduced): the rows, or the

@@ -14,8 +14,9 @@ namespace tilefuse {
 
 // Pointwise: every axis of the domain parallel. RowReduce: the trailing axes reduced.
 // ColumnReduce: a block of axes followed by parallel ones reduced (a bias gradient's sum over
-// rows): the domain is [P, R, C] with R reduced.
-enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce };
+// rows): the domain is [P, R, C] with R reduced. MatMul: one contraction (its domain is the
+// product's shape) and a pointwise epilogue on its result.
+enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {
@@ -31,6 +32,7 @@ struct KernelCost {
   // some groups idle (1 when every group does the same number of rows).
   double busy_share = 1;
   double row_steps_s = 0;  // a persistent kernel's serial per-row work, summed over its rounds
+  double flops = 0;  // a matmul's multiply-adds, two each
   double memory_s = 0, compute_s = 0, predicted_s = 0;
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
 };

@@ -101,8 +101,14 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                             bytes_str(k.cost.l2_reread_bytes));
       s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
     }
-    s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
-                     registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
+    if (k.kind == ScheduleKind::MatMul)
+      s += fmt::format("    {}; occupancy {} blocks/SM; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync, an estimate){}\n",
+                       registers_line(k, measured), k.cost.blocks_per_sm, k.cost.flops / 1e12,
+                       plan.options.profile.mma_sync_flops / 1e12,
+                       k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
+    else
+      s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
+                       registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
     if (k.cost.busy_share < 1)
       s += fmt::format(
           "    persistent grid: its {} are busy {:.1f}% of the time (the last round over "
@@ -201,9 +207,13 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("stage_bytes", s.stage_bytes)
         .field("split_blocks", s.split_blocks)
         .field("claims_rows", s.claims_rows())
-        .field("workspace_bytes", s.workspace_bytes())
-        .end_object();
+        .field("workspace_bytes", s.workspace_bytes());
+    if (s.contracts)
+      j.field("batch", s.batch).field("m", s.m).field("n", s.n).field("k", s.k).field("block_m", s.block_m)
+          .field("block_n", s.block_n).field("block_k", s.block_k).field("warps_m", s.warps_m).field("warps_n", s.warps_n);
+    j.end_object();
     j.field("bytes_read", k.cost.bytes_read)
+        .field("flops", k.cost.flops)
         .field("bytes_written", k.cost.bytes_written)
         .field("instructions", k.cost.instructions)
         .field("registers_estimate", k.cost.registers)

@@ -38,10 +38,30 @@ std::string TileSchedule::describe() const {
         outer > 1 ? fmt::format(" for each of {} column sets", outer) : "", split_blocks, split_blocks == 1 ? "" : "s",
         split_rows, grid(), split_blocks > 1 ? "; the parts meet in the workspace, added up by each tile's last block" : "",
         vec);
+  if (contracts)
+    return fmt::format(
+        "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}, {} "
+        "blocks{}",
+        block_m, block_n, warps_m, warps_n, block_m / warps_m, block_n / warps_n, block_k, grid(),
+        batch > 1 ? fmt::format(" over {} batches", batch) : "");
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
+}
+
+TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  TileSchedule s;
+  s.contracts = true;
+  s.batch = batch;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.dims = {batch * m, n};
+  s.rows = batch * m;
+  s.cols = n;
+  s.threads_per_row = 32 * s.warps_m * s.warps_n;
+  return s;
 }
 
 static int64_t pow2_ceil(int64_t x) {

@@ -1,5 +1,6 @@
 #pragma once
 // Tile parameters of a kernel: the schedule half of the algorithm/schedule split.
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <optional>
@@ -56,6 +57,16 @@ struct TileSchedule {
   int64_t outer = 1;
   int64_t split_rows = 0;
   int partial_sums = 1;  // the kernel's reductions: each has its parts in the workspace
+  // Matmul ([batch, m, k] · [batch, k, n]): each block computes a block_m × block_n tile of the
+  // product, its warps_m × warps_n warps each a (block_m / warps_m) × (block_n / warps_n) piece
+  // in mma.sync m16n8k16 fragments, in a loop over k block_k at a time; the epilogue runs on the
+  // accumulator's fragments. (threads_per_row holds the block's threads.)
+  bool contracts = false;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  int block_m = 64, block_n = 64, block_k = 16;
+  int warps_m = 2, warps_n = 2;
+  int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
+  int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }
@@ -64,7 +75,10 @@ struct TileSchedule {
   int64_t row_blocks() const { return (rows + tile_rows() - 1) / tile_rows(); }
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
-  int64_t grid() const { return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks(); }
+  int64_t grid() const {
+    if (contracts) return batch * m_blocks() * n_blocks();
+    return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
+  }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
   bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1; }
   // Global memory the kernel keeps between launches (codegen): split rows, each part's (max,
@@ -80,6 +94,7 @@ struct TileSchedule {
   // Whether a row or column index (up to the tiles' padded extent) can pass 2^31 − 1: codegen
   // then computes element indices in 64 bits (else 32, which is cheaper).
   bool wide_indices() const {
+    if (contracts) return batch * std::max(m, k) + block_m + block_k > INT32_MAX || n + block_n > INT32_MAX;
     return outer * (row_blocks() * tile_rows()) > INT32_MAX || col_blocks() * tile_cols() > INT32_MAX ||
            int64_t{partial_sums} * outer * split_blocks * cols > INT32_MAX;
   }
@@ -122,6 +137,10 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
                                                    const std::vector<DType>& dtypes, size_t num_inputs,
                                                    const ScheduleHints& hints, const DeviceProfile& device,
                                                    std::string* why);
+
+// A matmul of [batch, m, k] by [batch, k, n] on mma.sync: 64×64 block tiles of 2×2 warps, k in
+// steps of 16.
+TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the

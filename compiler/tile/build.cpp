@@ -312,11 +312,152 @@ class ColumnReduction {
   int workspace_ = -1, part_ = -1, outer_ = -1, col0_ = -1, zero_ = -1;
 };
 
+// A matmul [batch, M, K] · [batch, K, N]: block (batch, row tile, column tile) of the product
+// loops over K a step at a time, loading its A and B tiles straight into mma.sync fragments and
+// accumulating into an f32 accumulator tile it carries; the epilogue's operands are loaded in
+// the accumulator's layout, and its outputs stored from it. Tiles past M, N or K are masked; a
+// K step past K is zeroed in both operands, so the padding adds nothing even where the clamped
+// loads read an inf.
+class MatMulProgram {
+ public:
+  MatMulProgram(const Graph& g, const Kernel& k)
+      : g_(g), k_(k), s_(k.schedule), mm_(g.node(contraction(g, k))) {}
+
+  Program build() {
+    p_.name = k_.name;
+    p_.layout = {{1, 1}, {1, s_.block_threads()}, {1, 1}};
+    p_.mma = MmaConfig{s_.warps_m, s_.warps_n, s_.block_m / s_.warps_m, s_.block_n / s_.warps_n};
+    p_.grid = {s_.grid()};
+    p_.wide_indices = s_.wide_indices();
+    add_params();
+    Builder b(p_, p_.body);
+    const int pid = b.program_id(0);
+    const int n_blocks = b.index(s_.n_blocks()), m_blocks = b.index(s_.m_blocks());
+    const int rest = b.div(pid, n_blocks);
+    const int batch = b.div(rest, m_blocks);
+    n0_ = b.mul(b.rem(pid, n_blocks), b.index(s_.block_n));
+    zero_ = b.index(0);
+    const int first_row = b.mul(batch, b.index(s_.m));
+    row0_ = b.add(first_row, b.mul(b.rem(rest, m_blocks), b.index(s_.block_m)));
+    row_end_ = b.add(first_row, b.index(s_.m));
+    const int k0 = batched(1) ? b.mul(batch, b.index(s_.k)) : zero_;
+    std::map<NodeId, int> value;
+    // The product rounded to its dtype, as an unfused matmul would write it.
+    const int acc = product(b, k0);
+    value[mm_.id] = mm_.dtype == DType::F32 ? acc : b.compute(Op::Cast, {acc}, mm_.dtype);
+    epilogue(b, value);
+    verify_program(p_);
+    return std::move(p_);
+  }
+
+ private:
+  bool rows_masked() const { return s_.m % s_.block_m != 0; }
+  bool cols_masked() const { return s_.n % s_.block_n != 0; }
+  bool k_masked() const { return s_.k % s_.block_k != 0; }
+  // Whether matmul operand i has a tile per batch (else every batch shares it).
+  bool batched(size_t i) const {
+    const Shape& sh = g_.node(mm_.operands[i]).shape;
+    return num_elements(Shape(sh.begin(), sh.end() - 2)) != 1;
+  }
+
+  // A: [rows, K] (rows = M, per batch or shared), column-major per batch when transposed; B:
+  // [rows, N] with rows = K likewise. Epilogue operands and outputs as in a pointwise kernel over
+  // the product's [batch·M, N] rows.
+  void add_params() {
+    TileSchedule domain;
+    domain.dims = k_.domain;
+    for (NodeId id : k_.inputs) {
+      Param prm = param_of(g_, id, false, aligned_shape(g_, id, k_), domain);
+      for (size_t i = 0; i < 2; ++i) {
+        if (id != mm_.operands[i]) continue;
+        const int64_t rows = i == 0 ? s_.m : s_.k, cols = i == 0 ? s_.k : s_.n;
+        prm.view = {(batched(i) ? s_.batch : 1) * rows, cols};
+        prm.row_dims.clear();
+        prm.row_view.clear();
+        prm.col_major = i == 0 ? mm_.transpose_a : mm_.transpose_b;
+        prm.group_rows = prm.col_major ? rows : 0;
+        operand_param_[i] = static_cast<int>(p_.params.size());
+      }
+      param_[id] = static_cast<int>(p_.params.size());
+      p_.params.push_back(prm);
+    }
+    for (NodeId id : k_.outputs) {
+      param_[id] = static_cast<int>(p_.params.size());
+      p_.params.push_back(param_of(g_, id, true, aligned_shape(g_, id, k_), domain));
+    }
+  }
+
+  // The K loop: the accumulator tile after every step.
+  int product(Builder& b, int k0) {
+    const Shape a_tile = {s_.block_m, s_.block_k}, b_tile = {s_.block_k, s_.block_n};
+    const int a_rows0 = batched(0) ? row0_ : b.rem(row0_, b.index(s_.m));
+    const int a_end = batched(0) ? row_end_ : b.index(s_.m);
+    const int b_end = b.add(k0, b.index(s_.k));
+    const int depth = b.index(s_.k);
+    const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
+    return b.for_loop(zero_, depth, b.index(s_.block_k), {acc}, [&](Builder& in, int kk, const std::vector<int>& c) {
+      int a = in.load(operand_param_[0], {a_rows0, kk}, a_tile, {rows_masked(), k_masked()}, {a_end, -1}, Frag::A);
+      int bt = in.load(operand_param_[1], {in.add(k0, kk), n0_}, b_tile, {k_masked(), cols_masked()}, {b_end, -1},
+                       Frag::B);
+      if (k_masked()) {
+        const DType dt = g_.node(mm_.operands[0]).dtype;
+        const int none = in.scalar(0, dt);
+        a = in.compute(Op::Where, {in.in_bounds(kk, depth, 1, a_tile, Frag::A), a, none}, dt);
+        bt = in.compute(Op::Where, {in.in_bounds(kk, depth, 0, b_tile, Frag::B), bt, none}, dt);
+      }
+      return std::vector<int>{in.dot(a, bt, c[0])};
+    })[0];
+  }
+
+  // The epilogue's operands in the accumulator's layout, its nodes, and the outputs.
+  void epilogue(Builder& b, std::map<NodeId, int>& value) {
+    auto tile_of = [&](const Param& prm) {
+      return Shape{prm.view[0] == 1 ? 1 : s_.block_m, prm.view[1] == 1 ? 1 : s_.block_n};
+    };
+    auto offsets = [&](const Param& prm) {
+      return std::vector<int>{prm.view[0] == 1 ? zero_ : row0_, prm.view[1] == 1 ? zero_ : n0_};
+    };
+    auto masks = [&](const Param& prm) {
+      return std::vector<bool>{prm.view[0] != 1 && (rows_masked() || s_.batch > 1), prm.view[1] != 1 && cols_masked()};
+    };
+    for (NodeId id : k_.inputs) {
+      if (id == mm_.operands[0] || id == mm_.operands[1]) continue;
+      const Param& prm = p_.params[static_cast<size_t>(param_.at(id))];
+      value[id] = b.load(param_.at(id), offsets(prm), tile_of(prm), masks(prm), {row_end_, -1}, Frag::Acc);
+    }
+    for (NodeId id : k_.nodes) {
+      if (id == mm_.id) continue;
+      const Node& n = g_.node(id);
+      std::vector<int> args;
+      for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
+      value[id] = b.compute(n.op, args, n.dtype);
+    }
+    // Outputs span the product (a view one wide along an axis is M or N of 1, masked there).
+    for (NodeId id : k_.outputs) {
+      int v = value.at(id);
+      const Shape tile = {s_.block_m, s_.block_n};
+      if (!p_.types[static_cast<size_t>(v)].is_tile() || p_.types[static_cast<size_t>(v)].shape != tile)
+        v = b.compute(Op::Add, {v, b.tile_const(0, g_.node(id).dtype, tile, Frag::Acc)}, g_.node(id).dtype);
+      b.store(param_.at(id), {row0_, n0_}, v, {rows_masked() || s_.batch > 1, cols_masked()}, {row_end_, -1});
+    }
+  }
+
+  const Graph& g_;
+  const Kernel& k_;
+  const TileSchedule& s_;
+  const Node& mm_;
+  Program p_;
+  std::map<NodeId, int> param_;
+  int operand_param_[2] = {-1, -1};
+  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1;
+};
+
 }  // namespace
 
 std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
   if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
+  if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();
   return std::nullopt;
 }
 

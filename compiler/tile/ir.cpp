@@ -6,6 +6,20 @@
 
 namespace tilefuse::tir {
 
+const char* frag_name(Frag f) {
+  switch (f) {
+    case Frag::None:
+      return "blocked";
+    case Frag::A:
+      return "mma_a";
+    case Frag::B:
+      return "mma_b";
+    case Frag::Acc:
+      return "mma_acc";
+  }
+  return "?";
+}
+
 int Layout::block_threads() const {
   int n = 1;
   for (int t : threads) n *= t;
@@ -24,8 +38,9 @@ std::string type_str(const Type& t) {
     case Type::Kind::Scalar:
       return dtype_name(t.dtype);
     case Type::Kind::Tile:
-      return fmt::format("tile<{}x{}{}>", fmt::join(t.shape, "x"), dtype_name(t.dtype),
-                         t.space == Space::Shared ? ", smem" : "");
+      return fmt::format("tile<{}x{}{}{}>", fmt::join(t.shape, "x"), dtype_name(t.dtype),
+                         t.space == Space::Shared ? ", smem" : "",
+                         t.frag == Frag::None ? "" : fmt::format(", {}", frag_name(t.frag)));
   }
   return "?";
 }
@@ -54,6 +69,8 @@ const char* opcode_name(Opcode o) {
       return "last_arrival";
     case Opcode::ResetCount:
       return "reset_count";
+    case Opcode::Dot:
+      return "dot";
     case Opcode::Load:
       return "load";
     case Opcode::Store:
@@ -103,11 +120,11 @@ int Builder::scalar(double v, DType t) {
   return emit(i, Type::scalar(t));
 }
 
-int Builder::tile_const(double v, DType t, const Shape& shape) {
+int Builder::tile_const(double v, DType t, const Shape& shape, Frag frag) {
   Inst i;
   i.opcode = Opcode::Const;
   i.value = v;
-  return emit(i, Type::tile(t, shape));
+  return emit(i, Type::tile(t, shape, Space::Reg, frag));
 }
 
 int Builder::mul(int a, int b) {
@@ -145,12 +162,12 @@ int Builder::min(int a, int b) {
   return emit(i, Type::index());
 }
 
-int Builder::in_bounds(int offset, int limit, int axis, const Shape& shape) {
+int Builder::in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag) {
   Inst i;
   i.opcode = Opcode::InBounds;
   i.args = {offset, limit};
   i.axis = axis;
-  return emit(i, Type::tile(DType::Bool, shape));
+  return emit(i, Type::tile(DType::Bool, shape, Space::Reg, frag));
 }
 
 int Builder::last_arrival(int workspace_param, int slot, int arrivals) {
@@ -189,13 +206,20 @@ static void set_masks(Inst& i, size_t rank, const std::vector<bool>& masked, con
 }
 
 int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked,
-                  const std::vector<int>& limits) {
+                  const std::vector<int>& limits, Frag frag) {
   Inst i;
   i.opcode = Opcode::Load;
   i.param = param;
   i.args = offsets;
   set_masks(i, offsets.size(), masked, limits);
-  return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape));
+  return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape, Space::Reg, frag));
+}
+
+int Builder::dot(int a, int b, int acc) {
+  Inst i;
+  i.opcode = Opcode::Dot;
+  i.args = {a, b, acc};
+  return emit(i, p_.types.at(static_cast<size_t>(acc)));
 }
 
 void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,
@@ -220,11 +244,11 @@ static Shape broadcast_of(const Program& p, const std::vector<int>& args) {
   return out;
 }
 
-int Builder::splat(int scalar, const Shape& shape) {
+int Builder::splat(int scalar, const Shape& shape, Frag frag) {
   Inst i;
   i.opcode = Opcode::Splat;
   i.args = {scalar};
-  return emit(i, Type::tile(p_.types.at(static_cast<size_t>(scalar)).dtype, shape));
+  return emit(i, Type::tile(p_.types.at(static_cast<size_t>(scalar)).dtype, shape, Space::Reg, frag));
 }
 
 int Builder::compute(Op op, const std::vector<int>& args, DType dtype) {
@@ -233,7 +257,10 @@ int Builder::compute(Op op, const std::vector<int>& args, DType dtype) {
   i.op = op;
   i.args = args;
   Shape shape = broadcast_of(p_, args);
-  return emit(i, shape.empty() ? Type::scalar(dtype) : Type::tile(dtype, shape));
+  Frag frag = Frag::None;  // the operands' layout (the verifier checks they agree)
+  for (int a : args)
+    if (p_.types.at(static_cast<size_t>(a)).is_tile()) frag = p_.types.at(static_cast<size_t>(a)).frag;
+  return emit(i, shape.empty() ? Type::scalar(dtype) : Type::tile(dtype, shape, Space::Reg, frag));
 }
 
 int Builder::reduce(Op op, int tile, int axis) {

@@ -48,19 +48,39 @@ std::string layout_str(const Layout& l);
 
 enum class Space { Reg, Shared };
 
+// Tensor-core fragments (mma.sync m16n8k16): the program's warps form a grid of warps_m × warps_n,
+// each computing warp_m × warp_n of the accumulator in 16×8 pieces. An A tile is [warps_m·warp_m,
+// 16] (each warp the rows of its accumulator), a B tile [16, warps_n·warp_n], the accumulator
+// [warps_m·warp_m, warps_n·warp_n]; within a warp, lane l holds the elements PTX's fragment
+// layout gives it (group l/4, thread l%4 of its group).
+struct MmaConfig {
+  int warps_m = 2, warps_n = 2;
+  int warp_m = 32, warp_n = 32;
+  int threads() const { return 32 * warps_m * warps_n; }
+  bool operator==(const MmaConfig& o) const {
+    return warps_m == o.warps_m && warps_n == o.warps_n && warp_m == o.warp_m && warp_n == o.warp_n;
+  }
+};
+enum class Frag { None, A, B, Acc };  // None: the program's blocked layout
+const char* frag_name(Frag f);
+
 struct Type {
   enum class Kind { Index, Scalar, Tile };
   Kind kind = Kind::Index;
   DType dtype = DType::F32;  // Scalar, Tile
   Shape shape;               // Tile: its extent per axis (1: the same along that axis)
   Space space = Space::Reg;  // Tile
+  Frag frag = Frag::None;    // Tile: a tensor-core fragment layout, or the blocked one
 
   static Type index() { return {}; }
   static Type scalar(DType t) { return {Kind::Scalar, t, {}, Space::Reg}; }
-  static Type tile(DType t, Shape s, Space sp = Space::Reg) { return {Kind::Tile, t, std::move(s), sp}; }
+  static Type tile(DType t, Shape s, Space sp = Space::Reg, Frag f = Frag::None) {
+    return {Kind::Tile, t, std::move(s), sp, f};
+  }
   bool is_tile() const { return kind == Kind::Tile; }
   bool operator==(const Type& o) const {
-    return kind == o.kind && (kind == Kind::Index || (dtype == o.dtype && shape == o.shape && space == o.space));
+    return kind == o.kind &&
+           (kind == Kind::Index || (dtype == o.dtype && shape == o.shape && space == o.space && frag == o.frag));
   }
   bool operator!=(const Type& o) const { return !(*this == o); }
 };
@@ -81,6 +101,10 @@ struct Param {
   // The kernel's workspace (read and written; kept between launches, zero at the first): this
   // view of f32 values, then u32 counters.
   bool workspace = false;
+  // Column-major storage (a matmul operand read transposed): element (r, c) of each group of
+  // `group_rows` rows (a batch) lies at group·group_rows·view[1] + c·group_rows + r % group_rows.
+  bool col_major = false;
+  int64_t group_rows = 0;
 };
 
 enum class Opcode {
@@ -106,6 +130,7 @@ enum class Opcode {
   // the last (acquiring the others' writes); ResetCount zeroes the slot for the next launch.
   LastArrival,
   ResetCount,
+  Dot,        // acc (arg 2) + A (arg 0) · B (arg 1): tensor-core fragments (mma.sync m16n8k16)
 };
 const char* opcode_name(Opcode o);
 
@@ -133,7 +158,8 @@ struct Program {
   std::string name;
   std::vector<Param> params;  // inputs first, then outputs
   std::vector<int64_t> grid;  // blocks along each grid axis
-  Layout layout;              // of every register tile
+  Layout layout;              // of every register tile that is not a tensor-core fragment
+  std::optional<MmaConfig> mma;  // the warps' arrangement for fragments
   Region body;
   std::vector<Type> types;    // value id → type
   // Launch attributes codegen honours (they mirror the schedule): registers capped so that this
@@ -163,13 +189,13 @@ class Builder {
   int program_id(int axis);
   int index(int64_t v);
   int scalar(double v, DType t);
-  int tile_const(double v, DType t, const Shape& shape);
+  int tile_const(double v, DType t, const Shape& shape, Frag frag = Frag::None);
   int mul(int a, int b);
   int add(int a, int b);
   int div(int a, int b);
   int rem(int a, int b);
   int min(int a, int b);
-  int in_bounds(int offset, int limit, int axis, const Shape& shape);
+  int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
   int last_arrival(int workspace_param, int slot, int arrivals);
   void reset_count(int workspace_param, int slot);
   // Runs `body` (given a builder for the region) when the bool scalar `cond` holds.
@@ -177,10 +203,11 @@ class Builder {
   // `masked`: the axes whose offsets may pass the view's extent (empty: none); `limits`: per
   // axis, a value that bounds it instead (-1: the view's extent).
   int load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked = {},
-           const std::vector<int>& limits = {});
+           const std::vector<int>& limits = {}, Frag frag = Frag::None);
+  int dot(int a, int b, int acc);
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
-  int splat(int scalar, const Shape& shape);
+  int splat(int scalar, const Shape& shape, Frag frag = Frag::None);
   int compute(Op op, const std::vector<int>& args, DType dtype);
   int reduce(Op op, int tile, int axis);
   // A loop over [lo, hi) by `step` carrying `inits`: `body` fills the loop's region, given a

@@ -127,6 +127,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::IndexRem:
       case Opcode::IndexMin:
       case Opcode::Splat:
+      case Opcode::Dot:
       case Opcode::Compute:
         *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), type_of(i.results[0]));
         break;
@@ -200,6 +201,20 @@ class Parser {
     const int threads = static_cast<int>(integer());
     word("layout");
     p.layout = layout();
+    if (at_word("mma")) {
+      next();
+      MmaConfig m;
+      word("warps");
+      std::vector<int> warps = small_list();
+      word("warp_tile");
+      std::vector<int> tile = small_list();
+      if (warps.size() != 2 || tile.size() != 2) fail("mma needs two warps and two tile extents");
+      m.warps_m = warps[0];
+      m.warps_n = warps[1];
+      m.warp_m = tile[0];
+      m.warp_n = tile[1];
+      p.mma = m;
+    }
     if (at_word("min_blocks_per_sm")) {
       next();
       p.min_blocks_per_sm = static_cast<int>(integer());
@@ -313,6 +328,11 @@ class Parser {
       word("as");
       p.row_view = int_list();
     }
+    if (at_word("col_major")) {
+      next();
+      p.col_major = true;
+      p.group_rows = integer();
+    }
     if (at_word("out")) {
       next();
       p.output = true;
@@ -345,14 +365,24 @@ class Parser {
     }
     DType dt = dtype_named(spec.substr(start));
     Space space = Space::Reg;
-    if (at_punct(",")) {
+    Frag frag = Frag::None;
+    while (at_punct(",")) {
       next();
-      word("smem");
-      space = Space::Shared;
+      const std::string w = expect(Token::Word, "smem or a fragment layout").text;
+      if (w == "smem")
+        space = Space::Shared;
+      else if (w == frag_name(Frag::A))
+        frag = Frag::A;
+      else if (w == frag_name(Frag::B))
+        frag = Frag::B;
+      else if (w == frag_name(Frag::Acc))
+        frag = Frag::Acc;
+      else
+        fail(fmt::format("unknown tile attribute '{}'", w));
     }
     punct(">");
     if (shape.empty()) fail("a tile needs extents");
-    return Type::tile(dt, shape, space);
+    return Type::tile(dt, shape, space, frag);
   }
   // A use of a value defined earlier (in this region or an enclosing one).
   int use(const char* what) {
@@ -448,6 +478,11 @@ class Parser {
       punct(":");
       Type t = type();
       if (i.opcode == Opcode::Load) results({t});
+    } else if (op == "dot") {
+      i.opcode = Opcode::Dot;
+      i.args = uses_until_colon();
+      punct(":");
+      results({type()});
     } else if (op == "splat") {
       i.opcode = Opcode::Splat;
       i.args = uses_until_colon();
@@ -566,12 +601,16 @@ std::string print_program(const Program& p) {
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Param& a = p.params[i];
     std::string rows = a.row_dims.empty() ? "" : fmt::format(" rows {} as {}", shape_str(a.row_dims), shape_str(a.row_view));
-    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
-                                 a.output ? " out" : "", a.workspace ? " workspace" : ""));
+    std::string col_major = a.col_major ? fmt::format(" col_major {}", a.group_rows) : "";
+    params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
+                                 col_major, a.output ? " out" : "", a.workspace ? " workspace" : ""));
   }
-  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{} {{\n", p.name,
+  std::string mma = p.mma ? fmt::format(" mma warps [{}, {}] warp_tile [{}, {}]", p.mma->warps_m, p.mma->warps_n,
+                                        p.mma->warp_m, p.mma->warp_n)
+                         : "";
+  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),
-                                layout_str(p.layout),
+                                layout_str(p.layout), mma,
                                 p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "",
                                 p.wide_indices ? " wide_indices" : "");
   print_region(p, Names(p), p.body, 1, &out);

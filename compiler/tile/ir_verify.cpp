@@ -22,6 +22,8 @@ class Verifier {
     if (rank == 0 || p_.layout.per_thread.size() != rank || p_.layout.reps.size() != rank)
       problem("the layout's lists are empty or of different lengths");
     if (p_.block_threads() > 1024) problem(fmt::format("{} threads per block, more than 1024", p_.block_threads()));
+    if (p_.mma && p_.mma->threads() != p_.block_threads())
+      problem(fmt::format("the mma arrangement has {} threads, the layout {}", p_.mma->threads(), p_.block_threads()));
     for (size_t i = 0; i < p_.params.size(); ++i) {
       const Param& prm = p_.params[i];
       if (prm.view.size() != rank)
@@ -46,9 +48,25 @@ class Verifier {
 
   bool is_index(int v) const { return type(v).kind == Type::Kind::Index; }
 
+  // A fragment's extents: the warps' tile of its kind (or 1 along an axis of an accumulator).
+  void check_fragment(const Inst& i, const Type& t) {
+    if (!p_.mma) {
+      problem(fmt::format("{}: a {} tile in a program without an mma arrangement", where(i), frag_name(t.frag)));
+      return;
+    }
+    const MmaConfig& m = *p_.mma;
+    const int64_t rows = int64_t{m.warps_m} * m.warp_m, cols = int64_t{m.warps_n} * m.warp_n;
+    const Shape want = t.frag == Frag::A ? Shape{rows, 16} : t.frag == Frag::B ? Shape{16, cols} : Shape{rows, cols};
+    bool fits = t.shape.size() == 2;
+    for (size_t d = 0; fits && d < 2; ++d)
+      fits = t.shape[d] == want[d] || (t.frag == Frag::Acc && t.shape[d] == 1);
+    if (!fits) problem(fmt::format("{}: {} is not a {} tile of {}", where(i), type_str(t), frag_name(t.frag), shape_str(want)));
+  }
+
   // A register tile must cover the layout's tile along each axis, or be 1 (the same along it).
   void check_tile_shape(const Inst& i, const Type& t) {
     if (!t.is_tile()) return;
+    if (t.frag != Frag::None) return check_fragment(i, t);
     if (t.shape.size() != p_.layout.threads.size()) {
       problem(fmt::format("{}: {} is not of the layout's rank", where(i), type_str(t)));
       return;
@@ -82,8 +100,9 @@ class Verifier {
       return;
     }
     check_tile_shape(i, t);
+    // (A tile may pass a view one element wide where it is masked there: a matmul's K of 1.)
     for (size_t d = 0; d < t.shape.size() && d < prm.view.size(); ++d)
-      if (prm.view[d] == 1 && t.shape[d] != 1)
+      if (prm.view[d] == 1 && t.shape[d] != 1 && !(d < i.masked.size() && i.masked[d]))
         problem(fmt::format("{}: %arg{} is broadcast along axis {}, but the tile spans {}", where(i), i.param, d, t.shape[d]));
   }
 
@@ -104,6 +123,8 @@ class Verifier {
       const Type& t = type(a);
       if (t.kind == Type::Kind::Index) problem(fmt::format("{}: operand %{} is an index", where(i), a));
       if (!t.is_tile()) continue;
+      if (r.is_tile() && t.frag != r.frag)
+        problem(fmt::format("{}: operand %{} is {}, the result {}", where(i), a, frag_name(t.frag), frag_name(r.frag)));
       try {
         shape = shape.empty() ? t.shape : broadcast_shapes(shape, t.shape, "tile op");
       } catch (const ShapeError& e) {
@@ -235,6 +256,21 @@ class Verifier {
             problem(fmt::format("{}: needs a bool scalar and one region", where(i)));
           std::set<int> inner = scope;
           if (!i.regions.empty()) region(i.regions[0], inner, false);
+          break;
+        }
+        case Opcode::Dot: {
+          if (i.args.size() != 3) {
+            problem(fmt::format("{}: needs A, B and an accumulator", where(i)));
+            break;
+          }
+          const Type &a = type(i.args[0]), &b = type(i.args[1]), &c = type(i.args[2]), &out = type(i.results.at(0));
+          if (a.frag != Frag::A || b.frag != Frag::B || c.frag != Frag::Acc || out != c)
+            problem(fmt::format("{}: needs mma_a, mma_b and mma_acc tiles (an accumulator of the result's type)", where(i)));
+          if (a.dtype != b.dtype || (a.dtype != DType::BF16 && a.dtype != DType::F16) || c.dtype != DType::F32)
+            problem(fmt::format("{}: multiplies bf16 or f16 tiles of one dtype into f32", where(i)));
+          for (const Type* t : {&a, &b, &c}) check_tile_shape(i, *t);
+          if (c.shape.size() == 2 && (c.shape[0] == 1 || c.shape[1] == 1))
+            problem(fmt::format("{}: the accumulator must be the whole warps' tile", where(i)));
           break;
         }
         case Opcode::LastArrival:

@@ -19,12 +19,12 @@ struct RandomGraphOptions {
   // Chance of a graph over long rows (16384 to 262144 elements: staged, claimed, split,
   // cluster and looped row schedules), with at most 4·max_elements elements.
   double long_rows = 0.15;
-  // Chance that a graph also reduces a non-trailing axis, which planning refuses with a typed
-  // error today.
+  // Chance that a graph also reduces a leading axis (a column reduction).
   double non_trailing = 0.02;
-  // Chance of each step being a matmul against a weight of its own, or an iota mask: low while
-  // planning refuses both (until Tile IR v2 compiles them), so that most graphs still compile.
-  double matmul = 0.005;
+  // Chance of each step being a matmul against a weight of its own (planned on tensor cores for
+  // 16-bit graphs, refused for f32 ones), or an iota mask (refused: low, so that most graphs
+  // still compile).
+  double matmul = 0.03;
   double iota = 0.005;
 };
 
