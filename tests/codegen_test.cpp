@@ -88,6 +88,7 @@ TEST(Codegen, MatMulIsMmaSync) {
   };
   for (const Case& c : std::vector<Case>{
            {DType::BF16, false, false, {128, 64}, {64, 128}, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+           {DType::F16, false, true, {64, 32}, {64, 32}, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
            {DType::F16, false, true, {2, 37, 50}, {29, 50}, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
            {DType::BF16, true, false, {50, 37}, {50, 29}, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
        }) {
@@ -103,6 +104,14 @@ TEST(Codegen, MatMulIsMmaSync) {
       const int mmas = count(k.ptx, c.mma);
       EXPECT_GE(mmas, 8) << k.ptx;
       EXPECT_EQ(mmas % 8, 0) << k.ptx;
+      // Staged operands arrive by cp.async and leave shared memory by ldmatrix; the fragments
+      // reach mma.sync as loaded.
+      const bool staged = p.kernels[0].schedule.stages > 0;
+      EXPECT_EQ(count(k.ptx, R"(cp\.async\.cg\.shared\.global)") > 0, staged);
+      EXPECT_EQ(count(k.ptx, R"(ldmatrix\.sync\.aligned\.m8n8\.x4)") > 0, staged);
+      if (staged) {  // no fragment widened to f32 and narrowed back
+        EXPECT_EQ(count(k.ptx, R"(cvt\.f32\.bf16|cvt\.f32\.f16)"), 0) << k.ptx;
+      }
       if (!find_ptxas().empty()) {
         auto m = run_ptxas(k.ptx, p.kernels[0].name, codegen_options_for(sm));
         ASSERT_TRUE(m.has_value());

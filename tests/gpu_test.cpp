@@ -1,4 +1,5 @@
 // Examples on the GPU against the float64 reference: fresh random inputs, poisoned outputs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -41,8 +42,10 @@ TEST(Gpu, ExamplesMatchReference) {
 }
 
 // Matmuls against the float64 reference: shapes on and off the tile grid (K not a multiple of
-// 16), batches with a shared weight, operands read transposed, f16, an f32 product, fused
-// epilogues with a bias, a residual shared across batches and GELU.
+// the k step, K shorter than one), batches with a shared weight, operands read transposed, f16,
+// an f32 product, fused epilogues with a bias, a residual shared across batches and GELU — each
+// planned staged through shared memory where its rows allow, and with fragments loaded straight
+// from global memory (--stages 0).
 TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
@@ -53,15 +56,18 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
+  int staged = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
+           {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
            {"odd", DType::BF16, {37, 50}, {50, 29}, {}, false},
+           {"batched_tail", DType::BF16, {2, 100, 72}, {72, 136}, {}, true},
            {"batched_shared_weight", DType::BF16, {3, 70, 40}, {40, 66}, {}, true},
-           {"transposed_a", DType::BF16, {2, 33, 65}, {2, 33, 80}, {true, false, std::nullopt}, false},
+           {"transposed_a", DType::BF16, {2, 48, 64}, {2, 48, 80}, {true, false, std::nullopt}, false},
+           {"transposed_a_odd", DType::BF16, {2, 33, 65}, {2, 33, 80}, {true, false, std::nullopt}, false},
            {"transposed_b_f16", DType::F16, {130, 96}, {72, 96}, {false, true, std::nullopt}, true},
-           {"f32_product", DType::BF16, {64, 300}, {300, 64}, {false, false, DType::F32}, true},
+           {"f32_product", DType::BF16, {64, 304}, {304, 64}, {false, false, DType::F32}, true},
        }) {
-    SCOPED_TRACE(c.name);
     Graph g(std::string("mm_") + c.name);
     Tensor y = matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), c.options);
     if (c.epilogue) {
@@ -70,10 +76,17 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       y = gelu(y + input(g, "bias", {s.back()}, dt) + input(g, "res", {s[s.size() - 2], s.back()}, dt));
     }
     output("c", y);
-    Plan p = plan_fusion(g);
-    ASSERT_EQ(p.kernels.size(), 1u);
-    testing::check_on_gpu(p, seed);
+    for (int stages : {-1, 0}) {
+      SCOPED_TRACE(fmt::format("{}, stages {}", c.name, stages));
+      FusionOptions o;
+      o.schedule.stages = stages;
+      Plan p = plan_fusion(g, o);
+      ASSERT_EQ(p.kernels.size(), 1u);
+      staged += p.kernels[0].schedule.stages > 0;
+      testing::check_on_gpu(p, seed);
+    }
   }
+  EXPECT_GE(staged, 5);  // the staged path is the one most cases take
 }
 
 // The 8192³ example is too big for the float64 reference on the CPU: 4096 sampled outputs are

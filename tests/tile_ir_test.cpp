@@ -207,6 +207,38 @@ TEST(TileIrBuild, MatMulLoopCarriesTheAccumulator) {
   EXPECT_NE(text.find("masked [0 < %"), std::string::npos) << text;  // the product's edge tiles, per batch
 }
 
+// A matmul whose operands' rows are whole 16-byte chunks goes through shared memory: rings of
+// stages filled by copy_async (stages − 1 ahead), a wait and a barrier per k step, fragments
+// loaded from the ring; nothing in flight at the end.
+TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
+  using namespace dsl;
+  Graph g("mm");
+  Tensor a = input(g, "a", {2, 100, 72}, DType::BF16);
+  Tensor w = input(g, "w", {72, 136}, DType::BF16);
+  output("c", matmul(a, w));
+  Plan plan = plan_fusion(g);
+  ASSERT_EQ(plan.kernels.size(), 1u);
+  ASSERT_GT(plan.kernels[0].schedule.stages, 1);
+  std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(program_problems(*p).empty());
+  const std::string text = print_program(*p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  ASSERT_EQ(p->shared.size(), 2u);
+  EXPECT_EQ(p->shared_bytes(), plan.kernels[0].schedule.dynamic_shared_bytes());
+  const std::string pending = fmt::format("wait_group {}", plan.kernels[0].schedule.stages - 2);
+  for (const char* want : {"into @a_ring[", "into @b_ring[", "commit_group", "barrier", "= load @a_ring[",
+                           "= load @b_ring[", "wait_group 0"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  EXPECT_NE(text.find(pending), std::string::npos) << text;
+  // The copies of the steps ahead are in the loop, after its barrier.
+  EXPECT_LT(text.find("barrier"), text.rfind("into @a_ring[")) << text;
+  FusionOptions direct;
+  direct.schedule.stages = 0;
+  Plan q = plan_fusion(g, direct);
+  EXPECT_TRUE(build_program(q.graph, q.kernels[0])->shared.empty());
+}
+
 TEST(TileIr, VerifierChecksFragments) {
   const std::string head =
       "tile.func @k(%arg0 \"a\": bf16[64, 16], %arg1 \"b\": bf16[16, 64], %arg2 \"c\": f32[64, 64] out)\n"

@@ -105,7 +105,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
         fmt::format("kernel {} splits its rows over clusters of {} blocks, which need sm_90; "
                     "plan it for sm_80 without clusters (--max-cluster 1)",
                     k.name, k.schedule.cluster_blocks));
-  if (k.schedule.stages > 0 && opt.sm == "sm_80")
+  if (k.schedule.stages > 0 && !k.schedule.contracts && opt.sm == "sm_80")
     throw TargetError(
         fmt::format("kernel {} stages its rows through shared memory by bulk copies, which need sm_90; "
                     "plan it for sm_80 without stages (--stages 0)",
@@ -133,8 +133,8 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.block_threads = static_cast<unsigned>(k.schedule.block_threads());
   c.grid = static_cast<uint64_t>(k.schedule.grid());
   c.cluster_blocks = static_cast<unsigned>(k.schedule.cluster_blocks);
-  c.dynamic_shared_bytes = static_cast<unsigned>(k.schedule.dynamic_shared_bytes());
-  c.persistent = k.schedule.stages > 0;
+  c.dynamic_shared_bytes = static_cast<unsigned>(program ? program->shared_bytes() : k.schedule.dynamic_shared_bytes());
+  c.persistent = k.schedule.stages > 0 && !k.schedule.contracts;
   c.workspace_bytes = static_cast<uint64_t>(k.schedule.workspace_bytes());
   c.cooperative = k.schedule.split_blocks > 1 && !k.schedule.reduces_columns;  // split rows wait for each other
   {

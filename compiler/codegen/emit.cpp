@@ -72,6 +72,19 @@ class Emitter {
       warp_[1] = b_.CreateURem(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wn");
       group_ = b_.CreateUDiv(lane, b_.getInt32(4), "group");
       in_group_ = b_.CreateURem(lane, b_.getInt32(4), "tig");
+      lane_ = lane;
+    }
+    tid_ = tid;
+    if (!p_.shared.empty()) {  // the rings, one after another in the block's dynamic shared memory
+      auto* bytes = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+      shared_ = new llvm::GlobalVariable(*m_, bytes, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                         "shared_rings", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      shared_->setAlignment(llvm::Align(128));
+      int64_t at = 0;
+      for (const tir::SharedRing& r : p_.shared) {
+        ring_at_.push_back(at);
+        at += (r.bytes() + 127) / 128 * 128;
+      }
     }
     region(p_.body);
     b_.CreateRetVoid();
@@ -344,6 +357,18 @@ class Emitter {
         return last_arrival(i);
       case Opcode::Dot:
         return dot(i);
+      case Opcode::CopyAsync:
+        return copy_async(i);
+      case Opcode::LoadShared:
+        return load_shared(i);
+      case Opcode::CommitGroup:
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+        return;
+      case Opcode::WaitGroup:
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {i32(static_cast<int>(i.value))});
+        return;
+      case Opcode::Barrier:
+        return block_barrier();
       case Opcode::ResetCount:
         return reset_count(i);
       case Opcode::Load:
@@ -498,6 +523,131 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(c);
   }
 
+  // ---- shared rings ----
+
+  // The byte offset in a ring's stage of 16-byte chunk c of stored row o, rows of n chunks (a
+  // power of two). Chunks are swizzled within 128-byte lines of 8: rows of 8 chunks or more XOR
+  // each group of 8 with the row's index; shorter rows share a line, which XORs its chunks with
+  // the line's index — either way the 8 rows an ldmatrix reads at one chunk, and 8 consecutive
+  // chunks, land in 8 distinct 16-byte bank groups.
+  Value* shared_chunk(Value* o, Value* c, int64_t n) {
+    Value* chunk;
+    if (n >= 8) {
+      Value* seven = i32(7);
+      chunk = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(o, i32(static_cast<int>(n))), b_.CreateAnd(c, i32(~7))),
+                           b_.CreateXor(b_.CreateAnd(c, seven), b_.CreateAnd(o, seven)));
+    } else {
+      const int rows = static_cast<int>(8 / n);
+      Value* line = b_.CreateUDiv(o, i32(rows));
+      Value* within = b_.CreateAdd(b_.CreateMul(b_.CreateURem(o, i32(rows)), i32(static_cast<int>(n))), c);
+      chunk = b_.CreateAdd(b_.CreateMul(line, i32(8)), b_.CreateXor(within, b_.CreateAnd(line, i32(7))));
+    }
+    return b_.CreateMul(chunk, i32(16));
+  }
+  Value* ring_address(int ring, Value* stage, Value* o, Value* c) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(ring)];
+    const int64_t chunk_elems = 16 / static_cast<int64_t>(dtype_size(r.dtype));
+    const int64_t n = r.tile[r.col_major ? 0 : 1] / chunk_elems;
+    Value* at = b_.CreateAdd(i32(static_cast<int>(ring_at_[static_cast<size_t>(ring)])),
+                             b_.CreateMul(stage, i32(static_cast<int>(r.stage_bytes()))));
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, b_.CreateAdd(at, shared_chunk(o, c, n)));
+  }
+  Value* as_i32(Value* v) { return b_.CreateZExtOrTrunc(v, b_.getInt32Ty()); }
+
+  // The block's threads take the tile's 16-byte chunks in turn, consecutive threads along the
+  // parameter's contiguous axis; a chunk past a masked axis's limit is zero-filled (cp.async with
+  // a source size of 0 reads nothing).
+  void copy_async(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const int64_t elems = 16 / static_cast<int64_t>(dtype_size(r.dtype));
+    const size_t along = r.col_major ? 0 : 1;
+    const int64_t n = r.tile[along] / elems, total = n * r.tile[1 - along], threads = p_.block_threads();
+    Value* stage = as_i32(one(i.args[2]));
+    for (int64_t first = 0; first < total; first += threads) {
+      Value* q = b_.CreateAdd(tid_, i32(static_cast<int>(first)));
+      auto copy = [&] {
+        Value* o = b_.CreateUDiv(q, i32(static_cast<int>(n)));
+        Value* c = b_.CreateURem(q, i32(static_cast<int>(n)));
+        Value* within[2];
+        within[along] = b_.CreateMul(c, i32(static_cast<int>(elems)));
+        within[1 - along] = o;
+        Value* ok = nullptr;
+        Value* at[2];
+        for (size_t d = 0; d < 2; ++d) {
+          at[d] = b_.CreateAdd(one(i.args[d]), b_.CreateZExt(within[d], index_ty()));
+          if (d < i.masked.size() && i.masked[d]) {
+            const int limit = d < i.limits.size() ? i.limits[d] : -1;
+            Value* in = b_.CreateICmpULT(at[d], limit >= 0 ? one(limit) : index(index_extent(prm, d)));
+            at[d] = b_.CreateSelect(in, at[d], index(0));
+            ok = ok ? b_.CreateAnd(ok, in) : in;
+          }
+        }
+        Value* src = b_.CreateInBoundsGEP(storage_type(b_, prm.dtype), args_[static_cast<size_t>(i.param)],
+                                          offset(prm, at[0], at[1]));
+        Value* size = ok ? b_.CreateSelect(ok, i32(16), i32(0)) : i32(16);
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                           {ring_address(i.ring, stage, o, c), src, size});
+      };
+      if (first + threads <= total)
+        copy();
+      else
+        guarded(b_.CreateICmpULT(q, i32(static_cast<int>(total))), copy);
+    }
+  }
+
+  // Fragments by ldmatrix.x4: four 8×8 matrices, lane l giving the address of row l % 8 of
+  // matrix l / 8, each lane receiving two elements of each. A's 16×16 pieces take matrices
+  // (rows +0, k +0), (+8, +0), (+0, +8), (+8, +8) — its registers a0a1 … a6a7; B's pairs of 16×8
+  // pieces (k +0, n +0), (+8, +0), (+0, +8), (+8, +8) — b0b1, b2b3 of each. Where the stored rows
+  // run along the fragment's pairs (a column-major A, a row-major B) the load transposes.
+  void load_shared(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const Type& t = type(i.results[0]);
+    const bool a = t.frag == Frag::A;
+    const size_t stored_along = r.col_major ? 0 : 1, pairs_along = a ? 1 : 0;
+    const auto id = stored_along == pairs_along ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16
+                                                : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16;
+    Value* stage = as_i32(one(i.args[0]));
+    Value* off[2] = {as_i32(one(i.args[1])), as_i32(one(i.args[2]))};
+    Value* matrix = b_.CreateUDiv(lane_, i32(8));
+    Value* row8 = b_.CreateURem(lane_, i32(8));
+    Value* low = b_.CreateURem(matrix, i32(2));
+    Value* high = b_.CreateUDiv(matrix, i32(2));
+    std::vector<Value*> out(elements(t));
+    const int cols = slots(t, 1);
+    const int loads = a ? p_.mma->warp_m / 16 : p_.mma->warp_n / 16;
+    for (int piece = 0; piece < loads; ++piece) {
+      // The lane's row address: A piece rows + 8·(matrix % 2), k + 8·(matrix / 2); B k + 8·(matrix
+      // % 2), n + 8·(matrix / 2); the lane's row of the matrix along the stored rows' axis.
+      Value* at[2];
+      if (a) {
+        at[0] = b_.CreateAdd(b_.CreateMul(warp_[0], i32(p_.mma->warp_m)), b_.CreateAdd(i32(16 * piece), b_.CreateMul(low, i32(8))));
+        at[1] = b_.CreateMul(high, i32(8));
+      } else {
+        at[0] = b_.CreateMul(low, i32(8));
+        at[1] = b_.CreateAdd(b_.CreateMul(warp_[1], i32(p_.mma->warp_n)), b_.CreateAdd(i32(16 * piece), b_.CreateMul(high, i32(8))));
+      }
+      at[1 - stored_along] = b_.CreateAdd(at[1 - stored_along], row8);
+      for (size_t d = 0; d < 2; ++d) at[d] = b_.CreateAdd(at[d], off[d]);
+      Value* o = at[1 - stored_along];
+      Value* c = b_.CreateUDiv(at[stored_along], i32(8));
+      Value* address = ring_address(i.ring, stage, o, c);
+      Value* regs = b_.CreateIntrinsic(id, {address->getType()}, {address});
+      for (int m = 0; m < 4; ++m) {
+        llvm::Type* half = storage_type(b_, t.dtype);
+        Value* two = b_.CreateBitCast(b_.CreateExtractValue(regs, {static_cast<unsigned>(m)}),
+                                      llvm::FixedVectorType::get(half, 2));
+        for (int e = 0; e < 2; ++e) {
+          const int slot = a ? ((piece * 2 + m % 2) * cols + (m / 2) * 2 + e)
+                             : (((m % 2) * 2 + e) * cols + piece * 2 + m / 2);
+          out[static_cast<size_t>(slot)] = to_compute(b_, b_.CreateExtractElement(two, static_cast<uint64_t>(e)), t.dtype);
+        }
+      }
+    }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
   void when(const Inst& i) {
     guarded(one(i.args[0]), [&] { region(i.regions.at(0)); });
   }
@@ -562,6 +712,10 @@ class Emitter {
   Value* warp_[2] = {nullptr, nullptr};    // mma: the warp's row and column in the warps' grid
   Value* group_ = nullptr;                 // mma: lane / 4
   Value* in_group_ = nullptr;              // mma: lane % 4
+  Value* lane_ = nullptr;                  // mma: the thread's lane
+  Value* tid_ = nullptr;                   // the thread's index in the block
+  llvm::GlobalVariable* shared_ = nullptr;  // the shared rings
+  std::vector<int64_t> ring_at_;           // each ring's first byte in it
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it
   std::vector<llvm::Argument*> args_;      // param → its kernel argument

@@ -261,7 +261,9 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
   if (k.kind == ScheduleKind::MatMul) {
     const Node& m = g.node(contraction(g, k));
     const auto [rows, depth] = matmul_operand_dims(g.node(m.operands[0]).shape, m.transpose_a);
-    k.schedule = choose_matmul_schedule(num_elements(m.shape) / (rows * m.shape.back()), rows, m.shape.back(), depth);
+    const int64_t cols = m.shape.back();
+    k.schedule = choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth,
+                                        m.transpose_a ? rows : depth, m.transpose_b ? depth : cols, hints);
   } else if (k.kind == ScheduleKind::ColumnReduce) {
     auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), hints,
                                     profile, why);
@@ -396,9 +398,10 @@ NodeId contraction(const Graph& g, const Kernel& k) {
 }
 
 // A matmul kernel: its multiply-adds at the mma.sync rate, or its bytes (each operand read once:
-// the blocks that share a tile of it find it in L2), whichever is longer; the accumulator's
-// fragments (a 32×32 f32 piece per warp, 32 registers a thread), the operands' fragments and the
-// epilogue's operands held with them.
+// the blocks that share a tile of it find it in L2), whichever is longer. Registers: the loop
+// holds the accumulator's fragments (block_m·block_n / threads f32 a thread), one k step's A and
+// B fragments and the addressing; the epilogue (after the loop, the operands' fragments dead)
+// the accumulator, its operands' elements in the same layout, and its temporaries.
 void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   const TileSchedule& s = k.schedule;
@@ -406,18 +409,27 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   c.flops = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
             static_cast<double>(s.k);
-  const double epilogue = k.totals.instructions_per_element - instructions_per_element(g, g.node(contraction(g, k)));
-  c.instructions = epilogue * static_cast<double>(num_elements(k.domain));
   const Node& mm = g.node(contraction(g, k));
-  int epilogue_operands = 0;
-  for (NodeId t : k.inputs) epilogue_operands += t != mm.operands[0] && t != mm.operands[1];
-  const int acc = s.block_m * s.block_n / s.block_threads();
-  c.registers = std::min(p.max_registers_per_thread,
-                         36 + acc + acc * epilogue_operands / 2 + 4 * k.totals.scratch_regs);
+  const double epilogue = k.totals.instructions_per_element - instructions_per_element(g, mm);
+  c.instructions = epilogue * static_cast<double>(num_elements(k.domain));
   const int threads = s.block_threads();
+  const int acc = s.block_m * s.block_n / threads;
+  const int warp_m = s.block_m / s.warps_m, warp_n = s.block_n / s.warps_n;
+  const int fragments = warp_m / 16 * 4 + warp_n / 8 * 2;  // A and B registers of one k step of 16
+  int operands = 0;
+  for (NodeId t : k.inputs) {
+    if (t == mm.operands[0] || t == mm.operands[1]) continue;
+    const Shape v = aligned_shape(g, t, k);
+    const bool rows = num_elements(v) != v.back(), cols = v.back() != 1;
+    operands += rows && cols ? acc : cols ? warp_n / 4 : rows ? warp_m / 8 : 1;
+  }
+  c.registers = std::min(p.max_registers_per_thread,
+                         std::max(36 + acc + fragments, 24 + acc + operands + 4 * k.totals.scratch_regs));
   const int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));
+  if (s.stages > 0)
+    c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
   c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;

@@ -40,19 +40,31 @@ std::string TileSchedule::describe() const {
         vec);
   if (contracts)
     return fmt::format(
-        "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}, {} "
+        "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
         "blocks{}",
-        block_m, block_n, warps_m, warps_n, block_m / warps_m, block_n / warps_n, block_k, grid(),
-        batch > 1 ? fmt::format(" over {} batches", batch) : "");
+        block_m, block_n, warps_m, warps_n, block_m / warps_m, block_n / warps_n, block_k,
+        stages > 0 ? fmt::format(" through {} shared-memory stages (cp.async, ldmatrix; {} KiB each)", stages,
+                                 stage_bytes / 1024)
+                   : " loaded straight from global memory",
+        grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "");
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
 
-TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k) {
+TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
+                                    const ScheduleHints& hints) {
   TileSchedule s;
   s.contracts = true;
+  if (hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
+    s.block_m = s.block_n = 128;
+    s.block_k = 32;
+    s.warps_m = 2;
+    s.warps_n = 4;
+    s.stages = hints.stages > 0 ? std::max(2, hints.stages) : 3;
+    s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
+  }
   s.batch = batch;
   s.m = m;
   s.n = n;

@@ -60,7 +60,8 @@ struct TileSchedule {
   // Matmul ([batch, m, k] · [batch, k, n]): each block computes a block_m × block_n tile of the
   // product, its warps_m × warps_n warps each a (block_m / warps_m) × (block_n / warps_n) piece
   // in mma.sync m16n8k16 fragments, in a loop over k block_k at a time; the epilogue runs on the
-  // accumulator's fragments. (threads_per_row holds the block's threads.)
+  // accumulator's fragments. (threads_per_row holds the block's threads.) Staged (stages > 0):
+  // operand tiles pass through shared memory, `stages` k steps deep, stage_bytes each.
   bool contracts = false;
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
@@ -80,7 +81,7 @@ struct TileSchedule {
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
-  bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1; }
+  bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1 && !contracts; }
   // Global memory the kernel keeps between launches (codegen): split rows, each part's (max,
   // sum) pair as two 8-byte words; claimed rows, the row counter and the count of finished blocks.
   // Column reductions split over blocks: each part's f32 sums, then a u32 count of the parts
@@ -138,9 +139,14 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
                                                    const ScheduleHints& hints, const DeviceProfile& device,
                                                    std::string* why);
 
-// A matmul of [batch, m, k] by [batch, k, n] on mma.sync: 64×64 block tiles of 2×2 warps, k in
-// steps of 16.
-TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k);
+// A matmul of [batch, m, k] by [batch, k, n] on mma.sync. Staged (the default where each
+// operand's rows are whole 16-byte chunks): 128×128 block tiles of 2×4 warps, k in steps of 32
+// through a ring of `stages` (3; the stages hint, at least 2) shared-memory tiles filled by
+// cp.async and read by ldmatrix. Otherwise (or with stages 0): 64×64 tiles of 2×2 warps loading
+// their fragments straight from global memory, k in steps of 16. `a_run` and `b_run` are the
+// operands' contiguous extents (K or M for A, N or K for B, as they are stored).
+TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
+                                    const ScheduleHints& hints);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the

@@ -388,7 +388,51 @@ class MatMulProgram {
   }
 
   // The K loop: the accumulator tile after every step.
-  int product(Builder& b, int k0) {
+  int product(Builder& b, int k0) { return s_.stages > 0 ? staged_product(b, k0) : direct_product(b, k0); }
+
+  // Operand tiles through rings of shared memory: stages − 1 k steps copied ahead (cp.async),
+  // each step waiting for its own copies, then — past a barrier that also ends every thread's
+  // reads of the previous step — refilling the stage the previous step read with the step
+  // stages − 1 ahead, and multiplying fragments read from its own stage (ldmatrix). Copies past
+  // K (the tail, and the steps ahead of the last) are zero-filled.
+  int staged_product(Builder& b, int k0) {
+    const int stages = s_.stages;
+    const DType dt = g_.node(mm_.operands[0]).dtype;
+    p_.shared.push_back({"a_ring", dt, stages, {s_.block_m, s_.block_k}, mm_.transpose_a});
+    p_.shared.push_back({"b_ring", dt, stages, {s_.block_k, s_.block_n}, mm_.transpose_b});
+    const int a_rows0 = batched(0) ? row0_ : b.rem(row0_, b.index(s_.m));
+    const int a_end = batched(0) ? row_end_ : b.index(s_.m);
+    const int b_end = b.add(k0, b.index(s_.k));
+    const int step = b.index(s_.block_k), ring_stages = b.index(stages);
+    auto copy = [&](Builder& in, int kt, int stage) {
+      const int kk = in.mul(kt, step);
+      in.copy_async(operand_param_[0], {a_rows0, kk}, 0, stage, {rows_masked(), true}, {a_end, -1});
+      in.copy_async(operand_param_[1], {in.add(k0, kk), n0_}, 1, stage, {true, cols_masked()}, {b_end, -1});
+      in.commit_group();
+    };
+    for (int st = 0; st + 1 < stages; ++st) copy(b, b.index(st), b.index(st));
+    const int steps = b.index((s_.k + s_.block_k - 1) / s_.block_k);
+    const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
+    const int out = b.for_loop(zero_, steps, b.index(1), {acc}, [&](Builder& in, int kt, const std::vector<int>& c) {
+      in.wait_group(stages - 2);
+      in.barrier();
+      const int ahead = in.add(kt, in.index(stages - 1));
+      copy(in, ahead, in.rem(ahead, ring_stages));
+      const int stage = in.rem(kt, ring_stages);
+      int sum = c[0];
+      for (int64_t kk = 0; kk < s_.block_k; kk += 16) {
+        const int a = in.load_shared(0, stage, {zero_, in.index(kk)}, {s_.block_m, 16}, Frag::A);
+        const int bt = in.load_shared(1, stage, {in.index(kk), zero_}, {16, s_.block_n}, Frag::B);
+        sum = in.dot(a, bt, sum);
+      }
+      return std::vector<int>{sum};
+    })[0];
+    b.wait_group(0);  // nothing in flight when the block ends
+    return out;
+  }
+
+  // Fragments loaded straight from global memory, 16 of K at a time; a step past K zeroed.
+  int direct_product(Builder& b, int k0) {
     const Shape a_tile = {s_.block_m, s_.block_k}, b_tile = {s_.block_k, s_.block_n};
     const int a_rows0 = batched(0) ? row0_ : b.rem(row0_, b.index(s_.m));
     const int a_end = batched(0) ? row_end_ : b.index(s_.m);

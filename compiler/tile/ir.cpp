@@ -71,6 +71,16 @@ const char* opcode_name(Opcode o) {
       return "reset_count";
     case Opcode::Dot:
       return "dot";
+    case Opcode::CopyAsync:
+      return "copy_async";
+    case Opcode::CommitGroup:
+      return "commit_group";
+    case Opcode::WaitGroup:
+      return "wait_group";
+    case Opcode::Barrier:
+      return "barrier";
+    case Opcode::LoadShared:
+      return "load";
     case Opcode::Load:
       return "load";
     case Opcode::Store:
@@ -220,6 +230,46 @@ int Builder::dot(int a, int b, int acc) {
   i.opcode = Opcode::Dot;
   i.args = {a, b, acc};
   return emit(i, p_.types.at(static_cast<size_t>(acc)));
+}
+
+void Builder::copy_async(int param, const std::vector<int>& offsets, int ring, int stage,
+                         const std::vector<bool>& masked, const std::vector<int>& limits) {
+  Inst i;
+  i.opcode = Opcode::CopyAsync;
+  i.param = param;
+  i.ring = ring;
+  i.args = offsets;
+  i.args.push_back(stage);
+  set_masks(i, offsets.size(), masked, limits);
+  emit(i, std::nullopt);
+}
+
+void Builder::commit_group() {
+  Inst i;
+  i.opcode = Opcode::CommitGroup;
+  emit(i, std::nullopt);
+}
+
+void Builder::wait_group(int pending) {
+  Inst i;
+  i.opcode = Opcode::WaitGroup;
+  i.value = pending;
+  emit(i, std::nullopt);
+}
+
+void Builder::barrier() {
+  Inst i;
+  i.opcode = Opcode::Barrier;
+  emit(i, std::nullopt);
+}
+
+int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag) {
+  Inst i;
+  i.opcode = Opcode::LoadShared;
+  i.ring = ring;
+  i.args = {stage};
+  i.args.insert(i.args.end(), offsets.begin(), offsets.end());
+  return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape, Space::Reg, frag));
 }
 
 void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,

@@ -131,6 +131,17 @@ enum class Opcode {
   LastArrival,
   ResetCount,
   Dot,        // acc (arg 2) + A (arg 0) · B (arg 1): tensor-core fragments (mma.sync m16n8k16)
+  // Shared-memory rings (Program::shared): CopyAsync copies a parameter's tile at (arg 0, arg 1)
+  // into stage arg 2 of ring `ring`, the block's threads taking 16-byte chunks (cp.async; masked
+  // chunks are zero-filled); CommitGroup closes the thread's copies issued since the last one
+  // into a group; WaitGroup waits until at most `value` of its groups are pending; Barrier is
+  // the block's barrier; LoadShared reads fragments of stage arg 0 of a ring at (arg 1, arg 2)
+  // within its tile (ldmatrix).
+  CopyAsync,
+  CommitGroup,
+  WaitGroup,
+  Barrier,
+  LoadShared,
 };
 const char* opcode_name(Opcode o);
 
@@ -145,7 +156,8 @@ struct Inst {
   std::vector<bool> masked;  // Load, Store: the axes whose offsets may pass the view's extent
   std::vector<int> limits;   // Load, Store: per masked axis, the bound (a value; -1: the view's extent)
   int axis = 0;              // ProgramId, Reduce
-  double value = 0;          // Const
+  int ring = -1;             // CopyAsync, LoadShared: the shared ring
+  double value = 0;          // Const; WaitGroup: the groups that may stay pending
   std::vector<Region> regions;
 };
 
@@ -154,12 +166,28 @@ struct Region {
   std::vector<Inst> body;
 };
 
+// A ring of shared-memory tiles that asynchronous copies fill and fragment loads read: `stages`
+// tiles of [rows, cols] of one parameter, each stored in that parameter's memory order (row by
+// row, or column by column for a column-major one) in 16-byte chunks swizzled so that the 8 rows
+// an ldmatrix reads at one column, and the 8 chunks a quarter-warp writes, fall in 8 different
+// bank groups (shared_chunk in codegen).
+struct SharedRing {
+  std::string name;
+  DType dtype = DType::BF16;
+  int stages = 2;
+  Shape tile;              // [rows, cols] of one stage
+  bool col_major = false;  // stored column by column
+  int64_t stage_bytes() const { return num_elements(tile) * static_cast<int64_t>(dtype_size(dtype)); }
+  int64_t bytes() const { return stages * stage_bytes(); }
+};
+
 struct Program {
   std::string name;
   std::vector<Param> params;  // inputs first, then outputs
   std::vector<int64_t> grid;  // blocks along each grid axis
   Layout layout;              // of every register tile that is not a tensor-core fragment
   std::optional<MmaConfig> mma;  // the warps' arrangement for fragments
+  std::vector<SharedRing> shared;  // laid out one after another in dynamic shared memory
   Region body;
   std::vector<Type> types;    // value id → type
   // Launch attributes codegen honours (they mirror the schedule): registers capped so that this
@@ -168,6 +196,11 @@ struct Program {
   bool wide_indices = false;
 
   int block_threads() const { return layout.block_threads(); }
+  int64_t shared_bytes() const {
+    int64_t n = 0;
+    for (const SharedRing& r : shared) n += r.bytes();
+    return n;
+  }
   // A new value of type t.
   int add_value(const Type& t) {
     types.push_back(t);
@@ -205,6 +238,12 @@ class Builder {
   int load(int param, const std::vector<int>& offsets, const Shape& shape, const std::vector<bool>& masked = {},
            const std::vector<int>& limits = {}, Frag frag = Frag::None);
   int dot(int a, int b, int acc);
+  void copy_async(int param, const std::vector<int>& offsets, int ring, int stage, const std::vector<bool>& masked,
+                  const std::vector<int>& limits);
+  void commit_group();
+  void wait_group(int pending);
+  void barrier();
+  int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag);
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);

@@ -86,6 +86,23 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             masked(i, value), type_of(i.args.back()));
         break;
       }
+      case Opcode::CopyAsync: {
+        std::vector<int> offsets(i.args.begin(), i.args.end() - 1);
+        *out += fmt::format("{}copy_async %arg{}[{}]{} into @{}[{}]\n", pad, i.param, values(offsets), masked(i, value),
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args.back()));
+        break;
+      }
+      case Opcode::LoadShared:
+        *out += fmt::format("{}{}load @{}[{}] : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
+                            values(i.args), type_of(i.results[0]));
+        break;
+      case Opcode::CommitGroup:
+      case Opcode::Barrier:
+        *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
+        break;
+      case Opcode::WaitGroup:
+        *out += fmt::format("{}wait_group {}\n", pad, number(i.value));
+        break;
       case Opcode::Reduce:
       case Opcode::InBounds:
         *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
@@ -214,6 +231,27 @@ class Parser {
       m.warp_m = tile[0];
       m.warp_n = tile[1];
       p.mma = m;
+    }
+    if (at_word("shared")) {
+      next();
+      punct("[");
+      while (!at_punct("]")) {
+        if (!p.shared.empty()) punct(",");
+        SharedRing r;
+        r.name = expect(Token::Symbol, "@ring").text;
+        punct(":");
+        r.dtype = dtype_named(expect(Token::Word, "a dtype").text);
+        std::vector<int64_t> dims = int_list();
+        if (dims.size() != 3) fail("a shared ring needs [stages, rows, cols]");
+        r.stages = static_cast<int>(dims[0]);
+        r.tile = {dims[1], dims[2]};
+        if (at_word("col_major")) {
+          next();
+          r.col_major = true;
+        }
+        p.shared.push_back(r);
+      }
+      punct("]");
     }
     if (at_word("min_blocks_per_sm")) {
       next();
@@ -384,6 +422,41 @@ class Parser {
     if (shape.empty()) fail("a tile needs extents");
     return Type::tile(dt, shape, space, frag);
   }
+  // %argN: a parameter of the program.
+  int param_ref(const Program& p) {
+    const Token& a = expect(Token::Value, "%argN");
+    if (a.text.rfind("arg", 0) != 0) fail("expected a parameter %argN");
+    const int param = std::stoi(a.text.substr(3));
+    if (param < 0 || param >= static_cast<int>(p.params.size())) fail("no such parameter");
+    return param;
+  }
+  // @name: a shared ring of the program.
+  int ring(const Program& p) {
+    const std::string name = expect(Token::Symbol, "@ring").text;
+    for (size_t r = 0; r < p.shared.size(); ++r)
+      if (p.shared[r].name == name) return static_cast<int>(r);
+    --pos_;
+    fail(fmt::format("no shared ring @{}", name));
+  }
+  // " masked [0 < %5, 1]" after a load's, store's or copy's offsets.
+  void masks(Inst& i, size_t rank) {
+    if (!at_word("masked")) return;
+    next();
+    i.masked.assign(rank, false);
+    i.limits.assign(rank, -1);
+    punct("[");
+    while (!at_punct("]")) {
+      if (at_punct(",")) next();
+      const int64_t d = integer();
+      if (d < 0 || d >= static_cast<int64_t>(rank)) fail("a masked axis out of range");
+      i.masked[static_cast<size_t>(d)] = true;
+      if (at_punct("<")) {
+        next();
+        i.limits[static_cast<size_t>(d)] = use("a limit");
+      }
+    }
+    punct("]");
+  }
   // A use of a value defined earlier (in this region or an enclosing one).
   int use(const char* what) {
     const Token& v = expect(Token::Value, what);
@@ -444,12 +517,34 @@ class Parser {
       i.args = uses_until_colon();
       punct(":");
       results({type()});
+    } else if (op == "load" && peek().kind == Token::Symbol) {
+      i.opcode = Opcode::LoadShared;
+      i.ring = ring(p);
+      punct("[");
+      i.args = uses_until_colon();
+      punct("]");
+      punct(":");
+      results({type()});
+    } else if (op == "copy_async") {
+      i.opcode = Opcode::CopyAsync;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = uses_until_colon();
+      punct("]");
+      masks(i, i.args.size());
+      word("into");
+      i.ring = ring(p);
+      punct("[");
+      i.args.push_back(use("the stage"));
+      punct("]");
+    } else if (op == "commit_group" || op == "barrier") {
+      i.opcode = op == "barrier" ? Opcode::Barrier : Opcode::CommitGroup;
+    } else if (op == "wait_group") {
+      i.opcode = Opcode::WaitGroup;
+      i.value = static_cast<double>(integer());
     } else if (op == "load" || op == "store") {
       i.opcode = op == "load" ? Opcode::Load : Opcode::Store;
-      const Token& a = expect(Token::Value, "%argN");
-      if (a.text.rfind("arg", 0) != 0) fail("expected a parameter %argN");
-      i.param = std::stoi(a.text.substr(3));
-      if (i.param < 0 || i.param >= static_cast<int>(p.params.size())) fail("no such parameter");
+      i.param = param_ref(p);
       punct("[");
       i.args = uses_until_colon();
       punct("]");
@@ -458,23 +553,7 @@ class Parser {
         punct(",");
         i.args.push_back(use("the stored tile"));
       }
-      if (at_word("masked")) {
-        next();
-        i.masked.assign(rank, false);
-        i.limits.assign(rank, -1);
-        punct("[");
-        while (!at_punct("]")) {
-          if (at_punct(",")) next();
-          const int64_t d = integer();
-          if (d < 0 || d >= static_cast<int64_t>(rank)) fail("a masked axis out of range");
-          i.masked[static_cast<size_t>(d)] = true;
-          if (at_punct("<")) {
-            next();
-            i.limits[static_cast<size_t>(d)] = use("a limit");
-          }
-        }
-        punct("]");
-      }
+      masks(i, rank);
       punct(":");
       Type t = type();
       if (i.opcode == Opcode::Load) results({t});
@@ -608,6 +687,11 @@ std::string print_program(const Program& p) {
   std::string mma = p.mma ? fmt::format(" mma warps [{}, {}] warp_tile [{}, {}]", p.mma->warps_m, p.mma->warps_n,
                                         p.mma->warp_m, p.mma->warp_n)
                          : "";
+  std::vector<std::string> rings;
+  for (const SharedRing& r : p.shared)
+    rings.push_back(fmt::format("@{}: {}[{}, {}, {}]{}", r.name, dtype_name(r.dtype), r.stages, r.tile.at(0),
+                                r.tile.at(1), r.col_major ? " col_major" : ""));
+  if (!rings.empty()) mma += fmt::format("\n    shared [{}]", fmt::join(rings, ", "));
   std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),
                                 layout_str(p.layout), mma,

@@ -106,6 +106,59 @@ class Verifier {
         problem(fmt::format("{}: %arg{} is broadcast along axis {}, but the tile spans {}", where(i), i.param, d, t.shape[d]));
   }
 
+  const SharedRing* ring_of(const Inst& i) {
+    if (i.ring < 0 || i.ring >= static_cast<int>(p_.shared.size())) {
+      problem(fmt::format("{}: no shared ring {}", where(i), i.ring));
+      return nullptr;
+    }
+    return &p_.shared[static_cast<size_t>(i.ring)];
+  }
+
+  // A copy of a tile of an input into a ring stage: whole 16-byte chunks along the memory's
+  // contiguous axis, in the ring's order, aligned in the parameter.
+  void copy_async(const Inst& i) {
+    const SharedRing* r = ring_of(i);
+    if (!r) return;
+    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
+      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
+      return;
+    }
+    const Param& prm = p_.params[static_cast<size_t>(i.param)];
+    if (prm.output || prm.workspace) problem(fmt::format("{}: %arg{} is not an input", where(i), i.param));
+    if (prm.dtype != r->dtype || prm.col_major != r->col_major)
+      problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{}", where(i), r->name, dtype_name(r->dtype),
+                          r->col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
+                          prm.col_major ? " column-major" : ""));
+    if (i.args.size() != 3) {
+      problem(fmt::format("{}: needs a row, a column and a stage", where(i)));
+      return;
+    }
+    for (int a : i.args)
+      if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
+    const int64_t chunk = 16 / static_cast<int64_t>(dtype_size(r->dtype));
+    const int64_t along = r->tile.at(r->col_major ? 0 : 1), run = prm.col_major ? prm.group_rows : prm.view.at(1);
+    if (along % chunk != 0 || run % chunk != 0)
+      problem(fmt::format("{}: copies 16-byte chunks, but @{}'s rows hold {} elements and %arg{}'s {}", where(i),
+                          r->name, along, i.param, run));
+  }
+
+  void load_shared(const Inst& i) {
+    const SharedRing* r = ring_of(i);
+    const Type& t = type(i.results.at(0));
+    if (!r) return;
+    if (t.frag != Frag::A && t.frag != Frag::B)
+      problem(fmt::format("{}: loads mma_a or mma_b fragments from shared memory, not {}", where(i), type_str(t)));
+    if (t.dtype != r->dtype || dtype_size(r->dtype) != 2)
+      problem(fmt::format("{}: {} from @{} of {}", where(i), type_str(t), r->name, dtype_name(r->dtype)));
+    if (i.args.size() != 3) problem(fmt::format("{}: needs a stage, a row and a column", where(i)));
+    for (int a : i.args)
+      if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
+    check_tile_shape(i, t);
+    for (size_t d = 0; d < 2 && d < t.shape.size(); ++d)
+      if (t.shape[d] > r->tile.at(d))
+        problem(fmt::format("{}: {} is larger than @{}'s tile {}", where(i), type_str(t), r->name, shape_str(r->tile)));
+  }
+
   void compute(const Inst& i) {
     const Type& r = type(i.results.at(0));
     const OpInfo& info = op_info(i.op);
@@ -273,6 +326,19 @@ class Verifier {
             problem(fmt::format("{}: the accumulator must be the whole warps' tile", where(i)));
           break;
         }
+        case Opcode::CopyAsync:
+          copy_async(i);
+          break;
+        case Opcode::LoadShared:
+          load_shared(i);
+          break;
+        case Opcode::WaitGroup:
+          if (i.value < 0 || i.value != static_cast<int>(i.value))
+            problem(fmt::format("{}: {} pending groups", where(i), i.value));
+          break;
+        case Opcode::CommitGroup:
+        case Opcode::Barrier:
+          break;
         case Opcode::LastArrival:
         case Opcode::ResetCount:
           if (i.param < 0 || i.param >= static_cast<int>(p_.params.size()) || !p_.params[static_cast<size_t>(i.param)].workspace)
