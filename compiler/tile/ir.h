@@ -198,7 +198,7 @@ struct Program {
   int block_threads() const { return layout.block_threads(); }
   int64_t shared_bytes() const {
     int64_t n = 0;
-    for (const SharedRing& r : shared) n += r.bytes();
+    for (const SharedRing& r : shared) n += (r.bytes() + 127) / 128 * 128;  // each ring 128-byte aligned
     return n;
   }
   // A new value of type t.
