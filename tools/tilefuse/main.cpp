@@ -293,6 +293,9 @@ int cmd_run(const Args& a) {
     int64_t bytes = minimum_bytes(g);
     fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
                t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
+    double flops = 0;
+    for (const Kernel& k : exe.plan().kernels) flops += k.cost.flops;
+    if (flops > 0) fmt::print("  {:.1f} TFLOP/s of {:.4g} matmul flops\n", flops / (t.median_ms * 1e-3) / 1e12, flops);
   }
   for (const auto& [k, m] : exe.measured())
     fmt::print("  {}: {} registers ({}), {} bytes spilled/local\n", k, m.registers, m.source, m.spill_bytes);
