@@ -10,15 +10,15 @@ mkdir -p "$OUT"
 B=bundle
 echo "bundle $(cat $B/COMMIT 2>/dev/null)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-timeout 200 $B/tilefuse_tests --gtest_filter='GpuMatMul.*' >"$OUT/matmul_tests.log" 2>&1
+timeout 100 $B/tilefuse_tests --gtest_filter='GpuMatMul.*' >"$OUT/matmul_tests.log" 2>&1
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|c\[" "$OUT/matmul_tests.log" | head -40
 for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0"; do
   echo "== tilefuse run $args"
-  timeout 60 $B/tilefuse run $args --bench --iters 20 2>&1 | grep -vE "^\s*$"
+  timeout 40 $B/tilefuse run $args --bench --iters 20 2>&1 | grep -vE "^\s*$"
 done | tee "$OUT/matmul_runs.log"
 echo "== cuBLAS (PyTorch), same shapes"
-timeout 90 python3 - <<'PY' 2>&1 | tee "$OUT/matmul_peers.log"
+timeout 60 python3 - <<'PY' 2>&1 | tee "$OUT/matmul_peers.log"
 import torch
 def median_ms(f, n=20):
     for _ in range(3): f()
@@ -36,7 +36,7 @@ t = median_ms(lambda: torch.nn.functional.gelu(a2 @ b2 + bias))
 print(f"torch gelu(a @ b + bias) bf16 [{n}, 4096] x [4096, {n}]: {t:.4f} ms, {2 * n * n * 4096 / t / 1e9:.1f} TFLOP/s")
 PY
 echo "== racecheck (small matmuls)"
-timeout 150 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuMatMul.ShapesLayouts*' \
+timeout 90 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuMatMul.ShapesLayouts*' \
   >"$OUT/matmul_racecheck.log" 2>&1
 echo "racecheck exit: $?"
 grep -E "RACECHECK SUMMARY|Error|OK|FAILED" "$OUT/matmul_racecheck.log" | head -10
