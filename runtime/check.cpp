@@ -17,15 +17,20 @@ static constexpr double kNoise = 0x1.0p-21;
 static constexpr double kSensitivityFactor = 16;
 static constexpr double kJudgeable = 0.1;
 
-// Where the plan rounds a 16-bit value: where a kernel writes it, at casts, and at a matmul's
-// product (its kernel rounds it before the epilogue, as an unfused matmul would write it).
+// Where the plan rounds a 16-bit value: where a kernel writes it (and then for every use, in its
+// own kernel too: cost_model.h, rounds_where_computed), at casts, at a matmul's product (its
+// kernel rounds it before the epilogue, as an unfused matmul would write it) and at a column
+// reduction's result (its f32 sums become the node's dtype).
 static std::vector<bool> plan_rounding(const Plan& plan) {
   const Graph& g = plan.graph;
   std::vector<bool> rounded(g.nodes().size(), false);
   for (const Node& n : g.nodes()) rounded[n.id] =
         n.op == Op::Cast || n.op == Op::Constant || n.op == Op::Input || n.op == Op::MatMul;
-  for (const Kernel& k : plan.kernels)
+  for (const Kernel& k : plan.kernels) {
     for (NodeId o : k.outputs) rounded[o] = true;
+    if (k.kind == ScheduleKind::ColumnReduce)
+      for (NodeId n : k.nodes) rounded[n] = rounded[n] || op_info(g.node(n).op).kind == OpKind::Reduce;
+  }
   for (const GraphOutput& o : g.outputs()) rounded[o.node] = true;
   return rounded;
 }

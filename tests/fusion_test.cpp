@@ -452,6 +452,13 @@ TEST(FusionMatMul, EpilogueFusesProducersAndReductionsDoNot) {
   EXPECT_EQ(mul->stopped_by, Layer::Legality);
   EXPECT_NE(mul->reason.find("its operands are read from memory"), std::string::npos) << mul->reason;
 
+  // A residual as large as the product fuses too: the epilogue runs after the loop, and a
+  // matmul's budget is the device's per-thread limit.
+  Graph e("mm_residual");
+  Tensor prod = matmul(input(e, "a", {2, 100, 72}, DType::BF16), input(e, "w", {72, 136}, DType::BF16));
+  output("y", gelu(prod + input(e, "bias", {136}, DType::BF16) + input(e, "res", {100, 136}, DType::BF16)));
+  EXPECT_EQ(plan_fusion(e).kernels.size(), 1u);
+
   Graph r("mm_sum");
   output("s", sum(matmul(input(r, "a", {256, 128}, DType::BF16), input(r, "w", {128, 96}, DType::BF16)), {1}));
   Plan q = plan_fusion(r);

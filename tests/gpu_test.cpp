@@ -81,7 +81,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       FusionOptions o;
       o.schedule.stages = stages;
       Plan p = plan_fusion(g, o);
-      ASSERT_EQ(p.kernels.size(), 1u);
+      EXPECT_EQ(p.kernels.size(), 1u);  // the epilogue fused
       staged += p.kernels[0].schedule.stages > 0;
       testing::check_on_gpu(p, seed);
     }

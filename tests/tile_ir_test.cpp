@@ -179,6 +179,24 @@ TEST(TileIrBuild, PartlyBroadcastRowsAndEdges) {
   EXPECT_NE(text.find("masked [0, 1]"), std::string::npos) << text;  // 111 rows, 1001 columns: edge tiles
 }
 
+// A 16-bit value a kernel writes and also uses is rounded where it is computed, so that its uses
+// in this kernel see what other kernels read from memory; one it only uses stays in f32.
+TEST(TileIrBuild, WrittenSixteenBitValuesAreRoundedBeforeTheirUses) {
+  using namespace dsl;
+  Graph g("both");
+  Tensor x = input(g, "x", {64, 256}, DType::BF16);
+  Tensor y = x * 3.0;
+  output("y", y);
+  output("z", exp(y) + x);
+  Plan plan = plan_fusion(g);
+  ASSERT_EQ(plan.kernels.size(), 1u);
+  const std::string text = print_program(*build_program(plan.graph, plan.kernels[0]));
+  const size_t mul = text.find(" = mul "), cast = text.find(" = cast ", mul), exp = text.find(" = exp ");
+  ASSERT_NE(cast, std::string::npos) << text;
+  EXPECT_LT(cast, exp) << text;
+  EXPECT_EQ(text.find(" = cast ", cast + 1), std::string::npos) << text;  // exp(y) + x is only written
+}
+
 // A matmul's kernel is a loop over K carrying an accumulator fragment tile through `dot`, then
 // the epilogue on that tile; operands read transposed are column-major parameters, and tiles past
 // M, N and K are masked (the K tail zeroed before the dot).

@@ -391,6 +391,16 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   return k;
 }
 
+bool rounds_where_computed(const Graph& g, const Kernel& k, NodeId n) {
+  const DType dt = g.node(n).dtype;
+  if ((dt != DType::BF16 && dt != DType::F16) || !std::binary_search(k.outputs.begin(), k.outputs.end(), n))
+    return false;
+  for (NodeId m : k.nodes)
+    for (NodeId o : g.node(m).operands)
+      if (o == n) return true;
+  return false;
+}
+
 NodeId contraction(const Graph& g, const Kernel& k) {
   for (NodeId n : k.nodes)
     if (g.node(n).op == Op::MatMul) return n;
@@ -431,7 +441,8 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
+  c.compute_s = c.flops / (s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops) +
+                c.instructions / p.instructions_per_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 

@@ -40,6 +40,12 @@ Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k);
 Shape reduced_domain(const Kernel& k);
 
 // Fills kernel.cost from its totals, operands and schedule.
+// Whether kernel k rounds node n to its 16-bit dtype where it computes it: n is written to memory
+// (rounded there) and also used inside the kernel, whose uses then see the rounded value too — so
+// every use of a value that reaches memory, in any kernel, sees the same value (runtime/check.cpp
+// models exactly that). Other values stay in f32 inside a kernel.
+bool rounds_where_computed(const Graph& g, const Kernel& k, NodeId n);
+
 // The kernel's matmul node (ScheduleKind::MatMul), or -1.
 NodeId contraction(const Graph& g, const Kernel& k);
 

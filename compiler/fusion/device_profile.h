@@ -12,9 +12,10 @@ struct DeviceProfile {
   // Thread-instructions issued per second: 132 SMs × 4 schedulers × 32 lanes × 1.98 GHz.
   double instructions_per_s = 33.4e12;
   double bf16_matmul_flops = 777e12;  // cuBLAS bf16 8192³, measured
-  // tilefuse's own matmul (mma.sync fragments loaded straight from global memory): an estimate
-  // until the H200 measures it.
-  double mma_sync_flops = 150e12;
+  // tilefuse's own matmul on mma.sync, bf16 8192³, measured (bench/NOTES.md, matmul): operands
+  // staged through shared memory, and fragments loaded straight from global memory.
+  double mma_sync_flops = 356e12;
+  double mma_sync_direct_flops = 59e12;
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
   double l2_bytes = 50e6;             // last-level cache a re-read can hit

@@ -102,9 +102,11 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
       s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
     }
     if (k.kind == ScheduleKind::MatMul)
-      s += fmt::format("    {}; occupancy {} blocks/SM; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync, an estimate){}\n",
+      s += fmt::format("    {}; occupancy {} blocks/SM; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync{}){}\n",
                        registers_line(k, measured), k.cost.blocks_per_sm, k.cost.flops / 1e12,
-                       plan.options.profile.mma_sync_flops / 1e12,
+                       (k.schedule.stages > 0 ? plan.options.profile.mma_sync_flops
+                                              : plan.options.profile.mma_sync_direct_flops) / 1e12,
+                       k.schedule.stages > 0 ? ", staged" : ", direct",
                        k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
     else
       s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",

@@ -88,6 +88,7 @@ Program pointwise(const Graph& g, const Kernel& k) {
       args.push_back(value_of.at(o));
     }
     value_of[id] = b.compute(n.op, args, n.dtype);
+    if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
   }
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const size_t param = k.inputs.size() + i;
@@ -232,6 +233,7 @@ class ColumnReduction {
         for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(in, o));
         if (op_info(n.op).kind != OpKind::Reduce) {
           value[id] = in.compute(n.op, args, n.dtype);
+          if (rounds_where_computed(g_, k_, id)) value[id] = in.compute(Op::Cast, {value[id]}, n.dtype);
           continue;
         }
         const size_t i = static_cast<size_t>(std::find(reductions_.begin(), reductions_.end(), id) - reductions_.begin());
@@ -270,8 +272,9 @@ class ColumnReduction {
     return sums;
   }
 
-  // Each reduction's result (rounded to its dtype), the nodes after it, and the outputs of one
-  // value per column.
+  // Each reduction's result (rounded to its dtype: its f32 sums become a value of the node's
+  // dtype, runtime/check.cpp's plan_rounding says so too), the nodes after it, and the outputs of
+  // one value per column.
   void after_reductions(Builder& b, const std::vector<int>& sums) {
     std::map<NodeId, int> value;
     for (size_t i = 0; i < reductions_.size(); ++i) {
@@ -290,6 +293,7 @@ class ColumnReduction {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(b, o));
       value[id] = b.compute(n.op, args, n.dtype);
+      if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
     }
     for (NodeId o : k_.outputs) {
       if (!after_.count(o)) continue;
@@ -475,6 +479,7 @@ class MatMulProgram {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
       value[id] = b.compute(n.op, args, n.dtype);
+      if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
     }
     // Outputs span the product (a view one wide along an axis is M or N of 1, masked there).
     for (NodeId id : k_.outputs) {

@@ -31,7 +31,8 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
   RowPasses rp;
   if (k.kind == ScheduleKind::RowReduce) rp = analyze_row_passes(g, k.nodes, k.outputs, k.domain);
   p.passes = rp.passes;
-  std::map<NodeId, int> value_of;
+  std::map<NodeId, int> value_of;  // what uses of a node read
+  std::map<NodeId, int> computed;  // the instruction computing it (a reduction's, for online sums)
   auto emit = [&](TileInst inst) {
     if (inst.opcode != TileOpcode::Store) inst.result = p.num_values++;
     p.body.push_back(inst);
@@ -76,9 +77,16 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
     if (reduce) {
       c.type.cols = false;
       c.pass = rp.pass_of.at(id);
-      if (rp.online_with.count(id)) c.online_with = value_of.at(rp.online_with.at(id));
+      if (rp.online_with.count(id)) c.online_with = computed.at(rp.online_with.at(id));
     }
-    value_of[id] = emit(c);
+    value_of[id] = computed[id] = emit(c);
+    if (rounds_where_computed(g, k, id)) {  // its uses here see the value that reaches memory
+      TileInst r(TileOpcode::Compute);
+      r.op = Op::Cast;
+      r.type = c.type;
+      r.args = {computed[id]};
+      value_of[id] = emit(r);
+    }
   }
   for (size_t i = k.inputs.size(); i < p.params.size(); ++i) {
     TileInst st(TileOpcode::Store);

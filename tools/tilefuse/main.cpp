@@ -56,7 +56,8 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
 common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
   --no-fuse                    plan every op as its own kernel
-  --max-registers N            register budget per thread for fused kernels (default 128)
+  --max-registers N            register budget per thread for fused kernels (default 128;
+                               matmul kernels: up to the device's 255)
   --seed N                     seed for random inputs, 0..2^64-1 (default: drawn at random
                                and printed, so that --seed replays the run)
   --iters N                    timed iterations for --bench (default 100)
