@@ -11,6 +11,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "compiler/codegen/elementwise.h"
+#include "compiler/codegen/llvm_support.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse {
@@ -88,11 +89,7 @@ class Emitter {
     }
     region(p_.body);
     b_.CreateRetVoid();
-    std::string err;
-    llvm::raw_string_ostream os(err);
-    if (llvm::verifyModule(*m_, &os))
-      throw CodegenError(fmt::format("kernel {}: generated LLVM IR is invalid: {}", p_.name, err));
-    return std::move(m_);
+    return verified(std::move(m_), p_.name);
   }
 
  private:
@@ -245,16 +242,12 @@ class Emitter {
       for (int c = 0; c < width; ++c) {
         Value* x = to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
         out[static_cast<size_t>(elems[static_cast<size_t>(c)])] =
-            widely_used && x->getType()->isFloatTy() ? own_register(x) : x;
+            widely_used && x->getType()->isFloatTy() ? own_register(b_, x) : x;
       }
     });
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
-  Value* own_register(Value* x) {
-    auto* ty = llvm::FunctionType::get(b_.getFloatTy(), {b_.getFloatTy()}, false);
-    return b_.CreateCall(llvm::InlineAsm::get(ty, "mov.b32 $0, $1;", "=f,f", false), {x});
-  }
 
   void store(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
@@ -282,14 +275,7 @@ class Emitter {
 
   template <typename F>
   void guarded(Value* cond, F body) {
-    if (!cond) return body();
-    auto* then = llvm::BasicBlock::Create(ctx_, "store", fn_);
-    auto* cont = llvm::BasicBlock::Create(ctx_, "stored", fn_);
-    b_.CreateCondBr(cond, then, cont);
-    b_.SetInsertPoint(then);
-    body();
-    b_.CreateBr(cont);
-    b_.SetInsertPoint(cont);
+    tilefuse::guarded(b_, fn_, cond, body);
   }
 
   // Elementwise over the result's elements; operands that are one element wide along an axis

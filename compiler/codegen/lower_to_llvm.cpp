@@ -57,11 +57,7 @@ std::unique_ptr<llvm::Module> Lowering::run() {
   if (s_.cluster_blocks > 1 && !cluster_joined_)
     intrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
   b_.CreateRetVoid();
-  std::string err;
-  llvm::raw_string_ostream os(err);
-  if (llvm::verifyModule(*m_, &os))
-    throw CodegenError(fmt::format("kernel {}: generated LLVM IR is invalid: {}", p_.name, err));
-  return std::move(m_);
+  return verified(std::move(m_), p_.name);
 }
 
 llvm::Type* Lowering::storage_type(DType t) { return tilefuse::storage_type(b_, t); }
@@ -170,18 +166,8 @@ void Lowering::load_vector(Value* ptr, DType dtype, int vec, const std::string& 
   Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, vec), ptr, align, name);
   for (int c = 0; c < vec; ++c) {
     Value* x = to_compute(b_.CreateExtractElement(v, c), dtype);
-    regs->push_back(widely_used && x->getType()->isFloatTy() ? own_register(x) : x);
+    regs->push_back(widely_used && x->getType()->isFloatTy() ? own_register(b_, x) : x);
   }
-}
-
-Value* Lowering::own_register(Value* x) {
-  // An element of a vector load used by thousands of fused nodes slowed instruction selection
-  // quadratically: its FP combines ask whether each operand has one use, which walks the
-  // multi-result load's whole use list, and MachineCSE then clears kill flags over every use of
-  // each copy it merges (a 4,000-node chain compiled in 2.8 s; a freeze still took 1.0). An
-  // opaque move gives the element one register of its own; ptxas removes the move.
-  auto* ty = llvm::FunctionType::get(b_.getFloatTy(), {b_.getFloatTy()}, false);
-  return b_.CreateCall(llvm::InlineAsm::get(ty, "mov.b32 $0, $1;", "=f,f", false), {x});
 }
 
 void Lowering::store(const TileInst& i) {

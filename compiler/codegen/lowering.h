@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/codegen/llvm_support.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/tile_ir.h"
 
@@ -73,7 +74,6 @@ class Lowering {
   // `vec` contiguous elements of type `dtype` at `ptr` (global or shared), in compute precision;
   // `widely_used`: the value feeds many instructions, so each element gets its own register.
   void load_vector(Value* ptr, DType dtype, int vec, const std::string& name, bool widely_used, Regs* regs);
-  Value* own_register(Value* f32);
   bool widely_used(int v) const {
     int uses = 0;
     for (const TileInst& i : p_.body) uses += static_cast<int>(std::count(i.args.begin(), i.args.end(), v));
@@ -83,14 +83,7 @@ class Lowering {
   // Runs `body` only where `cond` holds (nullptr: always).
   template <typename F>
   void guarded(Value* cond, F body) {
-    if (!cond) return body();
-    auto* then = llvm::BasicBlock::Create(ctx_, "store", fn_);
-    auto* cont = llvm::BasicBlock::Create(ctx_, "stored", fn_);
-    b_.CreateCondBr(cond, then, cont);
-    b_.SetInsertPoint(then);
-    body();
-    b_.CreateBr(cont);
-    b_.SetInsertPoint(cont);
+    tilefuse::guarded(b_, fn_, cond, body);
   }
 
   Value* both(Value* a, Value* b) { return !a ? b : !b ? a : b_.CreateAnd(a, b); }

@@ -216,6 +216,11 @@ class Generator {
     axes = std::clamp(axes, 1, rank);
     std::vector<int> which;
     for (int a = rank - axes; a < rank; ++a) which.push_back(a);
+    return reduce_over(x, which, keepdim);
+  }
+
+  // sum, mean, max or min of x over `which`.
+  Tensor reduce_over(const Tensor& x, const std::vector<int>& which, bool keepdim) {
     switch (pick(base_ == DType::F16 ? 1 : 0, 3)) {  // f16 sums may overflow: means instead
       case 0:
         return sum(x, which, keepdim);
@@ -235,16 +240,7 @@ class Generator {
       std::vector<int> which;
       for (int a = first; a <= last; ++a) which.push_back(a);
       trailing_reduced_ = 1;
-      switch (pick(base_ == DType::F16 ? 1 : 0, 3)) {
-        case 0:
-          return sum(x, which, keepdim);
-        case 1:
-          return mean(x, which, keepdim);
-        case 2:
-          return amax(x, which, keepdim);
-        default:
-          return amin(x, which, keepdim);
-      }
+      return reduce_over(x, which, keepdim);
     }
     trailing_reduced_ = pick(1, std::min(rank, 3));
     return reduce(x, trailing_reduced_, keepdim);
