@@ -9,6 +9,8 @@
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/iteration_space.h"
+#include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
@@ -467,6 +469,30 @@ TEST(FusionMatMul, EpilogueFusesProducersAndReductionsDoNot) {
   ASSERT_NE(mm, nullptr);
   EXPECT_EQ(mm->stopped_by, Layer::Legality);
   EXPECT_NE(mm->reason.find("reduces in a matmul's kernel"), std::string::npos) << mm->reason;
+}
+
+// Every kernel is an iteration space with a map per operand: a matmul's k is reduced and read by
+// both operands (transposed ones swap their axes, a shared weight has no batch axis), a column
+// reduction reduces a leading axis, a row reduction a trailing one; the plan verifier checks the
+// maps against the shapes (plan_problems).
+TEST(FusionMatMul, KernelsAreIterationSpaces) {
+  Graph g("spaces");
+  Tensor a = input(g, "a", {3, 48, 64}, DType::BF16);  // read as aᵀ: [3, 64, 48]
+  Tensor w = input(g, "w", {80, 48}, DType::BF16);     // read as wᵀ: [48, 80]
+  output("y", matmul(a, w, {true, true, std::nullopt}) + input(g, "bias", {80}, DType::BF16));
+  Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_TRUE(plan_problems(p).empty());
+  EXPECT_EQ(iteration_space(p.graph, p.kernels[0]).str(p.graph),
+            "[b 3, m 64, n 80, k 48 reduced]; a[b, k, m], w[n, k], bias[n] → y[b, m, n]");
+
+  Graph c("cols");
+  Tensor x = input(c, "x", {6, 100, 40});
+  output("s", sum(x * input(c, "dy", {100, 40}), {1}, true));
+  Plan q = plan_fusion(c);
+  ASSERT_EQ(q.kernels.size(), 1u);
+  EXPECT_EQ(iteration_space(q.graph, q.kernels[0]).str(q.graph),
+            "[d0 6, r1 100 reduced, d2 40]; x[d0, r1, d2], dy[r1, d2] → s[d0, 1, d2]");
 }
 
 TEST(FusionMatMul, RefusalsNameTheReason) {

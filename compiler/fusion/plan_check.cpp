@@ -7,6 +7,7 @@
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/iteration_space.h"
 
 namespace tilefuse {
 
@@ -38,6 +39,7 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
     if (!fits)
       problem(fmt::format("writes %{} of shape {} in a domain {}", o, shape_str(s), shape_str(k.domain)));
   }
+  for (const std::string& s : space_problems(g, k, iteration_space(g, k))) problem("iteration space: " + s);
   int64_t read = 0, written = 0;
   for (NodeId in : k.inputs) read += tensor_bytes(g, in);
   for (NodeId o : k.outputs) written += tensor_bytes(g, o);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/fusion/iteration_space.h"
 #include "compiler/support/json.h"
 
 namespace tilefuse {
@@ -79,6 +80,7 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                      reads.empty() ? "nothing" : fmt::format("{}", fmt::join(reads, ", ")),
                      bytes_str(k.cost.bytes_read));
     s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
+    s += fmt::format("    space    {}\n", iteration_space(g, k).str(g));
     s += fmt::format("    {}\n", k.schedule.describe());
     if (k.kind == ScheduleKind::RowReduce) {
       std::string how =
@@ -192,6 +194,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   for (const Kernel& k : plan.kernels) {
     j.begin_object().field("name", k.name).field("schedule", schedule_kind_name(k.kind));
     j.array("domain", k.domain).array("nodes", k.nodes).array("inputs", k.inputs).array("outputs", k.outputs);
+    j.field("iteration_space", iteration_space(g, k).str(g));
     const TileSchedule& s = k.schedule;
     j.key("tile")
         .begin_object()

@@ -1,0 +1,126 @@
+#include "compiler/fusion/iteration_space.h"
+
+#include <fmt/format.h>
+
+#include "compiler/fusion/cost_model.h"
+
+namespace tilefuse {
+
+namespace {
+
+std::string operand_name(const Graph& g, NodeId id, bool output) {
+  if (output)
+    for (const GraphOutput& o : g.outputs())
+      if (o.node == id) return o.name;
+  const Node& n = g.node(id);
+  return n.op == Op::Input ? n.name : fmt::format("%{}", id);
+}
+
+// Dimensions right-aligned to `axes` (numpy): each along its axis, a size-1 one along none.
+std::vector<int> aligned_map(const Shape& shape, const std::vector<int>& axes) {
+  std::vector<int> dims(shape.size(), -1);
+  const size_t off = axes.size() - std::min(axes.size(), shape.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1 && off + d < axes.size()) dims[d] = axes[off + d];
+  return dims;
+}
+
+// The operand's shape as the space maps it: its own, or for an output as the kernel aligns it
+// (a reduction's with its reduced dimensions).
+Shape mapped_shape(const Graph& g, const Kernel& k, const OperandMap& m) {
+  return m.output ? aligned_shape(g, m.node, k) : g.node(m.node).shape;
+}
+
+IterationSpace matmul_space(const Graph& g, const Kernel& k) {
+  IterationSpace s;
+  const Node& mm = g.node(contraction(g, k));
+  const size_t batch = mm.shape.size() - 2;
+  std::vector<int> product;  // b…, m, n
+  for (size_t d = 0; d < batch; ++d) {
+    product.push_back(static_cast<int>(s.axes.size()));
+    s.axes.push_back({batch == 1 ? "b" : fmt::format("b{}", d), mm.shape[d], false});
+  }
+  const int m = static_cast<int>(s.axes.size()), n = m + 1, kk = m + 2;
+  s.axes.push_back({"m", mm.shape[batch], false});
+  s.axes.push_back({"n", mm.shape[batch + 1], false});
+  s.axes.push_back({"k", matmul_operand_dims(g.node(mm.operands[0]).shape, mm.transpose_a).second, true});
+  product.push_back(m);
+  product.push_back(n);
+  auto operand = [&](NodeId id, int rows, int cols, bool transposed) {
+    const Shape& sh = g.node(id).shape;
+    std::vector<int> axes(product.begin(), product.end() - 2);
+    axes.push_back(transposed ? cols : rows);
+    axes.push_back(transposed ? rows : cols);
+    return aligned_map(sh, axes);
+  };
+  for (NodeId id : k.inputs) {
+    OperandMap om{id, false, {}};
+    if (id == mm.operands[0])
+      om.dims = operand(id, m, kk, mm.transpose_a);
+    else if (id == mm.operands[1])
+      om.dims = operand(id, kk, n, mm.transpose_b);
+    else
+      om.dims = aligned_map(g.node(id).shape, product);
+    s.operands.push_back(om);
+  }
+  for (NodeId id : k.outputs) s.operands.push_back({id, true, aligned_map(g.node(id).shape, product)});
+  return s;
+}
+
+}  // namespace
+
+IterationSpace iteration_space(const Graph& g, const Kernel& k) {
+  if (k.kind == ScheduleKind::MatMul) return matmul_space(g, k);
+  IterationSpace s;
+  std::vector<int> all;
+  for (size_t d = 0; d < k.domain.size(); ++d) {
+    const bool reduced = k.split >= 0 && static_cast<int>(d) >= k.split && static_cast<int>(d) < k.reduce_end;
+    all.push_back(static_cast<int>(d));
+    s.axes.push_back({fmt::format("{}{}", reduced ? "r" : "d", d), k.domain[d], reduced});
+  }
+  for (NodeId id : k.inputs) s.operands.push_back({id, false, aligned_map(g.node(id).shape, all)});
+  for (NodeId id : k.outputs) s.operands.push_back({id, true, aligned_map(aligned_shape(g, id, k), all)});
+  return s;
+}
+
+std::string IterationSpace::str(const Graph& g) const {
+  std::vector<std::string> axes_text, ins, outs;
+  for (const IterAxis& a : axes) axes_text.push_back(fmt::format("{} {}{}", a.name, a.extent, a.reduced ? " reduced" : ""));
+  for (const OperandMap& m : operands) {
+    std::vector<std::string> dims;
+    for (int a : m.dims) dims.push_back(a < 0 ? "1" : axes[static_cast<size_t>(a)].name);
+    (m.output ? outs : ins).push_back(fmt::format("{}[{}]", operand_name(g, m.node, m.output), fmt::join(dims, ", ")));
+  }
+  return fmt::format("[{}]; {} → {}", fmt::join(axes_text, ", "), ins.empty() ? "nothing" : fmt::format("{}", fmt::join(ins, ", ")),
+                     fmt::join(outs, ", "));
+}
+
+std::vector<std::string> space_problems(const Graph& g, const Kernel& k, const IterationSpace& s) {
+  std::vector<std::string> out;
+  std::vector<bool> used(s.axes.size(), false);
+  for (const OperandMap& m : s.operands) {
+    const Shape shape = mapped_shape(g, k, m);
+    if (shape.size() != m.dims.size()) {
+      out.push_back(fmt::format("%{} has {} dimensions, its map {}", m.node, shape.size(), m.dims.size()));
+      continue;
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const int a = m.dims[d];
+      if (a < 0) {
+        if (shape[d] != 1) out.push_back(fmt::format("%{} dimension {} ({}) runs along no axis", m.node, d, shape[d]));
+        continue;
+      }
+      const IterAxis& axis = s.axes.at(static_cast<size_t>(a));
+      used[static_cast<size_t>(a)] = true;
+      if (axis.extent != shape[d])
+        out.push_back(fmt::format("%{} dimension {} ({}) runs along {} of {}", m.node, d, shape[d], axis.name, axis.extent));
+      if (m.output && axis.reduced && k.kind == ScheduleKind::MatMul)
+        out.push_back(fmt::format("output %{} runs along the contracted axis {}", m.node, axis.name));
+    }
+  }
+  for (size_t a = 0; a < s.axes.size(); ++a)
+    if (!used[a] && s.axes[a].extent != 1) out.push_back(fmt::format("no operand runs along {}", s.axes[a].name));
+  return out;
+}
+
+}  // namespace tilefuse
