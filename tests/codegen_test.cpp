@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "compiler/codegen/compile.h"
+#include "compiler/codegen/disk_cache.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/support/error.h"
@@ -130,6 +134,42 @@ TEST(Codegen, TargetsAndCache) {
   EXPECT_TRUE(compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80")).from_cache);
   EXPECT_THROW(codegen_options_for("sm_75"), TargetError);
   EXPECT_THROW(codegen_options_for("gfx90a"), TargetError);
+}
+
+// The disk cache serves an entry only for the Tile IR and target it was compiled for (its file
+// name is a hash), and nothing from a damaged file.
+TEST(Codegen, DiskCacheServesOnlyItsOwnKernel) {
+  const std::string dir = ::testing::TempDir() + "tilefuse_cache_test";
+  std::filesystem::remove_all(dir);
+  const char* was = std::getenv("TILEFUSE_CACHE");
+  const std::string saved = was ? was : "";
+  setenv("TILEFUSE_CACHE_DIR", dir.c_str(), 1);
+  unsetenv("TILEFUSE_CACHE");
+  CompiledKernel c;
+  c.name = "k";
+  c.tile_ir = "tile.func @k() {}";
+  c.ptx = ".version 8.0";
+  c.block_threads = 256;
+  c.grid = 5000000000ull;
+  c.dynamic_shared_bytes = 49152;
+  c.cooperative = true;
+  disk_cache_store("00ff", "sm_90 x", c);
+  std::optional<CompiledKernel> back = disk_cache_load("00ff", c.tile_ir, "sm_90 x");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->ptx, c.ptx);
+  EXPECT_EQ(back->grid, c.grid);
+  EXPECT_EQ(back->dynamic_shared_bytes, c.dynamic_shared_bytes);
+  EXPECT_TRUE(back->cooperative);
+  EXPECT_FALSE(disk_cache_load("00ff", "tile.func @other() {}", "sm_90 x").has_value());
+  EXPECT_FALSE(disk_cache_load("00ff", c.tile_ir, "sm_80 x").has_value());
+  EXPECT_EQ(disk_cache_info().entries, 1);
+  std::ofstream(dir + "/00ff.tfk", std::ios::trunc) << "tilefuse-kernel 1\ntarget 6\nsm_90";
+  EXPECT_FALSE(disk_cache_load("00ff", c.tile_ir, "sm_90 x").has_value());
+  EXPECT_EQ(disk_cache_info().invalid, 1);
+  EXPECT_EQ(disk_cache_clear(), 1);
+  unsetenv("TILEFUSE_CACHE_DIR");
+  if (was) setenv("TILEFUSE_CACHE", saved.c_str(), 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Codegen, SplitRowsExchangeStampedPairs) {

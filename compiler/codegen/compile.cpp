@@ -23,17 +23,17 @@
 #include <mutex>
 #include <regex>
 
+#include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/emit.h"
 #include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/lower_kernel.h"
+#include "tilefuse/source_hash.h"
 
 namespace tilefuse {
 
-// Bump when codegen changes what it emits for the same Tile IR.
-static constexpr int kCodegenVersion = 2;
 
 CodegenOptions codegen_options_for(const std::string& sm) {
   if (sm == "sm_80" || sm == "sm_90" || sm == "sm_90a") return {sm, "+ptx80"};
@@ -97,9 +97,30 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
   return std::string(buf.str());
 }
 
+namespace {
+
+std::mutex cache_mu;
+std::map<uint64_t, CompiledKernel> memory_cache;  // by the hash of the Tile IR and the target
+CompileCounts counts;
+
+// What decides the code besides the Tile IR: the target, LLVM, and the compiler's own sources.
+std::string target_of(const CodegenOptions& opt) {
+  return fmt::format("{} {} LLVM {} sources {}", opt.sm, opt.ptx_features, LLVM_VERSION_STRING, TILEFUSE_SOURCE_HASH);
+}
+
+}  // namespace
+
+CompileCounts compile_counts() {
+  std::lock_guard<std::mutex> lock(cache_mu);
+  return counts;
+}
+
+void forget_compiled_in_memory() {
+  std::lock_guard<std::mutex> lock(cache_mu);
+  memory_cache.clear();
+}
+
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt) {
-  static std::mutex mu;
-  static std::map<uint64_t, CompiledKernel> cache;
   if (k.schedule.cluster_blocks > 1 && opt.sm == "sm_80")
     throw TargetError(
         fmt::format("kernel {} splits its rows over clusters of {} blocks, which need sm_90; "
@@ -116,16 +137,30 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   if (!program) tile = lower_kernel(g, k);
   std::string tile_text = program ? tir::print_program(*program) : print_tile_program(*tile);
   dump("tile", k.name, tile_text);
-  uint64_t key = fnv1a(fmt::format("{}|{}|{}|{}|{}", tile_text, opt.sm, opt.ptx_features, LLVM_VERSION_STRING,
-                                   kCodegenVersion));
+  const std::string target = target_of(opt);
+  const std::string material = tile_text + "|" + target;
+  const uint64_t key = fnv1a(material);
   {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    auto it = memory_cache.find(key);
+    if (it != memory_cache.end()) {
+      counts.from_memory++;
       CompiledKernel c = it->second;
       c.from_cache = true;
       return c;
     }
+  }
+  // On disk: named by two independent hashes of the key, the entry checked against the Tile IR.
+  const std::string disk_key = fmt::format("{:016x}{:016x}", key, fnv1a("tilefuse " + material));
+  if (std::optional<CompiledKernel> d =
+          opt.read_disk_cache ? disk_cache_load(disk_key, tile_text, target) : std::nullopt) {
+    dump("llvm", k.name, d->llvm_ir);
+    dump("ptx", k.name, d->ptx);
+    std::lock_guard<std::mutex> lock(cache_mu);
+    counts.from_disk++;
+    memory_cache[key] = *d;
+    d->from_cache = true;
+    return *d;
   }
   CompiledKernel c;
   c.name = k.name;
@@ -150,8 +185,10 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
     c.ptx = emit_ptx(*module, tm);
     dump("ptx", k.name, c.ptx);
   }
-  std::lock_guard<std::mutex> lock(mu);
-  cache[key] = c;
+  disk_cache_store(disk_key, target, c);
+  std::lock_guard<std::mutex> lock(cache_mu);
+  counts.compiled++;
+  memory_cache[key] = c;
   return c;
 }
 

@@ -29,10 +29,24 @@ struct CompiledKernel {
   uint64_t workspace_bytes = 0;
   // The grid must be co-resident (a cooperative launch): split rows' blocks wait for each other.
   bool cooperative = false;
-  bool from_cache = false;
+  bool from_cache = false;  // from memory or from the disk cache
 };
 
+// Compiles through LLVM, or takes the kernel from this process's memory or from the disk cache
+// (compiler/codegen/disk_cache.h) where the same Tile IR was compiled for the same target by the
+// same compiler before.
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt = {});
+
+// This process's compile_kernel outcomes so far.
+struct CompileCounts {
+  int64_t compiled = 0;  // through LLVM
+  int64_t from_disk = 0;
+  int64_t from_memory = 0;
+};
+CompileCounts compile_counts();
+// Empties this process's in-memory cache (the disk cache stays): the next compiles of the same
+// kernels come from the disk, or from LLVM.
+void forget_compiled_in_memory();
 
 // TILEFUSE_PTXAS, else /usr/local/cuda/bin/ptxas, else ptxas on PATH; empty when there is none.
 std::string find_ptxas();

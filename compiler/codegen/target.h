@@ -7,6 +7,9 @@ namespace tilefuse {
 struct CodegenOptions {
   std::string sm = "sm_90";
   std::string ptx_features = "+ptx80";
+  // false: compile through LLVM even where the disk cache has the kernel (which it then replaces),
+  // as `tilefuse cache time` does for its cold compiles. Not part of any cache key.
+  bool read_disk_cache = true;
 };
 
 // Throws TargetError for anything but sm_80, sm_90, sm_90a.

@@ -27,6 +27,7 @@
 #include "compiler/tile/softmax_walkthrough.h"
 #include "dsl_examples/examples.h"
 #include "runtime/cuda_driver.h"
+#include "compiler/codegen/disk_cache.h"
 #include "runtime/device_probe.h"
 #include "runtime/executable.h"
 
@@ -52,6 +53,10 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
   explain softmax [--tile N] [--row 1,2,3,1000 ...]
                                the running softmax tile by tile (running max, sum, rescale)
                                for small rows, beside the GPU kernel's and float64 results
+  cache stats|clear            the disk cache of compiled kernels: where, entries, bytes; or
+                               empty it
+  cache time NAME...           each example's kernels compiled cold (through LLVM) and warm
+                               (from the disk cache), timed
 
 common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
@@ -72,8 +77,12 @@ common options:
                                persistent grid take, meeting in global memory (default 1)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
+  --cache-report               on stderr at the end: kernels compiled, and taken from the disk
+                               cache or from memory
 
 TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or all) dumps stages; TILEFUSE_DUMP_DIR=dir writes files.
+Compiled kernels are kept in TILEFUSE_CACHE_DIR (default $XDG_CACHE_HOME/tilefuse or
+~/.cache/tilefuse), at most TILEFUSE_CACHE_MAX_MB (512); TILEFUSE_CACHE=0 turns that off.
 )";
 
 struct Args {
@@ -81,7 +90,7 @@ struct Args {
   std::vector<std::string> names;
   std::vector<std::vector<float>> rows;
   int tile = 2;
-  bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false;
+  bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1;
@@ -171,7 +180,8 @@ Args parse(int argc, char** argv) {
         {"--check", &Args::check},
         {"--bench", &Args::bench},
         {"--no-fuse", &Args::no_fuse},
-        {"--measured-profile", &Args::measured_profile}};
+        {"--measured-profile", &Args::measured_profile},
+        {"--cache-report", &Args::cache_report}};
     if (s == "--json" && a.command == "bench")
       a.json_file = value();
     else if (s == "--json")
@@ -266,6 +276,51 @@ uint64_t seed_of(const Args& a) {
   if (a.seed) return *a.seed;
   std::random_device rd;
   return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// The disk cache: where it is and what it holds, emptied, or each example compiled cold and warm.
+int cmd_cache(const Args& a) {
+  const std::string what = a.names.empty() ? "" : a.names[0];
+  if (what == "stats" && a.names.size() == 1) {
+    DiskCacheInfo info = disk_cache_info();
+    if (info.dir.empty()) {
+      fmt::print("disk cache: off (TILEFUSE_CACHE=0, or no cache directory)\n");
+      return 0;
+    }
+    fmt::print("disk cache: {}\n  {} kernel{}, {} bytes of at most {}{}\n", info.dir, info.entries,
+               info.entries == 1 ? "" : "s", info.bytes,
+               info.limit_bytes, info.invalid ? fmt::format("; {} files that are not whole entries", info.invalid) : "");
+    return info.invalid ? 1 : 0;
+  }
+  if (what == "clear" && a.names.size() == 1) {
+    const int64_t n = disk_cache_clear();
+    fmt::print("disk cache: {} kernel{} removed\n", n, n == 1 ? "" : "s");
+    return 0;
+  }
+  if (what == "time" && a.names.size() > 1) {
+    if (disk_cache_dir().empty()) throw Error("cache time: the disk cache is off (TILEFUSE_CACHE=0)");
+    for (size_t i = 1; i < a.names.size(); ++i) {
+      Plan p = make_plan(a, a.names[i]);
+      CodegenOptions co = codegen_options_for(a.target);
+      auto compile_all = [&](bool from_disk) {
+        forget_compiled_in_memory();
+        co.read_disk_cache = from_disk;
+        auto start = std::chrono::steady_clock::now();
+        for (const Kernel& k : p.kernels) compile_kernel(p.graph, k, co);
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      };
+      const CompileCounts before = compile_counts();
+      const double cold = compile_all(false);
+      const CompileCounts mid = compile_counts();
+      const double warm = compile_all(true);
+      const CompileCounts after = compile_counts();
+      fmt::print("{}: {} kernel{}: cold {:.1f} ms ({} through LLVM), warm {:.1f} ms ({} from the disk cache)\n",
+                 a.names[i], p.kernels.size(), p.kernels.size() == 1 ? "" : "s", cold, mid.compiled - before.compiled,
+                 warm, after.from_disk - mid.from_disk);
+    }
+    return 0;
+  }
+  throw UsageError("cache takes stats, clear, or time NAME...");
 }
 
 int cmd_run(const Args& a) {
@@ -460,6 +515,7 @@ int dispatch(const Args& a) {
     }
     return 0;
   }
+  if (a.command == "cache") return cmd_cache(a);
   if (a.command == "run") return cmd_run(a);
   if (a.command == "bench") return cmd_bench(a);
   if (a.command == "explain") return cmd_explain(a);
@@ -475,7 +531,14 @@ int dispatch(const Args& a) {
 int main(int argc, char** argv) {
   int rc;
   try {
-    rc = dispatch(parse(argc, argv));
+    Args a = parse(argc, argv);
+    rc = dispatch(a);
+    if (a.cache_report) {
+      const CompileCounts c = compile_counts();
+      const std::string dir = disk_cache_dir();
+      fmt::print(stderr, "tilefuse: kernels: {} compiled, {} from the disk cache ({}), {} from memory\n", c.compiled,
+                 c.from_disk, dir.empty() ? "off" : dir, c.from_memory);
+    }
   } catch (const UsageError& e) {
     fmt::print(stderr, "tilefuse: {}\n\n{}", e.what(), kUsage);
     return kExitUsage;

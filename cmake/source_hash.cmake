@@ -1,0 +1,20 @@
+# Writes OUT: a header defining TILEFUSE_SOURCE_HASH, the SHA-256 of every compiler source (what
+# decides the code emitted for a Tile IR), so that the disk cache of compiled kernels never serves
+# a kernel an older compiler built. Run at build time whenever a compiler source changes.
+file(GLOB_RECURSE inputs "${SOURCE_DIR}/compiler/*.h" "${SOURCE_DIR}/compiler/*.cpp")
+list(SORT inputs)
+set(all "")
+foreach(f IN LISTS inputs)
+  file(SHA256 "${f}" h)
+  file(RELATIVE_PATH rel "${SOURCE_DIR}" "${f}")
+  string(APPEND all "${rel} ${h}\n")
+endforeach()
+string(SHA256 hash "${all}")
+set(text "#pragma once\n#define TILEFUSE_SOURCE_HASH \"${hash}\"\n")
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" old)
+  if(old STREQUAL text)
+    return()
+  endif()
+endif()
+file(WRITE "${OUT}" "${text}")

@@ -1,0 +1,188 @@
+#include "compiler/codegen/disk_cache.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace tilefuse {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMagic = "tilefuse-kernel 1";
+constexpr const char* kSuffix = ".tfk";
+
+bool cache_off() {
+  const char* v = std::getenv("TILEFUSE_CACHE");
+  return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
+}
+
+int64_t limit_bytes() {
+  if (const char* v = std::getenv("TILEFUSE_CACHE_MAX_MB")) {
+    char* end = nullptr;
+    const long long mb = std::strtoll(v, &end, 10);
+    if (end != v && *end == 0 && mb > 0) return mb << 20;
+  }
+  return int64_t{512} << 20;
+}
+
+// A field: "name size\n" then the bytes and a newline.
+void put(std::ostream& os, const char* name, const std::string& bytes) {
+  os << name << ' ' << bytes.size() << '\n' << bytes << '\n';
+}
+bool get(std::istream& is, const char* name, std::string* bytes) {
+  std::string word;
+  size_t size = 0;
+  if (!(is >> word >> size) || word != name || is.get() != '\n') return false;
+  bytes->resize(size);
+  if (!is.read(bytes->data(), static_cast<std::streamsize>(size))) return false;
+  return is.get() == '\n';
+}
+
+// The whole entry in `path`, or nullopt for a file that is not one.
+std::optional<CompiledKernel> read_entry(const fs::path& path, std::string* target) {
+  std::ifstream in(path, std::ios::binary);
+  std::string magic;
+  if (!std::getline(in, magic) || magic != kMagic) return std::nullopt;
+  CompiledKernel c;
+  std::string numbers;
+  if (!get(in, "target", target) || !get(in, "name", &c.name) || !get(in, "launch", &numbers) ||
+      !get(in, "tile_ir", &c.tile_ir) || !get(in, "llvm_ir", &c.llvm_ir) || !get(in, "ptx", &c.ptx))
+    return std::nullopt;
+  std::istringstream ls(numbers);
+  int persistent = 0, cooperative = 0;
+  if (!(ls >> c.block_threads >> c.grid >> c.cluster_blocks >> c.dynamic_shared_bytes >> persistent >>
+        c.workspace_bytes >> cooperative))
+    return std::nullopt;
+  c.persistent = persistent != 0;
+  c.cooperative = cooperative != 0;
+  std::string end;
+  if (!std::getline(in, end) || end != "end") return std::nullopt;
+  return c;
+}
+
+std::vector<fs::directory_entry> entries(const std::string& dir) {
+  std::vector<fs::directory_entry> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), stop; !ec && it != stop; it.increment(ec))
+    if (it->path().extension() == kSuffix && it->is_regular_file(ec)) out.push_back(*it);
+  return out;
+}
+
+// Oldest first (reads touch their entry), until the directory is under 80% of its limit.
+void evict(const std::string& dir) {
+  std::vector<std::pair<fs::file_time_type, fs::directory_entry>> all;
+  int64_t total = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : entries(dir)) {
+    total += static_cast<int64_t>(e.file_size(ec));
+    all.push_back({e.last_write_time(ec), e});
+  }
+  const int64_t limit = limit_bytes();
+  if (total <= limit) return;
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [when, e] : all) {
+    if (total <= limit / 10 * 8) break;
+    const int64_t size = static_cast<int64_t>(e.file_size(ec));
+    if (fs::remove(e.path(), ec)) total -= size;
+  }
+}
+
+}  // namespace
+
+std::string disk_cache_dir() {
+  if (cache_off()) return "";
+  if (const char* d = std::getenv("TILEFUSE_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "tilefuse").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "tilefuse").string();
+  return "";
+}
+
+DiskCacheInfo disk_cache_info() {
+  DiskCacheInfo info;
+  info.dir = disk_cache_dir();
+  info.limit_bytes = limit_bytes();
+  if (info.dir.empty()) return info;
+  std::error_code ec;
+  for (const fs::directory_entry& e : entries(info.dir)) {
+    std::string target;
+    (read_entry(e.path(), &target) ? info.entries : info.invalid)++;
+    info.bytes += static_cast<int64_t>(e.file_size(ec));
+  }
+  return info;
+}
+
+int64_t disk_cache_clear() {
+  const std::string dir = disk_cache_dir();
+  int64_t n = 0;
+  std::error_code ec;
+  if (!dir.empty())
+    for (const fs::directory_entry& e : entries(dir)) n += fs::remove(e.path(), ec) ? 1 : 0;
+  return n;
+}
+
+std::optional<CompiledKernel> disk_cache_load(const std::string& key, const std::string& tile_ir,
+                                              const std::string& target) {
+  const std::string dir = disk_cache_dir();
+  if (dir.empty()) return std::nullopt;
+  const fs::path path = fs::path(dir) / (key + kSuffix);
+  std::string stored_target;
+  std::optional<CompiledKernel> c = read_entry(path, &stored_target);
+  // The key is a hash: the entry must be for this very Tile IR and target.
+  if (!c || c->tile_ir != tile_ir || stored_target != target) return std::nullopt;
+  std::error_code ec;
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used: evicted last
+  return c;
+}
+
+void disk_cache_store(const std::string& key, const std::string& target, const CompiledKernel& c) {
+  const std::string dir = disk_cache_dir();
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  // A file of this process's own, renamed into place whole: concurrent writers of one key leave
+  // one of their (identical) entries, and no reader sees a partial one. A cache that cannot be
+  // written is only slower, so failures are silent.
+  std::string pattern = (fs::path(dir) / fmt::format(".{}.XXXXXX", key)).string();
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back(0);
+  const int fd = mkstemp(name.data());
+  if (fd < 0) return;
+  ::close(fd);
+  const std::string tmp = name.data();
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kMagic << '\n';
+    put(out, "target", target);
+    put(out, "name", c.name);
+    put(out, "launch",
+        fmt::format("{} {} {} {} {} {} {}", c.block_threads, c.grid, c.cluster_blocks, c.dynamic_shared_bytes,
+                    c.persistent ? 1 : 0, c.workspace_bytes, c.cooperative ? 1 : 0));
+    put(out, "tile_ir", c.tile_ir);
+    put(out, "llvm_ir", c.llvm_ir);
+    put(out, "ptx", c.ptx);
+    out << "end\n";
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  fs::rename(tmp, fs::path(dir) / (key + kSuffix), ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return;
+  }
+  evict(dir);
+}
+
+}  // namespace tilefuse
