@@ -265,6 +265,28 @@ Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps) {
 
 Tensor operator-(const Tensor& x) { return neg(x); }
 
+#define TILEFUSE_DSL_SCALAR_FUNCTION(fn)                                                    \
+  Tensor fn(const Tensor& a, double b) { return fn(a, constant(a.graph(), b, a.dtype())); } \
+  Tensor fn(double a, const Tensor& b) { return fn(constant(b.graph(), a, b.dtype()), b); }
+TILEFUSE_DSL_SCALAR_FUNCTION(max)
+TILEFUSE_DSL_SCALAR_FUNCTION(min)
+TILEFUSE_DSL_SCALAR_FUNCTION(lt)
+TILEFUSE_DSL_SCALAR_FUNCTION(le)
+TILEFUSE_DSL_SCALAR_FUNCTION(gt)
+TILEFUSE_DSL_SCALAR_FUNCTION(ge)
+TILEFUSE_DSL_SCALAR_FUNCTION(eq)
+TILEFUSE_DSL_SCALAR_FUNCTION(ne)
+#undef TILEFUSE_DSL_SCALAR_FUNCTION
+
+Tensor pow(double a, const Tensor& b) { return pow(constant(b.graph(), a, b.dtype()), b); }
+Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, constant(a.graph(), b, a.dtype())); }
+Tensor where(const Tensor& cond, double a, const Tensor& b) { return where(cond, constant(b.graph(), a, b.dtype()), b); }
+Tensor where(const Tensor& cond, double a, double b, DType dtype) {
+  Graph& g = cond.graph();
+  // The constants broadcast over cond's shape through where itself.
+  return where(cond, constant(g, a, dtype), constant(g, b, dtype));
+}
+
 #define TILEFUSE_DSL_SCALAR_OPERATOR(sym, fn)                                                         \
   Tensor operator sym(const Tensor& a, double b) { return fn(a, constant(a.graph(), b, a.dtype())); } \
   Tensor operator sym(double a, const Tensor& b) { return fn(constant(b.graph(), a, b.dtype()), b); }

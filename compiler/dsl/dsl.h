@@ -72,6 +72,27 @@ Tensor ne(const Tensor& a, const Tensor& b);
 // where(cond, a, b): cond must be bool (the result of a comparison).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
+// The binary functions and where with a C++ number in place of a tensor: the number becomes a
+// constant of the other tensor's dtype (where of two numbers: of `dtype`, over cond's shape).
+// They and the math functions above coexist with <cmath> and <algorithm> under `using namespace
+// std` (tests/dsl_test.cpp compiles that way).
+#define TILEFUSE_DSL_SCALAR_FUNCTION(fn)    \
+  Tensor fn(const Tensor& a, double b); \
+  Tensor fn(double a, const Tensor& b);
+TILEFUSE_DSL_SCALAR_FUNCTION(max)
+TILEFUSE_DSL_SCALAR_FUNCTION(min)
+TILEFUSE_DSL_SCALAR_FUNCTION(lt)
+TILEFUSE_DSL_SCALAR_FUNCTION(le)
+TILEFUSE_DSL_SCALAR_FUNCTION(gt)
+TILEFUSE_DSL_SCALAR_FUNCTION(ge)
+TILEFUSE_DSL_SCALAR_FUNCTION(eq)
+TILEFUSE_DSL_SCALAR_FUNCTION(ne)
+#undef TILEFUSE_DSL_SCALAR_FUNCTION
+Tensor pow(double a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, double a, const Tensor& b);
+Tensor where(const Tensor& cond, double a, double b, DType dtype = DType::F32);
+
 // numpy's matmul: a [..., M, K] · b [..., K, N] → [..., M, N], batch axes broadcast; an operand
 // stored the other way round ([..., K, M] for a, [..., N, K] for b: q·kᵀ, x·Wᵀ) is read
 // transposed. f16/bf16/f32 operands of one dtype, accumulated in f32; the result has `out`
