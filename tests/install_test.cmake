@@ -1,0 +1,23 @@
+# Installs the built tilefuse into PREFIX, then configures, builds and runs tests/consumer against
+# it, with no include path to LLVM's or CUDA's headers.
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${PREFIX} RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK} -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_BUILD_TYPE=Release
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer failed:\n${out}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK} --verbose RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "building the consumer failed:\n${out}")
+endif()
+if(out MATCHES "llvm-22/include|cuda/include")
+  message(FATAL_ERROR "the consumer's build saw LLVM or CUDA headers:\n${out}")
+endif()
+execute_process(COMMAND ${WORK}/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}")
+if(rc OR NOT out MATCHES "kernels 1\n.visible .entry consumer_k0")
+  message(FATAL_ERROR "the consumer failed (${rc}):\n${out}${err}")
+endif()
