@@ -21,7 +21,7 @@ expect list 0 "bias_gelu_bf16" -- "$tf" list
 expect graph 0 'output "y" = %3' -- "$tf" graph bias_gelu
 expect plan 0 "unfused +2 +2 +1,073,774,592" -- "$tf" plan bias_gelu
 expect plan-json 0 '"verdict": "fused"' -- "$tf" plan bias_gelu --json
-expect unknown-example 2 "unknown example 'nope'; known: bias_gelu" -- "$tf" plan nope
+expect unknown-example 2 "unknown graph 'nope'; known: bias_gelu" -- "$tf" plan nope
 expect unknown-flag 2 "unknown option '--frob'" -- "$tf" plan bias_gelu --frob
 expect unknown-command 2 "unknown command 'explode'" -- "$tf" explode
 expect no-command 2 "no command given" -- "$tf"

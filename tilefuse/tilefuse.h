@@ -31,3 +31,4 @@
 #include "runtime/check.h"
 #include "runtime/device_probe.h"
 #include "runtime/executable.h"
+#include "tools/tilefuse/cli.h"

@@ -1,0 +1,576 @@
+// tilefuse: the CLI over all stages.
+#include "tools/tilefuse/cli.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/compile.h"
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/report.h"
+#include "compiler/graph/reference.h"
+#include "compiler/support/dump.h"
+#include "compiler/support/error.h"
+#include "compiler/support/json.h"
+#include "runtime/check.h"
+#include "compiler/tile/softmax_walkthrough.h"
+#include "dsl_examples/examples.h"
+#include "runtime/cuda_driver.h"
+#include "compiler/codegen/disk_cache.h"
+#include "runtime/device_probe.h"
+#include "runtime/executable.h"
+
+namespace tilefuse {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitNoGpu = 69;  // EX_UNAVAILABLE: asked to run, and no GPU is present
+
+const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
+
+  list                         the example graphs
+  graph NAME                   the graph, printed
+  plan NAME [--json]           the fusion-decision report: unfused against fused plan,
+                               kernels, costs, and every decision with its reason
+  tile NAME [--kernel K]       the Tile IR of each kernel (or of kernel K)
+  ptx NAME [--kernel K]        the PTX of each kernel (or of kernel K)
+  run NAME [--check] [--bench] run on the GPU; --check compares every output with the
+                               float64 reference; --bench times it (median of CUDA events)
+  bench --json FILE [NAME...]  copy-bandwidth ceiling and every named example (default:
+                               bias_gelu, bias_gelu_bf16), checked and timed, as JSON
+  explain softmax [--tile N] [--row 1,2,3,1000 ...]
+                               the running softmax tile by tile (running max, sum, rescale)
+                               for small rows, beside the GPU kernel's and float64 results
+  cache stats|clear            the disk cache of compiled kernels: where, entries, bytes; or
+                               empty it
+  cache time NAME...           each example's kernels compiled cold (through LLVM) and warm
+                               (from the disk cache), timed
+
+common options:
+  --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
+  --no-fuse                    plan every op as its own kernel
+  --max-registers N            register budget per thread for fused kernels (default 128;
+                               matmul kernels: up to the device's 255)
+  --seed N                     seed for random inputs, 0..2^64-1 (default: drawn at random
+                               and printed, so that --seed replays the run)
+  --iters N                    timed iterations for --bench (default 100)
+  --block-threads N            schedule override: threads per block (power of two, 32..1024)
+  --rows-per-thread N          schedule override: rows each thread owns (1..16)
+  --max-cluster N              schedule override: most blocks one row may be split over (1..16;
+                               1: no clusters; sm_80 implies 1)
+  --stages N                   schedule override: most rows a persistent row kernel prefetches
+                               into shared memory (0..4; 0: rows go straight to registers)
+  --split 0|1                  schedule override: 0 keeps a long softmax row in one block or
+                               cluster instead of splitting it into parts that any blocks of a
+                               persistent grid take, meeting in global memory (default 1)
+  --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
+                               count, L2) instead of the H200 defaults
+  --cache-report               on stderr at the end: kernels compiled, and taken from the disk
+                               cache or from memory
+
+TILEFUSE_DUMP=graph,plan,tile,llvm,ptx (or all) dumps stages; TILEFUSE_DUMP_DIR=dir writes files.
+Compiled kernels are kept in TILEFUSE_CACHE_DIR (default $XDG_CACHE_HOME/tilefuse or
+~/.cache/tilefuse), at most TILEFUSE_CACHE_MAX_MB (512); TILEFUSE_CACHE=0 turns that off.
+)";
+
+struct Args {
+  std::string command;
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> rows;
+  int tile = 2;
+  bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false;
+  std::string json_file, kernel, target = "sm_90";
+  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
+      split = -1;
+  std::optional<uint64_t> seed;
+};
+
+struct UsageError : Error {
+  using Error::Error;
+};
+
+int parse_int(const std::string& flag, const std::string& v, int least, int most) {
+  try {
+    size_t used = 0;
+    long n = std::stol(v, &used);
+    if (used == v.size() && n >= least && n <= most) return static_cast<int>(n);
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("{} needs an integer from {} to {}, got '{}'", flag, least, most, v));
+}
+
+uint64_t parse_seed(const std::string& v) {
+  try {
+    size_t used = 0;
+    unsigned long long n = std::stoull(v, &used, 10);
+    if (used == v.size() && !v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("--seed needs an integer from 0 to 18446744073709551615, got '{}'", v));
+}
+
+// Numbers as f32 values: subnormals (1e-40) are numbers; values beyond f32's range are refused
+// rather than turned into inf (write inf for that).
+std::vector<float> parse_row(const std::string& text) {
+  std::vector<float> row;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    char* stop = nullptr;
+    errno = 0;
+    float f = item.empty() ? 0 : std::strtof(item.c_str(), &stop);
+    if (item.empty() || *stop != 0 || std::isspace(static_cast<unsigned char>(item[0])))
+      throw UsageError(
+          fmt::format("--row takes comma-separated numbers (inf, -inf, nan allowed), got '{}'", item));
+    if (errno == ERANGE && std::isinf(f))
+      throw UsageError(fmt::format("--row: {} is beyond the range of f32 (±3.4e38); write inf or -inf", item));
+    row.push_back(f);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return row;
+}
+
+// The planning options the flags ask for (the measured profile is taken at plan time).
+FusionOptions fusion_options(const Args& a) {
+  FusionOptions fo;
+  fo.fuse = !a.no_fuse;
+  fo.max_registers = a.max_registers;
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split};
+  if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
+    fo.profile.max_cluster_blocks = 1;
+    fo.profile.bulk_copies = false;
+  }
+  return fo;
+}
+
+// The graphs the commands know: the built-in examples for the tilefuse CLI, a program's own for
+// a program that runs the CLI (run_cli).
+const std::vector<Example>* graphs = nullptr;
+std::string program = "tilefuse";
+
+// The usage text, under the program's name.
+std::string usage() { return fmt::format("usage: {}{}", program, std::string(kUsage).substr(std::strlen("usage: tilefuse"))); }
+
+// A graph by name; an unknown name is a usage error.
+const Example& example(const std::string& name) {
+  std::vector<std::string> names;
+  for (const Example& e : *graphs) {
+    if (e.name == name) return e;
+    names.push_back(e.name);
+  }
+  throw UsageError(fmt::format("unknown graph '{}'; known: {} (see `{} list`)", name, fmt::join(names, ", "), program));
+}
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) throw UsageError("no command given");
+  Args a;
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", s));
+      return argv[++i];
+    };
+    static const std::map<std::string, bool Args::*> flags = {
+        {"--check", &Args::check},
+        {"--bench", &Args::bench},
+        {"--no-fuse", &Args::no_fuse},
+        {"--measured-profile", &Args::measured_profile},
+        {"--cache-report", &Args::cache_report}};
+    if (s == "--json" && a.command == "bench")
+      a.json_file = value();
+    else if (s == "--json")
+      a.json = true;
+    else if (flags.count(s))
+      a.*flags.at(s) = true;
+    else if (s == "--kernel")
+      a.kernel = value();
+    else if (s == "--tile")
+      a.tile = parse_int(s, value(), 1, 1 << 20);
+    else if (s == "--row")
+      a.rows.push_back(parse_row(value()));
+    else if (s == "--target")
+      a.target = value();
+    else if (s == "--max-registers")
+      a.max_registers = parse_int(s, value(), 1, 255);
+    else if (s == "--iters")
+      a.iters = parse_int(s, value(), 1, 1 << 20);
+    else if (s == "--block-threads")
+      a.block_threads = parse_int(s, value(), 32, 1024);
+    else if (s == "--rows-per-thread")
+      a.rows_per_thread = parse_int(s, value(), 1, 16);
+    else if (s == "--max-cluster")
+      a.max_cluster = parse_int(s, value(), 1, 16);
+    else if (s == "--stages")
+      a.stages = parse_int(s, value(), 0, 4);
+    else if (s == "--split")
+      a.split = parse_int(s, value(), 0, 1);
+    else if (s == "--seed")
+      a.seed = parse_seed(value());
+    else if (s.rfind("--", 0) == 0)
+      throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
+    else
+      a.names.push_back(s);
+  }
+  try {
+    codegen_options_for(a.target);
+    check_fusion_options(fusion_options(a));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return a;
+}
+
+const std::string& one_name(const Args& a) {
+  if (a.names.size() != 1)
+    throw UsageError(fmt::format("'{}' takes one example name (see `tilefuse list`)", a.command));
+  return a.names[0];
+}
+
+Plan make_plan(const Args& a, const std::string& name) {
+  Graph g = example(name).build();
+  dump("graph", g.name(), print_graph(g));
+  FusionOptions fo = fusion_options(a);
+  if (a.measured_profile) {
+    DeviceProfile measured = measure_device_profile();
+    measured.max_cluster_blocks = std::min(measured.max_cluster_blocks, fo.profile.max_cluster_blocks);
+    measured.bulk_copies &= fo.profile.bulk_copies;
+    fo.profile = measured;
+  }
+  Plan p = plan_fusion(g, fo);
+  dump("plan", g.name(), plan_report_text(p));
+  for (const std::string& hint : ineffective_hints(p))
+    fmt::print(stderr, "{}: note: {} changes no kernel's schedule in this plan\n", program, hint);
+  return p;
+}
+
+std::vector<const Kernel*> selected_kernels(const Plan& p, const std::string& kernel) {
+  std::vector<const Kernel*> ks;
+  std::vector<std::string> names;
+  for (const Kernel& k : p.kernels) {
+    names.push_back(k.name);
+    if (kernel.empty() || k.name == kernel) ks.push_back(&k);
+  }
+  if (ks.empty())
+    throw UsageError(fmt::format("plan '{}' has no kernel '{}'; its kernels: {}", p.graph.name(), kernel,
+                                 fmt::join(names, ", ")));
+  return ks;
+}
+
+// Minimum bytes: every graph input read once, every output written once.
+int64_t minimum_bytes(const Graph& g) {
+  int64_t b = 0;
+  for (NodeId id : g.inputs()) b += num_elements(g.node(id).shape) * dtype_size(g.node(id).dtype);
+  for (const GraphOutput& o : g.outputs())
+    b += num_elements(g.node(o.node).shape) * dtype_size(g.node(o.node).dtype);
+  return b;
+}
+
+// The run's seed: --seed, else drawn at random (printed, so that --seed replays it).
+uint64_t seed_of(const Args& a) {
+  if (a.seed) return *a.seed;
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// The disk cache: where it is and what it holds, emptied, or each example compiled cold and warm.
+int cmd_cache(const Args& a) {
+  const std::string what = a.names.empty() ? "" : a.names[0];
+  if (what == "stats" && a.names.size() == 1) {
+    DiskCacheInfo info = disk_cache_info();
+    if (info.dir.empty()) {
+      fmt::print("disk cache: off (TILEFUSE_CACHE=0, or no cache directory)\n");
+      return 0;
+    }
+    fmt::print("disk cache: {}\n  {} kernel{}, {} bytes of at most {}{}\n", info.dir, info.entries,
+               info.entries == 1 ? "" : "s", info.bytes,
+               info.limit_bytes, info.invalid ? fmt::format("; {} files that are not whole entries", info.invalid) : "");
+    return info.invalid ? 1 : 0;
+  }
+  if (what == "clear" && a.names.size() == 1) {
+    const int64_t n = disk_cache_clear();
+    fmt::print("disk cache: {} kernel{} removed\n", n, n == 1 ? "" : "s");
+    return 0;
+  }
+  if (what == "time" && a.names.size() > 1) {
+    if (disk_cache_dir().empty()) throw Error("cache time: the disk cache is off (TILEFUSE_CACHE=0)");
+    for (size_t i = 1; i < a.names.size(); ++i) {
+      Plan p = make_plan(a, a.names[i]);
+      CodegenOptions co = codegen_options_for(a.target);
+      auto compile_all = [&](bool from_disk) {
+        forget_compiled_in_memory();
+        co.read_disk_cache = from_disk;
+        auto start = std::chrono::steady_clock::now();
+        for (const Kernel& k : p.kernels) compile_kernel(p.graph, k, co);
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      };
+      const CompileCounts before = compile_counts();
+      const double cold = compile_all(false);
+      const CompileCounts mid = compile_counts();
+      const double warm = compile_all(true);
+      const CompileCounts after = compile_counts();
+      fmt::print("{}: {} kernel{}: cold {:.1f} ms ({} through LLVM), warm {:.1f} ms ({} from the disk cache)\n",
+                 a.names[i], p.kernels.size(), p.kernels.size() == 1 ? "" : "s", cold, mid.compiled - before.compiled,
+                 warm, after.from_disk - mid.from_disk);
+    }
+    return 0;
+  }
+  throw UsageError("cache takes stats, clear, or time NAME...");
+}
+
+int cmd_run(const Args& a) {
+  const std::string& name = one_name(a);
+  Executable exe(make_plan(a, name), codegen_options_for(a.target));
+  std::string why;
+  if (!cuda::available(&why)) {
+    fmt::print(stderr, "{} run {}: cannot run: {}\n", program, name, why);
+    return kExitNoGpu;
+  }
+  const Graph& g = exe.plan().graph;
+  uint64_t seed = seed_of(a);
+  TensorMap inputs = random_inputs(g, seed);
+  const auto& info = cuda::Context::get().info();
+  fmt::print("{} on {} (sm_{}{}), {} kernel{}, inputs seeded {}\n", name, info.name, info.cc_major,
+             info.cc_minor, exe.kernels().size(), exe.kernels().size() == 1 ? "" : "s", seed);
+  TensorMap outs = exe.run(inputs);
+  bool ok = true;
+  if (a.check) {
+    CheckReport check = check_against_reference(exe.plan(), inputs, outs);
+    fmt::print("{}", check.text());
+    ok = check.ok;
+  }
+  if (a.bench) {
+    Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
+    int64_t bytes = minimum_bytes(g);
+    fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
+               t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
+    double flops = 0;
+    for (const Kernel& k : exe.plan().kernels) flops += k.cost.flops;
+    if (flops > 0) fmt::print("  {:.1f} TFLOP/s of {:.4g} matmul flops\n", flops / (t.median_ms * 1e-3) / 1e12, flops);
+  }
+  for (const auto& [k, m] : exe.measured())
+    fmt::print("  {}: {} registers ({}), {} bytes spilled/local\n", k, m.registers, m.source, m.spill_bytes);
+  fmt::print("{}\n", ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+int cmd_bench(const Args& a) {
+  if (a.json_file.empty()) throw UsageError("bench needs --json FILE");
+  std::vector<std::string> names = a.names;
+  if (names.empty()) names = {"bias_gelu", "bias_gelu_bf16"};
+  for (const std::string& n : names) example(n);  // unknown names fail before any work
+  // The results file is opened before the run, so a path that cannot be written fails first.
+  std::ofstream json(a.json_file);
+  if (!json) throw Error(fmt::format("bench: cannot write {}: {}", a.json_file, std::strerror(errno)));
+  std::string why;
+  if (!cuda::available(&why)) {
+    fmt::print(stderr, "{} bench: cannot run: {}\n", program, why);
+    return kExitNoGpu;
+  }
+  const auto& info = cuda::Context::get().info();
+  size_t copy_bytes = size_t{1} << 30;
+  Timing copy = time_copy(copy_bytes, a.iters);
+  double copy_gbps = 2.0 * copy_bytes / (copy.median_ms * 1e-3) / 1e9;
+  fmt::print("{}: copy ceiling {:.0f} GB/s ({:.4f} ms for 2 × {} bytes)\n", info.name, copy_gbps,
+             copy.median_ms, copy_bytes);
+  char date[16];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  const char* commit = std::getenv("TILEFUSE_COMMIT");
+  const uint64_t seed = seed_of(a);
+  fmt::print("inputs seeded {}\n", seed);
+  JsonWriter j;
+  j.begin_object()
+      .field("tool", "tilefuse")
+      .field("date", date)
+      .field("gpu", info.name)
+      .field("driver_version", info.driver_version)
+      .field("commit", commit ? commit : "unknown")
+      .field("seed", std::to_string(seed));  // a string: JSON readers may hold 53-bit integers only
+  j.key("ceiling")
+      .begin_object()
+      .field("copy_gbps", copy_gbps)
+      .field("copy_bytes", static_cast<int64_t>(2 * copy_bytes))
+      .field("copy_median_ms", copy.median_ms)
+      .end_object();
+  j.key("results").begin_array();
+  bool all_ok = true;
+  for (const std::string& name : names) {
+    Executable exe(make_plan(a, name), codegen_options_for(a.target));
+    const Graph& g = exe.plan().graph;
+    TensorMap inputs = random_inputs(g, seed);
+    fmt::print("{}:\n", name);
+    CheckReport chk = check_against_reference(exe.plan(), inputs, exe.run(inputs));
+    fmt::print("{}", chk.text());
+    all_ok &= chk.ok;
+    Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
+    int64_t bytes = minimum_bytes(g);
+    double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
+    fmt::print("  tilefuse {:.4f} ms, {:.0f} GB/s = {:.1f}% of copy\n", t.median_ms, gbps,
+               100 * gbps / copy_gbps);
+    const Node& first = g.node(g.inputs()[0]);
+    const Example& ex = example(name);
+    j.begin_object()
+        .field("case", ex.family.empty() ? name : ex.family)
+        .field("example", name)
+        .field("dtype", dtype_name(first.dtype))
+        .array("shape", first.shape)
+        .field("impl", "tilefuse")
+        .field("median_ms", t.median_ms)
+        .field("min_ms", t.min_ms)
+        .field("p90_ms", t.p90_ms)
+        .field("bytes", bytes)
+        .field("gbps", gbps)
+        .field("max_rel_err", chk.max_rel_err)
+        .field("unwritten", chk.unwritten)
+        .field("ok", chk.ok);
+    MeasuredKernels m = exe.measured();
+    j.key("kernels").begin_array();
+    for (const Kernel& k : exe.plan().kernels) {
+      j.begin_object()
+          .field("name", k.name)
+          .field("predicted_bytes", k.cost.bytes())
+          .field("predicted_ms", k.cost.predicted_s * 1e3)
+          .field("registers_estimate", k.cost.registers);
+      if (m.count(k.name))
+        j.field("registers", m[k.name].registers).field("spill_bytes", m[k.name].spill_bytes);
+      j.end_object();
+    }
+    j.end_array().end_object();
+  }
+  j.end_array().end_object();
+  json << j.str() << "\n";
+  json.close();
+  if (!json) throw Error(fmt::format("bench: cannot write {}: {}", a.json_file, std::strerror(errno)));
+  fmt::print("wrote {}\n", a.json_file);
+  return all_ok ? 0 : 1;
+}
+
+// The running softmax, tile by tile, then the same rows through the compiled kernel (where a GPU
+// is present) and the float64 reference.
+int cmd_explain(const Args& a) {
+  if (one_name(a) != "softmax") throw UsageError("explain knows 'softmax'");
+  std::vector<std::vector<float>> rows = a.rows;
+  if (rows.empty())
+    rows = {{1, 2, 3, 1000}, {-INFINITY, 1, -INFINITY, 2}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+  fmt::print(
+      "online softmax over tiles of {} (`tilefuse tile softmax_256k` shows the loop a kernel runs)\n"
+      "  c(m) = m, or 0 while m = −inf;  m' = max(m, tile max);\n"
+      "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
+      a.tile);
+  std::string why;
+  bool gpu = cuda::available(&why);
+  for (const auto& row : rows) {
+    if (row.empty()) throw UsageError("--row needs at least one number");
+    fmt::print("{}", print_walkthrough(row, walk_online_softmax(row, a.tile)));
+    Graph g("explain_softmax");
+    output("y", dsl::softmax(dsl::input(g, "x", {1, static_cast<int64_t>(row.size())}), -1));
+    TensorMap in;
+    in["x"] = TensorData::from_doubles(DType::F32, {1, static_cast<int64_t>(row.size())},
+                                       std::vector<double>(row.begin(), row.end()));
+    std::vector<std::string> ref;
+    auto reference = reference_run(g, in);
+    for (double p : reference.at("y")) ref.push_back(fmt::format("{:.8g}", p));
+    fmt::print("  float64 reference:     [{}]\n", fmt::join(ref, ", "));
+    if (gpu) {
+      Executable exe(plan_fusion(g));
+      std::vector<std::string> out;
+      for (double p : exe.run(in).at("y").to_doubles()) out.push_back(fmt::format("{:.8g}", p));
+      fmt::print("  GPU kernel:            [{}]\n", fmt::join(out, ", "));
+    }
+    fmt::print("\n");
+  }
+  if (!gpu) fmt::print("(the GPU kernel's line is left out: {})\n", why);
+  return 0;
+}
+
+int dispatch(const Args& a) {
+  if (a.command == "list") {
+    for (const Example& e : *graphs) fmt::print("{:<22} {}\n", e.name, e.description);
+    return 0;
+  }
+  if (a.command == "graph") {
+    Graph g = example(one_name(a)).build();
+    verify(g);
+    fmt::print("{}", print_graph(g));
+    return 0;
+  }
+  if (a.command == "plan") {
+    Executable exe(make_plan(a, one_name(a)), codegen_options_for(a.target));
+    fmt::print("{}", a.json ? plan_report_json(exe.plan(), exe.measured())
+                            : plan_report_text(exe.plan(), exe.measured()));
+    return 0;
+  }
+  if (a.command == "tile" || a.command == "ptx") {
+    Plan p = make_plan(a, one_name(a));
+    CodegenOptions co = codegen_options_for(a.target);
+    for (const Kernel* k : selected_kernels(p, a.kernel)) {
+      CompiledKernel c = compile_kernel(p.graph, *k, co);
+      fmt::print("{}", a.command == "tile" ? c.tile_ir : c.ptx);
+    }
+    return 0;
+  }
+  if (a.command == "cache") return cmd_cache(a);
+  if (a.command == "run") return cmd_run(a);
+  if (a.command == "bench") return cmd_bench(a);
+  if (a.command == "explain") return cmd_explain(a);
+  if (a.command == "help" || a.command == "--help" || a.command == "-h") {
+    fmt::print("{}", usage());
+    return 0;
+  }
+  throw UsageError(fmt::format("unknown command '{}'", a.command));
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv, const std::vector<Example>& known, const std::string& name) {
+  graphs = &known;
+  program = name;
+  int rc;
+  try {
+    Args a = parse(argc, argv);
+    rc = dispatch(a);
+    if (a.cache_report) {
+      const CompileCounts c = compile_counts();
+      const std::string dir = disk_cache_dir();
+      fmt::print(stderr, "{}: kernels: {} compiled, {} from the disk cache ({}), {} from memory\n", program, c.compiled,
+                 c.from_disk, dir.empty() ? "off" : dir, c.from_memory);
+    }
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "{}: {}\n\n{}", program, e.what(), usage());
+    return kExitUsage;
+  } catch (const CudaError& e) {
+    fmt::print(stderr, "{}: {}\n", program, e.what());
+    return std::strncmp(e.what(), "no GPU present", 14) == 0 ? kExitNoGpu : 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "{}: out of host memory\n", program);
+    return 1;
+  } catch (const std::exception& e) {  // tilefuse's errors, and the library's (a failed write, …)
+    fmt::print(stderr, "{}: {}\n", program, e.what());
+    return 1;
+  }
+  // What was printed must have reached its destination (a full disk is an error).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "{}: cannot write the output: {}\n", program, std::strerror(errno));
+    return 1;
+  }
+  return rc;
+}
+
+}  // namespace tilefuse
