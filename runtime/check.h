@@ -3,8 +3,9 @@
 // elements never written (outputs are poisoned before the run).
 //
 // The reference follows the plan's numerics: a kernel computes in f32 and rounds a bf16/f16
-// value only where it writes a tensor or casts, so the reference rounds there and nowhere else
-// (one kernel per op is then the graph's op-by-op semantics). A graph may amplify rounding so
+// value only where it writes a tensor (and then for every use of it), casts, or ends a matmul or
+// a column reduction, so the reference rounds there and nowhere else (one kernel per op is then
+// the graph's op-by-op semantics). A graph may amplify rounding so
 // much that no f32 kernel matches the float64 result to the dtype's tolerance — x − mean(x) of a
 // row whose values are all equal, a cast to bf16 of values near a rounding boundary, a sum that
 // cancels: the check measures how far noise of a few f32 ulps per operation moves each output

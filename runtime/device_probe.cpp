@@ -11,6 +11,20 @@ Timing summarize_ms(std::vector<float> ms) {
   return {ms[ms.size() / 2], ms.front(), ms[std::min(ms.size() - 1, ms.size() * 9 / 10)]};
 }
 
+int64_t minimum_bytes(const Graph& g) {
+  int64_t b = 0;
+  for (NodeId id : g.inputs()) b += num_elements(g.node(id).shape) * static_cast<int64_t>(dtype_size(g.node(id).dtype));
+  for (const GraphOutput& o : g.outputs())
+    b += num_elements(g.node(o.node).shape) * static_cast<int64_t>(dtype_size(g.node(o.node).dtype));
+  return b;
+}
+
+double plan_flops(const Plan& p) {
+  double flops = 0;
+  for (const Kernel& k : p.kernels) flops += k.cost.flops;
+  return flops;
+}
+
 Timing time_copy(size_t bytes, int iters) {
   cuda::DeviceBuffer src(bytes), dst(bytes);
   src.fill_u32(0x3f8ccccd);  // never time zeros

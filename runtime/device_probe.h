@@ -1,10 +1,12 @@
 #pragma once
-// Measuring the device the cost model describes: timings from CUDA events, the copy ceiling,
-// and a DeviceProfile whose constants come from this device instead of the H200 defaults.
+// Measuring: timings from CUDA events, the copy ceiling, a DeviceProfile whose constants come from
+// this device instead of the H200 defaults, and what a benchmark divides by (the bytes any
+// implementation must move, a plan's matmul flops). The CLI's run --bench and bench use these.
 #include <cstddef>
 #include <vector>
 
 #include "compiler/fusion/device_profile.h"
+#include "compiler/fusion/plan.h"
 
 namespace tilefuse {
 
@@ -16,6 +18,12 @@ Timing summarize_ms(std::vector<float> ms);
 // A device-to-device copy of `bytes`, each of `iters` copies timed with its own events after
 // warm-up. Needs a GPU.
 Timing time_copy(size_t bytes, int iters);
+
+// Every graph input read once and every output written once: the bytes any implementation of the
+// graph moves (a benchmark's GB/s divide these by the time).
+int64_t minimum_bytes(const Graph& g);
+// The multiply-adds (two flops each) of the plan's matmuls.
+double plan_flops(const Plan& p);
 
 // The defaults with this device's name and SM count, and its copy bandwidth (bytes read +
 // written over the median of 1 GiB copies). Needs a GPU.

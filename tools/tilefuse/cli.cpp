@@ -273,15 +273,6 @@ std::vector<const Kernel*> selected_kernels(const Plan& p, const std::string& ke
   return ks;
 }
 
-// Minimum bytes: every graph input read once, every output written once.
-int64_t minimum_bytes(const Graph& g) {
-  int64_t b = 0;
-  for (NodeId id : g.inputs()) b += num_elements(g.node(id).shape) * dtype_size(g.node(id).dtype);
-  for (const GraphOutput& o : g.outputs())
-    b += num_elements(g.node(o.node).shape) * dtype_size(g.node(o.node).dtype);
-  return b;
-}
-
 // The run's seed: --seed, else drawn at random (printed, so that --seed replays it).
 uint64_t seed_of(const Args& a) {
   if (a.seed) return *a.seed;
@@ -360,8 +351,7 @@ int cmd_run(const Args& a) {
     int64_t bytes = minimum_bytes(g);
     fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
                t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
-    double flops = 0;
-    for (const Kernel& k : exe.plan().kernels) flops += k.cost.flops;
+    const double flops = plan_flops(exe.plan());
     if (flops > 0) fmt::print("  {:.1f} TFLOP/s of {:.4g} matmul flops\n", flops / (t.median_ms * 1e-3) / 1e12, flops);
   }
   for (const auto& [k, m] : exe.measured())
