@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -23,7 +25,7 @@ namespace {
   X(cuDeviceGetAttribute)                                                                                    \
   X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) \
       X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2)         \
-          X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) \
+          X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) \
               X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)                \
                   X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord)             \
                       X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)                    \
@@ -215,8 +217,15 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+namespace {
+std::atomic<uint64_t> host_bytes{0};  // copied between host and device, process-wide
+}  // namespace
+
+uint64_t host_transfer_bytes() { return host_bytes.load(); }
+
 void DeviceBuffer::upload(const void* host, size_t bytes) {
   const Api& a = ready();
+  host_bytes += bytes;
   if (bytes > size_)
     throw CudaError("DeviceBuffer::upload: " + std::to_string(bytes) + " bytes do not fit in a " +
                     std::to_string(size_) + "-byte device buffer");
@@ -226,6 +235,7 @@ void DeviceBuffer::upload(const void* host, size_t bytes) {
 
 void DeviceBuffer::download(void* host, size_t bytes) const {
   const Api& a = ready();
+  host_bytes += bytes;
   if (bytes > size_)
     throw CudaError("DeviceBuffer::download: " + std::to_string(bytes) + " bytes requested from a " +
                     std::to_string(size_) + "-byte device buffer");
@@ -453,6 +463,25 @@ int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_b
     n *= Context::get().info().sm_count;
   }
   return n;
+}
+
+void fill_async(CUdeviceptr dst, size_t bytes, unsigned width, uint32_t pattern, CUstream stream) {
+  const Api& a = ready();
+  if (bytes == 0) return;
+  if (width == 0 || bytes % width != 0)
+    throw CudaError("fill_async: " + std::to_string(bytes) + " bytes are not whole " + std::to_string(width) +
+                    "-byte elements");
+  const std::string what = std::to_string(bytes) + " bytes";
+  if (width == 1)
+    check(a.cuMemsetD8Async(dst, static_cast<uint8_t>(pattern), bytes, stream), "cuMemsetD8Async", what);
+  else if (width == 2)
+    check(a.cuMemsetD16Async(dst, static_cast<uint16_t>(pattern), bytes / 2, stream), "cuMemsetD16Async", what);
+  else
+    check(a.cuMemsetD32Async(dst, pattern, bytes / 4, stream), "cuMemsetD32Async", what);
+}
+
+void synchronize(CUstream stream) {
+  check(ready().cuStreamSynchronize(stream), "cuStreamSynchronize", "", kFaultHint);
 }
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {

@@ -148,5 +148,11 @@ int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_b
                    const std::string& what);
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+// `bytes` of `width`-byte elements (1, 2 or 4) set to `pattern`, on `stream`.
+void fill_async(CUdeviceptr dst, size_t bytes, unsigned width, uint32_t pattern, CUstream stream);
+// Waits for `stream`; its asynchronous kernel faults surface here.
+void synchronize(CUstream stream);
+// Bytes DeviceBuffer::upload and download have moved between host and device in this process.
+uint64_t host_transfer_bytes();
 
 }  // namespace tilefuse::cuda

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <set>
 
 #include "compiler/support/error.h"
 #include "runtime/cuda_driver.h"
@@ -82,33 +84,56 @@ void Executable::load() {
     if (c.workspace_bytes > 0) dev->workspace.back().fill_u8(0);
     dev->epoch.push_back(0);
   }
+  // Intermediates here; graph inputs and outputs when a host run first needs them (a run on
+  // device memory uses the caller's).
   const Graph& g = plan_.graph;
-  for (NodeId id : g.inputs()) dev->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
   for (const Kernel& k : plan_.kernels)
-    for (NodeId o : k.outputs) dev->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
+    for (NodeId o : k.outputs)
+      if (!g.is_output(o)) dev->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
   dev_ = std::move(dev);
+}
+
+void Executable::allocate_io() {
+  load();
+  const Graph& g = plan_.graph;
+  for (NodeId id : g.inputs())
+    if (!dev_->buffers.count(id)) dev_->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
+  for (const Kernel& k : plan_.kernels)
+    for (NodeId o : k.outputs)
+      if (!dev_->buffers.count(o)) dev_->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
 }
 
 void Executable::upload(const TensorMap& inputs) {
   check_inputs(plan_.graph, inputs);
-  load();
+  allocate_io();
+  if (last_stream_) {  // a run on the caller's stream finishes before this one touches the buffers
+    cuda::synchronize(static_cast<CUstream>(last_stream_));
+    last_stream_ = nullptr;
+  }
   for (NodeId id : plan_.graph.inputs()) {
     const TensorData& t = inputs.at(plan_.graph.node(id).name);
     dev_->buffers.at(id).upload(t.bytes.data(), t.bytes.size());
   }
 }
 
-void Executable::launch_all() {
+void Executable::launch_all() { launch_all({}, nullptr); }
+
+void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_or_null) {
+  CUstream stream = stream_or_null ? static_cast<CUstream>(stream_or_null) : dev_->stream.get();
+  auto address = [&](NodeId n) -> CUdeviceptr {
+    auto it = at.find(n);
+    return it != at.end() ? static_cast<CUdeviceptr>(it->second) : dev_->buffers.at(n).ptr();
+  };
   for (size_t i = 0; i < plan_.kernels.size(); ++i) {
     const Kernel& k = plan_.kernels[i];
     std::vector<CUdeviceptr> ptrs;
-    for (NodeId n : k.inputs) ptrs.push_back(dev_->buffers.at(n).ptr());
-    for (NodeId n : k.outputs) ptrs.push_back(dev_->buffers.at(n).ptr());
+    for (NodeId n : k.inputs) ptrs.push_back(address(n));
+    for (NodeId n : k.outputs) ptrs.push_back(address(n));
     const bool workspace = compiled_[i].workspace_bytes > 0;
     if (workspace) ptrs.push_back(dev_->workspace[i].ptr());
     uint32_t epoch = 0;
     if (workspace && ++dev_->epoch[i] == 0) {  // after 2^32 launches: no word may carry a stale epoch
-      dev_->stream.synchronize();
+      cuda::synchronize(stream);
       dev_->workspace[i].fill_u8(0);
       dev_->epoch[i] = 1;
     }
@@ -118,9 +143,70 @@ void Executable::launch_all() {
     if (workspace) args.push_back(&epoch);
     cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
-    cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, dev_->stream.get(),
-                 args.data(), k.name, compiled_[i].cluster_blocks, compiled_[i].cooperative);
+    cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, stream, args.data(), k.name,
+                 compiled_[i].cluster_blocks, compiled_[i].cooperative);
   }
+}
+
+// A caller's device tensor for graph node `n` named `name`: present, of the node's dtype and
+// shape, non-null and 16-byte aligned (the kernels' vector accesses need it).
+static const DeviceTensor& device_tensor(const DeviceTensorMap& m, const std::string& name, const Node& n,
+                                         const char* what) {
+  auto it = m.find(name);
+  if (it == m.end()) throw InputError(fmt::format("run_on_device: no {} '{}' given", what, name));
+  const DeviceTensor& t = it->second;
+  if (t.dtype != n.dtype || t.shape != n.shape)
+    throw InputError(fmt::format("run_on_device: {} '{}' is {}{}, the graph's is {}{}", what, name, dtype_name(t.dtype),
+                                 shape_str(t.shape), dtype_name(n.dtype), shape_str(n.shape)));
+  if (t.ptr == 0 || t.ptr % 16 != 0)
+    throw InputError(fmt::format("run_on_device: {} '{}' is at {:#x}: device memory must be non-null and 16-byte "
+                                 "aligned",
+                                 what, name, t.ptr));
+  return t;
+}
+
+void Executable::run_on_device(const DeviceTensorMap& inputs, const DeviceTensorMap& outputs, void* stream) {
+  const Graph& g = plan_.graph;
+  std::map<NodeId, uint64_t> at;
+  std::set<std::string> known_inputs, known_outputs;
+  for (NodeId id : g.inputs()) {
+    const Node& n = g.node(id);
+    at[id] = device_tensor(inputs, n.name, n, "input").ptr;
+    known_inputs.insert(n.name);
+  }
+  for (const auto& [name, t] : inputs)
+    if (!known_inputs.count(name)) throw InputError(fmt::format("run_on_device: graph '{}' has no input '{}'", g.name(), name));
+  for (const GraphOutput& o : g.outputs()) known_outputs.insert(o.name);
+  for (const auto& [name, t] : outputs)
+    if (!known_outputs.count(name)) throw InputError(fmt::format("run_on_device: graph '{}' has no output '{}'", g.name(), name));
+  std::vector<std::pair<const GraphOutput*, uint64_t>> passed;  // outputs no kernel writes
+  for (const GraphOutput& o : g.outputs()) {
+    const uint64_t ptr = device_tensor(outputs, o.name, g.node(o.node), "output").ptr;
+    const Op op = g.node(o.node).op;
+    if (op == Op::Input || op == Op::Constant)
+      passed.push_back({&o, ptr});
+    else
+      at[o.node] = ptr;
+  }
+  load();
+  if (stream != last_stream_) {  // runs must not overlap: the last one's stream finishes first
+    cuda::synchronize(last_stream_ ? static_cast<CUstream>(last_stream_) : dev_->stream.get());
+    last_stream_ = stream;
+  }
+  CUstream s = stream ? static_cast<CUstream>(stream) : dev_->stream.get();
+  for (const auto& [o, ptr] : passed) {  // an input passed straight through, or a constant
+    const Node& n = g.node(o->node);
+    const size_t bytes = node_bytes(n);
+    if (n.op == Op::Input) {
+      if (ptr != at.at(o->node)) cuda::copy_device_to_device(ptr, at.at(o->node), bytes, s);
+    } else {
+      const TensorData one = TensorData::from_doubles(n.dtype, {1}, {n.value});
+      uint32_t pattern = 0;
+      std::memcpy(&pattern, one.bytes.data(), one.bytes.size());
+      cuda::fill_async(ptr, bytes, static_cast<unsigned>(one.bytes.size()), pattern, s);
+    }
+  }
+  launch_all(at, stream);
 }
 
 TensorMap Executable::run(const TensorMap& inputs, const RunOptions& options) {

@@ -4,6 +4,7 @@
 // kernels in order and downloads the outputs; the caller's buffers are never written.
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compiler/codegen/compile.h"
@@ -15,6 +16,15 @@ namespace tilefuse {
 struct RunOptions {
   bool poison_outputs = true;  // fill every output and intermediate with kPoisonByte first
 };
+
+// A tensor in device memory its caller owns: a CUdeviceptr (as an integer), its dtype and shape,
+// stored densely in row-major order. The plan reads or writes it in place.
+struct DeviceTensor {
+  uint64_t ptr = 0;
+  DType dtype = DType::F32;
+  Shape shape;
+};
+using DeviceTensorMap = std::map<std::string, DeviceTensor>;
 
 // No computed f32/f16/bf16 value is all 0xFF bytes (hardware NaNs are canonical), so an output
 // element that still is was never written.
@@ -35,6 +45,15 @@ class Executable {
 
   // GPU only (throws CudaError "no GPU present: ..." otherwise).
   TensorMap run(const TensorMap& inputs, const RunOptions& options = {});
+  // Runs the plan on device memory: every graph input read from `inputs`, every graph output
+  // written into `outputs` (by name), the kernels issued on `stream` (a CUstream; nullptr: the
+  // executable's own) with no copy through the host and no wait — the caller synchronizes the
+  // stream before reading the outputs. Intermediates live in the executable's own buffers, so its
+  // runs must not overlap: a run on another stream than the last first waits for that one.
+  // Throws InputError, before any launch, for a missing or unknown tensor, a dtype or shape
+  // other than the graph's, or a null or not 16-byte aligned pointer. GPU only.
+  void run_on_device(const DeviceTensorMap& inputs, const DeviceTensorMap& outputs, void* stream = nullptr);
+
   // Uploads inputs once, then times `iters` launches of the whole plan after `warmup`; returns
   // the per-iteration milliseconds from CUDA events.
   std::vector<float> time(const TensorMap& inputs, int warmup, int iters);
@@ -42,8 +61,13 @@ class Executable {
  private:
   struct Device;
   void load();
+  void allocate_io();  // buffers for graph inputs and outputs, for runs from and to the host
   void upload(const TensorMap& inputs);
+  // Every kernel in order on `stream`, reading and writing `at` (a node's device address: graph
+  // inputs and outputs) or the executable's buffers (intermediates).
+  void launch_all(const std::map<NodeId, uint64_t>& at, void* stream);
   void launch_all();
+  void* last_stream_ = nullptr;  // of the last run_on_device (nullptr: the executable's own)
 
   Plan plan_;
   CodegenOptions options_;

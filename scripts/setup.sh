@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tilefuse needs to build and test on Debian 12 (bookworm), where it is missing.
 set -euo pipefail
-pkgs=(cmake g++ make llvm-22-dev llvm-22-tools libfmt-dev libzstd-dev zlib1g-dev libxml2-dev libgtest-dev)
+pkgs=(cmake g++ make llvm-22-dev llvm-22-tools libfmt-dev libzstd-dev zlib1g-dev libxml2-dev libgtest-dev libdlpack-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
