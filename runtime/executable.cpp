@@ -7,6 +7,7 @@
 #include <set>
 
 #include "compiler/support/error.h"
+#include "compiler/support/trace.h"
 #include "runtime/cuda_driver.h"
 
 namespace tilefuse {
@@ -143,6 +144,7 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     if (workspace) args.push_back(&epoch);
     cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
+    TraceRange range("launch " + k.name);
     cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, stream, args.data(), k.name,
                  compiled_[i].cluster_blocks, compiled_[i].cooperative);
   }

@@ -28,6 +28,7 @@
 #include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
+#include "compiler/support/trace.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/lower_kernel.h"
 #include "tilefuse/source_hash.h"
@@ -173,6 +174,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.workspace_bytes = static_cast<uint64_t>(k.schedule.workspace_bytes());
   c.cooperative = k.schedule.split_blocks > 1 && !k.schedule.reduces_columns;  // split rows wait for each other
   {
+    TraceRange range("compile " + k.name);
     llvm::LLVMContext ctx;
     auto module = program ? emit_program(*program, ctx) : lower_to_llvm(*tile, ctx);
     llvm::TargetMachine& tm = target_machine(opt);
