@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Plots the committed H200 results as PNG for the README.
+
+    python3 bench/plot.py [--bandwidth RESULT.json] [--matmul RUN_PREFIX] [--out docs/results.png]
+
+RESULT.json is a merged result of bench/report.py (tilefuse and its peers, one run); RUN_PREFIX
+names the logs scripts/gpu_matmul.sh wrote (RUN_PREFIX-matmul_runs.log and -matmul_peers.log).
+Needs matplotlib.
+"""
+import argparse
+import json
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PEERS = [("tilefuse", "tilefuse", "#1f6f43"), ("compile", "torch.compile", "#8a8a8a"),
+         ("eager", "PyTorch eager", "#c8c8c8"), ("torch.softmax", "PyTorch eager", "#c8c8c8")]
+
+
+def bandwidth(ax, path):
+    with open(path) as f:
+        result = json.load(f)
+    rows = result["summary"]
+    cases = []
+    for r in rows:
+        key = (r["case"], r["dtype"], tuple(r["shape"]))
+        if key not in cases:
+            cases.append(key)
+    width = 0.27
+    seen = set()
+    for slot, (impl, label, color) in enumerate([PEERS[0], PEERS[1], PEERS[2]]):
+        xs, ys = [], []
+        for i, key in enumerate(cases):
+            for r in rows:
+                name = "eager" if r["impl"] == "torch.softmax" else r["impl"]
+                if (r["case"], r["dtype"], tuple(r["shape"])) == key and name == impl and r.get("pct_of_copy"):
+                    xs.append(i + (slot - 1) * width)
+                    ys.append(r["pct_of_copy"])
+        ax.bar(xs, ys, width, color=color, label=None if label in seen else label)
+        seen.add(label)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([f"{c}\n{d}\n{'×'.join(str(s) for s in shape)}" for c, d, shape in cases], fontsize=7)
+    ax.set_ylabel("% of device-to-device copy bandwidth")
+    ax.set_ylim(0, 100)
+    ax.axhline(100, color="black", linewidth=0.5)
+    commit = result.get("tilefuse", {}).get("commit", "?")
+    ax.set_title(f"Bandwidth-bound kernels on the H200 (commit {commit}; higher is better)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
+
+
+def matmul(ax, prefix):
+    runs = open(prefix + "-matmul_runs.log").read()
+    peers = open(prefix + "-matmul_peers.log").read()
+    rates = {}
+    for block in runs.split("== tilefuse run ")[1:]:
+        name = block.splitlines()[0].strip()
+        m = re.search(r"([\d.]+) TFLOP/s", block)
+        if m:
+            rates[name] = float(m.group(1))
+    cublas = float(re.search(r"torch.matmul bf16 8192\^3: [\d.]+ ms, ([\d.]+) TFLOP/s", peers).group(1))
+    bars = [("cuBLAS", cublas, "#8a8a8a"), ("tilefuse\nstaged", rates["matmul"], "#1f6f43"),
+            ("tilefuse\ndirect", rates["matmul --stages 0"], "#8fbf9f")]
+    ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
+    for i, (_, v, _) in enumerate(bars):
+        ax.text(i, v + 10, f"{v:.0f}", ha="center", fontsize=8)
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels([b[0] for b in bars], fontsize=7)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"bf16 matmul 8192³ (bundle {prefix.split('-')[-1]})", fontsize=10)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bandwidth", default="bench/results/2026-11-30-h200-d855a94.json")
+    p.add_argument("--matmul", default="bench/results/2026-12-01-h200-536c05e")
+    p.add_argument("--out", default="docs/results.png")
+    a = p.parse_args()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [4, 1]})
+    bandwidth(left, a.bandwidth)
+    matmul(right, a.matmul)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
