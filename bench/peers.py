@@ -2,6 +2,10 @@
 """Time the PyTorch peers (eager, naive, torch.compile) of the tilefuse bench cases.
 
     python3 bench/peers.py --out FILE.json [--cases bias_gelu,softmax,layernorm,rmsnorm] [--quick]
+    python3 bench/peers.py --out FILE.json --cases none --graphs G1.json G2.json ...
+
+--graphs: graphs as `tilefuse graph NAME --json` writes them; each is run by an interpreter of
+its nodes (one PyTorch op per node) in eager mode and under torch.compile, as case NAME.
 
 Everything runs in one process on cuda:0. The device-to-device copy ceiling is
 always measured, so GB/s can be put against it. Output keys are the same as the
@@ -23,8 +27,9 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--cases", default=",".join(CASES), help="comma list out of " + ",".join(CASES))
     p.add_argument("--quick", action="store_true", help="few repetitions: a smoke run, not a measurement")
+    p.add_argument("--graphs", nargs="*", default=[], help="graph JSON files (tilefuse graph NAME --json)")
     a = p.parse_args(argv)
-    a.cases = [c.strip() for c in a.cases.split(",") if c.strip()]
+    a.cases = [c.strip() for c in a.cases.split(",") if c.strip() and c.strip() != "none"]
     bad = [c for c in a.cases if c not in CASES]
     if bad:
         p.error("unknown case(s) %s; known: %s" % (",".join(bad), ",".join(CASES)))
@@ -40,7 +45,8 @@ try:
 except ImportError as e:
     sys.exit("peers.py: PyTorch is required (import torch failed: %s); run it on the GPU machine" % e)
 
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+DEVICE = "cuda"  # bench/peers.py runs on the GPU; an import may point it elsewhere
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "bool": torch.bool}
 
 # Repetition policy; --quick replaces it.
 WARM_CALLS, WARM_MS, TIMED_CALLS, TIMED_MS, MAX_CALLS = 5, 25.0, 50, 200.0, 5000
@@ -119,7 +125,7 @@ def entry(case, dtype, shape, impl, nbytes_min, f, args, compile=False):
 
 
 def randn(shape, dt):
-    return torch.randn(shape, device="cuda", dtype=DTYPES[dt])
+    return torch.randn(shape, device=DEVICE, dtype=DTYPES[dt])
 
 
 def gelu_bias(x, b):
@@ -201,9 +207,88 @@ def run_rmsnorm():
     return rows
 
 
+# ---- tilefuse graphs as PyTorch functions ----
+
+UNARY = {"neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
+         "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid,
+         "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "max": torch.maximum,
+          "min": torch.minimum, "pow": torch.pow, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+          "eq": torch.eq, "ne": torch.ne}
+REDUCE = {"reduce_sum": lambda x, a, k: torch.sum(x, dim=a, keepdim=k),
+          "reduce_max": lambda x, a, k: torch.amax(x, dim=a, keepdim=k),
+          "reduce_min": lambda x, a, k: torch.amin(x, dim=a, keepdim=k)}
+
+
+def graph_function(graph):
+    """f(*inputs) -> outputs, one PyTorch op per node of a tilefuse graph (JSON)."""
+    nodes = graph["nodes"]
+    inputs = [n for n in nodes if n["op"] == "input"]
+
+    def constant(n):
+        v = n["value"]
+        v = float(v) if isinstance(v, str) else v
+        return torch.tensor(v, dtype=DTYPES[n["dtype"]], device=DEVICE)
+
+    def f(*args):
+        val = {}
+        for n, a in zip(inputs, args):
+            val[n["id"]] = a
+        for n in nodes:
+            op, ops = n["op"], [val.get(o) for o in n["operands"]]
+            if op == "input":
+                continue
+            if op == "constant":
+                val[n["id"]] = constant(n)
+            elif op in UNARY:
+                val[n["id"]] = UNARY[op](ops[0])
+            elif op == "cast":
+                val[n["id"]] = ops[0].to(DTYPES[n["dtype"]])
+            elif op in BINARY:
+                val[n["id"]] = BINARY[op](ops[0], ops[1])
+            elif op == "where":
+                val[n["id"]] = torch.where(ops[0], ops[1], ops[2])
+            elif op in REDUCE:
+                val[n["id"]] = REDUCE[op](ops[0], tuple(n["axes"]), n["keepdim"])
+            elif op == "matmul":
+                a, b = ops
+                if n["transpose_a"]:
+                    a = a.transpose(-1, -2)
+                if n["transpose_b"]:
+                    b = b.transpose(-1, -2)
+                val[n["id"]] = torch.matmul(a, b).to(DTYPES[n["dtype"]])
+            elif op == "iota":
+                axis, shape = n["axes"][0], n["shape"]
+                view = [1] * len(shape)
+                view[axis] = shape[axis]
+                r = torch.arange(shape[axis], device=DEVICE, dtype=DTYPES[n["dtype"]]).reshape(view)
+                val[n["id"]] = r.expand(shape)
+            else:
+                raise ValueError("no PyTorch op for tilefuse op '%s'" % op)
+        return [val[o["node"]] for o in graph["outputs"]]
+    return f, inputs
+
+
+def run_graph(path):
+    with open(path) as fh:
+        graph = json.load(fh)
+    f, inputs = graph_function(graph)
+    args = [randn(n["shape"], n["dtype"]) if n["dtype"] != "bool" else torch.rand(n["shape"], device=DEVICE) > 0.5
+            for n in inputs]
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    size = {"f32": 4, "bf16": 2, "f16": 2, "bool": 1}
+    nb = nbytes(*args) + sum(math.prod(nodes[o["node"]]["shape"]) * size[nodes[o["node"]]["dtype"]]
+                             for o in graph["outputs"])
+    first = inputs[0]
+    rows = []
+    for impl, compiled in (("eager", False), ("compile", True)):
+        rows.append(entry(graph["name"], first["dtype"], first["shape"], impl, nb, f, args, compile=compiled))
+    return rows
+
+
 def copy_ceiling():
     size = 2 << 30  # 2 GiB, far beyond the 50 MB L2, so this is DRAM bandwidth
-    src = torch.empty(size, dtype=torch.uint8, device="cuda")
+    src = torch.empty(size, dtype=torch.uint8, device=DEVICE)
     dst = torch.empty_like(src)
     r = bench(lambda: dst.copy_(src))
     nb = 2 * size  # read + written
@@ -253,8 +338,9 @@ def main():
         out["ceiling"]["copy_gbps"], out["ceiling"]["copy_median_ms"], out["ceiling"]["copy_bytes"]), flush=True)
     runners = {"bias_gelu": run_bias_gelu, "softmax": run_softmax, "layernorm": run_layernorm, "rmsnorm": run_rmsnorm}
     out["results"] = []
-    for c in args.cases:
-        out["results"] += runners[c]()
+    work = [(c, runners[c]) for c in args.cases] + [(g, lambda g=g: run_graph(g)) for g in args.graphs]
+    for c, run in work:
+        out["results"] += run()
         # Write after each case so a crash later still leaves the finished ones.
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)

@@ -157,9 +157,14 @@ def summarize(tf, peers):
             g = gbps_of(r)
             ceil = tf_ceil if source == "tilefuse" else pe_ceil
             ms = r["median_ms"] if ok(r) else None
+            # The cost model's prediction for tilefuse's plan: the sum over its kernels.
+            kernels = r.get("kernels") or []
+            pred = sum(k.get("predicted_ms") or 0 for k in kernels) if source == "tilefuse" and kernels else None
             summary.append({
                 "case": case, "dtype": dtype, "shape": list(shape), "impl": r.get("impl"), "source": source,
-                "median_ms": ms, "gbps": g, "ceiling_gbps": ceil,
+                "median_ms": ms, "predicted_ms": pred,
+                "measured_vs_predicted": ms / pred if ms and pred else None,
+                "gbps": g, "ceiling_gbps": ceil,
                 "pct_of_copy": 100.0 * g / ceil if g is not None and ceil else None,
                 # speedup of tilefuse over this impl: time_impl / time_tilefuse
                 "tilefuse_speedup": ms / ref_ms if ms and ref_ms else None,
@@ -175,13 +180,15 @@ def table_rows(summary):
     out = []
     for s in summary:
         out.append([s["case"] or DASH, s["dtype"] or DASH, "x".join(map(str, s["shape"])) or DASH,
-                    s["impl"] or DASH, fmt(s["median_ms"], "%.4f"), fmt(s["gbps"], "%.0f"),
+                    s["impl"] or DASH, fmt(s["median_ms"], "%.4f"), fmt(s.get("predicted_ms"), "%.4f"),
+                    fmt(s.get("measured_vs_predicted"), "%.2f"), fmt(s["gbps"], "%.0f"),
                     fmt(s["pct_of_copy"], "%.1f%%"), fmt(s["tilefuse_speedup"], "%.2fx"),
                     (s["error"] or "")[:60]])
     return out
 
 
-HEAD = ["case", "dtype", "shape", "impl", "median ms", "GB/s", "% copy", "tilefuse speedup", "note"]
+HEAD = ["case", "dtype", "shape", "impl", "median ms", "predicted ms", "measured/predicted", "GB/s", "% copy",
+        "tilefuse speedup", "note"]
 
 
 def header_lines(tf, peers):
@@ -203,7 +210,7 @@ def text_table(rows):
 
 
 def markdown_table(rows):
-    out = ["| " + " | ".join(HEAD) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * 4 + ["---"]) + "|"]
+    out = ["| " + " | ".join(HEAD) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * 6 + ["---"]) + "|"]
     for r in rows:
         out.append("| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |")
     return "\n".join(out)

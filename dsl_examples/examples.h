@@ -17,6 +17,8 @@ struct Example {
 };
 
 const std::vector<Example>& examples();
+// The off-benchmark family (dsl_examples/family.cpp): `tilefuse` knows them beside the examples.
+const std::vector<Example>& family_examples();
 // Throws GraphError listing the known names when `name` is unknown.
 const Example& find_example(const std::string& name);
 

@@ -4,7 +4,8 @@
 # beside the cost model's, and the SASS of the main kernels. Needs bundle/
 # (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and NCU
 # (example lists; each may be empty to skip that part) narrow a run to what changed; FUZZ is the
-# number of fuzz graphs (default 500; 0 skips it), TESTS=0 skips the test suite. VARIANTS ("name options; ...") times schedules other than
+# number of fuzz graphs (default 500; 0 skips it), TESTS=0 skips the test suite, FAMILY=1 adds the
+# off-benchmark family (37 graphs beside eager and torch.compile; minutes of device time). VARIANTS ("name options; ...") times schedules other than
 # the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's occupancy and stall sections,
 # SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and synccheck over the whole test
 # suite (the three at once), with their summaries in $OUT/sanitizer.txt (memcheck also counts
@@ -55,6 +56,23 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     echo "-- $tool"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests ran|PASSED|FAILED|exit:" "$OUT/sanitizer-$tool.log" | tail -8
   done | tee "$OUT/sanitizer.txt"
+fi
+
+if [ "${FAMILY:-0}" = 1 ]; then
+  # The off-benchmark family (dsl_examples/family.cpp), checked and timed, beside PyTorch eager and
+  # torch.compile running the same graphs (bench/peers.py interprets `tilefuse graph --json`),
+  # predicted beside measured: $OUT/family.md.
+  echo "== off-benchmark family"
+  names=$($B/tilefuse list | awk '/\[off-benchmark\]/{print $1}')
+  # shellcheck disable=SC2086
+  $B/tilefuse bench --json "$tmp/family_tilefuse.json" $names >"$OUT/family.log" 2>&1
+  graphs=()
+  for n in $names; do
+    $B/tilefuse graph "$n" --json >"$tmp/$n.graph.json" && graphs+=("$tmp/$n.graph.json")
+  done
+  python3 bench/peers.py --out "$tmp/family_peers.json" --cases none --graphs "${graphs[@]}" >>"$OUT/family.log" 2>&1
+  python3 bench/report.py --tilefuse "$tmp/family_tilefuse.json" --peers "$tmp/family_peers.json" \
+    --out "$OUT/family.json" --markdown "$OUT/family.md" | tail -$((3 * $(echo "$names" | wc -w) + 2))
 fi
 
 [ -n "$BENCH" ] || exit 0

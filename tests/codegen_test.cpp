@@ -7,11 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
+#include "compiler/fusion/plan_check.h"
+#include "runtime/device_probe.h"
 #include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
 #include "tests/test_util.h"
@@ -49,6 +52,31 @@ TEST(Codegen, EveryExampleAssemblesWithPtxas) {
       ASSERT_TRUE(m.has_value());
       EXPECT_GT(m->registers, 0) << k.name;
       EXPECT_EQ(m->spill_bytes, 0) << k.name;
+    }
+  }
+}
+
+// The off-benchmark family: at least 30 graphs, each moving at least 64 MB (so its time is the
+// memory system's, not the launch's), every one planned soundly and every kernel assembled.
+TEST(Codegen, OffBenchmarkFamilyPlansAndAssembles) {
+  const std::vector<Example>& family = family_examples();
+  EXPECT_GE(family.size(), 30u);
+  std::set<std::string> names;
+  for (const Example& e : family) {
+    SCOPED_TRACE(e.name);
+    EXPECT_TRUE(names.insert(e.name).second) << "two graphs named " << e.name;
+    Graph g = e.build();
+    EXPECT_EQ(g.name(), e.name);
+    EXPECT_GE(minimum_bytes(g), int64_t{64} << 20);
+    Plan p = plan_fusion(g);
+    EXPECT_TRUE(plan_problems(p).empty());
+    for (const Kernel& k : p.kernels) {
+      CompiledKernel c = compile_kernel(p.graph, k);
+      if (!find_ptxas().empty()) {
+        auto m = run_ptxas(c.ptx, k.name);
+        ASSERT_TRUE(m.has_value());
+        EXPECT_EQ(m->spill_bytes, 0) << k.name;
+      }
     }
   }
 }

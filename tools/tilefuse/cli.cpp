@@ -21,6 +21,7 @@
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/report.h"
+#include "compiler/graph/graph_json.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
@@ -43,7 +44,8 @@ constexpr int kExitNoGpu = 69;  // EX_UNAVAILABLE: asked to run, and no GPU is p
 const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
 
   list                         the example graphs
-  graph NAME                   the graph, printed
+  graph NAME [--json]          the graph, printed (or as JSON: bench/peers.py --graph builds
+                               PyTorch peers from it)
   plan NAME [--json]           the fusion-decision report: unfused against fused plan,
                                kernels, costs, and every decision with its reason
   tile NAME [--kernel K]       the Tile IR of each kernel (or of kernel K)
@@ -498,7 +500,7 @@ int dispatch(const Args& a) {
   if (a.command == "graph") {
     Graph g = example(one_name(a)).build();
     verify(g);
-    fmt::print("{}", print_graph(g));
+    fmt::print("{}", a.json ? graph_json(g) : print_graph(g));
     return 0;
   }
   if (a.command == "plan") {

@@ -1,5 +1,9 @@
-// The tilefuse CLI over the built-in examples (tools/tilefuse/cli.h).
+// The tilefuse CLI over the built-in examples and the off-benchmark family (tools/tilefuse/cli.h).
 #include "dsl_examples/examples.h"
 #include "tools/tilefuse/cli.h"
 
-int main(int argc, char** argv) { return tilefuse::run_cli(argc, argv, tilefuse::examples()); }
+int main(int argc, char** argv) {
+  std::vector<tilefuse::Example> graphs = tilefuse::examples();
+  graphs.insert(graphs.end(), tilefuse::family_examples().begin(), tilefuse::family_examples().end());
+  return tilefuse::run_cli(argc, argv, graphs);
+}
