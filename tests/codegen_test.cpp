@@ -153,6 +153,25 @@ TEST(Codegen, MatMulIsMmaSync) {
   }
 }
 
+// Rows not a multiple of the vector width: the kernel runs over the domain's elements in order,
+// the operands spanning it in 16-byte vectors, the broadcast ones indexed element by element.
+TEST(Codegen, OddWidthsRunFlatInVectors) {
+  Graph g("odd_flat");
+  output("y", gelu(input(g, "x", {64, 1001}) + input(g, "b", {1001})) * input(g, "r", {64, 1}));
+  Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_FALSE(p.kernels[0].schedule.elem_dims.empty());
+  EXPECT_EQ(p.kernels[0].schedule.vec, 4);
+  CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
+  EXPECT_NE(c.tile_ir.find(" elements [64, 1001] as [1, 1001]"), std::string::npos) << c.tile_ir;  // b
+  EXPECT_NE(c.tile_ir.find(" elements [64, 1001] as [64, 1]"), std::string::npos) << c.tile_ir;    // r
+  EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "x in vectors";
+  EXPECT_GT(count(c.ptx, R"(st\.global\.v4\.(b32|f32))"), 0) << "y in vectors";
+  if (!find_ptxas().empty()) {
+    EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
+  }
+}
+
 TEST(Codegen, TargetsAndCache) {
   Plan p = plan_fusion(find_example("bias_gelu_bf16").build());
   CompiledKernel a = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80"));

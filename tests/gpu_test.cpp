@@ -136,6 +136,23 @@ TEST(Gpu, EdgeTilesAndBroadcasts) {
   testing::check_on_gpu(plan_fusion(g), testing::test_seed());
 }
 
+// Odd and prime row widths run flat (the domain's elements in order, broadcast operands indexed
+// element by element): bias rows, per-row scales, middle-axis broadcasts, f32 and bf16.
+TEST(Gpu, OddWidthsRunFlat) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Graph g(std::string("flat_") + dtype_name(dt));
+    Tensor x = input(g, "x", {64, 1001}, dt);
+    output("y", gelu(x + input(g, "b", {1001}, dt)) * input(g, "r", {64, 1}, dt));
+    Tensor z = input(g, "z", {6, 104, 4099}, dt);
+    output("w", z * input(g, "s", {6, 1, 4099}, dt) + input(g, "c", {104, 1}, dt));
+    Plan p = plan_fusion(g);
+    for (const Kernel& k : p.kernels) EXPECT_FALSE(k.schedule.elem_dims.empty()) << k.name;
+    testing::check_on_gpu(p, seed);
+  }
+}
+
 TEST(Gpu, WrongInputsAreRejectedBeforeLaunch) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   Executable exe(plan_fusion(find_example("gelu_two_consumers").build()));

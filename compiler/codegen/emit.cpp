@@ -175,6 +175,19 @@ class Emitter {
       Value* c = prm.view[1] == 1 ? b_.getInt64(0) : b_.CreateMul(b_.CreateZExt(col, b_.getInt64Ty()), g);
       return b_.CreateAdd(group, b_.CreateAdd(c, b_.CreateURem(r, g)));
     }
+    if (!prm.elem_dims.empty()) {
+      // The element's position in the domain, split into its dimensions (in the index type: 32
+      // bits unless the domain passes 2^31), then the parameter's offset.
+      Value* e = b_.CreateAdd(b_.CreateMul(row, index(prm.view[1])), col);
+      Value* off = index(0);
+      int64_t stride = 1;
+      for (size_t d = prm.elem_dims.size(); d-- > 0;) {
+        if (prm.elem_view[d] != 1) off = b_.CreateAdd(off, b_.CreateMul(b_.CreateURem(e, index(prm.elem_dims[d])), index(stride)));
+        if (d > 0) e = b_.CreateUDiv(e, index(prm.elem_dims[d]));
+        stride *= prm.elem_view[d];
+      }
+      return b_.CreateZExt(off, b_.getInt64Ty());
+    }
     Value* off = b_.getInt64(0);
     if (prm.view[0] != 1) {
       Value* r = b_.CreateZExt(row, b_.getInt64Ty());
@@ -206,7 +219,7 @@ class Emitter {
     // (Only along the contiguous axis, and only where every run starts on a multiple of its
     // width: a matmul operand with an odd K is read an element at a time.)
     const int64_t contiguous = prm.col_major ? prm.group_rows : prm.view[1];
-    if (axis != (prm.col_major ? 0u : 1u) || contiguous % width != 0) width = 1;
+    if (axis != (prm.col_major ? 0u : 1u) || contiguous % width != 0 || !prm.elem_dims.empty()) width = 1;
     const int n0 = slots(t, 0), n1 = slots(t, 1);
     for (int e0 = 0; e0 < n0; e0 += axis == 0 ? width : 1)
       for (int e1 = 0; e1 < n1; e1 += axis == 1 ? width : 1) {

@@ -49,6 +49,9 @@ std::string TileSchedule::describe() const {
         grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "");
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
+  if (!elem_dims.empty())
+    loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
+                        shape_str(elem_dims), elem_dims.back());
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
@@ -150,8 +153,21 @@ std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int
   auto views = collapse_shapes(domain, split, operands, &collapsed, &why);
   if (!views)  // the schedule was chosen from the same shapes, which collapsed then
     throw Error(fmt::format("operand_views: {}", why));
+  if (!s.elem_dims.empty()) {  // flat: every operand but a scalar runs over the domain's elements
+    for (Shape& v : *views) v = num_elements(v) == 1 ? Shape{1, 1} : s.dims;
+    return *views;
+  }
   if (collapsed.size() == 1 && s.dims.size() == 2)  // the contiguous domain split into rows
     for (Shape& v : *views) v = v[0] == 1 ? Shape{1, 1} : s.dims;
+  return *views;
+}
+
+std::vector<Shape> element_views(const TileSchedule& s, const Shape& domain, const std::vector<Shape>& operands) {
+  Shape collapsed;
+  std::string why;
+  auto views = collapse_shapes(domain, -1, operands, &collapsed, &why);
+  if (!views || collapsed != s.elem_dims)
+    throw Error(fmt::format("element_views: the operands do not collapse to {} ({})", shape_str(s.elem_dims), why));
   return *views;
 }
 
@@ -181,7 +197,7 @@ static int vector_width(int64_t cols, const std::vector<DType>& dtypes) {
 TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Shape>& operands,
                                        const std::vector<DType>& dtypes, const ScheduleHints& hints) {
   TileSchedule s;
-  collapse_shapes(domain, -1, operands, &s.dims, nullptr);  // a pointwise domain always collapses
+  auto views = collapse_shapes(domain, -1, operands, &s.dims, nullptr);  // a pointwise domain always collapses
   // A fully contiguous domain has no row structure; give it rows so each thread owns several
   // vectors (independent loads in flight) without index division.
   if (s.dims.size() == 1) {
@@ -189,6 +205,19 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
     int64_t c = 4096;
     while (c > 1 && n % c != 0) c /= 2;
     if (c >= 256 && n / c > 1) s.dims = {n / c, c};
+  }
+  // Rows not a multiple of the vector width (an odd or prime width): run over the domain's
+  // elements in order instead, where they are, so that the operands spanning the whole domain are
+  // read in whole vectors; the broadcast ones are then read an element at a time (from cache).
+  const int full = vector_width(int64_t{1} << 20, dtypes);
+  const int64_t n = num_elements(s.dims);
+  bool spans = false;
+  for (const Shape& v : views ? *views : std::vector<Shape>{}) spans |= v == s.dims;
+  if (s.dims.size() >= 2 && vector_width(s.dims.back(), dtypes) < full && n % full == 0 && spans) {
+    int64_t c = 4096;
+    while (n % c != 0) c /= 2;
+    s.elem_dims = s.dims;
+    s.dims = {n / c, c};
   }
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;

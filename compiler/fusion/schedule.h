@@ -37,6 +37,11 @@ namespace tilefuse {
 // parts rather than of rows, and no block waits for its peers.
 struct TileSchedule {
   Shape dims;  // collapsed domain; dims.back() is cols
+  // A flat pointwise schedule (non-empty): the collapsed domain, whose rows are not a multiple of
+  // the vector width, run over its elements in order as `dims` = [N / cols, cols], so that the
+  // operands that span it are read in 16-byte vectors whatever the row width; the others
+  // (broadcast along some of these dimensions) are indexed element by element.
+  Shape elem_dims;
   int64_t rows = 1, cols = 1;
   int vec = 1;  // elements per vector access along cols
   int threads_per_row = 1;
@@ -108,6 +113,9 @@ struct TileSchedule {
 // row-reduction domain (no dimension is merged across it), or -1 for a pointwise domain.
 std::vector<Shape> operand_views(const TileSchedule& s, const Shape& domain, int split,
                                  const std::vector<Shape>& operands);
+// A flat schedule's operands along its domain's collapsed dimensions (s.elem_dims): each one's own
+// extents there, 1 where it is broadcast.
+std::vector<Shape> element_views(const TileSchedule& s, const Shape& domain, const std::vector<Shape>& operands);
 // A column reduction's operands (of domain [P…, R…, C…], axes [split, end) reduced) as
 // [rows, cols] views: rows P·R, P or R (or 1) as the operand spans them, cols C or 1.
 std::vector<Shape> column_views(const Shape& domain, int split, int end, const std::vector<Shape>& operands);

@@ -56,6 +56,18 @@ Program pointwise(const Graph& g, const Kernel& k) {
   for (size_t i = 0; i < k.inputs.size(); ++i) p.params.push_back(param_of(g, k.inputs[i], false, views[i], s));
   for (size_t i = 0; i < k.outputs.size(); ++i)
     p.params.push_back(param_of(g, k.outputs[i], true, views[k.inputs.size() + i], s));
+  if (!s.elem_dims.empty()) {  // flat: what does not span the whole domain is indexed per element
+    const std::vector<Shape> along = element_views(s, k.domain, shapes);
+    for (size_t i = 0; i < p.params.size(); ++i) {
+      Param& prm = p.params[i];
+      prm.row_dims.clear();
+      prm.row_view.clear();
+      if (num_elements(along[i]) != 1 && along[i] != s.elem_dims) {
+        prm.elem_dims = s.elem_dims;
+        prm.elem_view = along[i];
+      }
+    }
+  }
 
   Builder b(p, p.body);
   // Program id → (row block, column block); the tile's first element.

@@ -105,6 +105,11 @@ struct Param {
   // `group_rows` rows (a batch) lies at group·group_rows·view[1] + c·group_rows + r % group_rows.
   bool col_major = false;
   int64_t group_rows = 0;
+  // Indexed element by element through the domain (a flat pointwise schedule: the tiles run over
+  // the domain's elements in order, row·view[1] + col, whatever its row width): that position is
+  // split into the domain's dimensions `elem_dims`, and the parameter's own extents along them,
+  // `elem_view` (1 where it is broadcast), give its offset. Read an element at a time.
+  Shape elem_dims, elem_view;
 };
 
 enum class Opcode {

@@ -371,6 +371,12 @@ class Parser {
       p.col_major = true;
       p.group_rows = integer();
     }
+    if (at_word("elements")) {
+      next();
+      p.elem_dims = int_list();
+      word("as");
+      p.elem_view = int_list();
+    }
     if (at_word("out")) {
       next();
       p.output = true;
@@ -681,6 +687,7 @@ std::string print_program(const Program& p) {
     const Param& a = p.params[i];
     std::string rows = a.row_dims.empty() ? "" : fmt::format(" rows {} as {}", shape_str(a.row_dims), shape_str(a.row_view));
     std::string col_major = a.col_major ? fmt::format(" col_major {}", a.group_rows) : "";
+    if (!a.elem_dims.empty()) col_major += fmt::format(" elements {} as {}", shape_str(a.elem_dims), shape_str(a.elem_view));
     params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
                                  col_major, a.output ? " out" : "", a.workspace ? " workspace" : ""));
   }

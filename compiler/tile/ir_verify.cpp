@@ -32,6 +32,10 @@ class Verifier {
           (!prm.row_dims.empty() && num_elements(prm.row_view) != prm.view.at(0)))
         problem(fmt::format("%arg{}'s rows {} as {} do not split its view {}", i, shape_str(prm.row_dims),
                             shape_str(prm.row_view), shape_str(prm.view)));
+      if (prm.elem_dims.size() != prm.elem_view.size() || !broadcasts_to(prm.elem_view, prm.elem_dims) ||
+          (!prm.elem_dims.empty() && (num_elements(prm.elem_dims) != num_elements(prm.view) || !prm.row_dims.empty())))
+        problem(fmt::format("%arg{}'s elements {} as {} do not cover its view {}", i, shape_str(prm.elem_dims),
+                            shape_str(prm.elem_view), shape_str(prm.view)));
     }
     std::set<int> scope;
     region(p_.body, scope, false);
