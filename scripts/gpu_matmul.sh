@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: the matmul's GPU tests, its timings (staged and --stages 0, and with its
-# epilogue) beside cuBLAS through PyTorch on the same shapes, and compute-sanitizer's racecheck
-# over the small matmuls' shared-memory pipeline. Needs bundle/ (scripts/build_bundle.sh);
+# On the GPU machine: the matmul's GPU tests, its timings (staged and --stages 0, with its
+# epilogue, and a sweep of tiles, depths and tile orders) beside cuBLAS through PyTorch on the
+# same shapes, and compute-sanitizer's racecheck over the small matmuls' shared-memory pipeline. Needs bundle/ (scripts/build_bundle.sh);
 # writes its logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +13,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 timeout 100 $B/tilefuse_tests --gtest_filter='GpuMatMul.*' >"$OUT/matmul_tests.log" 2>&1
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|c\[" "$OUT/matmul_tests.log" | head -40
-for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0"; do
+# SWEEP: further schedules to time (";"-separated tilefuse run arguments).
+SWEEP=${SWEEP-"matmul --gemm-tile 128x256;matmul --gemm-tile 256x128;matmul --gemm-tile 128x256 --stages 4;matmul --stages 4;matmul --gemm-group 8;matmul --gemm-tile 128x256 --gemm-group 8"}
+IFS=';' read -ra sweep <<<"$SWEEP"
+for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0" "${sweep[@]}"; do
   echo "== tilefuse run $args"
+  # shellcheck disable=SC2086
   timeout 40 $B/tilefuse run $args --bench --iters 20 2>&1 | grep -vE "^\s*$"
 done | tee "$OUT/matmul_runs.log"
 echo "== cuBLAS (PyTorch), same shapes"

@@ -495,6 +495,32 @@ TEST(FusionMatMul, KernelsAreIterationSpaces) {
             "[d0 6, r1 100 reduced, d2 40]; x[d0, r1, d2], dy[r1, d2] → s[d0, 1, d2]");
 }
 
+// The matmul tile hints: sizes checked by name, a tile too large for the registers refused, and
+// a hint that changes nothing reported as such.
+TEST(FusionMatMul, TileHints) {
+  FusionOptions o;
+  o.schedule.gemm_block_m = 96;
+  EXPECT_THROW(check_fusion_options(o), Error);
+  o.schedule.gemm_block_m = 256;
+  o.schedule.gemm_block_n = 256;
+  try {
+    check_fusion_options(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 128x256"), std::string::npos) << e.what();
+  }
+  o.schedule.gemm_block_n = 64;
+  o.schedule.gemm_group = 4;
+  Graph g("mm");
+  output("c", matmul(input(g, "a", {512, 256}, DType::BF16), input(g, "b", {256, 512}, DType::BF16)));
+  Plan p = plan_fusion(g, o);
+  EXPECT_EQ(p.kernels[0].schedule.block_m, 256);
+  EXPECT_EQ(p.kernels[0].schedule.block_n, 64);
+  EXPECT_TRUE(ineffective_hints(p).empty());
+  Plan q = plan_fusion(find_example("softmax").build(), o);
+  EXPECT_EQ(ineffective_hints(q), (std::vector<std::string>{"--gemm-tile 256x64", "--gemm-group 4"}));
+}
+
 TEST(FusionMatMul, RefusalsNameTheReason) {
   struct Case {
     const char* why;

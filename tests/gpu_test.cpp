@@ -89,6 +89,31 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
   EXPECT_GE(staged, 5);  // the staged path is the one most cases take
 }
 
+// The staged matmul's other tiles, depths and tile orders (the hints a sweep tries): every tile
+// of the product computed once, whatever the grouping, including a last group of fewer rows.
+TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  Graph g("mm_tiles");
+  output("c", matmul(input(g, "a", {2, 328, 96}, DType::BF16), input(g, "b", {96, 456}, DType::BF16)));
+  struct Variant {
+    int m, n, stages, group;
+  };
+  for (const Variant& v : std::vector<Variant>{
+           {64, 64, 2, 0}, {128, 256, 3, 0}, {256, 128, 4, 0}, {128, 128, 3, 3}, {64, 128, 2, 2}}) {
+    SCOPED_TRACE(fmt::format("{}x{}, {} stages, group {}", v.m, v.n, v.stages, v.group));
+    FusionOptions o;
+    o.schedule.gemm_block_m = v.m;
+    o.schedule.gemm_block_n = v.n;
+    o.schedule.stages = v.stages;
+    o.schedule.gemm_group = v.group;
+    Plan p = plan_fusion(g, o);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_EQ(p.kernels[0].schedule.block_n, v.n);
+    testing::check_on_gpu(p, seed);
+  }
+}
+
 // The 8192³ example is too big for the float64 reference on the CPU: 4096 sampled outputs are
 // each checked against their own float64 dot product.
 TEST(GpuMatMul, FullShapeSampled) {

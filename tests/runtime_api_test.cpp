@@ -56,7 +56,9 @@ TEST(RuntimeApi, DeviceTensorsAreCheckedBeforeAnyLaunch) {
                      "output 'y' is f32[520, 300]");
   expect_input_error([&] { exe.run_on_device(with(in, "b", {at + 8, DType::F32, {520}}), out); }, "16-byte aligned");
   expect_input_error([&] { exe.run_on_device(in, with(out, "s", {0, DType::F32, {520}})); }, "non-null");
-  if (!testing::gpu_available()) EXPECT_THROW(exe.run_on_device(in, out), CudaError);  // checked, then no GPU
+  if (!testing::gpu_available()) {  // checked, then no GPU
+    EXPECT_THROW(exe.run_on_device(in, out), CudaError);
+  }
 }
 
 TEST(RuntimeApi, DlpackViews) {

@@ -344,6 +344,8 @@ class Emitter {
         return set(b_.CreateURem(one(i.args[0]), one(i.args[1])));
       case Opcode::IndexMin:
         return set(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, one(i.args[0]), one(i.args[1])));
+      case Opcode::IndexSub:
+        return set(b_.CreateSub(one(i.args[0]), one(i.args[1]), "", true, true));
       case Opcode::InBounds:
         return in_bounds(i);
       case Opcode::Reduce:

@@ -547,6 +547,13 @@ void check_fusion_options(const FusionOptions& o) {
     throw bad_hint("max_cluster_blocks", "--max-cluster", h.max_cluster_blocks, "from 1 to 16");
   if (h.stages < -1 || h.stages > 4) throw bad_hint("stages", "--stages", h.stages, "from 0 to 4");
   if (h.split < -1 || h.split > 1) throw bad_hint("split", "--split", h.split, "0 or 1");
+  for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})
+    if (v != 0 && v != 64 && v != 128 && v != 256) throw bad_hint(field, "--gemm-tile", v, "64, 128 or 256");
+  if (int64_t{h.gemm_block_m ? h.gemm_block_m : 128} * (h.gemm_block_n ? h.gemm_block_n : 128) > 128 * 256)
+    throw Error(fmt::format("schedule hint --gemm-tile {}x{}: a block of 256 threads would hold {} accumulator values "
+                            "each, more than its registers; at most 128x256 or 256x128",
+                            h.gemm_block_m, h.gemm_block_n, h.gemm_block_m * h.gemm_block_n / 256));
+  if (h.gemm_group < 0 || h.gemm_group > 64) throw bad_hint("gemm_group", "--gemm-group", h.gemm_group, "from 1 to 64");
   const DeviceProfile& p = o.profile;
   auto positive = [&](const char* field, double v) {
     if (!(v > 0))
@@ -607,12 +614,15 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
     const char* flag;
     int ScheduleHints::*field;
     int unset;
+    int ScheduleHints::*second = nullptr;  // a flag setting two fields (--gemm-tile MxN)
   };
   static const Hint hints[] = {{"--block-threads", &ScheduleHints::block_threads, 0},
                                {"--rows-per-thread", &ScheduleHints::rows_per_thread, 0},
                                {"--max-cluster", &ScheduleHints::max_cluster_blocks, 0},
                                {"--stages", &ScheduleHints::stages, -1},
-                               {"--split", &ScheduleHints::split, -1}};
+                               {"--split", &ScheduleHints::split, -1},
+                               {"--gemm-tile", &ScheduleHints::gemm_block_m, 0, &ScheduleHints::gemm_block_n},
+                               {"--gemm-group", &ScheduleHints::gemm_group, 0}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());
@@ -620,11 +630,14 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
   };
   std::vector<std::string> out;
   for (const Hint& h : hints) {
-    if (plan.options.schedule.*h.field == h.unset) continue;
+    const ScheduleHints& set = plan.options.schedule;
+    if (set.*h.field == h.unset && (!h.second || set.*h.second == h.unset)) continue;
     FusionOptions without = plan.options;
     without.schedule.*h.field = h.unset;
+    if (h.second) without.schedule.*h.second = h.unset;
     if (schedules(plan_fusion(plan.graph, without)) == schedules(plan))
-      out.push_back(fmt::format("{} {}", h.flag, plan.options.schedule.*h.field));
+      out.push_back(h.second ? fmt::format("{} {}x{}", h.flag, set.*h.field, set.*h.second)
+                             : fmt::format("{} {}", h.flag, set.*h.field));
   }
   return out;
 }

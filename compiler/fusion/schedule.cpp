@@ -46,7 +46,8 @@ std::string TileSchedule::describe() const {
         stages > 0 ? fmt::format(" through {} shared-memory stages (cp.async, ldmatrix; {} KiB each)", stages,
                                  stage_bytes / 1024)
                    : " loaded straight from global memory",
-        grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "");
+        grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "") +
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "");
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   if (!elem_dims.empty())
@@ -61,13 +62,15 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   TileSchedule s;
   s.contracts = true;
   if (hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
-    s.block_m = s.block_n = 128;
+    s.block_m = hints.gemm_block_m ? hints.gemm_block_m : 128;
+    s.block_n = hints.gemm_block_n ? hints.gemm_block_n : 128;
     s.block_k = 32;
     s.warps_m = 2;
     s.warps_n = 4;
     s.stages = hints.stages > 0 ? std::max(2, hints.stages) : 3;
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
   }
+  s.group = std::max(1, hints.gemm_group);
   s.batch = batch;
   s.m = m;
   s.n = n;

@@ -71,6 +71,7 @@ struct TileSchedule {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;
+  int group = 1;  // tile rows taken together (ScheduleHints::gemm_group)
   int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
   int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
 
@@ -131,6 +132,11 @@ struct ScheduleHints {
   int max_cluster_blocks = 0;  // 1..16; 1: no clusters (also implied by a device without them)
   int stages = -1;             // rows prefetched into shared memory; 0: none; -1: tilefuse chooses
   int split = -1;              // 0: no split rows (parts meeting in global memory); -1: tilefuse chooses
+  // Matmul tiles (staged): block_m × block_n of the product per block of 2 × 4 warps; 0: 128 × 128.
+  int gemm_block_m = 0, gemm_block_n = 0;  // 64, 128 or 256
+  // Blocks take their tiles in groups of this many tile rows, column by column within a group
+  // (blocks running at once then share operand tiles in L2); 0 or 1: row by row.
+  int gemm_group = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -348,13 +348,12 @@ class MatMulProgram {
     add_params();
     Builder b(p_, p_.body);
     const int pid = b.program_id(0);
-    const int n_blocks = b.index(s_.n_blocks()), m_blocks = b.index(s_.m_blocks());
-    const int rest = b.div(pid, n_blocks);
-    const int batch = b.div(rest, m_blocks);
-    n0_ = b.mul(b.rem(pid, n_blocks), b.index(s_.block_n));
+    int batch, mt, nt;
+    tile_of(b, pid, &batch, &mt, &nt);
+    n0_ = b.mul(nt, b.index(s_.block_n));
     zero_ = b.index(0);
     const int first_row = b.mul(batch, b.index(s_.m));
-    row0_ = b.add(first_row, b.mul(b.rem(rest, m_blocks), b.index(s_.block_m)));
+    row0_ = b.add(first_row, b.mul(mt, b.index(s_.block_m)));
     row_end_ = b.add(first_row, b.index(s_.m));
     const int k0 = batched(1) ? b.mul(batch, b.index(s_.k)) : zero_;
     std::map<NodeId, int> value;
@@ -367,6 +366,28 @@ class MatMulProgram {
   }
 
  private:
+  // Block pid's batch and tile: row by row of tiles, or — taking `group` tile rows at a time —
+  // down each column of the group before the next (the last group may be shorter).
+  void tile_of(Builder& b, int pid, int* batch, int* mt, int* nt) {
+    const int n_blocks = b.index(s_.n_blocks()), m_blocks = b.index(s_.m_blocks());
+    if (s_.group <= 1) {
+      const int rest = b.div(pid, n_blocks);
+      *batch = b.div(rest, m_blocks);
+      *nt = b.rem(pid, n_blocks);
+      *mt = b.rem(rest, m_blocks);
+      return;
+    }
+    const int per_batch = b.index(s_.m_blocks() * s_.n_blocks());
+    *batch = b.div(pid, per_batch);
+    const int t = b.rem(pid, per_batch);
+    const int group = b.index(s_.group), per_group = b.index(int64_t{s_.group} * s_.n_blocks());
+    const int first = b.mul(b.div(t, per_group), group);
+    const int rows = b.min(group, b.sub(m_blocks, first));
+    const int local = b.rem(t, per_group);
+    *mt = b.add(first, b.rem(local, rows));
+    *nt = b.div(local, rows);
+  }
+
   bool rows_masked() const { return s_.m % s_.block_m != 0; }
   bool cols_masked() const { return s_.n % s_.block_n != 0; }
   bool k_masked() const { return s_.k % s_.block_k != 0; }

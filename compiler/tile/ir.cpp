@@ -61,6 +61,8 @@ const char* opcode_name(Opcode o) {
       return "remui";
     case Opcode::IndexMin:
       return "minui";
+    case Opcode::IndexSub:
+      return "subi";
     case Opcode::InBounds:
       return "in_bounds";
     case Opcode::If:
@@ -168,6 +170,13 @@ int Builder::rem(int a, int b) {
 int Builder::min(int a, int b) {
   Inst i;
   i.opcode = Opcode::IndexMin;
+  i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::sub(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexSub;
   i.args = {a, b};
   return emit(i, Type::index());
 }

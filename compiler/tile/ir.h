@@ -120,6 +120,7 @@ enum class Opcode {
   IndexDiv,
   IndexRem,
   IndexMin,
+  IndexSub,   // args[0] − args[1], args[0] ≥ args[1]
   Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
@@ -233,6 +234,7 @@ class Builder {
   int div(int a, int b);
   int rem(int a, int b);
   int min(int a, int b);
+  int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
   int last_arrival(int workspace_param, int slot, int arrivals);
   void reset_count(int workspace_param, int slot);

@@ -143,6 +143,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::IndexDiv:
       case Opcode::IndexRem:
       case Opcode::IndexMin:
+      case Opcode::IndexSub:
       case Opcode::Splat:
       case Opcode::Dot:
       case Opcode::Compute:
@@ -515,10 +516,10 @@ class Parser {
       i.value = real();
       punct(":");
       results({type()});
-    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui" || op == "minui") {
+    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui" || op == "minui" || op == "subi") {
       static const std::map<std::string, Opcode> ops = {{"muli", Opcode::IndexMul}, {"addi", Opcode::IndexAdd},
                                                         {"divui", Opcode::IndexDiv}, {"remui", Opcode::IndexRem},
-                                                        {"minui", Opcode::IndexMin}};
+                                                        {"minui", Opcode::IndexMin}, {"subi", Opcode::IndexSub}};
       i.opcode = ops.at(op);
       i.args = uses_until_colon();
       punct(":");

@@ -266,6 +266,7 @@ class Verifier {
         case Opcode::IndexDiv:
         case Opcode::IndexRem:
         case Opcode::IndexMin:
+        case Opcode::IndexSub:
           if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]))
             problem(fmt::format("{}: needs two indices", where(i)));
           break;

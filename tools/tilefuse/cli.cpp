@@ -79,6 +79,10 @@ common options:
   --split 0|1                  schedule override: 0 keeps a long softmax row in one block or
                                cluster instead of splitting it into parts that any blocks of a
                                persistent grid take, meeting in global memory (default 1)
+  --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
+                               each; default 128x128), over 2×4 warps
+  --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
+                               a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
   --cache-report               on stderr at the end: kernels compiled, and taken from the disk
@@ -97,7 +101,7 @@ struct Args {
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      split = -1;
+      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -153,7 +157,8 @@ FusionOptions fusion_options(const Args& a) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
   fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split};
+  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
+                 a.gemm_block_m, a.gemm_block_n, a.gemm_group};
   if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -223,6 +228,14 @@ Args parse(int argc, char** argv) {
       a.stages = parse_int(s, value(), 0, 4);
     else if (s == "--split")
       a.split = parse_int(s, value(), 0, 1);
+    else if (s == "--gemm-tile") {
+      const std::string v = value();
+      const size_t x = v.find('x');
+      if (x == std::string::npos) throw UsageError(fmt::format("--gemm-tile needs MxN (64, 128 or 256 each), got '{}'", v));
+      a.gemm_block_m = parse_int(s, v.substr(0, x), 64, 256);
+      a.gemm_block_n = parse_int(s, v.substr(x + 1), 64, 256);
+    } else if (s == "--gemm-group")
+      a.gemm_group = parse_int(s, value(), 1, 64);
     else if (s == "--seed")
       a.seed = parse_seed(value());
     else if (s.rfind("--", 0) == 0)
