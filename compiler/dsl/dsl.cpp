@@ -265,18 +265,11 @@ Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps) {
 
 Tensor operator-(const Tensor& x) { return neg(x); }
 
-#define TILEFUSE_DSL_SCALAR_FUNCTION(fn)                                                    \
+#define TILEFUSE_DSL_DEFINE_SCALAR_FUNCTION(fn)                                            \
   Tensor fn(const Tensor& a, double b) { return fn(a, constant(a.graph(), b, a.dtype())); } \
   Tensor fn(double a, const Tensor& b) { return fn(constant(b.graph(), a, b.dtype()), b); }
-TILEFUSE_DSL_SCALAR_FUNCTION(max)
-TILEFUSE_DSL_SCALAR_FUNCTION(min)
-TILEFUSE_DSL_SCALAR_FUNCTION(lt)
-TILEFUSE_DSL_SCALAR_FUNCTION(le)
-TILEFUSE_DSL_SCALAR_FUNCTION(gt)
-TILEFUSE_DSL_SCALAR_FUNCTION(ge)
-TILEFUSE_DSL_SCALAR_FUNCTION(eq)
-TILEFUSE_DSL_SCALAR_FUNCTION(ne)
-#undef TILEFUSE_DSL_SCALAR_FUNCTION
+TILEFUSE_DSL_SCALAR_FUNCTIONS(TILEFUSE_DSL_DEFINE_SCALAR_FUNCTION)
+#undef TILEFUSE_DSL_DEFINE_SCALAR_FUNCTION
 
 Tensor pow(double a, const Tensor& b) { return pow(constant(b.graph(), a, b.dtype()), b); }
 Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, constant(a.graph(), b, a.dtype())); }

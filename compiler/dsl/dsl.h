@@ -76,18 +76,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // constant of the other tensor's dtype (where of two numbers: of `dtype`, over cond's shape).
 // They and the math functions above coexist with <cmath> and <algorithm> under `using namespace
 // std` (tests/dsl_test.cpp compiles that way).
-#define TILEFUSE_DSL_SCALAR_FUNCTION(fn)    \
-  Tensor fn(const Tensor& a, double b); \
+#define TILEFUSE_DSL_SCALAR_FUNCTIONS(X) X(max) X(min) X(lt) X(le) X(gt) X(ge) X(eq) X(ne)
+#define TILEFUSE_DSL_DECLARE_SCALAR_FUNCTION(fn) \
+  Tensor fn(const Tensor& a, double b);          \
   Tensor fn(double a, const Tensor& b);
-TILEFUSE_DSL_SCALAR_FUNCTION(max)
-TILEFUSE_DSL_SCALAR_FUNCTION(min)
-TILEFUSE_DSL_SCALAR_FUNCTION(lt)
-TILEFUSE_DSL_SCALAR_FUNCTION(le)
-TILEFUSE_DSL_SCALAR_FUNCTION(gt)
-TILEFUSE_DSL_SCALAR_FUNCTION(ge)
-TILEFUSE_DSL_SCALAR_FUNCTION(eq)
-TILEFUSE_DSL_SCALAR_FUNCTION(ne)
-#undef TILEFUSE_DSL_SCALAR_FUNCTION
+TILEFUSE_DSL_SCALAR_FUNCTIONS(TILEFUSE_DSL_DECLARE_SCALAR_FUNCTION)
+#undef TILEFUSE_DSL_DECLARE_SCALAR_FUNCTION
 Tensor pow(double a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, double b);
 Tensor where(const Tensor& cond, double a, const Tensor& b);
