@@ -33,32 +33,30 @@ double instructions_per_element(const Graph& g, const Node& n) {
     case Op::Input:
     case Op::Constant:
       return 0;
+    // Counted in SASS for sm_90 (ptxas, cuobjdump; bench/NOTES.md v12): issued per element.
     case Op::Exp:
-      // Counted in SASS (bench/NOTES.md v8): the accurate f32 exp issues about 25 (two FRND,
-      // two MUFU with their subnormal fix-ups, the polynomial), the short one 8.
-      return half ? 2 : x_minus_its_max(g, n.operands[0]) ? 8 : 25;
+      return half ? 2 : x_minus_its_max(g, n.operands[0]) ? 9 : 15;
     case Op::Exp2:
       return 1;
     case Op::Log:
-      return 2;
-    case Op::Sqrt:
       return 4;
+    case Op::Sqrt:
     case Op::Rsqrt:
-      return 12;
+      return 3;
     case Op::Tanh:
-      return 22;
+      return half ? 1 : 25;
     case Op::Erf:
-      return 18;
+      return 21;
     case Op::Sigmoid:
-      return 24;
+      return half ? 4 : 13;
     case Op::Gelu:
-      return half ? 13 : 27;
+      return half ? 12 : 25;
     case Op::GeluTanh:
-      return 28;
+      return half ? 9 : 33;
     case Op::Div:
       return 10;
     case Op::Pow:
-      return 10;
+      return 24;
     default:
       return 1;
   }
@@ -79,6 +77,13 @@ Shape reduced_domain(const Kernel& k) {
   return s;
 }
 
+int reduced_end(const Graph& g, const Node& r) {
+  const Shape& in = g.node(r.operands[0]).shape;
+  int end = r.axes.back() + 1;
+  while (end < static_cast<int>(in.size()) && in[static_cast<size_t>(end)] == 1) ++end;
+  return end;
+}
+
 // The domain of a set holding reductions: every reduction must reduce the same shape over the
 // same block of axes (plan_fusion has checked that each reduces one contiguous block).
 static bool reduction_domain(const Graph& g, const std::vector<NodeId>& nodes, Kernel* k, std::string* why) {
@@ -87,8 +92,7 @@ static bool reduction_domain(const Graph& g, const std::vector<NodeId>& nodes, K
     const Node& r = g.node(n);
     if (op_info(r.op).kind != OpKind::Reduce) continue;
     const Shape& in = g.node(r.operands[0]).shape;
-    int end = r.axes.back() + 1;
-    while (end < static_cast<int>(in.size()) && in[static_cast<size_t>(end)] == 1) ++end;  // size-1 axes after it
+    const int end = reduced_end(g, r);
     if (!first) {
       first = &r;
       k->domain = in;
@@ -201,6 +205,14 @@ bool matmul_kernel_fits(const Graph& g, const Kernel& k, NodeId mm, std::string*
                          op_info(node.op).name);
       return false;
     }
+    if (n == mm) continue;
+    for (NodeId o : node.operands)
+      if (o == m.operands[0] || o == m.operands[1]) {
+        *why = fmt::format("%{} {} reads the matmul %{}'s operand %{} elementwise: the kernel reads that tensor "
+                           "only as the contraction's tiles",
+                           n, op_info(node.op).name, mm, o);
+        return false;
+      }
   }
   for (NodeId o : m.operands)
     if (is_member(k, o)) {
@@ -371,9 +383,10 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
     if (pos == k.inputs.end() || *pos != o) k.inputs.insert(pos, o);
   }
   if (reduce && (g.node(pn.operands[0]).shape != k.domain || pn.axes.front() != k.split ||
-                 (k.reduce_end < static_cast<int>(k.domain.size())))) {
-    *why = fmt::format("%{} reduces a different row ({} from axis {}) than the kernel's ({} from axis {})", p,
-                       shape_str(g.node(pn.operands[0]).shape), pn.axes.front(), shape_str(k.domain), k.split);
+                 reduced_end(g, pn) != k.reduce_end || k.reduce_end < static_cast<int>(k.domain.size()))) {
+    *why = fmt::format("%{} reduces a different row ({} over axes [{}]) than the kernel's ({} over axes {}..{})", p,
+                       shape_str(g.node(pn.operands[0]).shape), fmt::join(pn.axes, ", "), shape_str(k.domain),
+                       k.split, k.reduce_end - 1);
     return std::nullopt;
   }
   if (!node_fits(g, k, p, why)) return std::nullopt;

@@ -38,6 +38,8 @@ double instructions_per_element(const Graph& g, const Node& n);
 Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k);
 // The shape of one value per row (row reduction) or per column (column reduction) of k's domain.
 Shape reduced_domain(const Kernel& k);
+// One past the last axis reduction r reduces, counting the size-1 axes that follow its block.
+int reduced_end(const Graph& g, const Node& r);
 
 // Fills kernel.cost from its totals, operands and schedule.
 // Whether kernel k rounds node n to its 16-bit dtype where it computes it: n is written to memory

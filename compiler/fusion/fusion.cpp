@@ -8,6 +8,8 @@
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/report.h"
+#include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse {
@@ -579,7 +581,7 @@ void check_fusion_options(const FusionOptions& o) {
       throw Error(fmt::format("device profile '{}': {} is {}; it must be finite and not negative", p.name, field, v));
 }
 
-Plan plan_fusion(const Graph& g, const FusionOptions& options) {
+static Plan plan_graph(const Graph& g, const FusionOptions& options) {
   verify(g);
   for (const Node& n : g.nodes()) {
     if (n.op == Op::Iota)
@@ -603,6 +605,13 @@ Plan plan_fusion(const Graph& g, const FusionOptions& options) {
   }
   check_fusion_options(options);
   return FusionPass(g, options).run();
+}
+
+Plan plan_fusion(const Graph& g, const FusionOptions& options) {
+  dump("graph", g.name(), print_graph(g));
+  Plan p = plan_graph(g, options);
+  dump("plan", g.name(), plan_report_text(p));
+  return p;
 }
 
 }  // namespace tilefuse
@@ -635,7 +644,7 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
     FusionOptions without = plan.options;
     without.schedule.*h.field = h.unset;
     if (h.second) without.schedule.*h.second = h.unset;
-    if (schedules(plan_fusion(plan.graph, without)) == schedules(plan))
+    if (schedules(plan_graph(plan.graph, without)) == schedules(plan))
       out.push_back(h.second ? fmt::format("{} {}x{}", h.flag, set.*h.field, set.*h.second)
                              : fmt::format("{} {}", h.flag, set.*h.field));
   }

@@ -31,6 +31,15 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
       if (!members.count(o) && g.node(o).op != Op::Constant &&
           std::find(k.inputs.begin(), k.inputs.end(), o) == k.inputs.end())
         problem(fmt::format("operand %{} of %{} is neither computed nor read", o, n));
+  if (k.kind == ScheduleKind::RowReduce || k.kind == ScheduleKind::ColumnReduce)
+    for (NodeId n : k.nodes) {
+      const Node& r = g.node(n);
+      if (op_info(r.op).kind == OpKind::Reduce &&
+          (g.node(r.operands[0]).shape != k.domain || r.axes.front() != k.split || reduced_end(g, r) != k.reduce_end))
+        problem(fmt::format("%{} reduces axes [{}] of {}; the kernel reduces axes {}..{} of {}", n,
+                            fmt::join(r.axes, ", "), shape_str(g.node(r.operands[0]).shape), k.split,
+                            k.reduce_end - 1, shape_str(k.domain)));
+    }
   const Shape per_row = reduced_domain(k);
   for (NodeId o : k.outputs) {
     if (!members.count(o)) problem(fmt::format("writes %{}, which it does not compute", o));

@@ -510,7 +510,12 @@ class MatMulProgram {
       if (id == mm_.id) continue;
       const Node& n = g_.node(id);
       std::vector<int> args;
-      for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
+      for (NodeId o : n.operands) {
+        if (!value.count(o) && g_.node(o).op != Op::Constant)
+          throw CodegenError(fmt::format("{}: the epilogue's %{} reads %{}, which the kernel neither loads nor "
+                                          "computes", k_.name, id, o));
+        args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
+      }
       value[id] = b.compute(n.op, args, n.dtype);
       if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
     }

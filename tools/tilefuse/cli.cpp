@@ -260,7 +260,6 @@ const std::string& one_name(const Args& a) {
 
 Plan make_plan(const Args& a, const std::string& name) {
   Graph g = example(name).build();
-  dump("graph", g.name(), print_graph(g));
   FusionOptions fo = fusion_options(a);
   if (a.measured_profile) {
     DeviceProfile measured = measure_device_profile();
@@ -269,7 +268,6 @@ Plan make_plan(const Args& a, const std::string& name) {
     fo.profile = measured;
   }
   Plan p = plan_fusion(g, fo);
-  dump("plan", g.name(), plan_report_text(p));
   for (const std::string& hint : ineffective_hints(p))
     fmt::print(stderr, "{}: note: {} changes no kernel's schedule in this plan\n", program, hint);
   return p;
