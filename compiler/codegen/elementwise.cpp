@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "compiler/codegen/math.h"
 #include "compiler/support/error.h"
@@ -44,32 +45,33 @@ Value* compute_constant(llvm::IRBuilder<>& b, double v, DType t) {
 }
 
 Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a, const std::string& kernel) {
+  const bool half = dtype == DType::BF16 || dtype == DType::F16;  // a result rounded to 16 bits
   switch (op) {
     case Op::Neg:
       return b.CreateFNeg(a[0]);
     case Op::Abs:
       return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
     case Op::Exp:
-      if (dtype == DType::BF16 || dtype == DType::F16) return math::exp_16bit(b, a[0]);
+      if (half) return math::exp_16bit(b, a[0]);
       return math::exp(b, a[0]);
     case Op::Exp2:
       return math::exp2(b, a[0]);
     case Op::Log:
       return math::log(b, a[0]);
     case Op::Sqrt:
-      return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]);
+      return math::sqrt(b, a[0]);
     case Op::Rsqrt:
-      return b.CreateFDiv(f32(b, 1.0), b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]));
+      return math::rsqrt(b, a[0]);
     case Op::Tanh:
-      return math::tanh(b, a[0]);
+      return half ? math::tanh_16bit(b, a[0]) : math::tanh(b, a[0]);
     case Op::Erf:
       return math::erf(b, a[0]);
     case Op::Sigmoid:
-      return b.CreateFDiv(f32(b, 1.0), b.CreateFAdd(f32(b, 1.0), math::exp(b, b.CreateFNeg(a[0]))));
+      return half ? math::sigmoid_16bit(b, a[0]) : math::sigmoid(b, a[0]);
     case Op::Relu:  // NaN passes through, as in the reference
       return b.CreateSelect(b.CreateFCmpOLT(a[0], f32(b, 0.0)), f32(b, 0.0), a[0]);
     case Op::Gelu: {
-      if (dtype == DType::BF16 || dtype == DType::F16) return math::gelu_16bit(b, a[0]);
+      if (half) return math::gelu_16bit(b, a[0]);
       Value* e = math::erf(b, b.CreateFMul(a[0], f32(b, 0.70710678118654752440)));
       return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), e));
     }
@@ -77,7 +79,8 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
       Value* x3 = b.CreateFMul(b.CreateFMul(a[0], a[0]), a[0]);
       Value* inner =
           b.CreateFMul(f32(b, 0.79788456080286535588), b.CreateFAdd(a[0], b.CreateFMul(f32(b, 0.044715), x3)));
-      return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), math::tanh(b, inner)));
+      Value* t = half ? math::tanh_16bit(b, inner) : math::tanh(b, inner);
+      return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), t));
     }
     case Op::Cast: {
       DType to = dtype;
@@ -90,8 +93,8 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
       return b.CreateFSub(a[0], a[1]);
     case Op::Mul:
       return b.CreateFMul(a[0], a[1]);
-    case Op::Div:
-      return b.CreateFDiv(a[0], a[1]);
+    case Op::Div:  // a 16-bit quotient: div.full (2 ulp of f32 over the full range, no IEEE sequence)
+      return half ? b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_full, {a[0], a[1]}) : b.CreateFDiv(a[0], a[1]);
     case Op::Max:
       return b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a[0], a[1]);
     case Op::Min:

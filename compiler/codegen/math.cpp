@@ -1,5 +1,6 @@
 #include "compiler/codegen/math.h"
 
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <cmath>
@@ -27,7 +28,7 @@ Value* exp2(llvm::IRBuilder<>& b, Value* x) { return ex2(b, x); }
 
 // Coefficients fitted for this module (minimax-weighted least squares in high precision, then
 // rounded to f32 one at a time and refitted), verified over every f32 input against float64:
-// exp ≤ 0.9 ulp, erf ≤ 1.5 ulp, tanh ≤ 1.02 ulp (with ex2.approx's own error included).
+// erf ≤ 1.5 ulp, tanh's small-argument branch ≤ 1.02 ulp (with ex2.approx's own error included).
 static Value* f32_bits(llvm::IRBuilder<>& b, uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, 4);
@@ -39,46 +40,74 @@ static Value* poly_bits(llvm::IRBuilder<>& b, Value* x, std::initializer_list<ui
   for (; it != high_first.end(); ++it) acc = fma(b, acc, x, f32_bits(b, *it));
   return acc;
 }
-static constexpr uint32_t kLog2e = 0x3fb8aa3b, kLog2eLo = 0x32a57060, kLn2Hi = 0x3f317200,
-                          kLn2Lo = 0x35bfbe8e;
+static constexpr uint32_t kLog2e = 0x3fb8aa3b, kLog2eLo = 0x32a57060;
 
-// e^r on [−ln2/2, ln2/2], degree 6.
-static Value* exp_reduced(llvm::IRBuilder<>& b, Value* r) {
-  return poly_bits(b, r,
-                   {0x3ab525f5, 0x3c091f31, 0x3d2aac5d, 0x3e2aaa46, 0x3efffffe, 0x3f800000, 0x3f800000});
-}
-
-// e^x = 2^j · e^r with j = rint(x·log2 e) and r = x − j·ln2 in two exact fma steps (ln2's high
-// part has trailing zero bits), so the error does not grow with |x|. 2^j is applied in two
-// halves so that results near overflow and in the subnormal range stay exact. NaN propagates;
-// −inf (which makes r NaN) is caught by the final select.
-Value* exp(llvm::IRBuilder<>& b, Value* x) {
-  Value* j = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(x, f32_bits(b, kLog2e)));
-  Value* nj = b.CreateFNeg(j);
-  Value* r = fma(b, nj, f32_bits(b, kLn2Hi), x);
-  r = fma(b, nj, f32_bits(b, kLn2Lo), r);
-  Value* j1 = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(j, f32(b, 0.5)));
-  Value* j2 = b.CreateFSub(j, j1);
-  Value* res = b.CreateFMul(b.CreateFMul(exp_reduced(b, r), ex2(b, j1)), ex2(b, j2));
-  res = b.CreateSelect(b.CreateFCmpOGT(x, f32(b, 88.72283172607422)), f32(b, INFINITY), res);
-  return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, -104.0)), f32(b, 0.0), res);
-}
-
-// 2^j · 2^f: j = rint(x·log2 e) by adding 1.5·2^23 (j lands in the sum's low mantissa bits),
-// f = x·log2 e − j from two fma steps with log2 e split into a high and a low part (|f| ≤ 0.5,
-// within 0.35 ulp: checked against float64 over random x in [−87, 0]), 2^f by ex2.approx.ftz
-// (2 ulp), and 2^j added to 2^f's exponent bits: the sum's bits shifted left by 23 are j << 23.
-// From x < −86.9 on, 2^f · 2^j is below 2^-125 and may leave the normal range: 0 instead.
-Value* exp_nonpositive(llvm::IRBuilder<>& b, Value* x) {
+// x·log2 e split into j + f with j an integer in the low mantissa bits of k = x·log2 e + 1.5·2^23
+// (|x·log2 e| < 2^22) and |f| ≤ 0.5 from two fma steps with log2 e split into a high and a low
+// part (within 0.35 ulp: checked against float64 over random x in [−104, 89]).
+struct Split {
+  Value* k;
+  Value* f;
+};
+static Split split_log2e(llvm::IRBuilder<>& b, Value* x) {
   Value* shifter = f32(b, 12582912.0);  // 1.5·2^23
   Value* k = fma(b, x, f32_bits(b, kLog2e), shifter);
   Value* j = b.CreateFSub(k, shifter);
   Value* f = fma(b, x, f32_bits(b, kLog2e), b.CreateFNeg(j));
-  f = fma(b, x, f32_bits(b, kLog2eLo), f);
-  Value* p = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {f});
-  Value* scale = b.CreateShl(b.CreateBitCast(k, b.getInt32Ty()), b.getInt32(23));
-  Value* r = b.CreateBitCast(b.CreateAdd(b.CreateBitCast(p, b.getInt32Ty()), scale), b.getFloatTy());
+  return {k, fma(b, x, f32_bits(b, kLog2eLo), f)};
+}
+// 2^(j + e) as an f32 built from bits, for k from split_log2e and j + e + 127 in [1, 254].
+static Value* pow2_of(llvm::IRBuilder<>& b, Value* j_bits, int e) {
+  return b.CreateBitCast(b.CreateAdd(b.CreateShl(j_bits, b.getInt32(23)), b.getInt32((127 + e) << 23)),
+                         b.getFloatTy());
+}
+
+// e^x = 2^f · 2^j: 2^f by ex2.approx.ftz (2 ulp on [2^-0.5, 2^0.5]), 2^j in two halves made
+// from bits (so results near overflow and in the subnormal range are one rounding from exact)
+// and multiplied in, which also carries a NaN through. About 19 instructions, one MUFU (the
+// polynomial form took 25 with two). Beyond 88.73 the result is inf, below −104 it is 0.
+Value* exp(llvm::IRBuilder<>& b, Value* x) {
+  Split s = split_log2e(b, x);
+  Value* p = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {s.f});
+  Value* j = b.CreateSub(b.CreateBitCast(s.k, b.getInt32Ty()), b.getInt32(0x4b400000));
+  Value* j1 = b.CreateAShr(j, b.getInt32(1));
+  Value* res = b.CreateFMul(b.CreateFMul(p, pow2_of(b, j1, 0)), pow2_of(b, b.CreateSub(j, j1), 0));
+  res = b.CreateSelect(b.CreateFCmpOGT(x, f32(b, 88.72283172607422)), f32(b, INFINITY), res);
+  return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, -104.0)), f32(b, 0.0), res);
+}
+
+// 2^f · 2^j as in exp with one power of two: from x < −86.9 on, 2^f · 2^j is below 2^-125 and may
+// leave the normal range: 0 instead. The power of two is multiplied in, so NaN stays NaN.
+Value* exp_nonpositive(llvm::IRBuilder<>& b, Value* x) {
+  Split s = split_log2e(b, x);
+  Value* p = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {s.f});
+  // k's bits shifted left by 23 are j << 23 (the shifter's own bits shift out).
+  Value* r = b.CreateFMul(p, pow2_of(b, b.CreateBitCast(s.k, b.getInt32Ty()), 0));
   return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, -86.9)), f32(b, 0.0), r);
+}
+
+Value* reciprocal(llvm::IRBuilder<>& b, Value* x) {
+  return b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {x});
+}
+
+// 1 / (1 + e^-x) from t = e^-|x| ≤ 1: 1/(1 + t) for x ≥ 0, t/(1 + t) below (no cancellation,
+// no overflow): ≤ 4 ulp, with one reciprocal (1 ulp on [1, 2]) for a full division.
+Value* sigmoid(llvm::IRBuilder<>& b, Value* x) {
+  Value* t = exp_nonpositive(b, b.CreateFNeg(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)));
+  Value* r = reciprocal(b, b.CreateFAdd(f32(b, 1.0), t));
+  return b.CreateFMul(b.CreateSelect(b.CreateFCmpOGE(x, f32(b, 0.0)), f32(b, 1.0), t), r);
+}
+
+Value* sigmoid_16bit(llvm::IRBuilder<>& b, Value* x) {
+  return reciprocal(b, b.CreateFAdd(f32(b, 1.0), exp_16bit(b, b.CreateFNeg(x))));
+}
+
+Value* rsqrt(llvm::IRBuilder<>& b, Value* x) {
+  return b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_rsqrt_approx_f, {x});
+}
+
+Value* sqrt(llvm::IRBuilder<>& b, Value* x) {
+  return b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_sqrt_approx_f, {x});
 }
 
 Value* exp2_16bit(llvm::IRBuilder<>& b, Value* x) {
@@ -103,22 +132,24 @@ Value* erf(llvm::IRBuilder<>& b, Value* x) {
   return copysign(b, r, x);
 }
 
-// tanh: |x| < 0.875: |x| + |x|³·P(x²); below 9.01: 1 − 2/(e^{2|x|} + 1); beyond: 1; sign restored.
+// tanh: |x| < 0.875: |x| + |x|³·P(x²); below 9.01: (1 − t)/(1 + t) with t = e^{−2|x|} ≤ 0.174
+// (one reciprocal, no cancellation); beyond: 1; sign restored.
 Value* tanh(llvm::IRBuilder<>& b, Value* x) {
   Value* a = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
-  Value* t = b.CreateFMul(a, a);
-  Value* p = poly_bits(b, t, {0x3ab335bb, 0xbbe53d98, 0x3cac2101, 0xbd5c336e, 0x3e08824d, 0xbeaaaa8c});
-  Value* small = fma(b, b.CreateFMul(a, t), p, a);
-  Value* a2 = b.CreateFAdd(a, a);  // ≤ 18.02 here, so one 2^j scale suffices
-  Value* j = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(a2, f32_bits(b, kLog2e)));
-  Value* nj = b.CreateFNeg(j);
-  Value* r = fma(b, nj, f32_bits(b, kLn2Hi), a2);
-  r = fma(b, nj, f32_bits(b, kLn2Lo), r);
-  Value* e = b.CreateFMul(exp_reduced(b, r), ex2(b, j));
-  Value* large = b.CreateFSub(f32(b, 1.0), b.CreateFDiv(f32(b, 2.0), b.CreateFAdd(e, f32(b, 1.0))));
+  Value* t2 = b.CreateFMul(a, a);
+  Value* p = poly_bits(b, t2, {0x3ab335bb, 0xbbe53d98, 0x3cac2101, 0xbd5c336e, 0x3e08824d, 0xbeaaaa8c});
+  Value* small = fma(b, b.CreateFMul(a, t2), p, a);
+  Value* t = exp_nonpositive(b, b.CreateFMul(a, f32(b, -2.0)));
+  Value* large = b.CreateFMul(b.CreateFSub(f32(b, 1.0), t), reciprocal(b, b.CreateFAdd(f32(b, 1.0), t)));
   Value* res = b.CreateSelect(b.CreateFCmpOLT(a, f32(b, 0.875)), small, large);
   res = b.CreateSelect(b.CreateFCmpOGE(a, f32(b, 9.01)), f32(b, 1.0), res);
   return copysign(b, res, x);
+}
+
+// tanh.approx.f32: relative error about 2^-11, a quarter of a bf16 ulp.
+Value* tanh_16bit(llvm::IRBuilder<>& b, Value* x) {
+  auto* ty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
+  return b.CreateCall(llvm::InlineAsm::get(ty, "tanh.approx.f32 $0, $1;", "=f,f", false), {x});
 }
 
 // x·Φ(x) with Φ(−t) = 2^Q(t), t = min(|x|, 6), Q of degree 7 fitted by

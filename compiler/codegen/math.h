@@ -5,9 +5,12 @@
 
 namespace tilefuse::math {
 
+// Every function here is within a few ulp of float64 over all f32 inputs (GpuMath tests the
+// bounds on the GPU) with NaN, ±inf and ±0 as C's; the *_16bit forms are for results rounded to
+// bf16/f16 and are within a fraction of their ulp.
 llvm::Value* exp(llvm::IRBuilder<>& b, llvm::Value* x);
-// e^x for x ≤ 0 (softmax's x − max x): ≤ 2.4 ulp in 8 instructions with one ex2.approx, where
-// exp takes about 25; results below 2^-125 (x < −86.9, −inf included) are 0. NaN stays NaN.
+// e^x for x ≤ 0 (softmax's x − max x, e^-|x|): ≤ 2.4 ulp in 9 instructions with one ex2.approx,
+// where exp takes about 19; results below 2^-125 (x < −86.9, −inf included) are 0.
 llvm::Value* exp_nonpositive(llvm::IRBuilder<>& b, llvm::Value* x);
 // e^x for a result rounded to bf16/f16: ex2.approx(x·log2 e), relative error ≤ 2^-22 + |x|·2^-24
 // (about 6e-6 at |x| = 100), far below half an f16 ulp, in two instructions.
@@ -18,6 +21,14 @@ llvm::Value* exp2_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* log(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* erf(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* tanh(llvm::IRBuilder<>& b, llvm::Value* x);
+llvm::Value* tanh_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
+llvm::Value* sigmoid(llvm::IRBuilder<>& b, llvm::Value* x);
+llvm::Value* sigmoid_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
+// rcp.approx.ftz: 1 ulp for 2^-126 ≤ |x| < 2^126 (callers keep x in [1, 2]).
+llvm::Value* reciprocal(llvm::IRBuilder<>& b, llvm::Value* x);
+// rsqrt.approx and sqrt.approx (MUFU with the range fix-ups; no IEEE rounding sequence).
+llvm::Value* rsqrt(llvm::IRBuilder<>& b, llvm::Value* x);
+llvm::Value* sqrt(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* pow(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
 // GELU for a result that is rounded to bf16/f16: relative error ≤ 4e-6 (far below half an f16
 // ulp, 4.9e-4) in about half the instructions of the f32-accurate erf form.
