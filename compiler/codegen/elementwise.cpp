@@ -76,11 +76,10 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
       return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), e));
     }
     case Op::GeluTanh: {
+      // x·(1 + tanh u)/2 = x·sigmoid(2u), u = √(2/π)(x + 0.044715x³): no cancellation for x ≪ 0.
       Value* x3 = b.CreateFMul(b.CreateFMul(a[0], a[0]), a[0]);
-      Value* inner =
-          b.CreateFMul(f32(b, 0.79788456080286535588), b.CreateFAdd(a[0], b.CreateFMul(f32(b, 0.044715), x3)));
-      Value* t = half ? math::tanh_16bit(b, inner) : math::tanh(b, inner);
-      return b.CreateFMul(b.CreateFMul(f32(b, 0.5), a[0]), b.CreateFAdd(f32(b, 1.0), t));
+      Value* u2 = b.CreateFMul(f32(b, 2 * 0.79788456080286535588), b.CreateFAdd(a[0], b.CreateFMul(f32(b, 0.044715), x3)));
+      return b.CreateFMul(a[0], half ? math::sigmoid_16bit(b, u2) : math::sigmoid(b, u2));
     }
     case Op::Cast: {
       DType to = dtype;

@@ -162,7 +162,8 @@ Value* gelu_16bit(llvm::IRBuilder<>& b, Value* x) {
   Value* h =
       b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {q});  // q ≥ −57: no subnormals
   Value* phi = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0.0)), h, b.CreateFSub(f32(b, 1.0), h));
-  return b.CreateFMul(x, phi);
+  // −inf · Φ(−inf) is NaN in the erf form (and the float64 reference, and PyTorch).
+  return b.CreateSelect(b.CreateFCmpOEQ(x, f32(b, -INFINITY)), f32(b, NAN), b.CreateFMul(x, phi));
 }
 
 Value* log(llvm::IRBuilder<>& b, Value* x) { return b.CreateFMul(lg2(b, x), f32(b, 0.6931471805599453)); }

@@ -250,8 +250,11 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
         else
           v = reference_binary(n.op, arg(0, i), arg(1, i));
-        if (kind != OpKind::Compare && kind != OpKind::Select && n.op != Op::Max && n.op != Op::Min &&
-            n.op != Op::Abs && n.op != Op::Neg && n.op != Op::Relu && n.op != Op::Cast)
+        if (n.op == Op::Gelu && options.noise != 0)
+          // x·(1 + erf(x/√2))/2: f32's 1 + erf cancels for x ≪ 0, so its noise is absolute, in |x|.
+          v += 0.5 * std::abs(arg(0, i)) * options.noise * unit_noise(options.noise_seed, n.id, i);
+        else if (kind != OpKind::Compare && kind != OpKind::Select && n.op != Op::Max && n.op != Op::Min &&
+                 n.op != Op::Abs && n.op != Op::Neg && n.op != Op::Relu && n.op != Op::Cast)
           v = noisy(n.id, i, v);  // the ops f32 computes exactly stay exact
         out[i] = rounds(n) ? round_to(n.dtype, v) : v;
       }
