@@ -4,18 +4,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "compiler/graph/reference.h"
 #include "runtime/executable.h"
 
 namespace tilefuse {
 
-// f32 operations are correctly rounded (½ ulp) or approximations within about 2.5 ulp; the
+// f32 operations are correctly rounded (½ ulp) or approximations within 3.5 ulp (GpuMath); the
 // noise is 2^-21 (4 ulp) per operation and the check allows 16 times what it moves an output.
 // Beyond `kJudgeable` that allowance says nothing about correctness.
 static constexpr double kNoise = 0x1.0p-21;
 static constexpr double kSensitivityFactor = 16;
 static constexpr double kJudgeable = 0.1;
+static constexpr int64_t kSmallGraph = int64_t{1} << 20;  // elements of its largest tensor
 
 // Where the plan rounds a 16-bit value: where a kernel writes it (and then for every use, in its
 // own kernel too: cost_model.h, rounds_where_computed), at casts, at a matmul's product (its
@@ -40,11 +42,22 @@ CheckReport check_against_reference(const Plan& plan, const TensorMap& inputs, c
   CheckReport r;
   ReferenceOptions exact;
   exact.rounded = plan_rounding(plan);
-  ReferenceOptions noisy = exact;
-  noisy.noise = kNoise;
-  noisy.noise_seed = 0x7e57;
   auto ref = reference_run(g, inputs, exact);
-  auto moved = reference_run(g, inputs, noisy);
+  // An output of few elements may sit where one draw of the noise happens to move it little
+  // (a min of a few values, a rare 16-bit rounding flip): small graphs take the largest movement
+  // of several draws; a large output averages over its elements in one.
+  int64_t largest = 0;
+  for (const Node& n : g.nodes()) largest = std::max(largest, num_elements(n.shape));
+  const int draws = largest <= kSmallGraph ? 4 : 1;
+  std::map<std::string, double> sensitivity;
+  for (int d = 0; d < draws; ++d) {
+    ReferenceOptions noisy = exact;
+    noisy.noise = kNoise;
+    noisy.noise_seed = 0x7e57 + static_cast<uint64_t>(d);
+    auto moved = reference_run(g, inputs, noisy);
+    for (const GraphOutput& o : g.outputs())
+      sensitivity[o.name] = std::max(sensitivity[o.name], relative_error(moved.at(o.name), ref.at(o.name)));
+  }
   for (const GraphOutput& o : g.outputs()) {
     const TensorData& t = outputs.at(o.name);
     OutputCheck c;
@@ -52,7 +65,7 @@ CheckReport check_against_reference(const Plan& plan, const TensorMap& inputs, c
     c.dtype = t.dtype;
     c.unwritten = count_unwritten(t);
     c.rel_err = relative_error(t.to_doubles(), ref.at(o.name));
-    c.sensitivity = relative_error(moved.at(o.name), ref.at(o.name));
+    c.sensitivity = sensitivity.at(o.name);
     // A bool output may flip where an f32 and a float64 value straddle a threshold.
     c.tolerance = t.dtype == DType::F32 ? 1e-6 : 1e-2;
     c.allowed = std::max(c.tolerance, kSensitivityFactor * c.sensitivity);
