@@ -50,9 +50,9 @@ double instructions_per_element(const Graph& g, const Node& n) {
     case Op::Sigmoid:
       return half ? 4 : 13;
     case Op::Gelu:
-      return half ? 12 : 25;
+      return half ? 14 : 25;
     case Op::GeluTanh:
-      return half ? 9 : 33;
+      return half ? 10 : 19;
     case Op::Div:
       return 10;
     case Op::Pow:
