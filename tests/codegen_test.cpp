@@ -312,6 +312,24 @@ TEST(Codegen, ShortExpOnlyWhereTheArgumentIsNeverPositive) {
   }
 }
 
+// Pointwise kernels take the short exp too, where the argument's sign is known (e^-|x|, a
+// Tile IR v2 `exp … nonpositive`), and the full one elsewhere.
+TEST(Codegen, ShortExpInPointwiseKernelsWhereTheSignIsKnown) {
+  for (bool known : {true, false}) {
+    SCOPED_TRACE(known);
+    Graph g("exp_pointwise");
+    Tensor x = input(g, "x", {64, 1024});
+    output("y", exp(known ? -abs(x) : x * 0.5));
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
+    EXPECT_EQ(c.tile_ir.find(" nonpositive :") != std::string::npos, known) << c.tile_ir;
+    EXPECT_EQ(c.ptx.find("0f42B17217") == std::string::npos, known);  // 88.72283: e^x overflows past it
+    // −86.9, or 86.9 where LLVM compares |x| instead of −|x|
+    EXPECT_EQ(c.ptx.find("0fC2ADCCCD") != std::string::npos || c.ptx.find("0f42ADCCCD") != std::string::npos, known);
+  }
+}
+
 TEST(Codegen, ClustersAndBulkCopiesNeedSm90) {
   FusionOptions clusters;
   clusters.schedule.split = 0;

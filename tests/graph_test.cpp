@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/graph/reference.h"
+#include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse {
@@ -222,6 +224,47 @@ TEST(Iota, CausalMask) {
   EXPECT_EQ(out["causal"], (std::vector<double>{1, 0, 0, 1, 1, 0, 1, 1, 1}));
   EXPECT_THROW(iota(g, {3}, 1), ShapeError);
   EXPECT_THROW(iota(g, {300}, 0, DType::BF16), DTypeError);  // 257 is not a bf16
+}
+
+}  // namespace
+}  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+
+// The sign facts codegen's short exp relies on: what they claim must hold for every input, and
+// the common never-positive arguments (−|x|, x − max x, a guarded max) are recognised.
+TEST(Sign, NeverPositiveAndNeverNegative) {
+  using namespace dsl;
+  Graph g("signs");
+  Tensor x = input(g, "x", {4, 8});
+  Tensor y = input(g, "y", {4, 8});
+  Tensor m = amax(x, {-1}, true);
+  struct Case {
+    Tensor t;
+    bool nonpositive, nonnegative;
+  };
+  std::vector<Case> cases = {
+      {-abs(x), true, false},
+      {x - m, true, false},
+      {x - where(gt(m, -INFINITY), m, 0.0), true, false},  // a softmax guarding fully masked rows
+      {x - where(gt(m, 5.0), m, 0.0), false, false},        // where it fails, x − 0 may be 5
+      {x - where(gt(y, -INFINITY), m, 0.0), false, false},  // a condition on something else
+      {x - mean(x, {-1}, true), false, false},
+      {-exp(x) * abs(y), true, false},
+      {sum(-abs(x), {-1}, true), true, false},
+      {min(x, -abs(y)), true, false},
+      {x * x, false, true},
+      {sqrt(abs(x)) + sigmoid(y), false, true},
+      {relu(x) / exp(y), false, true},
+      {gelu(x), false, false},
+      {x + y, false, false},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(never_positive(g, cases[i].t.id()), cases[i].nonpositive);
+    EXPECT_EQ(never_negative(g, cases[i].t.id()), cases[i].nonnegative);
+  }
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ Value* compute_constant(llvm::IRBuilder<>& b, double v, DType t) {
   return to_compute(b, to_storage(b, f32(b, v), t), t);
 }
 
-Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a, const std::string& kernel) {
+Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a, const std::string& kernel,
+               bool nonpositive_arg) {
   const bool half = dtype == DType::BF16 || dtype == DType::F16;  // a result rounded to 16 bits
   switch (op) {
     case Op::Neg:
@@ -53,7 +54,7 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
       return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a[0]);
     case Op::Exp:
       if (half) return math::exp_16bit(b, a[0]);
-      return math::exp(b, a[0]);
+      return nonpositive_arg ? math::exp_nonpositive(b, a[0]) : math::exp(b, a[0]);
     case Op::Exp2:
       return math::exp2(b, a[0]);
     case Op::Log:

@@ -16,9 +16,10 @@ llvm::Value* to_storage(llvm::IRBuilder<>& b, llvm::Value* v, DType t);
 // A constant of dtype t in compute precision: rounded to t first, as a stored value would be.
 llvm::Value* compute_constant(llvm::IRBuilder<>& b, double v, DType t);
 
-// `op` on one element; `dtype` is the result's (16-bit results take the short exp and GELU).
-// Throws CodegenError naming `kernel` for an op that is not elementwise.
+// `op` on one element; `dtype` is the result's (16-bit results take the short exp and GELU);
+// `nonpositive_arg`: an exp's argument is never positive (compiler/graph/sign.h), so the short f32
+// exp serves. Throws CodegenError naming `kernel` for an op that is not elementwise.
 llvm::Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<llvm::Value*>& args,
-                     const std::string& kernel);
+                     const std::string& kernel, bool nonpositive_arg = false);
 
 }  // namespace tilefuse

@@ -420,20 +420,6 @@ void Lowering::ensure(int id) {
   lower(i);
 }
 
-bool Lowering::nonpositive(int v) const {
-  const TileInst& d = inst_of(v);
-  if (d.opcode != TileOpcode::Compute || d.op != Op::Sub) return false;
-  const int u = d.args[0];
-  auto is_max_of_u = [&](int id) {
-    const TileInst& m = inst_of(id);
-    return m.opcode == TileOpcode::Reduce && m.op == Op::ReduceMax && m.args[0] == u;
-  };
-  const TileInst& c = inst_of(d.args[1]);
-  if (is_max_of_u(d.args[1])) return true;
-  return c.opcode == TileOpcode::Compute && c.op == Op::Where && is_max_of_u(c.args[1]) &&
-         inst_of(c.args[2]).opcode == TileOpcode::Constant;
-}
-
 bool Lowering::row_subtrahend(int v) const {
   const TileInst& d = inst_of(v);
   return d.opcode == TileOpcode::Compute && d.op == Op::Sub && types_[d.args[0]].cols &&
@@ -445,12 +431,6 @@ void Lowering::compute(const TileInst& i) {
   // Dividing a tile by a value broadcast along it (softmax's x / sum): one correctly rounded
   // reciprocal per divisor element and a multiply per element (≤ 1.5 ulp) instead of a full
   // division per element.
-  if (i.op == Op::Exp && i.type.dtype == DType::F32 && nonpositive(i.args[0])) {
-    Regs regs;
-    for (Value* x : values_[i.args[0]]) regs.push_back(math::exp_nonpositive(b_, x));
-    values_[i.result] = std::move(regs);
-    return;
-  }
   if (i.op == Op::Exp && i.type.dtype != DType::F32 && row_subtrahend(i.args[0])) {
     // e^(x − c) rounded to 16 bits, c per row: 2^(x·log2 e − c·log2 e) with c·log2 e once per
     // row and one fma per element. c·log2 e's rounding scales the row by at most
@@ -497,7 +477,7 @@ void Lowering::compute(const TileInst& i) {
 }
 
 Value* Lowering::element(const TileInst& i, const std::vector<Value*>& a) {
-  return tilefuse::element(b_, i.op, i.type.dtype, a, p_.name);
+  return tilefuse::element(b_, i.op, i.type.dtype, a, p_.name, i.nonpositive_arg);
 }
 
 std::string Lowering::sanitize(const std::string& s) {

@@ -296,10 +296,6 @@ class Lowering {
   // values set by the caller are kept.
   void ensure(int id);
 
-  // Whether value v is u − c(m) with m the row's (or the warp's, or the running) max of u, and
-  // c(m) = m or where(…, m, constant): never positive (or NaN, or −inf − constant).
-  bool nonpositive(int v) const;
-
   // Whether value v is x − c with c one value per row (broadcast along the columns).
   bool row_subtrahend(int v) const;
 

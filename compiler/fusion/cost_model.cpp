@@ -8,23 +8,12 @@
 #include <set>
 
 #include "compiler/fusion/row_passes.h"
+#include "compiler/graph/sign.h"
 
 namespace tilefuse {
 
 static int64_t tensor_bytes(const Node& n) {
   return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype));
-}
-
-// Whether node `v` is x − c(max x) with c(m) = m or where(…, m, constant) — the argument
-// codegen's short exp takes (compiler/codegen: Lowering::nonpositive, on the Tile IR).
-static bool x_minus_its_max(const Graph& g, NodeId v) {
-  const Node& d = g.node(v);
-  if (d.op != Op::Sub) return false;
-  const NodeId x = d.operands[0];
-  auto max_of_x = [&](NodeId id) { return g.node(id).op == Op::ReduceMax && g.node(id).operands[0] == x; };
-  const Node& c = g.node(d.operands[1]);
-  return max_of_x(d.operands[1]) ||
-         (c.op == Op::Where && max_of_x(c.operands[1]) && g.node(c.operands[2]).op == Op::Constant);
 }
 
 double instructions_per_element(const Graph& g, const Node& n) {
@@ -35,7 +24,7 @@ double instructions_per_element(const Graph& g, const Node& n) {
       return 0;
     // Counted in SASS for sm_90 (ptxas, cuobjdump; bench/NOTES.md v12): issued per element.
     case Op::Exp:
-      return half ? 2 : x_minus_its_max(g, n.operands[0]) ? 9 : 15;
+      return half ? 2 : never_positive(g, n.operands[0]) ? 9 : 15;
     case Op::Exp2:
       return 1;
     case Op::Log:

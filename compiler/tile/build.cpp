@@ -8,6 +8,7 @@
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/ir_verify.h"
 
@@ -24,6 +25,9 @@ Layout layout_of(const TileSchedule& s) {
 // A parameter seen through the schedule's [rows, cols] view: its extents along the collapsed
 // domain (view_of), merged to two axes; split along the row dimensions where it is broadcast
 // along some of them but not others.
+// Whether node n is an exp of an argument that is never positive (the short f32 exp serves).
+bool exp_of_nonpositive(const Graph& g, const Node& n) { return n.op == Op::Exp && never_positive(g, n.operands[0]); }
+
 Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s) {
   Param p;
   const Node& n = g.node(id);
@@ -99,7 +103,7 @@ Program pointwise(const Graph& g, const Kernel& k) {
       if (!value_of.count(o)) value_of[o] = b.scalar(g.node(o).value, g.node(o).dtype);  // constants
       args.push_back(value_of.at(o));
     }
-    value_of[id] = b.compute(n.op, args, n.dtype);
+    value_of[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
     if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
   }
   for (size_t i = 0; i < k.outputs.size(); ++i) {
@@ -244,7 +248,7 @@ class ColumnReduction {
         std::vector<int> args;
         for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(in, o));
         if (op_info(n.op).kind != OpKind::Reduce) {
-          value[id] = in.compute(n.op, args, n.dtype);
+          value[id] = in.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
           if (rounds_where_computed(g_, k_, id)) value[id] = in.compute(Op::Cast, {value[id]}, n.dtype);
           continue;
         }
@@ -304,7 +308,7 @@ class ColumnReduction {
       if (!after_.count(id) || op_info(n.op).kind == OpKind::Reduce) continue;
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(b, o));
-      value[id] = b.compute(n.op, args, n.dtype);
+      value[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
       if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
     }
     for (NodeId o : k_.outputs) {
@@ -516,7 +520,7 @@ class MatMulProgram {
                                           "computes", k_.name, id, o));
         args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
       }
-      value[id] = b.compute(n.op, args, n.dtype);
+      value[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
       if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
     }
     // Outputs span the product (a view one wide along an axis is M or N of 1, masked there).

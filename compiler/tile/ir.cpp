@@ -310,11 +310,12 @@ int Builder::splat(int scalar, const Shape& shape, Frag frag) {
   return emit(i, Type::tile(p_.types.at(static_cast<size_t>(scalar)).dtype, shape, Space::Reg, frag));
 }
 
-int Builder::compute(Op op, const std::vector<int>& args, DType dtype) {
+int Builder::compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg) {
   Inst i;
   i.opcode = Opcode::Compute;
   i.op = op;
   i.args = args;
+  i.nonpositive_arg = nonpositive_arg;
   Shape shape = broadcast_of(p_, args);
   Frag frag = Frag::None;  // the operands' layout (the verifier checks they agree)
   for (int a : args)

@@ -164,6 +164,7 @@ struct Inst {
   int axis = 0;              // ProgramId, Reduce
   int ring = -1;             // CopyAsync, LoadShared: the shared ring
   double value = 0;          // Const; WaitGroup: the groups that may stay pending
+  bool nonpositive_arg = false;  // Compute exp: its argument is never positive (graph/sign.h)
   std::vector<Region> regions;
 };
 
@@ -254,7 +255,8 @@ class Builder {
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);
-  int compute(Op op, const std::vector<int>& args, DType dtype);
+  // `nonpositive_arg`: an exp whose argument is never positive (printed `exp %x nonpositive`).
+  int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);
   int reduce(Op op, int tile, int axis);
   // A loop over [lo, hi) by `step` carrying `inits`: `body` fills the loop's region, given a
   // builder for it, the induction variable and the carried values, and returns the values the

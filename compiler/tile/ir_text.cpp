@@ -147,7 +147,8 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::Splat:
       case Opcode::Dot:
       case Opcode::Compute:
-        *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), type_of(i.results[0]));
+        *out += fmt::format("{}{}{} {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args),
+                            i.nonpositive_arg ? " nonpositive" : "", type_of(i.results[0]));
         break;
     }
   }
@@ -476,7 +477,7 @@ class Parser {
   }
   std::vector<int> uses_until_colon() {
     std::vector<int> out;
-    while (!at_punct(":") && !at_punct("]")) {
+    while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive")) {
       if (!out.empty()) punct(",");
       out.push_back(use("a value"));
     }
@@ -664,6 +665,10 @@ class Parser {
       i.opcode = Opcode::Compute;
       i.op = graph_op(op);
       i.args = uses_until_colon();
+      if (at_word("nonpositive")) {
+        next();
+        i.nonpositive_arg = true;
+      }
       punct(":");
       results({type()});
     }

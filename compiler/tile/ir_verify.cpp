@@ -171,6 +171,8 @@ class Verifier {
       problem(fmt::format("{}: not an elementwise op", where(i)));
       return;
     }
+    if (i.nonpositive_arg && i.op != Op::Exp)
+      problem(fmt::format("{}: only exp takes 'nonpositive'", where(i)));
     if (i.args.size() != arity) {
       problem(fmt::format("{}: {} operands, needs {}", where(i), i.args.size(), arity));
       return;
