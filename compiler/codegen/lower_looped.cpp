@@ -63,7 +63,7 @@ void Lowering::lower_looped() {
     for (const TileInst* r : reds) {
       if (r->online_with < 0) continue;
       int m = r->online_with;
-      int c = inst_of(inst_of(r->args[0]).args[0]).args[1];  // sum(exp(u − c(m)))
+      int c = r->online_shift;  // sum(exp(u − c(m)))
       Value* c_old = with_max(c, m, acc[m], keep);
       Value* c_new = with_max(c, m, next[m], keep);
       reset(keep);
@@ -90,7 +90,7 @@ void Lowering::lower_looped() {
         total = allreduce(r->op, next[r->result], 0);
       } else {  // bring each thread's sum to the row's max before adding them up
         int m = r->online_with;
-        int c = inst_of(inst_of(r->args[0]).args[0]).args[1];
+        int c = r->online_shift;
         Value* c_mine = with_max(c, m, next[m], keep);
         Value* c_row = with_max(c, m, values_[m][0], keep);
         Value* s = next[r->result];

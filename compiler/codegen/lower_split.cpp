@@ -161,8 +161,7 @@ void Lowering::lower_split() {
   const int warps = s_.threads_per_row / 32;
   const int r = split_sum();
   const TileInst& sum = inst_of(r);
-  const int m = sum.online_with, e = sum.args[0];
-  const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
+  const int m = sum.online_with, e = sum.args[0], c = sum.online_shift;  // sum of e = exp(u − c(m))
   // A task of 32 elements per thread (16-bit parts) is written from its stage, which is
   // refilled only after that (stages − 2 parts ahead, less the reduce of one), with its exps
   // recomputed from the row's max; one of 16 carries its exps in registers and rescales them,

@@ -333,8 +333,8 @@ Value* Lowering::per_row_with(int id, int m, Value* v) {
 
 void Lowering::online_sum(const TileInst& r) {
   const int m = r.online_with;
-  const int e = r.args[0];                            // exp(u − c(m))
-  const int c = inst_of(inst_of(e).args[0]).args[1];  // c(m)
+  const int e = r.args[0];  // exp(u − c(m))
+  const int c = r.online_shift;
   Value* m_warp = values_[m][0];
   Value* s_warp = warp_allreduce(r.op, thread_partial(r.op, e, 0), 32);
   Value* m_row = m_warp;
@@ -361,8 +361,7 @@ void Lowering::online_sum(const TileInst& r) {
 
 void Lowering::settle_online_sum(const TileInst& r, Value* c_warp, Value* s_warp, Value* m_row,
                                  Value* s_row) {
-  const int m = r.online_with, e = r.args[0];
-  const int c = inst_of(inst_of(e).args[0]).args[1];
+  const int m = r.online_with, e = r.args[0], c = r.online_shift;
   // A warp whose exp values are all 0 (its part masked with −inf) keeps them 0: its factor
   // could be exp(0 − c(M)) = inf.
   Value* factor = math::exp(b_, b_.CreateFSub(c_warp, per_row_with(c, m, m_row)));

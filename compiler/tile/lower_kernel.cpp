@@ -79,7 +79,12 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
     if (reduce) {
       c.type.cols = false;
       c.pass = rp.pass_of.at(id);
-      if (rp.online_with.count(id)) c.online_with = computed.at(rp.online_with.at(id));
+      if (rp.online_with.count(id)) {
+        // A sum of exp(u − c(m)) with m the max it shares a pass with (fusion/row_passes.h).
+        c.online_with = computed.at(rp.online_with.at(id));
+        const Node& e = g.node(n.operands[0]);
+        c.online_shift = value_of.at(g.node(e.operands[0]).operands[1]);
+      }
     }
     value_of[id] = computed[id] = emit(c);
     if (rounds_where_computed(g, k, id)) {  // its uses here see the value that reaches memory

@@ -36,6 +36,7 @@ struct TileInst {
   TileType type;          // result type (Store: the stored tile's type)
   int pass = 0;           // Reduce: the pass over the row that completes it (1-based)
   int online_with = -1;   // Reduce (sum): the max reduction whose pass it shares, by rescaling
+  int online_shift = -1;  // Reduce (online sum of exp(u − c(m))): the value c(m)
   bool nonpositive_arg = false;  // Compute exp: its argument is never positive (graph/sign.h)
 };
 
