@@ -551,6 +551,64 @@ TEST(FusionMatMul, RefusalsNameTheReason) {
   }
 }
 
+// Every matmul kernel has the library GEMM priced beside it: cuBLASLt then the epilogue,
+// cuBLASLt with its native epilogue only where the math is the same (bias, then ReLU or tanh
+// GELU — not erf GELU), and the plan's own kernel; what keeping the own GEMM loses is stated.
+TEST(FusionMatMul, LibraryGemmIsPriced) {
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&, Graph&)> epilogue;
+    const char* native_refusal;  // nullptr: cuBLASLt's native epilogue applies
+  };
+  for (const Case& c : std::vector<Case>{
+           {"none", [](const Tensor& y, Graph&) { return y; }, "no epilogue"},
+           {"bias_tanh_gelu",
+            [](const Tensor& y, Graph& g) { return gelu(y + input(g, "b", {512}, DType::BF16), GeluApprox::Tanh); },
+            nullptr},
+           {"bias_relu", [](const Tensor& y, Graph& g) { return relu(y + input(g, "b", {512}, DType::BF16)); }, nullptr},
+           {"bias_erf_gelu", [](const Tensor& y, Graph& g) { return gelu(y + input(g, "b", {512}, DType::BF16)); },
+            "erf form"},
+           {"residual", [](const Tensor& y, Graph& g) { return y + input(g, "r", {256, 512}, DType::BF16); },
+            "not a bias"},
+       }) {
+    SCOPED_TRACE(c.name);
+    Graph g(c.name);
+    Tensor y = matmul(input(g, "a", {256, 1024}, DType::BF16), input(g, "w", {1024, 512}, DType::BF16));
+    output("y", c.epilogue(y, g));
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.gemm_choices.size(), 1u);
+    const GemmChoice& ch = p.gemm_choices[0];
+    ASSERT_EQ(ch.options.size(), 3u);
+    const GemmOption &lib = ch.options[0], &native = ch.options[1], &own = ch.options[2];
+    EXPECT_TRUE(lib.applies) << lib.why_not;
+    EXPECT_EQ(native.applies, c.native_refusal == nullptr);
+    if (c.native_refusal) {
+      EXPECT_NE(native.why_not.find(c.native_refusal), std::string::npos) << native.why_not;
+    }
+    if (native.applies) {
+      EXPECT_LT(native.predicted_s, lib.predicted_s);  // no second kernel
+    }
+    const Kernel* mm = nullptr;
+    for (const Kernel& k : p.kernels)
+      if (k.kind == ScheduleKind::MatMul) mm = &k;
+    ASSERT_NE(mm, nullptr);
+    EXPECT_EQ(ch.kernel, mm->name);
+    EXPECT_DOUBLE_EQ(own.predicted_s, mm->cost.predicted_s);
+    // The runtime launches only its own GEMM today: kept, and what that costs said.
+    EXPECT_EQ(ch.chosen, 2);
+    double fastest = own.predicted_s;
+    for (const GemmOption& o : ch.options)
+      if (o.applies) fastest = std::min(fastest, o.predicted_s);
+    EXPECT_DOUBLE_EQ(ch.lost_s, own.predicted_s - fastest);
+    EXPECT_EQ(ch.note.empty(), ch.lost_s == 0);
+    // A decision that fused the matmul with its consumers says the library GEMM was given up.
+    for (const FusionDecision& d : p.decisions)
+      EXPECT_EQ(d.library_gemm_lost, p.graph.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized);
+    const std::string report = plan_report_text(p);
+    EXPECT_NE(report.find("the library GEMM priced"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace tilefuse
 

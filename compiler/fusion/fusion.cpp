@@ -8,6 +8,7 @@
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/library_gemm.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
@@ -134,6 +135,10 @@ class FusionPass {
     }
     plan.kernels = ordered_kernels();
     plan.fused = totals_of(plan.kernels);
+    // A matmul fused with what follows it is computed by tilefuse's GEMM, not the library's.
+    for (FusionDecision& d : plan.decisions)
+      d.library_gemm_lost = g_.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized;
+    plan.gemm_choices = price_library_gemm(plan);
     return plan;
   }
 

@@ -95,6 +95,25 @@ struct FusionDecision {
   std::vector<FusionOption> options;
 };
 
+// One way to compute a matmul kernel and its epilogue (compiler/fusion/library_gemm.h).
+struct GemmOption {
+  std::string name;         // "cuBLASLt GEMM, then the epilogue", …
+  bool applies = true;      // false: the option does not fit this kernel (why_not says why)
+  std::string why_not;
+  double predicted_s = 0;   // when it applies
+};
+
+struct GemmChoice {
+  std::string kernel;       // the plan's matmul kernel
+  NodeId matmul = -1;
+  std::vector<GemmOption> options;  // (i), (ii), (iii), in that order
+  int chosen = 2;           // index into options
+  // Why the chosen option was taken over a faster one (empty when it is the fastest).
+  std::string note;
+  // Predicted time the chosen option loses against the fastest that applies (0 when none).
+  double lost_s = 0;
+};
+
 struct PlanTotals {
   int kernels = 0;
   int64_t bytes = 0;
@@ -115,6 +134,7 @@ struct Plan {
   std::vector<Kernel> unfused_kernels;  // the baseline: one kernel per op, in the same order
   std::vector<FusionDecision> decisions;
   std::vector<NodeId> dead;  // computed nodes no output depends on: not compiled
+  std::vector<GemmChoice> gemm_choices;  // per matmul kernel: the library GEMM, priced
   PlanTotals unfused, fused;
 };
 

@@ -154,6 +154,21 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
       opts.push_back(t);
     }
     s += fmt::format("     options: {}\n", fmt::join(opts, " | "));
+    if (d.library_gemm_lost) s += "     the fused kernel computes the matmul itself: the library GEMM is given up (see below)\n";
+  }
+  if (!plan.gemm_choices.empty()) {
+    s += "\nmatmul kernels: the library GEMM priced\n";
+    for (const GemmChoice& c : plan.gemm_choices) {
+      s += fmt::format("  {} (%{} matmul)\n", c.kernel, c.matmul);
+      const char* tag[] = {"(i)  ", "(ii) ", "(iii)"};
+      for (size_t o = 0; o < c.options.size(); ++o) {
+        const GemmOption& op = c.options[o];
+        s += fmt::format("    {} {}: {}{}\n", tag[o], op.name,
+                         op.applies ? fmt::format("{} predicted", ms(op.predicted_s)) : "does not apply — " + op.why_not,
+                         static_cast<int>(o) == c.chosen ? " ← chosen" : "");
+      }
+      if (!c.note.empty()) s += fmt::format("    {}: {} predicted lost\n", c.note, ms(c.lost_s));
+    }
   }
   return s;
 }
@@ -268,6 +283,21 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
           .field("predicted_s", o.predicted_s)
           .end_object();
     }
+    j.end_array().end_object();
+  }
+  j.end_array();
+  j.key("gemm_choices").begin_array();
+  for (const GemmChoice& c : plan.gemm_choices) {
+    j.begin_object().field("kernel", c.kernel).field("matmul", c.matmul).field("chosen", c.chosen);
+    j.field("note", c.note).field("lost_s", c.lost_s);
+    j.key("options").begin_array();
+    for (const GemmOption& o : c.options)
+      j.begin_object()
+          .field("name", o.name)
+          .field("applies", o.applies)
+          .field("why_not", o.why_not)
+          .field("predicted_s", o.predicted_s)
+          .end_object();
     j.end_array().end_object();
   }
   j.end_array().end_object();
