@@ -17,7 +17,7 @@ namespace tilefuse {
 static constexpr double kNoise = 0x1.0p-21;
 static constexpr double kSensitivityFactor = 16;
 static constexpr double kJudgeable = 0.1;
-static constexpr int64_t kSmallGraph = int64_t{1} << 20;  // elements of its largest tensor
+static constexpr int64_t kSmallGraph = int64_t{1} << 18;  // elements of its largest tensor
 
 // Where the plan rounds a 16-bit value: where a kernel writes it (and then for every use, in its
 // own kernel too: cost_model.h, rounds_where_computed), at casts, at a matmul's product (its

@@ -1,0 +1,36 @@
+#pragma once
+// cuBLASLt, the vendor GEMM the plan prices against its own (compiler/fusion/library_gemm.h):
+// libcublasLt.so.13 is opened with dlopen on first use, like libcuda, so nothing links against
+// it and a machine without it is told so. Row-major operands, f32 accumulation, and cuBLASLt's
+// native epilogues (bias over the product's columns, then ReLU or the tanh GELU).
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/graph/dtype.h"
+
+namespace tilefuse::cublaslt {
+
+// True when a GPU is present and libcublasLt.so.13 loads with every entry point used here;
+// otherwise `why` (if given) says what is missing.
+bool available(std::string* why = nullptr);
+
+enum class Epilogue { None, Bias, BiasRelu, BiasGeluTanh };
+
+// C[b, m, n] = epilogue(A[b, m, k] · B[b, k, n] + bias[n]) for b < batch, each matrix row-major
+// and contiguous, batches one after another. `transpose_a`: A is stored as [b, k, m];
+// `transpose_b`: B is stored as [b, n, k]; `shared_b`: one B for every batch (a weight).
+struct Gemm {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false, shared_b = false;
+  DType dtype = DType::BF16;  // of A, B, C and the bias: bf16 or f16
+  Epilogue epilogue = Epilogue::None;
+};
+
+// Runs it on `stream` with cuBLASLt's first heuristic choice (in a workspace of 32 MiB per
+// stream, kept for the process). Throws CudaError naming the call and cuBLASLt's status, or Error for a shape
+// or dtype cuBLASLt is not asked to take here.
+void run(const Gemm& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdeviceptr c, CUstream stream);
+
+}  // namespace tilefuse::cublaslt
