@@ -158,7 +158,7 @@ void run(const Gemm& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdevice
   const int64_t b_rows = g.transpose_b ? g.k : g.n, b_cols = g.transpose_b ? g.n : g.k;
   const int64_t a_rows = g.transpose_a ? g.m : g.k, a_cols = g.transpose_a ? g.k : g.m;
   Layout lb(t, b_rows, b_cols, g.batch, g.shared_b ? 0 : g.n * g.k);
-  Layout la(t, a_rows, a_cols, g.batch, g.m * g.k);
+  Layout la(t, a_rows, a_cols, g.batch, g.shared_a ? 0 : g.m * g.k);
   Layout lc(t, g.n, g.m, g.batch, g.m * g.n);
 
   cuda::DeviceBuffer* workspace = workspace_for(stream);

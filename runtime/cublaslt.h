@@ -20,10 +20,11 @@ enum class Epilogue { None, Bias, BiasRelu, BiasGeluTanh };
 
 // C[b, m, n] = epilogue(A[b, m, k] · B[b, k, n] + bias[n]) for b < batch, each matrix row-major
 // and contiguous, batches one after another. `transpose_a`: A is stored as [b, k, m];
-// `transpose_b`: B is stored as [b, n, k]; `shared_b`: one B for every batch (a weight).
+// `transpose_b`: B is stored as [b, n, k]; `shared_a`, `shared_b`: one A, or one B, for every
+// batch (a weight).
 struct Gemm {
   int64_t batch = 1, m = 0, n = 0, k = 0;
-  bool transpose_a = false, transpose_b = false, shared_b = false;
+  bool transpose_a = false, transpose_b = false, shared_a = false, shared_b = false;
   DType dtype = DType::BF16;  // of A, B, C and the bias: bf16 or f16
   Epilogue epilogue = Epilogue::None;
 };

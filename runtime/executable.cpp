@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "compiler/support/error.h"
 #include "compiler/support/trace.h"
+#include "compiler/fusion/cost_model.h"
+#include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
 
 namespace tilefuse {
@@ -36,6 +39,7 @@ int64_t count_unwritten(const TensorData& t) {
 Executable::Executable(Plan plan, const CodegenOptions& options) : plan_(std::move(plan)), options_(options) {
   for (const Kernel& k : plan_.kernels) {
     compiled_.push_back(compile_kernel(plan_.graph, k, options_));
+    if (compiled_.back().library) continue;
     if (auto m = run_ptxas(compiled_.back().ptx, k.name, options_)) ptxas_[k.name] = *m;
   }
 }
@@ -60,6 +64,15 @@ void Executable::load() {
   auto dev = std::make_unique<Device>();
   for (size_t i = 0; i < compiled_.size(); ++i) {
     const CompiledKernel& c = compiled_[i];
+    if (c.library) {  // runtime/cublaslt.h at launch
+      std::string why;
+      if (!cublaslt::available(&why)) throw CudaError(fmt::format("kernel {} is cuBLASLt's: {}", c.name, why));
+      dev->functions.push_back(nullptr);
+      dev->grid.push_back(0);
+      dev->workspace.emplace_back(0);
+      dev->epoch.push_back(0);
+      continue;
+    }
     dev->modules.push_back(cuda::Module::load_ptx(c.ptx, c.name));
     CUfunction f = dev->modules.back().function(c.name);
     dev->functions.push_back(f);
@@ -119,6 +132,46 @@ void Executable::upload(const TensorMap& inputs) {
 
 void Executable::launch_all() { launch_all({}, nullptr); }
 
+// A cuBLASLt kernel (Kernel::library): its matmul's shapes and layouts, and with a native
+// epilogue the bias its add reads; its one output is the product or the epilogue's result.
+static void launch_library_gemm(const Graph& g, const Kernel& k, const std::function<CUdeviceptr(NodeId)>& address,
+                                CUstream stream) {
+  const Node& mm = g.node(contraction(g, k));
+  const Node &a = g.node(mm.operands[0]), &b = g.node(mm.operands[1]);
+  cublaslt::Gemm gemm;
+  gemm.m = mm.shape[mm.shape.size() - 2];
+  gemm.n = mm.shape.back();
+  gemm.batch = num_elements(mm.shape) / (gemm.m * gemm.n);
+  gemm.k = mm.transpose_a ? a.shape[a.shape.size() - 2] : a.shape.back();
+  gemm.transpose_a = mm.transpose_a;
+  gemm.transpose_b = mm.transpose_b;
+  auto batches = [](const Node& o) { return num_elements(o.shape) / (o.shape[o.shape.size() - 2] * o.shape.back()); };
+  gemm.shared_a = gemm.batch > 1 && batches(a) == 1;
+  gemm.shared_b = gemm.batch > 1 && batches(b) == 1;
+  gemm.dtype = mm.dtype;
+  CUdeviceptr bias = 0;
+  switch (*k.library) {
+    case LibraryEpilogue::None:
+      break;
+    case LibraryEpilogue::Bias:
+      gemm.epilogue = cublaslt::Epilogue::Bias;
+      break;
+    case LibraryEpilogue::BiasRelu:
+      gemm.epilogue = cublaslt::Epilogue::BiasRelu;
+      break;
+    case LibraryEpilogue::BiasGeluTanh:
+      gemm.epilogue = cublaslt::Epilogue::BiasGeluTanh;
+      break;
+  }
+  if (*k.library != LibraryEpilogue::None)
+    for (NodeId n : k.nodes) {
+      const Node& add = g.node(n);
+      if (add.op != Op::Add) continue;
+      bias = address(add.operands[0] == mm.id ? add.operands[1] : add.operands[0]);
+    }
+  cublaslt::run(gemm, address(a.id), address(b.id), bias, address(k.outputs.at(0)), stream);
+}
+
 void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_or_null) {
   CUstream stream = stream_or_null ? static_cast<CUstream>(stream_or_null) : dev_->stream.get();
   auto address = [&](NodeId n) -> CUdeviceptr {
@@ -127,6 +180,11 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
   };
   for (size_t i = 0; i < plan_.kernels.size(); ++i) {
     const Kernel& k = plan_.kernels[i];
+    if (compiled_[i].library) {
+      TraceRange range("launch " + k.name);
+      launch_library_gemm(plan_.graph, k, address, stream);
+      continue;
+    }
     std::vector<CUdeviceptr> ptrs;
     for (NodeId n : k.inputs) ptrs.push_back(address(n));
     for (NodeId n : k.outputs) ptrs.push_back(address(n));

@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
+#include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/iteration_space.h"
@@ -606,6 +608,47 @@ TEST(FusionMatMul, LibraryGemmIsPriced) {
       EXPECT_EQ(d.library_gemm_lost, p.graph.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized);
     const std::string report = plan_report_text(p);
     EXPECT_NE(report.find("the library GEMM priced"), std::string::npos);
+  }
+}
+
+// With --library-gemm a matmul kernel becomes cuBLASLt's where that is predicted faster: an erf
+// GELU epilogue as a kernel of its own reading the product, a bias + tanh GELU folded into the
+// library's native epilogue; the plan stays consistent and each kernel compiles (the library's to
+// no code).
+TEST(FusionMatMul, LibraryGemmWhenAsked) {
+  for (bool tanh : {false, true}) {
+    SCOPED_TRACE(tanh ? "bias + tanh GELU" : "bias + erf GELU");
+    Graph g(tanh ? "lib_tanh" : "lib_erf");
+    Tensor y = matmul(input(g, "a", {2048, 1024}, DType::BF16), input(g, "w", {1024, 2048}, DType::BF16)) +
+               input(g, "b", {2048}, DType::BF16);
+    output("y", gelu(y, tanh ? GeluApprox::Tanh : GeluApprox::None));
+    FusionOptions o;
+    o.library_gemm = true;
+    Plan p = plan_fusion(g, o);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    ASSERT_EQ(p.gemm_choices.size(), 1u);
+    EXPECT_EQ(p.gemm_choices[0].chosen, tanh ? 1 : 0);
+    ASSERT_EQ(p.kernels.size(), tanh ? 1u : 2u);
+    const Kernel& lib = p.kernels[0];
+    ASSERT_TRUE(lib.library.has_value());
+    EXPECT_EQ(*lib.library, tanh ? LibraryEpilogue::BiasGeluTanh : LibraryEpilogue::None);
+    EXPECT_EQ(p.gemm_choices[0].kernel, lib.name);
+    if (!tanh) {
+      EXPECT_EQ(lib.nodes.size(), 1u);  // the product alone
+      EXPECT_FALSE(p.kernels[1].library.has_value());
+      EXPECT_NE(std::find(p.kernels[1].inputs.begin(), p.kernels[1].inputs.end(), lib.outputs.at(0)),
+                p.kernels[1].inputs.end());
+    }
+    for (const FusionDecision& d : p.decisions) EXPECT_FALSE(d.library_gemm_lost);
+    for (const Kernel& k : p.kernels) {
+      CompiledKernel c = compile_kernel(p.graph, k);
+      EXPECT_EQ(c.library, k.library.has_value());
+      EXPECT_EQ(c.ptx.empty(), k.library.has_value());
+      if (!c.library && !find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      }
+    }
+    EXPECT_NE(plan_report_text(p).find("cuBLASLt GEMM, epilogue"), std::string::npos);
   }
 }
 

@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
+#include "compiler/fusion/report.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/error.h"
 #include "compiler/support/parallel.h"
@@ -141,6 +143,39 @@ TEST(GpuMatMul, FullShapeSampled) {
                     << "), inputs seeded " << seed;
   }
   EXPECT_EQ(bad, 0);
+}
+
+// Plans whose matmuls are cuBLASLt's (--library-gemm): the product alone with the epilogue as
+// a kernel of its own, the native bias + tanh GELU and bias + ReLU epilogues, a batch over a
+// shared weight; each plan is checked to take the library where the test means it to.
+TEST(GpuMatMul, LibraryGemmPlansMatchReference) {
+  struct Case {
+    const char* name;
+    std::function<void(Graph&)> build;
+    int chosen;  // the priced option the plan must take
+  };
+  auto bias_act = [](Graph& g, Shape a, Shape w, bool tanh, bool relu) {
+    Tensor y = matmul(input(g, "a", a, DType::BF16), input(g, "w", w, DType::BF16)) +
+               input(g, "b", {w.back()}, DType::BF16);
+    output("y", relu ? dsl::relu(y) : gelu(y, tanh ? GeluApprox::Tanh : GeluApprox::None));
+  };
+  const std::vector<Case> cases = {
+      {"erf GELU after", [&](Graph& g) { bias_act(g, {2048, 1024}, {1024, 2048}, false, false); }, 0},
+      {"native tanh GELU", [&](Graph& g) { bias_act(g, {2048, 1024}, {1024, 2048}, true, false); }, 1},
+      {"native ReLU, shared weight", [&](Graph& g) { bias_act(g, {4, 1024, 1024}, {1024, 2048}, false, true); }, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Graph g("library_gemm");
+    c.build(g);
+    FusionOptions o;
+    o.library_gemm = true;
+    Plan p = plan_fusion(g, o);
+    ASSERT_EQ(p.gemm_choices.size(), 1u);
+    ASSERT_EQ(p.gemm_choices[0].chosen, c.chosen) << plan_report_text(p);
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  }
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present (the plans were checked)";
 }
 
 TEST(Gpu, UnfusedPlansMatchReference) {

@@ -26,6 +26,7 @@
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/emit.h"
 #include "compiler/codegen/lower_to_llvm.h"
+#include "compiler/fusion/cost_model.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 #include "compiler/support/trace.h"
@@ -122,6 +123,14 @@ void forget_compiled_in_memory() {
 }
 
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt) {
+  if (k.library) {
+    CompiledKernel c;
+    c.name = k.name;
+    c.library = true;
+    c.tile_ir = fmt::format("// {}: cuBLASLt GEMM (%{} matmul, epilogue: {}); no generated code\n", k.name,
+                            contraction(g, k), library_epilogue_name(*k.library));
+    return c;
+  }
   if (k.schedule.cluster_blocks > 1 && opt.sm == "sm_80")
     throw TargetError(
         fmt::format("kernel {} splits its rows over clusters of {} blocks, which need sm_90; "

@@ -30,6 +30,9 @@ struct CompiledKernel {
   // The grid must be co-resident (a cooperative launch): split rows' blocks wait for each other.
   bool cooperative = false;
   bool from_cache = false;  // from memory or from the disk cache
+  // cuBLASLt computes it (Kernel::library): no Tile IR program, no PTX; the runtime calls the
+  // library (runtime/cublaslt.h).
+  bool library = false;
 };
 
 // Compiles through LLVM, or takes the kernel from this process's memory or from the disk cache

@@ -138,7 +138,7 @@ class FusionPass {
     // A matmul fused with what follows it is computed by tilefuse's GEMM, not the library's.
     for (FusionDecision& d : plan.decisions)
       d.library_gemm_lost = g_.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized;
-    plan.gemm_choices = price_library_gemm(plan);
+    price_library_gemm(plan);
     return plan;
   }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
@@ -17,33 +18,47 @@ int64_t tensor_bytes(const Node& n) { return num_elements(n.shape) * static_cast
 // The library GEMM alone: its flops at the measured rate, stretched by the last wave's empty SMs
 // (tiles of 128×256, the shape cuBLAS takes for large bf16 GEMMs on the H200), or its operands'
 // and product's bytes at copy bandwidth; plus a launch.
-double library_gemm_s(const Graph& g, const Node& mm, int64_t extra_bytes, const DeviceProfile& p) {
-  const Shape& c = mm.shape;
-  const int64_t m = c[c.size() - 2], n = c.back();
-  const int64_t batch = num_elements(c) / (m * n);
+KernelCost library_cost(const Graph& g, const Node& mm, int64_t extra_bytes, const DeviceProfile& p) {
+  const Shape& shape = mm.shape;
+  const int64_t m = shape[shape.size() - 2], n = shape.back();
+  const int64_t batch = num_elements(shape) / (m * n);
   const Node& a = g.node(mm.operands[0]);
   const int64_t k = mm.transpose_a ? a.shape[a.shape.size() - 2] : a.shape.back();
   const double flops = 2.0 * static_cast<double>(batch * m * n) * static_cast<double>(k);
   const int64_t tiles = batch * ((m + 127) / 128) * ((n + 255) / 256);
   const int64_t waves = (tiles + p.sm_count - 1) / p.sm_count;
   const double fill = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
-  const int64_t bytes = tensor_bytes(a) + tensor_bytes(g.node(mm.operands[1])) + tensor_bytes(mm) + extra_bytes;
-  return std::max(flops / (p.bf16_matmul_flops * fill), static_cast<double>(bytes) / p.hbm_bytes_per_s) + p.launch_s;
+  KernelCost c;
+  c.bytes_read = tensor_bytes(a) + tensor_bytes(g.node(mm.operands[1])) + extra_bytes;
+  c.bytes_written = tensor_bytes(mm);
+  c.flops = flops;
+  c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
+  c.compute_s = flops / (p.bf16_matmul_flops * fill);
+  c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
+  c.blocks_per_sm = 1;
+  return c;
 }
 
-// E as cuBLASLt can run it: optional casts around a bias add (a row vector over the product's
-// columns), then optionally ReLU or tanh GELU, the last one written. Empty `why` when it fits;
-// `bias_bytes` the bias it reads.
-bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* bias_bytes, std::string* why) {
+// E as cuBLASLt can run it: a bias add (a row vector over the product's columns, of its dtype),
+// then optionally ReLU or tanh GELU, the last one written, nothing changing the dtype. `kind`
+// and `bias_bytes` (the bias it reads) when it fits, else `why`.
+bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* bias_bytes, LibraryEpilogue* kind,
+                     std::string* why) {
   std::vector<NodeId> chain;
-  for (NodeId n : k.nodes)
-    if (n != mm.id && g.node(n).op != Op::Cast) chain.push_back(n);
+  for (NodeId n : k.nodes) {
+    if (n == mm.id) continue;
+    if (g.node(n).op == Op::Cast || g.node(n).dtype != mm.dtype) {
+      *why = fmt::format("its epilogue changes the dtype (%{}); cuBLASLt's writes the product's", n);
+      return false;
+    }
+    chain.push_back(n);
+  }
   if (chain.empty()) {
     *why = "the kernel has no epilogue to fold in";
     return false;
   }
   for (NodeId o : k.outputs)
-    if (o != chain.back() && !(g.node(o).op == Op::Cast && g.node(o).operands[0] == chain.back())) {
+    if (o != chain.back()) {
       *why = fmt::format("it also writes %{} (cuBLASLt's epilogue writes one result)", o);
       return false;
     }
@@ -52,19 +67,24 @@ bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* b
     *why = "its epilogue is not a bias add with at most one activation after it";
     return false;
   }
+  if (first.operands[0] != mm.id && first.operands[1] != mm.id) {
+    *why = "its add does not take the product";
+    return false;
+  }
   for (NodeId o : first.operands) {
     const Node& b = g.node(o);
-    if (o == mm.id || (b.op == Op::Cast && b.operands[0] == mm.id)) continue;
-    if (b.shape.empty() || num_elements(b.shape) != b.shape.back() || b.shape.back() != mm.shape.back()) {
+    if (o == mm.id) continue;
+    if (b.op == Op::Constant || b.shape.empty() || num_elements(b.shape) != b.shape.back() ||
+        b.shape.back() != mm.shape.back() || b.dtype != mm.dtype) {
       *why = fmt::format("its add's other operand {} is not a bias over the product's columns", shape_str(b.shape));
       return false;
     }
     *bias_bytes = tensor_bytes(b);
   }
+  *kind = LibraryEpilogue::Bias;
   if (chain.size() == 2) {
     const Node& a = g.node(chain[1]);
-    const NodeId in = a.operands[0];
-    if (in != chain[0] && !(g.node(in).op == Op::Cast && g.node(in).operands[0] == chain[0])) {
+    if (a.operands[0] != chain[0]) {
       *why = "its epilogue is not one chain";
       return false;
     }
@@ -77,75 +97,152 @@ bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* b
       *why = fmt::format("cuBLASLt has no {} epilogue", op_info(act).name);
       return false;
     }
+    *kind = act == Op::Relu ? LibraryEpilogue::BiasRelu : LibraryEpilogue::BiasGeluTanh;
   }
   return true;
 }
 
 // (i): the library writes the product; the rest of the kernel's nodes run as one kernel reading
 // it (nullopt when they cannot: the reason in why).
-std::optional<double> epilogue_kernel_s(const Plan& plan, const Kernel& k, const Node& mm, std::string* why) {
+// (nullopt with no reason when there is no epilogue.)
+std::optional<Kernel> epilogue_kernel(const Plan& plan, const Kernel& k, const Node& mm, std::string* why) {
   const Graph& g = plan.graph;
   std::vector<NodeId> nodes;
   for (NodeId n : k.nodes)
     if (n != mm.id) nodes.push_back(n);
-  if (nodes.empty()) return 0.0;
+  if (nodes.empty()) return std::nullopt;
   std::vector<NodeId> outputs;
   for (NodeId o : k.outputs)
     if (o != mm.id) outputs.push_back(o);
-  std::optional<Kernel> e = build_kernel(g, nodes, outputs, plan.options.profile, plan.options.schedule, why);
-  if (!e) return std::nullopt;
-  return e->cost.predicted_s;
+  return build_kernel(g, nodes, outputs, plan.options.profile, plan.options.schedule, why);
+}
+
+// The library kernel computing matmul `mm` (and, with a native epilogue, the rest of k).
+Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::optional<LibraryEpilogue> native,
+                      int64_t bias_bytes, const DeviceProfile& p) {
+  Kernel l = k;
+  l.library = native ? *native : LibraryEpilogue::None;
+  if (!native) {  // the product alone; the epilogue kernel reads it
+    l.nodes = {mm.id};
+    l.inputs.clear();
+    for (NodeId o : mm.operands)
+      if (std::find(l.inputs.begin(), l.inputs.end(), o) == l.inputs.end()) l.inputs.push_back(o);
+    std::sort(l.inputs.begin(), l.inputs.end());
+    l.outputs = {mm.id};
+  }
+  l.cost = library_cost(g, mm, native ? bias_bytes : 0, p);
+  l.cost.bytes_read = l.cost.bytes_written = 0;  // each tensor once, as the plan counts them
+  for (NodeId i : l.inputs) l.cost.bytes_read += tensor_bytes(g.node(i));
+  for (NodeId o : l.outputs) l.cost.bytes_written += tensor_bytes(g.node(o));
+  l.cost.memory_s = static_cast<double>(l.cost.bytes()) / p.hbm_bytes_per_s;
+  l.cost.predicted_s = std::max(l.cost.memory_s, l.cost.compute_s) + p.launch_s;
+  return l;
+}
+
+// The three options for matmul kernel k, with the kernels options (i) and (ii) would run where
+// they apply: the library's and the epilogue's, and the library's with its native epilogue.
+GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_epilogue, Kernel* native_kernel) {
+  const Graph& g = plan.graph;
+  const DeviceProfile& p = plan.options.profile;
+  const Node& mm = g.node(contraction(g, k));
+  GemmChoice c;
+  c.kernel = k.name;
+  c.matmul = mm.id;
+  const bool epilogue = k.nodes.size() > 1;
+  GemmOption lib;
+  lib.name = epilogue ? "cuBLASLt GEMM, then the epilogue as its own kernel" : "cuBLASLt GEMM";
+  std::string why;
+  std::optional<Kernel> e = epilogue_kernel(plan, k, mm, &why);
+  if (epilogue && !e) {
+    lib.applies = false;
+    lib.why_not = why;
+  } else {
+    *with_epilogue = {library_kernel(g, k, mm, std::nullopt, 0, p)};
+    if (e) with_epilogue->push_back(*e);
+    for (const Kernel& x : *with_epilogue) lib.predicted_s += x.cost.predicted_s;
+  }
+  GemmOption native;
+  native.name = "cuBLASLt GEMM with its native epilogue";
+  int64_t bias_bytes = 0;
+  LibraryEpilogue kind = LibraryEpilogue::None;
+  why.clear();
+  if (native_epilogue(g, k, mm, &bias_bytes, &kind, &why)) {
+    *native_kernel = library_kernel(g, k, mm, kind, bias_bytes, p);
+    native.predicted_s = native_kernel->cost.predicted_s;
+  } else {
+    native.applies = false;
+    native.why_not = why;
+  }
+  GemmOption own;
+  own.name = epilogue ? "tilefuse's GEMM with the epilogue fused" : "tilefuse's GEMM";
+  own.predicted_s = k.cost.predicted_s;
+  c.options = {lib, native, own};
+  return c;
 }
 
 }  // namespace
 
-std::vector<GemmChoice> price_library_gemm(const Plan& plan) {
-  const Graph& g = plan.graph;
-  const DeviceProfile& p = plan.options.profile;
-  std::vector<GemmChoice> out;
+const char* library_epilogue_name(LibraryEpilogue e) {
+  switch (e) {
+    case LibraryEpilogue::None:
+      return "none";
+    case LibraryEpilogue::Bias:
+      return "bias";
+    case LibraryEpilogue::BiasRelu:
+      return "bias + relu";
+    case LibraryEpilogue::BiasGeluTanh:
+      return "bias + gelu (tanh)";
+  }
+  return "?";
+}
+
+void price_library_gemm(Plan& plan) {
+  std::vector<Kernel> kernels;
+  plan.gemm_choices.clear();
   for (const Kernel& k : plan.kernels) {
-    if (k.kind != ScheduleKind::MatMul) continue;
-    const Node& mm = g.node(contraction(g, k));
-    GemmChoice c;
-    c.kernel = k.name;
-    c.matmul = mm.id;
-    const bool epilogue = k.nodes.size() > 1;
-    GemmOption lib;
-    lib.name = epilogue ? "cuBLASLt GEMM, then the epilogue as its own kernel" : "cuBLASLt GEMM";
-    std::string why;
-    if (std::optional<double> e = epilogue_kernel_s(plan, k, mm, &why)) {
-      lib.predicted_s = library_gemm_s(g, mm, 0, p) + *e;
-    } else {
-      lib.applies = false;
-      lib.why_not = why;
+    if (k.kind != ScheduleKind::MatMul || k.library) {
+      kernels.push_back(k);
+      continue;
     }
-    GemmOption native;
-    native.name = "cuBLASLt GEMM with its native epilogue";
-    int64_t bias_bytes = 0;
-    why.clear();
-    if (native_epilogue(g, k, mm, &bias_bytes, &why)) {
-      native.predicted_s = library_gemm_s(g, mm, bias_bytes, p);
-    } else {
-      native.applies = false;
-      native.why_not = why;
-    }
-    GemmOption own;
-    own.name = epilogue ? "tilefuse's GEMM with the epilogue fused" : "tilefuse's GEMM";
-    own.predicted_s = k.cost.predicted_s;
-    c.options = {lib, native, own};
+    std::vector<Kernel> with_epilogue;
+    Kernel native_kernel;
+    GemmChoice c = price(plan, k, &with_epilogue, &native_kernel);
     size_t fastest = 2;
     for (size_t i = 0; i < c.options.size(); ++i)
       if (c.options[i].applies && c.options[i].predicted_s < c.options[fastest].predicted_s) fastest = i;
-    if (!kLibraryGemmRuns && fastest != 2) {
+    if (fastest != 2 && !plan.options.library_gemm) {
       c.chosen = 2;
-      c.lost_s = own.predicted_s - c.options[fastest].predicted_s;
-      c.note = "the runtime has no cuBLASLt path yet, so the plan keeps its own GEMM";
+      c.lost_s = c.options[2].predicted_s - c.options[fastest].predicted_s;
+      c.note = "cuBLASLt is not chosen without --library-gemm (its runtime path has not run on a GPU yet)";
     } else {
       c.chosen = static_cast<int>(fastest);
     }
-    out.push_back(std::move(c));
+    if (c.chosen == 0) kernels.insert(kernels.end(), with_epilogue.begin(), with_epilogue.end());
+    else kernels.push_back(c.chosen == 1 ? native_kernel : k);
+    plan.gemm_choices.push_back(std::move(c));
   }
-  return out;
+  if (!plan.options.library_gemm) return;
+  // Kernels renamed in their new order; the totals and decisions follow.
+  const std::string base = plan.kernels.empty() ? "" : plan.kernels[0].name.substr(0, plan.kernels[0].name.rfind("_k"));
+  std::map<std::string, std::string> renamed;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const std::string name = fmt::format("{}_k{}", base, i);
+    if (i < plan.kernels.size() || kernels[i].name != name) renamed.emplace(kernels[i].name, name);
+    kernels[i].name = name;
+  }
+  for (GemmChoice& c : plan.gemm_choices)
+    if (renamed.count(c.kernel)) c.kernel = renamed.at(c.kernel);
+  plan.kernels = std::move(kernels);
+  plan.fused = {static_cast<int>(plan.kernels.size()), 0, 0};
+  for (const Kernel& k : plan.kernels) {
+    plan.fused.bytes += k.cost.bytes();
+    plan.fused.predicted_s += k.cost.predicted_s;
+  }
+  std::set<NodeId> by_library;
+  for (const Kernel& k : plan.kernels)
+    if (k.library) by_library.insert(k.nodes.begin(), k.nodes.end());
+  for (FusionDecision& d : plan.decisions)
+    if (by_library.count(d.producer)) d.library_gemm_lost = false;
 }
 
 }  // namespace tilefuse

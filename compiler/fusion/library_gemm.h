@@ -15,10 +15,10 @@
 
 namespace tilefuse {
 
-// Whether the runtime can launch the library GEMM (options (i) and (ii)): not yet, so the plan
-// keeps (iii) and says what that costs.
-constexpr bool kLibraryGemmRuns = false;
-
-std::vector<GemmChoice> price_library_gemm(const Plan& plan);
+// Fills plan.gemm_choices for every matmul kernel; with FusionOptions::library_gemm, replaces
+// each by its fastest option — cuBLASLt kernels (Kernel::library) where the library is predicted
+// faster — and renames the kernels in their new order. Without it the plan keeps its own GEMMs
+// and each choice says what that loses.
+void price_library_gemm(Plan& plan);
 
 }  // namespace tilefuse

@@ -46,6 +46,11 @@ struct NodeTotals {
   int online_sums = 0;  // row kernels: sums of exps computed in their max's pass
 };
 
+// A matmul kernel computed by the vendor library (cuBLASLt) instead of generated code, with the
+// native epilogue it folds in (compiler/fusion/library_gemm.h).
+enum class LibraryEpilogue { None, Bias, BiasRelu, BiasGeluTanh };
+const char* library_epilogue_name(LibraryEpilogue e);
+
 struct Kernel {
   std::string name;
   ScheduleKind kind = ScheduleKind::Pointwise;
@@ -59,6 +64,7 @@ struct Kernel {
   TileSchedule schedule;
   KernelCost cost;
   NodeTotals totals;
+  std::optional<LibraryEpilogue> library;  // set: cuBLASLt computes it (kind MatMul)
 };
 
 enum class Verdict { Fused, Merged, Duplicated, Materialized };
@@ -122,6 +128,9 @@ struct PlanTotals {
 
 struct FusionOptions {
   bool fuse = true;
+  // Let a matmul kernel be cuBLASLt's where the library GEMM is predicted faster (the report's
+  // "library GEMM priced"). Off by default until the runtime's cuBLASLt path has run on a GPU.
+  bool library_gemm = false;
   int max_registers = 128;  // per thread; a fused kernel estimated above this is refused
   ScheduleHints schedule;
   DeviceProfile profile = DeviceProfile::h200();

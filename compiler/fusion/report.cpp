@@ -81,7 +81,11 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                      bytes_str(k.cost.bytes_read));
     s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
     s += fmt::format("    space    {}\n", iteration_space(g, k).str(g));
-    s += fmt::format("    {}\n", k.schedule.describe());
+    if (k.library)
+      s += fmt::format("    cuBLASLt GEMM, epilogue {}: no generated code; {:.3g} TFLOP at the library's {:.0f} TFLOP/s\n",
+                       library_epilogue_name(*k.library), k.cost.flops / 1e12, plan.options.profile.bf16_matmul_flops / 1e12);
+    else
+      s += fmt::format("    {}\n", k.schedule.describe());
     if (k.kind == ScheduleKind::RowReduce) {
       std::string how =
           k.schedule.cluster_blocks > 1
@@ -103,14 +107,14 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                             bytes_str(k.cost.l2_reread_bytes));
       s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
     }
-    if (k.kind == ScheduleKind::MatMul)
+    if (k.kind == ScheduleKind::MatMul && !k.library)
       s += fmt::format("    {}; occupancy {} blocks/SM; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync{}){}\n",
                        registers_line(k, measured), k.cost.blocks_per_sm, k.cost.flops / 1e12,
                        (k.schedule.stages > 0 ? plan.options.profile.mma_sync_flops
                                               : plan.options.profile.mma_sync_direct_flops) / 1e12,
                        k.schedule.stages > 0 ? ", staged" : ", direct",
                        k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
-    else
+    else if (!k.library)
       s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
                        registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
     if (k.cost.busy_share < 1)
@@ -208,6 +212,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
   j.key("kernels").begin_array();
   for (const Kernel& k : plan.kernels) {
     j.begin_object().field("name", k.name).field("schedule", schedule_kind_name(k.kind));
+    if (k.library) j.field("library", std::string("cuBLASLt, epilogue ") + library_epilogue_name(*k.library));
     j.array("domain", k.domain).array("nodes", k.nodes).array("inputs", k.inputs).array("outputs", k.outputs);
     j.field("iteration_space", iteration_space(g, k).str(g));
     const TileSchedule& s = k.schedule;
