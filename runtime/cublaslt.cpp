@@ -3,9 +3,12 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "compiler/support/error.h"
 #include "runtime/cuda_driver.h"
@@ -48,10 +51,22 @@ const Api& api() {
       r.why = gpu;
       return r;
     }
-    void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
+    // TILEFUSE_CUBLASLT names the library; else the loader's search path, then the toolkit's.
+    std::vector<std::string> tried;
+    if (const char* env = std::getenv("TILEFUSE_CUBLASLT")) tried.push_back(env);
+    for (const char* c : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib/libcublasLt.so.13"})
+      tried.push_back(c);
+    void* lib = nullptr;
+    std::string first_error;
+    for (const std::string& path : tried) {
+      lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib) break;
       const char* e = dlerror();
-      r.why = fmt::format("cuBLASLt not found: libcublasLt.so.13 ({})", e ? e : "dlopen failed");
+      if (first_error.empty()) first_error = e ? e : "dlopen failed";
+    }
+    if (!lib) {
+      r.why = fmt::format("cuBLASLt not found: tried {} ({}); set TILEFUSE_CUBLASLT to the library's path",
+                          fmt::join(tried, ", "), first_error);
       return r;
     }
     if (!resolve(lib, "cublasLtCreate", &r.create, &r.why) ||

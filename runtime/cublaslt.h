@@ -1,7 +1,8 @@
 #pragma once
 // cuBLASLt, the vendor GEMM the plan prices against its own (compiler/fusion/library_gemm.h):
 // libcublasLt.so.13 is opened with dlopen on first use, like libcuda, so nothing links against
-// it and a machine without it is told so. Row-major operands, f32 accumulation, and cuBLASLt's
+// it and a machine without it is told so (TILEFUSE_CUBLASLT names it where the loader does not
+// find it, e.g. a pip wheel's nvidia/cu13/lib/libcublasLt.so.13). Row-major operands, f32 accumulation, and cuBLASLt's
 // native epilogues (bias over the product's columns, then ReLU or the tanh GELU).
 #include <cuda.h>
 

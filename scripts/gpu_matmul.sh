@@ -5,6 +5,7 @@
 # writes its logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
 OUT=${OUT:-/tmp/tilefuse-gpu}
 mkdir -p "$OUT"
 B=bundle
@@ -16,7 +17,8 @@ grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|c\[" "$OUT/matmul_tests.log" | he
 # SWEEP: further schedules to time (";"-separated tilefuse run arguments).
 SWEEP=${SWEEP-"matmul --gemm-tile 128x256;matmul --gemm-tile 256x128;matmul --gemm-tile 128x256 --stages 4;matmul --stages 4;matmul --gemm-group 8;matmul --gemm-tile 128x256 --gemm-group 8"}
 IFS=';' read -ra sweep <<<"$SWEEP"
-for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0" "${sweep[@]}"; do
+for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0" "matmul --library-gemm" \
+  "matmul_bias_gelu --library-gemm" "${sweep[@]}"; do
   echo "== tilefuse run $args"
   # shellcheck disable=SC2086
   timeout 40 $B/tilefuse run $args --bench --iters 20 2>&1 | grep -vE "^\s*$"

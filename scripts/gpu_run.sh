@@ -13,6 +13,7 @@
 # provoke on purpose; its "Program hit" lines name them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
 OUT=${OUT:-/tmp/tilefuse-gpu}
 mkdir -p "$OUT"
 B=bundle
