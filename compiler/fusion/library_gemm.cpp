@@ -103,8 +103,7 @@ bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* b
 }
 
 // (i): the library writes the product; the rest of the kernel's nodes run as one kernel reading
-// it (nullopt when they cannot: the reason in why).
-// (nullopt with no reason when there is no epilogue.)
+// it. Nullopt when they cannot (the reason in why) or when there is no rest (no reason).
 std::optional<Kernel> epilogue_kernel(const Plan& plan, const Kernel& k, const Node& mm, std::string* why) {
   const Graph& g = plan.graph;
   std::vector<NodeId> nodes;
@@ -227,7 +226,7 @@ void price_library_gemm(Plan& plan) {
   std::map<std::string, std::string> renamed;
   for (size_t i = 0; i < kernels.size(); ++i) {
     const std::string name = fmt::format("{}_k{}", base, i);
-    if (i < plan.kernels.size() || kernels[i].name != name) renamed.emplace(kernels[i].name, name);
+    renamed.emplace(kernels[i].name, name);  // a split kernel's library half keeps the old name first
     kernels[i].name = name;
   }
   for (GemmChoice& c : plan.gemm_choices)
