@@ -257,6 +257,10 @@ TEST(Sign, NeverPositiveAndNeverNegative) {
       {x * x, false, true},
       {sqrt(abs(x)) + sigmoid(y), false, true},
       {relu(x) / exp(y), false, true},
+      {abs(x) - -exp(y), false, true},
+      {-abs(x) / exp(y), true, false},
+      {max(-abs(x), y), false, false},
+      {max(abs(x), y), false, true},
       {gelu(x), false, false},
       {x + y, false, false},
   };

@@ -8,65 +8,38 @@ namespace {
 // cheap on any graph (each level visits at most three operands).
 constexpr int kDepth = 6;
 
-bool nonnegative(const Graph& g, NodeId n, int depth);
+enum class Sign { NonPositive, NonNegative };
+Sign flip(Sign s) { return s == Sign::NonPositive ? Sign::NonNegative : Sign::NonPositive; }
 
-bool nonpositive(const Graph& g, NodeId n, int depth) {
-  if (depth == 0) return false;
-  const Node& v = g.node(n);
-  auto pos = [&](size_t i) { return nonnegative(g, v.operands[i], depth - 1); };
-  auto neg = [&](size_t i) { return nonpositive(g, v.operands[i], depth - 1); };
-  switch (v.op) {
-    case Op::Constant:
-      return v.value <= 0;
-    case Op::Neg:
-      return pos(0);
-    case Op::Sub: {
-      if (nonpositive(g, v.operands[0], depth - 1) && nonnegative(g, v.operands[1], depth - 1)) return true;
-      // x − max x (keepdim, over any axes): each element at most the maximum of its group.
-      const NodeId x = v.operands[0];
-      auto max_of_x = [&](NodeId id) { return g.node(id).op == Op::ReduceMax && g.node(id).operands[0] == x; };
-      const Node& c = g.node(v.operands[1]);
-      if (max_of_x(c.id)) return true;
-      // x − where(m > K, m, C) with m = max x and C ≥ K (a stable softmax that guards fully
-      // masked rows): where the condition fails, x ≤ m ≤ K ≤ C.
-      if (c.op != Op::Where || !max_of_x(c.operands[1])) return false;
-      const Node& cond = g.node(c.operands[0]);
-      const Node& fallback = g.node(c.operands[2]);
-      if ((cond.op != Op::Gt && cond.op != Op::Ne) || cond.operands[0] != c.operands[1] ||
-          fallback.op != Op::Constant)
-        return false;
-      const Node& bound = g.node(cond.operands[1]);
-      return bound.op == Op::Constant && fallback.value >= bound.value;
-    }
-    case Op::Add:
-    case Op::ReduceSum:
-    case Op::ReduceMax:
-    case Op::ReduceMin:
-    case Op::Cast:
-      for (size_t i = 0; i < v.operands.size(); ++i)
-        if (!neg(i)) return false;
-      return true;
-    case Op::Mul:
-      return (neg(0) && pos(1)) || (pos(0) && neg(1));
-    case Op::Min:
-      return neg(0) || neg(1);
-    case Op::Max:
-      return neg(0) && neg(1);
-    case Op::Where:
-      return neg(1) && neg(2);
-    default:
-      return false;
-  }
+bool has(const Graph& g, NodeId n, Sign s, int depth);
+
+// x − max x (keepdim, over any axes): each element at most the maximum of its group; also
+// x − where(m > K, m, C) with m = max x and C ≥ K (a stable softmax that guards fully masked
+// rows): where the condition fails, x ≤ m ≤ K ≤ C.
+bool minus_its_max(const Graph& g, const Node& sub) {
+  const NodeId x = sub.operands[0];
+  auto max_of_x = [&](NodeId id) { return g.node(id).op == Op::ReduceMax && g.node(id).operands[0] == x; };
+  const Node& c = g.node(sub.operands[1]);
+  if (max_of_x(c.id)) return true;
+  if (c.op != Op::Where || !max_of_x(c.operands[1])) return false;
+  const Node& cond = g.node(c.operands[0]);
+  const Node& fallback = g.node(c.operands[2]);
+  if ((cond.op != Op::Gt && cond.op != Op::Ne) || cond.operands[0] != c.operands[1] || fallback.op != Op::Constant)
+    return false;
+  const Node& bound = g.node(cond.operands[1]);
+  return bound.op == Op::Constant && fallback.value >= bound.value;
 }
 
-bool nonnegative(const Graph& g, NodeId n, int depth) {
+bool has(const Graph& g, NodeId n, Sign s, int depth) {
   if (depth == 0) return false;
   const Node& v = g.node(n);
-  auto pos = [&](size_t i) { return nonnegative(g, v.operands[i], depth - 1); };
-  auto neg = [&](size_t i) { return nonpositive(g, v.operands[i], depth - 1); };
+  auto same = [&](size_t i) { return has(g, v.operands[i], s, depth - 1); };
+  auto opposite = [&](size_t i) { return has(g, v.operands[i], flip(s), depth - 1); };
+  auto nonnegative = [&](size_t i) { return has(g, v.operands[i], Sign::NonNegative, depth - 1); };
+  const bool up = s == Sign::NonNegative;
   switch (v.op) {
     case Op::Constant:
-      return v.value >= 0;
+      return up ? v.value >= 0 : v.value <= 0;
     case Op::Abs:
     case Op::Exp:
     case Op::Exp2:
@@ -74,27 +47,30 @@ bool nonnegative(const Graph& g, NodeId n, int depth) {
     case Op::Rsqrt:
     case Op::Sigmoid:
     case Op::Relu:
-      return true;
+      return up;
     case Op::Neg:
-      return neg(0);
-    case Op::Mul:
-      return v.operands[0] == v.operands[1] || (pos(0) && pos(1)) || (neg(0) && neg(1));
-    case Op::Div:
-      return (pos(0) && pos(1)) || (neg(0) && neg(1));
+      return opposite(0);
+    case Op::Sub:
+      return (same(0) && opposite(1)) || (!up && minus_its_max(g, v));
     case Op::Add:
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:
     case Op::Cast:
       for (size_t i = 0; i < v.operands.size(); ++i)
-        if (!pos(i)) return false;
+        if (!same(i)) return false;
       return true;
-    case Op::Max:
-      return pos(0) || pos(1);
+    case Op::Mul:
+      if (up && v.operands[0] == v.operands[1]) return true;  // x·x
+      [[fallthrough]];
+    case Op::Div:  // the sign of a product: one factor's sign, the other's never negative
+      return (same(0) && nonnegative(1)) || (nonnegative(0) && same(1)) || (up && opposite(0) && opposite(1));
+    case Op::Max:  // at least the larger operand: one operand of the sign suffices upwards
+      return up ? same(0) || same(1) : same(0) && same(1);
     case Op::Min:
-      return pos(0) && pos(1);
+      return up ? same(0) && same(1) : same(0) || same(1);
     case Op::Where:
-      return pos(1) && pos(2);
+      return same(1) && same(2);
     default:
       return false;
   }
@@ -102,7 +78,7 @@ bool nonnegative(const Graph& g, NodeId n, int depth) {
 
 }  // namespace
 
-bool never_positive(const Graph& g, NodeId n) { return nonpositive(g, n, kDepth); }
-bool never_negative(const Graph& g, NodeId n) { return nonnegative(g, n, kDepth); }
+bool never_positive(const Graph& g, NodeId n) { return has(g, n, Sign::NonPositive, kDepth); }
+bool never_negative(const Graph& g, NodeId n) { return has(g, n, Sign::NonNegative, kDepth); }
 
 }  // namespace tilefuse
