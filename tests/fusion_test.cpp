@@ -623,7 +623,7 @@ TEST(FusionMatMul, LibraryGemmWhenAsked) {
                input(g, "b", {2048}, DType::BF16);
     output("y", gelu(y, tanh ? GeluApprox::Tanh : GeluApprox::None));
     FusionOptions o;
-    o.library_gemm = true;
+    o.library_gemm = LibraryGemmUse::WhenFaster;
     Plan p = plan_fusion(g, o);
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
     ASSERT_EQ(p.gemm_choices.size(), 1u);

@@ -1,5 +1,6 @@
 // The fuzzer's failures, each as a graph of its own, and a batch of fuzz cases run from the
 // test binary (on a GPU, against the reference). `tilefuse_fuzz` runs the large batches.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,8 +12,10 @@
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
+#include "compiler/support/error.h"
 #include "tests/test_util.h"
 #include "tools/fuzz/fuzz_case.h"
+#include "tools/fuzz/random_graph.h"
 
 namespace tilefuse {
 namespace {
@@ -129,6 +132,41 @@ TEST(Fuzz, SmallBatch) {
         << "seed " << seed << " (" << r.variant << ") at " << r.stage << ": " << r.message
         << "\n  replay: " << fuzz::replay_command(seed, o);
   }
+}
+
+// Random graphs rich in matmuls, planned with --library-gemm: the rewrite into cuBLASLt kernels
+// (with a native epilogue, or the product and a separate epilogue kernel) leaves consistent plans
+// whose generated kernels compile; on a GPU they are run against the reference.
+TEST(Fuzz, LibraryGemmRewrites) {
+  fuzz::RandomGraphOptions ro;
+  ro.matmul = 0.5;
+  ro.long_rows = 0;
+  int graphs = 0, library_kernels = 0;
+  for (uint64_t seed = 1; seed <= 400 && graphs < 12; ++seed) {
+    Graph g = fuzz::random_graph(seed, ro);
+    bool has_matmul = false;
+    for (const Node& n : g.nodes()) has_matmul |= n.op == Op::MatMul;
+    if (!has_matmul) continue;
+    FusionOptions o;
+    o.library_gemm = LibraryGemmUse::Always;  // every rewrite that applies is taken
+    Plan p;
+    try {
+      p = plan_fusion(g, o);
+    } catch (const UnsupportedError&) {
+      continue;  // refused with a reason (f32 operands, …)
+    }
+    ++graphs;
+    SCOPED_TRACE(fmt::format("seed {}", seed));
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    for (const Kernel& k : p.kernels) {
+      library_kernels += k.library.has_value();
+      CompiledKernel c = compile_kernel(p.graph, k);
+      EXPECT_EQ(c.library, k.library.has_value());
+    }
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  }
+  EXPECT_GE(graphs, 8);
+  EXPECT_GT(library_kernels, 0) << "no plan took cuBLASLt: the test shows nothing";
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ TEST(GpuMatMul, LibraryGemmPlansMatchReference) {
     Graph g("library_gemm");
     c.build(g);
     FusionOptions o;
-    o.library_gemm = true;
+    o.library_gemm = LibraryGemmUse::WhenFaster;
     Plan p = plan_fusion(g, o);
     ASSERT_EQ(p.gemm_choices.size(), 1u);
     ASSERT_EQ(p.gemm_choices[0].chosen, c.chosen) << plan_report_text(p);

@@ -209,7 +209,12 @@ void price_library_gemm(Plan& plan) {
     size_t fastest = 2;
     for (size_t i = 0; i < c.options.size(); ++i)
       if (c.options[i].applies && c.options[i].predicted_s < c.options[fastest].predicted_s) fastest = i;
-    if (fastest != 2 && !plan.options.library_gemm) {
+    const LibraryGemmUse use = plan.options.library_gemm;
+    if (use == LibraryGemmUse::Always)  // the library's fastest option, whatever the own kernel's time
+      fastest = c.options[1].applies && (!c.options[0].applies || c.options[1].predicted_s <= c.options[0].predicted_s)
+                    ? 1
+                    : c.options[0].applies ? 0 : 2;
+    if (fastest != 2 && use == LibraryGemmUse::Never) {
       c.chosen = 2;
       c.lost_s = c.options[2].predicted_s - c.options[fastest].predicted_s;
       c.note = "cuBLASLt is not chosen without --library-gemm (its runtime path has not run on a GPU yet)";
@@ -220,7 +225,7 @@ void price_library_gemm(Plan& plan) {
     else kernels.push_back(c.chosen == 1 ? native_kernel : k);
     plan.gemm_choices.push_back(std::move(c));
   }
-  if (!plan.options.library_gemm) return;
+  if (plan.options.library_gemm == LibraryGemmUse::Never) return;
   // Kernels renamed in their new order; the totals and decisions follow.
   const std::string base = plan.kernels.empty() ? "" : plan.kernels[0].name.substr(0, plan.kernels[0].name.rfind("_k"));
   std::map<std::string, std::string> renamed;

@@ -126,11 +126,14 @@ struct PlanTotals {
   double predicted_s = 0;
 };
 
+enum class LibraryGemmUse { Never, WhenFaster, Always };
+
 struct FusionOptions {
   bool fuse = true;
-  // Let a matmul kernel be cuBLASLt's where the library GEMM is predicted faster (the report's
-  // "library GEMM priced"). Off by default until the runtime's cuBLASLt path has run on a GPU.
-  bool library_gemm = false;
+  // Whether a matmul kernel may be cuBLASLt's (the report's "library GEMM priced"): never, where
+  // the library is predicted faster, or wherever it can compute the kernel. Never by default until
+  // the runtime's cuBLASLt path has run on a GPU.
+  LibraryGemmUse library_gemm = LibraryGemmUse::Never;
   int max_registers = 128;  // per thread; a fused kernel estimated above this is refused
   ScheduleHints schedule;
   DeviceProfile profile = DeviceProfile::h200();

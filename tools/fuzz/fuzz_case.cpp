@@ -60,6 +60,10 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = fmt::format("--rows-per-thread {} --max-cluster {}", v.fusion.schedule.rows_per_thread,
                            v.fusion.schedule.max_cluster_blocks);
       break;
+    case 5:  // matmuls may become cuBLASLt's (the plan rewrite; on a GPU, the library's results)
+      v.name = "--library-gemm";
+      v.fusion.library_gemm = LibraryGemmUse::WhenFaster;
+      break;
     default:
       break;
   }

@@ -35,8 +35,9 @@ struct CaseResult {
   int spilling = 0;     // kernels whose ptxas report shows spills
 };
 
-// The plans a case builds: the default options, or — picked by the seed — schedule hints or the
-// sm_80 target; and sometimes the unfused plan too (an independent path to the same outputs).
+// The plans a case builds: the default options, or — picked by the seed — schedule hints, the
+// sm_80 target or --library-gemm; and sometimes the unfused plan too (an independent path to the
+// same outputs).
 struct Variant {
   std::string name;
   FusionOptions fusion;

@@ -67,6 +67,7 @@ common options:
   --no-fuse                    plan every op as its own kernel
   --library-gemm               let a matmul be cuBLASLt's where the report's priced options say
                                the library is faster (its runtime path is new: not yet the default)
+  --library-gemm-always        every matmul cuBLASLt can compute is cuBLASLt's
   --max-registers N            register budget per thread for fused kernels (default 128;
                                matmul kernels: up to the device's 255)
   --seed N                     seed for random inputs, 0..2^64-1 (default: drawn at random
@@ -101,7 +102,7 @@ struct Args {
   std::vector<std::vector<float>> rows;
   int tile = 2;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false,
-       library_gemm = false;
+       library_gemm = false, library_gemm_always = false;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0;
@@ -159,7 +160,9 @@ std::vector<float> parse_row(const std::string& text) {
 FusionOptions fusion_options(const Args& a) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
-  fo.library_gemm = a.library_gemm;
+  fo.library_gemm = a.library_gemm_always ? LibraryGemmUse::Always
+                    : a.library_gemm        ? LibraryGemmUse::WhenFaster
+                                            : LibraryGemmUse::Never;
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group};
@@ -203,6 +206,7 @@ Args parse(int argc, char** argv) {
         {"--bench", &Args::bench},
         {"--no-fuse", &Args::no_fuse},
         {"--library-gemm", &Args::library_gemm},
+        {"--library-gemm-always", &Args::library_gemm_always},
         {"--measured-profile", &Args::measured_profile},
         {"--cache-report", &Args::cache_report}};
     if (s == "--json" && a.command == "bench")
