@@ -4,7 +4,7 @@
 # beside the cost model's, and the SASS of the main kernels. Needs bundle/
 # (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and NCU
 # (example lists; each may be empty to skip that part) narrow a run to what changed; FUZZ is the
-# number of fuzz graphs (default 500; 0 skips it), TESTS=0 skips the test suite, FAMILY=1 adds the
+# number of fuzz graphs (default 500; 0 skips it; FUZZ_SECONDS, default 240, ends it sooner), TESTS=0 skips the test suite, FAMILY=1 adds the
 # off-benchmark family (37 graphs beside eager and torch.compile; minutes of device time). VARIANTS ("name options; ...") times schedules other than
 # the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's occupancy and stall sections,
 # SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and synccheck over the whole test
@@ -38,7 +38,7 @@ tmp=$(mktemp -d)
 
 if [ "${FUZZ:-500}" != 0 ]; then
   echo "== fuzz"
-  $B/tilefuse_fuzz --count "${FUZZ:-500}" --gpu --jobs 8 >"$OUT/fuzz.log" 2>&1
+  $B/tilefuse_fuzz --count "${FUZZ:-500}" --gpu --jobs 12 --seconds "${FUZZ_SECONDS:-240}" >"$OUT/fuzz.log" 2>&1
   echo "fuzz exit: $?" >>"$OUT/fuzz.log"
   grep -E "^FAILED|^fuzz|exit" "$OUT/fuzz.log" | tail -12
 fi

@@ -37,6 +37,8 @@ const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [-
                     threads, at most 16)
   --max-elements N  elements of the largest tensor (default 1048576)
   --long-rows P     chance of a graph over rows of 16384..262144 elements (default 0.15)
+  --seconds S       take no new case after S seconds (a GPU call's budget): the summary says
+                    how many of the seeds ran
   --verbose         a line for every case that did not pass (refused, unjudged) too
 exit: 0 all held, 1 a case failed, 2 bad usage
 )";
@@ -70,6 +72,7 @@ struct Args {
   bool one = false;
   int jobs = 0;
   bool verbose = false;
+  double seconds = 0;  // 0: no limit
 };
 
 uint64_t parse_u64(const std::string& flag, const std::string& v) {
@@ -106,6 +109,8 @@ Args parse(int argc, char** argv) {
       g_options.graph.max_elements = static_cast<int64_t>(std::max<uint64_t>(1, parse_u64(s, value())));
     } else if (s == "--long-rows") {
       g_options.graph.long_rows = std::stod(value());
+    } else if (s == "--seconds") {
+      a.seconds = static_cast<double>(parse_u64(s, value()));
     } else if (s == "--verbose") {
       a.verbose = true;
     } else if (s == "--help" || s == "-h") {
@@ -145,12 +150,18 @@ int run_batch(const Args& a) {
   std::map<Outcome, int> counts;
   int kernels = 0, spilling = 0;
   std::vector<uint64_t> failed;
+  std::atomic<uint64_t> done{0};
+  auto out_of_time = [&] {
+    return a.seconds > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= a.seconds;
+  };
   auto work = [&](int worker) {
     t_worker = worker;
-    for (uint64_t i = next++; i < a.count; i = next++) {
+    for (uint64_t i = next++; i < a.count && !out_of_time(); i = next++) {
       t_seed = a.first + i;
       CaseResult r = run_case(t_seed, g_options, note_stage);
       std::lock_guard<std::mutex> lock(mu);
+      done++;
       counts[r.outcome]++;
       kernels += r.kernels;
       spilling += r.spilling;
@@ -169,10 +180,15 @@ int run_batch(const Args& a) {
   work(0);
   for (std::thread& t : pool) t.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // With --seconds the workers stop taking seeds; those taken before ran to the end, and they are
+  // the first ones (seeds are taken in order).
+  const std::string stopped =
+      done < a.count ? fmt::format(" (of {}..{}: --seconds {:.0f} ran out)", a.first, a.first + a.count - 1, a.seconds)
+                     : "";
   fmt::print(
-      "fuzz: seeds {}..{}{}: {} passed, {} refused (typed errors), {} unjudged (ill-conditioned), {} failed; "
+      "fuzz: seeds {}..{}{}{}: {} passed, {} refused (typed errors), {} unjudged (ill-conditioned), {} failed; "
       "{} kernels compiled, {} with spills; {:.1f} s on {} threads\n",
-      a.first, a.first + a.count - 1, g_options.gpu ? " on the GPU" : "", counts[Outcome::Passed],
+      a.first, a.first + done.load() - 1, stopped, g_options.gpu ? " on the GPU" : "", counts[Outcome::Passed],
       counts[Outcome::Refused], counts[Outcome::Unjudged], counts[Outcome::Failed], kernels, spilling, seconds,
       a.jobs);
   if (!failed.empty()) fmt::print("failed seeds: {}\n", fmt::join(failed, " "));
