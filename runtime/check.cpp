@@ -81,8 +81,8 @@ CheckReport check_against_reference(const Plan& plan, const TensorMap& inputs, c
   std::map<std::string, double> sensitivity;
   ReferenceOptions noisy;
   const Graph shaped = plan_shaped(plan, exact.rounded, &noisy.rounded);
+  noisy.noise = kNoise;
   for (int d = 0; d < draws; ++d) {
-    noisy.noise = kNoise;
     noisy.noise_seed = 0x7e57 + static_cast<uint64_t>(d);
     auto moved = reference_run(shaped, inputs, noisy);
     for (const GraphOutput& o : g.outputs())

@@ -147,7 +147,7 @@ void run(const Gemm& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdevice
   if (g.batch < 1 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch > INT32_MAX)
     throw Error(fmt::format("cuBLASLt GEMM of [{}, {}, {}] × {} batches: every extent must be positive", g.m,
                             g.n, g.k, g.batch));
-  if (g.epilogue != Epilogue::None && bias == 0) throw Error("cuBLASLt GEMM: its bias epilogue needs a bias");
+  if (g.epilogue != LibraryEpilogue::None && bias == 0) throw Error("cuBLASLt GEMM: its bias epilogue needs a bias");
   const cudaDataType t = g.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
   // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLASLt's first operand is B's buffer
   // ([n, k] column-major, or [k, n] read transposed), its second A's, its result C's as [n, m].
@@ -161,10 +161,10 @@ void run(const Gemm& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdevice
   const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_b, "cublasLtMatmulDescSetAttribute(TRANSA)");
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_a, "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (g.epilogue != Epilogue::None) {
-    const cublasLtEpilogue_t e = g.epilogue == Epilogue::Bias       ? CUBLASLT_EPILOGUE_BIAS
-                                 : g.epilogue == Epilogue::BiasRelu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                                                    : CUBLASLT_EPILOGUE_GELU_BIAS;
+  if (g.epilogue != LibraryEpilogue::None) {
+    const cublasLtEpilogue_t e = g.epilogue == LibraryEpilogue::Bias       ? CUBLASLT_EPILOGUE_BIAS
+                                 : g.epilogue == LibraryEpilogue::BiasRelu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                                                           : CUBLASLT_EPILOGUE_GELU_BIAS;
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, e, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
     const void* p = reinterpret_cast<const void*>(bias);
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");

@@ -9,15 +9,13 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/graph/dtype.h"
+#include "compiler/fusion/plan.h"
 
 namespace tilefuse::cublaslt {
 
 // True when a GPU is present and libcublasLt.so.13 loads with every entry point used here;
 // otherwise `why` (if given) says what is missing.
 bool available(std::string* why = nullptr);
-
-enum class Epilogue { None, Bias, BiasRelu, BiasGeluTanh };
 
 // C[b, m, n] = epilogue(A[b, m, k] · B[b, k, n] + bias[n]) for b < batch, each matrix row-major
 // and contiguous, batches one after another. `transpose_a`: A is stored as [b, k, m];
@@ -27,7 +25,7 @@ struct Gemm {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transpose_a = false, transpose_b = false, shared_a = false, shared_b = false;
   DType dtype = DType::BF16;  // of A, B, C and the bias: bf16 or f16
-  Epilogue epilogue = Epilogue::None;
+  LibraryEpilogue epilogue = LibraryEpilogue::None;
 };
 
 // Runs it on `stream` with cuBLASLt's first heuristic choice (in a workspace of 32 MiB per

@@ -138,36 +138,21 @@ static void launch_library_gemm(const Graph& g, const Kernel& k, const std::func
                                 CUstream stream) {
   const Node& mm = g.node(contraction(g, k));
   const Node &a = g.node(mm.operands[0]), &b = g.node(mm.operands[1]);
+  const TileSchedule& s = k.schedule;  // the matmul's extents
   cublaslt::Gemm gemm;
-  gemm.m = mm.shape[mm.shape.size() - 2];
-  gemm.n = mm.shape.back();
-  gemm.batch = num_elements(mm.shape) / (gemm.m * gemm.n);
-  gemm.k = mm.transpose_a ? a.shape[a.shape.size() - 2] : a.shape.back();
+  gemm.batch = s.batch, gemm.m = s.m, gemm.n = s.n, gemm.k = s.k;
   gemm.transpose_a = mm.transpose_a;
   gemm.transpose_b = mm.transpose_b;
   auto batches = [](const Node& o) { return num_elements(o.shape) / (o.shape[o.shape.size() - 2] * o.shape.back()); };
   gemm.shared_a = gemm.batch > 1 && batches(a) == 1;
   gemm.shared_b = gemm.batch > 1 && batches(b) == 1;
   gemm.dtype = mm.dtype;
-  CUdeviceptr bias = 0;
-  switch (*k.library) {
-    case LibraryEpilogue::None:
-      break;
-    case LibraryEpilogue::Bias:
-      gemm.epilogue = cublaslt::Epilogue::Bias;
-      break;
-    case LibraryEpilogue::BiasRelu:
-      gemm.epilogue = cublaslt::Epilogue::BiasRelu;
-      break;
-    case LibraryEpilogue::BiasGeluTanh:
-      gemm.epilogue = cublaslt::Epilogue::BiasGeluTanh;
-      break;
-  }
-  if (*k.library != LibraryEpilogue::None)
+  gemm.epilogue = *k.library;
+  CUdeviceptr bias = 0;  // the operand of the epilogue's add that is not the product
+  if (gemm.epilogue != LibraryEpilogue::None)
     for (NodeId n : k.nodes) {
       const Node& add = g.node(n);
-      if (add.op != Op::Add) continue;
-      bias = address(add.operands[0] == mm.id ? add.operands[1] : add.operands[0]);
+      if (add.op == Op::Add) bias = address(add.operands[0] == mm.id ? add.operands[1] : add.operands[0]);
     }
   cublaslt::run(gemm, address(a.id), address(b.id), bias, address(k.outputs.at(0)), stream);
 }

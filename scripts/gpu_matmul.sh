@@ -6,9 +6,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
-OUT=${OUT:-/tmp/tilefuse-gpu}
-mkdir -p "$OUT"
-B=bundle
 echo "bundle $(cat $B/COMMIT 2>/dev/null)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 timeout 100 $B/tilefuse_tests --gtest_filter='GpuMatMul.*:GpuCublaslt.*' >"$OUT/matmul_tests.log" 2>&1

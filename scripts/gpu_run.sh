@@ -14,9 +14,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
-OUT=${OUT:-/tmp/tilefuse-gpu}
-mkdir -p "$OUT"
-B=bundle
 export TILEFUSE_COMMIT=${TILEFUSE_COMMIT:-$(cat $B/COMMIT 2>/dev/null || echo unknown)}
 export PYTHONUNBUFFERED=1
 BENCH=${BENCH-"bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k

@@ -47,7 +47,7 @@ void check_gemm(const cublaslt::Gemm& g, uint64_t seed) {
   dbias.upload(bias.bytes.data(), bias.bytes.size());
   dc.fill_u16(0x7fc1);  // NaN in bf16 and f16: an element left unwritten shows
   cuda::Stream stream;
-  cublaslt::run(g, da.ptr(), db.ptr(), g.epilogue == cublaslt::Epilogue::None ? 0 : dbias.ptr(), dc.ptr(), stream.get());
+  cublaslt::run(g, da.ptr(), db.ptr(), g.epilogue == LibraryEpilogue::None ? 0 : dbias.ptr(), dc.ptr(), stream.get());
   stream.synchronize();
   TensorData c = TensorData::zeros(g.dtype, {g.batch, g.m, g.n});
   dc.download(c.bytes.data(), c.bytes.size());
@@ -61,9 +61,9 @@ void check_gemm(const cublaslt::Gemm& g, uint64_t seed) {
       for (int64_t j = 0; j < g.n; ++j) {
         double s = 0;
         for (int64_t l = 0; l < g.k; ++l) s += at(aq, g.m, g.k, g.transpose_a, i, l) * at(bq, g.k, g.n, g.transpose_b, l, j);
-        if (g.epilogue != cublaslt::Epilogue::None) s += biasv[static_cast<size_t>(j)];
-        if (g.epilogue == cublaslt::Epilogue::BiasRelu) s = std::max(s, 0.0);
-        if (g.epilogue == cublaslt::Epilogue::BiasGeluTanh)
+        if (g.epilogue != LibraryEpilogue::None) s += biasv[static_cast<size_t>(j)];
+        if (g.epilogue == LibraryEpilogue::BiasRelu) s = std::max(s, 0.0);
+        if (g.epilogue == LibraryEpilogue::BiasGeluTanh)
           s = 0.5 * s * (1 + std::tanh(0.79788456080286535588 * (s + 0.044715 * s * s * s)));
         ref[static_cast<size_t>((q * g.m + i) * g.n + j)] = s;
       }
@@ -76,7 +76,7 @@ TEST(GpuCublaslt, MatchesFloat64) {
   std::string why;
   if (!cublaslt::available(&why)) GTEST_SKIP() << why;
   const uint64_t seed = testing::test_seed();
-  using E = cublaslt::Epilogue;
+  using E = LibraryEpilogue;
   int i = 0;
   for (DType dt : {DType::BF16, DType::F16})
     for (bool ta : {false, true})

@@ -24,7 +24,7 @@ double instructions_per_element(const Graph& g, const Node& n) {
       return 0;
     // Counted in SASS for sm_90 (ptxas, cuobjdump; bench/NOTES.md v12): issued per element.
     case Op::Exp:
-      return half ? 2 : never_positive(g, n.operands[0]) ? 9 : 15;
+      return half ? 2 : exp_of_nonpositive(g, n) ? 9 : 15;
     case Op::Exp2:
       return 1;
     case Op::Log:

@@ -135,9 +135,6 @@ class FusionPass {
     }
     plan.kernels = ordered_kernels();
     plan.fused = totals_of(plan.kernels);
-    // A matmul fused with what follows it is computed by tilefuse's GEMM, not the library's.
-    for (FusionDecision& d : plan.decisions)
-      d.library_gemm_lost = g_.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized;
     price_library_gemm(plan);
     return plan;
   }

@@ -15,25 +15,20 @@ namespace {
 
 int64_t tensor_bytes(const Node& n) { return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype)); }
 
-// The library GEMM alone: its flops at the measured rate, stretched by the last wave's empty SMs
-// (tiles of 128×256, the shape cuBLAS takes for large bf16 GEMMs on the H200), or its operands'
-// and product's bytes at copy bandwidth; plus a launch.
-KernelCost library_cost(const Graph& g, const Node& mm, int64_t extra_bytes, const DeviceProfile& p) {
-  const Shape& shape = mm.shape;
-  const int64_t m = shape[shape.size() - 2], n = shape.back();
-  const int64_t batch = num_elements(shape) / (m * n);
-  const Node& a = g.node(mm.operands[0]);
-  const int64_t k = mm.transpose_a ? a.shape[a.shape.size() - 2] : a.shape.back();
-  const double flops = 2.0 * static_cast<double>(batch * m * n) * static_cast<double>(k);
-  const int64_t tiles = batch * ((m + 127) / 128) * ((n + 255) / 256);
+// A library kernel's cost: its flops (the matmul schedule's extents) at the measured rate,
+// stretched by the last wave's empty SMs (tiles of 128×256, the shape cuBLAS takes for large bf16
+// GEMMs on the H200), or the bytes of what it reads and writes at copy bandwidth; plus a launch.
+KernelCost library_cost(const Graph& g, const Kernel& l, const DeviceProfile& p) {
+  const TileSchedule& s = l.schedule;
+  const int64_t tiles = s.batch * ((s.m + 127) / 128) * ((s.n + 255) / 256);
   const int64_t waves = (tiles + p.sm_count - 1) / p.sm_count;
   const double fill = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
   KernelCost c;
-  c.bytes_read = tensor_bytes(a) + tensor_bytes(g.node(mm.operands[1])) + extra_bytes;
-  c.bytes_written = tensor_bytes(mm);
-  c.flops = flops;
+  for (NodeId i : l.inputs) c.bytes_read += tensor_bytes(g.node(i));
+  for (NodeId o : l.outputs) c.bytes_written += tensor_bytes(g.node(o));
+  c.flops = 2.0 * static_cast<double>(s.batch * s.m * s.n) * static_cast<double>(s.k);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = flops / (p.bf16_matmul_flops * fill);
+  c.compute_s = c.flops / (p.bf16_matmul_flops * fill);
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
   c.blocks_per_sm = 1;
   return c;
@@ -41,9 +36,8 @@ KernelCost library_cost(const Graph& g, const Node& mm, int64_t extra_bytes, con
 
 // E as cuBLASLt can run it: a bias add (a row vector over the product's columns, of its dtype),
 // then optionally ReLU or tanh GELU, the last one written, nothing changing the dtype. `kind`
-// and `bias_bytes` (the bias it reads) when it fits, else `why`.
-bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* bias_bytes, LibraryEpilogue* kind,
-                     std::string* why) {
+// when it fits, else `why`.
+bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, LibraryEpilogue* kind, std::string* why) {
   std::vector<NodeId> chain;
   for (NodeId n : k.nodes) {
     if (n == mm.id) continue;
@@ -79,7 +73,6 @@ bool native_epilogue(const Graph& g, const Kernel& k, const Node& mm, int64_t* b
       *why = fmt::format("its add's other operand {} is not a bias over the product's columns", shape_str(b.shape));
       return false;
     }
-    *bias_bytes = tensor_bytes(b);
   }
   *kind = LibraryEpilogue::Bias;
   if (chain.size() == 2) {
@@ -118,7 +111,7 @@ std::optional<Kernel> epilogue_kernel(const Plan& plan, const Kernel& k, const N
 
 // The library kernel computing matmul `mm` (and, with a native epilogue, the rest of k).
 Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::optional<LibraryEpilogue> native,
-                      int64_t bias_bytes, const DeviceProfile& p) {
+                      const DeviceProfile& p) {
   Kernel l = k;
   l.library = native ? *native : LibraryEpilogue::None;
   if (!native) {  // the product alone; the epilogue kernel reads it
@@ -129,12 +122,7 @@ Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::opti
     std::sort(l.inputs.begin(), l.inputs.end());
     l.outputs = {mm.id};
   }
-  l.cost = library_cost(g, mm, native ? bias_bytes : 0, p);
-  l.cost.bytes_read = l.cost.bytes_written = 0;  // each tensor once, as the plan counts them
-  for (NodeId i : l.inputs) l.cost.bytes_read += tensor_bytes(g.node(i));
-  for (NodeId o : l.outputs) l.cost.bytes_written += tensor_bytes(g.node(o));
-  l.cost.memory_s = static_cast<double>(l.cost.bytes()) / p.hbm_bytes_per_s;
-  l.cost.predicted_s = std::max(l.cost.memory_s, l.cost.compute_s) + p.launch_s;
+  l.cost = library_cost(g, l, p);
   return l;
 }
 
@@ -156,17 +144,16 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
     lib.applies = false;
     lib.why_not = why;
   } else {
-    *with_epilogue = {library_kernel(g, k, mm, std::nullopt, 0, p)};
+    *with_epilogue = {library_kernel(g, k, mm, std::nullopt, p)};
     if (e) with_epilogue->push_back(*e);
     for (const Kernel& x : *with_epilogue) lib.predicted_s += x.cost.predicted_s;
   }
   GemmOption native;
   native.name = "cuBLASLt GEMM with its native epilogue";
-  int64_t bias_bytes = 0;
   LibraryEpilogue kind = LibraryEpilogue::None;
   why.clear();
-  if (native_epilogue(g, k, mm, &bias_bytes, &kind, &why)) {
-    *native_kernel = library_kernel(g, k, mm, kind, bias_bytes, p);
+  if (native_epilogue(g, k, mm, &kind, &why)) {
+    *native_kernel = library_kernel(g, k, mm, kind, p);
     native.predicted_s = native_kernel->cost.predicted_s;
   } else {
     native.applies = false;
@@ -225,28 +212,32 @@ void price_library_gemm(Plan& plan) {
     else kernels.push_back(c.chosen == 1 ? native_kernel : k);
     plan.gemm_choices.push_back(std::move(c));
   }
-  if (plan.options.library_gemm == LibraryGemmUse::Never) return;
-  // Kernels renamed in their new order; the totals and decisions follow.
-  const std::string base = plan.kernels.empty() ? "" : plan.kernels[0].name.substr(0, plan.kernels[0].name.rfind("_k"));
-  std::map<std::string, std::string> renamed;
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const std::string name = fmt::format("{}_k{}", base, i);
-    renamed.emplace(kernels[i].name, name);  // a split kernel's library half keeps the old name first
-    kernels[i].name = name;
+  if (plan.options.library_gemm != LibraryGemmUse::Never) {
+    // Kernels renamed in their new order; the totals follow.
+    const std::string base =
+        plan.kernels.empty() ? "" : plan.kernels[0].name.substr(0, plan.kernels[0].name.rfind("_k"));
+    std::map<std::string, std::string> renamed;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const std::string name = fmt::format("{}_k{}", base, i);
+      renamed.emplace(kernels[i].name, name);  // a split kernel's library half keeps the old name first
+      kernels[i].name = name;
+    }
+    for (GemmChoice& c : plan.gemm_choices)
+      if (renamed.count(c.kernel)) c.kernel = renamed.at(c.kernel);
+    plan.kernels = std::move(kernels);
+    plan.fused = {static_cast<int>(plan.kernels.size()), 0, 0};
+    for (const Kernel& k : plan.kernels) {
+      plan.fused.bytes += k.cost.bytes();
+      plan.fused.predicted_s += k.cost.predicted_s;
+    }
   }
-  for (GemmChoice& c : plan.gemm_choices)
-    if (renamed.count(c.kernel)) c.kernel = renamed.at(c.kernel);
-  plan.kernels = std::move(kernels);
-  plan.fused = {static_cast<int>(plan.kernels.size()), 0, 0};
-  for (const Kernel& k : plan.kernels) {
-    plan.fused.bytes += k.cost.bytes();
-    plan.fused.predicted_s += k.cost.predicted_s;
-  }
+  // A matmul fused with what follows it into a kernel tilefuse generates gives up the library.
   std::set<NodeId> by_library;
   for (const Kernel& k : plan.kernels)
     if (k.library) by_library.insert(k.nodes.begin(), k.nodes.end());
   for (FusionDecision& d : plan.decisions)
-    if (by_library.count(d.producer)) d.library_gemm_lost = false;
+    d.library_gemm_lost = plan.graph.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized &&
+                          !by_library.count(d.producer);
 }
 
 }  // namespace tilefuse

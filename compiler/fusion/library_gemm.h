@@ -18,7 +18,8 @@ namespace tilefuse {
 // Fills plan.gemm_choices for every matmul kernel; with FusionOptions::library_gemm, replaces
 // each by its fastest option — cuBLASLt kernels (Kernel::library) where the library is predicted
 // faster — and renames the kernels in their new order. Without it the plan keeps its own GEMMs
-// and each choice says what that loses.
+// and each choice says what that loses. Sets library_gemm_lost on the decisions that fused a
+// matmul into a kernel tilefuse generates.
 void price_library_gemm(Plan& plan);
 
 }  // namespace tilefuse

@@ -80,5 +80,6 @@ bool has(const Graph& g, NodeId n, Sign s, int depth) {
 
 bool never_positive(const Graph& g, NodeId n) { return has(g, n, Sign::NonPositive, kDepth); }
 bool never_negative(const Graph& g, NodeId n) { return has(g, n, Sign::NonNegative, kDepth); }
+bool exp_of_nonpositive(const Graph& g, const Node& n) { return n.op == Op::Exp && never_positive(g, n.operands[0]); }
 
 }  // namespace tilefuse

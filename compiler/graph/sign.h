@@ -13,5 +13,8 @@ bool never_positive(const Graph& g, NodeId n);
 // Whether no element of node n is negative: |x|, e^x, √x, sigmoid, relu, x·x, and sums and
 // products of such values.
 bool never_negative(const Graph& g, NodeId n);
+// Whether node n is an exp whose argument is never positive: the short f32 exp serves
+// (compiler/codegen/math.h, exp_nonpositive).
+bool exp_of_nonpositive(const Graph& g, const Node& n);
 
 }  // namespace tilefuse

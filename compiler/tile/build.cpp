@@ -25,9 +25,6 @@ Layout layout_of(const TileSchedule& s) {
 // A parameter seen through the schedule's [rows, cols] view: its extents along the collapsed
 // domain (view_of), merged to two axes; split along the row dimensions where it is broadcast
 // along some of them but not others.
-// Whether node n is an exp of an argument that is never positive (the short f32 exp serves).
-bool exp_of_nonpositive(const Graph& g, const Node& n) { return n.op == Op::Exp && never_positive(g, n.operands[0]); }
-
 Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s) {
   Param p;
   const Node& n = g.node(id);

@@ -61,7 +61,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
     bool reduce = op_info(n.op).kind == OpKind::Reduce;
     TileInst c(reduce ? TileOpcode::Reduce : TileOpcode::Compute);
     c.op = n.op;
-    c.nonpositive_arg = n.op == Op::Exp && never_positive(g, n.operands[0]);
+    c.nonpositive_arg = exp_of_nonpositive(g, n);
     c.type = {n.dtype, false, false};
     for (NodeId o : n.operands) {
       if (!value_of.count(o) && deferred.count(o)) load(deferred.at(o));
