@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
 
 namespace tilefuse {
@@ -55,7 +56,13 @@ DeviceProfile measure_device_profile(int iters) {
   if (info.max_shared_per_block_optin > 0) p.max_shared_bytes_per_block = info.max_shared_per_block_optin;
   const size_t bytes = size_t{1} << 30;
   p.hbm_bytes_per_s = 2.0 * bytes / (time_copy(bytes, iters).median_ms * 1e-3);
+  note_missing_libraries(p);
   return p;
+}
+
+void note_missing_libraries(DeviceProfile& p) {
+  std::string why;
+  if (cuda::available() && !cublaslt::available(&why)) p.library_gemm_missing = why;
 }
 
 }  // namespace tilefuse

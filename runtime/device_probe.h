@@ -29,4 +29,9 @@ double plan_flops(const Plan& p);
 // written over the median of 1 GiB copies). Needs a GPU.
 DeviceProfile measure_device_profile(int iters = 20);
 
+// Where a GPU is present but cuBLASLt does not load, p.library_gemm_missing says why, so that a
+// plan for this machine keeps its matmuls (the report names what that loses). Without a GPU, p is
+// left as it is: plans are then made for the profile's device.
+void note_missing_libraries(DeviceProfile& p);
+
 }  // namespace tilefuse

@@ -66,7 +66,11 @@ void Executable::load() {
     const CompiledKernel& c = compiled_[i];
     if (c.library) {  // runtime/cublaslt.h at launch
       std::string why;
-      if (!cublaslt::available(&why)) throw CudaError(fmt::format("kernel {} is cuBLASLt's: {}", c.name, why));
+      if (!cublaslt::available(&why))
+        throw CudaError(fmt::format(
+            "kernel {} is cuBLASLt's, which cannot run here ({}); plan with this machine's profile "
+            "(note_missing_libraries) or with FusionOptions::library_gemm = LibraryGemmUse::Never",
+            c.name, why));
       dev->functions.push_back(nullptr);
       dev->grid.push_back(0);
       dev->workspace.emplace_back(0);

@@ -11,11 +11,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 timeout 100 $B/tilefuse_tests --gtest_filter='GpuMatMul.*:GpuCublaslt.*' >"$OUT/matmul_tests.log" 2>&1
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|c\[" "$OUT/matmul_tests.log" | head -40
-# SWEEP: further schedules to time (";"-separated tilefuse run arguments).
+# SWEEP: further schedules of the own GEMM to time (";"-separated tilefuse run arguments, each
+# run with --library-gemm never).
 SWEEP=${SWEEP-"matmul --gemm-tile 128x256;matmul --gemm-tile 256x128;matmul --gemm-tile 128x256 --stages 4;matmul --stages 4;matmul --gemm-group 8;matmul --gemm-tile 128x256 --gemm-group 8"}
 IFS=';' read -ra sweep <<<"$SWEEP"
-for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0" "matmul --library-gemm" \
-  "matmul_bias_gelu --library-gemm" "${sweep[@]}"; do
+own=()
+for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0" "${sweep[@]}"; do
+  own+=("$args --library-gemm never")
+done
+# The defaults (cuBLASLt where the plan says it is faster), then the own kernels.
+for args in "matmul" "matmul_bias_gelu" "${own[@]}"; do
   echo "== tilefuse run $args"
   # shellcheck disable=SC2086
   timeout 40 $B/tilefuse run $args --bench --iters 20 2>&1 | grep -vE "^\s*$"

@@ -22,7 +22,7 @@ cmp -s "$dir/want" "$dir/first" && cmp -s "$dir/want" "$dir/second" || fail "cac
 
 # Concurrent writers: shared and distinct examples, three rounds on a fresh cache.
 "$tf" cache clear >/dev/null
-names=(bias_gelu softmax layernorm rmsnorm_bf16 column_sum matmul bias_gelu softmax)
+names=(bias_gelu softmax layernorm rmsnorm_bf16 column_sum matmul_bias_gelu bias_gelu softmax)
 for n in "${names[@]}"; do TILEFUSE_CACHE=0 "$tf" ptx "$n" >"$dir/$n.want" 2>/dev/null; done
 for round in 1 2 3; do
   pids=()
@@ -43,7 +43,7 @@ ls -a "$TILEFUSE_CACHE_DIR" | grep -q '^\.[0-9a-f]\{32\}\.' && fail "temporary f
 entry=$(ls "$TILEFUSE_CACHE_DIR"/*.tfk | head -1)
 head -c 100 "$entry" >"$entry.cut" && mv "$entry.cut" "$entry"
 "$tf" cache stats >/dev/null && fail "cache stats does not count a damaged entry"
-for n in bias_gelu softmax layernorm rmsnorm_bf16 column_sum matmul; do
+for n in bias_gelu softmax layernorm rmsnorm_bf16 column_sum matmul_bias_gelu; do
   "$tf" ptx "$n" >"$dir/again" 2>/dev/null && cmp -s "$dir/again" "$dir/$n.want" || fail "$n after damage"
 done
 "$tf" cache stats >/dev/null || fail "the damaged entry was not replaced"
@@ -53,7 +53,7 @@ done
 compiled=0
 for n in bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_256k layernorm layernorm_bf16 rmsnorm \
          rmsnorm_bf16 column_sum matmul matmul_bias_gelu log_softmax; do
-  for opts in "" "--target sm_80" "--no-fuse"; do
+  for opts in "" "--target sm_80" "--no-fuse" "--library-gemm never"; do
     TILEFUSE_CACHE_MAX_MB=1 "$tf" ptx "$n" $opts --cache-report >/dev/null 2>"$dir/limit.err" || fail "ptx $n $opts under a 1 MB limit"
     compiled=$((compiled + $(report "$dir/limit.err" | cut -d' ' -f1)))
   done

@@ -555,7 +555,8 @@ TEST(FusionMatMul, RefusalsNameTheReason) {
 
 // Every matmul kernel has the library GEMM priced beside it: cuBLASLt then the epilogue,
 // cuBLASLt with its native epilogue only where the math is the same (bias, then ReLU or tanh
-// GELU — not erf GELU), and the plan's own kernel; what keeping the own GEMM loses is stated.
+// GELU — not erf GELU), and the plan's own kernel; asked for its own GEMM only (--library-gemm
+// never), the plan keeps it and states what that loses.
 TEST(FusionMatMul, LibraryGemmIsPriced) {
   struct Case {
     const char* name;
@@ -577,7 +578,9 @@ TEST(FusionMatMul, LibraryGemmIsPriced) {
     Graph g(c.name);
     Tensor y = matmul(input(g, "a", {256, 1024}, DType::BF16), input(g, "w", {1024, 512}, DType::BF16));
     output("y", c.epilogue(y, g));
-    Plan p = plan_fusion(g);
+    FusionOptions own_only;
+    own_only.library_gemm = LibraryGemmUse::Never;
+    Plan p = plan_fusion(g, own_only);
     ASSERT_EQ(p.gemm_choices.size(), 1u);
     const GemmChoice& ch = p.gemm_choices[0];
     ASSERT_EQ(ch.options.size(), 3u);
@@ -596,7 +599,6 @@ TEST(FusionMatMul, LibraryGemmIsPriced) {
     ASSERT_NE(mm, nullptr);
     EXPECT_EQ(ch.kernel, mm->name);
     EXPECT_DOUBLE_EQ(own.predicted_s, mm->cost.predicted_s);
-    // The runtime launches only its own GEMM today: kept, and what that costs said.
     EXPECT_EQ(ch.chosen, 2);
     double fastest = own.predicted_s;
     for (const GemmOption& o : ch.options)
@@ -611,20 +613,18 @@ TEST(FusionMatMul, LibraryGemmIsPriced) {
   }
 }
 
-// With --library-gemm a matmul kernel becomes cuBLASLt's where that is predicted faster: an erf
-// GELU epilogue as a kernel of its own reading the product, a bias + tanh GELU folded into the
+// By default a matmul kernel becomes cuBLASLt's where that is predicted faster: an erf GELU
+// epilogue as a kernel of its own reading the product, a bias + tanh GELU folded into the
 // library's native epilogue; the plan stays consistent and each kernel compiles (the library's to
-// no code).
-TEST(FusionMatMul, LibraryGemmWhenAsked) {
+// no code). Where cuBLASLt is missing, the plan keeps its own GEMM and says why and what it loses.
+TEST(FusionMatMul, LibraryGemmWhereFaster) {
   for (bool tanh : {false, true}) {
     SCOPED_TRACE(tanh ? "bias + tanh GELU" : "bias + erf GELU");
     Graph g(tanh ? "lib_tanh" : "lib_erf");
     Tensor y = matmul(input(g, "a", {2048, 1024}, DType::BF16), input(g, "w", {1024, 2048}, DType::BF16)) +
                input(g, "b", {2048}, DType::BF16);
     output("y", gelu(y, tanh ? GeluApprox::Tanh : GeluApprox::None));
-    FusionOptions o;
-    o.library_gemm = LibraryGemmUse::WhenFaster;
-    Plan p = plan_fusion(g, o);
+    Plan p = plan_fusion(g);
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
     ASSERT_EQ(p.gemm_choices.size(), 1u);
     EXPECT_EQ(p.gemm_choices[0].chosen, tanh ? 1 : 0);
@@ -649,6 +649,17 @@ TEST(FusionMatMul, LibraryGemmWhenAsked) {
       }
     }
     EXPECT_NE(plan_report_text(p).find("cuBLASLt GEMM, epilogue"), std::string::npos);
+
+    FusionOptions missing;
+    missing.profile.library_gemm_missing = "libcublasLt.so.13 not found";
+    Plan own = plan_fusion(g, missing);
+    ASSERT_EQ(own.gemm_choices.size(), 1u);
+    const GemmChoice& ch = own.gemm_choices[0];
+    EXPECT_EQ(ch.chosen, 2);
+    for (const Kernel& k : own.kernels) EXPECT_FALSE(k.library.has_value()) << k.name;
+    EXPECT_GT(ch.lost_s, 0);
+    EXPECT_NE(ch.note.find("libcublasLt.so.13 not found"), std::string::npos) << ch.note;
+    EXPECT_NE(plan_report_text(own).find("not available here"), std::string::npos);
   }
 }
 

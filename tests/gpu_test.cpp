@@ -81,6 +81,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     for (int stages : {-1, 0}) {
       SCOPED_TRACE(fmt::format("{}, stages {}", c.name, stages));
       FusionOptions o;
+      o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
       o.schedule.stages = stages;
       Plan p = plan_fusion(g, o);
       EXPECT_EQ(p.kernels.size(), 1u);  // the epilogue fused
@@ -105,6 +106,7 @@ TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
            {64, 64, 2, 0}, {128, 256, 3, 0}, {256, 128, 4, 0}, {128, 128, 3, 3}, {64, 128, 2, 2}}) {
     SCOPED_TRACE(fmt::format("{}x{}, {} stages, group {}", v.m, v.n, v.stages, v.group));
     FusionOptions o;
+    o.library_gemm = LibraryGemmUse::Never;
     o.schedule.gemm_block_m = v.m;
     o.schedule.gemm_block_n = v.n;
     o.schedule.stages = v.stages;
@@ -121,7 +123,9 @@ TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
 TEST(GpuMatMul, FullShapeSampled) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
-  Executable exe(plan_fusion(find_example("matmul").build()));
+  FusionOptions own_gemm;
+  own_gemm.library_gemm = LibraryGemmUse::Never;
+  Executable exe(plan_fusion(find_example("matmul").build(), own_gemm));
   TensorMap in = random_inputs(exe.plan().graph, seed);
   const std::vector<double> out = exe.run(in).at("c").to_doubles();
   const std::vector<double> a = in.at("a").to_doubles(), b = in.at("b").to_doubles();

@@ -127,7 +127,9 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
     CompiledKernel c;
     c.name = k.name;
     c.library = true;
-    c.tile_ir = fmt::format("// {}: cuBLASLt GEMM (%{} matmul, epilogue: {}); no generated code\n", k.name,
+    c.tile_ir = fmt::format(
+        "// {}: cuBLASLt GEMM (%{} matmul, epilogue: {}); no generated code (tilefuse's own: --library-gemm never)\n",
+        k.name,
                             contraction(g, k), library_epilogue_name(*k.library));
     return c;
   }

@@ -41,6 +41,9 @@ struct DeviceProfile {
   // to 2048×262144 softmax on the H200, bench/NOTES.md v9).
   double split_step_s = 0.27e-6;
   bool bulk_copies = true;
+  // Why cuBLASLt cannot run matmul kernels here, or empty where it can (the H200's profile
+  // assumes it; the runtime fills this from runtime/cublaslt.h before it plans for a device).
+  std::string library_gemm_missing;
 
   static DeviceProfile h200() { return {}; }
 };

@@ -197,14 +197,16 @@ void price_library_gemm(Plan& plan) {
     for (size_t i = 0; i < c.options.size(); ++i)
       if (c.options[i].applies && c.options[i].predicted_s < c.options[fastest].predicted_s) fastest = i;
     const LibraryGemmUse use = plan.options.library_gemm;
+    const std::string& missing = plan.options.profile.library_gemm_missing;
     if (use == LibraryGemmUse::Always)  // the library's fastest option, whatever the own kernel's time
       fastest = c.options[1].applies && (!c.options[0].applies || c.options[1].predicted_s <= c.options[0].predicted_s)
                     ? 1
                     : c.options[0].applies ? 0 : 2;
-    if (fastest != 2 && use == LibraryGemmUse::Never) {
+    if (fastest != 2 && (use == LibraryGemmUse::Never || !missing.empty())) {
       c.chosen = 2;
       c.lost_s = c.options[2].predicted_s - c.options[fastest].predicted_s;
-      c.note = "cuBLASLt is not chosen without --library-gemm (its runtime path has not run on a GPU yet)";
+      c.note = missing.empty() ? "cuBLASLt is not chosen: the plan was asked for tilefuse's GEMM only (--library-gemm never)"
+                               : "cuBLASLt is not available here (" + missing + ")";
     } else {
       c.chosen = static_cast<int>(fastest);
     }

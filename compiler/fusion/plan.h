@@ -131,9 +131,8 @@ enum class LibraryGemmUse { Never, WhenFaster, Always };
 struct FusionOptions {
   bool fuse = true;
   // Whether a matmul kernel may be cuBLASLt's (the report's "library GEMM priced"): never, where
-  // the library is predicted faster, or wherever it can compute the kernel. Never by default until
-  // the runtime's cuBLASLt path has run on a GPU.
-  LibraryGemmUse library_gemm = LibraryGemmUse::Never;
+  // the library is predicted faster (the default), or wherever it can compute the kernel.
+  LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   int max_registers = 128;  // per thread; a fused kernel estimated above this is refused
   ScheduleHints schedule;
   DeviceProfile profile = DeviceProfile::h200();

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
+#include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/iteration_space.h"
 #include "compiler/support/json.h"
 
@@ -137,6 +140,9 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
   }
   s += "\ndecisions (consumers first, then merges of kernels that read a tensor in common)\n";
   if (plan.decisions.empty()) s += "  none: fusion is off or no value has a consumer\n";
+  std::set<NodeId> by_library;  // matmuls the library GEMM computes
+  for (const Kernel& k : plan.kernels)
+    if (k.library) by_library.insert(contraction(g, k));
   int i = 0;
   for (const FusionDecision& d : plan.decisions) {
     s += fmt::format("  #{} {}", ++i, verdict_name(d.verdict));
@@ -159,6 +165,8 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     }
     s += fmt::format("     options: {}\n", fmt::join(opts, " | "));
     if (d.library_gemm_lost) s += "     the fused kernel computes the matmul itself: the library GEMM is given up (see below)\n";
+    if (d.verdict != Verdict::Materialized && by_library.count(d.producer))
+      s += "     undone: the matmul is cuBLASLt's (see the library GEMM priced, below)\n";
   }
   if (!plan.gemm_choices.empty()) {
     s += "\nmatmul kernels: the library GEMM priced\n";

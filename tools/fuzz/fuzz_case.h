@@ -36,7 +36,7 @@ struct CaseResult {
 };
 
 // The plans a case builds: the default options, or — picked by the seed — schedule hints, the
-// sm_80 target or --library-gemm; and sometimes the unfused plan too (an independent path to the
+// sm_80 target or --library-gemm never; and sometimes the unfused plan too (an independent path to the
 // same outputs).
 struct Variant {
   std::string name;

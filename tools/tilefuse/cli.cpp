@@ -65,9 +65,9 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
 common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
   --no-fuse                    plan every op as its own kernel
-  --library-gemm               let a matmul be cuBLASLt's where the report's priced options say
-                               the library is faster (its runtime path is new: not yet the default)
-  --library-gemm-always        every matmul cuBLASLt can compute is cuBLASLt's
+  --library-gemm MODE          whether a matmul may be cuBLASLt's: faster (the default: where the
+                               report's priced options say the library is faster), never, or
+                               always (wherever cuBLASLt can compute it)
   --max-registers N            register budget per thread for fused kernels (default 128;
                                matmul kernels: up to the device's 255)
   --seed N                     seed for random inputs, 0..2^64-1 (default: drawn at random
@@ -101,8 +101,8 @@ struct Args {
   std::vector<std::string> names;
   std::vector<std::vector<float>> rows;
   int tile = 2;
-  bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false,
-       library_gemm = false, library_gemm_always = false;
+  bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false;
+  LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0;
@@ -160,9 +160,7 @@ std::vector<float> parse_row(const std::string& text) {
 FusionOptions fusion_options(const Args& a) {
   FusionOptions fo;
   fo.fuse = !a.no_fuse;
-  fo.library_gemm = a.library_gemm_always ? LibraryGemmUse::Always
-                    : a.library_gemm        ? LibraryGemmUse::WhenFaster
-                                            : LibraryGemmUse::Never;
+  fo.library_gemm = a.library_gemm;
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group};
@@ -205,8 +203,6 @@ Args parse(int argc, char** argv) {
         {"--check", &Args::check},
         {"--bench", &Args::bench},
         {"--no-fuse", &Args::no_fuse},
-        {"--library-gemm", &Args::library_gemm},
-        {"--library-gemm-always", &Args::library_gemm_always},
         {"--measured-profile", &Args::measured_profile},
         {"--cache-report", &Args::cache_report}};
     if (s == "--json" && a.command == "bench")
@@ -247,6 +243,13 @@ Args parse(int argc, char** argv) {
       a.gemm_group = parse_int(s, value(), 1, 64);
     else if (s == "--seed")
       a.seed = parse_seed(value());
+    else if (s == "--library-gemm") {
+      const std::string v = value();
+      static const std::map<std::string, LibraryGemmUse> uses = {
+          {"never", LibraryGemmUse::Never}, {"faster", LibraryGemmUse::WhenFaster}, {"always", LibraryGemmUse::Always}};
+      if (!uses.count(v)) throw UsageError(fmt::format("--library-gemm needs never, faster or always, got '{}'", v));
+      a.library_gemm = uses.at(v);
+    }
     else if (s.rfind("--", 0) == 0)
       throw UsageError(fmt::format("unknown option '{}' for '{}'", s, a.command));
     else
@@ -276,6 +279,7 @@ Plan make_plan(const Args& a, const std::string& name) {
     measured.bulk_copies &= fo.profile.bulk_copies;
     fo.profile = measured;
   }
+  note_missing_libraries(fo.profile);
   Plan p = plan_fusion(g, fo);
   for (const std::string& hint : ineffective_hints(p))
     fmt::print(stderr, "{}: note: {} changes no kernel's schedule in this plan\n", program, hint);
