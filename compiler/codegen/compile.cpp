@@ -99,6 +99,23 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
   return std::string(buf.str());
 }
 
+// A module through O3 to PTX; `llvm_ir` gets the optimized module's text.
+static std::string module_ptx(std::unique_ptr<llvm::Module> module, const CodegenOptions& opt, std::string* llvm_ir) {
+  llvm::TargetMachine& tm = target_machine(opt);
+  module->setDataLayout(tm.createDataLayout());
+  optimize(*module, tm);
+  llvm::raw_string_ostream os(*llvm_ir);
+  module->print(os, nullptr);
+  os.flush();
+  return emit_ptx(*module, tm);
+}
+
+std::string program_ptx(const tir::Program& p, const CodegenOptions& opt) {
+  llvm::LLVMContext ctx;
+  std::string llvm_ir;
+  return module_ptx(emit_program(p, ctx), opt, &llvm_ir);
+}
+
 namespace {
 
 std::mutex cache_mu;
@@ -187,15 +204,8 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   {
     TraceRange range("compile " + k.name);
     llvm::LLVMContext ctx;
-    auto module = program ? emit_program(*program, ctx) : lower_to_llvm(*tile, ctx);
-    llvm::TargetMachine& tm = target_machine(opt);
-    module->setDataLayout(tm.createDataLayout());
-    optimize(*module, tm);
-    llvm::raw_string_ostream os(c.llvm_ir);
-    module->print(os, nullptr);
-    os.flush();
+    c.ptx = module_ptx(program ? emit_program(*program, ctx) : lower_to_llvm(*tile, ctx), opt, &c.llvm_ir);
     dump("llvm", k.name, c.llvm_ir);
-    c.ptx = emit_ptx(*module, tm);
     dump("ptx", k.name, c.ptx);
   }
   disk_cache_store(disk_key, target, c);

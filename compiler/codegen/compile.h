@@ -6,6 +6,7 @@
 #include "compiler/codegen/target.h"
 #include "compiler/fusion/plan.h"
 #include "compiler/fusion/report.h"
+#include "compiler/tile/ir.h"
 
 namespace tilefuse {
 
@@ -50,6 +51,9 @@ CompileCounts compile_counts();
 // Empties this process's in-memory cache (the disk cache stays): the next compiles of the same
 // kernels come from the disk, or from LLVM.
 void forget_compiled_in_memory();
+
+// A Tile IR v2 program through LLVM to PTX, uncached (a program built outside a plan).
+std::string program_ptx(const tir::Program& p, const CodegenOptions& opt = {});
 
 // TILEFUSE_PTXAS, else /usr/local/cuda/bin/ptxas, else ptxas on PATH; empty when there is none.
 std::string find_ptxas();

@@ -119,8 +119,11 @@ class Emitter {
     const bool k_axis = (t.frag == Frag::A && d == 1) || (t.frag == Frag::B && d == 0);
     if (k_axis) return 4;
     if (d == 0) return p_.mma->warp_m / 16 * 2;
-    return t.frag == Frag::B ? p_.mma->warp_n / 8 : p_.mma->warp_n / 8 * 2;
+    return t.frag == Frag::B ? warp_cols(t) / 8 : warp_cols(t) / 8 * 2;
   }
+  // A B or accumulator fragment's columns per warp (its tile's columns over the warps along them:
+  // the program's warp_n for a matmul; an attention's scores and output differ in width).
+  int warp_cols(const Type& t) const { return static_cast<int>(t.shape[1] / p_.mma->warps_n); }
   Value* i32(int v) { return b_.getInt32(static_cast<uint32_t>(v)); }
   Value* position(const Type& t, size_t d, int slot) {
     if (t.frag == Frag::None) {
@@ -131,7 +134,7 @@ class Emitter {
     const bool k_axis = (t.frag == Frag::A && d == 1) || (t.frag == Frag::B && d == 0);
     if (k_axis)  // (kk, c)
       return b_.CreateAdd(b_.CreateMul(in_group_, i32(2)), i32(8 * (slot / 2) + slot % 2));
-    const int warp_extent = d == 0 ? p_.mma->warp_m : p_.mma->warp_n;
+    const int warp_extent = d == 0 ? p_.mma->warp_m : warp_cols(t);
     Value* base = b_.CreateMul(warp_[d], i32(warp_extent));
     if (d == 0)  // (i, h)
       return b_.CreateAdd(base, b_.CreateAdd(group_, i32(16 * (slot / 2) + 8 * (slot % 2))));
@@ -378,6 +381,8 @@ class Emitter {
         return store(i);
       case Opcode::Compute:
         return compute(i);
+      case Opcode::Convert:
+        return convert(i);
       case Opcode::Yield:
         break;
     }
@@ -407,10 +412,13 @@ class Emitter {
   }
 
   // Along an axis no two threads share (threads[axis] == 1): the thread's own elements combined
-  // in order. (Reductions across threads stay with the first Tile IR until they move here.)
+  // in order; an accumulator's rows (the verifier allows axis 1 with warps_n 1): each thread's
+  // elements of a row, then its quad's (the four lanes holding that row) by butterfly shuffles.
+  // (Other reductions across threads stay with the first Tile IR until they move here.)
   void reduce(const Inst& i) {
     const size_t d = static_cast<size_t>(i.axis);
     const Type& in = type(i.args[0]);
+    if (in.frag == Frag::Acc) return reduce_rows(i);
     if (l_.threads[d] != 1)
       throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
                                      p_.name, d));
@@ -428,6 +436,43 @@ class Emitter {
       }
       out.push_back(acc);
     }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  void reduce_rows(const Inst& i) {
+    const Type& in = type(i.args[0]);
+    const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
+    const Op combine = i.op == Op::ReduceSum ? Op::Add : i.op == Op::ReduceMax ? Op::Max : Op::Min;
+    const int n0 = slots(in, 0), n1 = slots(in, 1);
+    std::vector<Value*> out;
+    for (int r = 0; r < n0; ++r) {
+      Value* acc = v[static_cast<size_t>(r * n1)];
+      for (int c = 1; c < n1; ++c) acc = element(b_, combine, DType::F32, {acc, v[static_cast<size_t>(r * n1 + c)]}, p_.name);
+      for (int lanes : {1, 2}) {
+        Value* other = b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                          {b_.getInt32(0xffffffffu), acc, i32(lanes), i32(0x1f)});
+        acc = element(b_, combine, DType::F32, {acc, other}, p_.name);
+      }
+      out.push_back(acc);
+    }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // Columns [16·chunk, 16·chunk + 16) of an accumulator as an A fragment: A's slot (row slot,
+  // kk, c) is the accumulator's (row slot, column piece 2·chunk + kk, c) — both hold column
+  // 8·piece + 2·tig + c of rows group and group + 8 — rounded to the A dtype.
+  void convert(const Inst& i) {
+    const Type& in = type(i.args[0]);
+    const Type& t = type(i.results[0]);
+    const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
+    const int chunk = static_cast<int>(i.value), n0 = slots(in, 0), n1 = slots(in, 1);
+    std::vector<Value*> out;
+    for (int r = 0; r < n0; ++r)
+      for (int kk = 0; kk < 2; ++kk)
+        for (int c = 0; c < 2; ++c) {
+          Value* x = v[static_cast<size_t>(r * n1 + (2 * chunk + kk) * 2 + c)];
+          out.push_back(to_compute(b_, to_storage(b_, x, t.dtype), t.dtype));
+        }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
@@ -494,7 +539,7 @@ class Emitter {
     std::vector<Value*> c = vals_[static_cast<size_t>(i.args[2])];
     const llvm::Intrinsic::ID mma = ta.dtype == DType::BF16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16
                                                             : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
-    const int pieces_m = p_.mma->warp_m / 16, pieces_n = p_.mma->warp_n / 8;
+    const int pieces_m = p_.mma->warp_m / 16, pieces_n = warp_cols(tc) / 8;
     const int acc_cols = slots(tc, 1);
     const Type& tb = type(i.args[1]);
     const int b_cols = slots(tb, 1);
@@ -617,7 +662,7 @@ class Emitter {
     Value* high = b_.CreateUDiv(matrix, i32(2));
     std::vector<Value*> out(elements(t));
     const int cols = slots(t, 1);
-    const int loads = a ? p_.mma->warp_m / 16 : p_.mma->warp_n / 16;
+    const int loads = a ? p_.mma->warp_m / 16 : warp_cols(t) / 16;
     for (int piece = 0; piece < loads; ++piece) {
       // The lane's row address: A piece rows + 8·(matrix % 2), k + 8·(matrix / 2); B k + 8·(matrix
       // % 2), n + 8·(matrix / 2); the lane's row of the matrix along the stored rows' axis.
@@ -627,7 +672,7 @@ class Emitter {
         at[1] = b_.CreateMul(high, i32(8));
       } else {
         at[0] = b_.CreateMul(low, i32(8));
-        at[1] = b_.CreateAdd(b_.CreateMul(warp_[1], i32(p_.mma->warp_n)), b_.CreateAdd(i32(16 * piece), b_.CreateMul(high, i32(8))));
+        at[1] = b_.CreateAdd(b_.CreateMul(warp_[1], i32(warp_cols(t))), b_.CreateAdd(i32(16 * piece), b_.CreateMul(high, i32(8))));
       }
       at[1 - stored_along] = b_.CreateAdd(at[1 - stored_along], row8);
       for (size_t d = 0; d < 2; ++d) at[d] = b_.CreateAdd(at[d], off[d]);

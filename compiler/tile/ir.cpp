@@ -93,6 +93,8 @@ const char* opcode_name(Opcode o) {
       return "compute";
     case Opcode::Reduce:
       return "reduce";
+    case Opcode::Convert:
+      return "convert";
     case Opcode::For:
       return "for";
     case Opcode::Yield:
@@ -332,6 +334,15 @@ int Builder::reduce(Op op, int tile, int axis) {
   Type t = p_.types.at(static_cast<size_t>(tile));
   t.shape.at(static_cast<size_t>(axis)) = 1;
   return emit(i, t);
+}
+
+int Builder::convert(int acc, int chunk, DType dtype) {
+  Inst i;
+  i.opcode = Opcode::Convert;
+  i.value = chunk;
+  i.args = {acc};
+  const Type& t = p_.types.at(static_cast<size_t>(acc));
+  return emit(i, Type::tile(dtype, {t.shape.at(0), 16}, Space::Reg, Frag::A));
 }
 
 std::vector<int> Builder::for_loop(int lo, int hi, int step, const std::vector<int>& inits, const LoopBody& body) {

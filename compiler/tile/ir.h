@@ -126,7 +126,13 @@ enum class Opcode {
   Splat,      // a tile of the given type, every element the scalar argument
   InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
-  Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there
+  Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
+              // an accumulator fragment along its columns (warps_n 1): the warp's quads combine
+  // An accumulator's 16 columns from column 16·`value` on, rounded to the result's dtype, as an
+  // A fragment: a product's tile fed to the next dot as its left operand (P·V in attention)
+  // without leaving registers — the m16n8 accumulator layout of two adjacent column pieces is
+  // the m16k16 A layout. Needs warps_n 1 (each warp holds whole rows).
+  Convert,
   For,        // results = the carried values after the loop; region args: the induction
               // variable and the carried values; args: lo, hi, step, initial carried values
   Yield,      // the carried values of the next iteration (the For region's terminator)
@@ -258,6 +264,8 @@ class Builder {
   // `nonpositive_arg`: an exp whose argument is never positive (printed `exp %x nonpositive`).
   int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);
   int reduce(Op op, int tile, int axis);
+  // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.
+  int convert(int acc, int chunk, DType dtype);
   // A loop over [lo, hi) by `step` carrying `inits`: `body` fills the loop's region, given a
   // builder for it, the induction variable and the carried values, and returns the values the
   // next iteration carries. Returns the carried values after the loop.

@@ -138,6 +138,10 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::Yield:
         *out += fmt::format("{}yield {}\n", pad, values(i.args));
         break;
+      case Opcode::Convert:
+        *out += fmt::format("{}{}convert {} chunk {} : {}\n", pad, lhs, values(i.args), number(i.value),
+                            type_of(i.results[0]));
+        break;
       case Opcode::IndexMul:
       case Opcode::IndexAdd:
       case Opcode::IndexDiv:
@@ -565,6 +569,13 @@ class Parser {
       punct(":");
       Type t = type();
       if (i.opcode == Opcode::Load) results({t});
+    } else if (op == "convert") {
+      i.opcode = Opcode::Convert;
+      i.args = {use("the converted accumulator")};
+      word("chunk");
+      i.value = static_cast<double>(integer());
+      punct(":");
+      results({type()});
     } else if (op == "dot") {
       i.opcode = Opcode::Dot;
       i.args = uses_until_colon();
@@ -648,10 +659,9 @@ class Parser {
     } else if (op == "yield") {
       i.opcode = Opcode::Yield;
       while (peek().kind == Token::Value) {
-        if (!i.args.empty()) punct(",");
         i.args.push_back(use("a yielded value"));
-        if (at_punct(",")) continue;
-        break;
+        if (!at_punct(",")) break;
+        next();
       }
     } else if (op.rfind("reduce_", 0) == 0) {
       i.opcode = Opcode::Reduce;

@@ -64,6 +64,11 @@ class Verifier {
     bool fits = t.shape.size() == 2;
     for (size_t d = 0; fits && d < 2; ++d)
       fits = t.shape[d] == want[d] || (t.frag == Frag::Acc && t.shape[d] == 1);
+    // B and accumulator tiles may span other widths than the program's warp_n (an attention's
+    // scores and output): whole 16-column pieces (B: an ldmatrix.x4 pair) or 8 (an accumulator)
+    // per warp.
+    if (!fits && t.shape.size() == 2 && t.shape[0] == want[0] && t.frag != Frag::A)
+      fits = t.shape[1] % (int64_t{m.warps_n} * (t.frag == Frag::B ? 16 : 8)) == 0;
     if (!fits) problem(fmt::format("{}: {} is not a {} tile of {}", where(i), type_str(t), frag_name(t.frag), shape_str(want)));
   }
 
@@ -294,9 +299,25 @@ class Verifier {
           const Type& out = type(i.results.at(0));
           Shape expect = t.shape;
           if (i.axis >= 0 && static_cast<size_t>(i.axis) < expect.size()) expect[static_cast<size_t>(i.axis)] = 1;
-          if (!t.is_tile() || !out.is_tile() || out.shape != expect || out.dtype != t.dtype ||
+          if (!t.is_tile() || !out.is_tile() || out.shape != expect || out.dtype != t.dtype || out.frag != t.frag ||
               op_info(i.op).kind != OpKind::Reduce)
             problem(fmt::format("{}: {} along axis {} does not give {}", where(i), type_str(t), i.axis, type_str(out)));
+          if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
+            problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
+          break;
+        }
+        case Opcode::Convert: {
+          const Type& t = type(i.args.at(0));
+          const Type& out = type(i.results.at(0));
+          if (t.frag != Frag::Acc || out.frag != Frag::A || (out.dtype != DType::BF16 && out.dtype != DType::F16) ||
+              t.shape.size() != 2 || out.shape != Shape{t.shape[0], 16})
+            problem(fmt::format("{}: takes an accumulator to a bf16 or f16 A fragment of its rows", where(i)));
+          else if (!p_.mma || p_.mma->warps_n != 1)
+            problem(fmt::format("{}: needs warps_n 1 (each warp holding whole rows)", where(i)));
+          else if (i.value < 0 || i.value != static_cast<int>(i.value) || 16 * (i.value + 1) > static_cast<double>(t.shape[1]))
+            problem(fmt::format("{}: chunk {} is not a 16-column piece of {}", where(i), i.value, type_str(t)));
+          check_tile_shape(i, t);
+          check_tile_shape(i, out);
           break;
         }
         case Opcode::For:

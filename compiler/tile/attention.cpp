@@ -1,0 +1,164 @@
+#include "compiler/tile/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "compiler/support/error.h"
+#include "compiler/tile/ir_verify.h"
+
+namespace tilefuse::tir {
+
+namespace {
+
+class AttentionProgram {
+ public:
+  explicit AttentionProgram(const AttentionShape& s) : s_(s) {}
+
+  Program build(const std::string& name) {
+    check();
+    const int warps = s_.block_m / 16;
+    p_.name = name;
+    p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
+    p_.mma = MmaConfig{warps, 1, 16, s_.block_n};
+    p_.grid = {m_blocks() * s_.batch_heads};
+    p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
+    add_params();
+    p_.shared.push_back({"k_ring", s_.dtype, 2, {s_.d, s_.block_n}, true});
+    p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, s_.d}, false});
+    Builder b(p_, p_.body);
+    zero_ = b.index(0);
+    const int pid = b.program_id(0);
+    bh_ = b.div(pid, b.index(m_blocks()));
+    const int first_row = b.mul(bh_, b.index(s_.n_q));
+    row0_ = b.add(first_row, b.mul(b.rem(pid, b.index(m_blocks())), b.index(s_.block_m)));
+    row_end_ = b.add(first_row, b.index(s_.n_q));
+    for (int64_t kk = 0; kk < s_.d; kk += 16)
+      q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
+    const std::vector<int> carried = key_loop(b);
+    b.wait_group(0);  // nothing in flight when the block ends
+    store_output(b, carried[0], carried[2]);
+    verify_program(p_);
+    return std::move(p_);
+  }
+
+ private:
+  void check() const {
+    if (s_.dtype != DType::BF16 && s_.dtype != DType::F16)
+      throw Error(fmt::format("attention on tensor cores takes bf16 or f16, not {}", dtype_name(s_.dtype)));
+    // (A ring's rows are swizzled in lines of a power of two of 16-byte chunks: d = 96 waits for
+    // a swizzle that takes other widths.)
+    if (s_.d < 16 || s_.d > 256 || (s_.d & (s_.d - 1)) != 0)
+      throw Error(fmt::format("attention's head dimension must be 16, 32, 64, 128 or 256, not {}", s_.d));
+    if (s_.block_m % 16 != 0 || s_.block_m < 16 || s_.block_m > 128 || s_.block_n % 16 != 0 || s_.block_n < 16 ||
+        s_.block_n > 128)
+      throw Error(fmt::format("attention tiles of {}×{}: rows and keys per tile are multiples of 16 up to 128",
+                              s_.block_m, s_.block_n));
+    if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
+      throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
+  }
+  int64_t m_blocks() const { return (s_.n_q + s_.block_m - 1) / s_.block_m; }
+  int64_t steps() const { return (s_.n_kv + s_.block_n - 1) / s_.block_n; }
+
+  // q and o as [batch_heads·n_q, d] rows; v as [batch_heads·n_kv, d]; k read as Kᵀ, a
+  // column-major [batch_heads·d, n_kv] (each head's d rows one group).
+  void add_params() {
+    auto param = [&](const char* name, Shape view, bool output) {
+      Param prm;
+      prm.name = name;
+      prm.dtype = s_.dtype;
+      prm.view = std::move(view);
+      prm.output = output;
+      p_.params.push_back(prm);
+      return static_cast<int>(p_.params.size()) - 1;
+    };
+    q_param_ = param("q", {s_.batch_heads * s_.n_q, s_.d}, false);
+    k_param_ = param("k", {s_.batch_heads * s_.d, s_.n_kv}, false);
+    p_.params.back().col_major = true;
+    p_.params.back().group_rows = s_.d;
+    v_param_ = param("v", {s_.batch_heads * s_.n_kv, s_.d}, false);
+    o_param_ = param("o", {s_.batch_heads * s_.n_q, s_.d}, true);
+  }
+
+  // Key tile j's K and V into stage `stage` of their rings (keys past n_kv zero-filled).
+  void copy_keys(Builder& b, int j, int stage) {
+    const int key0 = b.mul(j, b.index(s_.block_n));
+    const int v_row0 = b.add(b.mul(bh_, b.index(s_.n_kv)), key0);
+    const int v_end = b.add(b.mul(bh_, b.index(s_.n_kv)), b.index(s_.n_kv));
+    b.copy_async(k_param_, {b.mul(bh_, b.index(s_.d)), key0}, 0, stage, {false, true}, {-1, -1});
+    b.copy_async(v_param_, {v_row0, zero_}, 1, stage, {true, false}, {v_end, -1});
+    b.commit_group();
+  }
+
+  // The loop over key tiles: (O, m, l) after the last.
+  std::vector<int> key_loop(Builder& b) {
+    const Shape rows = {s_.block_m, 1}, out = {s_.block_m, s_.d};
+    const int o = b.tile_const(0, DType::F32, out, Frag::Acc);
+    const int m = b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc);
+    const int l = b.tile_const(0, DType::F32, rows, Frag::Acc);
+    copy_keys(b, zero_, zero_);
+    const int two = b.index(2);
+    return b.for_loop(zero_, b.index(steps()), b.index(1), {o, m, l},
+                      [&](Builder& in, int j, const std::vector<int>& c) {
+                        // Tile j's copies done, and every thread past its reads of the other stage.
+                        in.wait_group(0);
+                        in.barrier();
+                        const int next = in.add(j, in.index(1));
+                        copy_keys(in, next, in.rem(next, two));
+                        return step(in, j, in.rem(j, two), c);
+                      });
+  }
+
+  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c) {
+    const Shape scores = {s_.block_m, s_.block_n};
+    int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
+    for (size_t kk = 0; kk < q_.size(); ++kk) {
+      const int k = b.load_shared(0, stage, {b.index(16 * static_cast<int64_t>(kk)), zero_}, {16, s_.block_n}, Frag::B);
+      s = b.dot(q_[kk], k, s);
+    }
+    s = b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
+    if (s_.n_kv % s_.block_n != 0) {
+      const int key0 = b.mul(j, b.index(s_.block_n));
+      s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
+    }
+    const int m = b.compute(Op::Max, {c[1], b.reduce(Op::ReduceMax, s, 1)}, DType::F32);
+    // The shift: the running max, or 0 while a row has seen no finite score (e^(−inf − 0) = 0).
+    const int shift =
+        b.compute(Op::Where, {b.compute(Op::Eq, {m, ninf}, DType::Bool), b.scalar(0, DType::F32), m}, DType::F32);
+    const int alpha = b.compute(Op::Exp, {b.compute(Op::Sub, {c[1], shift}, DType::F32)}, DType::F32, true);
+    const int p = b.compute(Op::Exp, {b.compute(Op::Sub, {s, shift}, DType::F32)}, DType::F32, true);
+    const int l = b.compute(Op::Add, {b.compute(Op::Mul, {c[2], alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
+                            DType::F32);
+    int o = b.compute(Op::Mul, {c[0], alpha}, DType::F32);
+    for (int64_t kk = 0; kk < s_.block_n; kk += 16) {
+      const int pa = b.convert(p, static_cast<int>(kk / 16), s_.dtype);
+      const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, s_.d}, Frag::B);
+      o = b.dot(pa, v, o);
+    }
+    return {o, m, l};
+  }
+
+  // O / l, 0 where l is 0 (a row with no finite score), in the output's dtype.
+  void store_output(Builder& b, int o, int l) {
+    const int empty = b.compute(Op::Eq, {l, b.scalar(0, DType::F32)}, DType::Bool);
+    const int safe = b.compute(Op::Where, {empty, b.scalar(1, DType::F32), l}, DType::F32);
+    const int y = b.compute(Op::Cast, {b.compute(Op::Div, {o, safe}, DType::F32)}, s_.dtype);
+    b.store(o_param_, {row0_, zero_}, y, {true, false}, {row_end_, -1});
+  }
+
+  const AttentionShape s_;
+  Program p_;
+  std::vector<int> q_;  // Q's fragments, 16 of d each
+  int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
+  int zero_ = -1, bh_ = -1, row0_ = -1, row_end_ = -1;
+};
+
+}  // namespace
+
+Program attention_program(const AttentionShape& s, const std::string& name) {
+  return AttentionProgram(s).build(name);
+}
+
+}  // namespace tilefuse::tir
