@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On the GPU machine: the attention loop's GPU tests (float64 checks; a 64-head 4096² d 128 run
+# timed), PyTorch's scaled_dot_product_attention on the same shape (flash and cuDNN backends)
+# in the same call, and compute-sanitizer's racecheck over the small cases' shared rings. Needs
+# bundle/ (scripts/build_bundle.sh); writes its logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
+echo "bundle $(cat $B/COMMIT 2>/dev/null)"
+timeout 200 $B/tilefuse_tests --gtest_filter='*Attention*' >"$OUT/attention_tests.log" 2>&1
+echo "tests exit: $?"
+grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" | head -40
+echo "== PyTorch scaled_dot_product_attention, same shape"
+timeout 120 python3 - <<'PY' 2>&1 | tee "$OUT/attention_peers.log"
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+def median_ms(f, n=10):
+    for _ in range(3): f()
+    s, e, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+    for _ in range(n):
+        s.record(); f(); e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
+    return sorted(ts)[n // 2]
+b, h, n, d = 4, 16, 4096, 128
+q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+flops = 4 * b * h * n * n * d
+for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
+    try:
+        with sdpa_kernel(backend):
+            t = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        print(f"sdpa {name} {b}x{h} heads x {n}^2 d {d} bf16: {t:.4f} ms, {flops / t / 1e9:.1f} TFLOP/s")
+    except Exception as e:
+        print(f"sdpa {name}: {type(e).__name__}: {e}")
+PY
+echo "== racecheck (small attention cases)"
+timeout 120 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuAttention.MatchesFloat64' \
+  >"$OUT/attention_racecheck.log" 2>&1
+echo "racecheck exit: $?"
+grep -E "RACECHECK SUMMARY|Error|OK|FAILED" "$OUT/attention_racecheck.log" | head -10
