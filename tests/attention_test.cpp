@@ -1,18 +1,26 @@
-// The attention loop in Tile IR v2 (compiler/tile/attention.h): its program verifies and
+// Attention found by fusion (compiler/fusion/contraction_chain.h) and the attention loop in Tile
+// IR v2 (compiler/tile/attention.h). The loop: its program verifies and
 // round-trips, its PTX has the tensor-core, quad-shuffle and async-copy instructions and ptxas
 // takes it without spills, and on a GPU it matches a float64 softmax(Q·Kᵀ·scale)·V on seeded
 // random inputs into a poisoned output — odd sequence lengths, several heads, head dims 16 to
-// 128, bf16 and f16. These check the two layout operations attention adds (an accumulator's row
-// reductions and its conversion into the next dot's A fragment) before any schedule work.
+// 128, bf16 and f16 — the two layout operations attention adds (an accumulator's row reductions
+// and its conversion into the next dot's A fragment) checked on their own. The fusion: plain
+// graphs of matmul → f → softmax → matmul become one kernel that the float64 check accepts;
+// graphs outside the rule keep their scores, and the report says why.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "compiler/codegen/compile.h"
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/plan_check.h"
+#include "compiler/fusion/report.h"
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/attention.h"
@@ -260,6 +268,145 @@ TEST(GpuAttention, LargeShapeSampled) {
   const double flops = 4.0 * static_cast<double>(s.n_q * s.n_kv * s.d * s.batch_heads);
   std::printf("  attention 64 heads × 4096² d 128 bf16: %.4f ms, %.1f TFLOP/s; worst sampled |error| %.3g\n",
               r.median_ms, flops / (r.median_ms * 1e-3) / 1e12, worst);
+}
+
+}  // namespace
+}  // namespace tilefuse
+
+namespace tilefuse {
+namespace {
+
+using namespace dsl;
+
+// q, k, v of [2, 3, n, d] (or n_kv keys) in `dt`.
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv qkv(Graph& g, int64_t n, int64_t n_kv, int64_t d, DType dt) {
+  return {input(g, "q", {2, 3, n, d}, dt), input(g, "k", {2, 3, n_kv, d}, dt), input(g, "v", {2, 3, n_kv, d}, dt)};
+}
+
+const Kernel* only_attention(const Plan& p) {
+  const Kernel* a = nullptr;
+  for (const Kernel& k : p.kernels)
+    if (k.kind == ScheduleKind::Attention) a = &k;
+  return p.kernels.size() == 1 ? a : nullptr;
+}
+
+// The graphs the rule takes: the DSL's composite, softcapped scores, all-bf16 scores (no cast),
+// odd lengths, f16.
+std::vector<Graph> chains() {
+  std::vector<Graph> out;
+  {
+    Graph g("composite");
+    Qkv t = qkv(g, 100, 77, 64, DType::BF16);
+    output("o", attention(t.q, t.k, t.v, 0.125));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("softcap");  // tanh(s / 30) · 30, as Gemma's attention caps its logits
+    Qkv t = qkv(g, 64, 130, 32, DType::BF16);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * (1.0 / std::sqrt(32.0));
+    output("o", matmul(cast(softmax(tanh(s * (1.0 / 30)) * 30.0), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("bf16_scores");  // the scores, the softmax and P all bf16: no cast before P·V
+    Qkv t = qkv(g, 65, 64, 16, DType::BF16);
+    output("o", matmul(softmax(matmul(t.q, t.k, {false, true, std::nullopt}) * 0.25), t.v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("f16");
+    Qkv t = qkv(g, 33, 200, 128, DType::F16);
+    output("o", attention(t.q, t.k, t.v, 1.0 / std::sqrt(128.0)));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
+  for (const Graph& g : chains()) {
+    SCOPED_TRACE(g.name());
+    const Plan p = plan_fusion(g);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    const Kernel* k = only_attention(p);
+    ASSERT_NE(k, nullptr) << plan_report_text(p);
+    EXPECT_EQ(k->inputs.size(), 3u);
+    ASSERT_FALSE(p.decisions.empty());
+    const FusionDecision& d = p.decisions.front();
+    EXPECT_NE(d.reason.find("contraction chain"), std::string::npos) << d.reason;
+    // The scores, written and read at least once each unfused, are what fusing saved.
+    const Node& s = p.graph.node(d.producer);
+    EXPECT_EQ(s.op, Op::MatMul);
+    EXPECT_GE(d.bytes_saved, 2 * num_elements(s.shape) * static_cast<int64_t>(dtype_size(s.dtype)));
+    EXPECT_FALSE(d.library_gemm_lost);
+    const std::string report = plan_report_text(p);
+    EXPECT_NE(report.find("a loop over"), std::string::npos) << report;
+    const CompiledKernel c = compile_kernel(p.graph, *k);
+    EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    EXPECT_NE(c.tile_ir.find(" convert "), std::string::npos);
+    if (!find_ptxas().empty()) {
+      auto m = run_ptxas(c.ptx, k->name);
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0);
+    }
+  }
+}
+
+// Outside the rule the scores are written, and the decision for the probabilities says why.
+TEST(FusionAttention, OutsideTheRuleTheScoresAreWrittenAndTheReportSaysWhy) {
+  struct Case {
+    const char* name;
+    std::function<void(Graph&)> build;
+    const char* why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"probabilities_kept",
+            [](Graph& g) {
+              Qkv t = qkv(g, 64, 64, 64, DType::BF16);
+              Tensor p = cast(softmax(matmul(t.q, t.k, {false, true, DType::F32}) * 0.125), DType::BF16);
+              output("p", p);
+              output("o", matmul(p, t.v));
+            },
+            "also used outside the chain"},
+           {"mask_tensor",
+            [](Graph& g) {
+              Qkv t = qkv(g, 64, 64, 64, DType::BF16);
+              Tensor bias = input(g, "bias", {64, 64}, DType::F32);
+              Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125 + bias;
+              output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+            },
+            "mask or bias tensor"},
+           {"head_dim_96",
+            [](Graph& g) {
+              Qkv t = qkv(g, 64, 64, 96, DType::BF16);
+              output("o", attention(t.q, t.k, t.v, 0.1));
+            },
+            "head dimension 96"},
+       }) {
+    SCOPED_TRACE(c.name);
+    Graph g(c.name);
+    c.build(g);
+    const Plan p = plan_fusion(g);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    for (const Kernel& k : p.kernels) EXPECT_NE(k.kind, ScheduleKind::Attention) << k.name;
+    bool said = false;
+    for (const FusionDecision& d : p.decisions)
+      said |= d.reason.find("not one attention kernel") != std::string::npos && d.reason.find(c.why) != std::string::npos;
+    EXPECT_TRUE(said) << plan_report_text(p);
+  }
+}
+
+TEST(GpuAttention, FusedPlansMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (const Graph& g : chains()) {
+    SCOPED_TRACE(g.name());
+    const Plan p = plan_fusion(g);
+    ASSERT_NE(only_attention(p), nullptr);
+    testing::check_on_gpu(p, seed);
+  }
 }
 
 }  // namespace

@@ -248,6 +248,11 @@ Tensor softmax(const Tensor& x, int axis) {
   return e / max(s, constant(x.graph(), 1.0, x.dtype()));
 }
 
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  Tensor s = matmul(q, k, {false, true, DType::F32}) * scale;
+  return matmul(cast(softmax(s), v.dtype()), v);
+}
+
 Tensor log_softmax(const Tensor& x, int axis) {
   Tensor z = x - safe_row_max(x, axis);
   return z - log(sum(exp(z), {axis}, true));

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/row_passes.h"
 #include "compiler/graph/sign.h"
 
@@ -313,8 +314,13 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     return std::nullopt;
   }
   NodeId mm = -1;
+  int matmuls = 0;
   for (NodeId n : k.nodes)
-    if (g.node(n).op == Op::MatMul && mm < 0) mm = n;
+    if (g.node(n).op == Op::MatMul && matmuls++ == 0) mm = n;
+  if (matmuls > 1) {  // a contraction chain (attention), or nothing
+    if (!attention_kernel(g, k, profile, why)) return std::nullopt;
+    return k;
+  }
   if (mm >= 0) {
     if (!matmul_kernel_fits(g, k, mm, why)) return std::nullopt;
     k.kind = ScheduleKind::MatMul;
@@ -347,7 +353,8 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   const bool domain_moves = (base.kind == ScheduleKind::Pointwise &&
                              (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain)) ||
                             base.kind == ScheduleKind::ColumnReduce ||  // its few nodes are checked as a whole
-                            base.kind == ScheduleKind::MatMul || pn.op == Op::MatMul;
+                            base.kind == ScheduleKind::MatMul || base.kind == ScheduleKind::Attention ||
+                            pn.op == Op::MatMul;
   if (domain_moves) {
     std::vector<NodeId> nodes = base.nodes;
     nodes.push_back(p);
@@ -452,6 +459,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   c = {};
   if (k.kind == ScheduleKind::MatMul) return estimate_matmul_cost(g, k, p);
+  if (k.kind == ScheduleKind::Attention) return estimate_attention_cost(g, k, p);
   const TileSchedule& s = k.schedule;
   int64_t domain_elems = num_elements(k.domain);
   // Per-thread elements an operand occupies: full tiles hold rows_per_thread × vec, a bias

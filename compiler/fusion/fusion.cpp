@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/library_gemm.h"
 #include "compiler/fusion/report.h"
@@ -25,6 +26,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "column-reduction";
     case ScheduleKind::MatMul:
       return "matmul";
+    case ScheduleKind::Attention:
+      return "attention";
   }
   return "?";
 }
@@ -129,9 +132,13 @@ class FusionPass {
     plan.unfused_kernels = ordered_kernels();
     plan.unfused = totals_of(plan.unfused_kernels);
     if (opt_.fuse) {
+      fuse_contraction_chains(&plan.decisions);
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it)
-        if (is_compute(*it) && live_[it->id] && !users_[it->id].empty()) plan.decisions.push_back(decide(it->id));
+        if (is_compute(*it) && live_[it->id] && !users_[it->id].empty() && !in_chain_.count(it->id))
+          plan.decisions.push_back(decide(it->id));
       merge_sharing_kernels(&plan.decisions);
+      for (FusionDecision& d : plan.decisions)
+        if (chain_why_.count(d.producer)) d.reason += "; not one attention kernel: " + chain_why_.at(d.producer);
     }
     plan.kernels = ordered_kernels();
     plan.fused = totals_of(plan.kernels);
@@ -285,7 +292,7 @@ class FusionPass {
       o.predicted_s += k.predicted_s;
       // A matmul's tiles set its registers whatever it fuses; what its epilogue adds costs
       // occupancy, not spills, up to the device's per-thread limit.
-      const int budget = c.kernel->kind == ScheduleKind::MatMul
+      const int budget = c.kernel->kind == ScheduleKind::MatMul || c.kernel->kind == ScheduleKind::Attention
                              ? std::max(opt_.max_registers, opt_.profile.max_registers_per_thread)
                              : opt_.max_registers;
       if (k.registers > budget && o.fits) {
@@ -413,6 +420,58 @@ class FusionPass {
     return fmt::format("{}: not fused ({}): {}", edge, layer_name(*d.stopped_by), stop->why_not);
   }
 
+  // Contraction chains (contraction_chain.h), weighed before the edge-by-edge decisions: a
+  // chain's nodes, each still a kernel of its own, become one attention kernel when that is
+  // legal, fits and is predicted faster. Its nodes are then decided: nothing joins or leaves it.
+  // Where a softmax's probabilities reach a matmul but the rule does not hold, the decision for
+  // the probabilities says why.
+  void fuse_contraction_chains(std::vector<FusionDecision>* decisions) {
+    for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it) {
+      if (it->op != Op::MatMul || !live_[it->id] || in_chain_.count(it->id)) continue;
+      std::string why;
+      std::optional<ContractionChain> c = match_contraction_chain(g_, it->id, &why);
+      if (!c) {
+        if (!why.empty()) chain_why_[it->operands[0]] = why;
+        continue;
+      }
+      const std::vector<NodeId> nodes = c->nodes();
+      std::vector<int> into;
+      for (NodeId n : nodes) {
+        if (in_chain_.count(n) || where_[n].size() != 1 || groups_[*where_[n].begin()].size() != 1) break;
+        into.push_back(*where_[n].begin());
+      }
+      if (into.size() != nodes.size()) continue;
+      const std::set<int> touched(into.begin(), into.end());
+      FusionOption before = evaluate({Verdict::Materialized, -1, {}}, touched, nullptr);
+      Move merge{Verdict::Merged, -1, into};
+      Undo u = apply(merge);
+      std::map<int, CachedKernel> kernels;
+      FusionOption after = evaluate(merge, touched, &kernels);
+      if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s) {
+        undo(u);
+        chain_why_[c->cast >= 0 ? c->cast : c->probs] =
+            !after.legal || !after.fits ? after.why_not : "the model predicts the chain's own kernels faster";
+        continue;
+      }
+      for (int h : touched) cache_[h] = {};
+      cache_[into[0]] = std::move(kernels[into[0]]);
+      in_chain_.insert(nodes.begin(), nodes.end());
+      after.verdict = Verdict::Fused;
+      FusionDecision d;
+      d.producer = c->scores;
+      d.consumers = users_[c->scores];
+      d.options = {before, after};
+      record_outcome(d, before, after);
+      const Node& s = g_.node(c->scores);
+      d.reason = fmt::format(
+          "contraction chain %{} matmul → softmax → %{} matmul: one kernel looping over the {} keys, carrying the "
+          "output, the running max and the running sum; the scores {}{} ({} B) never reach memory",
+          c->scores, c->output, c->n_kv, dtype_name(s.dtype), shape_str(s.shape),
+          num_elements(s.shape) * static_cast<int64_t>(dtype_size(s.dtype)));
+      decisions->push_back(d);
+    }
+  }
+
   // The edge-by-edge decisions above see one producer at a time, so they can leave a kernel
   // and its consumer kernel both reading the same tensor — RMSNorm's sum of squares and its
   // scaling both read x when the reduction was weighed before x·x joined it. Afterwards, a
@@ -530,7 +589,9 @@ class FusionPass {
   std::vector<std::vector<NodeId>> users_;  // live users only
   std::vector<std::set<NodeId>> groups_;    // group id → members; empty once merged away
   std::vector<std::set<int>> where_;        // node → groups computing it
-  std::vector<CachedKernel> cache_;         // group id → its kernel
+  std::vector<CachedKernel> cache_;
+  std::set<NodeId> in_chain_;               // nodes of the attention kernels fused
+  std::map<NodeId, std::string> chain_why_;  // a probabilities node: why its chain did not fuse         // group id → its kernel
 };
 
 }  // namespace

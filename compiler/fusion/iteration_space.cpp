@@ -67,10 +67,42 @@ IterationSpace matmul_space(const Graph& g, const Kernel& k) {
   return s;
 }
 
+// O[b…, m, e] = Σ_n softmax_n(f(Σ_d Q[b…, m, d] · K[b…, n, d])) · V[b…, n, e]: parallel
+// {b…, m, e}, reduced {n, d}.
+IterationSpace attention_space(const Graph& g, const Kernel& k) {
+  IterationSpace s;
+  const Node& o = g.node(k.outputs.at(0));
+  const Node& scores = g.node(contraction(g, k));
+  const size_t batch = o.shape.size() - 2;
+  std::vector<int> lead;
+  for (size_t d = 0; d < batch; ++d) {
+    lead.push_back(static_cast<int>(s.axes.size()));
+    s.axes.push_back({batch == 1 ? "b" : fmt::format("b{}", d), o.shape[d], false});
+  }
+  const int m = static_cast<int>(s.axes.size()), e = m + 1, n = m + 2, d = m + 3;
+  s.axes.push_back({"m", o.shape[batch], false});
+  s.axes.push_back({"e", o.shape[batch + 1], false});
+  s.axes.push_back({"n", scores.shape.back(), true});
+  s.axes.push_back({"d", g.node(scores.operands[0]).shape.back(), true});
+  auto along = [&](int rows, int cols) {
+    std::vector<int> axes = lead;
+    axes.push_back(rows);
+    axes.push_back(cols);
+    return axes;
+  };
+  const NodeId q = scores.operands[0], kk = scores.operands[1], v = o.operands[1];
+  for (NodeId id : k.inputs)
+    s.operands.push_back({id, false, id == q ? along(m, d) : id == kk ? along(n, d) : id == v ? along(n, e)
+                                                                                   : std::vector<int>{}});
+  s.operands.push_back({o.id, true, along(m, e)});
+  return s;
+}
+
 }  // namespace
 
 IterationSpace iteration_space(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::MatMul) return matmul_space(g, k);
+  if (k.kind == ScheduleKind::Attention) return attention_space(g, k);
   IterationSpace s;
   std::vector<int> all;
   for (size_t d = 0; d < k.domain.size(); ++d) {
@@ -114,7 +146,7 @@ std::vector<std::string> space_problems(const Graph& g, const Kernel& k, const I
       used[static_cast<size_t>(a)] = true;
       if (axis.extent != shape[d])
         out.push_back(fmt::format("%{} dimension {} ({}) runs along {} of {}", m.node, d, shape[d], axis.name, axis.extent));
-      if (m.output && axis.reduced && k.kind == ScheduleKind::MatMul)
+      if (m.output && axis.reduced && (k.kind == ScheduleKind::MatMul || k.kind == ScheduleKind::Attention))
         out.push_back(fmt::format("output %{} runs along the contracted axis {}", m.node, axis.name));
     }
   }

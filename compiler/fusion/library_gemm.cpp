@@ -233,13 +233,13 @@ void price_library_gemm(Plan& plan) {
       plan.fused.predicted_s += k.cost.predicted_s;
     }
   }
-  // A matmul fused with what follows it into a kernel tilefuse generates gives up the library.
-  std::set<NodeId> by_library;
+  // A matmul fused with what follows it into a matmul kernel tilefuse generates gives up the
+  // library (an attention kernel's products are its loop: no library GEMM computes them).
+  std::set<NodeId> own_gemm;
   for (const Kernel& k : plan.kernels)
-    if (k.library) by_library.insert(k.nodes.begin(), k.nodes.end());
+    if (k.kind == ScheduleKind::MatMul && !k.library) own_gemm.insert(contraction(plan.graph, k));
   for (FusionDecision& d : plan.decisions)
-    d.library_gemm_lost = plan.graph.node(d.producer).op == Op::MatMul && d.verdict != Verdict::Materialized &&
-                          !by_library.count(d.producer);
+    d.library_gemm_lost = d.verdict != Verdict::Materialized && own_gemm.count(d.producer);
 }
 
 }  // namespace tilefuse

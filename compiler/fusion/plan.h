@@ -15,8 +15,9 @@ namespace tilefuse {
 // Pointwise: every axis of the domain parallel. RowReduce: the trailing axes reduced.
 // ColumnReduce: a block of axes followed by parallel ones reduced (a bias gradient's sum over
 // rows): the domain is [P, R, C] with R reduced. MatMul: one contraction (its domain is the
-// product's shape) and a pointwise epilogue on its result.
-enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul };
+// product's shape) and a pointwise epilogue on its result. Attention: a contraction chain
+// (compiler/fusion/contraction_chain.h), O = softmax(f(Q·Kᵀ))·V as one loop over key tiles.
+enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul, Attention };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {

@@ -38,6 +38,12 @@ std::string TileSchedule::describe() const {
         outer > 1 ? fmt::format(" for each of {} column sets", outer) : "", split_blocks, split_blocks == 1 ? "" : "s",
         split_rows, grid(), split_blocks > 1 ? "; the parts meet in the workspace, added up by each tile's last block" : "",
         vec);
+  if (attention)
+    return fmt::format(
+        "attention: {} query rows per block ({} warps of 16, mma.sync m16n8k16), a loop over {} keys {} at a time "
+        "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
+        "(cp.async, ldmatrix; {} KiB each); {} blocks over {} heads",
+        block_m, warps_m, n, block_n, stages, stage_bytes / 1024, grid(), batch);
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "

@@ -67,7 +67,10 @@ struct TileSchedule {
   // in mma.sync m16n8k16 fragments, in a loop over k block_k at a time; the epilogue runs on the
   // accumulator's fragments. (threads_per_row holds the block's threads.) Staged (stages > 0):
   // operand tiles pass through shared memory, `stages` k steps deep, stage_bytes each.
-  bool contracts = false;
+  // Attention (contracts too): each block takes block_m query rows of one of `batch` heads
+  // (m queries, n keys, head dimension k) and loops over the keys block_n at a time, K and V
+  // tiles through `stages` shared-memory stages; 4 warps of 16 rows, warps_n 1.
+  bool contracts = false, attention = false;
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;
@@ -83,6 +86,7 @@ struct TileSchedule {
   int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
+    if (attention) return batch * m_blocks();
     if (contracts) return batch * m_blocks() * n_blocks();
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/ir_verify.h"
 
@@ -62,23 +65,30 @@ class AttentionProgram {
   int64_t steps() const { return (s_.n_kv + s_.block_n - 1) / s_.block_n; }
 
   // q and o as [batch_heads·n_q, d] rows; v as [batch_heads·n_kv, d]; k read as Kᵀ, a
-  // column-major [batch_heads·d, n_kv] (each head's d rows one group).
+  // column-major [batch_heads·d, n_kv] (each head's d rows one group). Inputs in the order
+  // s_.position gives, then o.
   void add_params() {
-    auto param = [&](const char* name, Shape view, bool output) {
-      Param prm;
-      prm.name = name;
-      prm.dtype = s_.dtype;
-      prm.view = std::move(view);
-      prm.output = output;
-      p_.params.push_back(prm);
-      return static_cast<int>(p_.params.size()) - 1;
-    };
-    q_param_ = param("q", {s_.batch_heads * s_.n_q, s_.d}, false);
-    k_param_ = param("k", {s_.batch_heads * s_.d, s_.n_kv}, false);
-    p_.params.back().col_major = true;
-    p_.params.back().group_rows = s_.d;
-    v_param_ = param("v", {s_.batch_heads * s_.n_kv, s_.d}, false);
-    o_param_ = param("o", {s_.batch_heads * s_.n_q, s_.d}, true);
+    int* role_param[3] = {&q_param_, &k_param_, &v_param_};
+    const Shape views[3] = {{s_.batch_heads * s_.n_q, s_.d}, {s_.batch_heads * s_.d, s_.n_kv}, {s_.batch_heads * s_.n_kv, s_.d}};
+    for (int at = 0; at < 3; ++at)
+      for (int role = 0; role < 3; ++role) {
+        if (s_.position[static_cast<size_t>(role)] != at) continue;
+        Param prm;
+        prm.name = s_.names[static_cast<size_t>(role)];
+        prm.dtype = s_.dtype;
+        prm.view = views[role];
+        prm.col_major = role == 1;
+        prm.group_rows = role == 1 ? s_.d : 0;
+        *role_param[role] = static_cast<int>(p_.params.size());
+        p_.params.push_back(prm);
+      }
+    Param o;
+    o.name = s_.names[3];
+    o.dtype = s_.out_dtype;
+    o.view = {s_.batch_heads * s_.n_q, s_.d};
+    o.output = true;
+    o_param_ = static_cast<int>(p_.params.size());
+    p_.params.push_back(o);
   }
 
   // Key tile j's K and V into stage `stage` of their rings (keys past n_kv zero-filled).
@@ -117,16 +127,19 @@ class AttentionProgram {
       const int k = b.load_shared(0, stage, {b.index(16 * static_cast<int64_t>(kk)), zero_}, {16, s_.block_n}, Frag::B);
       s = b.dot(q_[kk], k, s);
     }
-    s = b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    s = s_.scores ? s_.scores(b, s) : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
     if (s_.n_kv % s_.block_n != 0) {
       const int key0 = b.mul(j, b.index(s_.block_n));
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
     }
     const int m = b.compute(Op::Max, {c[1], b.reduce(Op::ReduceMax, s, 1)}, DType::F32);
-    // The shift: the running max, or 0 while a row has seen no finite score (e^(−inf − 0) = 0).
-    const int shift =
-        b.compute(Op::Where, {b.compute(Op::Eq, {m, ninf}, DType::Bool), b.scalar(0, DType::F32), m}, DType::F32);
+    // The shift: the running max where it is finite (by default 0 while a row has seen no finite
+    // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
+    // m is finite, and where it is not, O and l are still 0 and α must only not be NaN.
+    const int shift = s_.shift ? s_.shift(b, m)
+                               : b.compute(Op::Where, {b.compute(Op::Eq, {m, ninf}, DType::Bool), b.scalar(0, DType::F32), m},
+                                           DType::F32);
     const int alpha = b.compute(Op::Exp, {b.compute(Op::Sub, {c[1], shift}, DType::F32)}, DType::F32, true);
     const int p = b.compute(Op::Exp, {b.compute(Op::Sub, {s, shift}, DType::F32)}, DType::F32, true);
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {c[2], alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
@@ -140,11 +153,18 @@ class AttentionProgram {
     return {o, m, l};
   }
 
-  // O / l, 0 where l is 0 (a row with no finite score), in the output's dtype.
+  // O / divisor(l) — by default 0 where l is 0 (a row with no finite score) — in the output's
+  // dtype.
   void store_output(Builder& b, int o, int l) {
-    const int empty = b.compute(Op::Eq, {l, b.scalar(0, DType::F32)}, DType::Bool);
-    const int safe = b.compute(Op::Where, {empty, b.scalar(1, DType::F32), l}, DType::F32);
-    const int y = b.compute(Op::Cast, {b.compute(Op::Div, {o, safe}, DType::F32)}, s_.dtype);
+    int divisor;
+    if (s_.divisor) {
+      divisor = s_.divisor(b, l);
+    } else {
+      const int empty = b.compute(Op::Eq, {l, b.scalar(0, DType::F32)}, DType::Bool);
+      divisor = b.compute(Op::Where, {empty, b.scalar(1, DType::F32), l}, DType::F32);
+    }
+    int y = b.compute(Op::Div, {o, divisor}, DType::F32);
+    if (s_.out_dtype != DType::F32) y = b.compute(Op::Cast, {y}, s_.out_dtype);
     b.store(o_param_, {row0_, zero_}, y, {true, false}, {row_end_, -1});
   }
 
@@ -159,6 +179,70 @@ class AttentionProgram {
 
 Program attention_program(const AttentionShape& s, const std::string& name) {
   return AttentionProgram(s).build(name);
+}
+
+namespace {
+
+// The chain's nodes from `ops`, in order, on f32 tiles: `val` holds the value each starts from.
+// Constants become scalars; casts are left out (values inside a kernel stay in f32, as in every
+// kernel that does not write them).
+int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val, NodeId last) {
+  for (NodeId id : ops) {
+    const Node& n = g.node(id);
+    std::vector<int> args;
+    for (NodeId o : n.operands) {
+      if (val.count(o)) args.push_back(val.at(o));
+      else if (g.node(o).op == Op::Constant) args.push_back(b.scalar(g.node(o).value, DType::F32));
+      else throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
+    }
+    if (n.op == Op::Cast) {
+      val[id] = args.at(0);
+      continue;
+    }
+    const DType dt = op_info(n.op).kind == OpKind::Compare ? DType::Bool : DType::F32;
+    val[id] = b.compute(n.op, args, dt);
+  }
+  return val.at(last);
+}
+
+}  // namespace
+
+Program attention_kernel_program(const Graph& g, const Kernel& k) {
+  std::string why;
+  const std::optional<ContractionChain> c = match_contraction_chain(g, k.outputs.at(0), &why);
+  if (!c) throw CodegenError(fmt::format("kernel {}: not a contraction chain: {}", k.name, why));
+  AttentionShape s;
+  s.batch_heads = c->batch;
+  s.n_q = c->n_q;
+  s.n_kv = c->n_kv;
+  s.d = c->d;
+  s.dtype = g.node(c->q).dtype;
+  s.out_dtype = g.node(c->output).dtype;
+  s.block_m = k.schedule.block_m;
+  s.block_n = k.schedule.block_n;
+  const NodeId roles[3] = {c->q, c->k, c->v};
+  for (int r = 0; r < 3; ++r) {
+    const NodeId id = roles[r];
+    s.position[static_cast<size_t>(r)] =
+        static_cast<int>(std::find(k.inputs.begin(), k.inputs.end(), id) - k.inputs.begin());
+    s.names[static_cast<size_t>(r)] = g.node(id).op == Op::Input ? g.node(id).name : fmt::format("%{}", id);
+  }
+  s.names[3] = fmt::format("%{}", c->output);
+  for (const GraphOutput& o : g.outputs())
+    if (o.node == c->output) s.names[3] = o.name;
+  s.scores = [&](Builder& b, int acc) {
+    std::map<NodeId, int> val = {{c->scores, acc}};
+    return evaluate(b, g, c->score_ops, val, c->x());
+  };
+  s.shift = [&](Builder& b, int m) {
+    std::map<NodeId, int> val = {{c->row_max, m}};
+    return evaluate(b, g, c->shift_ops, val, c->shift_ops.empty() ? c->row_max : c->shift_ops.back());
+  };
+  s.divisor = [&](Builder& b, int l) {
+    std::map<NodeId, int> val = {{c->row_sum, l}};
+    return evaluate(b, g, c->divisor_ops, val, c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back());
+  };
+  return attention_program(s, k.name);
 }
 
 }  // namespace tilefuse::tir

@@ -10,11 +10,15 @@
 //   l' = l·α + rowsum p;  O' = O·α + bf16(p)·Vⱼ  (p stays in registers: the accumulator's
 //   layout of two 8-column pieces is the next dot's A fragment — `convert`)
 //
-// and stores O / l (0 for a row with no finite score, as softmax gives). The fusion pass does not
-// produce this kernel yet: tests and the attention issue's next step build it from its shape.
+// and stores O / l (0 for a row with no finite score, as softmax gives). The fusion pass makes
+// such kernels from contraction chains (compiler/fusion/contraction_chain.h), with the chain's
+// own f(S), shift and divisor; tests build them from a shape.
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "compiler/fusion/plan.h"
 #include "compiler/graph/dtype.h"
 #include "compiler/tile/ir.h"
 
@@ -23,12 +27,26 @@ namespace tilefuse::tir {
 struct AttentionShape {
   int64_t batch_heads = 1;  // B·H: q and o are [batch_heads, n_q, d], k and v [batch_heads, n_kv, d]
   int64_t n_q = 0, n_kv = 0, d = 64;
-  DType dtype = DType::BF16;  // of q, k, v and o: bf16 or f16
+  DType dtype = DType::BF16;  // of q, k and v: bf16 or f16
+  DType out_dtype = DType::BF16;
   double scale = 0.125;
   int block_m = 64, block_n = 64;  // query rows per block (16 per warp), keys per loop step
+  // The parameters: q, k, v (in the order `position` gives them: position[0] is q's) and o.
+  std::array<std::string, 4> names = {"q", "k", "v", "o"};
+  std::array<int, 3> position = {0, 1, 2};
+  // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
+  // each given a builder and its argument: X from the raw scores S (default S·scale); the shift
+  // c from the running max m, equal to m wherever m is finite (default: 0 where m is −inf); the
+  // divisor from the final sum (default: 1 where the sum is 0).
+  using RowFn = std::function<int(Builder&, int)>;
+  RowFn scores, shift, divisor;
 };
 
 // Throws Error naming what is unsupported (d other than 16, 32, 64, 128, 256; f32; tiles).
 Program attention_program(const AttentionShape& s, const std::string& name = "attention");
+
+// The program of an attention kernel of a plan (ScheduleKind::Attention): its contraction
+// chain's f(S), shift and divisor evaluated on the kernel's tiles.
+Program attention_kernel_program(const Graph& g, const Kernel& k);
 
 }  // namespace tilefuse::tir

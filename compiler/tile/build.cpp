@@ -10,6 +10,7 @@
 #include "compiler/fusion/cost_model.h"
 #include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
+#include "compiler/tile/attention.h"
 #include "compiler/tile/ir_verify.h"
 
 namespace tilefuse::tir {
@@ -546,6 +547,7 @@ std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
   if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
   if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();
+  if (k.kind == ScheduleKind::Attention) return attention_kernel_program(g, k);
   return std::nullopt;
 }
 

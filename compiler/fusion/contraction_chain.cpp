@@ -1,0 +1,240 @@
+#include "compiler/fusion/contraction_chain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "compiler/fusion/cost_model.h"
+
+namespace tilefuse {
+
+std::vector<NodeId> ContractionChain::nodes() const {
+  std::vector<NodeId> out = {scores, row_max, shifted, exp, row_sum, probs, output};
+  for (const std::vector<NodeId>* ops : {&score_ops, &shift_ops, &divisor_ops}) out.insert(out.end(), ops->begin(), ops->end());
+  if (cast >= 0) out.push_back(cast);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+bool is_constant(const Graph& g, NodeId id) { return g.node(id).op == Op::Constant; }
+
+bool elementwise(const Node& n) {
+  const OpKind k = op_info(n.op).kind;
+  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Compare || k == OpKind::Select;
+}
+
+// A reduction `op` over the last axis, keeping it.
+bool row_reduction(const Node& n, Op op, const Graph& g) {
+  return n.op == op && n.keepdim && n.axes.size() == 1 &&
+         n.axes[0] == static_cast<int>(g.node(n.operands[0]).shape.size()) - 1;
+}
+
+bool is_constant_value(const Graph& g, NodeId id, double v) {
+  return g.node(id).op == Op::Constant && g.node(id).value == v;
+}
+
+}  // namespace
+
+std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why) {
+  why->clear();
+  ContractionChain c;
+  c.output = out;
+  const Node& o = g.node(out);
+  if (o.op != Op::MatMul || o.transpose_a || o.transpose_b) return std::nullopt;
+  NodeId p = o.operands[0];
+  if (g.node(p).op == Op::Cast) {
+    c.cast = p;
+    p = g.node(p).operands[0];
+  }
+  // P = E / h(Σ E), E = exp(X − c): a softmax's probabilities (else not an attention at all).
+  const Node& probs = g.node(p);
+  if (probs.op != Op::Div || g.node(probs.operands[0]).op != Op::Exp) return std::nullopt;
+  c.probs = p;
+  c.exp = probs.operands[0];
+  c.shifted = g.node(c.exp).operands[0];
+  const Node& sub = g.node(c.shifted);
+  if (sub.op != Op::Sub) return std::nullopt;
+  std::vector<NodeId> divisor;
+  NodeId sum = probs.operands[1];
+  while (!row_reduction(g.node(sum), Op::ReduceSum, g)) {
+    const Node& n = g.node(sum);
+    std::vector<NodeId> vars;
+    for (NodeId x : n.operands)
+      if (!is_constant(g, x)) vars.push_back(x);
+    if (!elementwise(n) || vars.size() != 1) {
+      *why = fmt::format("the probabilities' divisor %{} is not a function of a row sum and constants", probs.operands[1]);
+      return std::nullopt;
+    }
+    divisor.push_back(sum);
+    sum = vars[0];
+  }
+  std::reverse(divisor.begin(), divisor.end());
+  c.divisor_ops = divisor;
+  c.row_sum = sum;
+  if (g.node(sum).operands[0] != c.exp) {
+    *why = fmt::format("the row sum %{} is not of the exp %{} it divides", sum, c.exp);
+    return std::nullopt;
+  }
+  // c: the row max, or where(max > −inf, max, 0).
+  const NodeId x = sub.operands[0];
+  NodeId shift = sub.operands[1];
+  if (!row_reduction(g.node(shift), Op::ReduceMax, g)) {
+    const Node& w = g.node(shift);
+    const bool guarded = w.op == Op::Where && w.operands.size() == 3 && is_constant_value(g, w.operands[2], 0) &&
+                         row_reduction(g.node(w.operands[1]), Op::ReduceMax, g);
+    const Node* cond = guarded ? &g.node(w.operands[0]) : nullptr;
+    if (!cond || !(cond->op == Op::Gt || cond->op == Op::Ne) || cond->operands[0] != w.operands[1] ||
+        !is_constant_value(g, cond->operands[1], -INFINITY)) {
+      *why = fmt::format("the shift %{} subtracted before the exp is neither the row max nor where(max > -inf, max, 0)",
+                         shift);
+      return std::nullopt;
+    }
+    c.shift_ops = {w.operands[0], shift};
+    shift = w.operands[1];
+  }
+  c.row_max = shift;
+  if (g.node(shift).operands[0] != x) {
+    *why = fmt::format("the row max %{} is not of the value %{} it shifts", shift, x);
+    return std::nullopt;
+  }
+  // X = f(S), S = Q·Kᵀ.
+  NodeId s = x;
+  while (g.node(s).op != Op::MatMul) {
+    const Node& n = g.node(s);
+    NodeId next = -1;
+    for (NodeId a : n.operands)
+      if (!is_constant(g, a)) next = next < 0 ? a : -2;
+    if (!elementwise(n) || next < 0) {
+      *why = fmt::format("the scores reach the softmax through %{} {}, which is not an elementwise op of the "
+                         "scores and constants{}",
+                         s, op_info(n.op).name, next == -2 ? " (a mask or bias tensor is not in the rule yet)" : "");
+      return std::nullopt;
+    }
+    c.score_ops.push_back(s);
+    s = next;
+  }
+  std::reverse(c.score_ops.begin(), c.score_ops.end());
+  c.scores = s;
+  const Node& sn = g.node(s);
+  if (sn.transpose_a || !sn.transpose_b) {
+    *why = fmt::format("the scores %{} are not Q·Kᵀ with K stored [.., keys, d] (transpose_b)", s);
+    return std::nullopt;
+  }
+  c.q = sn.operands[0];
+  c.k = sn.operands[1];
+  c.v = o.operands[1];
+  if (c.q == c.k || c.q == c.v || c.k == c.v) {
+    *why = "one tensor is two of Q, K and V (not yet)";
+    return std::nullopt;
+  }
+  const Shape &q = g.node(c.q).shape, &k = g.node(c.k).shape, &v = g.node(c.v).shape;
+  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size() ||
+      !std::equal(q.begin(), q.end() - 2, k.begin()) || !std::equal(q.begin(), q.end() - 2, v.begin())) {
+    *why = fmt::format("Q {}, K {} and V {} do not share their leading (batch, head) axes (broadcast K/V heads are "
+                       "not in the rule yet)",
+                       shape_str(q), shape_str(k), shape_str(v));
+    return std::nullopt;
+  }
+  c.n_q = q[q.size() - 2];
+  c.d = q.back();
+  c.n_kv = k[k.size() - 2];
+  c.batch = num_elements(Shape(q.begin(), q.end() - 2));
+  if (v.back() != c.d) {
+    *why = fmt::format("V's width {} differs from the head dimension {} (not yet)", v.back(), c.d);
+    return std::nullopt;
+  }
+  // Nothing but O leaves the chain.
+  const std::vector<NodeId> members = c.nodes();
+  const std::set<NodeId> inside(members.begin(), members.end());
+  const std::vector<std::vector<NodeId>> users = g.users();
+  for (NodeId n : members) {
+    if (n == out) continue;
+    bool outside = g.is_output(n);
+    for (NodeId u : users[n]) outside |= !inside.count(u);
+    if (outside) {
+      *why = fmt::format("%{} {} is also used outside the chain, so it would be written", n, op_info(g.node(n).op).name);
+      return std::nullopt;
+    }
+  }
+  return c;
+}
+
+bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why) {
+  NodeId out = -1;
+  for (NodeId n : k.nodes)
+    if (g.node(n).op == Op::MatMul) out = n;  // the last matmul (nodes are in topological order)
+  std::optional<ContractionChain> c = match_contraction_chain(g, out, why);
+  if (!c) {
+    if (why->empty()) *why = "two matmuls in one kernel that are not a contraction chain (attention)";
+    return false;
+  }
+  if (k.nodes != c->nodes()) {
+    *why = fmt::format("the kernel holds other nodes than the contraction chain ending at %{}", out);
+    return false;
+  }
+  if (k.outputs != std::vector<NodeId>{out}) {
+    *why = fmt::format("the contraction chain writes O (%{}) only", out);
+    return false;
+  }
+  const DType dt = g.node(c->q).dtype;
+  if ((dt != DType::BF16 && dt != DType::F16) || g.node(c->k).dtype != dt || g.node(c->v).dtype != dt) {
+    *why = "attention on tensor cores reads Q, K and V of one 16-bit dtype (bf16 or f16)";
+    return false;
+  }
+  if (c->d < 16 || c->d > 128 || (c->d & (c->d - 1)) != 0) {
+    *why = fmt::format("head dimension {}: the attention schedule takes 16, 32, 64 or 128", c->d);
+    return false;
+  }
+  k.kind = ScheduleKind::Attention;
+  k.domain = g.node(out).shape;
+  TileSchedule& s = k.schedule;
+  s = {};
+  s.dims = {c->batch * c->n_q, c->d};
+  s.contracts = s.attention = true;
+  s.batch = c->batch;
+  s.m = c->n_q;
+  s.n = c->n_kv;
+  s.k = c->d;
+  s.block_m = 64;  // 4 warps of 16 query rows
+  s.block_n = 64;
+  s.block_k = static_cast<int>(c->d);
+  s.warps_m = 4;
+  s.warps_n = 1;
+  s.threads_per_row = 128;
+  s.stages = 2;
+  s.stage_bytes = 2 * s.block_n * c->d * static_cast<int64_t>(dtype_size(dt));  // a K and a V tile
+  k.totals = {};
+  for (NodeId n : c->score_ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
+  estimate_attention_cost(g, k, p);
+  return true;
+}
+
+void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
+  const TileSchedule& s = k.schedule;
+  KernelCost& c = k.cost;
+  c = {};
+  for (NodeId i : k.inputs)
+    c.bytes_read += num_elements(g.node(i).shape) * static_cast<int64_t>(dtype_size(g.node(i).dtype));
+  for (NodeId o : k.outputs)
+    c.bytes_written += num_elements(g.node(o).shape) * static_cast<int64_t>(dtype_size(g.node(o).dtype));
+  const double scores = static_cast<double>(s.batch * s.m) * static_cast<double>(s.n);
+  c.flops = 4 * scores * static_cast<double>(s.k);
+  // The softmax's own work per score beside the two products: the scale or whatever f(S) is, the
+  // running max, the shift and its exp, the sum, the conversion to P's fragment (~12 issued
+  // instructions), not overlapped with the tensor cores on mma.sync (bench/NOTES.md: 271 TFLOP/s
+  // measured at 64 × 4096² d 128 against 1.93 ms predicted from this sum).
+  c.instructions = scores * (12 + k.totals.instructions_per_element);
+  c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
+  c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
+  // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d).
+  c.registers = static_cast<int>(94 + 1.14 * static_cast<double>(s.k));
+  c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
+                                         static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
+  c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
+}
+
+}  // namespace tilefuse

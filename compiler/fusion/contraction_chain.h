@@ -1,0 +1,54 @@
+#pragma once
+// Contraction chains: how fusion finds attention in a plain graph (DESIGN.md, "Contraction
+// chains"). A matmul S = Q·Kᵀ (contracting d) reaches O = P·V (contracting S's last axis n) only
+// through
+//   X = f(S)              elementwise ops whose other operands are constants (a scale, a
+//                         softcap's tanh, an added constant)
+//   c = shift(max_n X)    the row max (a reduction over n, keepdim), or softmax's guarded form
+//                         where(max > −inf, max, 0): c is the max wherever that is finite
+//   E = exp(X − c)
+//   P = E / h(Σ_n E)      the row sum (keepdim) through row ops with constants (max(Σ, 1))
+//   O = cast(P)·V         P maybe cast to V's dtype
+// and no node but O is used outside the chain. Then one loop over n tiles computes O: the max is
+// a running max m, the sum an online sum rescaled by α = e^(m − c(m')) when the max grows, P·V
+// an online vector sum with the same factor, and the division by h(Σ) sinks below P·V (it is per
+// row, and the contraction runs along the row). The scores never reach memory. Anything else is
+// left to the ordinary decisions, which write the scores; the match says why it failed.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/fusion/plan.h"
+
+namespace tilefuse {
+
+struct ContractionChain {
+  NodeId scores = -1;               // S = Q·Kᵀ
+  std::vector<NodeId> score_ops;    // X = f(S), in order (empty: X is S)
+  NodeId row_max = -1;              // max_n X
+  std::vector<NodeId> shift_ops;    // c from the max, in order (empty: c is the max)
+  NodeId shifted = -1, exp = -1;    // X − c, its exp E
+  NodeId row_sum = -1;              // Σ_n E
+  std::vector<NodeId> divisor_ops;  // h(Σ), in order (empty: the sum itself)
+  NodeId probs = -1, cast = -1;     // P = E / h(Σ); P in V's dtype, or -1
+  NodeId output = -1;               // O = P·V
+  NodeId q = -1, k = -1, v = -1;
+  int64_t batch = 1, n_q = 0, n_kv = 0, d = 0;  // batch: the product of Q's leading axes
+  NodeId x() const { return score_ops.empty() ? scores : score_ops.back(); }
+  std::vector<NodeId> nodes() const;  // every node, sorted
+};
+
+// The chain whose O is matmul `out`, or nullopt. `why` is set when a softmax's probabilities
+// reach `out` (an attention's shape) but something breaks the rule; left empty when `out` is no
+// such matmul at all.
+std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why);
+
+// Kernel k (nodes, inputs, outputs set) as one attention kernel writing only O: its kind,
+// domain, schedule, registers and cost; or false with the reason in `why`.
+bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why);
+
+// An attention kernel's cost: its bytes at copy bandwidth against its two products on mma.sync
+// plus the softmax's instructions per score (not overlapped on this schedule), and a launch.
+void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p);
+
+}  // namespace tilefuse
