@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine: the attention loop's GPU tests (float64 checks; a 64-head 4096² d 128 run
-# timed), PyTorch's scaled_dot_product_attention on the same shape (flash and cuDNN backends)
+# On the GPU machine: the attention GPU tests (the loop and the fused plans against float64; a
+# 64-head 4096² d 128 run timed), the attention examples through the CLI, PyTorch's scaled_dot_product_attention on the same shape (flash and cuDNN backends)
 # in the same call, and compute-sanitizer's racecheck over the small cases' shared rings. Needs
 # bundle/ (scripts/build_bundle.sh); writes its logs under $OUT.
 set -uo pipefail
@@ -10,6 +10,12 @@ echo "bundle $(cat $B/COMMIT 2>/dev/null)"
 timeout 200 $B/tilefuse_tests --gtest_filter='*Attention*' >"$OUT/attention_tests.log" 2>&1
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" | head -40
+echo "== tilefuse run (the example through the plan)"
+for args in "attention_small --check" "attention --bench --iters 20"; do
+  echo "-- tilefuse run $args"
+  # shellcheck disable=SC2086
+  timeout 60 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
+done | tee "$OUT/attention_runs.log"
 echo "== PyTorch scaled_dot_product_attention, same shape"
 timeout 120 python3 - <<'PY' 2>&1 | tee "$OUT/attention_peers.log"
 import torch
