@@ -223,11 +223,10 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
     c.bytes_written += num_elements(g.node(o).shape) * static_cast<int64_t>(dtype_size(g.node(o).dtype));
   const double scores = static_cast<double>(s.batch * s.m) * static_cast<double>(s.n);
   c.flops = 4 * scores * static_cast<double>(s.k);
-  // The softmax's own work per score beside the two products: the scale or whatever f(S) is, the
-  // running max, the shift and its exp, the sum, the conversion to P's fragment (~12 issued
-  // instructions), not overlapped with the tensor cores on mma.sync (bench/NOTES.md: 271 TFLOP/s
-  // measured at 64 × 4096² d 128 against 1.93 ms predicted from this sum).
-  c.instructions = scores * (12 + k.totals.instructions_per_element);
+  // The softmax's own work per score beside the two products and f(S): the running max, the
+  // shifted exponent and its ex2, the sum, the conversion to P's fragment (~6 issued
+  // instructions), not overlapped with the tensor cores on mma.sync (bench/NOTES.md, attention).
+  c.instructions = scores * (6 + k.totals.instructions_per_element);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
   c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
   // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d).

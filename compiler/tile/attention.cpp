@@ -84,7 +84,7 @@ class AttentionProgram {
       }
     Param o;
     o.name = s_.names[3];
-    o.dtype = s_.out_dtype;
+    o.dtype = s_.out_dtype.value_or(s_.dtype);
     o.view = {s_.batch_heads * s_.n_q, s_.d};
     o.output = true;
     o_param_ = static_cast<int>(p_.params.size());
@@ -140,8 +140,16 @@ class AttentionProgram {
     const int shift = s_.shift ? s_.shift(b, m)
                                : b.compute(Op::Where, {b.compute(Op::Eq, {m, ninf}, DType::Bool), b.scalar(0, DType::F32), m},
                                            DType::F32);
-    const int alpha = b.compute(Op::Exp, {b.compute(Op::Sub, {c[1], shift}, DType::F32)}, DType::F32, true);
-    const int p = b.compute(Op::Exp, {b.compute(Op::Sub, {s, shift}, DType::F32)}, DType::F32, true);
+    // e^(u − c) as 2^(u·log2 e − c·log2 e): one ex2.approx per score, c·log2 e once per row (P is
+    // rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
+    const int log2e = b.scalar(M_LOG2E, DType::F32);
+    const int shift2 = b.compute(Op::Mul, {shift, log2e}, DType::F32);
+    auto exp_shifted = [&](int u) {
+      return b.compute(Op::Exp2, {b.compute(Op::Sub, {b.compute(Op::Mul, {u, log2e}, DType::F32), shift2}, DType::F32)},
+                       DType::F32);
+    };
+    const int alpha = exp_shifted(c[1]);
+    const int p = exp_shifted(s);
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {c[2], alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
     int o = b.compute(Op::Mul, {c[0], alpha}, DType::F32);
@@ -164,7 +172,7 @@ class AttentionProgram {
       divisor = b.compute(Op::Where, {empty, b.scalar(1, DType::F32), l}, DType::F32);
     }
     int y = b.compute(Op::Div, {o, divisor}, DType::F32);
-    if (s_.out_dtype != DType::F32) y = b.compute(Op::Cast, {y}, s_.out_dtype);
+    if (const DType out = s_.out_dtype.value_or(s_.dtype); out != DType::F32) y = b.compute(Op::Cast, {y}, out);
     b.store(o_param_, {row0_, zero_}, y, {true, false}, {row_end_, -1});
   }
 

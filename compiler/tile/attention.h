@@ -6,7 +6,7 @@
 // accumulator O, the running row max m and the running row sum l:
 //
 //   s = Q·Kⱼᵀ·scale (masked to −inf past the last key);  m' = max(m, rowmax s)
-//   c = m' (0 while m' is −inf);  α = e^(m − c);  p = e^(s − c)
+//   c = m' (0 while m' is −inf);  α = e^(m − c);  p = e^(s − c)  (as 2^(s·log2 e − c·log2 e))
 //   l' = l·α + rowsum p;  O' = O·α + bf16(p)·Vⱼ  (p stays in registers: the accumulator's
 //   layout of two 8-column pieces is the next dot's A fragment — `convert`)
 //
@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "compiler/fusion/plan.h"
@@ -28,7 +29,7 @@ struct AttentionShape {
   int64_t batch_heads = 1;  // B·H: q and o are [batch_heads, n_q, d], k and v [batch_heads, n_kv, d]
   int64_t n_q = 0, n_kv = 0, d = 64;
   DType dtype = DType::BF16;  // of q, k and v: bf16 or f16
-  DType out_dtype = DType::BF16;
+  std::optional<DType> out_dtype;  // of o (default: the inputs')
   double scale = 0.125;
   int block_m = 64, block_n = 64;  // query rows per block (16 per warp), keys per loop step
   // The parameters: q, k, v (in the order `position` gives them: position[0] is q's) and o.
