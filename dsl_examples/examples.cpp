@@ -15,7 +15,7 @@ Graph layernorm_graph(DType dtype);
 Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType dtype);
 Graph column_sum_graph(DType dtype);
 Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
-Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d);
+Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -64,9 +64,12 @@ const std::vector<Example>& examples() {
       {"matmul_bias_gelu", "gelu(a · b + bias) in bf16, a [8192, 4096], b [4096, 8192]: the epilogue fused",
        [] { return matmul_graph("matmul_bias_gelu", 8192, 8192, 4096, true); }},
       {"attention", "softmax(q·kᵀ/√d)·v, q, k, v bf16[4, 16, 4096, 128]: one kernel over the keys, no scores written",
-       [] { return attention_graph("attention", 4, 16, 4096, 128); }},
+       [] { return attention_graph("attention", 4, 16, 4096, 128, false); }},
+      {"attention_causal", "causal softmax(q·kᵀ/√d)·v, bf16[4, 16, 4096, 128]: the mask from iotas, key tiles past "
+       "each block's last query skipped",
+       [] { return attention_graph("attention_causal", 4, 16, 4096, 128, true); }, "attention"},
       {"attention_small", "softmax(q·kᵀ/√d)·v, bf16[2, 3, 200, 64]: small enough to check against float64",
-       [] { return attention_graph("attention_small", 2, 3, 200, 64); }, "attention"},
+       [] { return attention_graph("attention_small", 2, 3, 200, 64, false); }, "attention"},
   };
   return all;
 }

@@ -11,7 +11,7 @@ timeout 200 $B/tilefuse_tests --gtest_filter='*Attention*' >"$OUT/attention_test
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" | head -40
 echo "== tilefuse run (the example through the plan)"
-for args in "attention_small --check" "attention --bench --iters 20"; do
+for args in "attention_small --check" "attention --bench --iters 20" "attention_causal --bench --iters 20"; do
   echo "-- tilefuse run $args"
   # shellcheck disable=SC2086
   timeout 60 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
@@ -29,14 +29,17 @@ def median_ms(f, n=10):
 b, h, n, d = 4, 16, 4096, 128
 q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
 flops = 4 * b * h * n * n * d
-for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
-    try:
-        with sdpa_kernel(backend):
-            t = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
-        print(f"sdpa {name} {b}x{h} heads x {n}^2 d {d} bf16: {t:.4f} ms, {flops / t / 1e9:.1f} TFLOP/s")
-    except Exception as e:
-        print(f"sdpa {name}: {type(e).__name__}: {e}")
+for causal in (False, True):
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
+        try:
+            with sdpa_kernel(backend):
+                t = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            f = flops / 2 if causal else flops
+            print(f"sdpa {name} {'causal ' if causal else ''}{b}x{h} heads x {n}^2 d {d} bf16: {t:.4f} ms, "
+                  f"{f / t / 1e9:.1f} TFLOP/s (of {'half ' if causal else ''}4·n²·d per head)")
+        except Exception as e:
+            print(f"sdpa {name}: {type(e).__name__}: {e}")
 PY
 echo "== racecheck (small attention cases)"
 timeout 120 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuAttention.MatchesFloat64' \

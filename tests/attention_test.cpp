@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -322,6 +323,27 @@ std::vector<Graph> chains() {
     output("o", attention(t.q, t.k, t.v, 1.0 / std::sqrt(128.0)));
     out.push_back(std::move(g));
   }
+  {
+    Graph g("causal");  // the mask from iota comparisons, computed in the kernel from positions
+    Qkv t = qkv(g, 100, 100, 64, DType::BF16);
+    output("o", attention(t.q, t.k, t.v, 0.125, true));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("causal_after_a_prefix");  // 33 new queries after 97 cached keys
+    Qkv t = qkv(g, 33, 130, 32, DType::F16);
+    output("o", attention(t.q, t.k, t.v, 1.0 / std::sqrt(32.0), true));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("sliding_window");  // keys within 16 positions before the query, written out by hand
+    Qkv t = qkv(g, 80, 80, 64, DType::BF16);
+    Tensor qi = iota(g, {80, 80}, 0), ki = iota(g, {80, 80}, 1);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125;
+    s = where(qi >= ki, where(qi - ki < 16.0, s, -INFINITY), -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
   return out;
 }
 
@@ -333,6 +355,10 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     const Kernel* k = only_attention(p);
     ASSERT_NE(k, nullptr) << plan_report_text(p);
     EXPECT_EQ(k->inputs.size(), 3u);
+    // A causal mask ends each block's loop early: 0 keys of offset (97 for 33 queries after 97
+    // keys); the window's outer mask is causal too.
+    const std::map<std::string, int64_t> causal = {{"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}};
+    EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
     ASSERT_FALSE(p.decisions.empty());
     const FusionDecision& d = p.decisions.front();
     EXPECT_NE(d.reason.find("contraction chain"), std::string::npos) << d.reason;

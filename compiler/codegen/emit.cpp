@@ -349,6 +349,8 @@ class Emitter {
         return set(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, one(i.args[0]), one(i.args[1])));
       case Opcode::IndexSub:
         return set(b_.CreateSub(one(i.args[0]), one(i.args[1]), "", true, true));
+      case Opcode::Iota:
+        return iota(i);
       case Opcode::InBounds:
         return in_bounds(i);
       case Opcode::Reduce:
@@ -407,6 +409,20 @@ class Emitter {
         Value* at = one(i.args[0]);
         if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
         out.push_back(b_.CreateICmpULT(at, one(i.args[1])));
+      }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // offset + each element's position along the axis, as f32 (exact below 2^24).
+  void iota(const Inst& i) {
+    const Type& t = type(i.results[0]);
+    const size_t d = static_cast<size_t>(i.axis);
+    std::vector<Value*> out;
+    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+      for (int e1 = 0; e1 < slots(t, 1); ++e1) {
+        Value* at = one(i.args[0]);
+        if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
+        out.push_back(b_.CreateUIToFP(at, b_.getFloatTy()));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }

@@ -248,8 +248,14 @@ Tensor softmax(const Tensor& x, int axis) {
   return e / max(s, constant(x.graph(), 1.0, x.dtype()));
 }
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   Tensor s = matmul(q, k, {false, true, DType::F32}) * scale;
+  if (causal) {
+    const int64_t n = s.shape()[s.shape().size() - 2], n_kv = s.shape().back();
+    Graph& g = q.graph();
+    Tensor seen = iota(g, {n, n_kv}, 0) + static_cast<double>(n_kv - n) >= iota(g, {n, n_kv}, 1);
+    s = where(seen, s, -INFINITY);
+  }
   return matmul(cast(softmax(s), v.dtype()), v);
 }
 

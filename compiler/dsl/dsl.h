@@ -113,9 +113,11 @@ Tensor softmax(const Tensor& x, int axis = -1);
 Tensor log_softmax(const Tensor& x, int axis = -1);
 // softmax(q·kᵀ·scale)·v for q [..., N, d], k [..., Nk, d], v [..., Nk, dv] of one 16-bit dtype:
 // the scores in f32, the probabilities cast to v's dtype before the second product, O in v's
-// dtype. A composite, like softmax: the plain graph, which fusion turns into one attention
-// kernel (compiler/fusion/contraction_chain.h).
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// dtype. Causal: query i sees keys up to i + Nk − N (the queries are the last N of the keys'
+// positions), the other scores −inf through where(iota ≥ iota, s, −inf). A composite, like
+// softmax: the plain graph, which fusion turns into one attention kernel
+// (compiler/fusion/contraction_chain.h).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal = false);
 // Over the last axis: (x − mean) / sqrt(var + eps) · w + b, var the biased variance.
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);
 // Over the last axis: x / sqrt(mean(x²) + eps) · w.

@@ -12,7 +12,8 @@ namespace tilefuse {
 
 std::vector<NodeId> ContractionChain::nodes() const {
   std::vector<NodeId> out = {scores, row_max, shifted, exp, row_sum, probs, output};
-  for (const std::vector<NodeId>* ops : {&score_ops, &shift_ops, &divisor_ops}) out.insert(out.end(), ops->begin(), ops->end());
+  for (const std::vector<NodeId>* ops : {&score_ops, &index_ops, &shift_ops, &divisor_ops})
+    out.insert(out.end(), ops->begin(), ops->end());
   if (cast >= 0) out.push_back(cast);
   std::sort(out.begin(), out.end());
   return out;
@@ -33,8 +34,63 @@ bool row_reduction(const Node& n, Op op, const Graph& g) {
          n.axes[0] == static_cast<int>(g.node(n.operands[0]).shape.size()) - 1;
 }
 
+// Whether `id` is computed from iotas along the last two axes of `scores` (queries, keys) and
+// constants only — a mask the kernel can compute from its tiles' positions; its nodes (not the
+// constants) go into `nodes`.
+bool index_only(const Graph& g, NodeId id, const Shape& scores, std::set<NodeId>* nodes) {
+  const Node& n = g.node(id);
+  if (n.op == Op::Constant) return true;
+  if (n.op == Op::Iota) {
+    const int from_end = static_cast<int>(n.shape.size()) - n.axes.at(0);
+    if (from_end != 1 && from_end != 2) return false;
+    if (n.shape[n.shape.size() - static_cast<size_t>(from_end)] != scores[scores.size() - static_cast<size_t>(from_end)])
+      return false;
+    nodes->insert(id);
+    return true;
+  }
+  if (!elementwise(n)) return false;
+  for (NodeId o : n.operands)
+    if (!index_only(g, o, scores, nodes)) return false;
+  nodes->insert(id);
+  return true;
+}
+
 bool is_constant_value(const Graph& g, NodeId id, double v) {
   return g.node(id).op == Op::Constant && g.node(id).value == v;
+}
+
+// An iota along the queries (from_end 2) or keys (1).
+bool iota_along(const Graph& g, NodeId id, int from_end) {
+  const Node& n = g.node(id);
+  return n.op == Op::Iota && static_cast<int>(n.shape.size()) - n.axes.at(0) == from_end;
+}
+
+// X = where(i_q + c ≥ i_k, ·, −inf) (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
+std::optional<int64_t> causal_offset(const Graph& g, NodeId x) {
+  const Node& w = g.node(x);
+  if (w.op != Op::Where || !is_constant_value(g, w.operands[2], -INFINITY)) return std::nullopt;
+  const Node& cmp = g.node(w.operands[0]);
+  NodeId query, key;
+  if (cmp.op == Op::Ge) {
+    query = cmp.operands[0];
+    key = cmp.operands[1];
+  } else if (cmp.op == Op::Le) {
+    query = cmp.operands[1];
+    key = cmp.operands[0];
+  } else {
+    return std::nullopt;
+  }
+  if (!iota_along(g, key, 1)) return std::nullopt;
+  double offset = 0;
+  if (g.node(query).op == Op::Add) {
+    const Node& a = g.node(query);
+    const int c = is_constant(g, a.operands[1]) ? 1 : is_constant(g, a.operands[0]) ? 0 : -1;
+    if (c < 0) return std::nullopt;
+    offset = g.node(a.operands[static_cast<size_t>(c)]).value;
+    query = a.operands[static_cast<size_t>(1 - c)];
+  }
+  if (!iota_along(g, query, 2) || !(offset >= 0) || offset != std::floor(offset) || offset > 1e15) return std::nullopt;
+  return static_cast<int64_t>(offset);
 }
 
 }  // namespace
@@ -101,13 +157,21 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     *why = fmt::format("the row max %{} is not of the value %{} it shifts", shift, x);
     return std::nullopt;
   }
-  // X = f(S), S = Q·Kᵀ.
+  // X = f(S), S = Q·Kᵀ; f's other operands constants or masks from iotas.
   NodeId s = x;
+  std::set<NodeId> index_nodes;
   while (g.node(s).op != Op::MatMul) {
     const Node& n = g.node(s);
     NodeId next = -1;
-    for (NodeId a : n.operands)
-      if (!is_constant(g, a)) next = next < 0 ? a : -2;
+    for (NodeId a : n.operands) {
+      if (is_constant(g, a)) continue;
+      std::set<NodeId> found;
+      if (index_only(g, a, n.shape, &found)) {
+        index_nodes.insert(found.begin(), found.end());
+        continue;
+      }
+      next = next < 0 ? a : -2;
+    }
     if (!elementwise(n) || next < 0) {
       *why = fmt::format("the scores reach the softmax through %{} {}, which is not an elementwise op of the "
                          "scores and constants{}",
@@ -118,6 +182,8 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     s = next;
   }
   std::reverse(c.score_ops.begin(), c.score_ops.end());
+  c.index_ops.assign(index_nodes.begin(), index_nodes.end());
+  c.causal_offset = causal_offset(g, x);
   c.scores = s;
   const Node& sn = g.node(s);
   if (sn.transpose_a || !sn.transpose_b) {
@@ -207,8 +273,10 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
   s.threads_per_row = 128;
   s.stages = 2;
   s.stage_bytes = 2 * s.block_n * c->d * static_cast<int64_t>(dtype_size(dt));  // a K and a V tile
+  s.causal_offset = c->causal_offset.value_or(-1);
   k.totals = {};
-  for (NodeId n : c->score_ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
+  for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
+    for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
   estimate_attention_cost(g, k, p);
   return true;
 }
@@ -221,7 +289,15 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
     c.bytes_read += num_elements(g.node(i).shape) * static_cast<int64_t>(dtype_size(g.node(i).dtype));
   for (NodeId o : k.outputs)
     c.bytes_written += num_elements(g.node(o).shape) * static_cast<int64_t>(dtype_size(g.node(o).dtype));
-  const double scores = static_cast<double>(s.batch * s.m) * static_cast<double>(s.n);
+  // The scores of the key tiles the loops visit (all of them, unless a causal mask ends them).
+  double tiles = 0;
+  const int64_t steps = (s.n + s.block_n - 1) / s.block_n;
+  for (int64_t mb = 0; mb < s.m_blocks(); ++mb)
+    tiles += static_cast<double>(s.causal_offset < 0 ? steps
+                                                     : std::min(steps, ((mb + 1) * s.block_m + s.causal_offset + s.block_n - 1) /
+                                                                           s.block_n));
+  const double scores = static_cast<double>(s.batch) * tiles * s.block_m * s.block_n *
+                        (static_cast<double>(s.m) / static_cast<double>(s.m_blocks() * s.block_m));
   c.flops = 4 * scores * static_cast<double>(s.k);
   // The softmax's own work per score beside the two products and f(S): the running max, the
   // shifted exponent and its ex2, the sum, the conversion to P's fragment (~6 issued

@@ -3,7 +3,8 @@
 // chains"). A matmul S = Q·Kᵀ (contracting d) reaches O = P·V (contracting S's last axis n) only
 // through
 //   X = f(S)              elementwise ops whose other operands are constants (a scale, a
-//                         softcap's tanh, an added constant)
+//                         softcap's tanh) or masks computed from iotas along the queries and
+//                         the keys (causal: where(i_q + offset ≥ i_k, s, −inf), windows)
 //   c = shift(max_n X)    the row max (a reduction over n, keepdim), or softmax's guarded form
 //                         where(max > −inf, max, 0): c is the max wherever that is finite
 //   E = exp(X − c)
@@ -25,6 +26,7 @@ namespace tilefuse {
 struct ContractionChain {
   NodeId scores = -1;               // S = Q·Kᵀ
   std::vector<NodeId> score_ops;    // X = f(S), in order (empty: X is S)
+  std::vector<NodeId> index_ops;    // f's masks: iotas and what is computed from them, in order
   NodeId row_max = -1;              // max_n X
   std::vector<NodeId> shift_ops;    // c from the max, in order (empty: c is the max)
   NodeId shifted = -1, exp = -1;    // X − c, its exp E
@@ -34,6 +36,9 @@ struct ContractionChain {
   NodeId output = -1;               // O = P·V
   NodeId q = -1, k = -1, v = -1;
   int64_t batch = 1, n_q = 0, n_kv = 0, d = 0;  // batch: the product of Q's leading axes
+  // Set when X is where(i_q + offset ≥ i_k, ·, −inf) (a causal mask): query i sees no key past
+  // i + offset, so the kernel skips the key tiles wholly past its block's last query.
+  std::optional<int64_t> causal_offset;
   NodeId x() const { return score_ops.empty() ? scores : score_ops.back(); }
   std::vector<NodeId> nodes() const;  // every node, sorted
 };

@@ -647,11 +647,6 @@ void check_fusion_options(const FusionOptions& o) {
 static Plan plan_graph(const Graph& g, const FusionOptions& options) {
   verify(g);
   for (const Node& n : g.nodes()) {
-    if (n.op == Op::Iota)
-      throw UnsupportedError(fmt::format(
-          "graph '{}': %{} {}{}: tilefuse plans no kernel for {} yet (the graph, its verifier and the float64 "
-          "reference have it)",
-          g.name(), n.id, op_info(n.op).name, shape_str(n.shape), op_info(n.op).name));
     if (op_info(n.op).kind != OpKind::Reduce) continue;
     // One contiguous block of axes (size-1 axes inside it count as reduced): the rows, or the
     // columns of a [P, R, C] view.
@@ -667,7 +662,17 @@ static Plan plan_graph(const Graph& g, const FusionOptions& options) {
           shape_str(g.node(n.operands[0]).shape)));
   }
   check_fusion_options(options);
-  return FusionPass(g, options).run();
+  Plan plan = FusionPass(g, options).run();
+  for (const Kernel& k : plan.kernels)
+    for (NodeId id : k.nodes)
+      if (g.node(id).op == Op::Iota && k.kind != ScheduleKind::Attention) {
+        const Node& n = g.node(id);
+        throw UnsupportedError(fmt::format(
+            "graph '{}': %{} {}{}: tilefuse plans {} only as an attention's mask so far (the graph, its verifier "
+            "and the float64 reference have it everywhere)",
+            g.name(), n.id, op_info(n.op).name, shape_str(n.shape), op_info(n.op).name));
+      }
+  return plan;
 }
 
 Plan plan_fusion(const Graph& g, const FusionOptions& options) {

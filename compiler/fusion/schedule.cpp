@@ -42,8 +42,12 @@ std::string TileSchedule::describe() const {
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, mma.sync m16n8k16), a loop over {} keys {} at a time "
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
-        "(cp.async, ldmatrix; {} KiB each); {} blocks over {} heads",
-        block_m, warps_m, n, block_n, stages, stage_bytes / 1024, grid(), batch);
+        "(cp.async, ldmatrix; {} KiB each); {} blocks over {} heads{}",
+        block_m, warps_m, n, block_n, stages, stage_bytes / 1024, grid(), batch,
+        causal_offset >= 0 ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
+                                         "query skipped",
+                                         causal_offset)
+                           : "");
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "

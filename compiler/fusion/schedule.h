@@ -70,7 +70,10 @@ struct TileSchedule {
   // Attention (contracts too): each block takes block_m query rows of one of `batch` heads
   // (m queries, n keys, head dimension k) and loops over the keys block_n at a time, K and V
   // tiles through `stages` shared-memory stages; 4 warps of 16 rows, warps_n 1.
+  // A causal mask (causal_offset ≥ 0: query i sees no key past i + causal_offset) ends each
+  // block's loop at the key tile holding its last query's last key.
   bool contracts = false, attention = false;
+  int64_t causal_offset = -1;
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;

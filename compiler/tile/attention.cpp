@@ -35,7 +35,12 @@ class AttentionProgram {
     const int pid = b.program_id(0);
     bh_ = b.div(pid, b.index(m_blocks()));
     const int first_row = b.mul(bh_, b.index(s_.n_q));
-    row0_ = b.add(first_row, b.mul(b.rem(pid, b.index(m_blocks())), b.index(s_.block_m)));
+    // Causal blocks differ in work: the longest (last queries) are taken first, so that the
+    // last wave is of short ones.
+    int mt = b.rem(pid, b.index(m_blocks()));
+    if (s_.causal_offset) mt = b.sub(b.index(m_blocks() - 1), mt);
+    query0_ = b.mul(mt, b.index(s_.block_m));
+    row0_ = b.add(first_row, query0_);
     row_end_ = b.add(first_row, b.index(s_.n_q));
     for (int64_t kk = 0; kk < s_.d; kk += 16)
       q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
@@ -109,7 +114,11 @@ class AttentionProgram {
     const int l = b.tile_const(0, DType::F32, rows, Frag::Acc);
     copy_keys(b, zero_, zero_);
     const int two = b.index(2);
-    return b.for_loop(zero_, b.index(steps()), b.index(1), {o, m, l},
+    // The tiles to visit: all, or up to the one holding key query0 + block_m − 1 + offset.
+    int hi = b.index(steps());
+    if (s_.causal_offset)
+      hi = b.min(hi, b.div(b.add(query0_, b.index(s_.block_m + *s_.causal_offset + s_.block_n - 1)), b.index(s_.block_n)));
+    return b.for_loop(zero_, hi, b.index(1), {o, m, l},
                       [&](Builder& in, int j, const std::vector<int>& c) {
                         // Tile j's copies done, and every thread past its reads of the other stage.
                         in.wait_group(0);
@@ -127,12 +136,11 @@ class AttentionProgram {
       const int k = b.load_shared(0, stage, {b.index(16 * static_cast<int64_t>(kk)), zero_}, {16, s_.block_n}, Frag::B);
       s = b.dot(q_[kk], k, s);
     }
-    s = s_.scores ? s_.scores(b, s) : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    const int key0 = b.mul(j, b.index(s_.block_n));
+    s = s_.scores ? s_.scores(b, s, query0_, key0) : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
-    if (s_.n_kv % s_.block_n != 0) {
-      const int key0 = b.mul(j, b.index(s_.block_n));
+    if (s_.n_kv % s_.block_n != 0)
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
-    }
     const int m = b.compute(Op::Max, {c[1], b.reduce(Op::ReduceMax, s, 1)}, DType::F32);
     // The shift: the running max where it is finite (by default 0 while a row has seen no finite
     // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
@@ -180,7 +188,7 @@ class AttentionProgram {
   Program p_;
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
-  int zero_ = -1, bh_ = -1, row0_ = -1, row_end_ = -1;
+  int zero_ = -1, bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1;
 };
 
 }  // namespace
@@ -193,10 +201,22 @@ namespace {
 
 // The chain's nodes from `ops`, in order, on f32 tiles: `val` holds the value each starts from.
 // Constants become scalars; casts are left out (values inside a kernel stay in f32, as in every
-// kernel that does not write them).
-int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val, NodeId last) {
+// kernel that does not write them); an iota is the tile's query or key positions (`query0`,
+// `key0` the tile's first), as a [rows, 1] or [1, keys] tile.
+struct Positions {
+  int query0 = -1, key0 = -1;
+  Shape scores;  // the score tile's shape
+};
+int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val, NodeId last,
+             const Positions& at = {}) {
   for (NodeId id : ops) {
     const Node& n = g.node(id);
+    if (n.op == Op::Iota) {
+      const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
+      val[id] = b.iota(keys ? at.key0 : at.query0, keys ? 1 : 0,
+                       keys ? Shape{1, at.scores[1]} : Shape{at.scores[0], 1}, Frag::Acc);
+      continue;
+    }
     std::vector<int> args;
     for (NodeId o : n.operands) {
       if (val.count(o)) args.push_back(val.at(o));
@@ -228,6 +248,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.out_dtype = g.node(c->output).dtype;
   s.block_m = k.schedule.block_m;
   s.block_n = k.schedule.block_n;
+  s.causal_offset = c->causal_offset;
   const NodeId roles[3] = {c->q, c->k, c->v};
   for (int r = 0; r < 3; ++r) {
     const NodeId id = roles[r];
@@ -238,9 +259,12 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.names[3] = fmt::format("%{}", c->output);
   for (const GraphOutput& o : g.outputs())
     if (o.node == c->output) s.names[3] = o.name;
-  s.scores = [&](Builder& b, int acc) {
+  std::vector<NodeId> score_ops = c->score_ops;  // with the masks' nodes, in topological order
+  score_ops.insert(score_ops.end(), c->index_ops.begin(), c->index_ops.end());
+  std::sort(score_ops.begin(), score_ops.end());
+  s.scores = [&](Builder& b, int acc, int query0, int key0) {
     std::map<NodeId, int> val = {{c->scores, acc}};
-    return evaluate(b, g, c->score_ops, val, c->x());
+    return evaluate(b, g, score_ops, val, c->x(), {query0, key0, {s.block_m, s.block_n}});
   };
   s.shift = [&](Builder& b, int m) {
     std::map<NodeId, int> val = {{c->row_max, m}};

@@ -32,15 +32,20 @@ struct AttentionShape {
   std::optional<DType> out_dtype;  // of o (default: the inputs')
   double scale = 0.125;
   int block_m = 64, block_n = 64;  // query rows per block (16 per warp), keys per loop step
+  // Query i sees no key past i + causal_offset (the scores' mask says so): each block's loop ends
+  // at the key tile of its last query's last key.
+  std::optional<int64_t> causal_offset;
   // The parameters: q, k, v (in the order `position` gives them: position[0] is q's) and o.
   std::array<std::string, 4> names = {"q", "k", "v", "o"};
   std::array<int, 3> position = {0, 1, 2};
   // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
-  // each given a builder and its argument: X from the raw scores S (default S·scale); the shift
-  // c from the running max m, equal to m wherever m is finite (default: 0 where m is −inf); the
-  // divisor from the final sum (default: 1 where the sum is 0).
+  // each given a builder and its argument: X from the raw scores S (default S·scale), given also
+  // the tile's first query (within its head) and first key (indices, for masks); the shift c from
+  // the running max m, equal to m wherever m is finite (default: 0 where m is −inf); the divisor
+  // from the final sum (default: 1 where the sum is 0).
   using RowFn = std::function<int(Builder&, int)>;
-  RowFn scores, shift, divisor;
+  std::function<int(Builder&, int scores, int query0, int key0)> scores;
+  RowFn shift, divisor;
 };
 
 // Throws Error naming what is unsupported (d other than 16, 32, 64, 128, 256; f32; tiles).

@@ -65,6 +65,8 @@ const char* opcode_name(Opcode o) {
       return "subi";
     case Opcode::InBounds:
       return "in_bounds";
+    case Opcode::Iota:
+      return "iota";
     case Opcode::If:
       return "if";
     case Opcode::LastArrival:
@@ -189,6 +191,14 @@ int Builder::in_bounds(int offset, int limit, int axis, const Shape& shape, Frag
   i.args = {offset, limit};
   i.axis = axis;
   return emit(i, Type::tile(DType::Bool, shape, Space::Reg, frag));
+}
+
+int Builder::iota(int offset, int axis, const Shape& shape, Frag frag) {
+  Inst i;
+  i.opcode = Opcode::Iota;
+  i.args = {offset};
+  i.axis = axis;
+  return emit(i, Type::tile(DType::F32, shape, Space::Reg, frag));
 }
 
 int Builder::last_arrival(int workspace_param, int slot, int arrivals) {

@@ -125,6 +125,7 @@ enum class Opcode {
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
   InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
+  Iota,       // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
   Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
               // an accumulator fragment along its columns (warps_n 1): the warp's quads combine
@@ -243,6 +244,7 @@ class Builder {
   int min(int a, int b);
   int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
+  int iota(int offset, int axis, const Shape& shape, Frag frag = Frag::None);
   int last_arrival(int workspace_param, int slot, int arrivals);
   void reset_count(int workspace_param, int slot);
   // Runs `body` (given a builder for the region) when the bool scalar `cond` holds.

@@ -105,6 +105,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         break;
       case Opcode::Reduce:
       case Opcode::InBounds:
+      case Opcode::Iota:
         *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
                             type_of(i.results[0]));
         break;
@@ -628,6 +629,13 @@ class Parser {
       i.args = {use("an offset")};
       punct(",");
       i.args.push_back(use("a limit"));
+      word("axis");
+      i.axis = static_cast<int>(integer());
+      punct(":");
+      results({type()});
+    } else if (op == "iota") {
+      i.opcode = Opcode::Iota;
+      i.args = {use("an offset")};
       word("axis");
       i.axis = static_cast<int>(integer());
       punct(":");

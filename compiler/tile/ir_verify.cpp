@@ -331,6 +331,14 @@ class Verifier {
           check_tile_shape(i, out);
           break;
         }
+        case Opcode::Iota: {
+          const Type& out = type(i.results.at(0));
+          if (i.args.size() != 1 || !is_index(i.args[0]) || !out.is_tile() || out.dtype != DType::F32 || i.axis < 0 ||
+              static_cast<size_t>(i.axis) >= out.shape.size())
+            problem(fmt::format("{}: needs an offset and an f32 tile along one of its axes", where(i)));
+          check_tile_shape(i, out);
+          break;
+        }
         case Opcode::If: {
           if (i.args.size() != 1 || type(i.args[0]).kind != Type::Kind::Scalar || type(i.args[0]).dtype != DType::Bool ||
               i.regions.size() != 1)
