@@ -25,6 +25,7 @@
 
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/emit.h"
+#include "compiler/tile/ir.h"
 #include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/dump.h"

@@ -6,9 +6,12 @@
 #include "compiler/codegen/target.h"
 #include "compiler/fusion/plan.h"
 #include "compiler/fusion/report.h"
-#include "compiler/tile/ir.h"
 
 namespace tilefuse {
+
+namespace tir {
+struct Program;  // compiler/tile/ir.h
+}
 
 struct CompiledKernel {
   std::string name;
