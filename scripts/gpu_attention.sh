@@ -20,12 +20,9 @@ echo "== PyTorch scaled_dot_product_attention, same shape"
 timeout 120 python3 - <<'PY' 2>&1 | tee "$OUT/attention_peers.log"
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
-def median_ms(f, n=10):
-    for _ in range(3): f()
-    s, e, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
-    for _ in range(n):
-        s.record(); f(); e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
-    return sorted(ts)[n // 2]
+import sys
+sys.path.insert(0, "bench")
+from gpu_timing import median_ms
 b, h, n, d = 4, 16, 4096, 128
 q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
 flops = 4 * b * h * n * n * d

@@ -28,12 +28,9 @@ done | tee "$OUT/matmul_runs.log"
 echo "== cuBLAS (PyTorch), same shapes"
 timeout 60 python3 - <<'PY' 2>&1 | tee "$OUT/matmul_peers.log"
 import torch
-def median_ms(f, n=20):
-    for _ in range(3): f()
-    s, e, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
-    for _ in range(n):
-        s.record(); f(); e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
-    return sorted(ts)[n // 2]
+import sys
+sys.path.insert(0, "bench")
+from gpu_timing import median_ms
 n = 8192
 a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda"); b = torch.randn_like(a)
 t = median_ms(lambda: a @ b)

@@ -169,5 +169,40 @@ TEST(Fuzz, LibraryGemmRewrites) {
   EXPECT_GT(library_kernels, 0) << "no plan took cuBLASLt: the test shows nothing";
 }
 
+// Random graphs rich in attention chains (scales, softcaps, causal and windowed masks from iotas,
+// f32 or 16-bit scores, sometimes outside the rule): the plans are consistent, most chains become
+// one attention kernel, the ones outside the rule keep their scores, and every kernel compiles;
+// on a GPU each plan is checked against the float64 reference.
+TEST(Fuzz, AttentionChains) {
+  fuzz::RandomGraphOptions ro;
+  ro.attention = 0.3;
+  ro.matmul = 0;
+  ro.iota = 0;
+  ro.long_rows = 0;
+  int graphs = 0, attention_kernels = 0;
+  for (uint64_t seed = 1; seed <= 200 && graphs < 10; ++seed) {
+    Graph g = fuzz::random_graph(seed, ro);
+    int chains = 0;
+    for (const Node& n : g.nodes()) chains += n.op == Op::MatMul;
+    if (chains == 0) continue;
+    Plan p;
+    try {
+      p = plan_fusion(g);
+    } catch (const UnsupportedError&) {
+      continue;  // an iota mask left outside an attention kernel: refused with a reason
+    }
+    ++graphs;
+    SCOPED_TRACE(fmt::format("seed {}", seed));
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    for (const Kernel& k : p.kernels) {
+      attention_kernels += k.kind == ScheduleKind::Attention;
+      compile_kernel(p.graph, k);
+    }
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  }
+  EXPECT_GE(graphs, 8);
+  EXPECT_GT(attention_kernels, 4) << "few chains fused: the test shows little";
+}
+
 }  // namespace
 }  // namespace tilefuse

@@ -399,8 +399,10 @@ class Emitter {
     return t.is_tile() ? static_cast<size_t>(slots(t, 0) * slots(t, 1)) : 1;
   }
 
-  // Whether offset + each element's position along the axis is below the limit.
-  void in_bounds(const Inst& i) {
+  // The offset (arg 0) plus each of the result's elements' position along `axis`, as `f` makes
+  // it an element.
+  template <typename F>
+  void positions(const Inst& i, F f) {
     const Type& t = type(i.results[0]);
     const size_t d = static_cast<size_t>(i.axis);
     std::vector<Value*> out;
@@ -408,23 +410,17 @@ class Emitter {
       for (int e1 = 0; e1 < slots(t, 1); ++e1) {
         Value* at = one(i.args[0]);
         if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
-        out.push_back(b_.CreateICmpULT(at, one(i.args[1])));
+        out.push_back(f(at));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
-
+  // Whether offset + each element's position along the axis is below the limit.
+  void in_bounds(const Inst& i) {
+    positions(i, [&](Value* at) { return b_.CreateICmpULT(at, one(i.args[1])); });
+  }
   // offset + each element's position along the axis, as f32 (exact below 2^24).
   void iota(const Inst& i) {
-    const Type& t = type(i.results[0]);
-    const size_t d = static_cast<size_t>(i.axis);
-    std::vector<Value*> out;
-    for (int e0 = 0; e0 < slots(t, 0); ++e0)
-      for (int e1 = 0; e1 < slots(t, 1); ++e1) {
-        Value* at = one(i.args[0]);
-        if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
-        out.push_back(b_.CreateUIToFP(at, b_.getFloatTy()));
-      }
-    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+    positions(i, [&](Value* at) { return b_.CreateUIToFP(at, b_.getFloatTy()); });
   }
 
   // Along an axis no two threads share (threads[axis] == 1): the thread's own elements combined

@@ -117,7 +117,9 @@ class Generator {
       pool_.push_back(composite(operand()));
     } else if (u < 0.93 + o_.matmul) {
       matmul_step(operand());
-    } else if (u < 0.93 + o_.matmul + o_.iota) {
+    } else if (u < 0.93 + o_.matmul + o_.attention) {
+      attention_step();
+    } else if (u < 0.93 + o_.matmul + o_.attention + o_.iota) {
       // A mask from iota comparisons (causal-like), selecting between two values.
       Tensor x = operand();
       const int rank = static_cast<int>(x.shape().size());
@@ -144,6 +146,35 @@ class Generator {
     Tensor w = new_input(o.transpose_b ? Shape{n, k} : Shape{k, n});
     Tensor y = matmul(x, w, o) * (1.0 / std::sqrt(static_cast<double>(k)));
     (square ? pool_ : side_).push_back(y);
+  }
+
+  // softmax(f(Q·Kᵀ))·V over inputs of its own: [heads…, n, d] queries, n_kv keys.
+  void attention_step() {
+    const DType dt = base_ == DType::F32 ? one_of({DType::BF16, DType::F16}) : base_;
+    const int64_t n = one_of({1, 16, 17, 64, 100, 130}), n_kv = one_of({1, 16, 33, 64, 100, 130});
+    const int64_t d = chance(0.1) ? 48 : one_of({16, 32, 64, 128});
+    Shape lead = chance(0.5) ? Shape{2, 3} : Shape{static_cast<int64_t>(pick(1, 3))};
+    auto shaped = [&](int64_t rows, int64_t cols) {
+      Shape s = lead;
+      s.push_back(rows);
+      s.push_back(cols);
+      return s;
+    };
+    auto qkv = [&](int64_t rows) { return input(g_, "in" + std::to_string(inputs_++), shaped(rows, d), dt); };
+    Tensor q = qkv(n), k = qkv(n_kv), v = qkv(n_kv);
+    const bool f32_scores = chance(0.7);
+    Tensor s = matmul(q, k, {false, true, f32_scores ? std::optional<DType>(DType::F32) : std::nullopt});
+    s = s * (1.0 / std::sqrt(static_cast<double>(d)));
+    if (chance(0.2)) s = tanh(s * 0.2) * 5.0;  // a softcap
+    if (chance(0.4) && n <= n_kv) {             // causal, the queries the last n of the keys' positions
+      Tensor qi = iota(g_, {n, n_kv}, 0), ki = iota(g_, {n, n_kv}, 1);
+      s = where(qi + static_cast<double>(n_kv - n) >= ki, s, -INFINITY);
+      if (chance(0.3)) s = where(qi + static_cast<double>(n_kv - n) - ki < 8.0, s, -INFINITY);  // a window
+    }
+    Tensor p = softmax(s, -1);
+    if (p.dtype() != dt) p = cast(p, dt);
+    if (chance(0.1)) side_.push_back(p);  // the probabilities kept: outside the rule
+    side_.push_back(matmul(p, v));
   }
 
   Tensor unary(const Tensor& x) {

@@ -4,7 +4,7 @@
 // min and mean over one or several trailing axes (rows) or a block of leading or middle axes
 // (columns), with keepdim results broadcast back and
 // reductions of reductions; softmax, log-softmax, layernorm, RMSNorm and group-norm written
-// from primitives; matmuls against weights, iota masks; f32, f16 and bf16 mixed through casts; several outputs, intermediates among
+// from primitives; matmuls against weights, iota masks; attention chains; f32, f16 and bf16 mixed through casts; several outputs, intermediates among
 // them. Values stay finite: every op that needs it gets an argument kept in range.
 // The same seed gives the same graph (on one standard library build).
 #include <cstdint>
@@ -26,6 +26,10 @@ struct RandomGraphOptions {
   // still compile).
   double matmul = 0.03;
   double iota = 0.005;
+  // Chance of each step being an attention of inputs of its own (an output): Q·Kᵀ, a scale and
+  // sometimes a softcap, a causal or windowed mask from iotas, softmax, P·V — mostly within the
+  // contraction-chain rule, sometimes outside it (P also an output, a head dim of 48).
+  double attention = 0.01;
 };
 
 Graph random_graph(uint64_t seed, const RandomGraphOptions& options = {});
