@@ -25,6 +25,7 @@
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/attention.h"
+#include "compiler/tile/attention_walkthrough.h"
 #include "compiler/tile/ir_verify.h"
 #include "runtime/cuda_driver.h"
 #include "tests/test_util.h"
@@ -38,6 +39,36 @@ int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// `tilefuse explain attention`'s recurrence, tile by tile, ends where softmax(q·kᵀ·scale)·v does
+// in float64 — for any tile width and for rows that see only some keys (one, all, none).
+TEST(AttentionWalkthrough, EndsAtTheFloat64Result) {
+  std::mt19937_64 rng(testing::test_seed());
+  std::normal_distribution<float> normal(0, 1);
+  const int n = 9, d = 3;
+  std::vector<std::vector<float>> k(n, std::vector<float>(d)), v = k;
+  std::vector<float> q(d);
+  for (auto* m : {&k, &v})
+    for (auto& r : *m)
+      for (float& x : r) x = normal(rng);
+  for (float& x : q) x = normal(rng);
+  for (int visible : {0, 1, 5, n})
+    for (int tile : {1, 2, 4, n}) {
+      SCOPED_TRACE(fmt::format("{} keys seen, tiles of {}", visible, tile));
+      const AttentionRowWalk w = walk_online_attention(q, k, v, 0.7f, tile, visible);
+      EXPECT_EQ(w.steps.size(), static_cast<size_t>((n + tile - 1) / tile));
+      std::vector<double> s(static_cast<size_t>(visible)), want(d, 0.0);
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j < visible; ++j) {
+        for (int c = 0; c < d; ++c) s[static_cast<size_t>(j)] += static_cast<double>(q[c]) * k[j][c] * 0.7;
+        mx = std::max(mx, s[static_cast<size_t>(j)]);
+      }
+      for (double& x : s) sum += x = std::exp(x - mx);
+      for (int j = 0; j < visible; ++j)
+        for (int c = 0; c < d; ++c) want[c] += s[static_cast<size_t>(j)] / sum * v[j][c];
+      for (int c = 0; c < d; ++c) EXPECT_NEAR(w.out[c], want[c], 1e-5 * (1 + std::fabs(want[c])));
+    }
 }
 
 TEST(TileIrAttention, ProgramVerifiesAndRoundTrips) {

@@ -45,6 +45,9 @@ expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
 expect explain 0 "max 2, sum 1.3678794: probabilities \[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
 expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row 3,3 --tile 1
 expect explain-bad-row 2 "--row takes comma-separated numbers" -- "$tf" explain softmax --row 1,x
+expect explain-attention 0 "float64: +\[-0.477329, 0.47465, -0.103957, 0.383321\]" -- "$tf" explain attention
+expect explain-causal 0 "keys 0..2: s \[1.375, -inf, -inf\].*O / l = \[-2, 0, 2, -1\]" -- sh -c "'$tf' explain attention --causal --tile 3 | tr '\n' ' '"
+expect explain-unknown 2 "explain knows 'softmax' and 'attention'" -- "$tf" explain layernorm
 # Failures become messages and exit 1, never an abort; output that cannot be written is an error.
 expect full-stdout-ptx 1 "No space left on device" -- sh -c "'$tf' ptx softmax >/dev/full"
 expect full-stdout-list 1 "No space left on device" -- sh -c "'$tf' list >/dev/full"

@@ -27,6 +27,7 @@
 #include "compiler/support/error.h"
 #include "compiler/support/json.h"
 #include "runtime/check.h"
+#include "compiler/tile/attention_walkthrough.h"
 #include "compiler/tile/softmax_walkthrough.h"
 #include "dsl_examples/examples.h"
 #include "runtime/cuda_driver.h"
@@ -57,6 +58,10 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
   explain softmax [--tile N] [--row 1,2,3,1000 ...]
                                the running softmax tile by tile (running max, sum, rescale)
                                for small rows, beside the GPU kernel's and float64 results
+  explain attention [--tile N] [--causal]
+                               the attention loop of 8 queries over 8 keys (d 4) key tile by
+                               key tile (scores, running max, rescale, sum, output), beside
+                               the float64 reference and the fused GPU kernel
   cache stats|clear            the disk cache of compiled kernels: where, entries, bytes; or
                                empty it
   cache time NAME...           each example's kernels compiled cold (through LLVM) and warm
@@ -100,7 +105,8 @@ struct Args {
   std::string command;
   std::vector<std::string> names;
   std::vector<std::vector<float>> rows;
-  int tile = 2;
+  int tile = 0;  // explain: keys per tile (0: the command's default)
+  bool causal = false;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false;
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
@@ -204,7 +210,8 @@ Args parse(int argc, char** argv) {
         {"--bench", &Args::bench},
         {"--no-fuse", &Args::no_fuse},
         {"--measured-profile", &Args::measured_profile},
-        {"--cache-report", &Args::cache_report}};
+        {"--cache-report", &Args::cache_report},
+        {"--causal", &Args::causal}};
     if (s == "--json" && a.command == "bench")
       a.json_file = value();
     else if (s == "--json")
@@ -480,8 +487,80 @@ int cmd_bench(const Args& a) {
 
 // The running softmax, tile by tile, then the same rows through the compiled kernel (where a GPU
 // is present) and the float64 reference.
+// Attention of 8 queries over 8 keys of d 4 (values exact in bf16, so the GPU kernel sees what
+// the walk-through sees), key tile by key tile. The GPU kernel runs the same graph with d padded
+// to 16 by zeros (its smallest head dimension): the same scores, and zeros in the added columns.
+int cmd_explain_attention(const Args& a) {
+  const int n = 8, d = 4, pad = 16, tile = a.tile > 0 ? a.tile : 4;
+  const float scale = 0.5f;  // 1/√d
+  std::vector<std::vector<float>> q(n, std::vector<float>(d)), k = q, v = q;
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < d; ++c) {
+      q[i][c] = static_cast<float>((i * 3 + c * 5) % 7 - 3) * 0.5f;
+      k[i][c] = static_cast<float>((i * 5 + c * 3) % 7 - 3) * 0.5f;
+      v[i][c] = static_cast<float>((i + 2 * c) % 5 - 2);
+    }
+  fmt::print(
+      "attention of {} queries over {} keys, d {}, scale {}{}, keys in tiles of {} (`tilefuse tile attention` shows "
+      "the loop a kernel runs)\n"
+      "  s = q·k·scale (−inf where masked);  m' = max(m, tile max);  c = m', or 0 while m' = −inf\n"
+      "  α = exp(m − c);  p = exp(s − c);  l' = l·α + Σp;  O' = O·α + Σ p·v;  out = O / l\n\n",
+      n, n, d, scale, a.causal ? ", causal (query i sees keys 0..i)" : "", tile);
+  auto rows = [](const std::vector<std::vector<float>>& m) {
+    std::vector<std::string> s;
+    for (const auto& r : m) s.push_back(fmt::format("[{}]", fmt::join(r, ", ")));
+    return fmt::format("{}", fmt::join(s, ", "));
+  };
+  fmt::print("q = {}\nk = {}\nv = {}\n\n", rows(q), rows(k), rows(v));
+  // The graph: the DSL's composite over [1, 1, n, 16], d padded by zeros.
+  Graph g("explain_attention");
+  const Shape shape = {1, 1, n, pad};
+  output("o", dsl::attention(dsl::input(g, "q", shape, DType::BF16), dsl::input(g, "k", shape, DType::BF16),
+                             dsl::input(g, "v", shape, DType::BF16), scale, a.causal));
+  TensorMap in;
+  for (auto [name, m] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) {
+    std::vector<double> padded(static_cast<size_t>(n * pad), 0.0);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < d; ++c) padded[static_cast<size_t>(i * pad + c)] = (*m)[i][c];
+    in[name] = TensorData::from_doubles(DType::BF16, shape, padded);
+  }
+  // softmax(q·kᵀ·scale)·v in float64, exactly (the graph itself rounds P and O to bf16).
+  std::vector<double> reference(static_cast<size_t>(n * pad), 0.0);
+  for (int i = 0; i < n; ++i) {
+    const int visible = a.causal ? i + 1 : n;
+    std::vector<double> s(static_cast<size_t>(visible));
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < visible; ++j) {
+      for (int c = 0; c < d; ++c) s[static_cast<size_t>(j)] += static_cast<double>(q[i][c]) * k[j][c];
+      s[static_cast<size_t>(j)] *= scale;
+      mx = std::max(mx, s[static_cast<size_t>(j)]);
+    }
+    for (double& x : s) sum += x = std::exp(x - mx);
+    for (int j = 0; j < visible; ++j)
+      for (int c = 0; c < d; ++c) reference[static_cast<size_t>(i * pad + c)] += s[static_cast<size_t>(j)] / sum * v[j][c];
+  }
+  std::string why;
+  const bool gpu = cuda::available(&why);
+  std::vector<double> kernel;
+  if (gpu) kernel = Executable(plan_fusion(g)).run(in).at("o").to_doubles();
+  auto first_columns = [&](const std::vector<double>& o, int i) {
+    std::vector<std::string> s;
+    for (int c = 0; c < d; ++c) s.push_back(fmt::format("{:.6g}", o[static_cast<size_t>(i * pad + c)]));
+    return fmt::format("[{}]", fmt::join(s, ", "));
+  };
+  for (int i = 0; i < n; ++i) {
+    fmt::print("{}", print_attention_walk(i, walk_online_attention(q[i], k, v, scale, tile, a.causal ? i + 1 : n)));
+    fmt::print("  float64:           {}\n", first_columns(reference, i));
+    if (gpu) fmt::print("  GPU kernel (bf16): {}\n", first_columns(kernel, i));
+  }
+  if (!gpu) fmt::print("\n(the GPU kernel's lines are left out: {})\n", why);
+  return 0;
+}
+
 int cmd_explain(const Args& a) {
-  if (one_name(a) != "softmax") throw UsageError("explain knows 'softmax'");
+  if (one_name(a) == "attention") return cmd_explain_attention(a);
+  if (one_name(a) != "softmax") throw UsageError("explain knows 'softmax' and 'attention'");
+  const int tile = a.tile > 0 ? a.tile : 2;
   std::vector<std::vector<float>> rows = a.rows;
   if (rows.empty())
     rows = {{1, 2, 3, 1000}, {-INFINITY, 1, -INFINITY, 2}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
@@ -489,12 +568,12 @@ int cmd_explain(const Args& a) {
       "online softmax over tiles of {} (`tilefuse tile softmax_256k` shows the loop a kernel runs)\n"
       "  c(m) = m, or 0 while m = −inf;  m' = max(m, tile max);\n"
       "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
-      a.tile);
+      tile);
   std::string why;
   bool gpu = cuda::available(&why);
   for (const auto& row : rows) {
     if (row.empty()) throw UsageError("--row needs at least one number");
-    fmt::print("{}", print_walkthrough(row, walk_online_softmax(row, a.tile)));
+    fmt::print("{}", print_walkthrough(row, walk_online_softmax(row, tile)));
     Graph g("explain_softmax");
     output("y", dsl::softmax(dsl::input(g, "x", {1, static_cast<int64_t>(row.size())}), -1));
     TensorMap in;
