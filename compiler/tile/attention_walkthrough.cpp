@@ -50,6 +50,21 @@ AttentionRowWalk walk_online_attention(const std::vector<float>& query, const st
   return w;
 }
 
+std::vector<double> exact_attention_row(const std::vector<float>& query, const std::vector<std::vector<float>>& keys,
+                                        const std::vector<std::vector<float>>& values, double scale, int visible) {
+  std::vector<double> s(static_cast<size_t>(visible), 0.0), out(values.empty() ? 0 : values[0].size(), 0.0);
+  double mx = -INFINITY, sum = 0;
+  for (size_t j = 0; j < s.size(); ++j) {
+    for (size_t c = 0; c < query.size(); ++c) s[j] += static_cast<double>(query[c]) * keys[j][c];
+    s[j] *= scale;
+    mx = std::max(mx, s[j]);
+  }
+  for (double& x : s) sum += x = std::exp(x - mx);
+  for (size_t j = 0; j < s.size(); ++j)
+    for (size_t c = 0; c < out.size(); ++c) out[c] += s[j] / sum * values[j][c];
+  return out;
+}
+
 static std::string num(float v) { return fmt::format("{:.6g}", v); }
 static std::string nums(const std::vector<float>& v) {
   std::vector<std::string> s;

@@ -34,5 +34,9 @@ AttentionRowWalk walk_online_attention(const std::vector<float>& query, const st
                                        const std::vector<std::vector<float>>& values, float scale, int tile,
                                        int visible);
 std::string print_attention_walk(int row, const AttentionRowWalk& w);
+// What the walk must end at: softmax(q·kᵀ·scale)·v over the first `visible` keys, in float64
+// (0 when it sees none).
+std::vector<double> exact_attention_row(const std::vector<float>& query, const std::vector<std::vector<float>>& keys,
+                                        const std::vector<std::vector<float>>& values, double scale, int visible);
 
 }  // namespace tilefuse

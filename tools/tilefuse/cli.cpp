@@ -524,34 +524,21 @@ int cmd_explain_attention(const Args& a) {
       for (int c = 0; c < d; ++c) padded[static_cast<size_t>(i * pad + c)] = (*m)[i][c];
     in[name] = TensorData::from_doubles(DType::BF16, shape, padded);
   }
-  // softmax(q·kᵀ·scale)·v in float64, exactly (the graph itself rounds P and O to bf16).
-  std::vector<double> reference(static_cast<size_t>(n * pad), 0.0);
-  for (int i = 0; i < n; ++i) {
-    const int visible = a.causal ? i + 1 : n;
-    std::vector<double> s(static_cast<size_t>(visible));
-    double mx = -INFINITY, sum = 0;
-    for (int j = 0; j < visible; ++j) {
-      for (int c = 0; c < d; ++c) s[static_cast<size_t>(j)] += static_cast<double>(q[i][c]) * k[j][c];
-      s[static_cast<size_t>(j)] *= scale;
-      mx = std::max(mx, s[static_cast<size_t>(j)]);
-    }
-    for (double& x : s) sum += x = std::exp(x - mx);
-    for (int j = 0; j < visible; ++j)
-      for (int c = 0; c < d; ++c) reference[static_cast<size_t>(i * pad + c)] += s[static_cast<size_t>(j)] / sum * v[j][c];
-  }
   std::string why;
   const bool gpu = cuda::available(&why);
   std::vector<double> kernel;
   if (gpu) kernel = Executable(plan_fusion(g)).run(in).at("o").to_doubles();
-  auto first_columns = [&](const std::vector<double>& o, int i) {
+  auto numbers = [&](const std::vector<double>& o, size_t from) {
     std::vector<std::string> s;
-    for (int c = 0; c < d; ++c) s.push_back(fmt::format("{:.6g}", o[static_cast<size_t>(i * pad + c)]));
+    for (size_t c = 0; c < static_cast<size_t>(d); ++c) s.push_back(fmt::format("{:.6g}", o[from + c]));
     return fmt::format("[{}]", fmt::join(s, ", "));
   };
   for (int i = 0; i < n; ++i) {
-    fmt::print("{}", print_attention_walk(i, walk_online_attention(q[i], k, v, scale, tile, a.causal ? i + 1 : n)));
-    fmt::print("  float64:           {}\n", first_columns(reference, i));
-    if (gpu) fmt::print("  GPU kernel (bf16): {}\n", first_columns(kernel, i));
+    const int visible = a.causal ? i + 1 : n;
+    fmt::print("{}", print_attention_walk(i, walk_online_attention(q[i], k, v, scale, tile, visible)));
+    // Exactly, in float64 (the graph itself rounds P and O to bf16).
+    fmt::print("  float64:           {}\n", numbers(exact_attention_row(q[i], k, v, scale, visible), 0));
+    if (gpu) fmt::print("  GPU kernel (bf16): {}\n", numbers(kernel, static_cast<size_t>(i * pad)));
   }
   if (!gpu) fmt::print("\n(the GPU kernel's lines are left out: {})\n", why);
   return 0;
