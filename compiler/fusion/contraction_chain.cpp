@@ -309,6 +309,7 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.registers = static_cast<int>(94 + 1.14 * static_cast<double>(s.k));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
+  c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;  // the next key tile's copies
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 
