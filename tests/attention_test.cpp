@@ -19,6 +19,7 @@
 
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
@@ -363,6 +364,22 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    Graph g("plain_max_first_keys_masked");  // softmax by hand, unguarded: every row's first tile is −inf
+    Qkv t = qkv(g, 64, 128, 64, DType::BF16);
+    Tensor x = where(iota(g, {64, 128}, 1) >= 64.0, matmul(t.q, t.k, {false, true, DType::F32}) * 0.125, -INFINITY);
+    Tensor e = exp(x - amax(x, {-1}, true));
+    output("o", matmul(cast(e / sum(e, {-1}, true), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("additive_mask");  // a causal mask added as 0 or −1e9, through a bool → f32 cast
+    Qkv t = qkv(g, 48, 48, 32, DType::BF16);
+    Tensor seen = cast(iota(g, {48, 48}, 0) >= iota(g, {48, 48}, 1), DType::F32);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125 + (seen - 1.0) * 1e9;
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("sliding_window");  // keys within 16 positions before the query, written out by hand
     Qkv t = qkv(g, 80, 80, 64, DType::BF16);
     Tensor qi = iota(g, {80, 80}, 0), ki = iota(g, {80, 80}, 1);
@@ -448,6 +465,43 @@ TEST(FusionAttention, OutsideTheRuleTheScoresAreWrittenAndTheReportSaysWhy) {
     for (const FusionDecision& d : p.decisions)
       said |= d.reason.find("not one attention kernel") != std::string::npos && d.reason.find(c.why) != std::string::npos;
     EXPECT_TRUE(said) << plan_report_text(p);
+  }
+}
+
+// What the kernel could not honour is no chain: a mask that widens the scores (its extra axis
+// would be rows the kernel never writes), V computed inside the chain, and a causal offset past
+// the last key (nothing to skip).
+TEST(FusionAttention, TheMatchRefusesWhatTheKernelCannotHonour) {
+  {
+    Graph g("wide_mask");
+    Tensor q = input(g, "q", {16, 64}, DType::BF16), k = input(g, "k", {128, 64}, DType::BF16);
+    Tensor s = where(iota(g, {4, 16, 128}, 2) < 100.0, matmul(q, k, {false, true, DType::F32}), -INFINITY);
+    Tensor o = matmul(cast(softmax(s), DType::BF16), input(g, "v", {128, 64}, DType::BF16));
+    output("o", o);
+    std::string why;
+    EXPECT_FALSE(match_contraction_chain(g, o.id(), &why).has_value());
+    EXPECT_NE(why.find("must keep the scores' shape"), std::string::npos) << why;
+  }
+  {
+    Graph g("v_is_the_scores");
+    Tensor s = matmul(input(g, "q", {64, 64}, DType::BF16), input(g, "k", {64, 64}, DType::BF16), {false, true});
+    Tensor o = matmul(softmax(s), s);
+    output("o", o);
+    std::string why;
+    EXPECT_FALSE(match_contraction_chain(g, o.id(), &why).has_value());
+    EXPECT_NE(why.find("computed in it"), std::string::npos) << why;
+  }
+  {
+    Graph g("offset_past_the_keys");
+    Qkv t = qkv(g, 64, 64, 32, DType::BF16);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32});
+    s = where(iota(g, {64, 64}, 0) + 4294967296.0 >= iota(g, {64, 64}, 1), s, -INFINITY);
+    Tensor o = matmul(cast(softmax(s), DType::BF16), t.v);
+    output("o", o);
+    std::string why;
+    const std::optional<ContractionChain> c = match_contraction_chain(g, o.id(), &why);
+    ASSERT_TRUE(c.has_value()) << why;
+    EXPECT_FALSE(c->causal_offset.has_value());
   }
 }
 

@@ -460,6 +460,10 @@ class Emitter {
     for (int r = 0; r < n0; ++r) {
       Value* acc = v[static_cast<size_t>(r * n1)];
       for (int c = 1; c < n1; ++c) acc = element(b_, combine, DType::F32, {acc, v[static_cast<size_t>(r * n1 + c)]}, p_.name);
+      if (in.shape[1] == 1) {  // one column: every lane of the quad holds it already
+        out.push_back(acc);
+        continue;
+      }
       for (int lanes : {1, 2}) {
         Value* other = b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
                                           {b_.getInt32(0xffffffffu), acc, i32(lanes), i32(0x1f)});

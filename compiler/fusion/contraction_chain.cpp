@@ -34,24 +34,35 @@ bool row_reduction(const Node& n, Op op, const Graph& g) {
          n.axes[0] == static_cast<int>(g.node(n.operands[0]).shape.size()) - 1;
 }
 
-// Whether `id` is computed from iotas along the last two axes of `scores` (queries, keys) and
-// constants only — a mask the kernel can compute from its tiles' positions; its nodes (not the
-// constants) go into `nodes`.
-bool index_only(const Graph& g, NodeId id, const Shape& scores, std::set<NodeId>* nodes) {
+// Whether `id` is computed from iotas along its last two axes (queries, keys) and constants
+// only — a mask the kernel can compute from its tiles' positions; its nodes (not the constants)
+// go into `nodes`. (Their shapes are checked against the scores' once those are known.)
+bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes) {
   const Node& n = g.node(id);
   if (n.op == Op::Constant) return true;
   if (n.op == Op::Iota) {
     const int from_end = static_cast<int>(n.shape.size()) - n.axes.at(0);
     if (from_end != 1 && from_end != 2) return false;
-    if (n.shape[n.shape.size() - static_cast<size_t>(from_end)] != scores[scores.size() - static_cast<size_t>(from_end)])
-      return false;
     nodes->insert(id);
     return true;
   }
   if (!elementwise(n)) return false;
   for (NodeId o : n.operands)
-    if (!index_only(g, o, scores, nodes)) return false;
+    if (!index_only(g, o, nodes)) return false;
   nodes->insert(id);
+  return true;
+}
+
+// Whether `shape` broadcasts into `scores` without widening it, and an iota among `masks` runs
+// along a whole axis of the scores.
+bool fits_scores(const Graph& g, NodeId id, const Shape& scores) {
+  const Node& n = g.node(id);
+  if (n.shape.size() > scores.size()) return false;
+  const size_t off = scores.size() - n.shape.size();
+  for (size_t d = 0; d < n.shape.size(); ++d)
+    if (n.shape[d] != 1 && n.shape[d] != scores[off + d]) return false;
+  if (n.op == Op::Iota && n.shape[static_cast<size_t>(n.axes.at(0))] != scores[off + static_cast<size_t>(n.axes.at(0))])
+    return false;
   return true;
 }
 
@@ -89,7 +100,10 @@ std::optional<int64_t> causal_offset(const Graph& g, NodeId x) {
     offset = g.node(a.operands[static_cast<size_t>(c)]).value;
     query = a.operands[static_cast<size_t>(1 - c)];
   }
-  if (!iota_along(g, query, 2) || !(offset >= 0) || offset != std::floor(offset) || offset > 1e15) return std::nullopt;
+  const int64_t n_kv = g.node(x).shape.back();
+  // (An offset past the last key hides nothing: no tile to skip.)
+  if (!iota_along(g, query, 2) || !(offset >= 0) || offset != std::floor(offset) || offset >= static_cast<double>(n_kv))
+    return std::nullopt;
   return static_cast<int64_t>(offset);
 }
 
@@ -166,7 +180,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     for (NodeId a : n.operands) {
       if (is_constant(g, a)) continue;
       std::set<NodeId> found;
-      if (index_only(g, a, n.shape, &found)) {
+      if (index_only(g, a, &found)) {
         index_nodes.insert(found.begin(), found.end());
         continue;
       }
@@ -190,6 +204,18 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     *why = fmt::format("the scores %{} are not Q·Kᵀ with K stored [.., keys, d] (transpose_b)", s);
     return std::nullopt;
   }
+  for (NodeId n : c.score_ops)
+    if (g.node(n).shape != sn.shape) {
+      *why = fmt::format("%{} {} has shape {}, the scores {}: f must keep the scores' shape", n,
+                         op_info(g.node(n).op).name, shape_str(g.node(n).shape), shape_str(sn.shape));
+      return std::nullopt;
+    }
+  for (NodeId n : c.index_ops)
+    if (!fits_scores(g, n, sn.shape)) {
+      *why = fmt::format("the mask's %{} {}{} does not run along the scores {} (its queries and keys)", n,
+                         op_info(g.node(n).op).name, shape_str(g.node(n).shape), shape_str(sn.shape));
+      return std::nullopt;
+    }
   c.q = sn.operands[0];
   c.k = sn.operands[1];
   c.v = o.operands[1];
@@ -209,18 +235,35 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   c.d = q.back();
   c.n_kv = k[k.size() - 2];
   c.batch = num_elements(Shape(q.begin(), q.end() - 2));
+  Shape o_shape(q.begin(), q.end() - 1);
+  o_shape.push_back(v.back());
+  if (g.node(out).shape != o_shape) {
+    *why = fmt::format("O {} is not Q's rows by V's width", shape_str(g.node(out).shape));
+    return std::nullopt;
+  }
   if (v.back() != c.d) {
     *why = fmt::format("V's width {} differs from the head dimension {} (not yet)", v.back(), c.d);
     return std::nullopt;
   }
-  // Nothing but O leaves the chain.
+  // Nothing but O leaves the chain (a mask shared with another chain or kernel too: it would
+  // have to be computed in both, which the pass does not do yet); Q, K and V come from outside it.
   const std::vector<NodeId> members = c.nodes();
   const std::set<NodeId> inside(members.begin(), members.end());
+  for (NodeId n : {c.q, c.k, c.v})
+    if (inside.count(n)) {
+      *why = fmt::format("%{} is both an operand of the chain's products and computed in it", n);
+      return std::nullopt;
+    }
   const std::vector<std::vector<NodeId>> users = g.users();
+  std::vector<bool> live(g.nodes().size(), false);
+  for (const GraphOutput& go : g.outputs()) live[static_cast<size_t>(go.node)] = true;
+  for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it)
+    if (live[static_cast<size_t>(it->id)])
+      for (NodeId op : it->operands) live[static_cast<size_t>(op)] = true;
   for (NodeId n : members) {
     if (n == out) continue;
     bool outside = g.is_output(n);
-    for (NodeId u : users[n]) outside |= !inside.count(u);
+    for (NodeId u : users[n]) outside |= live[static_cast<size_t>(u)] && !inside.count(u);
     if (outside) {
       *why = fmt::format("%{} {} is also used outside the chain, so it would be written", n, op_info(g.node(n).op).name);
       return std::nullopt;

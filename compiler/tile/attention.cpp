@@ -145,9 +145,11 @@ class AttentionProgram {
     // The shift: the running max where it is finite (by default 0 while a row has seen no finite
     // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
     // m is finite, and where it is not, O and l are still 0 and α must only not be NaN.
-    const int shift = s_.shift ? s_.shift(b, m)
-                               : b.compute(Op::Where, {b.compute(Op::Eq, {m, ninf}, DType::Bool), b.scalar(0, DType::F32), m},
-                                           DType::F32);
+    // The chain's shift (a plain max: −inf while the row has seen only masked keys) guarded the
+    // same way: a row whose first tiles are masked would otherwise take e^(−inf + inf) = NaN.
+    const int nothing_seen = b.compute(Op::Eq, {m, ninf}, DType::Bool);
+    const int shift =
+        b.compute(Op::Where, {nothing_seen, b.scalar(0, DType::F32), s_.shift ? s_.shift(b, m) : m}, DType::F32);
     // e^(u − c) as 2^(u·log2 e − c·log2 e): one ex2.approx per score, c·log2 e once per row (P is
     // rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
@@ -199,35 +201,38 @@ Program attention_program(const AttentionShape& s, const std::string& name) {
 
 namespace {
 
-// The chain's nodes from `ops`, in order, on f32 tiles: `val` holds the value each starts from.
-// Constants become scalars; casts are left out (values inside a kernel stay in f32, as in every
-// kernel that does not write them); an iota is the tile's query or key positions (`query0`,
-// `key0` the tile's first), as a [rows, 1] or [1, keys] tile.
+// The chain's nodes from `ops`, in order: `val` holds the value each starts from. `typed`: each
+// in its graph dtype, casts rounding as in every kernel, constants of their own dtype (the score
+// chain, as a pointwise kernel computes it); else every value f32 and casts left out (the row
+// values the online recurrence holds in f32). An iota is the tile's query or key positions
+// (`query0`, `key0` the tile's first), as a [rows, 1] or [1, keys] tile.
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
 };
 int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val, NodeId last,
-             const Positions& at = {}) {
+             bool typed, const Positions& at = {}) {
   for (NodeId id : ops) {
     const Node& n = g.node(id);
     if (n.op == Op::Iota) {
       const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
       val[id] = b.iota(keys ? at.key0 : at.query0, keys ? 1 : 0,
                        keys ? Shape{1, at.scores[1]} : Shape{at.scores[0], 1}, Frag::Acc);
+      if (n.dtype != DType::F32) val[id] = b.compute(Op::Cast, {val[id]}, n.dtype);
       continue;
     }
     std::vector<int> args;
     for (NodeId o : n.operands) {
+      const Node& on = g.node(o);
       if (val.count(o)) args.push_back(val.at(o));
-      else if (g.node(o).op == Op::Constant) args.push_back(b.scalar(g.node(o).value, DType::F32));
+      else if (on.op == Op::Constant) args.push_back(b.scalar(on.value, typed ? on.dtype : DType::F32));
       else throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
     }
-    if (n.op == Op::Cast) {
+    if (!typed && n.op == Op::Cast) {
       val[id] = args.at(0);
       continue;
     }
-    const DType dt = op_info(n.op).kind == OpKind::Compare ? DType::Bool : DType::F32;
+    const DType dt = typed ? n.dtype : op_info(n.op).kind == OpKind::Compare ? DType::Bool : DType::F32;
     val[id] = b.compute(n.op, args, dt);
   }
   return val.at(last);
@@ -262,17 +267,20 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   std::vector<NodeId> score_ops = c->score_ops;  // with the masks' nodes, in topological order
   score_ops.insert(score_ops.end(), c->index_ops.begin(), c->index_ops.end());
   std::sort(score_ops.begin(), score_ops.end());
+  // S rounded to its dtype as the matmul would write it, f(S) in the graph's dtypes, X in f32.
   s.scores = [&](Builder& b, int acc, int query0, int key0) {
-    std::map<NodeId, int> val = {{c->scores, acc}};
-    return evaluate(b, g, score_ops, val, c->x(), {query0, key0, {s.block_m, s.block_n}});
+    const DType sd = g.node(c->scores).dtype;
+    std::map<NodeId, int> val = {{c->scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
+    const int x = evaluate(b, g, score_ops, val, c->x(), true, {query0, key0, {s.block_m, s.block_n}});
+    return g.node(c->x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
   };
   s.shift = [&](Builder& b, int m) {
     std::map<NodeId, int> val = {{c->row_max, m}};
-    return evaluate(b, g, c->shift_ops, val, c->shift_ops.empty() ? c->row_max : c->shift_ops.back());
+    return evaluate(b, g, c->shift_ops, val, c->shift_ops.empty() ? c->row_max : c->shift_ops.back(), false);
   };
   s.divisor = [&](Builder& b, int l) {
     std::map<NodeId, int> val = {{c->row_sum, l}};
-    return evaluate(b, g, c->divisor_ops, val, c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back());
+    return evaluate(b, g, c->divisor_ops, val, c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back(), false);
   };
   return attention_program(s, k.name);
 }

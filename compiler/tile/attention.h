@@ -41,8 +41,8 @@ struct AttentionShape {
   // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
   // each given a builder and its argument: X from the raw scores S (default S·scale), given also
   // the tile's first query (within its head) and first key (indices, for masks); the shift c from
-  // the running max m, equal to m wherever m is finite (default: 0 where m is −inf); the divisor
-  // from the final sum (default: 1 where the sum is 0).
+  // the running max m, equal to m wherever m is finite (default: m; the kernel takes 0 where m is
+  // −inf whatever the shift); the divisor from the final sum (default: 1 where the sum is 0).
   using RowFn = std::function<int(Builder&, int)>;
   std::function<int(Builder&, int scores, int query0, int key0)> scores;
   RowFn shift, divisor;
