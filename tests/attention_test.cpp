@@ -413,6 +413,20 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     EXPECT_FALSE(d.library_gemm_lost);
     const std::string report = plan_report_text(p);
     EXPECT_NE(report.find("a loop over"), std::string::npos) << report;
+    // The decision is weighed against the plan without the rule, which writes the scores: that
+    // plan exists, is consistent, and is what the decision's "materialized" option costs.
+    FusionOptions without;
+    without.contraction_chains = false;
+    if (g.name() == "composite" || g.name() == "f16") {  // (no iota: such a plan compiles)
+      const Plan w = plan_fusion(g, without);
+      for (const std::string& problem : plan_problems(w)) ADD_FAILURE() << problem;
+      double predicted = 0;
+      for (const Kernel& wk : w.kernels) {
+        EXPECT_NE(wk.kind, ScheduleKind::Attention);
+        predicted += wk.cost.predicted_s;
+      }
+      EXPECT_DOUBLE_EQ(d.options.at(0).predicted_s, predicted);
+    }
     const CompiledKernel c = compile_kernel(p.graph, *k);
     EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
     EXPECT_NE(c.tile_ir.find(" convert "), std::string::npos);

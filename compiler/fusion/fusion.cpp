@@ -132,7 +132,7 @@ class FusionPass {
     plan.unfused_kernels = ordered_kernels();
     plan.unfused = totals_of(plan.unfused_kernels);
     if (opt_.fuse) {
-      fuse_contraction_chains(&plan.decisions);
+      if (opt_.contraction_chains) fuse_contraction_chains(&plan.decisions);
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it)
         if (is_compute(*it) && live_[it->id] && !users_[it->id].empty() && !in_chain_.count(it->id))
           plan.decisions.push_back(decide(it->id));
@@ -442,7 +442,7 @@ class FusionPass {
       }
       if (into.size() != nodes.size()) continue;
       const std::set<int> touched(into.begin(), into.end());
-      FusionOption before = evaluate({Verdict::Materialized, -1, {}}, touched, nullptr);
+      FusionOption before = scores_written(nodes);
       Move merge{Verdict::Merged, -1, into};
       Undo u = apply(merge);
       std::map<int, CachedKernel> kernels;
@@ -465,11 +465,33 @@ class FusionPass {
       const Node& s = g_.node(c->scores);
       d.reason = fmt::format(
           "contraction chain %{} matmul → softmax → %{} matmul: one kernel looping over the {} keys, carrying the "
-          "output, the running max and the running sum; the scores {}{} ({} B) never reach memory",
-          c->scores, c->output, c->n_kv, dtype_name(s.dtype), shape_str(s.shape),
-          num_elements(s.shape) * static_cast<int64_t>(dtype_size(s.dtype)));
+          "output, the running max and the running sum; the scores {}{} never reach memory (against the plan "
+          "that writes them and reads them again)",
+          c->scores, c->output, c->n_kv, dtype_name(s.dtype), shape_str(s.shape));
       decisions->push_back(d);
     }
+  }
+
+  // The chain as the edge-by-edge decisions plan it without the rule (the scores written and read
+  // again): the kernels of that plan that compute any of its nodes.
+  FusionOption scores_written(const std::vector<NodeId>& nodes) {
+    if (!without_chains_) {
+      FusionOptions o = opt_;
+      o.contraction_chains = false;
+      without_chains_ = FusionPass(g_, o).run();
+    }
+    FusionOption before;
+    before.verdict = Verdict::Materialized;
+    for (const Kernel& k : without_chains_->kernels) {
+      bool touches = false;
+      for (NodeId n : k.nodes) touches |= std::binary_search(nodes.begin(), nodes.end(), n);
+      if (!touches) continue;
+      before.kernels++;
+      before.bytes += k.cost.bytes();
+      before.registers = std::max(before.registers, k.cost.registers);
+      before.predicted_s += k.cost.predicted_s;
+    }
+    return before;
   }
 
   // The edge-by-edge decisions above see one producer at a time, so they can leave a kernel
@@ -591,6 +613,7 @@ class FusionPass {
   std::vector<std::set<int>> where_;        // node → groups computing it
   std::vector<CachedKernel> cache_;
   std::set<NodeId> in_chain_;               // nodes of the attention kernels fused
+  std::optional<Plan> without_chains_;       // the plan with no chain fused (scores_written)
   std::map<NodeId, std::string> chain_why_;  // a probabilities node: why its chain did not fuse         // group id → its kernel
 };
 

@@ -131,6 +131,9 @@ enum class LibraryGemmUse { Never, WhenFaster, Always };
 
 struct FusionOptions {
   bool fuse = true;
+  // Contraction chains (attention) become one kernel where the rule holds (contraction_chain.h);
+  // off, their nodes are decided edge by edge like any other (the scores written).
+  bool contraction_chains = true;
   // Whether a matmul kernel may be cuBLASLt's (the report's "library GEMM priced"): never, where
   // the library is predicted faster (the default), or wherever it can compute the kernel.
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
