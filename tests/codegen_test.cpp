@@ -176,6 +176,46 @@ TEST(Codegen, OddWidthsRunFlatInVectors) {
   }
 }
 
+// Row kernels whose width is not a multiple of the vector width read each row as the aligned
+// vectors that overlap it (16-byte loads and stores, the row's ends masked); a tensor laid out
+// otherwise (a weight along the row, a bias broadcast over a middle axis) is read element by
+// element. `window 0` keeps the element-by-element rows.
+TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("odd_rows_") + dtype_name(dt));
+    Tensor x = input(g, "x", {37, 4097}, dt);
+    output("y", softmax(x, -1));
+    output("n", rmsnorm(input(g, "z", {37, 5003}, dt), input(g, "w", {5003}, dt)));
+    output("m", softmax(input(g, "u", {4, 9, 1001}, dt) + input(g, "c", {4, 1, 1001}, dt), -1));
+    Plan p = plan_fusion(g);
+    ASSERT_EQ(p.kernels.size(), 3u);
+    const int vec = dt == DType::F32 ? 4 : 8;
+    for (const Kernel& k : p.kernels) {
+      SCOPED_TRACE(k.name);
+      EXPECT_TRUE(k.schedule.window);
+      EXPECT_EQ(k.schedule.vec, vec);
+      EXPECT_NE(k.schedule.describe().find("aligned windows"), std::string::npos) << k.schedule.describe();
+      CompiledKernel c = compile_kernel(p.graph, k);
+      const std::string v = dt == DType::F32 ? R"(v4\.(b32|f32))" : R"(v4\.b32)";
+      EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.)" + v), 0) << "rows read in vectors";
+      EXPECT_GT(count(c.ptx, R"(st\.global\.)" + v), 0) << "rows written in vectors";
+      if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+    }
+    FusionOptions off;
+    off.schedule.window = 0;
+    for (const Kernel& k : plan_fusion(g, off).kernels) {
+      EXPECT_FALSE(k.schedule.window) << k.name;
+      EXPECT_EQ(k.schedule.vec, 1) << k.name;
+    }
+  }
+  FusionOptions bad;
+  bad.schedule.window = 2;
+  Graph g("bad_window");
+  output("y", softmax(input(g, "x", {4, 4097}), -1));
+  EXPECT_THROW(plan_fusion(g, bad), Error);
+}
+
 TEST(Codegen, TargetsAndCache) {
   Plan p = plan_fusion(find_example("bias_gelu_bf16").build());
   CompiledKernel a = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80"));

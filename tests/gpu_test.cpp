@@ -469,6 +469,38 @@ TEST(GpuReduce, ShortRowsManyPerBlock) {
   testing::check_on_gpu(p, testing::test_seed());
 }
 
+// Rows of odd widths read as aligned windows, against float64: rows that start at every offset
+// within a vector, row counts that leave a block's last rows empty, weights and biases read
+// element by element, a middle-axis bias, reductions kept per row, a vocabulary-sized row over a
+// cluster; and the same graph read element by element (window 0).
+TEST(GpuReduce, WindowedRowsMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (int window : {-1, 0}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (window ? "" : " window 0"));
+      Graph g(std::string("windows_") + dtype_name(dt));
+      Tensor x = input(g, "x", {37, 4097}, dt);
+      output("sm", softmax(x * 2.0, -1));
+      output("lsm", log_softmax(x, -1));
+      output("shift", x - mean(x, {-1}, true));
+      Tensor z = input(g, "z", {19, 2999}, dt);
+      output("ln", layernorm(z, input(g, "w", {2999}, dt), input(g, "b", {2999}, dt)));
+      output("rms", rmsnorm(input(g, "r", {5, 5003}, dt), input(g, "rw", {5003}, dt)));
+      output("mid", softmax(input(g, "u", {3, 7, 1001}, dt) + input(g, "c", {3, 1, 1001}, dt), -1));
+      Tensor v = input(g, "v", {3, 50257}, dt);
+      output("ce", -sum(input(g, "t", {3, 50257}, dt) * log_softmax(v, -1), {-1}, true));
+      FusionOptions o;
+      o.schedule.window = window;
+      Plan p = plan_fusion(g, o);
+      int windowed = 0;
+      for (const Kernel& k : p.kernels) windowed += k.schedule.window;
+      if (window == 0) EXPECT_EQ(windowed, 0);
+      else EXPECT_GE(windowed, 5);
+      testing::check_on_gpu(p, seed);
+    }
+}
+
 // The same rows split over clusters of 2, 4, 8 and 16 blocks (blocks of 1024 down to 128
 // threads, 32 bf16 elements each), and without clusters (the column-tile loop); not split
 // into parts.

@@ -44,6 +44,8 @@ std::unique_ptr<llvm::Module> Lowering::run() {
         fmt::format("kernel {}: clusters and staged rows hold one row per block in registers; this "
                     "schedule has {} rows per block and {} column tiles",
                     p_.name, s_.tile_rows(), s_.col_iters));
+  if (s_.window && (s_.rows_per_thread != 1 || s_.col_iters > 1 || s_.split_blocks > 1 || s_.stages > 0))
+    throw CodegenError(fmt::format("kernel {}: windowed rows are held in registers, one row per thread", p_.name));
   if (s_.col_iters > 1)
     lower_looped();
   else if (s_.split_blocks > 1)
@@ -77,7 +79,7 @@ void Lowering::prologue() {
   Value* col0 = b_.CreateAdd(b_.CreateMul(to_index(pid_c), index(s_.tile_cols())),
                              to_index(b_.CreateMul(tc_, b_.getInt32(s_.vec))), "col", true, true);
   bool mask_cols = s_.cols % s_.tile_cols() != 0, mask_rows = s_.rows % s_.tile_rows() != 0;
-  for (int k = 0; k < s_.chunks_per_thread; ++k) {
+  for (int k = 0; k < s_.chunks_per_thread && !s_.window; ++k) {
     Value* col = b_.CreateAdd(col0, index(int64_t{k} * s_.threads_per_row * s_.vec), fmt::format("col{}", k),
                               true, true);
     Value* ok = mask_cols ? b_.CreateICmpULT(col, index(s_.cols)) : nullptr;
@@ -92,29 +94,29 @@ void Lowering::prologue() {
     row_ok_.push_back(ok);
     rows_.push_back(mask_rows ? b_.CreateSelect(ok, row, index(0)) : row);
   }
+  if (s_.window) window_columns(col0);
 }
 
-Value* Lowering::offset(const Shape& view, bool spans_rows, bool spans_cols, int r, int k) {
+bool Lowering::laid_out_as_domain(const Shape& view) const {
+  for (size_t d = 0; d + 1 < s_.dims.size(); ++d)
+    if (view[d] != s_.dims[d]) return false;
+  return true;
+}
+
+Value* Lowering::row_offset(const Shape& view, bool spans_rows, int r) {
   Value* off = b_.getInt64(0);
-  if (spans_rows) {
-    size_t n = s_.dims.size();
-    bool full = true;
-    for (size_t d = 0; d + 1 < n; ++d) full &= view[d] == s_.dims[d];
-    Value* row = b_.CreateZExt(rows_[r], b_.getInt64Ty());
-    if (full) {
-      off = b_.CreateMul(row, b_.getInt64(view.back()), "", true, true);
-    } else {  // partially broadcast outer dims: split the row into its dimensions
-      Value* rem = row;
-      int64_t stride = view.back();
-      for (size_t d = n - 1; d-- > 0;) {
-        Value* idx = b_.CreateURem(rem, b_.getInt64(s_.dims[d]));
-        rem = b_.CreateUDiv(rem, b_.getInt64(s_.dims[d]));
-        if (view[d] != 1) off = b_.CreateAdd(off, b_.CreateMul(idx, b_.getInt64(stride)));
-        stride *= view[d];
-      }
-    }
+  if (!spans_rows) return off;
+  Value* row = b_.CreateZExt(rows_[r], b_.getInt64Ty());
+  if (laid_out_as_domain(view)) return b_.CreateMul(row, b_.getInt64(view.back()), "", true, true);
+  // Partially broadcast outer dims: split the row into its dimensions.
+  Value* rem = row;
+  int64_t stride = view.back();
+  for (size_t d = s_.dims.size() - 1; d-- > 0;) {
+    Value* idx = b_.CreateURem(rem, b_.getInt64(s_.dims[d]));
+    rem = b_.CreateUDiv(rem, b_.getInt64(s_.dims[d]));
+    if (view[d] != 1) off = b_.CreateAdd(off, b_.CreateMul(idx, b_.getInt64(stride)));
+    stride *= view[d];
   }
-  if (spans_cols) off = b_.CreateAdd(off, b_.CreateZExt(cols_[k], b_.getInt64Ty()), "", true, true);
   return off;
 }
 
@@ -140,6 +142,7 @@ void Lowering::lower(const TileInst& i) {
 }
 
 void Lowering::load(const TileInst& i) {
+  if (s_.window && i.type.cols) return load_window(i);
   const TileParam& prm = p_.params[i.param];
   llvm::Type* ty = storage_type(prm.dtype);
   Value* base = fn_->getArg(i.param);
@@ -185,6 +188,7 @@ void Lowering::store(const TileInst& i) {
       });
     return;
   }
+  if (s_.window) return store_window(i);
   for (int r = 0; r < s_.rows_per_thread; ++r)
     for (int k = 0; k < s_.chunks_per_thread; ++k) {
       Value* data;
@@ -219,7 +223,7 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
   Value* acc = f32(identity);
   for (int c = 0; c < cols_of(t); ++c) {
     Value* x = at(v, r, c);
-    if (Value* ok = col_ok_.empty() ? nullptr : col_ok_[c / s_.vec])
+    if (Value* ok = s_.window ? in_row(c / s_.vec, c % s_.vec) : col_ok_.empty() ? nullptr : col_ok_[c / s_.vec])
       x = b_.CreateSelect(ok, x, f32(identity));
     acc = combine(op, acc, x);
   }

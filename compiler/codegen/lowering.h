@@ -62,7 +62,38 @@ class Lowering {
   void prologue();
 
   // Element offset of (row r of this thread, first column of its chunk k) in a parameter's view.
-  Value* offset(const Shape& view, bool spans_rows, bool spans_cols, int r, int k);
+  Value* offset(const Shape& view, bool spans_rows, bool spans_cols, int r, int k) {
+    Value* off = row_offset(view, spans_rows, r);
+    if (!spans_cols) return off;
+    return b_.CreateAdd(off, b_.CreateZExt(cols_[k], b_.getInt64Ty()), "", true, true);
+  }
+  // Element offset of the start of row r of this thread in a parameter's view (0 if it does
+  // not span rows).
+  Value* row_offset(const Shape& view, bool spans_rows, int r);
+  // Whether a view's rows lie where the domain's do (row i at i · cols): it spans every row dimension.
+  bool laid_out_as_domain(const Shape& view) const;
+
+  // ---- windowed rows (TileSchedule::window; lower_window.cpp) ----
+
+  // Chunk k's vector starts at window column window(k) of the row's aligned start row_start_ (an
+  // i64 element offset: the row's first element less its shift, a multiple of vec). Which of the
+  // thread's elements lie in the row is one bit each of window_bits_; each use tests its bit
+  // afresh, so a row's masks cost one register however many reductions and stores read them.
+  void window_columns(Value* col0);
+  Value* window(int k) { return b_.CreateAdd(window0_, index(int64_t{k} * s_.threads_per_row * s_.vec)); }
+  // Whether chunk k's vector holds any of the row.
+  Value* window_any(int k) { return b_.CreateICmpULT(window(k), b_.CreateAdd(row_shift_, index(s_.cols))); }
+  Value* in_row(int k, int e);
+  // Element e of chunk k's column in the row (0 where it is outside).
+  Value* row_column(int k, int e) {
+    return b_.CreateSelect(in_row(k, e), b_.CreateSub(b_.CreateAdd(window(k), index(e)), row_shift_), index(0));
+  }
+  void load_window(const TileInst& i);
+  void store_window(const TileInst& i);
+  Value* window0_ = nullptr;
+  Value* row_start_ = nullptr;
+  Value* row_shift_ = nullptr;
+  Value* window_bits_ = nullptr;
 
   Value* to_compute(Value* v, DType t);
   Value* to_storage(Value* v, DType t);

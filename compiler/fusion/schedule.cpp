@@ -60,6 +60,9 @@ std::string TileSchedule::describe() const {
         (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "");
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
+  if (window)
+    loop += fmt::format(", rows read as {}-aligned windows (a width of {} is not a multiple of {}: the ends masked)", vec,
+                        cols, vec);
   if (!elem_dims.empty())
     loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
                         shape_str(elem_dims), elem_dims.back());
@@ -405,6 +408,14 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
   s.vec = vector_width(s.cols, dtypes);
+  // A width that is not a multiple of the vector width (4097, a 50257 vocabulary): windowed rows
+  // keep 16-byte accesses where the row is held in registers (one block or a cluster; the staged,
+  // split and looped schedules take whole vectors or elements).
+  const int full = vector_width(int64_t{1} << 20, dtypes);
+  if (s.vec < full && s.cols >= 4 * full && hints.window != 0) {
+    s.vec = full;
+    s.window = true;
+  }
   // About four 16-byte vectors of each row per thread (16 f32 or 32 bf16 elements): several
   // loads in flight, and fewer threads per row for 16-bit rows, so fewer warps meet at each
   // reduction's barrier. With more than two tensors along the row (layernorm's x, w, b, y)
@@ -413,7 +424,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   for (const Shape& v : views) along_row += v.back() != 1;
   const int max_elems = along_row > 2 ? 16 : 32;
   int64_t per_thread = along_row > 2 ? std::max(1, 16 / s.vec) : 4;
-  int64_t vecs = (s.cols + s.vec - 1) / s.vec;
+  int64_t vecs = (s.covered_cols() + s.vec - 1) / s.vec;
   int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
   int max_cluster = hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, device.max_cluster_blocks)
                                              : device.max_cluster_blocks;
@@ -423,7 +434,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   const int64_t one_block = int64_t{hints.block_threads ? hints.block_threads : 1024} * max_elems;
   // Persistent kernels count rows (and a row's ≤ 32 parts) in 32 bits.
   const bool persistent_ok = s.rows <= INT32_MAX / 32;
-  if (per_row > 512 && persistent_ok && splittable && s.cols > one_block &&
+  if (per_row > 512 && persistent_ok && splittable && !s.window && s.cols > one_block &&
       split_rows(s, views, dtypes, num_inputs, hints, device))
     return s;
   // A staged row's tensor shared by every row (RMSNorm's w) is loaded after its reductions, one
@@ -432,7 +443,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int per_row_tensors = 0;
   for (const Shape& v : views) per_row_tensors += v.back() != 1 && view_spans_rows(v);
   const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
-  if (per_row > 512 && persistent_ok &&
+  if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device))
     return s;
   if (per_row > 512 && max_cluster > 1) {
@@ -442,6 +453,10 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     int threads = hints.block_threads ? hints.block_threads : 512;
     int64_t chunks = std::max(1, max_elems / s.vec);
     int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
+    // More blocks where the cluster allows, so that no thread holds more than 24 elements: at 32
+    // the row's values and its reductions' spill out of the 64 registers two blocks of 512
+    // threads get (log_softmax over a 50257 vocabulary in bf16: 116 bytes).
+    while (2 * blocks <= max_cluster && (vecs + blocks * threads - 1) / (blocks * threads) * s.vec > 24) blocks *= 2;
     if (blocks <= max_cluster) {
       s.threads_per_row = threads;
       s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
@@ -455,6 +470,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   if (s.chunks_per_thread * s.vec > 32) {
     // Too long for registers: a loop over column tiles, four 16-byte vectors per thread per tile
     // so that enough bytes are in flight with one row per block.
+    if (s.window) {
+      s.window = false;
+      s.vec = vector_width(s.cols, dtypes);
+      vecs = (s.cols + s.vec - 1) / s.vec;
+    }
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
     s.chunks_per_thread = 4;
     s.col_iters = (vecs + s.threads_per_row * 4 - 1) / (s.threads_per_row * 4);

@@ -44,6 +44,12 @@ struct TileSchedule {
   Shape elem_dims;
   int64_t rows = 1, cols = 1;
   int vec = 1;  // elements per vector access along cols
+  // Windowed rows (a row kernel held in registers whose width is not a multiple of the vector
+  // width): each row is read as the vec-aligned vectors that overlap it, starting at the aligned
+  // element at or before its first, so the tensors laid out like the domain move in 16-byte
+  // vectors whatever the width; the window's elements outside the row are masked in registers
+  // and not stored (the vectors at the row's ends are written element by element).
+  bool window = false;
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
@@ -86,7 +92,10 @@ struct TileSchedule {
   int64_t iter_cols() const { return int64_t{threads_per_row} * vec * chunks_per_thread; }
   int64_t tile_cols() const { return iter_cols() * col_iters; }
   int64_t row_blocks() const { return (rows + tile_rows() - 1) / tile_rows(); }
-  int64_t col_blocks() const { return (cols + tile_cols() - 1) / tile_cols(); }
+  // The columns the tiles must cover: a windowed row starts up to vec − 1 elements into its
+  // first vector.
+  int64_t covered_cols() const { return window ? (cols + 2 * int64_t{vec} - 2) / vec * vec : cols; }
+  int64_t col_blocks() const { return (covered_cols() + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
     if (attention) return batch * m_blocks();
@@ -112,7 +121,7 @@ struct TileSchedule {
     return outer * (row_blocks() * tile_rows()) > INT32_MAX || col_blocks() * tile_cols() > INT32_MAX ||
            int64_t{partial_sums} * outer * split_blocks * cols > INT32_MAX;
   }
-  bool exact() const { return rows % tile_rows() == 0 && cols % tile_cols() == 0; }
+  bool exact() const { return !window && rows % tile_rows() == 0 && cols % tile_cols() == 0; }
   std::string describe() const;
 };
 
@@ -144,6 +153,9 @@ struct ScheduleHints {
   // Blocks take their tiles in groups of this many tile rows, column by column within a group
   // (blocks running at once then share operand tiles in L2); 0 or 1: row by row.
   int gemm_group = 0;
+  // 0: rows whose width is not a multiple of the vector width read element by element rather
+  // than as aligned windows (TileSchedule::window); -1: tilefuse chooses.
+  int window = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

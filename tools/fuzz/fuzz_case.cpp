@@ -65,6 +65,10 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = "--library-gemm never";
       v.fusion.library_gemm = LibraryGemmUse::Never;
       break;
+    case 6:  // rows of odd widths element by element
+      v.name = "--window 0";
+      v.fusion.schedule.window = 0;
+      break;
     default:
       break;
   }

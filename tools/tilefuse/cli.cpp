@@ -87,6 +87,9 @@ common options:
   --split 0|1                  schedule override: 0 keeps a long softmax row in one block or
                                cluster instead of splitting it into parts that any blocks of a
                                persistent grid take, meeting in global memory (default 1)
+  --window 0|1                 schedule override: 0 reads rows whose width is not a multiple
+                               of the vector width element by element instead of as aligned
+                               16-byte windows with masked ends (default 1)
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
                                each; default 128x128), over 2×4 warps
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
@@ -111,7 +114,7 @@ struct Args {
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0;
+      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -169,7 +172,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.library_gemm = a.library_gemm;
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
-                 a.gemm_block_m, a.gemm_block_n, a.gemm_group};
+                 a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window};
   if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -240,6 +243,8 @@ Args parse(int argc, char** argv) {
       a.stages = parse_int(s, value(), 0, 4);
     else if (s == "--split")
       a.split = parse_int(s, value(), 0, 1);
+    else if (s == "--window")
+      a.window = parse_int(s, value(), 0, 1);
     else if (s == "--gemm-tile") {
       const std::string v = value();
       const size_t x = v.find('x');
