@@ -5,7 +5,8 @@
 # (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and NCU
 # (example lists; each may be empty to skip that part) narrow a run to what changed; FUZZ is the
 # number of fuzz graphs (default 500; 0 skips it; FUZZ_SECONDS, default 240, ends it sooner), TESTS=0 skips the test suite, FAMILY=1 adds the
-# off-benchmark family (37 graphs beside eager and torch.compile; minutes of device time). VARIANTS ("name options; ...") times schedules other than
+# off-benchmark family (37 graphs beside eager and torch.compile; minutes of device time; FAMILY_OPTIONS
+# passes planning options to tilefuse there, e.g. "--window 1"). VARIANTS ("name options; ...") times schedules other than
 # the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's occupancy and stall sections,
 # SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and synccheck over the whole test
 # suite (the three at once), with their summaries in $OUT/sanitizer.txt (memcheck also counts
@@ -63,7 +64,8 @@ if [ "${FAMILY:-0}" = 1 ]; then
   echo "== off-benchmark family"
   names=$($B/tilefuse list | awk '/\[off-benchmark\]/{print $1}')
   # shellcheck disable=SC2086
-  $B/tilefuse bench --json "$tmp/family_tilefuse.json" $names >"$OUT/family.log" 2>&1
+  # shellcheck disable=SC2086
+  $B/tilefuse bench ${FAMILY_OPTIONS:-} --json "$tmp/family_tilefuse.json" $names >"$OUT/family.log" 2>&1
   graphs=()
   for n in $names; do
     $B/tilefuse graph "$n" --json >"$tmp/$n.graph.json" && graphs+=("$tmp/$n.graph.json")

@@ -153,8 +153,8 @@ struct ScheduleHints {
   // Blocks take their tiles in groups of this many tile rows, column by column within a group
   // (blocks running at once then share operand tiles in L2); 0 or 1: row by row.
   int gemm_group = 0;
-  // 0: rows whose width is not a multiple of the vector width read element by element rather
-  // than as aligned windows (TileSchedule::window); -1: tilefuse chooses.
+  // 1: rows whose width is not a multiple of the vector width read as aligned windows
+  // (TileSchedule::window); 0 or -1 (for now the default): element by element.
   int window = -1;
 };
 
