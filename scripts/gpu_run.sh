@@ -36,9 +36,18 @@ tmp=$(mktemp -d)
 
 if [ "${FUZZ:-500}" != 0 ]; then
   echo "== fuzz"
-  $B/tilefuse_fuzz --count "${FUZZ:-500}" --gpu --jobs 12 --seconds "${FUZZ_SECONDS:-240}" >"$OUT/fuzz.log" 2>&1
+  # Memory and GPU memory sampled beside it: the fuzz at 88a114c was killed (SIGKILL) after about
+  # 90 s with 12 jobs, without a word (bench/NOTES.md).
+  $B/tilefuse_fuzz --count "${FUZZ:-500}" --gpu --jobs "${FUZZ_JOBS:-12}" --seconds "${FUZZ_SECONDS:-240}" >"$OUT/fuzz.log" 2>&1 &
+  fuzz=$!
+  while kill -0 $fuzz 2>/dev/null; do
+    echo "$(date +%T) fuzz rss_kb $(ps -o rss= -p $fuzz) gpu_mib $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits) $(free -m | awk '/Mem:/{print "host_used_mib", $3, "available_mib", $7}')"
+    sleep 10
+  done >"$OUT/fuzz_memory.log" 2>&1
+  wait $fuzz
   echo "fuzz exit: $?" >>"$OUT/fuzz.log"
   grep -E "^FAILED|^fuzz|exit" "$OUT/fuzz.log" | tail -12
+  tail -3 "$OUT/fuzz_memory.log"
 fi
 
 if [ "${SANITIZE:-0}" = 1 ]; then

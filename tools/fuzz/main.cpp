@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -143,6 +144,16 @@ int run_one(uint64_t seed) {
   return 0;
 }
 
+// The process's resident memory, from /proc (0 where there is none).
+long resident_mib() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * sysconf(_SC_PAGESIZE) / (1024 * 1024);
+}
+
 int run_batch(const Args& a) {
   const auto start = std::chrono::steady_clock::now();
   std::atomic<uint64_t> next{0};
@@ -171,6 +182,14 @@ int run_batch(const Args& a) {
         std::fflush(stdout);
       } else if (a.verbose && r.outcome != Outcome::Passed) {
         fmt::print("{} seed {} ({}): {}\n", outcome_name(r.outcome), r.seed, r.variant, r.message);
+      }
+      // A line now and then, flushed: a run killed from outside (out of memory, a time limit)
+      // still says how far it got and how large it had grown.
+      if (done % 100 == 0) {
+        fmt::print("fuzz: {} cases done, {:.0f} s, resident {} MiB\n", done.load(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                   resident_mib());
+        std::fflush(stdout);
       }
     }
     g_in_flight[worker][0] = 0;
