@@ -216,6 +216,31 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   EXPECT_THROW(plan_fusion(g, bad), Error);
 }
 
+// An element count that is not a whole number of vectors (an odd count) with `window 1`: one
+// row of every element, read and written in 16-byte vectors, its last vector element by element.
+TEST(Codegen, OddElementCountsRunAsOneRowOfVectors) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("odd_count_") + dtype_name(dt));
+    output("y", gelu(input(g, "x", {7, 13, 1001}, dt) + input(g, "b", {13, 1}, dt)));
+    output("z", input(g, "u", {100003}, dt) * 2.0 + input(g, "v", {100003}, dt));
+    FusionOptions on;
+    on.schedule.window = 1;
+    Plan p = plan_fusion(g, on);
+    ASSERT_EQ(p.kernels.size(), 2u);
+    for (const Kernel& k : p.kernels) {
+      SCOPED_TRACE(k.name);
+      EXPECT_EQ(k.schedule.rows, 1);
+      EXPECT_EQ(k.schedule.vec, dt == DType::F32 ? 4 : 8);
+      CompiledKernel c = compile_kernel(p.graph, k);
+      EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "inputs in vectors";
+      EXPECT_GT(count(c.ptx, R"(st\.global\.v4\.(b32|f32))"), 0) << "outputs in vectors";
+      if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+    }
+    for (const Kernel& k : plan_fusion(g).kernels) EXPECT_EQ(k.schedule.vec, 1) << k.name;  // the default
+  }
+}
+
 TEST(Codegen, TargetsAndCache) {
   Plan p = plan_fusion(find_example("bias_gelu_bf16").build());
   CompiledKernel a = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80"));

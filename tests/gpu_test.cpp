@@ -215,6 +215,17 @@ TEST(Gpu, OddWidthsRunFlat) {
     for (const Kernel& k : p.kernels) EXPECT_FALSE(k.schedule.elem_dims.empty()) << k.name;
     testing::check_on_gpu(p, seed);
   }
+  // Odd element counts (window 1): one row of vectors whose last one is partly outside.
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string("odd count ") + dtype_name(dt));
+    Graph g(std::string("odd_count_") + dtype_name(dt));
+    output("y", gelu(input(g, "x", {7, 103, 1001}, dt) + input(g, "b", {103, 1}, dt)));
+    for (int64_t n : {1, 7, 9, 4097, 100003})
+      output("z" + std::to_string(n), input(g, "u" + std::to_string(n), {n}, dt) * 2.0 + input(g, "v" + std::to_string(n), {n}, dt));
+    FusionOptions on;
+    on.schedule.window = 1;
+    testing::check_on_gpu(plan_fusion(g, on), seed);
+  }
 }
 
 TEST(Gpu, WrongInputsAreRejectedBeforeLaunch) {

@@ -214,15 +214,17 @@ class Emitter {
   // Each run of the thread's elements that is contiguous in the parameter's memory is one vector
   // access (along columns for a row-major parameter, rows for a column-major one); otherwise one
   // access per element.
-  template <typename F>  // f(the run's elements' indices, row, col, mask)
+  template <typename F>  // f(the run's elements' indices, row, col, mask, whole)
   void for_each_vector(const Inst& i, const Type& t, F f) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     size_t axis;
     int width = run(t, &axis);
     // (Only along the contiguous axis, and only where every run starts on a multiple of its
     // width: a matmul operand with an odd K is read an element at a time.)
+    // (A view of one row has every run where its width divides: the offset is the column.)
     const int64_t contiguous = prm.col_major ? prm.group_rows : prm.view[1];
-    if (axis != (prm.col_major ? 0u : 1u) || contiguous % width != 0 || !prm.elem_dims.empty()) width = 1;
+    const bool one_row = !prm.col_major && prm.view[0] == 1;
+    if (axis != (prm.col_major ? 0u : 1u) || (contiguous % width != 0 && !one_row) || !prm.elem_dims.empty()) width = 1;
     const int n0 = slots(t, 0), n1 = slots(t, 1);
     for (int e0 = 0; e0 < n0; e0 += axis == 0 ? width : 1)
       for (int e1 = 0; e1 < n1; e1 += axis == 1 ? width : 1) {
@@ -232,8 +234,24 @@ class Emitter {
         Value* ok = !ok0 ? ok1 : !ok1 ? ok0 : b_.CreateAnd(ok0, ok1);
         std::vector<int> elems;
         for (int w = 0; w < width; ++w) elems.push_back(axis == 0 ? (e0 + w) * n1 + e1 : e0 * n1 + e1 + w);
-        f(elems, row, col, ok);
+        f(elems, row, col, ok, straddles(i, axis, width) ? fits(axis == 0 ? row : col, i, axis, width) : nullptr);
       }
+  }
+
+  // Whether a run of `width` along a masked axis can pass the view's end there (a flat domain of
+  // an odd element count): it is then accessed whole only where it fits, element by element
+  // where it does not.
+  bool straddles(const Inst& i, size_t axis, int width) const {
+    if (width == 1 || axis >= i.masked.size() || !i.masked[axis]) return false;
+    const bool limited = axis < i.limits.size() && i.limits[axis] >= 0;
+    if (limited || index_extent(p_.params[static_cast<size_t>(i.param)], axis) % width == 0) return false;
+    if (axis != 1)
+      throw CodegenError(fmt::format("kernel {}: a run of {} down the rows may pass the view's end", p_.name, width));
+    return true;
+  }
+  Value* fits(Value* start, const Inst& i, size_t axis, int width) {
+    const int64_t end = index_extent(p_.params[static_cast<size_t>(i.param)], axis);
+    return b_.CreateICmpULE(b_.CreateAdd(start, index(width)), index(end));
   }
 
   void load(const Inst& i) {
@@ -246,7 +264,7 @@ class Emitter {
     // in long fused chains; see bench/NOTES.md, robustness).
     const bool widely_used = uses_[static_cast<size_t>(i.results[0])] > 64;
     out.resize(static_cast<size_t>(slots(t, 0) * slots(t, 1)));
-    for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value*) {
+    for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value*, Value* whole) {
       const int width = static_cast<int>(elems.size());
       Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
       const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(width));
@@ -254,7 +272,8 @@ class Emitter {
         out[static_cast<size_t>(elems[0])] = to_compute(b_, b_.CreateAlignedLoad(ty, ptr, align), prm.dtype);
         return;
       }
-      Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)), ptr, align);
+      Value* v = whole ? straddling_load(prm, args_[static_cast<size_t>(i.param)], ty, row, col, width, whole)
+                       : b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)), ptr, align);
       for (int c = 0; c < width; ++c) {
         Value* x = to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
         out[static_cast<size_t>(elems[static_cast<size_t>(c)])] =
@@ -271,7 +290,7 @@ class Emitter {
     const Type& t = type(v);
     llvm::Type* ty = storage_type(b_, prm.dtype);
     const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
-    for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok) {
+    for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok, Value* whole) {
       const int width = static_cast<int>(elems.size());
       Value* data;
       if (width == 1) {
@@ -284,9 +303,61 @@ class Emitter {
       }
       guarded(ok, [&] {
         Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
+        if (!whole) {
+          b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
+          return;
+        }
+        // The last run of an odd extent: whole where it fits, else its elements inside the view.
+        auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "run_store", fn_);
+        auto* tail = llvm::BasicBlock::Create(b_.getContext(), "tail_store", fn_);
+        auto* done = llvm::BasicBlock::Create(b_.getContext(), "run_stored", fn_);
+        b_.CreateCondBr(whole, vec_bb, tail);
+        b_.SetInsertPoint(vec_bb);
         b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
+        b_.CreateBr(done);
+        b_.SetInsertPoint(tail);
+        const int64_t end = index_extent(prm, 1);
+        for (int e = 0; e < width; ++e)
+          guarded(b_.CreateICmpULT(b_.CreateAdd(col, index(e)), index(end)), [&] {
+            b_.CreateAlignedStore(b_.CreateExtractElement(data, static_cast<uint64_t>(e)),
+                                  b_.CreateInBoundsGEP(ty, ptr, b_.getInt64(e)), llvm::Align(dtype_size(prm.dtype)));
+          });
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
       });
     });
+  }
+
+  // A run that may pass the view's end along its columns: one vector load where it fits, else
+  // its elements inside the view (the rest 0), met as one vector value (a load used only by
+  // extracts would be split into element loads and sunk into the join).
+  Value* straddling_load(const tir::Param& prm, Value* base, llvm::Type* ty, Value* row, Value* col, int width,
+                         Value* whole) {
+    auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
+    auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "run_load", fn_);
+    auto* tail = llvm::BasicBlock::Create(b_.getContext(), "tail_load", fn_);
+    auto* done = llvm::BasicBlock::Create(b_.getContext(), "run_loaded", fn_);
+    b_.CreateCondBr(whole, vec_bb, tail);
+    b_.SetInsertPoint(vec_bb);
+    Value* v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, offset(prm, row, col)),
+                                    llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(tail);
+    Value* parts = llvm::Constant::getNullValue(vty);
+    const int64_t end = index_extent(prm, 1);
+    for (int e = 0; e < width; ++e) {
+      Value* c = b_.CreateAdd(col, index(e));
+      Value* in = b_.CreateICmpULT(c, index(end));
+      Value* x = b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, offset(prm, row, b_.CreateSelect(in, c, col))),
+                                      llvm::Align(dtype_size(prm.dtype)));
+      parts = b_.CreateInsertElement(parts, b_.CreateSelect(in, x, llvm::Constant::getNullValue(ty)), static_cast<uint64_t>(e));
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    llvm::PHINode* phi = b_.CreatePHI(vty, 2);
+    phi->addIncoming(v, vec_bb);
+    phi->addIncoming(parts, tail);
+    return phi;
   }
 
   template <typename F>

@@ -482,7 +482,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     // A row kernel loads a tensor shared by all rows where it is first used (lower_kernel), so
     // it is not held through the reductions with the rows.
     if (k.kind != ScheduleKind::RowReduce || spans_rows) loaded_regs += words;
-    if (spans_rows || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
+    if (spans_rows || (spans_cols && s.rows == 1) || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);
     if (spans_rows && spans_cols) full_row_bytes += s.cols * static_cast<int64_t>(dtype_size(n.dtype));
   }
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));

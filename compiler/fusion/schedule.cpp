@@ -225,27 +225,37 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   // Rows not a multiple of the vector width (an odd or prime width): run over the domain's
   // elements in order instead, where they are, so that the operands spanning the whole domain are
   // read in whole vectors; the broadcast ones are then read an element at a time (from cache).
+  // An element count that is not a whole number of vectors either (an odd count) runs as one row
+  // whose last vector is read and written element by element (asked for with --window 1 until
+  // the GPU has checked and timed it).
   const int full = vector_width(int64_t{1} << 20, dtypes);
   const int64_t n = num_elements(s.dims);
   bool spans = false;
   for (const Shape& v : views ? *views : std::vector<Shape>{}) spans |= v == s.dims;
-  if (s.dims.size() >= 2 && vector_width(s.dims.back(), dtypes) < full && n % full == 0 && spans) {
+  const bool odd_rows = vector_width(s.dims.back(), dtypes) < full;
+  const bool odd_count = odd_rows && n % full != 0 && hints.window == 1;
+  if (s.dims.size() >= 2 && odd_rows && spans && (n % full == 0 || odd_count)) {
     int64_t c = 4096;
     while (n % c != 0) c /= 2;
     s.elem_dims = s.dims;
-    s.dims = {n / c, c};
+    s.dims = odd_count ? Shape{1, n} : Shape{n / c, c};
+  } else if (s.dims.size() == 1 && odd_count) {
+    s.dims = {1, n};
   }
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
-  s.vec = vector_width(s.cols, dtypes);
+  s.vec = odd_count && s.dims.size() == 2 && s.rows == 1 ? full : vector_width(s.cols, dtypes);
   const int threads = hints.block_threads ? hints.block_threads : 256;
   s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
   s.thread_rows = threads / s.threads_per_row;
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  // Two 16-byte vectors per thread per operand measured best on the H200 (bench/NOTES.md).
+  // Two 16-byte vectors per thread per operand measured best on the H200 (bench/NOTES.md): two
+  // rows, or two vectors of the one row.
   int rpt = hints.rows_per_thread ? hints.rows_per_thread : 2;
   s.rows_per_thread =
       static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, rpt));
+  if (s.rows == 1 && s.vec == full && odd_count)
+    s.chunks_per_thread = static_cast<int>(std::clamp<int64_t>((s.cols + s.vec * s.threads_per_row - 1) / (s.vec * s.threads_per_row), 1, rpt));
   return s;
 }
 
