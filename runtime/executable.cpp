@@ -148,6 +148,10 @@ static void launch_library_gemm(const Graph& g, const Kernel& k, const std::func
   gemm.transpose_a = mm.transpose_a;
   gemm.transpose_b = mm.transpose_b;
   auto batches = [](const Node& o) { return num_elements(o.shape) / (o.shape[o.shape.size() - 2] * o.shape.back()); };
+  for (const Node* o : {&a, &b})
+    if (batches(*o) != 1 && batches(*o) != s.batch)  // the plan never asks for this (library_gemm.cpp)
+      throw Error(fmt::format("kernel {}: cuBLASLt cannot read %{} {}, broadcast along some batch axes", k.name,
+                              o->id, shape_str(o->shape)));
   gemm.shared_a = gemm.batch > 1 && batches(a) == 1;
   gemm.shared_b = gemm.batch > 1 && batches(b) == 1;
   gemm.dtype = mm.dtype;

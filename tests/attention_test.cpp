@@ -380,6 +380,20 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    Graph g("gqa");  // 2 K/V heads, 3 query heads each: K and V broadcast along the group axis
+    Tensor q = input(g, "q", {2, 2, 3, 70, 64}, DType::BF16);
+    Tensor k = input(g, "k", {2, 2, 1, 90, 64}, DType::BF16), v = input(g, "v", {2, 2, 1, 90, 64}, DType::BF16);
+    output("o", attention(q, k, v, 0.125, true));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("mqa");  // one K/V head for 4 query heads
+    Tensor q = input(g, "q", {3, 4, 40, 32}, DType::F16);
+    Tensor k = input(g, "k", {3, 1, 50, 32}, DType::F16), v = input(g, "v", {3, 1, 50, 32}, DType::F16);
+    output("o", attention(q, k, v, 1.0 / std::sqrt(32.0)));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("sliding_window");  // keys within 16 positions before the query, written out by hand
     Qkv t = qkv(g, 80, 80, 64, DType::BF16);
     Tensor qi = iota(g, {80, 80}, 0), ki = iota(g, {80, 80}, 1);
@@ -401,7 +415,8 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     EXPECT_EQ(k->inputs.size(), 3u);
     // A causal mask ends each block's loop early: 0 keys of offset (97 for 33 queries after 97
     // keys); the window's outer mask is causal too.
-    const std::map<std::string, int64_t> causal = {{"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}};
+    const std::map<std::string, int64_t> causal = {
+        {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}};
     EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
     ASSERT_FALSE(p.decisions.empty());
     const FusionDecision& d = p.decisions.front();
@@ -504,6 +519,16 @@ TEST(FusionAttention, TheMatchRefusesWhatTheKernelCannotHonour) {
     std::string why;
     EXPECT_FALSE(match_contraction_chain(g, o.id(), &why).has_value());
     EXPECT_NE(why.find("computed in it"), std::string::npos) << why;
+  }
+  {
+    Graph g("k_and_v_heads_differ");  // K's heads broadcast, V's not
+    Tensor q = input(g, "q", {2, 3, 64, 32}, DType::BF16), k = input(g, "k", {2, 1, 64, 32}, DType::BF16);
+    Tensor o = matmul(cast(softmax(matmul(q, k, {false, true, DType::F32})), DType::BF16),
+                      input(g, "v", {2, 3, 64, 32}, DType::BF16));
+    output("o", o);
+    std::string why;
+    EXPECT_FALSE(match_contraction_chain(g, o.id(), &why).has_value());
+    EXPECT_NE(why.find("K and V must share their leading"), std::string::npos) << why;
   }
   {
     Graph g("offset_past_the_keys");

@@ -531,10 +531,6 @@ TEST(FusionMatMul, RefusalsNameTheReason) {
   for (const Case& c : std::vector<Case>{
            {"tensor cores (mma.sync) take bf16 or f16",
             [](Graph& g) { output("c", matmul(input(g, "a", {32, 32}), input(g, "b", {32, 32}))); }},
-           {"broadcast along some batch axes",
-            [](Graph& g) {
-              output("c", matmul(input(g, "a", {2, 3, 16, 32}, DType::BF16), input(g, "b", {1, 3, 32, 16}, DType::BF16)));
-            }},
            {"one of them transposed",
             [](Graph& g) {
               Tensor x = input(g, "x", {64, 32}, DType::BF16);
@@ -551,6 +547,28 @@ TEST(FusionMatMul, RefusalsNameTheReason) {
       EXPECT_NE(std::string(e.what()).find(c.why), std::string::npos) << e.what();
     }
   }
+}
+
+// An operand broadcast along some batch axes but not others (grouped-query attention's K and V
+// heads): tilefuse's GEMM reads it at its own batch; cuBLASLt's strided batches cannot, and the
+// priced options say so — even where the library is asked for wherever it can compute.
+TEST(FusionMatMul, PartialBatchBroadcastIsTheOwnGemm) {
+  Graph g("partial_broadcast");
+  output("c", matmul(input(g, "a", {2, 3, 16, 32}, DType::BF16), input(g, "b", {1, 3, 32, 16}, DType::BF16)));
+  FusionOptions always;
+  always.library_gemm = LibraryGemmUse::Always;
+  const Plan p = plan_fusion(g, always);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_FALSE(p.kernels[0].library.has_value());
+  ASSERT_EQ(p.gemm_choices.size(), 1u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_FALSE(p.gemm_choices[0].options[i].applies);
+    EXPECT_NE(p.gemm_choices[0].options[i].why_not.find("strided batches"), std::string::npos)
+        << p.gemm_choices[0].options[i].why_not;
+  }
+  const CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
+  EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
 }
 
 // Every matmul kernel has the library GEMM priced beside it: cuBLASLt then the epilogue,

@@ -69,6 +69,8 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
            {"transposed_a_odd", DType::BF16, {2, 33, 65}, {2, 33, 80}, {true, false, std::nullopt}, false},
            {"transposed_b_f16", DType::F16, {130, 96}, {72, 96}, {false, true, std::nullopt}, true},
            {"f32_product", DType::BF16, {64, 304}, {304, 64}, {false, false, DType::F32}, true},
+           {"partially_broadcast_b", DType::BF16, {2, 3, 40, 32}, {1, 3, 32, 24}, {}, false},
+           {"partially_broadcast_a_transposed", DType::F16, {2, 1, 32, 20}, {2, 3, 32, 48}, {true, false, std::nullopt}, true},
        }) {
     Graph g(std::string("mm_") + c.name);
     Tensor y = matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), c.options);

@@ -224,13 +224,18 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     return std::nullopt;
   }
   const Shape &q = g.node(c.q).shape, &k = g.node(c.k).shape, &v = g.node(c.v).shape;
-  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size() ||
-      !std::equal(q.begin(), q.end() - 2, k.begin()) || !std::equal(q.begin(), q.end() - 2, v.begin())) {
-    *why = fmt::format("Q {}, K {} and V {} do not share their leading (batch, head) axes (broadcast K/V heads are "
-                       "not in the rule yet)",
+  // K and V share their leading axes, each Q's or broadcast (1): K/V heads shared by query heads.
+  bool leads = q.size() >= 2 && k.size() == q.size() && v.size() == q.size() &&
+               std::equal(k.begin(), k.end() - 2, v.begin());
+  for (size_t d = 0; leads && d + 2 < q.size(); ++d) leads = k[d] == q[d] || k[d] == 1;
+  if (!leads) {
+    *why = fmt::format("Q {}, K {} and V {}: K and V must share their leading (batch, head) axes, each Q's or "
+                       "broadcast (1)",
                        shape_str(q), shape_str(k), shape_str(v));
     return std::nullopt;
   }
+  c.lead.assign(q.begin(), q.end() - 2);
+  c.kv_lead.assign(k.begin(), k.end() - 2);
   c.n_q = q[q.size() - 2];
   c.d = q.back();
   c.n_kv = k[k.size() - 2];

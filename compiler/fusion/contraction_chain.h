@@ -36,6 +36,10 @@ struct ContractionChain {
   NodeId output = -1;               // O = P·V
   NodeId q = -1, k = -1, v = -1;
   int64_t batch = 1, n_q = 0, n_kv = 0, d = 0;  // batch: the product of Q's leading axes
+  // Q's leading (batch, head) axes, and K's and V's: each Q's or 1 — K/V heads broadcast over
+  // query heads (grouped-query attention: K [B, Hkv, 1, n, d] for Q [B, Hkv, G, n, d]; MQA: one
+  // K/V head for all).
+  Shape lead, kv_lead;
   // Set when X is where(i_q + offset ≥ i_k, ·, −inf) (a causal mask): query i sees no key past
   // i + offset, so the kernel skips the key tiles wholly past its block's last query.
   std::optional<int64_t> causal_offset;

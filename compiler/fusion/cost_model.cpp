@@ -224,17 +224,6 @@ bool matmul_kernel_fits(const Graph& g, const Kernel& k, NodeId mm, std::string*
                        mm, dtype_name(a.dtype));
     return false;
   }
-  const Shape batch(m.shape.begin(), m.shape.end() - 2);
-  for (const Node* o : {&a, &b}) {
-    Shape ob(o->shape.begin(), o->shape.end() - 2);
-    ob.insert(ob.begin(), batch.size() - ob.size(), 1);
-    if (ob != batch && num_elements(ob) != 1) {
-      *why = fmt::format("the matmul %{}'s operand %{} {} is broadcast along some batch axes of {} but not "
-                         "others; tilefuse reads an operand either per batch or shared by all",
-                         mm, o->id, shape_str(o->shape), shape_str(batch));
-      return false;
-    }
-  }
   return true;
 }
 

@@ -91,9 +91,12 @@ IterationSpace attention_space(const Graph& g, const Kernel& k) {
     return axes;
   };
   const NodeId q = scores.operands[0], kk = scores.operands[1], v = o.operands[1];
+  // (K's and V's heads may be broadcast over query heads: GQA, MQA.)
   for (NodeId id : k.inputs)
-    s.operands.push_back({id, false, id == q ? along(m, d) : id == kk ? along(n, d) : id == v ? along(n, e)
-                                                                                   : std::vector<int>{}});
+    s.operands.push_back({id, false, id == q    ? along(m, d)
+                                     : id == kk ? aligned_map(g.node(id).shape, along(n, d))
+                                     : id == v  ? aligned_map(g.node(id).shape, along(n, e))
+                                                : std::vector<int>{}});
   s.operands.push_back({o.id, true, along(m, e)});
   return s;
 }

@@ -109,6 +109,21 @@ std::optional<Kernel> epilogue_kernel(const Plan& plan, const Kernel& k, const N
   return build_kernel(g, nodes, outputs, plan.options.profile, plan.options.schedule, why);
 }
 
+// Why the library cannot read matmul mm's operands: one is broadcast along some of the product's
+// batch axes but not others (grouped-query attention's K and V); empty where it can.
+std::string partial_broadcast(const Graph& g, const Node& mm) {
+  const Shape batch(mm.shape.begin(), mm.shape.end() - 2);
+  for (NodeId o : mm.operands) {
+    const Shape& sh = g.node(o).shape;
+    const int64_t own = num_elements(Shape(sh.begin(), sh.end() - 2));
+    if (own != 1 && own != num_elements(batch))
+      return fmt::format("its operand %{} {} is broadcast along some of the batch axes {} but not others: cuBLASLt's "
+                         "strided batches read an operand per batch or shared by all",
+                         o, shape_str(sh), shape_str(batch));
+  }
+  return "";
+}
+
 // The library kernel computing matmul `mm` (and, with a native epilogue, the rest of k).
 Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::optional<LibraryEpilogue> native,
                       const DeviceProfile& p) {
@@ -140,7 +155,12 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
   lib.name = epilogue ? "cuBLASLt GEMM, then the epilogue as its own kernel" : "cuBLASLt GEMM";
   std::string why;
   std::optional<Kernel> e = epilogue_kernel(plan, k, mm, &why);
-  if (epilogue && !e) {
+  // cuBLASLt's strided batches read an operand per batch or one shared by all.
+  const std::string strides = partial_broadcast(g, mm);
+  if (!strides.empty()) {
+    lib.applies = false;
+    lib.why_not = strides;
+  } else if (epilogue && !e) {
     lib.applies = false;
     lib.why_not = why;
   } else {
@@ -152,7 +172,10 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
   native.name = "cuBLASLt GEMM with its native epilogue";
   LibraryEpilogue kind = LibraryEpilogue::None;
   why.clear();
-  if (native_epilogue(g, k, mm, &kind, &why)) {
+  if (!strides.empty()) {
+    native.applies = false;
+    native.why_not = strides;
+  } else if (native_epilogue(g, k, mm, &kind, &why)) {
     *native_kernel = library_kernel(g, k, mm, kind, p);
     native.predicted_s = native_kernel->cost.predicted_s;
   } else {

@@ -1,6 +1,7 @@
 #include "compiler/tile/attention.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,7 @@ class AttentionProgram {
     zero_ = b.index(0);
     const int pid = b.program_id(0);
     bh_ = b.div(pid, b.index(m_blocks()));
+    kv_bh_ = kv_head(b);
     const int first_row = b.mul(bh_, b.index(s_.n_q));
     // Causal blocks differ in work: the longest (last queries) are taken first, so that the
     // last wave is of short ones.
@@ -65,8 +67,35 @@ class AttentionProgram {
                               s_.block_m, s_.block_n));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
+    int64_t heads = 1;
+    bool broadcast = s_.lead.size() == s_.kv_lead.size();
+    for (size_t d = 0; broadcast && d < s_.lead.size(); ++d) {
+      heads *= s_.lead[d];
+      broadcast = s_.kv_lead[d] == s_.lead[d] || s_.kv_lead[d] == 1;
+    }
+    if (!broadcast || (!s_.lead.empty() && heads != s_.batch_heads))
+      throw Error(fmt::format("attention's K/V heads [{}] do not broadcast to its {} query heads [{}]",
+                              fmt::join(s_.kv_lead, ", "), s_.batch_heads, fmt::join(s_.lead, ", ")));
   }
   int64_t m_blocks() const { return (s_.n_q + s_.block_m - 1) / s_.block_m; }
+  int64_t kv_heads() const {
+    int64_t n = 1;
+    for (int64_t e : s_.kv_lead) n *= e;
+    return s_.kv_lead.empty() ? s_.batch_heads : n;
+  }
+  // The K/V head of query head bh_: its leading indices, those along broadcast axes dropped.
+  int kv_head(Builder& b) const {
+    if (s_.kv_lead.empty() || s_.kv_lead == s_.lead) return bh_;
+    int rest = bh_, head = zero_;
+    int64_t stride = 1;
+    for (size_t d = s_.lead.size(); d-- > 0;) {
+      const int at = b.rem(rest, b.index(s_.lead[d]));
+      rest = b.div(rest, b.index(s_.lead[d]));
+      if (s_.kv_lead[d] != 1) head = b.add(head, b.mul(at, b.index(stride)));
+      stride *= s_.kv_lead[d];
+    }
+    return head;
+  }
   int64_t steps() const { return (s_.n_kv + s_.block_n - 1) / s_.block_n; }
 
   // q and o as [batch_heads·n_q, d] rows; v as [batch_heads·n_kv, d]; k read as Kᵀ, a
@@ -74,7 +103,7 @@ class AttentionProgram {
   // s_.position gives, then o.
   void add_params() {
     int* role_param[3] = {&q_param_, &k_param_, &v_param_};
-    const Shape views[3] = {{s_.batch_heads * s_.n_q, s_.d}, {s_.batch_heads * s_.d, s_.n_kv}, {s_.batch_heads * s_.n_kv, s_.d}};
+    const Shape views[3] = {{s_.batch_heads * s_.n_q, s_.d}, {kv_heads() * s_.d, s_.n_kv}, {kv_heads() * s_.n_kv, s_.d}};
     for (int at = 0; at < 3; ++at)
       for (int role = 0; role < 3; ++role) {
         if (s_.position[static_cast<size_t>(role)] != at) continue;
@@ -99,9 +128,9 @@ class AttentionProgram {
   // Key tile j's K and V into stage `stage` of their rings (keys past n_kv zero-filled).
   void copy_keys(Builder& b, int j, int stage) {
     const int key0 = b.mul(j, b.index(s_.block_n));
-    const int v_row0 = b.add(b.mul(bh_, b.index(s_.n_kv)), key0);
-    const int v_end = b.add(b.mul(bh_, b.index(s_.n_kv)), b.index(s_.n_kv));
-    b.copy_async(k_param_, {b.mul(bh_, b.index(s_.d)), key0}, 0, stage, {false, true}, {-1, -1});
+    const int v_row0 = b.add(b.mul(kv_bh_, b.index(s_.n_kv)), key0);
+    const int v_end = b.add(b.mul(kv_bh_, b.index(s_.n_kv)), b.index(s_.n_kv));
+    b.copy_async(k_param_, {b.mul(kv_bh_, b.index(s_.d)), key0}, 0, stage, {false, true}, {-1, -1});
     b.copy_async(v_param_, {v_row0, zero_}, 1, stage, {true, false}, {v_end, -1});
     b.commit_group();
   }
@@ -190,7 +219,7 @@ class AttentionProgram {
   Program p_;
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
-  int zero_ = -1, bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1;
+  int zero_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1;
 };
 
 }  // namespace
@@ -246,6 +275,8 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   if (!c) throw CodegenError(fmt::format("kernel {}: not a contraction chain: {}", k.name, why));
   AttentionShape s;
   s.batch_heads = c->batch;
+  s.lead = c->lead;
+  s.kv_lead = c->kv_lead;
   s.n_q = c->n_q;
   s.n_kv = c->n_kv;
   s.d = c->d;

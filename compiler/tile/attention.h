@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/fusion/plan.h"
 #include "compiler/graph/dtype.h"
@@ -27,6 +28,9 @@ namespace tilefuse::tir {
 
 struct AttentionShape {
   int64_t batch_heads = 1;  // B·H: q and o are [batch_heads, n_q, d], k and v [batch_heads, n_kv, d]
+  // Broadcast K/V heads (GQA, MQA): q's leading axes and k's and v's (each q's or 1), whose
+  // product is batch_heads and k's and v's count of heads; empty: k and v have q's heads.
+  std::vector<int64_t> lead, kv_lead;
   int64_t n_q = 0, n_kv = 0, d = 64;
   DType dtype = DType::BF16;  // of q, k and v: bf16 or f16
   std::optional<DType> out_dtype;  // of o (default: the inputs')

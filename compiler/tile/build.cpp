@@ -354,10 +354,11 @@ class MatMulProgram {
     tile_of(b, pid, &batch, &mt, &nt);
     n0_ = b.mul(nt, b.index(s_.block_n));
     zero_ = b.index(0);
-    const int first_row = b.mul(batch, b.index(s_.m));
-    row0_ = b.add(first_row, b.mul(mt, b.index(s_.block_m)));
-    row_end_ = b.add(first_row, b.index(s_.m));
-    const int k0 = batched(1) ? b.mul(batch, b.index(s_.k)) : zero_;
+    first_row_ = b.mul(batch, b.index(s_.m));
+    row0_ = b.add(first_row_, b.mul(mt, b.index(s_.block_m)));
+    row_end_ = b.add(first_row_, b.index(s_.m));
+    a_batch_ = operand_batch(b, 0, batch);
+    const int k0 = b.mul(operand_batch(b, 1, batch), b.index(s_.k));
     std::map<NodeId, int> value;
     // The product rounded to its dtype, as an unfused matmul would write it.
     const int acc = product(b, k0);
@@ -393,11 +394,33 @@ class MatMulProgram {
   bool rows_masked() const { return s_.m % s_.block_m != 0; }
   bool cols_masked() const { return s_.n % s_.block_n != 0; }
   bool k_masked() const { return s_.k % s_.block_k != 0; }
-  // Whether matmul operand i has a tile per batch (else every batch shares it).
-  bool batched(size_t i) const {
+  // Matmul operand i's batches: the product's, 1 (one shared by all), or — broadcast along some
+  // of the product's batch axes — the product of its own.
+  int64_t batches(size_t i) const {
     const Shape& sh = g_.node(mm_.operands[i]).shape;
-    return num_elements(Shape(sh.begin(), sh.end() - 2)) != 1;
+    return num_elements(Shape(sh.begin(), sh.end() - 2));
   }
+  // Operand i's batch for the product's `batch`: its indices along the batch axes it has.
+  int operand_batch(Builder& b, size_t i, int batch) {
+    if (batches(i) == s_.batch) return batch;
+    if (batches(i) == 1) return zero_;
+    const Shape lead(mm_.shape.begin(), mm_.shape.end() - 2);
+    const Shape& sh = g_.node(mm_.operands[i]).shape;
+    Shape own(sh.begin(), sh.end() - 2);
+    own.insert(own.begin(), lead.size() - own.size(), 1);
+    int rest = batch, at = zero_;
+    int64_t stride = 1;
+    for (size_t d = lead.size(); d-- > 0;) {
+      const int idx = b.rem(rest, b.index(lead[d]));
+      rest = b.div(rest, b.index(lead[d]));
+      if (own[d] != 1) at = b.add(at, b.mul(idx, b.index(stride)));
+      stride *= own[d];
+    }
+    return at;
+  }
+  // A's first row of this block's tile and the end of its batch's rows.
+  int a_rows0(Builder& b) const { return b.add(b.mul(a_batch_, b.index(s_.m)), b.sub(row0_, first_row_)); }
+  int a_end(Builder& b) const { return b.add(b.mul(a_batch_, b.index(s_.m)), b.index(s_.m)); }
 
   // A: [rows, K] (rows = M, per batch or shared), column-major per batch when transposed; B:
   // [rows, N] with rows = K likewise. Epilogue operands and outputs as in a pointwise kernel over
@@ -410,7 +433,7 @@ class MatMulProgram {
       for (size_t i = 0; i < 2; ++i) {
         if (id != mm_.operands[i]) continue;
         const int64_t rows = i == 0 ? s_.m : s_.k, cols = i == 0 ? s_.k : s_.n;
-        prm.view = {(batched(i) ? s_.batch : 1) * rows, cols};
+        prm.view = {batches(i) * rows, cols};
         prm.row_dims.clear();
         prm.row_view.clear();
         prm.col_major = i == 0 ? mm_.transpose_a : mm_.transpose_b;
@@ -439,8 +462,8 @@ class MatMulProgram {
     const DType dt = g_.node(mm_.operands[0]).dtype;
     p_.shared.push_back({"a_ring", dt, stages, {s_.block_m, s_.block_k}, mm_.transpose_a});
     p_.shared.push_back({"b_ring", dt, stages, {s_.block_k, s_.block_n}, mm_.transpose_b});
-    const int a_rows0 = batched(0) ? row0_ : b.rem(row0_, b.index(s_.m));
-    const int a_end = batched(0) ? row_end_ : b.index(s_.m);
+    const int a_rows0 = this->a_rows0(b);
+    const int a_end = this->a_end(b);
     const int b_end = b.add(k0, b.index(s_.k));
     const int step = b.index(s_.block_k), ring_stages = b.index(stages);
     auto copy = [&](Builder& in, int kt, int stage) {
@@ -473,8 +496,8 @@ class MatMulProgram {
   // Fragments loaded straight from global memory, 16 of K at a time; a step past K zeroed.
   int direct_product(Builder& b, int k0) {
     const Shape a_tile = {s_.block_m, s_.block_k}, b_tile = {s_.block_k, s_.block_n};
-    const int a_rows0 = batched(0) ? row0_ : b.rem(row0_, b.index(s_.m));
-    const int a_end = batched(0) ? row_end_ : b.index(s_.m);
+    const int a_rows0 = this->a_rows0(b);
+    const int a_end = this->a_end(b);
     const int b_end = b.add(k0, b.index(s_.k));
     const int depth = b.index(s_.k);
     const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
@@ -538,7 +561,7 @@ class MatMulProgram {
   Program p_;
   std::map<NodeId, int> param_;
   int operand_param_[2] = {-1, -1};
-  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1;
+  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, a_batch_ = -1;
 };
 
 }  // namespace

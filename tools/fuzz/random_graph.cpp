@@ -154,14 +154,21 @@ class Generator {
     const int64_t n = one_of({1, 16, 17, 64, 100, 130}), n_kv = one_of({1, 16, 33, 64, 100, 130});
     const int64_t d = chance(0.1) ? 48 : one_of({16, 32, 64, 128});
     Shape lead = chance(0.5) ? Shape{2, 3} : Shape{static_cast<int64_t>(pick(1, 3))};
-    auto shaped = [&](int64_t rows, int64_t cols) {
-      Shape s = lead;
+    // Sometimes K/V heads shared by query heads (GQA, MQA): K's and V's leading axes 1 where Q's are not.
+    Shape kv_lead = lead;
+    if (chance(0.3))
+      for (int64_t& e : kv_lead)
+        if (chance(0.5)) e = 1;
+    auto shaped = [&](const Shape& heads, int64_t rows, int64_t cols) {
+      Shape s = heads;
       s.push_back(rows);
       s.push_back(cols);
       return s;
     };
-    auto qkv = [&](int64_t rows) { return input(g_, "in" + std::to_string(inputs_++), shaped(rows, d), dt); };
-    Tensor q = qkv(n), k = qkv(n_kv), v = qkv(n_kv);
+    auto qkv = [&](const Shape& heads, int64_t rows) {
+      return input(g_, "in" + std::to_string(inputs_++), shaped(heads, rows, d), dt);
+    };
+    Tensor q = qkv(lead, n), k = qkv(kv_lead, n_kv), v = qkv(kv_lead, n_kv);
     const bool f32_scores = chance(0.7);
     Tensor s = matmul(q, k, {false, true, f32_scores ? std::optional<DType>(DType::F32) : std::nullopt});
     s = s * (1.0 / std::sqrt(static_cast<double>(d)));
