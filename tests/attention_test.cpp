@@ -394,6 +394,33 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    Graph g("alibi");  // causal, with a bias slope[h]·(i_k − i_q) from a tensor of one slope per head
+    Qkv t = qkv(g, 72, 72, 64, DType::BF16);
+    Tensor slope = input(g, "slope", {3, 1, 1});
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125 +
+               slope * (iota(g, {72, 72}, 1) - iota(g, {72, 72}, 0));
+    s = where(iota(g, {72, 72}, 0) >= iota(g, {72, 72}, 1), s, -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("bias_and_padding");  // a bf16 bias per (query, key) and an additive mask per (batch, key)
+    Qkv t = qkv(g, 50, 77, 32, DType::BF16);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * (1.0 / std::sqrt(32.0));
+    s = s + cast(input(g, "bias", {50, 77}, DType::BF16), DType::F32) + input(g, "pad", {2, 1, 1, 77});
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("lengths");  // one query per sequence over a cache, keys at or past its length masked
+    Qkv t = qkv(g, 1, 100, 64, DType::BF16);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125;
+    Tensor length = abs(input(g, "length", {2, 1, 1, 1})) * 60.0 + 1.0;  // 1 … 61 keys
+    s = where(iota(g, {1, 100}, 1) < length, s, -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("sliding_window");  // keys within 16 positions before the query, written out by hand
     Qkv t = qkv(g, 80, 80, 64, DType::BF16);
     Tensor qi = iota(g, {80, 80}, 0), ki = iota(g, {80, 80}, 1);
@@ -412,11 +439,12 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
     const Kernel* k = only_attention(p);
     ASSERT_NE(k, nullptr) << plan_report_text(p);
-    EXPECT_EQ(k->inputs.size(), 3u);
+    const std::map<std::string, size_t> tensors = {{"alibi", 1}, {"bias_and_padding", 2}, {"lengths", 1}};
+    EXPECT_EQ(k->inputs.size(), 3u + (tensors.count(g.name()) ? tensors.at(g.name()) : 0));
     // A causal mask ends each block's loop early: 0 keys of offset (97 for 33 queries after 97
     // keys); the window's outer mask is causal too.
     const std::map<std::string, int64_t> causal = {
-        {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}};
+        {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0}};
     EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
     ASSERT_FALSE(p.decisions.empty());
     const FusionDecision& d = p.decisions.front();
@@ -448,7 +476,7 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     if (!find_ptxas().empty()) {
       auto m = run_ptxas(c.ptx, k->name);
       ASSERT_TRUE(m.has_value());
-      EXPECT_EQ(m->spill_bytes, 0);
+      EXPECT_EQ(m->spill_bytes, 0) << m->registers << " registers";
     }
   }
 }
@@ -469,14 +497,14 @@ TEST(FusionAttention, OutsideTheRuleTheScoresAreWrittenAndTheReportSaysWhy) {
               output("o", matmul(p, t.v));
             },
             "also used outside the chain"},
-           {"mask_tensor",
+           {"bias_from_a_reduction",  // a bias the kernel cannot compute from inputs and positions
             [](Graph& g) {
               Qkv t = qkv(g, 64, 64, 64, DType::BF16);
-              Tensor bias = input(g, "bias", {64, 64}, DType::F32);
+              Tensor bias = amax(input(g, "b", {64, 64, 8}, DType::F32), {-1});
               Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125 + bias;
               output("o", matmul(cast(softmax(s), DType::BF16), t.v));
             },
-            "mask or bias tensor"},
+            "masks or biases"},
            {"head_dim_96",
             [](Graph& g) {
               Qkv t = qkv(g, 64, 64, 96, DType::BF16);
@@ -519,6 +547,16 @@ TEST(FusionAttention, TheMatchRefusesWhatTheKernelCannotHonour) {
     std::string why;
     EXPECT_FALSE(match_contraction_chain(g, o.id(), &why).has_value());
     EXPECT_NE(why.find("computed in it"), std::string::npos) << why;
+  }
+  {
+    Graph g("bias_wider_than_the_scores");  // a bias over more heads than the scores have
+    Qkv t = qkv(g, 32, 32, 32, DType::BF16);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32});
+    Tensor o = matmul(cast(softmax(s + input(g, "bias", {4, 2, 3, 32, 32})), DType::BF16), t.v);
+    output("o", o);
+    std::string why;
+    EXPECT_FALSE(match_contraction_chain(g, o.id(), &why).has_value());
+    EXPECT_FALSE(why.empty());
   }
   {
     Graph g("k_and_v_heads_differ");  // K's heads broadcast, V's not

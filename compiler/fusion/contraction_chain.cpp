@@ -34,12 +34,18 @@ bool row_reduction(const Node& n, Op op, const Graph& g) {
          n.axes[0] == static_cast<int>(g.node(n.operands[0]).shape.size()) - 1;
 }
 
-// Whether `id` is computed from iotas along its last two axes (queries, keys) and constants
-// only — a mask the kernel can compute from its tiles' positions; its nodes (not the constants)
-// go into `nodes`. (Their shapes are checked against the scores' once those are known.)
-bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes) {
+// Whether `id` is computed without the scores: from iotas along its last two axes (queries,
+// keys), constants and tensors computed outside (`leaves`, read from memory) — a mask or bias
+// the kernel computes from its tiles' positions and tiles of those tensors; its nodes (not the
+// constants, not the tensors) go into `nodes`. Nothing that reaches a matmul is a leaf (the
+// scores are). (The shapes are checked against the scores' once those are known.)
+bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes, std::set<NodeId>* leaves) {
   const Node& n = g.node(id);
   if (n.op == Op::Constant) return true;
+  if (n.op == Op::Input) {
+    leaves->insert(id);
+    return true;
+  }
   if (n.op == Op::Iota) {
     const int from_end = static_cast<int>(n.shape.size()) - n.axes.at(0);
     if (from_end != 1 && from_end != 2) return false;
@@ -48,7 +54,7 @@ bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes) {
   }
   if (!elementwise(n)) return false;
   for (NodeId o : n.operands)
-    if (!index_only(g, o, nodes)) return false;
+    if (!index_only(g, o, nodes, leaves)) return false;
   nodes->insert(id);
   return true;
 }
@@ -173,23 +179,27 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   }
   // X = f(S), S = Q·Kᵀ; f's other operands constants or masks from iotas.
   NodeId s = x;
-  std::set<NodeId> index_nodes;
+  std::set<NodeId> index_nodes, tensors;
   while (g.node(s).op != Op::MatMul) {
     const Node& n = g.node(s);
     NodeId next = -1;
     for (NodeId a : n.operands) {
       if (is_constant(g, a)) continue;
-      std::set<NodeId> found;
-      if (index_only(g, a, &found)) {
+      std::set<NodeId> found, leaves;
+      if (index_only(g, a, &found, &leaves)) {
         index_nodes.insert(found.begin(), found.end());
+        tensors.insert(leaves.begin(), leaves.end());
         continue;
       }
       next = next < 0 ? a : -2;
     }
     if (!elementwise(n) || next < 0) {
       *why = fmt::format("the scores reach the softmax through %{} {}, which is not an elementwise op of the "
-                         "scores and constants{}",
-                         s, op_info(n.op).name, next == -2 ? " (a mask or bias tensor is not in the rule yet)" : "");
+                         "scores and {}",
+                         s, op_info(n.op).name,
+                         next == -2 ? "masks or biases (two operands depend on the scores, or a mask is computed from "
+                                      "something other than iotas, constants and inputs)"
+                                    : "constants");
       return std::nullopt;
     }
     c.score_ops.push_back(s);
@@ -197,6 +207,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   }
   std::reverse(c.score_ops.begin(), c.score_ops.end());
   c.index_ops.assign(index_nodes.begin(), index_nodes.end());
+  c.tensors.assign(tensors.begin(), tensors.end());
   c.causal_offset = causal_offset(g, x);
   c.scores = s;
   const Node& sn = g.node(s);
@@ -208,6 +219,12 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     if (g.node(n).shape != sn.shape) {
       *why = fmt::format("%{} {} has shape {}, the scores {}: f must keep the scores' shape", n,
                          op_info(g.node(n).op).name, shape_str(g.node(n).shape), shape_str(sn.shape));
+      return std::nullopt;
+    }
+  for (NodeId n : c.tensors)
+    if (!fits_scores(g, n, sn.shape)) {
+      *why = fmt::format("the tensor %{} {} that f reads does not broadcast into the scores {}", n,
+                         shape_str(g.node(n).shape), shape_str(sn.shape));
       return std::nullopt;
     }
   for (NodeId n : c.index_ops)
@@ -256,6 +273,11 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   for (NodeId n : {c.q, c.k, c.v})
     if (std::binary_search(members.begin(), members.end(), n)) {
       *why = fmt::format("%{} is both an operand of the chain's products and computed in it", n);
+      return std::nullopt;
+    }
+  for (NodeId n : c.tensors)
+    if (n == c.q || n == c.k || n == c.v) {
+      *why = fmt::format("%{} is both an operand of the chain's products and a mask or bias (not yet)", n);
       return std::nullopt;
     }
   return c;

@@ -3,8 +3,11 @@
 // chains"). A matmul S = Q·Kᵀ (contracting d) reaches O = P·V (contracting S's last axis n) only
 // through
 //   X = f(S)              elementwise ops whose other operands are constants (a scale, a
-//                         softcap's tanh) or masks computed from iotas along the queries and
-//                         the keys (causal: where(i_q + offset ≥ i_k, s, −inf), windows)
+//                         softcap's tanh), or masks and biases computed from iotas along the
+//                         queries and the keys (causal: where(i_q + offset ≥ i_k, s, −inf),
+//                         windows) and from tensors that broadcast into the scores (ALiBi's
+//                         slope per head, a padding mask per key, a bias per query and key,
+//                         a length per sequence)
 //   c = shift(max_n X)    the row max (a reduction over n, keepdim), or softmax's guarded form
 //                         where(max > −inf, max, 0): c is the max wherever that is finite
 //   E = exp(X − c)
@@ -26,7 +29,10 @@ namespace tilefuse {
 struct ContractionChain {
   NodeId scores = -1;               // S = Q·Kᵀ
   std::vector<NodeId> score_ops;    // X = f(S), in order (empty: X is S)
-  std::vector<NodeId> index_ops;    // f's masks: iotas and what is computed from them, in order
+  std::vector<NodeId> index_ops;    // f's masks and biases: iotas and what is computed from them
+                                    // (with constants and `tensors`), in order
+  std::vector<NodeId> tensors;      // tensors f reads (a bias, a mask, lengths): each broadcast into
+                                    // the scores, read from memory a tile at a time
   NodeId row_max = -1;              // max_n X
   std::vector<NodeId> shift_ops;    // c from the max, in order (empty: c is the max)
   NodeId shifted = -1, exp = -1;    // X − c, its exp E

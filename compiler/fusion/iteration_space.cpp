@@ -96,7 +96,7 @@ IterationSpace attention_space(const Graph& g, const Kernel& k) {
     s.operands.push_back({id, false, id == q    ? along(m, d)
                                      : id == kk ? aligned_map(g.node(id).shape, along(n, d))
                                      : id == v  ? aligned_map(g.node(id).shape, along(n, e))
-                                                : std::vector<int>{}});
+                                                : aligned_map(g.node(id).shape, along(m, n))});  // f's masks, biases
   s.operands.push_back({o.id, true, along(m, e)});
   return s;
 }

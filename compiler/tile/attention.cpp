@@ -27,6 +27,10 @@ class AttentionProgram {
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_n};
     p_.grid = {m_blocks() * s_.batch_heads};
+    // Two blocks per SM, as the cost model takes: left to itself ptxas caps a d 64 kernel at 168
+    // registers (three blocks) and spills where f reads tensors (ALiBi: 16 bytes). At d 128 the
+    // code is the same either way (242 registers).
+    p_.min_blocks_per_sm = 2;
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
     add_params();
     p_.shared.push_back({"k_ring", s_.dtype, 2, {s_.d, s_.block_n}, true});
@@ -104,7 +108,8 @@ class AttentionProgram {
   void add_params() {
     int* role_param[3] = {&q_param_, &k_param_, &v_param_};
     const Shape views[3] = {{s_.batch_heads * s_.n_q, s_.d}, {kv_heads() * s_.d, s_.n_kv}, {kv_heads() * s_.n_kv, s_.d}};
-    for (int at = 0; at < 3; ++at)
+    tensor_param_.assign(s_.tensors.size(), -1);
+    for (int at = 0; at < 3 + static_cast<int>(s_.tensors.size()); ++at) {
       for (int role = 0; role < 3; ++role) {
         if (s_.position[static_cast<size_t>(role)] != at) continue;
         Param prm;
@@ -116,6 +121,14 @@ class AttentionProgram {
         *role_param[role] = static_cast<int>(p_.params.size());
         p_.params.push_back(prm);
       }
+      for (size_t t = 0; t < s_.tensors.size(); ++t)
+        if (s_.tensors[t].position == at) {
+          tensor_param_[t] = static_cast<int>(p_.params.size());
+          p_.params.push_back(tensor_param(s_.tensors[t]));
+        }
+    }
+    for (int id : tensor_param_)
+      if (id < 0) throw Error("attention: a tensor of the scores' function has no input position");
     Param o;
     o.name = s_.names[3];
     o.dtype = s_.out_dtype.value_or(s_.dtype);
@@ -123,6 +136,29 @@ class AttentionProgram {
     o.output = true;
     o_param_ = static_cast<int>(p_.params.size());
     p_.params.push_back(o);
+  }
+
+  // A tensor of the scores' function over the score rows (head and query: the rows of q, split
+  // into their axes where it is broadcast along some) and the keys.
+  Param tensor_param(const AttentionShape::Tensor& t) const {
+    const size_t lead = s_.lead.empty() ? 1 : s_.lead.size();
+    if (t.shape.size() != lead + 2)
+      throw Error(fmt::format("attention: tensor {} of shape [{}] is not aligned to the scores", t.name,
+                              fmt::join(t.shape, ", ")));
+    Param prm;
+    prm.name = t.name;
+    prm.dtype = t.dtype;
+    prm.row_dims = s_.lead.empty() ? Shape{s_.batch_heads} : Shape(s_.lead.begin(), s_.lead.end());
+    prm.row_dims.push_back(s_.n_q);
+    prm.row_view.assign(t.shape.begin(), t.shape.end() - 1);
+    for (size_t d = 0; d < prm.row_dims.size(); ++d)
+      if (prm.row_view[d] != 1 && prm.row_view[d] != prm.row_dims[d])
+        throw Error(fmt::format("attention: tensor {} of shape [{}] does not broadcast into the scores", t.name,
+                                fmt::join(t.shape, ", ")));
+    if (t.shape.back() != 1 && t.shape.back() != s_.n_kv)
+      throw Error(fmt::format("attention: tensor {} has {} keys, the scores {}", t.name, t.shape.back(), s_.n_kv));
+    prm.view = {num_elements(prm.row_view), t.shape.back()};
+    return prm;
   }
 
   // Key tile j's K and V into stage `stage` of their rings (keys past n_kv zero-filled).
@@ -166,7 +202,18 @@ class AttentionProgram {
       s = b.dot(q_[kk], k, s);
     }
     const int key0 = b.mul(j, b.index(s_.block_n));
-    s = s_.scores ? s_.scores(b, s, query0_, key0) : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the
+    // keys or the rows (rows past the head and keys past n_kv clamped).
+    std::vector<int> tensors;
+    for (size_t t = 0; t < s_.tensors.size(); ++t) {
+      const Param& prm = p_.params[static_cast<size_t>(tensor_param_[t])];
+      const bool rows = prm.view[0] != 1, keys = prm.view[1] != 1;
+      tensors.push_back(b.load(tensor_param_[t], {rows ? row0_ : zero_, keys ? key0 : zero_},
+                               {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys}, {rows ? row_end_ : -1, -1},
+                               Frag::Acc));
+    }
+    s = s_.scores ? s_.scores(b, s, query0_, key0, tensors)
+                  : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
     if (s_.n_kv % s_.block_n != 0)
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
@@ -219,6 +266,7 @@ class AttentionProgram {
   Program p_;
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
+  std::vector<int> tensor_param_;
   int zero_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1;
 };
 
@@ -292,6 +340,20 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
         static_cast<int>(std::find(k.inputs.begin(), k.inputs.end(), id) - k.inputs.begin());
     s.names[static_cast<size_t>(r)] = g.node(id).op == Op::Input ? g.node(id).name : fmt::format("%{}", id);
   }
+  const Shape& scores_shape = g.node(c->scores).shape;
+  for (NodeId id : c->tensors) {
+    AttentionShape::Tensor t;
+    const Node& n = g.node(id);
+    t.name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
+    t.dtype = n.dtype;
+    t.position = static_cast<int>(std::find(k.inputs.begin(), k.inputs.end(), id) - k.inputs.begin());
+    // Aligned to the scores, the leading axes as the kernel's (one merged axis without `lead`).
+    Shape aligned(scores_shape.size() - n.shape.size(), 1);
+    aligned.insert(aligned.end(), n.shape.begin(), n.shape.end());
+    if (c->lead.empty()) aligned.insert(aligned.begin(), 1);
+    t.shape.assign(aligned.begin(), aligned.end());
+    s.tensors.push_back(std::move(t));
+  }
   s.names[3] = fmt::format("%{}", c->output);
   for (const GraphOutput& o : g.outputs())
     if (o.node == c->output) s.names[3] = o.name;
@@ -299,9 +361,10 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   score_ops.insert(score_ops.end(), c->index_ops.begin(), c->index_ops.end());
   std::sort(score_ops.begin(), score_ops.end());
   // S rounded to its dtype as the matmul would write it, f(S) in the graph's dtypes, X in f32.
-  s.scores = [&](Builder& b, int acc, int query0, int key0) {
+  s.scores = [&](Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors) {
     const DType sd = g.node(c->scores).dtype;
     std::map<NodeId, int> val = {{c->scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
+    for (size_t t = 0; t < tensors.size(); ++t) val[c->tensors[t]] = tensors[t];
     const int x = evaluate(b, g, score_ops, val, c->x(), true, {query0, key0, {s.block_m, s.block_n}});
     return g.node(c->x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
   };

@@ -42,13 +42,24 @@ struct AttentionShape {
   // The parameters: q, k, v (in the order `position` gives them: position[0] is q's) and o.
   std::array<std::string, 4> names = {"q", "k", "v", "o"};
   std::array<int, 3> position = {0, 1, 2};
+  // Tensors the scores' function reads (masks, biases, lengths), broadcast into the scores
+  // [lead…, n_q, n_kv]: its extents there, 1 where it is broadcast (`shape`, as many as lead has
+  // plus two). Each key step reads a score tile's worth of each, in the accumulator's layout.
+  struct Tensor {
+    std::string name;
+    DType dtype = DType::F32;
+    int position = 3;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Tensor> tensors;
   // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
   // each given a builder and its argument: X from the raw scores S (default S·scale), given also
-  // the tile's first query (within its head) and first key (indices, for masks); the shift c from
+  // the tile's first query (within its head) and first key (indices, for masks) and the tiles of
+  // `tensors`; the shift c from
   // the running max m, equal to m wherever m is finite (default: m; the kernel takes 0 where m is
   // −inf whatever the shift); the divisor from the final sum (default: 1 where the sum is 0).
   using RowFn = std::function<int(Builder&, int)>;
-  std::function<int(Builder&, int scores, int query0, int key0)> scores;
+  std::function<int(Builder&, int scores, int query0, int key0, const std::vector<int>& tensors)> scores;
   RowFn shift, divisor;
 };
 

@@ -173,6 +173,11 @@ class Generator {
     Tensor s = matmul(q, k, {false, true, f32_scores ? std::optional<DType>(DType::F32) : std::nullopt});
     s = s * (1.0 / std::sqrt(static_cast<double>(d)));
     if (chance(0.2)) s = tanh(s * 0.2) * 5.0;  // a softcap
+    if (chance(0.25)) {  // a bias tensor: per query and key, per key (padding), per head, …
+      Shape heads = chance(0.5) ? lead : Shape(lead.size(), 1);
+      Shape bias = shaped(heads, chance(0.5) ? n : 1, chance(0.7) ? n_kv : 1);
+      s = s + input(g_, "in" + std::to_string(inputs_++), bias, s.dtype());
+    }
     if (chance(0.4) && n <= n_kv) {             // causal, the queries the last n of the keys' positions
       Tensor qi = iota(g_, {n, n_kv}, 0), ki = iota(g_, {n, n_kv}, 1);
       s = where(qi + static_cast<double>(n_kv - n) >= ki, s, -INFINITY);
