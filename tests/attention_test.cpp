@@ -481,6 +481,43 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
   }
 }
 
+// A log-sum-exp beside O: the attention kernel writes the row max (softmax's guarded shift) and
+// the row sum from its final running values; lse = c + log Σ is a pointwise kernel over them.
+Graph with_lse(bool causal) {
+  Graph g(causal ? "lse_causal" : "lse");
+  Qkv t = qkv(g, 70, 90, 64, DType::BF16);
+  AttentionWithLse a = attention_with_lse(t.q, t.k, t.v, 0.125, causal);
+  output("o", a.o);
+  output("lse", a.lse);
+  return g;
+}
+
+TEST(FusionAttention, LogSumExpRowsAreWrittenBesideTheOutput) {
+  for (bool causal : {false, true}) {
+    const Graph g = with_lse(causal);
+    SCOPED_TRACE(g.name());
+    const Plan p = plan_fusion(g);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    const Kernel* a = nullptr;
+    for (const Kernel& k : p.kernels)
+      if (k.kind == ScheduleKind::Attention) a = &k;
+    ASSERT_NE(a, nullptr) << plan_report_text(p);
+    EXPECT_EQ(a->outputs.size(), 3u);  // O, the shift, the sum
+    EXPECT_EQ(p.kernels.size(), 2u);   // and the lse's pointwise kernel
+    const CompiledKernel c = compile_kernel(p.graph, *a);
+    if (!find_ptxas().empty()) {
+      auto m = run_ptxas(c.ptx, a->name);
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0);
+    }
+  }
+}
+
+TEST(GpuAttention, LogSumExpMatchesFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  for (bool causal : {false, true}) testing::check_on_gpu(plan_fusion(with_lse(causal)), testing::test_seed());
+}
+
 // Outside the rule the scores are written, and the decision for the probabilities says why.
 TEST(FusionAttention, OutsideTheRuleTheScoresAreWrittenAndTheReportSaysWhy) {
   struct Case {

@@ -248,7 +248,8 @@ Tensor softmax(const Tensor& x, int axis) {
   return e / max(s, constant(x.graph(), 1.0, x.dtype()));
 }
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+// q·kᵀ·scale, −inf past each query's last key when causal.
+static Tensor attention_scores(const Tensor& q, const Tensor& k, double scale, bool causal) {
   Tensor s = matmul(q, k, {false, true, DType::F32}) * scale;
   if (causal) {
     const int64_t n = s.shape()[s.shape().size() - 2], n_kv = s.shape().back();
@@ -256,7 +257,21 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
     Tensor seen = iota(g, {n, n_kv}, 0) + static_cast<double>(n_kv - n) >= iota(g, {n, n_kv}, 1);
     s = where(seen, s, -INFINITY);
   }
-  return matmul(cast(softmax(s), v.dtype()), v);
+  return s;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  return matmul(cast(softmax(attention_scores(q, k, scale, causal)), v.dtype()), v);
+}
+
+AttentionWithLse attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  Tensor s = attention_scores(q, k, scale, causal);
+  const int axis = static_cast<int>(s.shape().size()) - 1;
+  Tensor c = safe_row_max(s, axis);  // softmax's, written out so that its sum is at hand
+  Tensor e = exp(s - c);
+  Tensor total = sum(e, {axis}, true);
+  Tensor o = matmul(cast(e / max(total, constant(s.graph(), 1.0, s.dtype())), v.dtype()), v);
+  return {o, c + log(total)};
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {

@@ -118,6 +118,15 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 // softmax: the plain graph, which fusion turns into one attention kernel
 // (compiler/fusion/contraction_chain.h).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal = false);
+// The same, with each query row's log-sum-exp of its scaled scores, lse = c + log Σ exp(s − c)
+// (c the row max, 0 for a fully masked row: lse −inf there), f32 [..., N, 1] — what the backward
+// pass and split-KV merges need. The attention kernel writes c and the sum beside O; lse is a
+// pointwise kernel over them.
+struct AttentionWithLse {
+  Tensor o, lse;
+};
+AttentionWithLse attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                    bool causal = false);
 // Over the last axis: (x − mean) / sqrt(var + eps) · w + b, var the biased variance.
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);
 // Over the last axis: x / sqrt(mean(x²) + eps) · w.

@@ -283,10 +283,15 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   return c;
 }
 
-bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why) {
+NodeId attention_output(const Graph& g, const Kernel& k) {
   NodeId out = -1;
   for (NodeId n : k.nodes)
-    if (g.node(n).op == Op::MatMul) out = n;  // the last matmul (nodes are in topological order)
+    if (g.node(n).op == Op::MatMul) out = n;  // nodes are in topological order
+  return out;
+}
+
+bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why) {
+  const NodeId out = attention_output(g, k);
   std::optional<ContractionChain> c = match_contraction_chain(g, out, why);
   if (!c) {
     if (why->empty()) *why = "two matmuls in one kernel that are not a contraction chain (attention)";
@@ -296,8 +301,10 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
     *why = fmt::format("the kernel holds other nodes than the contraction chain ending at %{}", out);
     return false;
   }
+  // O, and row values from the final max and sum (a log-sum-exp's parts). (A mask shared with
+  // another chain is used outside too: it would have to be computed in both.)
   for (NodeId o : k.outputs)
-    if (o != out) {  // (a mask shared with another chain too: it would have to be computed in both)
+    if (o != out && !c->row_value(o)) {
       *why = fmt::format("%{} {} is also used outside the chain, so it would be written", o, op_info(g.node(o).op).name);
       return false;
     }

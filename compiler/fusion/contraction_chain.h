@@ -18,6 +18,7 @@
 // an online vector sum with the same factor, and the division by h(Σ) sinks below P·V (it is per
 // row, and the contraction runs along the row). The scores never reach memory. Anything else is
 // left to the ordinary decisions, which write the scores; the match says why it failed.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ struct ContractionChain {
   // i + offset, so the kernel skips the key tiles wholly past its block's last query.
   std::optional<int64_t> causal_offset;
   NodeId x() const { return score_ops.empty() ? scores : score_ops.back(); }
+  // One value per query row the kernel can write beside O (from its final running max and sum):
+  // the max, the shift's ops, the sum, the divisor's ops — what a log-sum-exp is made of.
+  bool row_value(NodeId n) const {
+    return n == row_max || n == row_sum || std::count(shift_ops.begin(), shift_ops.end(), n) ||
+           std::count(divisor_ops.begin(), divisor_ops.end(), n);
+  }
   std::vector<NodeId> nodes() const;  // every node, sorted
 };
 
@@ -57,6 +64,9 @@ struct ContractionChain {
 // reach `out` (an attention's shape) but something breaks the rule; left empty when `out` is no
 // such matmul at all.
 std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why);
+
+// An attention kernel's O: the last of its matmuls (its other outputs are row values).
+NodeId attention_output(const Graph& g, const Kernel& k);
 
 // Kernel k (nodes, inputs, outputs set) as one attention kernel writing only O: its kind,
 // domain, schedule, registers and cost; or false with the reason in `why`.

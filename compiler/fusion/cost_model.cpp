@@ -63,6 +63,10 @@ Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k) {
 
 Shape reduced_domain(const Kernel& k) {
   Shape s = k.domain;
+  if (k.kind == ScheduleKind::Attention) {  // one value per query row (its max, its sum)
+    s.back() = 1;
+    return s;
+  }
   for (int d = std::max(k.split, 0); k.split >= 0 && d < k.reduce_end; ++d) s[static_cast<size_t>(d)] = 1;
   return s;
 }

@@ -36,7 +36,8 @@ double instructions_per_element(const Graph& g, const Node& n);
 // has 1s put back where its reduced axes were (for a row reduction, at the right); everything
 // else as numpy aligns it.
 Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k);
-// The shape of one value per row (row reduction) or per column (column reduction) of k's domain.
+// The shape of one value per row (row reduction, attention: per query) or per column (column
+// reduction) of k's domain.
 Shape reduced_domain(const Kernel& k);
 // One past the last axis reduction r reduces, counting the size-1 axes that follow its block.
 int reduced_end(const Graph& g, const Node& r);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/cost_model.h"
 
 namespace tilefuse {
@@ -71,7 +72,7 @@ IterationSpace matmul_space(const Graph& g, const Kernel& k) {
 // {b…, m, e}, reduced {n, d}.
 IterationSpace attention_space(const Graph& g, const Kernel& k) {
   IterationSpace s;
-  const Node& o = g.node(k.outputs.at(0));
+  const Node& o = g.node(attention_output(g, k));
   const Node& scores = g.node(contraction(g, k));
   const size_t batch = o.shape.size() - 2;
   std::vector<int> lead;
@@ -97,7 +98,8 @@ IterationSpace attention_space(const Graph& g, const Kernel& k) {
                                      : id == kk ? aligned_map(g.node(id).shape, along(n, d))
                                      : id == v  ? aligned_map(g.node(id).shape, along(n, e))
                                                 : aligned_map(g.node(id).shape, along(m, n))});  // f's masks, biases
-  s.operands.push_back({o.id, true, along(m, e)});
+  for (NodeId id : k.outputs)  // O, and row values (one per query: [b…, m, 1])
+    s.operands.push_back({id, true, id == o.id ? along(m, e) : aligned_map(g.node(id).shape, along(m, e))});
   return s;
 }
 

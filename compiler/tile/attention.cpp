@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "compiler/fusion/contraction_chain.h"
 #include "compiler/support/error.h"
@@ -53,6 +54,11 @@ class AttentionProgram {
     const std::vector<int> carried = key_loop(b);
     b.wait_group(0);  // nothing in flight when the block ends
     store_output(b, carried[0], carried[2]);
+    for (size_t r = 0; r < s_.row_outputs.size(); ++r) {  // the row values, from the final m and l
+      int y = s_.row_outputs[r].value(b, carried[1], carried[2]);
+      if (s_.row_outputs[r].dtype != DType::F32) y = b.compute(Op::Cast, {y}, s_.row_outputs[r].dtype);
+      b.store(row_param_[r], {row0_, zero_}, y, {true, false}, {row_end_, -1});
+    }
     verify_program(p_);
     return std::move(p_);
   }
@@ -129,13 +135,30 @@ class AttentionProgram {
     }
     for (int id : tensor_param_)
       if (id < 0) throw Error("attention: a tensor of the scores' function has no input position");
-    Param o;
-    o.name = s_.names[3];
-    o.dtype = s_.out_dtype.value_or(s_.dtype);
-    o.view = {s_.batch_heads * s_.n_q, s_.d};
-    o.output = true;
-    o_param_ = static_cast<int>(p_.params.size());
-    p_.params.push_back(o);
+    row_param_.assign(s_.row_outputs.size(), -1);
+    for (int at = 0; at <= static_cast<int>(s_.row_outputs.size()); ++at) {
+      if (at == s_.o_position) {
+        Param o;
+        o.name = s_.names[3];
+        o.dtype = s_.out_dtype.value_or(s_.dtype);
+        o.view = {s_.batch_heads * s_.n_q, s_.d};
+        o.output = true;
+        o_param_ = static_cast<int>(p_.params.size());
+        p_.params.push_back(o);
+      }
+      for (size_t r = 0; r < s_.row_outputs.size(); ++r)
+        if (s_.row_outputs[r].position == at) {
+          Param prm;
+          prm.name = s_.row_outputs[r].name;
+          prm.dtype = s_.row_outputs[r].dtype;
+          prm.view = {s_.batch_heads * s_.n_q, 1};
+          prm.output = true;
+          row_param_[r] = static_cast<int>(p_.params.size());
+          p_.params.push_back(prm);
+        }
+    }
+    if (o_param_ < 0 || std::count(row_param_.begin(), row_param_.end(), -1) > 0)
+      throw Error("attention: the outputs' positions are not 0, 1, … once each");
   }
 
   // A tensor of the scores' function over the score rows (head and query: the rows of q, split
@@ -266,7 +289,7 @@ class AttentionProgram {
   Program p_;
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
-  std::vector<int> tensor_param_;
+  std::vector<int> tensor_param_, row_param_;
   int zero_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1;
 };
 
@@ -315,11 +338,25 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
   return val.at(last);
 }
 
+// Row value `id` of chain c (its max, a shift op, its sum or a divisor op) from the final running
+// max m and sum l, through the chain's ops up to it (f32).
+int row_value(Builder& b, const Graph& g, const ContractionChain& c, NodeId id, int m, int l) {
+  if (id == c.row_max) return m;
+  if (id == c.row_sum) return l;
+  for (auto [start, ops, from] : {std::tuple{c.row_max, &c.shift_ops, m}, std::tuple{c.row_sum, &c.divisor_ops, l}}) {
+    const auto at = std::find(ops->begin(), ops->end(), id);
+    if (at == ops->end()) continue;
+    std::map<NodeId, int> val = {{start, from}};
+    return evaluate(b, g, std::vector<NodeId>(ops->begin(), at + 1), val, id, false);
+  }
+  throw CodegenError(fmt::format("attention: %{} is not a row value of the chain ending at %{}", id, c.output));
+}
+
 }  // namespace
 
 Program attention_kernel_program(const Graph& g, const Kernel& k) {
   std::string why;
-  const std::optional<ContractionChain> c = match_contraction_chain(g, k.outputs.at(0), &why);
+  const std::optional<ContractionChain> c = match_contraction_chain(g, attention_output(g, k), &why);
   if (!c) throw CodegenError(fmt::format("kernel {}: not a contraction chain: {}", k.name, why));
   AttentionShape s;
   s.batch_heads = c->batch;
@@ -354,9 +391,25 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
     t.shape.assign(aligned.begin(), aligned.end());
     s.tensors.push_back(std::move(t));
   }
-  s.names[3] = fmt::format("%{}", c->output);
-  for (const GraphOutput& o : g.outputs())
-    if (o.node == c->output) s.names[3] = o.name;
+  auto name_of = [&](NodeId id) {
+    for (const GraphOutput& o : g.outputs())
+      if (o.node == id) return o.name;
+    return fmt::format("%{}", id);
+  };
+  s.names[3] = name_of(c->output);
+  for (size_t at = 0; at < k.outputs.size(); ++at) {
+    const NodeId id = k.outputs[at];
+    if (id == c->output) {
+      s.o_position = static_cast<int>(at);
+      continue;
+    }
+    AttentionShape::RowOutput r;
+    r.name = name_of(id);
+    r.dtype = g.node(id).dtype;
+    r.position = static_cast<int>(at);
+    r.value = [&g, c = *c, id](Builder& b, int m, int l) { return row_value(b, g, c, id, m, l); };
+    s.row_outputs.push_back(std::move(r));
+  }
   std::vector<NodeId> score_ops = c->score_ops;  // with the masks' nodes, in topological order
   score_ops.insert(score_ops.end(), c->index_ops.begin(), c->index_ops.end());
   std::sort(score_ops.begin(), score_ops.end());

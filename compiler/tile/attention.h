@@ -52,6 +52,17 @@ struct AttentionShape {
     std::vector<int64_t> shape;
   };
   std::vector<Tensor> tensors;
+  // Row values written beside o, one per query row ([batch_heads·n_q, 1]): the chain's max, its
+  // shift, its sum or divisor — what a log-sum-exp is made of — each computed from the final
+  // running max m and sum l. `position` orders the outputs (o's is o_position).
+  struct RowOutput {
+    std::string name;
+    DType dtype = DType::F32;
+    int position = 1;
+    std::function<int(Builder&, int m, int l)> value;
+  };
+  std::vector<RowOutput> row_outputs;
+  int o_position = 0;
   // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
   // each given a builder and its argument: X from the raw scores S (default S·scale), given also
   // the tile's first query (within its head) and first key (indices, for masks) and the tiles of
