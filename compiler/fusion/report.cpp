@@ -45,6 +45,20 @@ static std::string registers_line(const Kernel& k, const MeasuredKernels& measur
   return s;
 }
 
+// The kernel's blocks per SM: the model's, or — where ptxas's register count allows fewer — that
+// count, saying so (the model estimates registers before codegen).
+static std::string occupancy(const Kernel& k, const MeasuredKernels& measured, const DeviceProfile& p) {
+  auto it = measured.find(k.name);
+  const int threads = k.schedule.block_threads();
+  if (it == measured.end() || it->second.registers <= 0 || threads <= 0)
+    return fmt::format("occupancy {} blocks/SM", k.cost.blocks_per_sm);
+  const int alloc = (it->second.registers + 7) / 8 * 8;
+  const int by_registers = p.registers_per_sm / (alloc * threads);
+  if (by_registers >= k.cost.blocks_per_sm) return fmt::format("occupancy {} blocks/SM", k.cost.blocks_per_sm);
+  return fmt::format("occupancy {} blocks/SM at ptxas's registers (the model took {})", std::max(by_registers, 0),
+                     k.cost.blocks_per_sm);
+}
+
 std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) {
   const Graph& g = plan.graph;
   const DeviceProfile& p = plan.options.profile;
@@ -111,15 +125,15 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
       s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
     }
     if (k.kind == ScheduleKind::MatMul && !k.library)
-      s += fmt::format("    {}; occupancy {} blocks/SM; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync{}){}\n",
-                       registers_line(k, measured), k.cost.blocks_per_sm, k.cost.flops / 1e12,
+      s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync{}){}\n",
+                       registers_line(k, measured), occupancy(k, measured, p), k.cost.flops / 1e12,
                        (k.schedule.stages > 0 ? plan.options.profile.mma_sync_flops
                                               : plan.options.profile.mma_sync_direct_flops) / 1e12,
                        k.schedule.stages > 0 ? ", staged" : ", direct",
                        k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
     else if (!k.library)
-      s += fmt::format("    {}; occupancy {} blocks/SM, {:.0f} KB in flight per SM\n",
-                       registers_line(k, measured), k.cost.blocks_per_sm, k.cost.bytes_in_flight_per_sm / 1024);
+      s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
+                       occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
     if (k.cost.busy_share < 1)
       s += fmt::format(
           "    persistent grid: its {} are busy {:.1f}% of the time (the last round over "
