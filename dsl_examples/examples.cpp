@@ -16,6 +16,8 @@ Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType d
 Graph column_sum_graph(DType dtype);
 Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
 Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
+Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_kv,
+                             int64_t d);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -70,6 +72,12 @@ const std::vector<Example>& examples() {
        [] { return attention_graph("attention_causal", 4, 16, 4096, 128, true); }, "attention"},
       {"attention_small", "softmax(q·kᵀ/√d)·v, bf16[2, 3, 200, 64]: small enough to check against float64",
        [] { return attention_graph("attention_small", 2, 3, 200, 64, false); }, "attention"},
+      {"attention_decode", "one query per head over a cache: q bf16[8, 32, 1, 128], k, v [8, 32, 4096, 128] (the "
+       "prefill rule; no lengths or cache write yet)",
+       [] { return attention_decode_graph("attention_decode", 8, 32, 32, 4096, 128); }, "attention_decode"},
+      {"attention_decode_gqa", "one query per head, 4 query heads per K/V head: q bf16[8, 8, 4, 1, 128], k, v "
+       "[8, 8, 1, 32768, 128]",
+       [] { return attention_decode_graph("attention_decode_gqa", 8, 32, 8, 32768, 128); }, "attention_decode"},
   };
   return all;
 }

@@ -11,7 +11,8 @@ timeout 200 $B/tilefuse_tests --gtest_filter='*Attention*' >"$OUT/attention_test
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" | head -40
 echo "== tilefuse run (the example through the plan)"
-for args in "attention_small --check" "attention --bench --iters 20" "attention_causal --bench --iters 20"; do
+for args in "attention_small --check" "attention --bench --iters 20" "attention_causal --bench --iters 20" \
+  "attention_decode --check --bench --iters 50" "attention_decode_gqa --check --bench --iters 50"; do
   echo "-- tilefuse run $args"
   # shellcheck disable=SC2086
   timeout 60 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
@@ -37,6 +38,19 @@ for causal in (False, True):
                   f"{f / t / 1e9:.1f} TFLOP/s (of {'half ' if causal else ''}4·n²·d per head)")
         except Exception as e:
             print(f"sdpa {name}: {type(e).__name__}: {e}")
+# Decode: one query per head over a cache (the attention_decode examples' shapes); GB/s of K and V.
+for b, hq, hkv, n_kv in ((8, 32, 32, 4096), (8, 32, 8, 32768)):
+    q = torch.randn(b, hq, 1, d, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(b, hkv, n_kv, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    kv_bytes = 2 * b * hkv * n_kv * d * 2
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
+        try:
+            with sdpa_kernel(backend):
+                t = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hkv))
+            print(f"sdpa {name} decode B{b} Hq{hq} Hkv{hkv} L{n_kv} d {d}: {t * 1e3:.1f} us, {kv_bytes / t / 1e6:.0f} GB/s of K, V")
+        except Exception as e:
+            print(f"sdpa {name} decode B{b} Hq{hq} Hkv{hkv} L{n_kv}: {type(e).__name__}: {e}")
 PY
 echo "== racecheck (small attention cases)"
 timeout 120 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuAttention.MatchesFloat64' \
