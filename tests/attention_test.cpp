@@ -28,7 +28,9 @@
 #include "compiler/tile/attention.h"
 #include "compiler/tile/attention_walkthrough.h"
 #include "compiler/tile/ir_verify.h"
+#include "runtime/check.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/executable.h"
 #include "tests/test_util.h"
 
 namespace tilefuse {
@@ -446,6 +448,7 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     const std::map<std::string, int64_t> causal = {
         {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0}};
     EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
+    EXPECT_EQ(k->schedule.key_limit, g.name() == "lengths");  // the loop ends at the sequence's length
     ASSERT_FALSE(p.decisions.empty());
     const FusionDecision& d = p.decisions.front();
     EXPECT_NE(d.reason.find("contraction chain"), std::string::npos) << d.reason;
@@ -510,6 +513,46 @@ TEST(FusionAttention, LogSumExpRowsAreWrittenBesideTheOutput) {
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0);
     }
+  }
+}
+
+// Keys at or past a sequence's length masked, the length a tensor: each block ends its loop at
+// its sequence's length, read at run time, so one compiled kernel serves every length up to the
+// cache's (issue: decode). Causal after the cached keys as well, and a length of 0 (every key
+// masked: O = 0, as softmax gives).
+Graph cache_lengths_graph() {
+  Graph g("cache_lengths");
+  Tensor q = input(g, "q", {4, 2, 3, 64}, DType::BF16);  // 3 new queries per sequence
+  Tensor k = input(g, "k", {4, 2, 300, 64}, DType::BF16), v = input(g, "v", {4, 2, 300, 64}, DType::BF16);
+  Tensor length = input(g, "length", {4, 1, 1, 1});
+  Tensor s = matmul(q, k, {false, true, DType::F32}) * 0.125;
+  s = where(iota(g, {3, 300}, 1) < length, s, -INFINITY);
+  output("o", matmul(cast(softmax(s), DType::BF16), v));
+  return g;
+}
+
+TEST(FusionAttention, TheLoopEndsAtALengthReadAtRunTime) {
+  const Plan p = plan_fusion(cache_lengths_graph());
+  const Kernel* k = only_attention(p);
+  ASSERT_NE(k, nullptr) << plan_report_text(p);
+  EXPECT_TRUE(k->schedule.key_limit);
+  EXPECT_NE(k->schedule.describe().find("key limit per head"), std::string::npos) << k->schedule.describe();
+  const CompiledKernel c = compile_kernel(p.graph, *k);
+  EXPECT_NE(c.tile_ir.find(" ceili "), std::string::npos) << c.tile_ir;
+  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
+}
+
+TEST(GpuAttention, OneKernelServesEveryLength) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  Executable exe(plan_fusion(cache_lengths_graph()));
+  const uint64_t seed = testing::test_seed();
+  TensorMap in = random_inputs(exe.plan().graph, seed);
+  for (const std::vector<double>& lengths :
+       std::vector<std::vector<double>>{{1, 17, 64, 300}, {0, 65, 128.5, 299}, {300, 300, 2, 129}}) {
+    SCOPED_TRACE(fmt::format("lengths {}", fmt::join(lengths, ", ")));
+    in["length"] = TensorData::from_doubles(DType::F32, {4, 1, 1, 1}, lengths);
+    const CheckReport r = check_against_reference(exe.plan(), in, exe.run(in));
+    EXPECT_TRUE(r.ok) << r.text();
   }
 }
 

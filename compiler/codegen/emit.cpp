@@ -420,6 +420,16 @@ class Emitter {
         return set(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, one(i.args[0]), one(i.args[1])));
       case Opcode::IndexSub:
         return set(b_.CreateSub(one(i.args[0]), one(i.args[1]), "", true, true));
+      case Opcode::IndexCeil: {
+        // ⌈x⌉ in f32, then to an unsigned index: max(x, 0) first (maxnum drops a NaN), and below
+        // 2^31 so that the conversion is defined.
+        Value* x = vals_.at(static_cast<size_t>(i.args[0])).at(0);
+        if (!x->getType()->isFloatTy()) x = b_.CreateFPExt(x, b_.getFloatTy());
+        x = b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+        x = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+        x = b_.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, x, llvm::ConstantFP::get(b_.getFloatTy(), 2147483520.0));
+        return set(b_.CreateFPToUI(x, index_ty()));
+      }
       case Opcode::Iota:
         return iota(i);
       case Opcode::InBounds:

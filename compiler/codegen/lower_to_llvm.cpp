@@ -223,7 +223,10 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
   Value* acc = f32(identity);
   for (int c = 0; c < cols_of(t); ++c) {
     Value* x = at(v, r, c);
-    if (Value* ok = s_.window ? in_row(c / s_.vec, c % s_.vec) : col_ok_.empty() ? nullptr : col_ok_[c / s_.vec])
+    // (A windowed row's masks are its elements'; a value constant along the row has none.)
+    Value* ok = s_.window ? (t.cols ? in_row(c / s_.vec, c % s_.vec) : nullptr)
+                          : col_ok_.empty() ? nullptr : col_ok_[c / s_.vec];
+    if (ok)
       x = b_.CreateSelect(ok, x, f32(identity));
     acc = combine(op, acc, x);
   }

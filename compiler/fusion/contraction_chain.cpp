@@ -82,11 +82,20 @@ bool iota_along(const Graph& g, NodeId id, int from_end) {
   return n.op == Op::Iota && static_cast<int>(n.shape.size()) - n.axes.at(0) == from_end;
 }
 
-// X = where(i_q + c ≥ i_k, ·, −inf) (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
-std::optional<int64_t> causal_offset(const Graph& g, NodeId x) {
-  const Node& w = g.node(x);
-  if (w.op != Op::Where || !is_constant_value(g, w.operands[2], -INFINITY)) return std::nullopt;
-  const Node& cmp = g.node(w.operands[0]);
+// The conditions of X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each
+// where one of the score ops (the scores flow through its second operand).
+std::vector<NodeId> mask_conditions(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
+  std::vector<NodeId> out;
+  for (NodeId at = x; std::count(score_ops.begin(), score_ops.end(), at) && g.node(at).op == Op::Where &&
+                      is_constant_value(g, g.node(at).operands[2], -INFINITY);
+       at = g.node(at).operands[1])
+    out.push_back(g.node(at).operands[0]);
+  return out;
+}
+
+// A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
+std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_t n_kv) {
+  const Node& cmp = g.node(condition);
   NodeId query, key;
   if (cmp.op == Op::Ge) {
     query = cmp.operands[0];
@@ -106,11 +115,55 @@ std::optional<int64_t> causal_offset(const Graph& g, NodeId x) {
     offset = g.node(a.operands[static_cast<size_t>(c)]).value;
     query = a.operands[static_cast<size_t>(1 - c)];
   }
-  const int64_t n_kv = g.node(x).shape.back();
   // (An offset past the last key hides nothing: no tile to skip.)
   if (!iota_along(g, query, 2) || !(offset >= 0) || offset != std::floor(offset) || offset >= static_cast<double>(n_kv))
     return std::nullopt;
   return static_cast<int64_t>(offset);
+}
+
+std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
+  for (NodeId m : mask_conditions(g, x, score_ops))
+    if (std::optional<int64_t> c = causal_offset_of(g, m, g.node(x).shape.back())) return c;
+  return std::nullopt;
+}
+
+// A mask condition i_k < T (or T > i_k) with T computed from `tensors` (at least one) and
+// constants and broadcast along the queries and the keys: T, and the nodes computing it.
+NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>& index_ops,
+                    const std::vector<NodeId>& tensors, std::vector<NodeId>* ops) {
+  const Node& cmp = g.node(condition);
+  NodeId key, limit;
+  if (cmp.op == Op::Lt) {
+    key = cmp.operands[0];
+    limit = cmp.operands[1];
+  } else if (cmp.op == Op::Gt) {
+    key = cmp.operands[1];
+    limit = cmp.operands[0];
+  } else {
+    return -1;
+  }
+  const Shape& t = g.node(limit).shape;
+  if (!iota_along(g, key, 1) || (t.size() >= 1 && t.back() != 1) || (t.size() >= 2 && t[t.size() - 2] != 1))
+    return -1;
+  // T's nodes, depth first; every leaf a tensor or a constant, one tensor at least.
+  std::set<NodeId> seen;
+  bool reads_tensor = false;
+  std::vector<NodeId> stack = {limit};
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second || is_constant(g, n)) continue;
+    if (std::count(tensors.begin(), tensors.end(), n)) {
+      reads_tensor = true;
+      continue;
+    }
+    if (!std::count(index_ops.begin(), index_ops.end(), n) || g.node(n).op == Op::Iota) return -1;
+    ops->push_back(n);
+    for (NodeId o : g.node(n).operands) stack.push_back(o);
+  }
+  if (!reads_tensor) return -1;
+  std::sort(ops->begin(), ops->end());
+  return limit;
 }
 
 }  // namespace
@@ -208,7 +261,14 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   std::reverse(c.score_ops.begin(), c.score_ops.end());
   c.index_ops.assign(index_nodes.begin(), index_nodes.end());
   c.tensors.assign(tensors.begin(), tensors.end());
-  c.causal_offset = causal_offset(g, x);
+  c.causal_offset = causal_offset(g, x, c.score_ops);
+  for (NodeId m : mask_conditions(g, x, c.score_ops)) {
+    std::vector<NodeId> ops;
+    if (NodeId t = key_limit_of(g, m, c.index_ops, c.tensors, &ops); t >= 0 && c.key_limit < 0) {
+      c.key_limit = t;
+      c.key_limit_ops = std::move(ops);
+    }
+  }
   c.scores = s;
   const Node& sn = g.node(s);
   if (sn.transpose_a || !sn.transpose_b) {
@@ -303,6 +363,10 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
   }
   // O, and row values from the final max and sum (a log-sum-exp's parts). (A mask shared with
   // another chain is used outside too: it would have to be computed in both.)
+  if (std::find(k.outputs.begin(), k.outputs.end(), out) == k.outputs.end()) {
+    *why = fmt::format("the chain's output %{} is not written (nothing uses it)", out);
+    return false;
+  }
   for (NodeId o : k.outputs)
     if (o != out && !c->row_value(o)) {
       *why = fmt::format("%{} {} is also used outside the chain, so it would be written", o, op_info(g.node(o).op).name);
@@ -336,6 +400,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
   s.stages = 2;
   s.stage_bytes = 2 * s.block_n * c->d * static_cast<int64_t>(dtype_size(dt));  // a K and a V tile
   s.causal_offset = c->causal_offset.value_or(-1);
+  s.key_limit = c->key_limit >= 0;
   k.totals = {};
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
     for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));

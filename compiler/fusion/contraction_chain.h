@@ -50,6 +50,12 @@ struct ContractionChain {
   // Set when X is where(i_q + offset ≥ i_k, ·, −inf) (a causal mask): query i sees no key past
   // i + offset, so the kernel skips the key tiles wholly past its block's last query.
   std::optional<int64_t> causal_offset;
+  // Set when X is where(i_k < T, ·, −inf) (maybe inside a causal mask's where) with T computed
+  // from `tensors` broadcast along the queries and the keys (a length per sequence) and
+  // constants: each block ends its loop at the key tile holding key ⌈T⌉ − 1 of its head — one
+  // compiled kernel serves every length. key_limit is T; key_limit_ops the index_ops computing it.
+  NodeId key_limit = -1;
+  std::vector<NodeId> key_limit_ops;
   NodeId x() const { return score_ops.empty() ? scores : score_ops.back(); }
   // One value per query row the kernel can write beside O (from its final running max and sum):
   // the max, the shift's ops, the sum, the divisor's ops — what a log-sum-exp is made of.

@@ -44,10 +44,11 @@ std::string TileSchedule::describe() const {
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
         "(cp.async, ldmatrix; {} KiB each); {} blocks over {} heads{}",
         block_m, warps_m, n, block_n, stages, stage_bytes / 1024, grid(), batch,
-        causal_offset >= 0 ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
-                                         "query skipped",
-                                         causal_offset)
-                           : "");
+        (causal_offset >= 0 ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
+                                          "query skipped",
+                                          causal_offset)
+                            : "") +
+            (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped" : ""));
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "

@@ -80,6 +80,7 @@ struct TileSchedule {
   // block's loop at the key tile holding its last query's last key.
   bool contracts = false, attention = false;
   int64_t causal_offset = -1;
+  bool key_limit = false;  // each block's loop also ends at its head's length, read at run time
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;

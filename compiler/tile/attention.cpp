@@ -78,10 +78,11 @@ class AttentionProgram {
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
-    bool broadcast = s_.lead.size() == s_.kv_lead.size();
+    const std::vector<int64_t>& kv = s_.kv_lead.empty() ? s_.lead : s_.kv_lead;  // empty: q's heads
+    bool broadcast = s_.lead.size() == kv.size();
     for (size_t d = 0; broadcast && d < s_.lead.size(); ++d) {
       heads *= s_.lead[d];
-      broadcast = s_.kv_lead[d] == s_.lead[d] || s_.kv_lead[d] == 1;
+      broadcast = kv[d] == s_.lead[d] || kv[d] == 1;
     }
     if (!broadcast || (!s_.lead.empty() && heads != s_.batch_heads))
       throw Error(fmt::format("attention's K/V heads [{}] do not broadcast to its {} query heads [{}]",
@@ -206,6 +207,12 @@ class AttentionProgram {
     int hi = b.index(steps());
     if (s_.causal_offset)
       hi = b.min(hi, b.div(b.add(query0_, b.index(s_.block_m + *s_.causal_offset + s_.block_n - 1)), b.index(s_.block_n)));
+    if (s_.key_limit) {  // the head's length, read now: up to its tile
+      const int limit = b.ceil_index(s_.key_limit(b, [&](size_t t) {
+        return b.load(tensor_param_.at(t), {row0_, zero_}, {1, 1}, {false, false}, {-1, -1}, Frag::None);
+      }));
+      hi = b.min(hi, b.div(b.add(limit, b.index(s_.block_n - 1)), b.index(s_.block_n)));
+    }
     return b.for_loop(zero_, hi, b.index(1), {o, m, l},
                       [&](Builder& in, int j, const std::vector<int>& c) {
                         // Tile j's copies done, and every thread past its reads of the other stage.
@@ -370,6 +377,19 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.block_m = k.schedule.block_m;
   s.block_n = k.schedule.block_n;
   s.causal_offset = c->causal_offset;
+  if (c->key_limit >= 0)
+    s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {
+      std::map<NodeId, int> val;
+      for (size_t t = 0; t < c.tensors.size(); ++t)
+        if (c.tensors[t] == c.key_limit ||
+            std::any_of(c.key_limit_ops.begin(), c.key_limit_ops.end(), [&](NodeId n) {
+              const auto& ops = g.node(n).operands;
+              return std::find(ops.begin(), ops.end(), c.tensors[t]) != ops.end();
+            }))
+          val[c.tensors[t]] = load(t);
+      return c.key_limit_ops.empty() ? val.at(c.key_limit)
+                                     : evaluate(b, g, c.key_limit_ops, val, c.key_limit, true);
+    };
   const NodeId roles[3] = {c->q, c->k, c->v};
   for (int r = 0; r < 3; ++r) {
     const NodeId id = roles[r];

@@ -39,6 +39,11 @@ struct AttentionShape {
   // Query i sees no key past i + causal_offset (the scores' mask says so): each block's loop ends
   // at the key tile of its last query's last key.
   std::optional<int64_t> causal_offset;
+  // A key limit per head (a sequence's length, read at run time): given a loader of `tensors`'
+  // one-element tiles at the block's head, the limit as a one-element tile; the block's loop ends
+  // at the key tile holding key ⌈limit⌉ − 1.
+  using TensorLoader = std::function<int(size_t tensor)>;
+  std::function<int(Builder&, const TensorLoader&)> key_limit;
   // The parameters: q, k, v (in the order `position` gives them: position[0] is q's) and o.
   std::array<std::string, 4> names = {"q", "k", "v", "o"};
   std::array<int, 3> position = {0, 1, 2};

@@ -63,6 +63,8 @@ const char* opcode_name(Opcode o) {
       return "minui";
     case Opcode::IndexSub:
       return "subi";
+    case Opcode::IndexCeil:
+      return "ceili";
     case Opcode::InBounds:
       return "in_bounds";
     case Opcode::Iota:
@@ -175,6 +177,13 @@ int Builder::min(int a, int b) {
   Inst i;
   i.opcode = Opcode::IndexMin;
   i.args = {a, b};
+  return emit(i, Type::index());
+}
+
+int Builder::ceil_index(int x) {
+  Inst i;
+  i.opcode = Opcode::IndexCeil;
+  i.args = {x};
   return emit(i, Type::index());
 }
 

@@ -121,6 +121,8 @@ enum class Opcode {
   IndexRem,
   IndexMin,
   IndexSub,   // args[0] − args[1], args[0] ≥ args[1]
+  IndexCeil,  // index: ⌈x⌉ of a one-element tile's value x (every thread's the same), 0 where x ≤ 0
+              // or NaN (a runtime loop bound from a tensor: a sequence's length)
   Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
@@ -242,6 +244,7 @@ class Builder {
   int div(int a, int b);
   int rem(int a, int b);
   int min(int a, int b);
+  int ceil_index(int one_element_tile);
   int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
   int iota(int offset, int axis, const Shape& shape, Frag frag = Frag::None);

@@ -149,6 +149,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::IndexRem:
       case Opcode::IndexMin:
       case Opcode::IndexSub:
+      case Opcode::IndexCeil:
       case Opcode::Splat:
       case Opcode::Dot:
       case Opcode::Compute:
@@ -522,10 +523,12 @@ class Parser {
       i.value = real();
       punct(":");
       results({type()});
-    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui" || op == "minui" || op == "subi") {
+    } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui" || op == "minui" || op == "subi" ||
+               op == "ceili") {
       static const std::map<std::string, Opcode> ops = {{"muli", Opcode::IndexMul}, {"addi", Opcode::IndexAdd},
                                                         {"divui", Opcode::IndexDiv}, {"remui", Opcode::IndexRem},
-                                                        {"minui", Opcode::IndexMin}, {"subi", Opcode::IndexSub}};
+                                                        {"minui", Opcode::IndexMin}, {"subi", Opcode::IndexSub},
+                                                        {"ceili", Opcode::IndexCeil}};
       i.opcode = ops.at(op);
       i.args = uses_until_colon();
       punct(":");

@@ -277,6 +277,13 @@ class Verifier {
           if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]))
             problem(fmt::format("{}: needs two indices", where(i)));
           break;
+        case Opcode::IndexCeil: {
+          const Type& x = type(i.args.at(0));
+          if (i.args.size() != 1 || !x.is_tile() || num_elements(x.shape) != 1 || x.frag != Frag::None ||
+              !(x.dtype == DType::F32 || x.dtype == DType::BF16 || x.dtype == DType::F16))
+            problem(fmt::format("{}: needs a one-element floating-point tile", where(i)));
+          break;
+        }
         case Opcode::Load:
           memory(i, false);
           break;
