@@ -423,6 +423,12 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    Graph g("head_dim_256");  // Q read from shared memory each step, 32 keys a step
+    Qkv t = qkv(g, 70, 100, 256, DType::BF16);
+    output("o", attention(t.q, t.k, t.v, 1.0 / 16.0, true));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("sliding_window");  // keys within 16 positions before the query, written out by hand
     Qkv t = qkv(g, 80, 80, 64, DType::BF16);
     Tensor qi = iota(g, {80, 80}, 0), ki = iota(g, {80, 80}, 1);
@@ -446,7 +452,8 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     // A causal mask ends each block's loop early: 0 keys of offset (97 for 33 queries after 97
     // keys); the window's outer mask is causal too.
     const std::map<std::string, int64_t> causal = {
-        {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0}};
+        {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0},
+        {"head_dim_256", 30}};
     EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
     EXPECT_EQ(k->schedule.key_limit, g.name() == "lengths");  // the loop ends at the sequence's length
     ASSERT_FALSE(p.decisions.empty());

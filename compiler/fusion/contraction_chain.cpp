@@ -377,8 +377,8 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
     *why = "attention on tensor cores reads Q, K and V of one 16-bit dtype (bf16 or f16)";
     return false;
   }
-  if (c->d < 16 || c->d > 128 || (c->d & (c->d - 1)) != 0) {
-    *why = fmt::format("head dimension {}: the attention schedule takes 16, 32, 64 or 128", c->d);
+  if (c->d < 16 || c->d > 256 || (c->d & (c->d - 1)) != 0) {
+    *why = fmt::format("head dimension {}: the attention schedule takes 16, 32, 64, 128 or 256", c->d);
     return false;
   }
   k.kind = ScheduleKind::Attention;
@@ -392,7 +392,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
   s.n = c->n_kv;
   s.k = c->d;
   s.block_m = 64;  // 4 warps of 16 query rows
-  s.block_n = 64;
+  s.block_n = c->d > 128 ? 32 : 64;  // d 256: 32 keys a step (the output takes the registers)
   s.block_k = static_cast<int>(c->d);
   s.warps_m = 4;
   s.warps_n = 1;
@@ -432,8 +432,9 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.instructions = scores * (6 + k.totals.instructions_per_element);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
   c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
-  // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d).
-  c.registers = static_cast<int>(94 + 1.14 * static_cast<double>(s.k));
+  // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d); 243 at d
+  // 256, whose Q fragments stay in shared memory.
+  c.registers = s.k > 128 ? static_cast<int>(115 + s.k / 2) : static_cast<int>(94 + 1.14 * static_cast<double>(s.k));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
   c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;  // the next key tile's copies

@@ -49,8 +49,13 @@ class AttentionProgram {
     query0_ = b.mul(mt, b.index(s_.block_m));
     row0_ = b.add(first_row, query0_);
     row_end_ = b.add(first_row, b.index(s_.n_q));
-    for (int64_t kk = 0; kk < s_.d; kk += 16)
-      q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
+    if (q_shared()) {  // copied with the first key tile's group, read from the ring each step
+      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, s_.d}, false});
+      b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, false}, {row_end_, -1});
+    } else {
+      for (int64_t kk = 0; kk < s_.d; kk += 16)
+        q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
+    }
     const std::vector<int> carried = key_loop(b);
     b.wait_group(0);  // nothing in flight when the block ends
     store_output(b, carried[0], carried[2]);
@@ -89,6 +94,9 @@ class AttentionProgram {
                               fmt::join(s_.kv_lead, ", "), s_.batch_heads, fmt::join(s_.lead, ", ")));
   }
   int64_t m_blocks() const { return (s_.n_q + s_.block_m - 1) / s_.block_m; }
+  // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
+  // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
+  bool q_shared() const { return s_.d > 128; }
   int64_t kv_heads() const {
     int64_t n = 1;
     for (int64_t e : s_.kv_lead) n *= e;
@@ -227,9 +235,11 @@ class AttentionProgram {
   std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
-    for (size_t kk = 0; kk < q_.size(); ++kk) {
-      const int k = b.load_shared(0, stage, {b.index(16 * static_cast<int64_t>(kk)), zero_}, {16, s_.block_n}, Frag::B);
-      s = b.dot(q_[kk], k, s);
+    for (int64_t kk = 0; kk < s_.d / 16; ++kk) {
+      const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
+      const int q = q_shared() ? b.load_shared(2, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
+                               : q_[static_cast<size_t>(kk)];
+      s = b.dot(q, k, s);
     }
     const int key0 = b.mul(j, b.index(s_.block_n));
     // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the

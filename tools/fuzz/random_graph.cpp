@@ -152,7 +152,7 @@ class Generator {
   void attention_step() {
     const DType dt = base_ == DType::F32 ? one_of({DType::BF16, DType::F16}) : base_;
     const int64_t n = one_of({1, 16, 17, 64, 100, 130}), n_kv = one_of({1, 16, 33, 64, 100, 130});
-    const int64_t d = chance(0.1) ? 48 : one_of({16, 32, 64, 128});
+    const int64_t d = chance(0.1) ? 48 : chance(0.05) ? 256 : one_of({16, 32, 64, 128});
     Shape lead = chance(0.5) ? Shape{2, 3} : Shape{static_cast<int64_t>(pick(1, 3))};
     // Sometimes K/V heads shared by query heads (GQA, MQA): K's and V's leading axes 1 where Q's are not.
     Shape kv_lead = lead;
