@@ -108,7 +108,7 @@ TEST(TileIrAttention, VerifierRefusesWhatCodegenCannotDo) {
   }
   EXPECT_TRUE(convert);
   EXPECT_TRUE(reduce);
-  s.d = 96;
+  s.d = 72;  // not a multiple of 16
   EXPECT_THROW(tir::attention_program(s), Error);
   s.d = 64;
   s.dtype = DType::F32;
@@ -429,6 +429,12 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    Graph g("head_dim_96");  // padded to 128 in the rings and the accumulator, never stored
+    Qkv t = qkv(g, 40, 75, 96, DType::F16);
+    output("o", attention(t.q, t.k, t.v, 0.1));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("sliding_window");  // keys within 16 positions before the query, written out by hand
     Qkv t = qkv(g, 80, 80, 64, DType::BF16);
     Tensor qi = iota(g, {80, 80}, 0), ki = iota(g, {80, 80}, 1);
@@ -546,7 +552,9 @@ TEST(FusionAttention, TheLoopEndsAtALengthReadAtRunTime) {
   EXPECT_NE(k->schedule.describe().find("key limit per head"), std::string::npos) << k->schedule.describe();
   const CompiledKernel c = compile_kernel(p.graph, *k);
   EXPECT_NE(c.tile_ir.find(" ceili "), std::string::npos) << c.tile_ir;
-  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
+  if (!find_ptxas().empty()) {
+    EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
+  }
 }
 
 TEST(GpuAttention, OneKernelServesEveryLength) {
@@ -592,12 +600,12 @@ TEST(FusionAttention, OutsideTheRuleTheScoresAreWrittenAndTheReportSaysWhy) {
               output("o", matmul(cast(softmax(s), DType::BF16), t.v));
             },
             "masks or biases"},
-           {"head_dim_96",
+           {"head_dim_72",
             [](Graph& g) {
-              Qkv t = qkv(g, 64, 64, 96, DType::BF16);
+              Qkv t = qkv(g, 64, 64, 72, DType::BF16);
               output("o", attention(t.q, t.k, t.v, 0.1));
             },
-            "head dimension 96"},
+            "head dimension 72"},
        }) {
     SCOPED_TRACE(c.name);
     Graph g(c.name);

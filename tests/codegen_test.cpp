@@ -202,7 +202,9 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
       const std::string v = dt == DType::F32 ? R"(v4\.(b32|f32))" : R"(v4\.b32)";
       EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.)" + v), 0) << "rows read in vectors";
       EXPECT_GT(count(c.ptx, R"(st\.global\.)" + v), 0) << "rows written in vectors";
-      if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      }
     }
     for (const Kernel& k : plan_fusion(g).kernels) {
       EXPECT_FALSE(k.schedule.window) << k.name;
@@ -235,7 +237,9 @@ TEST(Codegen, OddElementCountsRunAsOneRowOfVectors) {
       CompiledKernel c = compile_kernel(p.graph, k);
       EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "inputs in vectors";
       EXPECT_GT(count(c.ptx, R"(st\.global\.v4\.(b32|f32))"), 0) << "outputs in vectors";
-      if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      }
     }
     for (const Kernel& k : plan_fusion(g).kernels) EXPECT_EQ(k.schedule.vec, 1) << k.name;  // the default
   }

@@ -568,7 +568,9 @@ TEST(FusionMatMul, PartialBatchBroadcastIsTheOwnGemm) {
   }
   const CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
   EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
-  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
+  if (!find_ptxas().empty()) {
+    EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
+  }
 }
 
 // Every matmul kernel has the library GEMM priced beside it: cuBLASLt then the epilogue,

@@ -343,6 +343,13 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   return c;
 }
 
+// The head dimension as the attention kernel's rings and accumulator hold it: a power of two.
+static int64_t padded_head(int64_t d) {
+  int64_t p = 16;
+  while (p < d) p *= 2;
+  return p;
+}
+
 NodeId attention_output(const Graph& g, const Kernel& k) {
   NodeId out = -1;
   for (NodeId n : k.nodes)
@@ -377,8 +384,8 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
     *why = "attention on tensor cores reads Q, K and V of one 16-bit dtype (bf16 or f16)";
     return false;
   }
-  if (c->d < 16 || c->d > 256 || (c->d & (c->d - 1)) != 0) {
-    *why = fmt::format("head dimension {}: the attention schedule takes 16, 32, 64, 128 or 256", c->d);
+  if (c->d < 16 || c->d > 256 || c->d % 16 != 0) {
+    *why = fmt::format("head dimension {}: the attention schedule takes multiples of 16 up to 256", c->d);
     return false;
   }
   k.kind = ScheduleKind::Attention;
@@ -398,7 +405,8 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
   s.warps_n = 1;
   s.threads_per_row = 128;
   s.stages = 2;
-  s.stage_bytes = 2 * s.block_n * c->d * static_cast<int64_t>(dtype_size(dt));  // a K and a V tile
+  // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
+  s.stage_bytes = 2 * s.block_n * padded_head(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
   s.key_limit = c->key_limit >= 0;
   k.totals = {};
@@ -434,7 +442,8 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
   // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d); 243 at d
   // 256, whose Q fragments stay in shared memory.
-  c.registers = s.k > 128 ? static_cast<int>(115 + s.k / 2) : static_cast<int>(94 + 1.14 * static_cast<double>(s.k));
+  const int64_t d = padded_head(s.k);  // the output accumulator's width
+  c.registers = d > 128 ? static_cast<int>(115 + d / 2) : static_cast<int>(94 + 1.14 * static_cast<double>(d));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
   c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;  // the next key tile's copies

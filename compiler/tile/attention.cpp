@@ -34,8 +34,8 @@ class AttentionProgram {
     p_.min_blocks_per_sm = 2;
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
     add_params();
-    p_.shared.push_back({"k_ring", s_.dtype, 2, {s_.d, s_.block_n}, true});
-    p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, s_.d}, false});
+    p_.shared.push_back({"k_ring", s_.dtype, 2, {dp(), s_.block_n}, true});
+    p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, dp()}, false});
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
@@ -50,8 +50,8 @@ class AttentionProgram {
     row0_ = b.add(first_row, query0_);
     row_end_ = b.add(first_row, b.index(s_.n_q));
     if (q_shared()) {  // copied with the first key tile's group, read from the ring each step
-      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, s_.d}, false});
-      b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, false}, {row_end_, -1});
+      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false});
+      b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, padded()}, {row_end_, -1});
     } else {
       for (int64_t kk = 0; kk < s_.d; kk += 16)
         q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
@@ -72,10 +72,8 @@ class AttentionProgram {
   void check() const {
     if (s_.dtype != DType::BF16 && s_.dtype != DType::F16)
       throw Error(fmt::format("attention on tensor cores takes bf16 or f16, not {}", dtype_name(s_.dtype)));
-    // (A ring's rows are swizzled in lines of a power of two of 16-byte chunks: d = 96 waits for
-    // a swizzle that takes other widths.)
-    if (s_.d < 16 || s_.d > 256 || (s_.d & (s_.d - 1)) != 0)
-      throw Error(fmt::format("attention's head dimension must be 16, 32, 64, 128 or 256, not {}", s_.d));
+    if (s_.d < 16 || s_.d > 256 || s_.d % 16 != 0)
+      throw Error(fmt::format("attention's head dimension must be a multiple of 16 from 16 to 256, not {}", s_.d));
     if (s_.block_m % 16 != 0 || s_.block_m < 16 || s_.block_m > 128 || s_.block_n % 16 != 0 || s_.block_n < 16 ||
         s_.block_n > 128)
       throw Error(fmt::format("attention tiles of {}×{}: rows and keys per tile are multiples of 16 up to 128",
@@ -97,6 +95,15 @@ class AttentionProgram {
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
+  // A ring's rows are swizzled in lines of a power of two of 16-byte chunks: a head dimension
+  // that is not a power of two (96) is padded to one in the rings and the output accumulator, the
+  // padding zero-filled by the copies (so it adds nothing to either product) and never stored.
+  int64_t dp() const {
+    int64_t p = 16;
+    while (p < s_.d) p *= 2;
+    return p;
+  }
+  bool padded() const { return dp() != s_.d; }
   int64_t kv_heads() const {
     int64_t n = 1;
     for (int64_t e : s_.kv_lead) n *= e;
@@ -198,14 +205,16 @@ class AttentionProgram {
     const int key0 = b.mul(j, b.index(s_.block_n));
     const int v_row0 = b.add(b.mul(kv_bh_, b.index(s_.n_kv)), key0);
     const int v_end = b.add(b.mul(kv_bh_, b.index(s_.n_kv)), b.index(s_.n_kv));
-    b.copy_async(k_param_, {b.mul(kv_bh_, b.index(s_.d)), key0}, 0, stage, {false, true}, {-1, -1});
-    b.copy_async(v_param_, {v_row0, zero_}, 1, stage, {true, false}, {v_end, -1});
+    const int k_row0 = b.mul(kv_bh_, b.index(s_.d));  // (rows past the head's d zero-filled)
+    b.copy_async(k_param_, {k_row0, key0}, 0, stage, {padded(), true},
+                 {padded() ? b.add(k_row0, b.index(s_.d)) : -1, -1});
+    b.copy_async(v_param_, {v_row0, zero_}, 1, stage, {true, padded()}, {v_end, -1});
     b.commit_group();
   }
 
   // The loop over key tiles: (O, m, l) after the last.
   std::vector<int> key_loop(Builder& b) {
-    const Shape rows = {s_.block_m, 1}, out = {s_.block_m, s_.d};
+    const Shape rows = {s_.block_m, 1}, out = {s_.block_m, dp()};
     const int o = b.tile_const(0, DType::F32, out, Frag::Acc);
     const int m = b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc);
     const int l = b.tile_const(0, DType::F32, rows, Frag::Acc);
@@ -281,7 +290,7 @@ class AttentionProgram {
     int o = b.compute(Op::Mul, {c[0], alpha}, DType::F32);
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) {
       const int pa = b.convert(p, static_cast<int>(kk / 16), s_.dtype);
-      const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, s_.d}, Frag::B);
+      const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, dp()}, Frag::B);
       o = b.dot(pa, v, o);
     }
     return {o, m, l};
@@ -299,7 +308,7 @@ class AttentionProgram {
     }
     int y = b.compute(Op::Div, {o, divisor}, DType::F32);
     if (const DType out = s_.out_dtype.value_or(s_.dtype); out != DType::F32) y = b.compute(Op::Cast, {y}, out);
-    b.store(o_param_, {row0_, zero_}, y, {true, false}, {row_end_, -1});
+    b.store(o_param_, {row0_, zero_}, y, {true, padded()}, {row_end_, -1});
   }
 
   const AttentionShape s_;
