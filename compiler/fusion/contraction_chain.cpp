@@ -93,20 +93,21 @@ std::vector<NodeId> mask_conditions(const Graph& g, NodeId x, const std::vector<
   return out;
 }
 
+// A comparison `above` op `below` as `op` (≥ or >), whichever way round it is written (a ≥ b or
+// b ≤ a): false where the node is neither.
+bool ordered(const Node& cmp, Op op, NodeId* above, NodeId* below) {
+  const Op mirror = op == Op::Ge ? Op::Le : Op::Lt;
+  if (cmp.op != op && cmp.op != mirror) return false;
+  const bool forward = cmp.op == op;
+  *above = cmp.operands[forward ? 0 : 1];
+  *below = cmp.operands[forward ? 1 : 0];
+  return true;
+}
+
 // A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
 std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_t n_kv) {
-  const Node& cmp = g.node(condition);
   NodeId query, key;
-  if (cmp.op == Op::Ge) {
-    query = cmp.operands[0];
-    key = cmp.operands[1];
-  } else if (cmp.op == Op::Le) {
-    query = cmp.operands[1];
-    key = cmp.operands[0];
-  } else {
-    return std::nullopt;
-  }
-  if (!iota_along(g, key, 1)) return std::nullopt;
+  if (!ordered(g.node(condition), Op::Ge, &query, &key) || !iota_along(g, key, 1)) return std::nullopt;
   double offset = 0;
   if (g.node(query).op == Op::Add) {
     const Node& a = g.node(query);
@@ -131,17 +132,8 @@ std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector
 // constants and broadcast along the queries and the keys: T, and the nodes computing it.
 NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>& index_ops,
                     const std::vector<NodeId>& tensors, std::vector<NodeId>* ops) {
-  const Node& cmp = g.node(condition);
   NodeId key, limit;
-  if (cmp.op == Op::Lt) {
-    key = cmp.operands[0];
-    limit = cmp.operands[1];
-  } else if (cmp.op == Op::Gt) {
-    key = cmp.operands[1];
-    limit = cmp.operands[0];
-  } else {
-    return -1;
-  }
+  if (!ordered(g.node(condition), Op::Gt, &limit, &key)) return -1;
   const Shape& t = g.node(limit).shape;
   if (!iota_along(g, key, 1) || (t.size() >= 1 && t.back() != 1) || (t.size() >= 2 && t[t.size() - 2] != 1))
     return -1;
