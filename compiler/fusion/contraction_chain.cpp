@@ -129,9 +129,10 @@ std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector
 }
 
 // A mask condition i_k < T (or T > i_k) with T computed from `tensors` (at least one) and
-// constants and broadcast along the queries and the keys: T, and the nodes computing it.
+// constants and broadcast along the queries and the keys: T, the nodes computing it and the
+// tensors they read.
 NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>& index_ops,
-                    const std::vector<NodeId>& tensors, std::vector<NodeId>* ops) {
+                    const std::vector<NodeId>& tensors, std::vector<NodeId>* ops, std::vector<NodeId>* reads) {
   NodeId key, limit;
   if (!ordered(g.node(condition), Op::Gt, &limit, &key)) return -1;
   const Shape& t = g.node(limit).shape;
@@ -139,21 +140,20 @@ NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>&
     return -1;
   // T's nodes, depth first; every leaf a tensor or a constant, one tensor at least.
   std::set<NodeId> seen;
-  bool reads_tensor = false;
   std::vector<NodeId> stack = {limit};
   while (!stack.empty()) {
     const NodeId n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second || is_constant(g, n)) continue;
     if (std::count(tensors.begin(), tensors.end(), n)) {
-      reads_tensor = true;
+      reads->push_back(n);
       continue;
     }
     if (!std::count(index_ops.begin(), index_ops.end(), n) || g.node(n).op == Op::Iota) return -1;
     ops->push_back(n);
     for (NodeId o : g.node(n).operands) stack.push_back(o);
   }
-  if (!reads_tensor) return -1;
+  if (reads->empty()) return -1;
   std::sort(ops->begin(), ops->end());
   return limit;
 }
@@ -255,10 +255,11 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   c.tensors.assign(tensors.begin(), tensors.end());
   c.causal_offset = causal_offset(g, x, c.score_ops);
   for (NodeId m : mask_conditions(g, x, c.score_ops)) {
-    std::vector<NodeId> ops;
-    if (NodeId t = key_limit_of(g, m, c.index_ops, c.tensors, &ops); t >= 0 && c.key_limit < 0) {
+    std::vector<NodeId> ops, reads;
+    if (NodeId t = key_limit_of(g, m, c.index_ops, c.tensors, &ops, &reads); t >= 0 && c.key_limit < 0) {
       c.key_limit = t;
       c.key_limit_ops = std::move(ops);
+      c.key_limit_tensors = std::move(reads);
     }
   }
   c.scores = s;
@@ -335,8 +336,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   return c;
 }
 
-// The head dimension as the attention kernel's rings and accumulator hold it: a power of two.
-static int64_t padded_head(int64_t d) {
+int64_t padded_head_dim(int64_t d) {
   int64_t p = 16;
   while (p < d) p *= 2;
   return p;
@@ -398,7 +398,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::st
   s.threads_per_row = 128;
   s.stages = 2;
   // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
-  s.stage_bytes = 2 * s.block_n * padded_head(c->d) * static_cast<int64_t>(dtype_size(dt));
+  s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
   s.key_limit = c->key_limit >= 0;
   k.totals = {};
@@ -434,7 +434,7 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
   // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d); 243 at d
   // 256, whose Q fragments stay in shared memory.
-  const int64_t d = padded_head(s.k);  // the output accumulator's width
+  const int64_t d = padded_head_dim(s.k);  // the output accumulator's width
   c.registers = d > 128 ? static_cast<int>(115 + d / 2) : static_cast<int>(94 + 1.14 * static_cast<double>(d));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));

@@ -53,9 +53,10 @@ struct ContractionChain {
   // Set when X is where(i_k < T, ·, −inf) (maybe inside a causal mask's where) with T computed
   // from `tensors` broadcast along the queries and the keys (a length per sequence) and
   // constants: each block ends its loop at the key tile holding key ⌈T⌉ − 1 of its head — one
-  // compiled kernel serves every length. key_limit is T; key_limit_ops the index_ops computing it.
+  // compiled kernel serves every length. key_limit is T; key_limit_ops the index_ops computing
+  // it; key_limit_tensors the tensors they read.
   NodeId key_limit = -1;
-  std::vector<NodeId> key_limit_ops;
+  std::vector<NodeId> key_limit_ops, key_limit_tensors;
   NodeId x() const { return score_ops.empty() ? scores : score_ops.back(); }
   // One value per query row the kernel can write beside O (from its final running max and sum):
   // the max, the shift's ops, the sum, the divisor's ops — what a log-sum-exp is made of.
@@ -70,6 +71,10 @@ struct ContractionChain {
 // reach `out` (an attention's shape) but something breaks the rule; left empty when `out` is no
 // such matmul at all.
 std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why);
+
+// The head dimension as an attention kernel's rings and output accumulator hold it: the power of
+// two at or above d (the rings' swizzle takes a power of two of 16-byte chunks per row).
+int64_t padded_head_dim(int64_t d);
 
 // An attention kernel's O: the last of its matmuls (its other outputs are row values).
 NodeId attention_output(const Graph& g, const Kernel& k);

@@ -235,17 +235,20 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   for (const Shape& v : views ? *views : std::vector<Shape>{}) spans |= v == s.dims;
   const bool odd_rows = vector_width(s.dims.back(), dtypes) < full;
   const bool odd_count = odd_rows && n % full != 0 && hints.window == 1;
+  bool one_row = false;  // the odd count's one row of vectors
   if (s.dims.size() >= 2 && odd_rows && spans && (n % full == 0 || odd_count)) {
     int64_t c = 4096;
     while (n % c != 0) c /= 2;
     s.elem_dims = s.dims;
-    s.dims = odd_count ? Shape{1, n} : Shape{n / c, c};
+    one_row = odd_count;
+    s.dims = one_row ? Shape{1, n} : Shape{n / c, c};
   } else if (s.dims.size() == 1 && odd_count) {
+    one_row = true;
     s.dims = {1, n};
   }
   s.cols = s.dims.back();
   s.rows = num_elements(s.dims) / s.cols;
-  s.vec = odd_count && s.dims.size() == 2 && s.rows == 1 ? full : vector_width(s.cols, dtypes);
+  s.vec = one_row ? full : vector_width(s.cols, dtypes);
   const int threads = hints.block_threads ? hints.block_threads : 256;
   s.threads_per_row = static_cast<int>(std::min<int64_t>(threads, pow2_ceil((s.cols + s.vec - 1) / s.vec)));
   s.thread_rows = threads / s.threads_per_row;
@@ -255,7 +258,7 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   int rpt = hints.rows_per_thread ? hints.rows_per_thread : 2;
   s.rows_per_thread =
       static_cast<int>(std::clamp<int64_t>((s.rows + s.thread_rows - 1) / s.thread_rows, 1, rpt));
-  if (s.rows == 1 && s.vec == full && odd_count)
+  if (one_row)
     s.chunks_per_thread = static_cast<int>(std::clamp<int64_t>((s.cols + s.vec * s.threads_per_row - 1) / (s.vec * s.threads_per_row), 1, rpt));
   return s;
 }

@@ -95,33 +95,18 @@ class AttentionProgram {
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
-  // A ring's rows are swizzled in lines of a power of two of 16-byte chunks: a head dimension
-  // that is not a power of two (96) is padded to one in the rings and the output accumulator, the
-  // padding zero-filled by the copies (so it adds nothing to either product) and never stored.
-  int64_t dp() const {
-    int64_t p = 16;
-    while (p < s_.d) p *= 2;
-    return p;
-  }
+  // A head dimension that is not a power of two (96) is padded to one in the rings and the output
+  // accumulator, the padding zero-filled by the copies (so it adds nothing to either product) and
+  // never stored.
+  int64_t dp() const { return padded_head_dim(s_.d); }
   bool padded() const { return dp() != s_.d; }
   int64_t kv_heads() const {
     int64_t n = 1;
     for (int64_t e : s_.kv_lead) n *= e;
     return s_.kv_lead.empty() ? s_.batch_heads : n;
   }
-  // The K/V head of query head bh_: its leading indices, those along broadcast axes dropped.
-  int kv_head(Builder& b) const {
-    if (s_.kv_lead.empty() || s_.kv_lead == s_.lead) return bh_;
-    int rest = bh_, head = zero_;
-    int64_t stride = 1;
-    for (size_t d = s_.lead.size(); d-- > 0;) {
-      const int at = b.rem(rest, b.index(s_.lead[d]));
-      rest = b.div(rest, b.index(s_.lead[d]));
-      if (s_.kv_lead[d] != 1) head = b.add(head, b.mul(at, b.index(stride)));
-      stride *= s_.kv_lead[d];
-    }
-    return head;
-  }
+  // The K/V head of query head bh_ (the same unless K and V are broadcast over query heads).
+  int kv_head(Builder& b) const { return s_.kv_lead.empty() ? bh_ : b.broadcast_index(bh_, s_.lead, s_.kv_lead); }
   int64_t steps() const { return (s_.n_kv + s_.block_n - 1) / s_.block_n; }
 
   // q and o as [batch_heads·n_q, d] rows; v as [batch_heads·n_kv, d]; k read as Kᵀ, a
@@ -400,12 +385,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {
       std::map<NodeId, int> val;
       for (size_t t = 0; t < c.tensors.size(); ++t)
-        if (c.tensors[t] == c.key_limit ||
-            std::any_of(c.key_limit_ops.begin(), c.key_limit_ops.end(), [&](NodeId n) {
-              const auto& ops = g.node(n).operands;
-              return std::find(ops.begin(), ops.end(), c.tensors[t]) != ops.end();
-            }))
-          val[c.tensors[t]] = load(t);
+        if (std::count(c.key_limit_tensors.begin(), c.key_limit_tensors.end(), c.tensors[t])) val[c.tensors[t]] = load(t);
       return c.key_limit_ops.empty() ? val.at(c.key_limit)
                                      : evaluate(b, g, c.key_limit_ops, val, c.key_limit, true);
     };

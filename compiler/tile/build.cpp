@@ -404,19 +404,8 @@ class MatMulProgram {
   int operand_batch(Builder& b, size_t i, int batch) {
     if (batches(i) == s_.batch) return batch;
     if (batches(i) == 1) return zero_;
-    const Shape lead(mm_.shape.begin(), mm_.shape.end() - 2);
     const Shape& sh = g_.node(mm_.operands[i]).shape;
-    Shape own(sh.begin(), sh.end() - 2);
-    own.insert(own.begin(), lead.size() - own.size(), 1);
-    int rest = batch, at = zero_;
-    int64_t stride = 1;
-    for (size_t d = lead.size(); d-- > 0;) {
-      const int idx = b.rem(rest, b.index(lead[d]));
-      rest = b.div(rest, b.index(lead[d]));
-      if (own[d] != 1) at = b.add(at, b.mul(idx, b.index(stride)));
-      stride *= own[d];
-    }
-    return at;
+    return b.broadcast_index(batch, Shape(mm_.shape.begin(), mm_.shape.end() - 2), Shape(sh.begin(), sh.end() - 2));
   }
   // A's first row of this block's tile and the end of its batch's rows.
   int a_rows0(Builder& b) const { return b.add(b.mul(a_batch_, b.index(s_.m)), b.sub(row0_, first_row_)); }

@@ -1,5 +1,7 @@
 #include "compiler/tile/ir.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "compiler/support/error.h"
@@ -185,6 +187,20 @@ int Builder::ceil_index(int x) {
   i.opcode = Opcode::IndexCeil;
   i.args = {x};
   return emit(i, Type::index());
+}
+
+int Builder::broadcast_index(int flat, const Shape& dims, const Shape& own) {
+  Shape padded(dims.size() - std::min(dims.size(), own.size()), 1);
+  padded.insert(padded.end(), own.begin(), own.end());
+  if (padded == dims) return flat;
+  int rest = flat, at = index(0);
+  int64_t stride = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (padded[d] != 1) at = add(at, mul(rem(rest, index(dims[d])), index(stride)));
+    if (d > 0) rest = div(rest, index(dims[d]));
+    stride *= padded[d];
+  }
+  return at;
 }
 
 int Builder::sub(int a, int b) {

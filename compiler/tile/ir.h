@@ -245,6 +245,10 @@ class Builder {
   int rem(int a, int b);
   int min(int a, int b);
   int ceil_index(int one_element_tile);
+  // The index into a tensor broadcast along some of `dims` (its extents `own`, 1 where broadcast;
+  // both right-aligned) of element `flat` of `dims` (row-major): the digits of flat along the
+  // axes the tensor has. (GQA's K/V head of a query head, a matmul operand's batch.)
+  int broadcast_index(int flat, const Shape& dims, const Shape& own);
   int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
   int iota(int offset, int axis, const Shape& shape, Frag frag = Frag::None);
