@@ -204,5 +204,28 @@ TEST(Fuzz, AttentionChains) {
   EXPECT_GT(attention_kernels, 4) << "few chains fused: the test shows little";
 }
 
+// Every generated tensor stays within the generator's budget (4·max_elements for long-row graphs),
+// and every matmul's multiply-adds within 64·max_elements, over many seeds and matmul-rich graphs:
+// the float64 reference of a 262144² weight (seed 396) ran the GPU fuzz out of 128 GB of host memory.
+TEST(Fuzz, GraphsStayWithinTheirBudget) {
+  for (double matmul : {0.03, 0.5}) {
+    fuzz::RandomGraphOptions ro;
+    ro.matmul = matmul;
+    int matmuls = 0;
+    for (uint64_t seed = 1; seed <= 1500; ++seed) {
+      Graph g = fuzz::random_graph(seed, ro);
+      for (const Node& n : g.nodes()) {
+        ASSERT_LE(num_elements(n.shape), 4 * ro.max_elements) << "seed " << seed << ": %" << n.id;
+        if (n.op != Op::MatMul) continue;
+        ++matmuls;
+        const Shape& a = g.node(n.operands[0]).shape;
+        const int64_t k = n.transpose_a ? a[a.size() - 2] : a.back();
+        EXPECT_LE(num_elements(n.shape) * k, 64 * ro.max_elements) << "seed " << seed << ": %" << n.id;
+      }
+    }
+    EXPECT_GT(matmuls, 20) << "matmul chance " << matmul;
+  }
+}
+
 }  // namespace
 }  // namespace tilefuse

@@ -37,6 +37,69 @@ Value* Lowering::in_row(int k, int e) {
   return b_.CreateICmpNE(b_.CreateAnd(bits, b_.getInt32(1u << (k * s_.vec + e))), b_.getInt32(0));
 }
 
+// A parameter's vec elements from element `first` on (any alignment; an i64 that is negative or
+// past the tensor only for elements outside the row): the two aligned vectors at and after
+// first's, joined and shifted in 32-bit words (a funnel shift for a 16-bit element's half word),
+// instead of a 2-byte load per element, each of which costs a warp four L1 wavefronts. Where the
+// two vectors do not both lie in the tensor (the row's ends), element by element, clamped into it.
+Value* Lowering::unaligned_vector(int param, Value* first, const std::string& name) {
+  const TileParam& prm = p_.params[static_cast<size_t>(param)];
+  llvm::Type* ty = storage_type(prm.dtype);
+  Value* base = fn_->getArg(static_cast<unsigned>(param));
+  const int64_t vec = s_.vec, size = dtype_size(prm.dtype), total = num_elements(prm.view);
+  auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(vec));
+  const int words = static_cast<int>(vec * size / 4);
+  auto* wty = llvm::FixedVectorType::get(b_.getInt32Ty(), static_cast<unsigned>(words));
+  Value* aligned = b_.CreateAnd(first, b_.getInt64(-vec));
+  Value* inside = b_.CreateAnd(b_.CreateICmpSGE(aligned, b_.getInt64(0)),
+                               b_.CreateICmpSLE(aligned, b_.getInt64(total - 2 * vec)));
+  auto* shifted = llvm::BasicBlock::Create(ctx_, "shifted_vectors", fn_);
+  auto* parts = llvm::BasicBlock::Create(ctx_, "shifted_elements", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "shifted_loaded", fn_);
+  b_.CreateCondBr(inside, shifted, parts);
+
+  b_.SetInsertPoint(shifted);
+  std::vector<Value*> w;  // the two vectors' words, lowest address first
+  for (int half = 0; half < 2; ++half) {
+    Value* at = b_.CreateAdd(aligned, b_.getInt64(half * vec));
+    Value* v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, at), llvm::Align(size * vec), name);
+    Value* as_words = b_.CreateBitCast(v, wty);
+    for (int j = 0; j < words; ++j) w.push_back(b_.CreateExtractElement(as_words, j));
+  }
+  // The shift in bytes: whole words by a barrel of selects, then the rest by a funnel shift.
+  Value* bytes = b_.CreateMul(b_.CreateTrunc(b_.CreateSub(first, aligned), b_.getInt32Ty()),
+                              b_.getInt32(static_cast<uint32_t>(size)));
+  Value* word_shift = b_.CreateLShr(bytes, b_.getInt32(2));
+  for (size_t step = 1; step < static_cast<size_t>(words); step *= 2) {
+    Value* take = b_.CreateICmpNE(b_.CreateAnd(word_shift, b_.getInt32(static_cast<uint32_t>(step))), b_.getInt32(0));
+    for (size_t j = 0; j + step < w.size(); ++j) w[j] = b_.CreateSelect(take, w[j + step], w[j]);
+  }
+  Value* bits = b_.CreateShl(b_.CreateAnd(bytes, b_.getInt32(3)), b_.getInt32(3));
+  Value* out = llvm::PoisonValue::get(wty);
+  for (size_t j = 0; j < static_cast<size_t>(words); ++j)
+    out = b_.CreateInsertElement(out, b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::fshr, {w[j + 1], w[j], bits}), j);
+  Value* from_vectors = b_.CreateBitCast(out, vty);
+  llvm::BasicBlock* vectors_end = b_.GetInsertBlock();
+  b_.CreateBr(done);
+
+  b_.SetInsertPoint(parts);
+  Value* from_elements = llvm::PoisonValue::get(vty);
+  for (int e = 0; e < vec; ++e) {
+    Value* at = b_.CreateAdd(first, b_.getInt64(e));
+    at = b_.CreateSelect(b_.CreateICmpSLT(at, b_.getInt64(0)), b_.getInt64(0), at);
+    at = b_.CreateSelect(b_.CreateICmpSGE(at, b_.getInt64(total)), b_.getInt64(total - 1), at);
+    from_elements = b_.CreateInsertElement(
+        from_elements, b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, at), llvm::Align(size), name), e);
+  }
+  b_.CreateBr(done);
+
+  b_.SetInsertPoint(done);
+  llvm::PHINode* loaded = b_.CreatePHI(vty, 2);
+  loaded->addIncoming(from_vectors, vectors_end);
+  loaded->addIncoming(from_elements, parts);
+  return loaded;
+}
+
 void Lowering::load_window(const TileInst& i) {
   const TileParam& prm = p_.params[i.param];
   llvm::Type* ty = storage_type(prm.dtype);
@@ -47,6 +110,26 @@ void Lowering::load_window(const TileInst& i) {
   Regs regs;
   for (int k = 0; k < s_.chunks_per_thread; ++k) {
     const std::string name = fmt::format("{}.w{}", sanitize(prm.name), k);
+    if (!vectors && prm.view.back() == s_.cols && dtype_size(prm.dtype) * s_.vec % 4 == 0) {
+      // Along the row but not laid out like the domain (a weight shared by every row): its
+      // elements start at another alignment than the row's, so two aligned vectors shifted.
+      Value* first = b_.CreateSub(b_.CreateAdd(row_offset(prm.view, i.type.rows, 0), b_.CreateZExt(window(k), b_.getInt64Ty())),
+                                  b_.CreateZExt(row_shift_, b_.getInt64Ty()));
+      auto* some = llvm::BasicBlock::Create(ctx_, "shifted", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "shifted_done", fn_);
+      llvm::BasicBlock* none = b_.GetInsertBlock();
+      b_.CreateCondBr(window_any(k), some, done);  // nothing for the threads past the row's end
+      b_.SetInsertPoint(some);
+      Value* loaded = unaligned_vector(i.param, first, name);
+      llvm::BasicBlock* from = b_.GetInsertBlock();
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      llvm::PHINode* v = b_.CreatePHI(loaded->getType(), 2);
+      v->addIncoming(llvm::Constant::getNullValue(loaded->getType()), none);
+      v->addIncoming(loaded, from);
+      for (int e = 0; e < s_.vec; ++e) regs.push_back(to_compute(b_.CreateExtractElement(v, e), prm.dtype));
+      continue;
+    }
     if (!vectors) {  // at each element's column (clamped to 0 outside the row)
       Value* row = row_offset(prm.view, i.type.rows, 0);
       for (int e = 0; e < s_.vec; ++e) {

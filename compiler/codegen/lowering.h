@@ -89,6 +89,7 @@ class Lowering {
     return b_.CreateSelect(in_row(k, e), b_.CreateSub(b_.CreateAdd(window(k), index(e)), row_shift_), index(0));
   }
   void load_window(const TileInst& i);
+  Value* unaligned_vector(int param, Value* first, const std::string& name);
   void store_window(const TileInst& i);
   Value* window0_ = nullptr;
   Value* row_start_ = nullptr;

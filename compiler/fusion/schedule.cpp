@@ -4,16 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "compiler/support/error.h"
 
 namespace tilefuse {
 
 std::string TileSchedule::describe() const {
+  const char* rows_word = rows_per_thread == 1 ? "row" : "rows";
   std::string per_thread = chunks_per_thread > 1
-                               ? fmt::format("{} row{} × {}×{} cols", rows_per_thread,
-                                             rows_per_thread == 1 ? "" : "s", chunks_per_thread, vec)
-                               : fmt::format("{} rows × {} cols", rows_per_thread, vec);
+                               ? fmt::format("{} {} × {}×{} cols", rows_per_thread, rows_word, chunks_per_thread, vec)
+                               : fmt::format("{} {} × {} cols", rows_per_thread, rows_word, vec);
   std::string loop =
       col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
   if (cluster_blocks > 1) loop += fmt::format(", clusters of {} blocks per row", cluster_blocks);
@@ -100,6 +101,15 @@ static int64_t pow2_ceil(int64_t x) {
   int64_t p = 1;
   while (p < x) p *= 2;
   return p;
+}
+
+// Threads per block for `chunks` vectors each, `blocks` blocks covering `vecs` vectors: whole
+// warps, not a power of two. A windowed row is a few vectors longer than a power of two (4097
+// bf16 elements: 513 vectors), where a power of two of threads left a third of them idle, holding
+// registers (bench/NOTES.md, "Odd widths measured").
+static int warps_covering(int64_t vecs, int64_t blocks, int chunks) {
+  const int64_t per_block = (vecs + blocks * chunks - 1) / (blocks * chunks);
+  return static_cast<int>((per_block + 31) / 32 * 32);
 }
 
 // An operand's size along domain dim d (right-aligned, 1 where absent).
@@ -475,6 +485,13 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     if (blocks <= max_cluster) {
       s.threads_per_row = threads;
       s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
+      if (s.window && !hints.block_threads) {
+        // Clusters of a power of two blocks (seven-block clusters ran 0.32 ms where eight ran
+        // 0.26 on a 50257 vocabulary), each as few threads as cover its part.
+        blocks = std::min<int64_t>(pow2_ceil(blocks), max_cluster);
+        s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
+        s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
+      }
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
       return s;
@@ -482,6 +499,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   }
   s.threads_per_row = static_cast<int>(per_row);
   s.chunks_per_thread = static_cast<int>((vecs + per_row - 1) / per_row);
+  if (s.window && per_row >= 32 && !hints.block_threads && per_thread * s.vec <= max_elems &&
+      warps_covering(vecs, 1, static_cast<int>(per_thread)) <= 1024) {
+    s.chunks_per_thread = static_cast<int>(per_thread);
+    s.threads_per_row = warps_covering(vecs, 1, s.chunks_per_thread);
+  }
   if (s.chunks_per_thread * s.vec > 32) {
     // Too long for registers: a loop over column tiles, four 16-byte vectors per thread per tile
     // so that enough bytes are in flight with one row per block.

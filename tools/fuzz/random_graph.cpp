@@ -139,8 +139,14 @@ class Generator {
     const Shape s = x.shape();
     if (s.size() < 2) return;
     const int64_t k = s.back();
-    const bool square = chance(0.5);
-    const int64_t n = square ? k : std::max<int64_t>(1, one_of(kSizes) % 300);
+    // The weight and the product hold at most max_elements and 4·max_elements, and the float64
+    // reference's multiply-adds (x's elements times n) stay under 64·max_elements: a square
+    // weight of a 262144-wide row was 137 GB, and its reference ran the GPU fuzz out of memory.
+    const int64_t rows = num_elements(s) / k;
+    const int64_t most_n = std::min({max_elements() / k, 4 * max_elements() / rows, 64 * max_elements() / num_elements(s)});
+    if (most_n < 1) return;
+    const bool square = chance(0.5) && k <= most_n;
+    const int64_t n = square ? k : std::clamp<int64_t>(one_of(kSizes) % 300, 1, most_n);
     MatMulOptions o;
     o.transpose_b = !square || chance(0.5);
     Tensor w = new_input(o.transpose_b ? Shape{n, k} : Shape{k, n});
