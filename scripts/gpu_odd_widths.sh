@@ -13,7 +13,7 @@ echo "tests exit: $?"
 grep -E "FAILED|PASSED|Failure" "$OUT/odd_tests.log" | head -20
 GRAPHS=${GRAPHS:-"off_softmax_w4097 off_softmax_w4097_bf16 off_log_softmax_vocab off_log_softmax_vocab_bf16
   off_cross_entropy_vocab off_rmsnorm_w5003 off_rmsnorm_w5003_bf16 off_layernorm_w2999 off_layernorm_w2999_bf16
-  off_mean_shift_w4100_bf16 softmax_bf16 layernorm_bf16"}
+  off_mean_shift_w4100_bf16 off_prime_3d off_prime_3d_bf16 softmax_bf16 layernorm_bf16"}
 for w in 1 0; do
   echo "== --window $w"
   # shellcheck disable=SC2086

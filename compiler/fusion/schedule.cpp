@@ -478,16 +478,16 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     int threads = hints.block_threads ? hints.block_threads : 512;
     int64_t chunks = std::max(1, max_elems / s.vec);
     int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
-    // More blocks where the cluster allows, so that no thread holds more than 24 elements: at 32
-    // the row's values and its reductions' spill out of the 64 registers two blocks of 512
-    // threads get (log_softmax over a 50257 vocabulary in bf16: 116 bytes).
-    while (2 * blocks <= max_cluster && (vecs + blocks * threads - 1) / (blocks * threads) * s.vec > 24) blocks *= 2;
+    // As few blocks as hold the row at 32 elements per thread: a thread's elements are the SM's
+    // bytes in flight (1024 threads each), so more blocks of fewer elements starve it (a 50257
+    // bf16 vocabulary: 0.352 ms in 4 blocks of 25 elements per thread, 116 bytes spilled, against
+    // 0.512 in 8 blocks of 13; bench/NOTES.md, "Odd widths measured").
     if (blocks <= max_cluster) {
       s.threads_per_row = threads;
       s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
       if (s.window && !hints.block_threads) {
-        // Clusters of a power of two blocks (seven-block clusters ran 0.32 ms where eight ran
-        // 0.26 on a 50257 vocabulary), each as few threads as cover its part.
+        // Clusters of a power of two blocks (not 7, which GPCs of 16 or 18 SMs fit badly), each
+        // as few threads as cover its part.
         blocks = std::min<int64_t>(pow2_ceil(blocks), max_cluster);
         s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
