@@ -103,7 +103,9 @@ TEST(Codegen, OddShapesAreMasked) {
   Tensor x = input(g, "x", {37, 1001});
   Tensor b = input(g, "b", {37, 1});
   output("y", tanh(x) * b);
-  Plan p = plan_fusion(g);
+  FusionOptions elements;  // (the default reads the odd count as one row of vectors)
+  elements.schedule.window = 0;
+  Plan p = plan_fusion(g, elements);
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_EQ(p.kernels[0].schedule.vec, 1);  // 1001 is odd: no wider vector divides a row
   CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
@@ -178,8 +180,8 @@ TEST(Codegen, OddWidthsRunFlatInVectors) {
 
 // Row kernels whose width is not a multiple of the vector width read each row as the aligned
 // vectors that overlap it (16-byte loads and stores, the row's ends masked); a tensor laid out
-// otherwise (a weight along the row, a bias broadcast over a middle axis) is read element by
-// element. Without `window 1` (for now the default) the rows are read element by element.
+// otherwise (a weight along the row, a bias broadcast over a middle axis) is read as two aligned
+// vectors shifted in registers. `window 0` reads every row element by element.
 TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
@@ -206,9 +208,19 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
         EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
       }
     }
-    for (const Kernel& k : plan_fusion(g).kernels) {
+    FusionOptions off;
+    off.schedule.window = 0;
+    for (const Kernel& k : plan_fusion(g, off).kernels) {
       EXPECT_FALSE(k.schedule.window) << k.name;
       EXPECT_EQ(k.schedule.vec, 1) << k.name;
+    }
+    // By default only the row that reads no tensor laid out otherwise (the softmax of x) is
+    // windowed; the rows with a weight or a middle-axis bias stay element by element.
+    Plan d = plan_fusion(g);
+    for (const Kernel& k : d.kernels) {
+      bool weighted = false;
+      for (NodeId in : k.inputs) weighted |= d.graph.node(in).name == "w" || d.graph.node(in).name == "c";
+      EXPECT_EQ(k.schedule.window, !weighted) << k.name;
     }
   }
   FusionOptions bad;
@@ -218,7 +230,7 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   EXPECT_THROW(plan_fusion(g, bad), Error);
 }
 
-// An element count that is not a whole number of vectors (an odd count) with `window 1`: one
+// An element count that is not a whole number of vectors (an odd count), by default: one
 // row of every element, read and written in 16-byte vectors, its last vector element by element.
 TEST(Codegen, OddElementCountsRunAsOneRowOfVectors) {
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -241,7 +253,10 @@ TEST(Codegen, OddElementCountsRunAsOneRowOfVectors) {
         EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
       }
     }
-    for (const Kernel& k : plan_fusion(g).kernels) EXPECT_EQ(k.schedule.vec, 1) << k.name;  // the default
+    for (const Kernel& k : plan_fusion(g).kernels) EXPECT_EQ(k.schedule.rows, 1) << k.name;  // the default
+    FusionOptions off;
+    off.schedule.window = 0;
+    for (const Kernel& k : plan_fusion(g, off).kernels) EXPECT_EQ(k.schedule.vec, 1) << k.name;
   }
 }
 

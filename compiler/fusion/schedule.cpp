@@ -237,14 +237,14 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   // elements in order instead, where they are, so that the operands spanning the whole domain are
   // read in whole vectors; the broadcast ones are then read an element at a time (from cache).
   // An element count that is not a whole number of vectors either (an odd count) runs as one row
-  // whose last vector is read and written element by element (asked for with --window 1 until
-  // the GPU has checked and timed it).
+  // whose last vector is read and written element by element (--window 0 turns it off:
+  // off_prime_3d_bf16 0.063 → 0.045 ms, bench/NOTES.md "Odd widths measured").
   const int full = vector_width(int64_t{1} << 20, dtypes);
   const int64_t n = num_elements(s.dims);
   bool spans = false;
   for (const Shape& v : views ? *views : std::vector<Shape>{}) spans |= v == s.dims;
   const bool odd_rows = vector_width(s.dims.back(), dtypes) < full;
-  const bool odd_count = odd_rows && n % full != 0 && hints.window == 1;
+  const bool odd_count = odd_rows && n % full != 0 && hints.window != 0;
   bool one_row = false;  // the odd count's one row of vectors
   if (s.dims.size() >= 2 && odd_rows && spans && (n % full == 0 || odd_count)) {
     int64_t c = 4096;
@@ -434,10 +434,14 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.vec = vector_width(s.cols, dtypes);
   // A width that is not a multiple of the vector width (4097, a 50257 vocabulary): windowed rows
   // keep 16-byte accesses where the row is held in registers (one block or a cluster; the staged,
-  // split and looped schedules take whole vectors or elements). Asked for only (--window 1) until
-  // the GPU tests and the family's timings have run on them (bench/NOTES.md).
+  // split and looped schedules take whole vectors or elements). Not by default where a tensor
+  // along the row is laid out otherwise (a weight shared by the rows): its shifted vectors cost
+  // registers, and such rows ran slower windowed (layernorm over 2999 bf16 columns 0.095 ms
+  // against 0.066; bench/NOTES.md, "Odd widths measured").
   const int full = vector_width(int64_t{1} << 20, dtypes);
-  if (s.vec < full && s.cols >= 4 * full && hints.window == 1) {
+  bool weight_along_row = false;
+  for (const Shape& v : views) weight_along_row |= v.back() != 1 && v != s.dims;
+  if (s.vec < full && s.cols >= 4 * full && (hints.window == 1 || (hints.window < 0 && !weight_along_row))) {
     s.vec = full;
     s.window = true;
   }
@@ -476,7 +480,12 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     // each (two blocks per SM, so one loads while the other reduces), as many as the row needs,
     // in one cluster.
     int threads = hints.block_threads ? hints.block_threads : 512;
-    int64_t chunks = std::max(1, max_elems / s.vec);
+    // Windowed rows of two tensors held at once (cross-entropy's logits and targets) keep 24
+    // elements of each per thread: at 28 f32 the pair spilled 64 bytes at 64 registers.
+    int inputs_along_row = 0;
+    for (size_t i = 0; i < num_inputs; ++i) inputs_along_row += views[i].back() != 1;
+    const int held = s.window && inputs_along_row >= 2 ? 24 : max_elems;
+    int64_t chunks = std::max(1, held / s.vec);
     int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
     // As few blocks as hold the row at 32 elements per thread: a thread's elements are the SM's
     // bytes in flight (1024 threads each), so more blocks of fewer elements starve it (a 50257
@@ -485,13 +494,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     if (blocks <= max_cluster) {
       s.threads_per_row = threads;
       s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
-      if (s.window && !hints.block_threads) {
-        // Clusters of a power of two blocks (not 7, which GPCs of 16 or 18 SMs fit badly), each
-        // as few threads as cover its part.
-        blocks = std::min<int64_t>(pow2_ceil(blocks), max_cluster);
-        s.chunks_per_thread = static_cast<int>((vecs + blocks * threads - 1) / (blocks * threads));
+      if (s.window && !hints.block_threads)  // each block as few threads as cover its part
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
-      }
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
       return s;

@@ -154,8 +154,10 @@ struct ScheduleHints {
   // Blocks take their tiles in groups of this many tile rows, column by column within a group
   // (blocks running at once then share operand tiles in L2); 0 or 1: row by row.
   int gemm_group = 0;
-  // 1: rows whose width is not a multiple of the vector width read as aligned windows
-  // (TileSchedule::window); 0 or -1 (for now the default): element by element.
+  // Rows whose width is not a multiple of the vector width, and pointwise domains of an odd
+  // element count: 1 reads them as aligned windows (TileSchedule::window), 0 element by element;
+  // -1 (the default) windows except rows that read a tensor along the row laid out otherwise
+  // than the domain (a weight), which measured slower windowed.
   int window = -1;
 };
 

@@ -65,9 +65,13 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = "--library-gemm never";
       v.fusion.library_gemm = LibraryGemmUse::Never;
       break;
-    case 6:  // rows of odd widths as aligned windows
+    case 6:  // rows of odd widths as aligned windows, those with weights too
       v.name = "--window 1";
       v.fusion.schedule.window = 1;
+      break;
+    case 7:  // rows of odd widths element by element
+      v.name = "--window 0";
+      v.fusion.schedule.window = 0;
       break;
     default:
       break;

@@ -88,8 +88,10 @@ common options:
                                cluster instead of splitting it into parts that any blocks of a
                                persistent grid take, meeting in global memory (default 1)
   --window 0|1                 schedule override: 1 reads rows whose width is not a multiple
-                               of the vector width as aligned 16-byte windows with masked ends
-                               instead of element by element (default 0 until measured)
+                               of the vector width (and pointwise domains of an odd element
+                               count) as aligned 16-byte windows with masked ends, 0 element by
+                               element (default: windows, except rows that read a weight along
+                               the row)
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
                                each; default 128x128), over 2×4 warps
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
