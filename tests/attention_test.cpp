@@ -677,6 +677,84 @@ TEST(FusionAttention, TheMatchRefusesWhatTheKernelCannotHonour) {
   }
 }
 
+// Decode with K/V heads shared by query heads (GQA, MQA): one query per head, a length per
+// sequence, a bias per query head and key, a causal mask after the cache. `pack_heads` holds a
+// K/V head's query heads in one block.
+std::vector<Graph> decode_groups() {
+  std::vector<Graph> out;
+  {
+    Graph g("gqa_decode");  // 2 K/V heads of 3 query heads, 90 cached keys, causal after them
+    Tensor q = input(g, "q", {2, 2, 3, 1, 64}, DType::BF16);
+    Tensor k = input(g, "k", {2, 2, 1, 90, 64}, DType::BF16), v = input(g, "v", {2, 2, 1, 90, 64}, DType::BF16);
+    output("o", attention(q, k, v, 0.125, true));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("mqa_decode_lengths_bias");  // one K/V head for 5 query heads; keys past the length masked
+    Tensor q = input(g, "q", {3, 5, 1, 32}, DType::F16);
+    Tensor k = input(g, "k", {3, 1, 130, 32}, DType::F16), v = input(g, "v", {3, 1, 130, 32}, DType::F16);
+    Tensor s = matmul(q, k, {false, true, DType::F32}) * (1.0 / std::sqrt(32.0)) + input(g, "bias", {3, 5, 1, 130});
+    Tensor length = abs(input(g, "length", {3, 1, 1, 1})) * 100.0 + 1.0;  // 1 … 101 keys
+    s = where(iota(g, {1, 130}, 1) < length, s, -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::F16), v));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+TEST(FusionAttention, PackedQueryHeadsShareABlock) {
+  FusionOptions packed;
+  packed.schedule.pack_heads = 1;
+  for (const Graph& g : decode_groups()) {
+    SCOPED_TRACE(g.name());
+    const int64_t group = g.name() == "gqa_decode" ? 3 : 5, kv_heads = g.name() == "gqa_decode" ? 4 : 3;
+    const Plan p = plan_fusion(g, packed);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    const Kernel* k = only_attention(p);
+    ASSERT_NE(k, nullptr) << plan_report_text(p);
+    EXPECT_EQ(k->schedule.heads_per_block, group);
+    EXPECT_EQ(k->schedule.grid(), kv_heads);  // a block per K/V head: its query heads in one block
+    EXPECT_NE(k->schedule.describe().find("query heads that share one"), std::string::npos) << k->schedule.describe();
+    const CompiledKernel c = compile_kernel(p.graph, *k);
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
+    }
+    EXPECT_EQ(only_attention(plan_fusion(g))->schedule.heads_per_block, 1) << "packing is asked for";
+  }
+  // Where a block's rows would need different lengths (one per query head), or a head has several
+  // queries, each query head keeps its block.
+  {
+    Graph g("length_per_query_head");
+    Tensor q = input(g, "q", {2, 4, 1, 32}, DType::BF16);
+    Tensor k = input(g, "k", {2, 1, 64, 32}, DType::BF16), v = input(g, "v", {2, 1, 64, 32}, DType::BF16);
+    Tensor s = matmul(q, k, {false, true, DType::F32}) * 0.2;
+    s = where(iota(g, {1, 64}, 1) < abs(input(g, "length", {2, 4, 1, 1})) * 60.0, s, -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), v));
+    EXPECT_EQ(only_attention(plan_fusion(g, packed))->schedule.heads_per_block, 1);
+  }
+  {
+    Graph g("two_queries");
+    Tensor q = input(g, "q", {2, 4, 2, 32}, DType::BF16);
+    Tensor k = input(g, "k", {2, 1, 64, 32}, DType::BF16), v = input(g, "v", {2, 1, 64, 32}, DType::BF16);
+    output("o", attention(q, k, v, 0.2));
+    EXPECT_EQ(only_attention(plan_fusion(g, packed))->schedule.heads_per_block, 1);
+  }
+}
+
+TEST(GpuAttention, PackedQueryHeadsMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (int pack : {1, 0})
+    for (const Graph& g : decode_groups()) {
+      SCOPED_TRACE(g.name() + (pack ? " packed" : ""));
+      FusionOptions o;
+      o.schedule.pack_heads = pack;
+      const Plan p = plan_fusion(g, o);
+      ASSERT_NE(only_attention(p), nullptr);
+      testing::check_on_gpu(p, seed);
+    }
+}
+
 TEST(GpuAttention, FusedPlansMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();

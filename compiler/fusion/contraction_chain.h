@@ -80,8 +80,15 @@ int64_t padded_head_dim(int64_t d);
 NodeId attention_output(const Graph& g, const Kernel& k);
 
 // Kernel k (nodes, inputs, outputs set) as one attention kernel writing only O: its kind,
-// domain, schedule, registers and cost; or false with the reason in `why`.
-bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why);
+// domain, schedule, registers and cost; or false with the reason in `why`. hints.pack_heads asks
+// for a group's query heads in one block where the chain allows it (heads_per_group).
+bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints, std::string* why);
+
+// The query heads whose rows one attention block can hold (1 where it cannot): with one query
+// per head, the group of query heads that share a K/V head — K's and V's heads broadcast along a
+// trailing run of Q's head axes, so that a K/V head's query rows are consecutive — where the
+// length that ends the loop (a key limit) is the same for the whole group.
+int64_t heads_per_group(const Graph& g, const ContractionChain& c);
 
 // An attention kernel's cost: its bytes at copy bandwidth against its two products on mma.sync
 // plus the softmax's instructions per score (not overlapped on this schedule), and a launch.

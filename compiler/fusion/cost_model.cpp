@@ -311,7 +311,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   for (NodeId n : k.nodes)
     if (g.node(n).op == Op::MatMul && matmuls++ == 0) mm = n;
   if (matmuls > 1) {  // a contraction chain (attention), or nothing
-    if (!attention_kernel(g, k, profile, why)) return std::nullopt;
+    if (!attention_kernel(g, k, profile, hints, why)) return std::nullopt;
     return k;
   }
   if (mm >= 0) {

@@ -45,6 +45,9 @@ std::string TileSchedule::describe() const {
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
         "(cp.async, ldmatrix; {} KiB each); {} blocks over {} heads{}",
         block_m, warps_m, n, block_n, stages, stage_bytes / 1024, grid(), batch,
+        (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
+                                           heads_per_block)
+                             : "") +
         (causal_offset >= 0 ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
                                           "query skipped",
                                           causal_offset)

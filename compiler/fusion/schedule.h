@@ -81,6 +81,10 @@ struct TileSchedule {
   bool contracts = false, attention = false;
   int64_t causal_offset = -1;
   bool key_limit = false;  // each block's loop also ends at its head's length, read at run time
+  // Query heads whose rows one block holds (GQA and MQA with one query per head: the query heads
+  // of a K/V head, which then is read once, not once per query head). batch counts K/V heads and
+  // m their queries (heads_per_block of them) then.
+  int64_t heads_per_block = 1;
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;
@@ -159,6 +163,11 @@ struct ScheduleHints {
   // -1 (the default) windows except rows that read a tensor along the row laid out otherwise
   // than the domain (a weight), which measured slower windowed.
   int window = -1;
+  // 1: attention with one query per head and K/V heads broadcast over a group of query heads
+  // (GQA or MQA decode) holds a group's query heads as one block's rows
+  // (TileSchedule::heads_per_block); 0 (the default until the GPU has checked and timed it): a
+  // block per query head.
+  int pack_heads = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -27,7 +27,7 @@ class AttentionProgram {
     p_.name = name;
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_n};
-    p_.grid = {m_blocks() * s_.batch_heads};
+    p_.grid = {m_blocks() * block_heads()};
     // Two blocks per SM, as the cost model takes: left to itself ptxas caps a d 64 kernel at 168
     // registers (three blocks) and spills where f reads tensors (ALiBi: 16 bytes). At d 128 the
     // code is the same either way (242 registers).
@@ -39,16 +39,17 @@ class AttentionProgram {
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
-    bh_ = b.div(pid, b.index(m_blocks()));
-    kv_bh_ = kv_head(b);
-    const int first_row = b.mul(bh_, b.index(s_.n_q));
+    bh_ = b.div(pid, b.index(m_blocks()));  // the block's head (its K/V head where heads are packed)
+    kv_bh_ = s_.group > 1 ? bh_ : kv_head(b);
+    const int first_row = b.mul(bh_, b.index(head_rows()));
     // Causal blocks differ in work: the longest (last queries) are taken first, so that the
     // last wave is of short ones.
     int mt = b.rem(pid, b.index(m_blocks()));
     if (s_.causal_offset) mt = b.sub(b.index(m_blocks() - 1), mt);
-    query0_ = b.mul(mt, b.index(s_.block_m));
-    row0_ = b.add(first_row, query0_);
-    row_end_ = b.add(first_row, b.index(s_.n_q));
+    const int block_row0 = b.mul(mt, b.index(s_.block_m));
+    query0_ = s_.group > 1 ? zero_ : block_row0;  // packed heads: every row is its head's query 0
+    row0_ = b.add(first_row, block_row0);
+    row_end_ = b.add(first_row, b.index(head_rows()));
     if (q_shared()) {  // copied with the first key tile's group, read from the ring each step
       p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false});
       b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, padded()}, {row_end_, -1});
@@ -78,6 +79,9 @@ class AttentionProgram {
         s_.block_n > 128)
       throw Error(fmt::format("attention tiles of {}×{}: rows and keys per tile are multiples of 16 up to 128",
                               s_.block_m, s_.block_n));
+    if (s_.group < 1 || s_.batch_heads % s_.group != 0 || (s_.group > 1 && (s_.n_q != 1 || kv_heads() != block_heads())))
+      throw Error(fmt::format("attention: {} query heads of {} queries cannot be packed {} to a block over {} K/V heads",
+                              s_.batch_heads, s_.n_q, s_.group, kv_heads()));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
@@ -91,7 +95,10 @@ class AttentionProgram {
       throw Error(fmt::format("attention's K/V heads [{}] do not broadcast to its {} query heads [{}]",
                               fmt::join(s_.kv_lead, ", "), s_.batch_heads, fmt::join(s_.lead, ", ")));
   }
-  int64_t m_blocks() const { return (s_.n_q + s_.block_m - 1) / s_.block_m; }
+  // A block's head: a query head, or (packed) a K/V head and its group of query heads' rows.
+  int64_t head_rows() const { return s_.group * s_.n_q; }
+  int64_t block_heads() const { return s_.batch_heads / s_.group; }
+  int64_t m_blocks() const { return (head_rows() + s_.block_m - 1) / s_.block_m; }
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
@@ -207,8 +214,10 @@ class AttentionProgram {
     const int two = b.index(2);
     // The tiles to visit: all, or up to the one holding key query0 + block_m − 1 + offset.
     int hi = b.index(steps());
-    if (s_.causal_offset)
-      hi = b.min(hi, b.div(b.add(query0_, b.index(s_.block_m + *s_.causal_offset + s_.block_n - 1)), b.index(s_.block_n)));
+    if (s_.causal_offset) {  // (packed heads: every row is query 0)
+      const int64_t last = s_.group > 1 ? 0 : s_.block_m - 1;
+      hi = b.min(hi, b.div(b.add(query0_, b.index(last + 1 + *s_.causal_offset + s_.block_n - 1)), b.index(s_.block_n)));
+    }
     if (s_.key_limit) {  // the head's length, read now: up to its tile
       const int limit = b.ceil_index(s_.key_limit(b, [&](size_t t) {
         return b.load(tensor_param_.at(t), {row0_, zero_}, {1, 1}, {false, false}, {-1, -1}, Frag::None);
@@ -246,7 +255,7 @@ class AttentionProgram {
                                {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys}, {rows ? row_end_ : -1, -1},
                                Frag::Acc));
     }
-    s = s_.scores ? s_.scores(b, s, query0_, key0, tensors)
+    s = s_.scores ? s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors)
                   : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
     if (s_.n_kv % s_.block_n != 0)
@@ -316,7 +325,8 @@ namespace {
 // in its graph dtype, casts rounding as in every kernel, constants of their own dtype (the score
 // chain, as a pointwise kernel computes it); else every value f32 and casts left out (the row
 // values the online recurrence holds in f32). An iota is the tile's query or key positions
-// (`query0`, `key0` the tile's first), as a [rows, 1] or [1, keys] tile.
+// (`query0`, `key0` the tile's first; query0 −1: every row query 0), as a [rows, 1] or [1, keys]
+// tile.
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
@@ -327,8 +337,10 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
     const Node& n = g.node(id);
     if (n.op == Op::Iota) {
       const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
-      val[id] = b.iota(keys ? at.key0 : at.query0, keys ? 1 : 0,
-                       keys ? Shape{1, at.scores[1]} : Shape{at.scores[0], 1}, Frag::Acc);
+      // (query0 −1: every row is query 0, the rows being heads)
+      val[id] = !keys && at.query0 < 0 ? b.tile_const(0, DType::F32, {at.scores[0], 1}, Frag::Acc)
+                                       : b.iota(keys ? at.key0 : at.query0, keys ? 1 : 0,
+                                                keys ? Shape{1, at.scores[1]} : Shape{at.scores[0], 1}, Frag::Acc);
       if (n.dtype != DType::F32) val[id] = b.compute(Op::Cast, {val[id]}, n.dtype);
       continue;
     }
@@ -379,6 +391,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.dtype = g.node(c->q).dtype;
   s.out_dtype = g.node(c->output).dtype;
   s.block_m = k.schedule.block_m;
+  s.group = k.schedule.heads_per_block;
   s.block_n = k.schedule.block_n;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)

@@ -36,6 +36,10 @@ struct AttentionShape {
   std::optional<DType> out_dtype;  // of o (default: the inputs')
   double scale = 0.125;
   int block_m = 64, block_n = 64;  // query rows per block (16 per warp), keys per loop step
+  // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
+  // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
+  // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.
+  int64_t group = 1;
   // Query i sees no key past i + causal_offset (the scores' mask says so): each block's loop ends
   // at the key tile of its last query's last key.
   std::optional<int64_t> causal_offset;
@@ -70,8 +74,8 @@ struct AttentionShape {
   int o_position = 0;
   // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
   // each given a builder and its argument: X from the raw scores S (default S·scale), given also
-  // the tile's first query (within its head) and first key (indices, for masks) and the tiles of
-  // `tensors`; the shift c from
+  // the tile's first query (within its head; −1 where every row is query 0: heads packed, group
+  // > 1) and first key (indices, for masks) and the tiles of `tensors`; the shift c from
   // the running max m, equal to m wherever m is finite (default: m; the kernel takes 0 where m is
   // −inf whatever the shift); the divisor from the final sum (default: 1 where the sum is 0).
   using RowFn = std::function<int(Builder&, int)>;
