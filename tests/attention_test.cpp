@@ -755,6 +755,80 @@ TEST(GpuAttention, PackedQueryHeadsMatchFloat64) {
     }
 }
 
+const Kernel* attention_kernel_of(const Plan& p) {
+  for (const Kernel& k : p.kernels)
+    if (k.kind == ScheduleKind::Attention) return &k;
+  return nullptr;
+}
+
+// Split-KV: the keys in ranges of whole key tiles, a block each, merged by the last block of
+// each query tile through the workspace — decode (packed or not), a cache with lengths (ranges
+// past a sequence's length are empty), and a causal prefill writing its log-sum-exp.
+std::vector<std::pair<Graph, int>> split_cases() {
+  std::vector<std::pair<Graph, int>> out;
+  for (Graph& g : decode_groups()) out.emplace_back(std::move(g), 2);  // 90 and 130 keys: 2 and 3 tiles
+  out.emplace_back(cache_lengths_graph(), 4);  // 5 tiles of 300 keys: 2, 2, 1 and none
+  out.emplace_back(with_lse(true), 2);
+  return out;
+}
+
+TEST(FusionAttention, SplitKeysMergeInTheLastBlock) {
+  for (auto& [g, splits] : split_cases()) {
+    SCOPED_TRACE(g.name());
+    const Plan unsplit = plan_fusion(g);
+    ASSERT_NE(attention_kernel_of(unsplit), nullptr) << plan_report_text(unsplit);
+    const int64_t base = attention_kernel_of(unsplit)->schedule.grid();
+    FusionOptions o;
+    o.schedule.kv_splits = splits;
+    const Plan p = plan_fusion(g, o);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    const Kernel* k = attention_kernel_of(p);
+    ASSERT_NE(k, nullptr) << plan_report_text(p);
+    EXPECT_EQ(k->schedule.kv_splits, splits);
+    EXPECT_EQ(k->schedule.grid(), base * splits);
+    EXPECT_GT(k->schedule.workspace_bytes(), 0);
+    const CompiledKernel c = compile_kernel(p.graph, *k);
+    EXPECT_NE(c.tile_ir.find("last_arrival"), std::string::npos) << c.tile_ir;
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
+    }
+  }
+  // No more splits than key tiles.
+  Graph g("few_keys");
+  Qkv t = qkv(g, 16, 100, 32, DType::BF16);
+  output("o", attention(t.q, t.k, t.v, 0.2));
+  FusionOptions o;
+  o.schedule.kv_splits = 64;
+  const Plan p = plan_fusion(g, o);
+  ASSERT_NE(attention_kernel_of(p), nullptr) << plan_report_text(p);
+  EXPECT_EQ(attention_kernel_of(p)->schedule.kv_splits, 2);
+}
+
+// Each case run twice through one executable: the last block resets its counter for the next
+// launch. Lengths of 0 leave every range empty.
+TEST(GpuAttention, SplitKeysMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (auto& [g, splits] : split_cases())
+    for (int pack : {0, 1}) {
+      SCOPED_TRACE(g.name() + (pack ? " packed" : ""));
+      FusionOptions o;
+      o.schedule.kv_splits = splits;
+      o.schedule.pack_heads = pack;
+      Executable exe(plan_fusion(g, o));
+      ASSERT_NE(attention_kernel_of(exe.plan()), nullptr);
+      EXPECT_GT(attention_kernel_of(exe.plan())->schedule.kv_splits, 1);
+      TensorMap in = random_inputs(exe.plan().graph, seed);
+      for (int launch = 0; launch < 2; ++launch) {
+        if (g.name() == "cache_lengths")
+          in["length"] = TensorData::from_doubles(DType::F32, {4, 1, 1, 1},
+                                                  launch == 0 ? std::vector<double>{1, 0, 129, 300} : std::vector<double>{64, 65, 0, 17});
+        const CheckReport r = check_against_reference(exe.plan(), in, exe.run(in));
+        EXPECT_TRUE(r.ok) << "launch " << launch << "\n" << r.text();
+      }
+    }
+}
+
 TEST(GpuAttention, FusedPlansMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();

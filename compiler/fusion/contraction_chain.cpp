@@ -425,6 +425,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
   s.key_limit = c->key_limit >= 0;
+  s.kv_splits = std::clamp<int64_t>(hints.kv_splits, 1, (c->n_kv + s.block_n - 1) / s.block_n);
   k.totals = {};
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
     for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));

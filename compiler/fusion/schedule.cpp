@@ -52,7 +52,11 @@ std::string TileSchedule::describe() const {
                                           "query skipped",
                                           causal_offset)
                             : "") +
-            (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped" : ""));
+            (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped" : "") +
+            (kv_splits > 1 ? fmt::format("; the keys split {} ways (split-KV), each part's output, max and sum merged "
+                                         "by the last block of its query tile through the workspace",
+                                         kv_splits)
+                           : ""));
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "

@@ -85,6 +85,11 @@ struct TileSchedule {
   // of a K/V head, which then is read once, not once per query head). batch counts K/V heads and
   // m their queries (heads_per_block of them) then.
   int64_t heads_per_block = 1;
+  // > 1: the keys split into this many ranges of whole key tiles, a block each (split-KV: more
+  // blocks where heads × query tiles are fewer than the SMs, as in decode); each block writes its
+  // unnormalized output, max and sum to the workspace, and the last of a tile's blocks to arrive
+  // merges them and writes O.
+  int64_t kv_splits = 1;
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;
@@ -103,7 +108,7 @@ struct TileSchedule {
   int64_t col_blocks() const { return (covered_cols() + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
-    if (attention) return batch * m_blocks();
+    if (attention) return batch * m_blocks() * kv_splits;
     if (contracts) return batch * m_blocks() * n_blocks();
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }
@@ -114,6 +119,11 @@ struct TileSchedule {
   // Column reductions split over blocks: each part's f32 sums, then a u32 count of the parts
   // done per column tile (the last block of a tile zeroes it again).
   int64_t workspace_bytes() const {
+    if (attention && kv_splits > 1) {  // each split's rows of O (its padded width), m and l; a counter per tile
+      int64_t padded = 1;
+      while (padded < k) padded *= 2;
+      return (kv_splits * batch * m * (padded + 2) + batch * m_blocks()) * 4;
+    }
     if (reduces_columns)
       return split_blocks > 1 ? (partial_sums * outer * split_blocks * cols + outer * col_blocks()) * 4 : 0;
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
@@ -168,6 +178,9 @@ struct ScheduleHints {
   // (TileSchedule::heads_per_block); 0 (the default until the GPU has checked and timed it): a
   // block per query head.
   int pack_heads = 0;
+  // Attention's keys split into this many ranges, a block each, merged by the last (split-KV;
+  // TileSchedule::kv_splits); 0 or 1 (the default until the GPU has checked and timed it): none.
+  int kv_splits = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

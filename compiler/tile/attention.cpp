@@ -27,24 +27,28 @@ class AttentionProgram {
     p_.name = name;
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_n};
-    p_.grid = {m_blocks() * block_heads()};
+    p_.grid = {m_blocks() * block_heads() * s_.kv_splits};
     // Two blocks per SM, as the cost model takes: left to itself ptxas caps a d 64 kernel at 168
     // registers (three blocks) and spills where f reads tensors (ALiBi: 16 bytes). At d 128 the
     // code is the same either way (242 registers).
     p_.min_blocks_per_sm = 2;
-    p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
+    p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31) ||
+                      s_.kv_splits * s_.batch_heads * s_.n_q * (dp() + 2) >= (int64_t{1} << 31);
     add_params();
     p_.shared.push_back({"k_ring", s_.dtype, 2, {dp(), s_.block_n}, true});
     p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, dp()}, false});
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
-    bh_ = b.div(pid, b.index(m_blocks()));  // the block's head (its K/V head where heads are packed)
+    // The block's query tile (a head's, or — heads packed — a K/V head's), and its key range.
+    const int tile = s_.kv_splits > 1 ? b.div(pid, b.index(s_.kv_splits)) : pid;
+    split_ = s_.kv_splits > 1 ? b.rem(pid, b.index(s_.kv_splits)) : zero_;
+    bh_ = b.div(tile, b.index(m_blocks()));
     kv_bh_ = s_.group > 1 ? bh_ : kv_head(b);
     const int first_row = b.mul(bh_, b.index(head_rows()));
     // Causal blocks differ in work: the longest (last queries) are taken first, so that the
     // last wave is of short ones.
-    int mt = b.rem(pid, b.index(m_blocks()));
+    int mt = b.rem(tile, b.index(m_blocks()));
     if (s_.causal_offset) mt = b.sub(b.index(m_blocks() - 1), mt);
     const int block_row0 = b.mul(mt, b.index(s_.block_m));
     query0_ = s_.group > 1 ? zero_ : block_row0;  // packed heads: every row is its head's query 0
@@ -59,11 +63,14 @@ class AttentionProgram {
     }
     const std::vector<int> carried = key_loop(b);
     b.wait_group(0);  // nothing in flight when the block ends
-    store_output(b, carried[0], carried[2]);
-    for (size_t r = 0; r < s_.row_outputs.size(); ++r) {  // the row values, from the final m and l
-      int y = s_.row_outputs[r].value(b, carried[1], carried[2]);
-      if (s_.row_outputs[r].dtype != DType::F32) y = b.compute(Op::Cast, {y}, s_.row_outputs[r].dtype);
-      b.store(row_param_[r], {row0_, zero_}, y, {true, false}, {row_end_, -1});
+    if (s_.kv_splits == 1) {
+      write_outputs(b, carried[0], carried[1], carried[2]);
+    } else {
+      for (int v = 0; v < 3; ++v) store_partial(b, split_, v, carried[static_cast<size_t>(v)]);
+      b.when(b.last_arrival(workspace_, tile, b.index(s_.kv_splits)), [&](Builder& in) {
+        merge_partials(in);
+        in.reset_count(workspace_, tile);
+      });
     }
     verify_program(p_);
     return std::move(p_);
@@ -82,6 +89,8 @@ class AttentionProgram {
     if (s_.group < 1 || s_.batch_heads % s_.group != 0 || (s_.group > 1 && (s_.n_q != 1 || kv_heads() != block_heads())))
       throw Error(fmt::format("attention: {} query heads of {} queries cannot be packed {} to a block over {} K/V heads",
                               s_.batch_heads, s_.n_q, s_.group, kv_heads()));
+    if (s_.kv_splits < 1 || s_.kv_splits > steps())
+      throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
@@ -167,6 +176,14 @@ class AttentionProgram {
     }
     if (o_param_ < 0 || std::count(row_param_.begin(), row_param_.end(), -1) > 0)
       throw Error("attention: the outputs' positions are not 0, 1, … once each");
+    if (s_.kv_splits > 1) {  // each split's rows: O's padded width, then m and l
+      Param ws;
+      ws.name = "workspace";
+      ws.view = {s_.kv_splits * s_.batch_heads * s_.n_q, dp() + 2};
+      ws.workspace = true;
+      workspace_ = static_cast<int>(p_.params.size());
+      p_.params.push_back(ws);
+    }
   }
 
   // A tensor of the scores' function over the score rows (head and query: the rows of q, split
@@ -210,8 +227,11 @@ class AttentionProgram {
     const int o = b.tile_const(0, DType::F32, out, Frag::Acc);
     const int m = b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc);
     const int l = b.tile_const(0, DType::F32, rows, Frag::Acc);
-    copy_keys(b, zero_, zero_);
     const int two = b.index(2);
+    // The block's key tiles: its split's range (all of them unless split).
+    const int64_t per_split = (steps() + s_.kv_splits - 1) / s_.kv_splits;
+    const int lo = s_.kv_splits > 1 ? b.mul(split_, b.index(per_split)) : zero_;
+    copy_keys(b, lo, b.rem(lo, two));
     // The tiles to visit: all, or up to the one holding key query0 + block_m − 1 + offset.
     int hi = b.index(steps());
     if (s_.causal_offset) {  // (packed heads: every row is query 0)
@@ -224,7 +244,8 @@ class AttentionProgram {
       }));
       hi = b.min(hi, b.div(b.add(limit, b.index(s_.block_n - 1)), b.index(s_.block_n)));
     }
-    return b.for_loop(zero_, hi, b.index(1), {o, m, l},
+    if (s_.kv_splits > 1) hi = b.min(hi, b.add(lo, b.index(per_split)));
+    return b.for_loop(lo, hi, b.index(1), {o, m, l},
                       [&](Builder& in, int j, const std::vector<int>& c) {
                         // Tile j's copies done, and every thread past its reads of the other stage.
                         in.wait_group(0);
@@ -266,9 +287,7 @@ class AttentionProgram {
     // m is finite, and where it is not, O and l are still 0 and α must only not be NaN.
     // The chain's shift (a plain max: −inf while the row has seen only masked keys) guarded the
     // same way: a row whose first tiles are masked would otherwise take e^(−inf + inf) = NaN.
-    const int nothing_seen = b.compute(Op::Eq, {m, ninf}, DType::Bool);
-    const int shift =
-        b.compute(Op::Where, {nothing_seen, b.scalar(0, DType::F32), s_.shift ? s_.shift(b, m) : m}, DType::F32);
+    const int shift = shift_of(b, m);
     // e^(u − c) as 2^(u·log2 e − c·log2 e): one ex2.approx per score, c·log2 e once per row (P is
     // rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
@@ -288,6 +307,65 @@ class AttentionProgram {
       o = b.dot(pa, v, o);
     }
     return {o, m, l};
+  }
+
+  // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
+  int shift_of(Builder& b, int m) {
+    const int nothing_seen = b.compute(Op::Eq, {m, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
+    return b.compute(Op::Where, {nothing_seen, b.scalar(0, DType::F32), s_.shift ? s_.shift(b, m) : m}, DType::F32);
+  }
+
+  // Split-KV: value v (0 O, 1 m, 2 l) of this block's key range, at its split's rows of the
+  // workspace (O in columns [0, dp), m in dp, l in dp + 1).
+  std::vector<int> partial_at(Builder& b, int split) {
+    const int base = b.mul(split, b.index(s_.batch_heads * s_.n_q));
+    return {b.add(base, row0_), b.add(base, row_end_)};
+  }
+  void store_partial(Builder& b, int split, int v, int tile) {
+    const std::vector<int> rows = partial_at(b, split);
+    b.store(workspace_, {rows[0], v == 0 ? zero_ : b.index(dp() + v - 1)}, tile, {true, false}, {rows[1], -1});
+  }
+  int load_partial(Builder& b, int split, int v) {
+    const std::vector<int> rows = partial_at(b, split);
+    return b.load(workspace_, {rows[0], v == 0 ? zero_ : b.index(dp() + v - 1)},
+                  {s_.block_m, v == 0 ? dp() : 1}, {true, false}, {rows[1], -1}, Frag::Acc);
+  }
+
+  // The last block of a query tile: every split's O, m and l rescaled to the shift of the
+  // overall max (a split that saw no finite score weighs 0), summed, and written as one.
+  void merge_partials(Builder& b) {
+    const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
+    std::vector<int> ms;
+    int m = -1;
+    for (int64_t sp = 0; sp < s_.kv_splits; ++sp) {
+      ms.push_back(load_partial(b, b.index(sp), 1));
+      m = m < 0 ? ms.back() : b.compute(Op::Max, {m, ms.back()}, DType::F32);
+    }
+    const int log2e = b.scalar(M_LOG2E, DType::F32);
+    const int shift2 = b.compute(Op::Mul, {shift_of(b, m), log2e}, DType::F32);
+    int o = -1, l = -1;
+    for (int64_t sp = 0; sp < s_.kv_splits; ++sp) {
+      const int ms_sp = ms[static_cast<size_t>(sp)];
+      const int e = b.compute(Op::Exp2, {b.compute(Op::Sub, {b.compute(Op::Mul, {ms_sp, log2e}, DType::F32), shift2}, DType::F32)},
+                              DType::F32);
+      const int w = b.compute(Op::Where, {b.compute(Op::Eq, {ms_sp, ninf}, DType::Bool), b.scalar(0, DType::F32), e},
+                              DType::F32);
+      const int o_sp = b.compute(Op::Mul, {load_partial(b, b.index(sp), 0), w}, DType::F32);
+      const int l_sp = b.compute(Op::Mul, {load_partial(b, b.index(sp), 2), w}, DType::F32);
+      o = o < 0 ? o_sp : b.compute(Op::Add, {o, o_sp}, DType::F32);
+      l = l < 0 ? l_sp : b.compute(Op::Add, {l, l_sp}, DType::F32);
+    }
+    write_outputs(b, o, m, l);
+  }
+
+  // O and the row values, from the final O, m and l.
+  void write_outputs(Builder& b, int o, int m, int l) {
+    store_output(b, o, l);
+    for (size_t r = 0; r < s_.row_outputs.size(); ++r) {
+      int y = s_.row_outputs[r].value(b, m, l);
+      if (s_.row_outputs[r].dtype != DType::F32) y = b.compute(Op::Cast, {y}, s_.row_outputs[r].dtype);
+      b.store(row_param_[r], {row0_, zero_}, y, {true, false}, {row_end_, -1});
+    }
   }
 
   // O / divisor(l) — by default 0 where l is 0 (a row with no finite score) — in the output's
@@ -310,7 +388,7 @@ class AttentionProgram {
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
   std::vector<int> tensor_param_, row_param_;
-  int zero_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1;
+  int zero_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1, split_ = -1, workspace_ = -1;
 };
 
 }  // namespace
@@ -392,6 +470,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.out_dtype = g.node(c->output).dtype;
   s.block_m = k.schedule.block_m;
   s.group = k.schedule.heads_per_block;
+  s.kv_splits = k.schedule.kv_splits;
   s.block_n = k.schedule.block_n;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)

@@ -40,6 +40,10 @@ struct AttentionShape {
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
   // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.
   int64_t group = 1;
+  // > 1: the key tiles split into this many ranges, a block each (split-KV); each writes its
+  // unnormalized O, m and l to the workspace, and the last block of a query tile to arrive merges
+  // them (O = Σ Oₛ·e^(mₛ − c), l = Σ lₛ·e^(mₛ − c), c the shift of max mₛ) and writes the outputs.
+  int64_t kv_splits = 1;
   // Query i sees no key past i + causal_offset (the scores' mask says so): each block's loop ends
   // at the key tile of its last query's last key.
   std::optional<int64_t> causal_offset;

@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 9)) {
+  switch (pick(0, 11)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
@@ -72,6 +72,11 @@ std::vector<Variant> variants_of(uint64_t seed) {
     case 7:  // rows of odd widths element by element
       v.name = "--window 0";
       v.fusion.schedule.window = 0;
+      break;
+    case 8:  // attention: a group's query heads in one block, the keys split over blocks
+      v.name = "--pack-heads 1 --kv-splits 3";
+      v.fusion.schedule.pack_heads = 1;
+      v.fusion.schedule.kv_splits = 3;
       break;
     default:
       break;

@@ -96,6 +96,9 @@ common options:
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 0
                                until measured)
+  --kv-splits N                schedule override: attention's keys split into N ranges of key
+                               tiles, a block each, merged through a workspace (split-KV, for
+                               decode's few heads; default 1 until measured)
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
                                each; default 128x128), over 2×4 warps
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
@@ -120,7 +123,7 @@ struct Args {
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 0;
+      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 0, kv_splits = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -178,7 +181,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.library_gemm = a.library_gemm;
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
-                 a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads};
+                 a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits};
   if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -253,6 +256,8 @@ Args parse(int argc, char** argv) {
       a.window = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
+    else if (s == "--kv-splits")
+      a.kv_splits = parse_int(s, value(), 0, 64);
     else if (s == "--gemm-tile") {
       const std::string v = value();
       const size_t x = v.find('x');
