@@ -12,7 +12,11 @@ echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" | head -40
 echo "== tilefuse run (the example through the plan)"
 for args in "attention_small --check" "attention --bench --iters 20" "attention_causal --bench --iters 20" \
-  "attention_decode --check --bench --iters 50" "attention_decode_gqa --check --bench --iters 50"; do
+  "attention_decode --check --bench --iters 50" "attention_decode_gqa --check --bench --iters 50" \
+  "attention_decode_gqa --check --bench --iters 50 --pack-heads 1" \
+  "attention_decode_gqa --check --bench --iters 50 --kv-splits 4" \
+  "attention_decode_gqa --check --bench --iters 50 --pack-heads 1 --kv-splits 4" \
+  "attention_decode --check --bench --iters 50 --kv-splits 2"; do
   echo "-- tilefuse run $args"
   # shellcheck disable=SC2086
   timeout 60 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
