@@ -699,27 +699,58 @@ std::vector<Graph> decode_groups() {
     output("o", matmul(cast(softmax(s), DType::F16), v));
     out.push_back(std::move(g));
   }
+  {
+    Graph g("gqa_decode_window");  // keys within 20 positions before the query: a mask that reads its position
+    Tensor q = input(g, "q", {2, 2, 4, 1, 32}, DType::BF16);
+    Tensor k = input(g, "k", {2, 2, 1, 75, 32}, DType::BF16), v = input(g, "v", {2, 2, 1, 75, 32}, DType::BF16);
+    Tensor qi = iota(g, {1, 75}, 0) + 74.0, ki = iota(g, {1, 75}, 1);
+    Tensor s = matmul(q, k, {false, true, DType::F32}) * 0.2;
+    s = where(qi >= ki, where(qi - ki < 20.0, s, -INFINITY), -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("mqa_decode_80_heads_lse");  // 80 query heads of one K/V head: two 64-row tiles; the log-sum-exp too
+    Tensor q = input(g, "q", {2, 80, 1, 64}, DType::BF16);
+    Tensor k = input(g, "k", {2, 1, 150, 64}, DType::BF16), v = input(g, "v", {2, 1, 150, 64}, DType::BF16);
+    AttentionWithLse a = attention_with_lse(q, k, v, 0.125, true);
+    output("o", a.o);
+    output("lse", a.lse);
+    out.push_back(std::move(g));
+  }
   return out;
+}
+
+const Kernel* attention_kernel_of(const Plan& p) {
+  for (const Kernel& k : p.kernels)
+    if (k.kind == ScheduleKind::Attention) return &k;
+  return nullptr;
 }
 
 TEST(FusionAttention, PackedQueryHeadsShareABlock) {
   FusionOptions packed;
   packed.schedule.pack_heads = 1;
+  // (group, blocks: one per K/V head and 64 of its query heads)
+  const std::map<std::string, std::pair<int64_t, int64_t>> expected = {{"gqa_decode", {3, 4}},
+                                                                        {"mqa_decode_lengths_bias", {5, 3}},
+                                                                        {"gqa_decode_window", {4, 4}},
+                                                                        {"mqa_decode_80_heads_lse", {80, 4}}};
   for (const Graph& g : decode_groups()) {
     SCOPED_TRACE(g.name());
-    const int64_t group = g.name() == "gqa_decode" ? 3 : 5, kv_heads = g.name() == "gqa_decode" ? 4 : 3;
     const Plan p = plan_fusion(g, packed);
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
-    const Kernel* k = only_attention(p);
+    const Kernel* k = attention_kernel_of(p);
     ASSERT_NE(k, nullptr) << plan_report_text(p);
-    EXPECT_EQ(k->schedule.heads_per_block, group);
-    EXPECT_EQ(k->schedule.grid(), kv_heads);  // a block per K/V head: its query heads in one block
+    EXPECT_EQ(k->schedule.heads_per_block, expected.at(g.name()).first);
+    EXPECT_EQ(k->schedule.grid(), expected.at(g.name()).second);
     EXPECT_NE(k->schedule.describe().find("query heads that share one"), std::string::npos) << k->schedule.describe();
     const CompiledKernel c = compile_kernel(p.graph, *k);
     if (!find_ptxas().empty()) {
       EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
     }
-    EXPECT_EQ(only_attention(plan_fusion(g))->schedule.heads_per_block, 1) << "packing is asked for";
+    const Plan unpacked = plan_fusion(g);
+    ASSERT_NE(attention_kernel_of(unpacked), nullptr);
+    EXPECT_EQ(attention_kernel_of(unpacked)->schedule.heads_per_block, 1) << "packing is asked for";
   }
   // Where a block's rows would need different lengths (one per query head), or a head has several
   // queries, each query head keeps its block.
@@ -750,15 +781,9 @@ TEST(GpuAttention, PackedQueryHeadsMatchFloat64) {
       FusionOptions o;
       o.schedule.pack_heads = pack;
       const Plan p = plan_fusion(g, o);
-      ASSERT_NE(only_attention(p), nullptr);
+      ASSERT_NE(attention_kernel_of(p), nullptr);
       testing::check_on_gpu(p, seed);
     }
-}
-
-const Kernel* attention_kernel_of(const Plan& p) {
-  for (const Kernel& k : p.kernels)
-    if (k.kind == ScheduleKind::Attention) return &k;
-  return nullptr;
 }
 
 // Split-KV: the keys in ranges of whole key tiles, a block each, merged by the last block of
@@ -766,9 +791,11 @@ const Kernel* attention_kernel_of(const Plan& p) {
 // past a sequence's length are empty), and a causal prefill writing its log-sum-exp.
 std::vector<std::pair<Graph, int>> split_cases() {
   std::vector<std::pair<Graph, int>> out;
-  for (Graph& g : decode_groups()) out.emplace_back(std::move(g), 2);  // 90 and 130 keys: 2 and 3 tiles
-  out.emplace_back(cache_lengths_graph(), 4);  // 5 tiles of 300 keys: 2, 2, 1 and none
+  for (Graph& g : decode_groups()) out.emplace_back(std::move(g), 2);  // 75 to 150 keys: 2 or 3 tiles
+  out.emplace_back(cache_lengths_graph(), 3);  // 5 tiles of 300 keys: 2, 2, 1 (fewer with the lengths)
   out.emplace_back(with_lse(true), 2);
+  for (Graph& g : chains())  // Q in a shared ring and 32-key tiles; a padded head dimension
+    if (g.name() == "head_dim_256" || g.name() == "head_dim_96") out.emplace_back(std::move(g), 2);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "compiler/codegen/compile.h"
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/target.h"
+#include "compiler/dsl/autodiff.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/iteration_space.h"

@@ -425,7 +425,12 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
   s.key_limit = c->key_limit >= 0;
-  s.kv_splits = std::clamp<int64_t>(hints.kv_splits, 1, (c->n_kv + s.block_n - 1) / s.block_n);
+  // No more splits than key tiles, and none that the static count leaves always empty (5 tiles
+  // in 4 splits: 2, 2, 1 and none → 3 splits).
+  const int64_t tiles = (c->n_kv + s.block_n - 1) / s.block_n;
+  s.kv_splits = std::clamp<int64_t>(hints.kv_splits, 1, tiles);
+  const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
+  s.kv_splits = (tiles + per_split - 1) / per_split;
   k.totals = {};
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
     for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));

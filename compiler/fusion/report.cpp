@@ -258,7 +258,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
     if (s.contracts)
       j.field("batch", s.batch).field("m", s.m).field("n", s.n).field("k", s.k).field("block_m", s.block_m)
           .field("block_n", s.block_n).field("block_k", s.block_k).field("warps_m", s.warps_m).field("warps_n", s.warps_n);
-    if (s.attention) j.field("heads_per_block", s.heads_per_block);
+    if (s.attention) j.field("heads_per_block", s.heads_per_block).field("kv_splits", s.kv_splits);
     j.end_object();
     j.field("bytes_read", k.cost.bytes_read)
         .field("flops", k.cost.flops)

@@ -86,7 +86,7 @@ class AttentionProgram {
         s_.block_n > 128)
       throw Error(fmt::format("attention tiles of {}×{}: rows and keys per tile are multiples of 16 up to 128",
                               s_.block_m, s_.block_n));
-    if (s_.group < 1 || s_.batch_heads % s_.group != 0 || (s_.group > 1 && (s_.n_q != 1 || kv_heads() != block_heads())))
+    if (s_.group < 1 || s_.batch_heads % s_.group != 0 || (s_.group > 1 && (s_.n_q != 1 || !group_is_trailing())))
       throw Error(fmt::format("attention: {} query heads of {} queries cannot be packed {} to a block over {} K/V heads",
                               s_.batch_heads, s_.n_q, s_.group, kv_heads()));
     if (s_.kv_splits < 1 || s_.kv_splits > steps())
@@ -116,6 +116,17 @@ class AttentionProgram {
   // never stored.
   int64_t dp() const { return padded_head_dim(s_.d); }
   bool padded() const { return dp() != s_.d; }
+  // Packed heads need a group's query heads consecutive and sharing one K/V head: K and V
+  // broadcast along a trailing run of q's head axes whose product is the group.
+  bool group_is_trailing() const {
+    if (s_.lead.empty() || s_.kv_lead.size() != s_.lead.size()) return false;
+    int64_t trailing = 1;
+    size_t d = s_.lead.size();
+    while (d > 0 && s_.kv_lead[d - 1] == 1) trailing *= s_.lead[--d];
+    for (size_t e = 0; e < d; ++e)
+      if (s_.kv_lead[e] != s_.lead[e]) return false;
+    return trailing == s_.group;
+  }
   int64_t kv_heads() const {
     int64_t n = 1;
     for (int64_t e : s_.kv_lead) n *= e;
@@ -228,10 +239,6 @@ class AttentionProgram {
     const int m = b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc);
     const int l = b.tile_const(0, DType::F32, rows, Frag::Acc);
     const int two = b.index(2);
-    // The block's key tiles: its split's range (all of them unless split).
-    const int64_t per_split = (steps() + s_.kv_splits - 1) / s_.kv_splits;
-    const int lo = s_.kv_splits > 1 ? b.mul(split_, b.index(per_split)) : zero_;
-    copy_keys(b, lo, b.rem(lo, two));
     // The tiles to visit: all, or up to the one holding key query0 + block_m − 1 + offset.
     int hi = b.index(steps());
     if (s_.causal_offset) {  // (packed heads: every row is query 0)
@@ -244,7 +251,15 @@ class AttentionProgram {
       }));
       hi = b.min(hi, b.div(b.add(limit, b.index(s_.block_n - 1)), b.index(s_.block_n)));
     }
-    if (s_.kv_splits > 1) hi = b.min(hi, b.add(lo, b.index(per_split)));
+    // Split: the block's share of those tiles (cut at run time, after the mask's and the length's
+    // end, so that a short sequence still spreads over every split).
+    int lo = zero_;
+    if (s_.kv_splits > 1) {
+      const int per = b.div(b.add(hi, b.index(s_.kv_splits - 1)), b.index(s_.kv_splits));
+      lo = b.mul(split_, per);
+      hi = b.min(hi, b.add(lo, per));
+    }
+    copy_keys(b, lo, b.rem(lo, two));
     return b.for_loop(lo, hi, b.index(1), {o, m, l},
                       [&](Builder& in, int j, const std::vector<int>& c) {
                         // Tile j's copies done, and every thread past its reads of the other stage.

@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 11)) {
+  switch (pick(0, 9)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;

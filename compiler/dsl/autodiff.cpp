@@ -1,0 +1,264 @@
+#include "compiler/dsl/autodiff.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse::dsl {
+
+namespace {
+
+
+// Zeros of `shape` in `dtype` (finite whatever the graph's values).
+Tensor zeros(Graph& g, const Shape& shape, DType dtype) {
+  return shape.empty() ? constant(g, 0.0, dtype) : cast(iota(g, shape, 0) * 0.0, dtype);
+}
+
+// t (which broadcasts to the node's shape) summed down to `to`: over t's leading axes past `to`'s
+// rank, and over the axes where `to` is 1 and t is not. The result broadcasts to `to`.
+Tensor unbroadcast(Tensor t, const Shape& to) {
+  const Shape ts = t.shape();
+  const size_t lead = ts.size() > to.size() ? ts.size() - to.size() : 0;
+  if (lead > 0) {
+    std::vector<int> axes;
+    for (size_t d = 0; d < lead; ++d) axes.push_back(static_cast<int>(d));
+    t = sum(t, axes, false);
+  }
+  const Shape now = t.shape();
+  std::vector<int> ones;
+  for (size_t d = 0; d < now.size(); ++d) {
+    const size_t in_to = to.size() - now.size() + d;
+    if (now[d] != 1 && to[in_to] == 1) ones.push_back(static_cast<int>(d));
+  }
+  return ones.empty() ? t : sum(t, ones, true);
+}
+
+// A reduction's result as it broadcasts back over its operand: kept axes broadcast; without
+// keepdim only leading (or all) reduced axes line up.
+void check_broadcasts_back(const Node& n, const Shape& operand) {
+  if (n.keepdim || n.shape.empty()) return;
+  for (size_t i = 0; i < n.axes.size(); ++i)
+    if (n.axes[i] != static_cast<int>(i))
+      throw UnsupportedError(fmt::format(
+          "grad: %{} {} over axes [{}] of {} without keepdim: its gradient would need a reshape, which the graph "
+          "does not have (reduce with keepdim, or over leading axes)",
+          n.id, op_info(n.op).name, fmt::join(n.axes, ", "), shape_str(operand)));
+}
+
+class Backward {
+ public:
+  explicit Backward(Graph& g) : g_(g), users_(g.users()) {}
+
+  void seed(const Tensor& out, const Tensor& out_grad) {
+    if (!broadcasts_to(out_grad.shape(), out.shape()))
+      throw ShapeError(fmt::format("grad: an output gradient {} does not broadcast to its output {}",
+                                   shape_str(out_grad.shape()), shape_str(out.shape())));
+    accumulate(out.id(), out_grad);
+  }
+
+  // Every node before `end` (the forward graph), last first.
+  void run(NodeId end) {
+    for (NodeId id = end - 1; id >= 0; --id)
+      if (adj_.count(id)) node(g_.node(id), adj_.at(id));
+  }
+
+  Tensor result(const Tensor& x) {
+    const Shape shape = x.shape();
+    const DType dtype = x.dtype();
+    if (!adj_.count(x.id())) return zeros(g_, shape, dtype);
+    Tensor a = adj_.at(x.id());
+    if (a.shape() != shape) a = a + zeros(g_, shape, a.dtype());
+    return cast(a, dtype);
+  }
+
+ private:
+  Tensor t(NodeId id) { return Tensor(&g_, id); }
+
+  void accumulate(NodeId id, Tensor c) {
+    const DType dt = g_.node(id).dtype;
+    if (!is_float(dt)) return;
+    c = cast(c, dt);
+    auto it = adj_.find(id);
+    if (it == adj_.end()) adj_.emplace(id, c);
+    else it->second = it->second + c;
+  }
+  void to_operand(NodeId id, const Tensor& c) { accumulate(id, unbroadcast(c, g_.node(id).shape)); }
+
+  // Whether z = x − c(max(x)) reaches the graph only through expressions its shift cancels out
+  // of: softmax's exp(z) / h(Σ exp z) and log_softmax's z − log Σ exp z (the DSL's composites).
+  bool shift_cancels(NodeId z) const {
+    const Node& sub = g_.node(z);
+    const Node& shift = g_.node(sub.operands[1]);
+    NodeId max = shift.op == Op::ReduceMax ? shift.id : -1;
+    if (shift.op == Op::Where)
+      for (NodeId o : {shift.operands[1], shift.operands[2]})
+        if (g_.node(o).op == Op::ReduceMax) max = o;
+    if (max < 0 || g_.node(max).operands[0] != sub.operands[0] || !g_.node(max).keepdim || g_.is_output(z) ||
+        users_[static_cast<size_t>(z)].empty())
+      return false;
+    const std::vector<int>& axes = g_.node(max).axes;
+    auto is_sum_of = [&](NodeId r, NodeId e) {
+      const Node& n = g_.node(r);
+      return n.op == Op::ReduceSum && n.operands[0] == e && n.axes == axes && n.keepdim;
+    };
+    for (NodeId u : users_[static_cast<size_t>(z)]) {
+      const Node& un = g_.node(u);
+      if (un.op == Op::Sub && un.operands[0] == z) {  // log_softmax: z − log Σ exp z
+        const Node& lg = g_.node(un.operands[1]);
+        if (lg.op != Op::Log) return false;
+        const Node& r = g_.node(lg.operands[0]);
+        if (g_.is_output(r.id) || users_[static_cast<size_t>(r.id)].size() != 1) return false;
+        const Node& e = g_.node(r.operands[0]);
+        if (e.op != Op::Exp || e.operands[0] != z || !is_sum_of(r.id, e.id)) return false;
+        continue;
+      }
+      if (un.op != Op::Exp || g_.is_output(u)) return false;
+      for (NodeId v : users_[static_cast<size_t>(u)]) {  // softmax: exp z / h(Σ exp z)
+        const Node& vn = g_.node(v);
+        if (is_sum_of(v, u)) {
+          if (g_.is_output(v)) return false;
+          for (NodeId w : users_[static_cast<size_t>(v)]) {
+            const Node& wn = g_.node(w);
+            const bool divisor = (wn.op == Op::Div && wn.operands[0] == u) ||
+                                 (wn.op == Op::Max && g_.node(wn.operands[1]).op == Op::Constant && !g_.is_output(w) &&
+                                  std::all_of(users_[static_cast<size_t>(w)].begin(), users_[static_cast<size_t>(w)].end(),
+                                              [&](NodeId x) {
+                                                const Node& xn = g_.node(x);
+                                                return xn.op == Op::Div && xn.operands[0] == u;
+                                              }));
+            const bool logsum = wn.op == Op::Log;  // (checked from the Sub above)
+            if (!divisor && !logsum) return false;
+          }
+        } else if (!(vn.op == Op::Div && vn.operands[0] == u)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  void node(const Node n, const Tensor gy) {  // (by value: appending invalidates references)
+    if (n.op == Op::Input || n.op == Op::Constant || n.op == Op::Iota) return;
+    const Tensor y = t(n.id);
+    auto x = [&](size_t i) { return t(n.operands.at(i)); };
+    switch (n.op) {
+      case Op::Neg:
+        return to_operand(n.operands[0], -gy);
+      case Op::Abs:
+        return to_operand(n.operands[0], where(x(0) > 0.0, gy, where(x(0) < 0.0, -gy, 0.0)));
+      case Op::Exp:
+        return to_operand(n.operands[0], gy * y);
+      case Op::Exp2:
+        return to_operand(n.operands[0], gy * y * M_LN2);
+      case Op::Log:
+        return to_operand(n.operands[0], gy / x(0));
+      case Op::Sqrt:
+        return to_operand(n.operands[0], gy * 0.5 / y);
+      case Op::Rsqrt:
+        return to_operand(n.operands[0], gy * -0.5 * y * y * y);
+      case Op::Tanh:
+        return to_operand(n.operands[0], gy * (1.0 - y * y));
+      case Op::Erf:
+        return to_operand(n.operands[0], gy * (2.0 / std::sqrt(M_PI)) * exp(-(x(0) * x(0))));
+      case Op::Sigmoid:
+        return to_operand(n.operands[0], gy * y * (1.0 - y));
+      case Op::Relu:
+        return to_operand(n.operands[0], where(x(0) > 0.0, gy, 0.0));
+      case Op::Gelu: {  // Φ(x) + x·φ(x)
+        const Tensor v = x(0);
+        const Tensor cdf = (erf(v * M_SQRT1_2) + 1.0) * 0.5;
+        const Tensor pdf = exp(v * v * -0.5) * (1.0 / std::sqrt(2 * M_PI));
+        return to_operand(n.operands[0], gy * (cdf + v * pdf));
+      }
+      case Op::GeluTanh: {  // ½(1 + t) + ½x(1 − t²)·k(1 + 3·0.044715x²), t = tanh(k(x + 0.044715x³))
+        const Tensor v = x(0);
+        const double k = std::sqrt(2 / M_PI);
+        const Tensor th = tanh((v + v * v * v * 0.044715) * k);
+        const Tensor d = (th + 1.0) * 0.5 + v * 0.5 * (1.0 - th * th) * ((v * v * (3 * 0.044715) + 1.0) * k);
+        return to_operand(n.operands[0], gy * d);
+      }
+      case Op::Cast:
+        return to_operand(n.operands[0], gy);
+      case Op::Add:
+        to_operand(n.operands[0], gy);
+        return to_operand(n.operands[1], gy);
+      case Op::Sub:
+        to_operand(n.operands[0], gy);
+        if (!shift_cancels(n.id)) to_operand(n.operands[1], -gy);
+        return;
+      case Op::Mul:
+        to_operand(n.operands[0], gy * x(1));
+        return to_operand(n.operands[1], gy * x(0));
+      case Op::Div:
+        to_operand(n.operands[0], gy / x(1));
+        return to_operand(n.operands[1], -(gy * y) / x(1));
+      case Op::Max:
+      case Op::Min: {  // ties to the first
+        const Tensor first = n.op == Op::Max ? x(0) >= x(1) : x(0) <= x(1);
+        to_operand(n.operands[0], where(first, gy, 0.0));
+        return to_operand(n.operands[1], where(first, 0.0, gy));
+      }
+      case Op::Pow:
+        to_operand(n.operands[0], gy * x(1) * pow(x(0), x(1) - 1.0));
+        if (g_.node(n.operands[1]).op != Op::Constant) to_operand(n.operands[1], gy * y * log(x(0)));
+        return;
+      case Op::Where:
+        to_operand(n.operands[1], where(x(0), gy, 0.0));
+        return to_operand(n.operands[2], where(x(0), 0.0, gy));
+      case Op::ReduceSum:
+        check_broadcasts_back(n, g_.node(n.operands[0]).shape);
+        return accumulate(n.operands[0], gy);
+      case Op::ReduceMax:
+      case Op::ReduceMin: {  // the extremes share the gradient
+        check_broadcasts_back(n, g_.node(n.operands[0]).shape);
+        const Tensor hit = cast(eq(x(0), y), n.dtype);
+        return accumulate(n.operands[0], gy * hit / sum(hit, n.axes, true));
+      }
+      case Op::MatMul:
+        return matmul_grads(n, gy);
+      default:
+        return;  // comparisons: no gradient
+    }
+  }
+
+  // C = op(a)·op(b): dA = dC·op(b)ᵀ, dB = op(a)ᵀ·dC (transposed back where an operand is stored
+  // transposed), in the operands' dtype, summed over broadcast batch axes.
+  void matmul_grads(const Node& n, Tensor gc) {
+    const NodeId a = n.operands[0], b = n.operands[1];
+    const DType dt = g_.node(a).dtype;
+    if (gc.shape() != n.shape) gc = gc + zeros(g_, n.shape, gc.dtype());
+    gc = cast(gc, dt);
+    const bool ta = n.transpose_a, tb = n.transpose_b;
+    const Tensor ga = !ta ? matmul(gc, t(b), {false, !tb, dt}) : matmul(t(b), gc, {tb, true, dt});
+    const Tensor gb = !tb ? matmul(t(a), gc, {!ta, false, dt}) : matmul(gc, t(a), {true, ta, dt});
+    to_operand(a, ga);
+    to_operand(b, gb);
+  }
+
+  Graph& g_;
+  const std::vector<std::vector<NodeId>> users_;
+  std::map<NodeId, Tensor> adj_;
+};
+
+}  // namespace
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& output_grads,
+                         const std::vector<Tensor>& wrt) {
+  if (outputs.empty() || outputs.size() != output_grads.size())
+    throw ShapeError(fmt::format("grad: {} outputs and {} output gradients", outputs.size(), output_grads.size()));
+  Graph& g = outputs[0].graph();
+  const NodeId end = static_cast<NodeId>(g.nodes().size());
+  Backward back(g);
+  for (size_t i = 0; i < outputs.size(); ++i) back.seed(outputs[i], output_grads[i]);
+  back.run(end);
+  std::vector<Tensor> out;
+  for (const Tensor& x : wrt) out.push_back(back.result(x));
+  return out;
+}
+
+}  // namespace tilefuse::dsl

@@ -1,0 +1,191 @@
+// Reverse-mode gradients (compiler/dsl/autodiff.h) against float64 finite differences of the same
+// graph's forward outputs, both through the reference executor without rounding: every op's
+// rule, broadcasts, reductions, the composites, matmuls with transposes and broadcast batches,
+// an attention chain, and the fuzzer's random graphs.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "compiler/dsl/autodiff.h"
+#include "compiler/dsl/dsl.h"
+#include "compiler/graph/reference.h"
+#include "compiler/support/error.h"
+#include "tests/test_util.h"
+#include "tools/fuzz/random_graph.h"
+
+namespace tilefuse {
+namespace {
+using namespace dsl;
+
+// L = Σᵢ Σ yᵢ · dyᵢ with dyᵢ random inputs of yᵢ's shape; its gradient with respect to each of
+// `wrt` (graph inputs) from grad(), against (L(x + h) − L(x − h)) / 2h at up to 8 elements of
+// each, h 1e-3 and 2.5e-4 (an element whose two differences disagree sits on a kink — a relu's 0,
+// a max's tie — and is skipped; most must be checked). Returns the elements checked.
+int check_gradients(Graph& g, const std::vector<Tensor>& ys, const std::vector<Tensor>& wrt, uint64_t seed) {
+  std::vector<Tensor> dys;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    output(fmt::format("y{}", i), ys[i]);
+    dys.push_back(input(g, fmt::format("dy{}", i), ys[i].shape(), ys[i].dtype()));
+  }
+  const std::vector<Tensor> dxs = grad(ys, dys, wrt);
+  for (size_t j = 0; j < dxs.size(); ++j) {
+    EXPECT_EQ(dxs[j].shape(), wrt[j].shape());
+    EXPECT_EQ(dxs[j].dtype(), wrt[j].dtype());
+    output(fmt::format("dx{}", j), dxs[j]);
+  }
+  verify(g);
+  ReferenceOptions exact;
+  exact.rounded.assign(g.nodes().size(), false);
+  TensorMap in = random_inputs(g, seed);
+  auto loss = [&](const TensorMap& m) {
+    auto r = reference_run(g, m, exact);
+    double l = 0;
+    for (size_t i = 0; i < ys.size(); ++i) {
+      const std::vector<double>& y = r.at(fmt::format("y{}", i));
+      const std::vector<double> dy = m.at(fmt::format("dy{}", i)).to_doubles();
+      for (size_t k = 0; k < y.size(); ++k) l += y[k] * dy[k];
+    }
+    return l;
+  };
+  const auto at = reference_run(g, in, exact);
+  std::mt19937_64 rng(seed);
+  int checked = 0, sampled = 0;
+  for (size_t j = 0; j < wrt.size(); ++j) {
+    const std::string name = wrt[j].node().name;
+    const std::vector<double>& analytic = at.at(fmt::format("dx{}", j));
+    const TensorData original = in.at(name);
+    const std::vector<double> x = original.to_doubles();
+    for (int s = 0; s < std::min<int>(8, static_cast<int>(x.size())); ++s) {
+      const size_t e = std::uniform_int_distribution<size_t>(0, x.size() - 1)(rng);
+      auto difference = [&](double h) {
+        std::vector<double> v = x;
+        v[e] = x[e] + h;
+        in[name] = TensorData::from_doubles(original.dtype, original.shape, v);
+        const double hi = in[name].to_doubles()[e], l_hi = loss(in);
+        v[e] = x[e] - h;
+        in[name] = TensorData::from_doubles(original.dtype, original.shape, v);
+        const double lo = in[name].to_doubles()[e], l_lo = loss(in);
+        in[name] = original;
+        return (l_hi - l_lo) / (hi - lo);
+      };
+      const double coarse = difference(1e-3), fine = difference(2.5e-4);
+      ++sampled;
+      if (std::abs(coarse - fine) > 1e-3 * (1 + std::abs(fine))) continue;  // a kink between
+      ++checked;
+      EXPECT_NEAR(analytic[e], fine, 2e-4 * (1 + std::abs(fine))) << "d/d " << name << "[" << e << "]";
+    }
+  }
+  EXPECT_GE(checked, sampled * 3 / 4) << "most elements lie on no kink";
+  return checked;
+}
+
+TEST(Autodiff, ElementwiseOps) {
+  Graph g("unary");
+  Tensor x = input(g, "x", {3, 7});
+  const Tensor a = abs(x);
+  check_gradients(g,
+                  {-x, a, exp(tanh(x)), log(a + 0.5), sqrt(a + 0.25), rsqrt(a + 0.25), tanh(x), erf(x), sigmoid(x),
+                   relu(x), gelu(x), gelu(x, GeluApprox::Tanh), exp2(tanh(x)), pow(a + 0.5, 1.5), x / 3.0,
+                   cast(cast(x, DType::BF16), DType::F32)},
+                  {x}, testing::test_seed());
+}
+
+TEST(Autodiff, BroadcastsAndBinaryOps) {
+  Graph g("binary");
+  Tensor a = input(g, "a", {4, 1, 5}), b = input(g, "b", {3, 5}), c = input(g, "c", {5});
+  check_gradients(g,
+                  {a + b, a - b * c, a / (abs(b) + 0.5), max(a, b), min(a, c), pow(abs(a) + 0.5, tanh(b)),
+                   where(a > b, a * c, b), max(b, 0.25)},
+                  {a, b, c}, testing::test_seed());
+}
+
+TEST(Autodiff, Reductions) {
+  Graph g("reductions");
+  Tensor x = input(g, "x", {4, 6, 5});
+  check_gradients(g,
+                  {sum(x, {2}, true) * x, sum(x, {0}), amax(x, {1}, true), amin(x, {0, 1}, true), mean(x, {0, 1, 2}),
+                   sum(sum(x * x, {2}, true), {1}, true)},
+                  {x}, testing::test_seed());
+}
+
+// A trailing reduction without keepdim would need a reshape to broadcast back: refused, named.
+TEST(Autodiff, RefusesWhatNeedsAReshape) {
+  Graph g("reshape");
+  Tensor x = input(g, "x", {4, 6});
+  Tensor y = sum(x, {1});
+  EXPECT_THROW(grad({y}, {input(g, "dy", {4})}, {x}), UnsupportedError);
+  EXPECT_THROW(grad({y}, {input(g, "dz", {5})}, {x}), ShapeError);
+}
+
+// softmax, log_softmax, layernorm, RMSNorm through their primitives; the max a softmax subtracts
+// passes no gradient (no subgradient of it is built), while x − max(x) written as an output
+// keeps the max's gradient.
+TEST(Autodiff, Composites) {
+  Graph g("composites");
+  Tensor x = input(g, "x", {5, 9}), w = input(g, "w", {9}), b = input(g, "b", {9});
+  check_gradients(g, {softmax(x * 2.0), log_softmax(x), layernorm(x, w, b), rmsnorm(x, w), x - amax(x, {1}, true)},
+                  {x, w, b}, testing::test_seed());
+  for (bool log : {false, true}) {
+    Graph s("softmax_only");
+    Tensor v = input(s, "v", {3, 8});
+    Tensor y = log ? log_softmax(v) : softmax(v);
+    const size_t forward = s.nodes().size();
+    grad({y}, {input(s, "dy", {3, 8})}, {v});
+    for (size_t id = forward; id < s.nodes().size(); ++id)
+      EXPECT_NE(s.nodes()[id].op, Op::Eq) << (log ? "log_softmax" : "softmax") << ": a subgradient of the subtracted max";
+  }
+}
+
+TEST(Autodiff, MatMuls) {
+  Graph g("matmuls");
+  Tensor a = input(g, "a", {2, 3, 4}), b = input(g, "b", {4, 5}), bt = input(g, "bt", {5, 4});
+  Tensor at = input(g, "at", {2, 4, 3}), a1 = input(g, "a1", {1, 3, 4}), b2 = input(g, "b2", {2, 4, 5});
+  check_gradients(g,
+                  {matmul(a, b), matmul(a, bt, {false, true}), matmul(at, b, {true, false}), matmul(at, bt, {true, true}),
+                   matmul(a1, b2), gelu(matmul(a, b)) * 0.5},
+                  {a, b, bt, at, a1, b2}, testing::test_seed());
+}
+
+// softmax(q·kᵀ·scale, causal)·v written in f32 primitives: the two products' transposes, the
+// mask's where and the softmax together (the attention backward's graph).
+TEST(Autodiff, AttentionChain) {
+  Graph g("attention");
+  Tensor q = input(g, "q", {2, 6, 4}), k = input(g, "k", {2, 7, 4}), v = input(g, "v", {2, 7, 3});
+  Tensor s = matmul(q, k, {false, true}) * 0.5;
+  s = where(iota(g, {6, 7}, 0) + 1.0 >= iota(g, {6, 7}, 1), s, -INFINITY);
+  check_gradients(g, {matmul(softmax(s), v)}, {q, k, v}, testing::test_seed());
+}
+
+// The fuzzer's random graphs (f32 inputs; graphs whose gradient needs a reshape are refused by
+// name and skipped).
+TEST(Autodiff, RandomGraphs) {
+  fuzz::RandomGraphOptions ro;
+  ro.max_elements = 512;
+  ro.long_rows = 0;
+  ro.attention = 0;
+  int graphs = 0, refused = 0;
+  const uint64_t seed = testing::test_seed();
+  for (uint64_t s = 1; s <= 300 && graphs < 12; ++s) {
+    Graph g = fuzz::random_graph(s, ro);
+    std::vector<Tensor> ys, wrt;
+    for (const GraphOutput& o : g.outputs())
+      if (g.node(o.node).dtype != DType::Bool) ys.push_back(Tensor(&g, o.node));
+    for (NodeId id : g.inputs())
+      if (g.node(id).dtype == DType::F32) wrt.push_back(Tensor(&g, id));
+    if (ys.empty() || wrt.empty()) continue;
+    SCOPED_TRACE(fmt::format("fuzz graph {}", s));
+    try {
+      check_gradients(g, ys, wrt, seed + s);
+      ++graphs;
+    } catch (const UnsupportedError&) {
+      ++refused;
+    }
+  }
+  EXPECT_GE(graphs, 8) << refused << " refused";
+}
+
+}  // namespace
+}  // namespace tilefuse
