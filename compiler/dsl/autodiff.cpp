@@ -14,10 +14,9 @@ namespace tilefuse::dsl {
 namespace {
 
 
-// Zeros of `shape` in `dtype` (finite whatever the graph's values).
-Tensor zeros(Graph& g, const Shape& shape, DType dtype) {
-  return shape.empty() ? constant(g, 0.0, dtype) : cast(iota(g, shape, 0) * 0.0, dtype);
-}
+// v broadcast to `like`'s shape: a where whose two branches are v (the condition only lends its
+// shape; finite whatever like holds — v + 0·like would not be).
+Tensor broadcast_like(const Tensor& v, const Tensor& like) { return where(eq(like, like), v, v); }
 
 // t (which broadcasts to the node's shape) summed down to `to`: over t's leading axes past `to`'s
 // rank, and over the axes where `to` is 1 and t is not. The result broadcasts to `to`.
@@ -70,9 +69,9 @@ class Backward {
   Tensor result(const Tensor& x) {
     const Shape shape = x.shape();
     const DType dtype = x.dtype();
-    if (!adj_.count(x.id())) return zeros(g_, shape, dtype);
+    if (!adj_.count(x.id())) return where(eq(x, x), 0.0, 0.0, dtype);  // L does not depend on x
     Tensor a = adj_.at(x.id());
-    if (a.shape() != shape) a = a + zeros(g_, shape, a.dtype());
+    if (a.shape() != shape) a = broadcast_like(a, x);
     return cast(a, dtype);
   }
 
@@ -231,7 +230,7 @@ class Backward {
   void matmul_grads(const Node& n, Tensor gc) {
     const NodeId a = n.operands[0], b = n.operands[1];
     const DType dt = g_.node(a).dtype;
-    if (gc.shape() != n.shape) gc = gc + zeros(g_, n.shape, gc.dtype());
+    if (gc.shape() != n.shape) gc = broadcast_like(gc, t(n.id));
     gc = cast(gc, dt);
     const bool ta = n.transpose_a, tb = n.transpose_b;
     const Tensor ga = !ta ? matmul(gc, t(b), {false, !tb, dt}) : matmul(t(b), gc, {tb, true, dt});
