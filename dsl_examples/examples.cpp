@@ -16,6 +16,7 @@ Graph rmsnorm_graph(const std::string& name, int64_t rows, int64_t cols, DType d
 Graph column_sum_graph(DType dtype);
 Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
 Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
+Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, int64_t hidden, DType dtype);
 Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_kv,
                              int64_t d);
 
@@ -78,6 +79,11 @@ const std::vector<Example>& examples() {
       {"attention_decode_gqa", "one query per head, 4 query heads per K/V head: q bf16[8, 8, 4, 1, 128], k, v "
        "[8, 8, 1, 32768, 128]",
        [] { return attention_decode_graph("attention_decode_gqa", 8, 32, 8, 32768, 128); }, "attention_decode"},
+      {"mlp_train", "y = gelu(x·W1 + b1)·W2 and, given dL/dy, dx, dW1, db1, dW2 from dsl::grad: x bf16[8192, 4096], "
+       "W1 [4096, 16384]",
+       [] { return mlp_train_graph("mlp_train", 8192, 4096, 16384, DType::BF16); }},
+      {"mlp_train_small", "the same step at x bf16[64, 96], W1 [96, 160]: small enough to check against float64",
+       [] { return mlp_train_graph("mlp_train_small", 64, 96, 160, DType::BF16); }, "mlp_train"},
   };
   return all;
 }
