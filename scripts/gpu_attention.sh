@@ -16,6 +16,7 @@ for args in "attention_small --check" "attention --bench --iters 20" "attention_
   "attention_decode_gqa --check --bench --iters 50 --pack-heads 1" \
   "attention_decode_gqa --check --bench --iters 50 --kv-splits 4" \
   "attention_decode_gqa --check --bench --iters 50 --pack-heads 1 --kv-splits 4" \
+  "attention_decode_gqa --check --bench --iters 50 --pack-heads 1 --kv-splits auto" \
   "attention_decode --check --bench --iters 50 --kv-splits 2"; do
   echo "-- tilefuse run $args"
   # shellcheck disable=SC2086

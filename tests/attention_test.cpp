@@ -831,6 +831,36 @@ TEST(FusionAttention, SplitKeysMergeInTheLastBlock) {
   EXPECT_EQ(attention_kernel_of(p)->schedule.kv_splits, 2);
 }
 
+// --kv-splits auto: the fewest splits that fill the device's block slots (132 SMs × 2) where the
+// heads alone leave them idle, at least 8 key tiles each; none where the heads fill them.
+TEST(FusionAttention, SplitsFollowTheDevice) {
+  struct Case {
+    int64_t batch, q_heads, kv_heads, keys;
+    bool pack;
+    int64_t splits;
+  };
+  for (const Case& c : std::vector<Case>{{8, 32, 8, 32768, true, 4},    // 64 blocks → 256
+                                         {1, 64, 8, 131072, true, 30},  // 8 → 240
+                                         {8, 32, 32, 4096, false, 1},   // 256 blocks already
+                                         {1, 32, 32, 131072, false, 8}, // 32 → 256
+                                         {1, 8, 8, 1000, false, 2}}) {  // 16 key tiles, 8 per split at least
+    SCOPED_TRACE(fmt::format("B{} Hq{} Hkv{} L{}", c.batch, c.q_heads, c.kv_heads, c.keys));
+    Graph g("decode");
+    Tensor q = input(g, "q", {c.batch, c.kv_heads, c.q_heads / c.kv_heads, 1, 128}, DType::BF16);
+    Tensor k = input(g, "k", {c.batch, c.kv_heads, 1, c.keys, 128}, DType::BF16);
+    Tensor v = input(g, "v", {c.batch, c.kv_heads, 1, c.keys, 128}, DType::BF16);
+    output("o", attention(q, k, v, 0.088));
+    FusionOptions o;
+    o.schedule.kv_splits = -1;
+    o.schedule.pack_heads = c.pack;
+    const Plan p = plan_fusion(g, o);
+    const Kernel* kernel = attention_kernel_of(p);
+    ASSERT_NE(kernel, nullptr) << plan_report_text(p);
+    EXPECT_EQ(kernel->schedule.kv_splits, c.splits);
+    EXPECT_NE(kernel->schedule.describe().find("split-KV for the device"), std::string::npos) << kernel->schedule.describe();
+  }
+}
+
 // Each case run twice through one executable: the last block resets its counter for the next
 // launch. Lengths of 0 leave every range empty.
 TEST(GpuAttention, SplitKeysMatchFloat64) {

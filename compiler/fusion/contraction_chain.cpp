@@ -371,6 +371,19 @@ int64_t heads_per_group(const Graph& g, const ContractionChain& c) {
   return group;
 }
 
+// The attention kernel asks ptxas for two blocks per SM (tir::AttentionProgram).
+constexpr int kAttentionBlocksPerSm = 2;
+
+// Split-KV for the device: the fewest splits whose blocks fill 90 % of the SMs' block slots (one
+// wave), where the heads and query tiles alone leave them idle — decode's one query per head —
+// with at least 8 key tiles per split so that the merge stays small beside the loop.
+int64_t splits_for_device(const TileSchedule& s, int64_t tiles, const DeviceProfile& p) {
+  const int64_t blocks = s.batch * s.m_blocks(), slots = int64_t{p.sm_count} * kAttentionBlocksPerSm;
+  int64_t splits = 1;
+  while (blocks * splits < slots * 9 / 10 && (splits + 1) * 8 <= tiles) ++splits;
+  return splits;
+}
+
 bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
                       std::string* why) {
   const NodeId out = attention_output(g, k);
@@ -428,7 +441,8 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   // No more splits than key tiles, and none that the static count leaves always empty (5 tiles
   // in 4 splits: 2, 2, 1 and none → 3 splits).
   const int64_t tiles = (c->n_kv + s.block_n - 1) / s.block_n;
-  s.kv_splits = std::clamp<int64_t>(hints.kv_splits, 1, tiles);
+  s.kv_splits = std::clamp<int64_t>(hints.kv_splits < 0 ? splits_for_device(s, tiles, p) : hints.kv_splits, 1, tiles);
+  if (hints.kv_splits < 0) s.block_slots = int64_t{p.sm_count} * kAttentionBlocksPerSm;
   const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
   s.kv_splits = (tiles + per_split - 1) / per_split;
   k.totals = {};

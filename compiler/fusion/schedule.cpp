@@ -56,7 +56,12 @@ std::string TileSchedule::describe() const {
             (kv_splits > 1 ? fmt::format("; the keys split {} ways (split-KV), each part's output, max and sum merged "
                                          "by the last block of its query tile through the workspace",
                                          kv_splits)
-                           : ""));
+                           : "") +
+            (block_slots > 0 ? fmt::format("; split-KV for the device: {} blocks of heads and query tiles for its {} "
+                                           "block slots{}",
+                                           batch * m_blocks(), block_slots,
+                                           kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
+                             : ""));
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "

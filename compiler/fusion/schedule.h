@@ -90,6 +90,7 @@ struct TileSchedule {
   // unnormalized output, max and sum to the workspace, and the last of a tile's blocks to arrive
   // merges them and writes O.
   int64_t kv_splits = 1;
+  int64_t block_slots = 0;  // split-KV chosen for the device: the block slots the splits fill (for the report)
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;
@@ -179,7 +180,9 @@ struct ScheduleHints {
   // block per query head.
   int pack_heads = 0;
   // Attention's keys split into this many ranges, a block each, merged by the last (split-KV;
-  // TileSchedule::kv_splits); 0 or 1 (the default until the GPU has checked and timed it): none.
+  // TileSchedule::kv_splits); -1: as many as fill the SMs' block slots where the heads and query
+  // tiles leave them idle (decode); 0 or 1 (the default until the GPU has checked and timed it):
+  // none.
   int kv_splits = 0;
 };
 

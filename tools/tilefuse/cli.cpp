@@ -96,9 +96,10 @@ common options:
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 0
                                until measured)
-  --kv-splits N                schedule override: attention's keys split into N ranges of key
+  --kv-splits N|auto           schedule override: attention's keys split into N ranges of key
                                tiles, a block each, merged through a workspace (split-KV, for
-                               decode's few heads; default 1 until measured)
+                               decode's few heads); auto: as many as fill the SMs (default 1
+                               until measured)
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
                                each; default 128x128), over 2×4 warps
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
@@ -256,8 +257,10 @@ Args parse(int argc, char** argv) {
       a.window = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
-    else if (s == "--kv-splits")
-      a.kv_splits = parse_int(s, value(), 0, 64);
+    else if (s == "--kv-splits") {
+      const std::string v = value();
+      a.kv_splits = v == "auto" ? -1 : parse_int(s, v, 0, 64);
+    }
     else if (s == "--gemm-tile") {
       const std::string v = value();
       const size_t x = v.find('x');
