@@ -192,7 +192,8 @@ TEST(Autodiff, RandomGraphs) {
 }
 
 // Backward graphs are graphs: layernorm's (row reductions and the dw, db column sums), an MLP's
-// in bf16 (transposed matmuls, GELU's derivative, the bias gradient), softmax's — planned,
+// in bf16 (transposed matmuls, GELU's derivative, the bias gradient), a causal attention's (its
+// mask's iotas in pointwise kernels, the scores written), softmax's — planned,
 // consistent, compiled; on a GPU each plan is checked against the float64 reference.
 TEST(Autodiff, BackwardGraphsPlanAndRun) {
   std::vector<Graph> graphs;
@@ -212,6 +213,18 @@ TEST(Autodiff, BackwardGraphsPlanAndRun) {
     Tensor y = matmul(gelu(matmul(x, w1) + b1), w2);
     const std::vector<Tensor> d = grad({y}, {input(g, "dy", {32, 32}, DType::BF16)}, {x, w1, b1, w2});
     for (size_t i = 0; i < d.size(); ++i) output(fmt::format("d{}", i), d[i]);
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("causal_attention_backward");  // the mask's iotas in pointwise kernels (unfused backward)
+    Tensor q = input(g, "q", {2, 3, 50, 32}, DType::BF16), k = input(g, "k", {2, 3, 70, 32}, DType::BF16);
+    Tensor v = input(g, "v", {2, 3, 70, 32}, DType::BF16);
+    Tensor o = attention(q, k, v, 0.18, true);
+    const std::vector<Tensor> d = grad({o}, {input(g, "do", {2, 3, 50, 32}, DType::BF16)}, {q, k, v});
+    output("o", o);
+    output("dq", d[0]);
+    output("dk", d[1]);
+    output("dv", d[2]);
     graphs.push_back(std::move(g));
   }
   {

@@ -9,6 +9,8 @@
 #include <random>
 
 #include "compiler/codegen/compile.h"
+#include "compiler/fusion/plan_check.h"
+#include "compiler/tile/ir.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/report.h"
@@ -532,6 +534,31 @@ TEST(GpuReduce, ClusterSizes) {
     EXPECT_EQ(p.kernels[0].schedule.cluster_blocks, threads ? 65536 / 32 / threads : 1);
     if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
   }
+}
+
+// Iotas in pointwise kernels: each element's index along the iota's axis from its index in the
+// domain — row-tiled, flat over an odd count, broadcast over a batch, a middle axis — as masks and
+// as values, against float64 (compiled everywhere; run where a GPU is present).
+TEST(Gpu, IotasInPointwiseKernels) {
+  Graph g("iotas");
+  Tensor x = input(g, "x", {3, 100, 90});
+  output("causal", where(iota(g, {100, 90}, 0) + 5.0 >= iota(g, {100, 90}, 1), x, 0.0));
+  output("rows", x * iota(g, {3, 100, 90}, 1));
+  output("batch", x + iota(g, {3, 1, 1}, 0));
+  Tensor y = input(g, "y", {16, 64}, DType::BF16);
+  output("band", where(iota(g, {16, 64}, 1) - iota(g, {16, 64}, 0) < 8.0, y, 0.0));
+  const Plan p = plan_fusion(g);
+  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+  for (const Kernel& k : p.kernels) {
+    EXPECT_EQ(k.kind, ScheduleKind::Pointwise);
+    const CompiledKernel c = compile_kernel(p.graph, k);
+    EXPECT_NE(c.tile_ir.find(" iota "), std::string::npos) << c.tile_ir;
+    EXPECT_EQ(tir::print_program(tir::parse_program(c.tile_ir)), c.tile_ir);  // the linear form round-trips
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+    }
+  }
+  if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
 }
 
 }  // namespace

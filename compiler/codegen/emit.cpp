@@ -499,9 +499,27 @@ class Emitter {
   void in_bounds(const Inst& i) {
     positions(i, [&](Value* at) { return b_.CreateICmpULT(at, one(i.args[1])); });
   }
-  // offset + each element's position along the axis, as f32 (exact below 2^24).
+  // offset + each element's position along the axis, as f32 (exact below 2^24); the linear form:
+  // ((row0 + row)·stride + col0 + col) / div % mod.
   void iota(const Inst& i) {
-    positions(i, [&](Value* at) { return b_.CreateUIToFP(at, b_.getFloatTy()); });
+    if (i.args.size() == 1) {
+      positions(i, [&](Value* at) { return b_.CreateUIToFP(at, b_.getFloatTy()); });
+      return;
+    }
+    const Type& t = type(i.results[0]);
+    auto constant = [&](int64_t v) { return llvm::ConstantInt::get(index_ty(), static_cast<uint64_t>(v)); };
+    std::vector<Value*> out;
+    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+      for (int e1 = 0; e1 < slots(t, 1); ++e1) {
+        Value* row = one(i.args[0]);
+        if (t.shape[0] != 1) row = b_.CreateAdd(row, b_.CreateZExt(position(t, 0, e0), index_ty()));
+        Value* col = one(i.args[1]);
+        if (t.shape[1] != 1) col = b_.CreateAdd(col, b_.CreateZExt(position(t, 1, e1), index_ty()));
+        Value* at = b_.CreateAdd(b_.CreateMul(row, constant(i.iota_stride)), col);
+        if (i.iota_div > 1) at = b_.CreateUDiv(at, constant(i.iota_div));
+        out.push_back(b_.CreateUIToFP(b_.CreateURem(at, constant(i.iota_mod)), b_.getFloatTy()));
+      }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
   // Along an axis no two threads share (threads[axis] == 1): the thread's own elements combined

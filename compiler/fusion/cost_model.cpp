@@ -108,6 +108,11 @@ bool is_member(const Kernel& k, NodeId n) { return std::binary_search(k.nodes.be
 // Node n's own legality in kernel k (whose domain is set): it broadcasts into the domain, and no
 // operand of it in the kernel is a reduction that dropped its axes.
 bool node_fits(const Graph& g, const Kernel& k, NodeId n, std::string* why) {
+  if (g.node(n).op == Op::Iota && k.kind != ScheduleKind::Pointwise) {  // (attention kernels take theirs)
+    *why = fmt::format("%{} iota is computed in pointwise and attention kernels only: a {} kernel reads it", n,
+                       schedule_kind_name(k.kind));
+    return false;
+  }
   if (!broadcasts_to(aligned_shape(g, n, k), k.domain)) {
     *why = fmt::format("%{} {} does not broadcast into the kernel's domain {}", n, shape_str(g.node(n).shape),
                        shape_str(k.domain));

@@ -51,6 +51,8 @@ Program pointwise(const Graph& g, const Kernel& k) {
   p.layout = layout_of(s);
   p.grid = {s.grid()};
   p.wide_indices = s.wide_indices();
+  for (NodeId id : k.nodes)  // an iota's linear index runs over the domain's elements
+    p.wide_indices |= g.node(id).op == Op::Iota && num_elements(k.domain) > INT32_MAX;
   std::vector<Shape> shapes;
   for (NodeId id : k.inputs) shapes.push_back(g.node(id).shape);
   for (NodeId id : k.outputs) shapes.push_back(g.node(id).shape);
@@ -96,6 +98,19 @@ Program pointwise(const Graph& g, const Kernel& k) {
   }
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
+    if (n.op == Op::Iota) {  // the element's index along the axis, from its index in the domain
+      const size_t axis = static_cast<size_t>(n.axes.at(0));
+      if (n.shape[axis] == 1) {
+        value_of[id] = b.scalar(0, n.dtype);
+        continue;
+      }
+      const size_t domain_axis = axis + k.domain.size() - n.shape.size();
+      int64_t below = 1;  // the domain's elements per step along the axis
+      for (size_t d = domain_axis + 1; d < k.domain.size(); ++d) below *= k.domain[d];
+      value_of[id] = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()});
+      if (n.dtype != DType::F32) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
+      continue;
+    }
     std::vector<int> args;
     for (NodeId o : n.operands) {
       if (!value_of.count(o)) value_of[o] = b.scalar(g.node(o).value, g.node(o).dtype);  // constants

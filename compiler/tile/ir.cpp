@@ -226,6 +226,16 @@ int Builder::iota(int offset, int axis, const Shape& shape, Frag frag) {
   return emit(i, Type::tile(DType::F32, shape, Space::Reg, frag));
 }
 
+int Builder::linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::Iota;
+  i.args = {row0, col0};
+  i.iota_stride = stride;
+  i.iota_div = div;
+  i.iota_mod = mod;
+  return emit(i, Type::tile(DType::F32, shape, Space::Reg, Frag::None));
+}
+
 int Builder::last_arrival(int workspace_param, int slot, int arrivals) {
   Inst i;
   i.opcode = Opcode::LastArrival;

@@ -127,7 +127,8 @@ enum class Opcode {
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
   InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
-  Iota,       // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota)
+  Iota,       // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota);
+              // with two offsets, the linear index (see Inst::iota_stride)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
   Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
               // an accumulator fragment along its columns (warps_n 1): the warp's quads combine
@@ -173,6 +174,10 @@ struct Inst {
   int axis = 0;              // ProgramId, Reduce
   int ring = -1;             // CopyAsync, LoadShared: the shared ring
   double value = 0;          // Const; WaitGroup: the groups that may stay pending
+  // Iota with two offsets (row, column): each element's linear index (row·iota_stride + column)
+  // / iota_div, modulo iota_mod — a graph iota's index along its axis in a domain whose axes the
+  // tile's rows and columns merge.
+  int64_t iota_stride = 0, iota_div = 1, iota_mod = 0;
   bool nonpositive_arg = false;  // Compute exp: its argument is never positive (graph/sign.h)
   std::vector<Region> regions;
 };
@@ -252,6 +257,8 @@ class Builder {
   int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
   int iota(int offset, int axis, const Shape& shape, Frag frag = Frag::None);
+  // (row0 + row)·stride + col0 + col of each element, / div, % mod, as f32.
+  int linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape);
   int last_arrival(int workspace_param, int slot, int arrivals);
   void reset_count(int workspace_param, int slot);
   // Runs `body` (given a builder for the region) when the bool scalar `cond` holds.

@@ -103,9 +103,15 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::WaitGroup:
         *out += fmt::format("{}wait_group {}\n", pad, number(i.value));
         break;
+      case Opcode::Iota:
+        if (i.args.size() == 2) {
+          *out += fmt::format("{}{}{} {} stride {} div {} mod {} : {}\n", pad, lhs, mnemonic(i), values(i.args),
+                              i.iota_stride, i.iota_div, i.iota_mod, type_of(i.results[0]));
+          break;
+        }
+        [[fallthrough]];
       case Opcode::Reduce:
       case Opcode::InBounds:
-      case Opcode::Iota:
         *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
                             type_of(i.results[0]));
         break;
@@ -639,8 +645,19 @@ class Parser {
     } else if (op == "iota") {
       i.opcode = Opcode::Iota;
       i.args = {use("an offset")};
-      word("axis");
-      i.axis = static_cast<int>(integer());
+      if (at_punct(",")) {  // the linear form: row and column offsets
+        punct(",");
+        i.args.push_back(use("a column offset"));
+        word("stride");
+        i.iota_stride = integer();
+        word("div");
+        i.iota_div = integer();
+        word("mod");
+        i.iota_mod = integer();
+      } else {
+        word("axis");
+        i.axis = static_cast<int>(integer());
+      }
       punct(":");
       results({type()});
     } else if (op == "last_arrival" || op == "reset_count") {

@@ -340,9 +340,15 @@ class Verifier {
         }
         case Opcode::Iota: {
           const Type& out = type(i.results.at(0));
-          if (i.args.size() != 1 || !is_index(i.args[0]) || !out.is_tile() || out.dtype != DType::F32 || i.axis < 0 ||
-              static_cast<size_t>(i.axis) >= out.shape.size())
-            problem(fmt::format("{}: needs an offset and an f32 tile along one of its axes", where(i)));
+          const bool linear = i.args.size() == 2 && is_index(i.args[0]) && is_index(i.args[1]) && i.iota_stride >= 1 &&
+                              i.iota_div >= 1 && i.iota_mod >= 1 && out.is_tile() && out.shape.size() == 2 &&
+                              out.frag == Frag::None;
+          const bool along = i.args.size() == 1 && is_index(i.args[0]) && i.axis >= 0 &&
+                             static_cast<size_t>(i.axis) < out.shape.size();
+          if ((!linear && !along) || !out.is_tile() || out.dtype != DType::F32)
+            problem(fmt::format("{}: needs an offset and an f32 tile along one of its axes, or row and column offsets "
+                                "with a stride, a divisor and a modulus of at least 1",
+                                where(i)));
           check_tile_shape(i, out);
           break;
         }
