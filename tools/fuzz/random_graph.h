@@ -22,8 +22,8 @@ struct RandomGraphOptions {
   // Chance that a graph also reduces a leading axis (a column reduction).
   double non_trailing = 0.02;
   // Chance of each step being a matmul against a weight of its own (planned on tensor cores for
-  // 16-bit graphs, refused for f32 ones), or an iota mask (computed in pointwise kernels;
-  // refused where a row kernel would need it).
+  // 16-bit graphs, refused for f32 ones), or an iota mask (computed in pointwise kernels,
+  // which write it where a row or matmul kernel reads it).
   double matmul = 0.03;
   double iota = 0.005;
   // Chance of each step being an attention of inputs of its own (an output): Q·Kᵀ, a scale and
