@@ -349,16 +349,21 @@ NodeId attention_output(const Graph& g, const Kernel& k) {
   return out;
 }
 
-int64_t heads_per_group(const Graph& g, const ContractionChain& c) {
-  if (c.n_q != 1 || c.kv_lead.empty()) return 1;
-  size_t first = c.lead.size();  // the first axis K/V is broadcast along
-  for (size_t d = 0; d < c.lead.size() && first == c.lead.size(); ++d)
-    if (c.kv_lead[d] == 1 && c.lead[d] != 1) first = d;
+int64_t trailing_broadcast_group(const std::vector<int64_t>& lead, const std::vector<int64_t>& kv_lead) {
+  if (lead.empty() || kv_lead.size() != lead.size()) return 1;
+  size_t d = lead.size();
   int64_t group = 1;
-  for (size_t d = first; d < c.lead.size(); ++d) {
-    if (c.kv_lead[d] != 1) return 1;  // a K/V axis after a broadcast one: a group's rows apart
-    group *= c.lead[d];
-  }
+  while (d > 0 && kv_lead[d - 1] == 1) group *= lead[--d];
+  for (size_t e = 0; e < d; ++e)
+    if (kv_lead[e] != lead[e]) return 1;
+  return group;
+}
+
+int64_t heads_per_group(const Graph& g, const ContractionChain& c) {
+  const int64_t group = c.n_q == 1 ? trailing_broadcast_group(c.lead, c.kv_lead) : 1;
+  if (group == 1) return 1;
+  size_t first = c.lead.size();  // the group's first axis
+  for (int64_t run = 1; run < group;) run *= c.lead[--first];
   // The key limit is read once per block: its tensors must not vary along the group's axes.
   const size_t rank = g.node(c.scores).shape.size();
   for (NodeId t : c.key_limit_tensors) {
@@ -370,9 +375,6 @@ int64_t heads_per_group(const Graph& g, const ContractionChain& c) {
   }
   return group;
 }
-
-// The attention kernel asks ptxas for two blocks per SM (tir::AttentionProgram).
-constexpr int kAttentionBlocksPerSm = 2;
 
 // Split-KV for the device: the fewest splits whose blocks fill 90 % of the SMs' block slots (one
 // wave), where the heads and query tiles alone leave them idle — decode's one query per head —
@@ -474,14 +476,14 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   // shifted exponent and its ex2, the sum, the conversion to P's fragment (~6 issued
   // instructions), not overlapped with the tensor cores on mma.sync (bench/NOTES.md, attention).
   c.instructions = scores * (6 + k.totals.instructions_per_element);
+  c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
+  c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
   // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d); 243 at d
   // 256, whose Q fragments stay in shared memory.
   const int64_t d = padded_head_dim(s.k);  // the output accumulator's width
   c.registers = d > 128 ? static_cast<int>(115 + d / 2) : static_cast<int>(94 + 1.14 * static_cast<double>(d));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
-  c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
   c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;  // the next key tile's copies
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }

@@ -84,6 +84,14 @@ NodeId attention_output(const Graph& g, const Kernel& k);
 // for a group's query heads in one block where the chain allows it (heads_per_group).
 bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints, std::string* why);
 
+// Blocks per SM that the attention kernel asks of ptxas (and the cost model and split-KV take).
+constexpr int kAttentionBlocksPerSm = 2;
+
+// Query heads per K/V head when K's and V's head axes `kv_lead` are q's `lead` with a trailing run
+// of them broadcast (1): that run's product, the query heads whose rows are consecutive for one
+// K/V head; 1 when K/V are broadcast along an axis before one they have (or not at all).
+int64_t trailing_broadcast_group(const std::vector<int64_t>& lead, const std::vector<int64_t>& kv_lead);
+
 // The query heads whose rows one attention block can hold (1 where it cannot): with one query
 // per head, the group of query heads that share a K/V head — K's and V's heads broadcast along a
 // trailing run of Q's head axes, so that a K/V head's query rows are consecutive — where the

@@ -31,7 +31,7 @@ class AttentionProgram {
     // Two blocks per SM, as the cost model takes: left to itself ptxas caps a d 64 kernel at 168
     // registers (three blocks) and spills where f reads tensors (ALiBi: 16 bytes). At d 128 the
     // code is the same either way (242 registers).
-    p_.min_blocks_per_sm = 2;
+    p_.min_blocks_per_sm = kAttentionBlocksPerSm;
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31) ||
                       s_.kv_splits * s_.batch_heads * s_.n_q * (dp() + 2) >= (int64_t{1} << 31);
     add_params();
@@ -86,7 +86,7 @@ class AttentionProgram {
         s_.block_n > 128)
       throw Error(fmt::format("attention tiles of {}×{}: rows and keys per tile are multiples of 16 up to 128",
                               s_.block_m, s_.block_n));
-    if (s_.group < 1 || s_.batch_heads % s_.group != 0 || (s_.group > 1 && (s_.n_q != 1 || !group_is_trailing())))
+    if (s_.group < 1 || s_.batch_heads % s_.group != 0 || (s_.group > 1 && (s_.n_q != 1 || trailing_broadcast_group(s_.lead, s_.kv_lead) != s_.group)))
       throw Error(fmt::format("attention: {} query heads of {} queries cannot be packed {} to a block over {} K/V heads",
                               s_.batch_heads, s_.n_q, s_.group, kv_heads()));
     if (s_.kv_splits < 1 || s_.kv_splits > steps())
@@ -116,17 +116,6 @@ class AttentionProgram {
   // never stored.
   int64_t dp() const { return padded_head_dim(s_.d); }
   bool padded() const { return dp() != s_.d; }
-  // Packed heads need a group's query heads consecutive and sharing one K/V head: K and V
-  // broadcast along a trailing run of q's head axes whose product is the group.
-  bool group_is_trailing() const {
-    if (s_.lead.empty() || s_.kv_lead.size() != s_.lead.size()) return false;
-    int64_t trailing = 1;
-    size_t d = s_.lead.size();
-    while (d > 0 && s_.kv_lead[d - 1] == 1) trailing *= s_.lead[--d];
-    for (size_t e = 0; e < d; ++e)
-      if (s_.kv_lead[e] != s_.lead[e]) return false;
-    return trailing == s_.group;
-  }
   int64_t kv_heads() const {
     int64_t n = 1;
     for (int64_t e : s_.kv_lead) n *= e;
