@@ -74,11 +74,23 @@ const std::vector<Example>& examples() {
       {"attention_small", "softmax(q·kᵀ/√d)·v, bf16[2, 3, 200, 64]: small enough to check against float64",
        [] { return attention_graph("attention_small", 2, 3, 200, 64, false); }, "attention"},
       {"attention_decode", "one query per head over a cache: q bf16[8, 32, 1, 128], k, v [8, 32, 4096, 128] (the "
-       "prefill rule; no lengths or cache write yet)",
+       "prefill rule, a block per head; no lengths or cache write yet)",
        [] { return attention_decode_graph("attention_decode", 8, 32, 32, 4096, 128); }, "attention_decode"},
       {"attention_decode_gqa", "one query per head, 4 query heads per K/V head: q bf16[8, 8, 4, 1, 128], k, v "
-       "[8, 8, 1, 32768, 128]",
+       "[8, 8, 1, 32768, 128] (a K/V head's query heads in one block, the keys split 4 ways)",
        [] { return attention_decode_graph("attention_decode_gqa", 8, 32, 8, 32768, 128); }, "attention_decode"},
+      // The decode grid: longer caches, one sequence, many sequences, many query heads per K/V head.
+      {"attention_decode_32k", "one query per head over 32768 keys: q bf16[8, 32, 1, 128], k, v [8, 32, 32768, 128]",
+       [] { return attention_decode_graph("attention_decode_32k", 8, 32, 32, 32768, 128); }, "attention_decode"},
+      {"attention_decode_128k", "one sequence of 131072 keys: q bf16[1, 32, 1, 128], k, v [1, 32, 131072, 128] "
+       "(split-KV fills the SMs)",
+       [] { return attention_decode_graph("attention_decode_128k", 1, 32, 32, 131072, 128); }, "attention_decode"},
+      {"attention_decode_gqa_b64", "64 sequences, 4 query heads per K/V head: q bf16[64, 8, 4, 1, 128], k, v "
+       "[64, 8, 1, 4096, 128]",
+       [] { return attention_decode_graph("attention_decode_gqa_b64", 64, 32, 8, 4096, 128); }, "attention_decode"},
+      {"attention_decode_gqa_128k", "one sequence, 8 query heads per K/V head: q bf16[1, 8, 8, 1, 128], k, v "
+       "[1, 8, 1, 131072, 128]",
+       [] { return attention_decode_graph("attention_decode_gqa_128k", 1, 64, 8, 131072, 128); }, "attention_decode"},
       {"mlp_train", "y = gelu(x·W1 + b1)·W2 and, given dL/dy, dx, dW1, db1, dW2 from dsl::grad: x bf16[8192, 4096], "
        "W1 [4096, 16384]",
        [] { return mlp_train_graph("mlp_train", 8192, 4096, 16384, DType::BF16); }},

@@ -9,15 +9,17 @@ cd "$(dirname "$0")/.."
 echo "bundle $(cat $B/COMMIT 2>/dev/null)"
 timeout 200 $B/tilefuse_tests --gtest_filter='*Attention*' >"$OUT/attention_tests.log" 2>&1
 echo "tests exit: $?"
-grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" | head -40
+grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "$OUT/attention_tests.log" |
+  grep -v "seed   \] Fuzz" | head -60
 echo "== tilefuse run (the example through the plan)"
 for args in "attention_small --check" "attention --bench --iters 20" "attention_causal --bench --iters 20" \
   "attention_decode --check --bench --iters 50" "attention_decode_gqa --check --bench --iters 50" \
-  "attention_decode_gqa --check --bench --iters 50 --pack-heads 1" \
-  "attention_decode_gqa --check --bench --iters 50 --kv-splits 4" \
-  "attention_decode_gqa --check --bench --iters 50 --pack-heads 1 --kv-splits 4" \
-  "attention_decode_gqa --check --bench --iters 50 --pack-heads 1 --kv-splits auto" \
-  "attention_decode --check --bench --iters 50 --kv-splits 2"; do
+  "attention_decode_32k --bench --iters 30" "attention_decode_128k --bench --iters 30" \
+  "attention_decode_gqa_b64 --check --bench --iters 50" "attention_decode_gqa_128k --bench --iters 50" \
+  "attention_decode_gqa --bench --iters 50 --pack-heads 0 --kv-splits 1" \
+  "attention_decode --bench --iters 50 --kv-splits 2" \
+  "attention_decode_128k --bench --iters 30 --kv-splits 16" \
+  "attention_decode_gqa_128k --bench --iters 50 --kv-splits 60"; do
   echo "-- tilefuse run $args"
   # shellcheck disable=SC2086
   timeout 60 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
@@ -44,7 +46,8 @@ for causal in (False, True):
         except Exception as e:
             print(f"sdpa {name}: {type(e).__name__}: {e}")
 # Decode: one query per head over a cache (the attention_decode examples' shapes); GB/s of K and V.
-for b, hq, hkv, n_kv in ((8, 32, 32, 4096), (8, 32, 8, 32768)):
+for b, hq, hkv, n_kv in ((8, 32, 32, 4096), (8, 32, 8, 32768), (8, 32, 32, 32768), (1, 32, 32, 131072),
+                         (64, 32, 8, 4096), (1, 64, 8, 131072)):
     q = torch.randn(b, hq, 1, d, dtype=torch.bfloat16, device="cuda")
     k, v = (torch.randn(b, hkv, n_kv, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     kv_bytes = 2 * b * hkv * n_kv * d * 2
@@ -58,7 +61,7 @@ for b, hq, hkv, n_kv in ((8, 32, 32, 4096), (8, 32, 8, 32768)):
             print(f"sdpa {name} decode B{b} Hq{hq} Hkv{hkv} L{n_kv}: {type(e).__name__}: {e}")
 PY
 echo "== racecheck (small attention cases)"
-timeout 120 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuAttention.MatchesFloat64' \
+timeout 120 compute-sanitizer --tool racecheck $B/tilefuse_tests --gtest_filter='GpuAttention.MatchesFloat64:GpuAttention.PackedQueryHeadsMatchFloat64' \
   >"$OUT/attention_racecheck.log" 2>&1
 echo "racecheck exit: $?"
 grep -E "RACECHECK SUMMARY|Error|OK|FAILED" "$OUT/attention_racecheck.log" | head -10

@@ -728,8 +728,9 @@ const Kernel* attention_kernel_of(const Plan& p) {
 }
 
 TEST(FusionAttention, PackedQueryHeadsShareABlock) {
-  FusionOptions packed;
-  packed.schedule.pack_heads = 1;
+  FusionOptions packed, unpacked;  // the keys not split, so that the blocks are the heads'
+  packed.schedule.kv_splits = unpacked.schedule.kv_splits = 1;
+  unpacked.schedule.pack_heads = 0;
   // (group, blocks: one per K/V head and 64 of its query heads)
   const std::map<std::string, std::pair<int64_t, int64_t>> expected = {{"gqa_decode", {3, 4}},
                                                                         {"mqa_decode_lengths_bias", {5, 3}},
@@ -748,9 +749,11 @@ TEST(FusionAttention, PackedQueryHeadsShareABlock) {
     if (!find_ptxas().empty()) {
       EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
     }
-    const Plan unpacked = plan_fusion(g);
-    ASSERT_NE(attention_kernel_of(unpacked), nullptr);
-    EXPECT_EQ(attention_kernel_of(unpacked)->schedule.heads_per_block, 1) << "packing is asked for";
+    EXPECT_EQ(attention_kernel_of(plan_fusion(g))->schedule.heads_per_block, k->schedule.heads_per_block)
+        << "packing is the default";
+    const Plan one_per_head = plan_fusion(g, unpacked);
+    ASSERT_NE(attention_kernel_of(one_per_head), nullptr);
+    EXPECT_EQ(attention_kernel_of(one_per_head)->schedule.heads_per_block, 1) << "--pack-heads 0";
   }
   // Where a block's rows would need different lengths (one per query head), or a head has several
   // queries, each query head keeps its block.
@@ -802,10 +805,11 @@ std::vector<std::pair<Graph, int>> split_cases() {
 TEST(FusionAttention, SplitKeysMergeInTheLastBlock) {
   for (auto& [g, splits] : split_cases()) {
     SCOPED_TRACE(g.name());
-    const Plan unsplit = plan_fusion(g);
+    FusionOptions o;
+    o.schedule.kv_splits = 1;
+    const Plan unsplit = plan_fusion(g, o);
     ASSERT_NE(attention_kernel_of(unsplit), nullptr) << plan_report_text(unsplit);
     const int64_t base = attention_kernel_of(unsplit)->schedule.grid();
-    FusionOptions o;
     o.schedule.kv_splits = splits;
     const Plan p = plan_fusion(g, o);
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
@@ -891,6 +895,94 @@ TEST(GpuAttention, SplitKeysMatchFloat64) {
         EXPECT_TRUE(r.ok) << "launch " << launch << "\n" << r.text();
       }
     }
+}
+
+// Speculative decoding: a few new tokens per sequence (here 4), written into the cache after its
+// `length` keys; token i sees the cache and the new tokens up to itself (keys < length + i + 1).
+// One attention kernel, its loop ending at each sequence's own bound.
+Graph speculative_decode(int64_t tokens, int64_t max_len) {
+  Graph g("speculative_decode");
+  Tensor q = input(g, "q", {2, 4, tokens, 64}, DType::BF16);
+  Tensor k = input(g, "k", {2, 4, max_len, 64}, DType::BF16), v = input(g, "v", {2, 4, max_len, 64}, DType::BF16);
+  Tensor length = input(g, "length", {2, 1, 1, 1});
+  Tensor s = matmul(q, k, {false, true, DType::F32}) * 0.125;
+  s = where(iota(g, {tokens, max_len}, 1) < length + iota(g, {tokens, max_len}, 0) + 1.0, s, -INFINITY);
+  output("o", matmul(cast(softmax(s), DType::BF16), v));
+  return g;
+}
+
+TEST(FusionAttention, SpeculativeTokensAreOneKernel) {
+  const Plan p = plan_fusion(speculative_decode(4, 700));
+  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+  ASSERT_NE(only_attention(p), nullptr) << plan_report_text(p);
+}
+
+TEST(GpuAttention, SpeculativeTokensMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  Executable exe(plan_fusion(speculative_decode(4, 700)));
+  TensorMap in = random_inputs(exe.plan().graph, testing::test_seed());
+  for (const std::vector<double>& lengths : std::vector<std::vector<double>>{{0, 696}, {17, 300}, {129, 1}}) {
+    SCOPED_TRACE(fmt::format("lengths {}", fmt::join(lengths, ", ")));
+    in["length"] = TensorData::from_doubles(DType::F32, {2, 1, 1, 1}, lengths);
+    const CheckReport r = check_against_reference(exe.plan(), in, exe.run(in));
+    EXPECT_TRUE(r.ok) << r.text();
+  }
+}
+
+// The decode grid: one query per head against a cache of Lmax keys, a length per sequence
+// (ragged across the batch: 1, 17, 4097 and 131072 keys), MHA, GQA and MQA, head dimensions 64
+// and 128. Each case compiles once and serves two sets of lengths; the default decode schedule
+// (a K/V head's query heads in one block, split-KV where the heads leave SMs idle) is checked
+// against float64 and against the prefill schedule (a block per query head, the keys unsplit) on
+// the same cache.
+TEST(GpuAttention, DecodeGridMatchesFloat64AndThePrefillSchedule) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  struct Case {
+    int64_t batch, q_heads, kv_heads, max_len, d;
+    std::vector<std::vector<double>> lengths;  // per sequence, two launches
+  };
+  const uint64_t seed = testing::test_seed();
+  for (const Case& c : std::vector<Case>{
+           {3, 8, 8, 4097, 64, {{1, 17, 4097}, {4097, 4000, 2}}},
+           {4, 32, 8, 4097, 128, {{17, 4097, 1, 300}, {4097, 4097, 4097, 4097}}},
+           {2, 8, 2, 131072, 128, {{131072, 17}, {1, 131071}}},
+           {2, 6, 1, 2000, 64, {{1999, 1}, {17, 2000}}}}) {
+    SCOPED_TRACE(fmt::format("B{} Hq{} Hkv{} Lmax {} d {}", c.batch, c.q_heads, c.kv_heads, c.max_len, c.d));
+    const int64_t group = c.q_heads / c.kv_heads;
+    Graph g("decode_lengths");
+    Tensor q = input(g, "q", {c.batch, c.kv_heads, group, 1, c.d}, DType::BF16);
+    Tensor k = input(g, "k", {c.batch, c.kv_heads, 1, c.max_len, c.d}, DType::BF16);
+    Tensor v = input(g, "v", {c.batch, c.kv_heads, 1, c.max_len, c.d}, DType::BF16);
+    Tensor length = input(g, "length", {c.batch, 1, 1, 1, 1});
+    Tensor s = matmul(q, k, {false, true, DType::F32}) * (1.0 / std::sqrt(static_cast<double>(c.d)));
+    s = where(iota(g, {1, c.max_len}, 1) < length, s, -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), v));
+    FusionOptions prefill;
+    prefill.schedule.pack_heads = 0;
+    prefill.schedule.kv_splits = 1;
+    Executable decode(plan_fusion(g)), one_per_head(plan_fusion(g, prefill));
+    const Kernel* kernel = attention_kernel_of(decode.plan());
+    ASSERT_NE(kernel, nullptr) << plan_report_text(decode.plan());
+    ASSERT_NE(attention_kernel_of(one_per_head.plan()), nullptr);
+    EXPECT_EQ(kernel->schedule.heads_per_block, group);
+    TensorMap in = random_inputs(g, seed);
+    for (const std::vector<double>& lengths : c.lengths) {
+      SCOPED_TRACE(fmt::format("lengths {} ({} splits)", fmt::join(lengths, ", "), kernel->schedule.kv_splits));
+      in["length"] = TensorData::from_doubles(DType::F32, {c.batch, 1, 1, 1, 1}, lengths);
+      const TensorMap out = decode.run(in), reference_schedule = one_per_head.run(in);
+      const CheckReport r = check_against_reference(decode.plan(), in, out);
+      EXPECT_TRUE(r.ok) << r.text();
+      const std::vector<double> a = out.at("o").to_doubles(), b = reference_schedule.at("o").to_doubles();
+      ASSERT_EQ(a.size(), b.size());
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+      EXPECT_LE(worst, 2.0 / 64) << "the decode and prefill schedules disagree";  // two bf16 roundings of |o| < 4
+      fmt::print("  B{} Hq{} Hkv{} Lmax {} d {}, lengths {}: {} splits, worst |decode − prefill schedule| {:.3g}, "
+                 "worst relative error {:.3g}\n",
+                 c.batch, c.q_heads, c.kv_heads, c.max_len, c.d, fmt::join(lengths, " "), kernel->schedule.kv_splits,
+                 worst, r.max_rel_err);
+    }
+  }
 }
 
 TEST(GpuAttention, FusedPlansMatchFloat64) {

@@ -176,14 +176,12 @@ struct ScheduleHints {
   int window = -1;
   // 1: attention with one query per head and K/V heads broadcast over a group of query heads
   // (GQA or MQA decode) holds a group's query heads as one block's rows
-  // (TileSchedule::heads_per_block); 0 (the default until the GPU has checked and timed it): a
-  // block per query head.
-  int pack_heads = 0;
+  // (TileSchedule::heads_per_block), the default; 0: a block per query head.
+  int pack_heads = 1;
   // Attention's keys split into this many ranges, a block each, merged by the last (split-KV;
   // TileSchedule::kv_splits); -1: as many as fill the SMs' block slots where the heads and query
-  // tiles leave them idle (decode); 0 or 1 (the default until the GPU has checked and timed it):
-  // none.
-  int kv_splits = 0;
+  // tiles leave them idle (decode), the default; 0 or 1: none.
+  int kv_splits = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

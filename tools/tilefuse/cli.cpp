@@ -94,12 +94,10 @@ common options:
                                the row)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
-                               block per K/V head, its query heads as the block's rows (default 0
-                               until measured)
+                               block per K/V head, its query heads as the block's rows (default 1)
   --kv-splits N|auto           schedule override: attention's keys split into N ranges of key
                                tiles, a block each, merged through a workspace (split-KV, for
-                               decode's few heads); auto: as many as fill the SMs (default 1
-                               until measured)
+                               decode's few heads); auto: as many as fill the SMs (default)
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
                                each; default 128x128), over 2×4 warps
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
@@ -124,7 +122,7 @@ struct Args {
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 0, kv_splits = 0;
+      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1;
   std::optional<uint64_t> seed;
 };
 
