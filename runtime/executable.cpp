@@ -107,7 +107,7 @@ void Executable::load() {
   const Graph& g = plan_.graph;
   for (const Kernel& k : plan_.kernels)
     for (NodeId o : k.outputs)
-      if (!g.is_output(o)) dev->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
+      if (!g.is_output(o) && storage_of(g, o) == o) dev->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
   dev_ = std::move(dev);
 }
 
@@ -118,7 +118,8 @@ void Executable::allocate_io() {
     if (!dev_->buffers.count(id)) dev_->buffers.emplace(id, cuda::DeviceBuffer(node_bytes(g.node(id))));
   for (const Kernel& k : plan_.kernels)
     for (NodeId o : k.outputs)
-      if (!dev_->buffers.count(o)) dev_->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
+      if (!dev_->buffers.count(o) && storage_of(g, o) == o)
+        dev_->buffers.emplace(o, cuda::DeviceBuffer(node_bytes(g.node(o))));
 }
 
 void Executable::upload(const TensorMap& inputs) {
@@ -168,6 +169,7 @@ static void launch_library_gemm(const Graph& g, const Kernel& k, const std::func
 void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_or_null) {
   CUstream stream = stream_or_null ? static_cast<CUstream>(stream_or_null) : dev_->stream.get();
   auto address = [&](NodeId n) -> CUdeviceptr {
+    n = storage_of(plan_.graph, n);  // a write's result: its cache's memory
     auto it = at.find(n);
     return it != at.end() ? static_cast<CUdeviceptr>(it->second) : dev_->buffers.at(n).ptr();
   };
@@ -233,10 +235,14 @@ void Executable::run_on_device(const DeviceTensorMap& inputs, const DeviceTensor
   for (const auto& [name, t] : outputs)
     if (!known_outputs.count(name)) throw InputError(fmt::format("run_on_device: graph '{}' has no output '{}'", g.name(), name));
   std::vector<std::pair<const GraphOutput*, uint64_t>> passed;  // outputs no kernel writes
+  std::vector<std::pair<const GraphOutput*, uint64_t>> written_in_place;  // a write's cache, copied if asked for
   for (const GraphOutput& o : g.outputs()) {
-    const uint64_t ptr = device_tensor(outputs, o.name, g.node(o.node), "output").ptr;
     const Op op = g.node(o.node).op;
-    if (op == Op::Input || op == Op::Constant)
+    if (op == Op::WriteAt && !outputs.count(o.name)) continue;  // (the caller's cache holds it)
+    const uint64_t ptr = device_tensor(outputs, o.name, g.node(o.node), "output").ptr;
+    if (op == Op::WriteAt)
+      written_in_place.push_back({&o, ptr});
+    else if (op == Op::Input || op == Op::Constant)
       passed.push_back({&o, ptr});
     else
       at[o.node] = ptr;
@@ -260,13 +266,18 @@ void Executable::run_on_device(const DeviceTensorMap& inputs, const DeviceTensor
     }
   }
   launch_all(at, stream);
+  for (const auto& [o, ptr] : written_in_place) {
+    const uint64_t cache = at.at(storage_of(g, o->node));
+    if (ptr != cache) cuda::copy_device_to_device(ptr, cache, node_bytes(g.node(o->node)), s);
+  }
 }
 
 TensorMap Executable::run(const TensorMap& inputs, const RunOptions& options) {
   upload(inputs);
-  if (options.poison_outputs)
+  if (options.poison_outputs)  // (not a write's: its memory is the uploaded cache)
     for (const Kernel& k : plan_.kernels)
-      for (NodeId o : k.outputs) dev_->buffers.at(o).fill_u8(kPoisonByte);
+      for (NodeId o : k.outputs)
+        if (storage_of(plan_.graph, o) == o) dev_->buffers.at(o).fill_u8(kPoisonByte);
   launch_all();
   dev_->stream.synchronize();
   const Graph& g = plan_.graph;
@@ -279,7 +290,7 @@ TensorMap Executable::run(const TensorMap& inputs, const RunOptions& options) {
     else if (n.op == Op::Constant)
       t = TensorData::from_doubles(n.dtype, n.shape, std::vector<double>(num_elements(n.shape), n.value));
     else
-      dev_->buffers.at(o.node).download(t.bytes.data(), t.bytes.size());
+      dev_->buffers.at(storage_of(g, o.node)).download(t.bytes.data(), t.bytes.size());
     out[o.name] = std::move(t);
   }
   return out;

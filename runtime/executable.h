@@ -1,7 +1,8 @@
 #pragma once
 // An executable plan: compiled kernels (no GPU needed), and on a GPU the loaded modules and
 // device buffers for inputs, intermediates and outputs. run() uploads inputs, launches the
-// kernels in order and downloads the outputs; the caller's buffers are never written.
+// kernels in order and downloads the outputs; the caller's buffers are never written (a
+// write_at updates the uploaded copy of its cache).
 #include <map>
 #include <memory>
 #include <string>
@@ -50,6 +51,8 @@ class Executable {
   // executable's own) with no copy through the host and no wait — the caller synchronizes the
   // stream before reading the outputs. Intermediates live in the executable's own buffers, so its
   // runs must not overlap: a run on another stream than the last first waits for that one.
+  // A write_at's cache (dsl::write_at) is updated in the caller's input memory; an output of the
+  // write's result may be left out of `outputs` (else the updated cache is copied there).
   // Throws InputError, before any launch, for a missing or unknown tensor, a dtype or shape
   // other than the graph's, or a null or not 16-byte aligned pointer. GPU only.
   void run_on_device(const DeviceTensorMap& inputs, const DeviceTensorMap& outputs, void* stream = nullptr);

@@ -220,6 +220,10 @@ class Backward {
       }
       case Op::MatMul:
         return matmul_grads(n, gy);
+      case Op::WriteAt:  // a cache written in place is state, not a differentiable value
+        throw GraphError(fmt::format("grad: %{} write_at writes its cache in place and has no gradient; "
+                                     "differentiate the attention over a cache that is an input",
+                                     n.id));
       default:
         return;  // comparisons: no gradient
     }

@@ -186,6 +186,25 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return {&a.graph(), a.graph().append(std::move(n))};
 }
 
+Tensor write_at(const Tensor& cache, const Tensor& value, const Tensor& position, int axis) {
+  same_graph("write_at", cache, value);
+  same_graph("write_at", cache, position);
+  const int rank = static_cast<int>(cache.shape().size());
+  if (axis < -rank || axis >= rank)
+    throw ShapeError(fmt::format("write_at: axis {} is out of range for the cache {}", axis, describe(cache)));
+  Graph& g = cache.graph();
+  Node n;
+  n.id = static_cast<NodeId>(g.nodes().size());  // (not appended yet: nothing reads it)
+  n.op = Op::WriteAt;
+  n.operands = {cache.id(), value.id(), position.id()};
+  n.shape = cache.shape();
+  n.dtype = cache.dtype();
+  n.axes = {axis < 0 ? axis + rank : axis};
+  if (std::string problem = write_at_problem(g, n); !problem.empty())
+    throw GraphError(fmt::format("write_at: {}", problem));
+  return {&g, g.append(std::move(n))};
+}
+
 static std::vector<int> normalize_axes(const char* op, const Tensor& x, const std::vector<int>& axes) {
   int rank = static_cast<int>(x.shape().size());
   if (axes.empty())

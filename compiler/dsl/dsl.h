@@ -98,6 +98,14 @@ struct MatMulOptions {
 };
 Tensor matmul(const Tensor& a, const Tensor& b, const MatMulOptions& options = {});
 
+// The cache with `value`'s slices along `axis` written at `position` (a whole number per slice,
+// f32; broadcast over the axes before `axis`): a decode step's new keys and values appended to
+// its KV cache. The write is in place — the cache is a graph input that nothing but this write
+// reads, and the result lives in the input's memory (Executable::run_on_device updates the
+// caller's cache) — and the result is what attention reads. Slices that would land at or past the
+// cache's extent are not written. Throws GraphError naming what does not fit.
+Tensor write_at(const Tensor& cache, const Tensor& value, const Tensor& position, int axis);
+
 // Reductions over `axes` (negative counts from the end); keepdim keeps them as size 1 so the
 // result broadcasts back over x.
 Tensor sum(const Tensor& x, const std::vector<int>& axes, bool keepdim = false);

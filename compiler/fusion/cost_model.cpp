@@ -9,6 +9,7 @@
 
 #include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/row_passes.h"
+#include "compiler/fusion/write_at.h"
 #include "compiler/graph/sign.h"
 
 namespace tilefuse {
@@ -311,6 +312,11 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     *why = "the kernel would write nothing";
     return std::nullopt;
   }
+  for (NodeId n : k.nodes)
+    if (g.node(n).op == Op::WriteAt) {
+      if (!write_kernel(g, k, profile, why)) return std::nullopt;
+      return k;
+    }
   NodeId mm = -1;
   int matmuls = 0;
   for (NodeId n : k.nodes)
@@ -352,7 +358,7 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
                              (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain)) ||
                             base.kind == ScheduleKind::ColumnReduce ||  // its few nodes are checked as a whole
                             base.kind == ScheduleKind::MatMul || base.kind == ScheduleKind::Attention ||
-                            pn.op == Op::MatMul;
+                            base.kind == ScheduleKind::Write || pn.op == Op::MatMul || pn.op == Op::WriteAt;
   if (domain_moves) {
     std::vector<NodeId> nodes = base.nodes;
     nodes.push_back(p);

@@ -28,6 +28,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "matmul";
     case ScheduleKind::Attention:
       return "attention";
+    case ScheduleKind::Write:
+      return "write";
   }
   return "?";
 }

@@ -28,8 +28,14 @@ std::vector<int> aligned_map(const Shape& shape, const std::vector<int>& axes) {
 
 // The operand's shape as the space maps it: its own, or for an output as the kernel aligns it
 // (a reduction's with its reduced dimensions).
+// What an output stores: a write's value slices (at the positions along the cache's axis).
+Shape written_shape(const Graph& g, const Kernel& k, NodeId o) {
+  const Node& n = g.node(o);
+  return n.op == Op::WriteAt ? g.node(n.operands[1]).shape : aligned_shape(g, o, k);
+}
+
 Shape mapped_shape(const Graph& g, const Kernel& k, const OperandMap& m) {
-  return m.output ? aligned_shape(g, m.node, k) : g.node(m.node).shape;
+  return m.output ? written_shape(g, k, m.node) : g.node(m.node).shape;
 }
 
 IterationSpace matmul_space(const Graph& g, const Kernel& k) {
@@ -116,7 +122,7 @@ IterationSpace iteration_space(const Graph& g, const Kernel& k) {
     s.axes.push_back({fmt::format("{}{}", reduced ? "r" : "d", d), k.domain[d], reduced});
   }
   for (NodeId id : k.inputs) s.operands.push_back({id, false, aligned_map(g.node(id).shape, all)});
-  for (NodeId id : k.outputs) s.operands.push_back({id, true, aligned_map(aligned_shape(g, id, k), all)});
+  for (NodeId id : k.outputs) s.operands.push_back({id, true, aligned_map(written_shape(g, k, id), all)});
   return s;
 }
 

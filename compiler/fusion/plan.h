@@ -17,7 +17,8 @@ namespace tilefuse {
 // rows): the domain is [P, R, C] with R reduced. MatMul: one contraction (its domain is the
 // product's shape) and a pointwise epilogue on its result. Attention: a contraction chain
 // (compiler/fusion/contraction_chain.h), O = softmax(f(Q·Kᵀ))·V as one loop over key tiles.
-enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul, Attention };
+// Write: a write_at node alone, storing its value's slices into its cache in place.
+enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul, Attention, Write };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {

@@ -17,6 +17,12 @@ int64_t tensor_bytes(const Graph& g, NodeId n) {
   return num_elements(g.node(n).shape) * static_cast<int64_t>(dtype_size(g.node(n).dtype));
 }
 
+// The bytes a kernel writes for output n: a write_at's are its value's (the rest of the cache
+// stays where it is).
+int64_t written_bytes(const Graph& g, NodeId n) {
+  return tensor_bytes(g, g.node(n).op == Op::WriteAt ? g.node(n).operands[1] : n);
+}
+
 // A kernel's own consistency: what it reads, computes and writes.
 void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& available,
                   std::vector<std::string>* out) {
@@ -28,7 +34,7 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
   }
   for (NodeId n : k.nodes)
     for (NodeId o : g.node(n).operands)
-      if (!members.count(o) && g.node(o).op != Op::Constant &&
+      if (!members.count(o) && g.node(o).op != Op::Constant && o != storage_of(g, n) &&
           std::find(k.inputs.begin(), k.inputs.end(), o) == k.inputs.end())
         problem(fmt::format("operand %{} of %{} is neither computed nor read", o, n));
   if (k.kind == ScheduleKind::RowReduce || k.kind == ScheduleKind::ColumnReduce)
@@ -44,14 +50,15 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
   for (NodeId o : k.outputs) {
     if (!members.count(o)) problem(fmt::format("writes %{}, which it does not compute", o));
     Shape s = aligned_shape(g, o, k);
-    bool fits = s == k.domain || (k.kind != ScheduleKind::Pointwise && s == per_row);
+    bool fits = s == k.domain || (k.kind != ScheduleKind::Pointwise && s == per_row) ||
+                (k.kind == ScheduleKind::Write && g.node(o).op == Op::WriteAt);
     if (!fits)
       problem(fmt::format("writes %{} of shape {} in a domain {}", o, shape_str(s), shape_str(k.domain)));
   }
   for (const std::string& s : space_problems(g, k, iteration_space(g, k))) problem("iteration space: " + s);
   int64_t read = 0, written = 0;
   for (NodeId in : k.inputs) read += tensor_bytes(g, in);
-  for (NodeId o : k.outputs) written += tensor_bytes(g, o);
+  for (NodeId o : k.outputs) written += written_bytes(g, o);
   if (read != k.cost.bytes_read) problem(fmt::format("counts {} bytes read, its inputs have {}", k.cost.bytes_read, read));
   if (written != k.cost.bytes_written)
     problem(fmt::format("counts {} bytes written, its outputs have {}", k.cost.bytes_written, written));

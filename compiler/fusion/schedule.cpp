@@ -39,6 +39,10 @@ std::string TileSchedule::describe() const {
         outer > 1 ? fmt::format(" for each of {} column sets", outer) : "", split_blocks, split_blocks == 1 ? "" : "s",
         split_rows, grid(), split_blocks > 1 ? "; the parts meet in the workspace, added up by each tile's last block" : "",
         vec);
+  if (writes_in_place)
+    return fmt::format("in place: {} slices of {} elements written into the cache at the positions read at run time, "
+                       "{} threads × {}-wide vectors per slice ({} blocks); nothing else of the cache moves",
+                       rows, cols, threads_per_row, vec, grid());
   if (attention)
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, mma.sync m16n8k16), a loop over {} keys {} at a time "

@@ -91,6 +91,9 @@ struct TileSchedule {
   // merges them and writes O.
   int64_t kv_splits = 1;
   int64_t block_slots = 0;  // split-KV chosen for the device: the block slots the splits fill (for the report)
+  // An in-place write (ScheduleKind::Write): `rows` slices of `cols` elements, each a row of
+  // blocks (col_blocks() of them), stored at the row of the cache its position gives.
+  bool writes_in_place = false;
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;

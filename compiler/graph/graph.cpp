@@ -23,9 +23,9 @@ const OpInfo& op_info(Op op) {
       {"le", OpKind::Compare, 0},        {"gt", OpKind::Compare, 0},        {"ge", OpKind::Compare, 0},
       {"eq", OpKind::Compare, 0},        {"ne", OpKind::Compare, 0},        {"where", OpKind::Select, 0},
       {"reduce_sum", OpKind::Reduce, 1}, {"reduce_max", OpKind::Reduce, 1}, {"reduce_min", OpKind::Reduce, 1},
-      {"iota", OpKind::Leaf, 0},         {"matmul", OpKind::Contract, 0},
+      {"iota", OpKind::Leaf, 0},         {"matmul", OpKind::Contract, 0},   {"write_at", OpKind::Update, 0},
   };
-  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::MatMul) + 1);
+  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(Op::WriteAt) + 1);
   return table[static_cast<size_t>(op)];
 }
 
@@ -142,6 +142,45 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
   return true;
 }
 
+std::string write_at_problem(const Graph& g, const Node& n) {
+  const Node &cache = g.node(n.operands[0]), &value = g.node(n.operands[1]), &position = g.node(n.operands[2]);
+  const size_t rank = cache.shape.size();
+  if (n.axes.size() != 1 || n.axes[0] < 0 || static_cast<size_t>(n.axes[0]) >= rank)
+    return fmt::format("write_at needs one axis of the cache {}", shape_str(cache.shape));
+  const size_t axis = static_cast<size_t>(n.axes[0]);
+  if (n.shape != cache.shape || n.dtype != cache.dtype)
+    return fmt::format("its type {}{} is not the cache's {}{}", dtype_name(n.dtype), shape_str(n.shape),
+                       dtype_name(cache.dtype), shape_str(cache.shape));
+  if (value.dtype != cache.dtype || !is_float(cache.dtype))
+    return fmt::format("writes {} values into a {} cache: cast them to the cache's float dtype", dtype_name(value.dtype),
+                       dtype_name(cache.dtype));
+  bool fits = value.shape.size() == rank && value.shape[axis] >= 1 && value.shape[axis] <= cache.shape[axis];
+  for (size_t d = 0; fits && d < rank; ++d) fits = d == axis || value.shape[d] == cache.shape[d];
+  if (!fits)
+    return fmt::format("values {} do not fit the cache {} along axis {}: the same extents elsewhere, 1 to {} there",
+                       shape_str(value.shape), shape_str(cache.shape), axis, cache.shape[axis]);
+  bool per_slice = position.dtype == DType::F32 && position.shape.size() <= rank;
+  for (size_t i = 0; per_slice && i < position.shape.size(); ++i) {
+    const size_t d = rank - position.shape.size() + i;
+    per_slice = position.shape[i] == 1 || (d < axis && position.shape[i] == cache.shape[d]);
+  }
+  if (!per_slice)
+    return fmt::format("position {}{} must be f32 (whole numbers to 2^24), one per slice: extent 1 along axis {} and after it, the cache's "
+                       "{} or 1 before",
+                       dtype_name(position.dtype), shape_str(position.shape), axis, shape_str(cache.shape));
+  if (cache.op != Op::Input)
+    return fmt::format("writes in place into %{} {}, which is not a graph input (the cache must be one)", cache.id,
+                       op_info(cache.op).name);
+  for (const Node& u : g.nodes())
+    if (u.id != n.id && std::count(u.operands.begin(), u.operands.end(), cache.id))
+      return fmt::format("the cache '{}' is also read by %{} {}: it is written in place, so only the write may read "
+                         "it (read the write's result instead)",
+                         cache.name, u.id, op_info(u.op).name);
+  if (g.is_output(cache.id))
+    return fmt::format("the cache '{}' is also a graph output: output the write's result instead", cache.name);
+  return "";
+}
+
 void verify(const Graph& g) {
   auto fail = [&](const Node& n, const std::string& what) {
     throw GraphError(fmt::format("graph '{}', node %{} ({}): {}", g.name(), n.id, op_info(n.op).name, what));
@@ -155,7 +194,7 @@ void verify(const Graph& g) {
     const OpInfo& info = op_info(n.op);
     size_t arity = info.kind == OpKind::Leaf                                   ? 0
                    : info.kind == OpKind::Unary || info.kind == OpKind::Reduce ? 1
-                   : info.kind == OpKind::Select                               ? 3
+                   : info.kind == OpKind::Select || info.kind == OpKind::Update ? 3
                                                                                : 2;  // binary, compare, contract
     if (n.operands.size() != arity)
       fail(n, fmt::format("expects {} operands, has {}", arity, n.operands.size()));
@@ -171,6 +210,10 @@ void verify(const Graph& g) {
       continue;
     }
     if (info.kind == OpKind::Leaf) continue;
+    if (n.op == Op::WriteAt) {
+      if (std::string problem = write_at_problem(g, n); !problem.empty()) fail(n, problem);
+      continue;
+    }
     if (info.kind == OpKind::Contract) {
       const Node& a = g.node(n.operands[0]);
       const Node& b = g.node(n.operands[1]);
@@ -229,6 +272,7 @@ void verify(const Graph& g) {
       case OpKind::Leaf:
       case OpKind::Reduce:
       case OpKind::Contract:
+      case OpKind::Update:
         break;
     }
   }
@@ -255,6 +299,9 @@ std::string print_graph(const Graph& g) {
                        fmt::join(n.axes, ", "), n.keepdim ? " keepdim" : "", type);
     else if (n.op == Op::Iota)
       s += fmt::format("  %{} = iota axis {} : {}\n", n.id, n.axes[0], type);
+    else if (n.op == Op::WriteAt)
+      s += fmt::format("  %{} = write_at %{}, %{} at %{} axis {} : {}\n", n.id, n.operands[0], n.operands[1],
+                       n.operands[2], n.axes[0], type);
     else if (n.op == Op::MatMul)
       s += fmt::format("  %{} = matmul %{}{}, %{}{} : {}\n", n.id, n.operands[0], n.transpose_a ? "ᵀ" : "",
                        n.operands[1], n.transpose_b ? "ᵀ" : "", type);

@@ -57,9 +57,15 @@ enum class Op {
   // its flag says so) into [..., M, N], batch axes broadcast; accumulated in f32 (float64 in
   // the reference) and rounded to the node's dtype
   MatMul,
+  // write_at(cache, value, position), axes {axis}: the cache with value's n slices along `axis`
+  // written at positions p … p + n − 1, p = ⌈position⌉ (0 where position ≤ 0 or NaN), position f32
+  // broadcast over the axes before `axis`; slices that would land at or past the cache's extent
+  // are not written. In place: the cache is a graph input that nothing else reads, and the result
+  // is stored in the input's memory (a KV cache's new token, written before attention reads it).
+  WriteAt,
 };
 
-enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce, Contract };
+enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce, Contract, Update };
 
 struct OpInfo {
   const char* name;
@@ -77,7 +83,7 @@ struct Node {
   DType dtype = DType::F32;
   std::string name;       // Input: the input's name
   double value = 0.0;     // Constant: the value
-  std::vector<int> axes;  // Reduce*: reduced axes of the operand, ascending; Iota: {its axis}
+  std::vector<int> axes;  // Reduce*: reduced axes of the operand, ascending; Iota, WriteAt: {its axis}
   bool keepdim = false;   // Reduce*: reduced axes kept as size 1
   bool transpose_a = false, transpose_b = false;  // MatMul: operands stored as [..., K, M], [..., N, K]
 };
@@ -129,6 +135,12 @@ std::pair<int64_t, int64_t> matmul_operand_dims(const Shape& s, bool transpose);
 
 // Checks every invariant of the IR; throws GraphError with the offending node.
 void verify(const Graph& g);
+// What is wrong with write_at node n (its shapes, dtypes, position, and the in-place rule), or "".
+std::string write_at_problem(const Graph& g, const Node& n);
+// The node whose memory holds n's value: a write_at's cache input (written in place), else n.
+inline NodeId storage_of(const Graph& g, NodeId n) {
+  return g.node(n).op == Op::WriteAt ? g.node(n).operands[0] : n;
+}
 // A readable listing of the graph.
 std::string print_graph(const Graph& g);
 

@@ -20,7 +20,7 @@ std::string graph_json(const Graph& g) {
       else
         j.field("value", std::isnan(n.value) ? "nan" : n.value > 0 ? "inf" : "-inf");
     }
-    if (op_info(n.op).kind == OpKind::Reduce || n.op == Op::Iota) j.array("axes", n.axes).field("keepdim", n.keepdim);
+    if (op_info(n.op).kind == OpKind::Reduce || n.op == Op::Iota || n.op == Op::WriteAt) j.array("axes", n.axes).field("keepdim", n.keepdim);
     if (n.op == Op::MatMul) j.field("transpose_a", n.transpose_a).field("transpose_b", n.transpose_b);
     j.end_object();
   }

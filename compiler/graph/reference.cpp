@@ -160,6 +160,27 @@ static void matmul(const Graph& g, const Node& n, const std::vector<std::vector<
       1);
 }
 
+// The cache with the value's slices at ⌈position⌉ (0 where position ≤ 0 or NaN) along the axis;
+// slices past the cache's extent dropped.
+static void write_at(const Graph& g, const Node& n, const std::vector<std::vector<double>>& val,
+                     std::vector<double>& out) {
+  const Node &cache = g.node(n.operands[0]), &value = g.node(n.operands[1]), &position = g.node(n.operands[2]);
+  const size_t axis = static_cast<size_t>(n.axes[0]);
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
+  const int64_t extent = n.shape[axis], slices = value.shape[axis], outer = num_elements(n.shape) / (extent * inner);
+  out = val[cache.id];
+  BroadcastIndex position_of(position.shape, n.shape);
+  for (int64_t o = 0; o < outer; ++o) {
+    const double x = val[position.id][position_of(o * extent * inner)];
+    const double p = std::isnan(x) || x <= 0 ? 0 : std::ceil(x);
+    for (int64_t j = 0; j < slices && p + static_cast<double>(j) < static_cast<double>(extent); ++j) {
+      const int64_t to = (o * extent + static_cast<int64_t>(p) + j) * inner, from = (o * slices + j) * inner;
+      std::copy_n(val[value.id].begin() + from, inner, out.begin() + to);
+    }
+  }
+}
+
 std::map<std::string, std::vector<double>> reference_run(const Graph& g, const TensorMap& inputs,
                                                          const ReferenceOptions& options) {
   verify(g);
@@ -194,6 +215,11 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       for (size_t d = static_cast<size_t>(n.axes[0]) + 1; d < n.shape.size(); ++d) stride *= n.shape[d];
       const int64_t extent = n.shape[static_cast<size_t>(n.axes[0])];
       for (int64_t i = 0; i < count; ++i) out[i] = round_to(n.dtype, static_cast<double>((i / stride) % extent));
+      continue;
+    }
+    if (n.op == Op::WriteAt) {
+      write_at(g, n, val, out);
+      release_operands(n);
       continue;
     }
     if (n.op == Op::MatMul) {

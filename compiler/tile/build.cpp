@@ -12,6 +12,7 @@
 #include "compiler/support/error.h"
 #include "compiler/tile/attention.h"
 #include "compiler/tile/ir_verify.h"
+#include "compiler/tile/write_at.h"
 
 namespace tilefuse::tir {
 
@@ -575,6 +576,7 @@ std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
   if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();
   if (k.kind == ScheduleKind::Attention) return attention_kernel_program(g, k);
+  if (k.kind == ScheduleKind::Write) return write_at_program(g, k);
   return std::nullopt;
 }
 

@@ -1,0 +1,57 @@
+#include "compiler/tile/write_at.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+#include "compiler/fusion/write_at.h"
+#include "compiler/tile/ir_verify.h"
+
+namespace tilefuse::tir {
+
+// Block (slice r of outer index o = r / n, piece c): the slice's piece loaded from the value
+// ([outer·n, inner]) and stored into the cache ([outer·extent, inner]) at row o·extent + p + r % n,
+// p = ⌈position[o]⌉ (at most the extent, so that the index cannot wrap), masked at and past the
+// end of o's rows (a position too close to the end drops the slices that would pass it).
+Program write_at_program(const Graph& g, const Kernel& k) {
+  const TileSchedule& s = k.schedule;
+  const Node& w = g.node(k.outputs.at(0));
+  const Node &value = g.node(w.operands[1]), &position = g.node(w.operands[2]), &cache = g.node(w.operands[0]);
+  const WriteExtents e = write_extents(g, w);
+  const size_t axis = static_cast<size_t>(w.axes[0]);
+  Program p;
+  p.name = k.name;
+  p.layout = {{1, s.vec}, {1, s.threads_per_row}, {1, 1}};
+  p.grid = {s.grid()};
+  p.wide_indices = (e.outer + 1) * e.extent * e.inner > INT32_MAX;
+  auto name = [](const Node& n) { return n.op == Op::Input ? n.name : fmt::format("%{}", n.id); };
+  p.params.push_back({name(value), value.dtype, {e.outer * e.slices, e.inner}});
+  p.params.push_back({name(position), position.dtype, {num_elements(position.shape), 1}});
+  p.params.push_back({name(cache), w.dtype, {e.outer * e.extent, e.inner}});  // the cache, written in place
+  p.params.back().output = true;
+
+  Builder b(p, p.body);
+  const int pid = b.program_id(0), zero = b.index(0);
+  const int64_t tile_cols = s.tile_cols();
+  const int slice = b.div(pid, b.index(s.col_blocks()));
+  const int col0 = b.mul(b.rem(pid, b.index(s.col_blocks())), b.index(tile_cols));
+  const int outer = b.div(slice, b.index(e.slices));
+  // The position's element for this outer index: its extents along the cache's axes before `axis`.
+  const Shape outer_dims(cache.shape.begin(), cache.shape.begin() + static_cast<std::ptrdiff_t>(axis));
+  Shape own(outer_dims.size(), 1);
+  for (size_t i = 0; i < position.shape.size(); ++i) {
+    const size_t d = cache.shape.size() - position.shape.size() + i;
+    if (d < axis) own[d] = position.shape[i];
+  }
+  const int at = b.broadcast_index(outer, outer_dims, own);
+  const int pos = b.min(b.ceil_index(b.load(1, {at, zero}, {1, 1})), b.index(e.extent));
+  const int first = b.mul(outer, b.index(e.extent));
+  const int row = b.add(first, b.add(pos, b.rem(slice, b.index(e.slices))));
+  const bool ragged = e.inner % tile_cols != 0;
+  const int v = b.load(0, {slice, col0}, {1, tile_cols}, {false, ragged});
+  b.store(2, {row, col0}, v, {true, ragged}, {b.add(first, b.index(e.extent)), -1});
+  verify_program(p);
+  return p;
+}
+
+}  // namespace tilefuse::tir
