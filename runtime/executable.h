@@ -60,6 +60,9 @@ class Executable {
   // Uploads inputs once, then times `iters` launches of the whole plan after `warmup`; returns
   // the per-iteration milliseconds from CUDA events.
   std::vector<float> time(const TensorMap& inputs, int warmup, int iters);
+  // The host's microseconds to issue one run's launches, averaged over the last time() (the
+  // per-step overhead a decode loop pays beside the kernels' time).
+  double issue_us() const { return issue_us_; }
 
  private:
   struct Device;
@@ -71,6 +74,7 @@ class Executable {
   void launch_all(const std::map<NodeId, uint64_t>& at, void* stream);
   void launch_all();
   void* last_stream_ = nullptr;  // of the last run_on_device (nullptr: the executable's own)
+  double issue_us_ = 0;
 
   Plan plan_;
   CodegenOptions options_;

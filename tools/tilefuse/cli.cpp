@@ -403,6 +403,8 @@ int cmd_run(const Args& a) {
     int64_t bytes = minimum_bytes(g);
     fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
                t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
+    fmt::print("  launch overhead: {} kernel launch{} issued in {:.1f} µs on the host per run\n", exe.kernels().size(),
+               exe.kernels().size() == 1 ? "" : "es", exe.issue_us());
     const double flops = plan_flops(exe.plan());
     if (flops > 0) fmt::print("  {:.1f} TFLOP/s of {:.4g} matmul flops\n", flops / (t.median_ms * 1e-3) / 1e12, flops);
   }
