@@ -175,6 +175,17 @@ class Generator {
       return input(g_, "in" + std::to_string(inputs_++), shaped(heads, rows, d), dt);
     };
     Tensor q = qkv(lead, n), k = qkv(kv_lead, n_kv), v = qkv(kv_lead, n_kv);
+    if (chance(0.2)) {  // a decode step: new keys and values written into the caches in place first
+      const int64_t tokens = std::min<int64_t>(n_kv, pick(1, 3));
+      Shape at = kv_lead;  // one position per K/V head or per cache
+      if (chance(0.5)) std::fill(at.begin(), at.end(), 1);
+      at.push_back(1);
+      at.push_back(1);
+      Tensor position = input(g_, "in" + std::to_string(inputs_++), at);  // N(0, 1): ⌈·⌉ 0, 1, 2, …
+      if (chance(0.3)) position = abs(position) * static_cast<double>(n_kv / 2);  // computed, further in
+      k = write_at(k, qkv(kv_lead, tokens), position, -2);
+      v = write_at(v, qkv(kv_lead, tokens), position, -2);
+    }
     const bool f32_scores = chance(0.7);
     Tensor s = matmul(q, k, {false, true, f32_scores ? std::optional<DType>(DType::F32) : std::nullopt});
     s = s * (1.0 / std::sqrt(static_cast<double>(d)));
