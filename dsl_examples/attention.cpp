@@ -33,4 +33,29 @@ Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_h
   return g;
 }
 
+// A whole decode step: the new token's key and value written into the caches (k_cache, v_cache
+// [batch, kv_heads, 1, max_len, d]) in place at each sequence's length, then one query per head
+// attending over length + 1 keys (the mask iota < length + 1 ends each sequence's loop).
+Graph attention_decode_step_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                                  int64_t max_len, int64_t d) {
+  Graph g(name);
+  const int64_t group = q_heads / kv_heads;
+  const Shape cache = {batch, kv_heads, 1, max_len, d}, token = {batch, kv_heads, 1, 1, d};
+  Tensor q = input(g, "q", {batch, kv_heads, group, 1, d}, DType::BF16);
+  Tensor length = input(g, "length", {batch, 1, 1, 1, 1});
+  Tensor k = write_at(input(g, "k_cache", cache, DType::BF16), input(g, "k_new", token, DType::BF16), length, 3);
+  Tensor v = write_at(input(g, "v_cache", cache, DType::BF16), input(g, "v_new", token, DType::BF16), length, 3);
+  Tensor s = matmul(q, k, {false, true, DType::F32}) * (1.0 / std::sqrt(static_cast<double>(d)));
+  s = where(iota(g, {1, max_len}, 1) < length + 1.0, s, -INFINITY);
+  output("o", matmul(cast(softmax(s), DType::BF16), v));
+  return g;
+}
+
+// Ragged lengths between half the cache and its last free slot, the same for every seed.
+void decode_step_lengths(TensorMap& inputs, int64_t batch, int64_t max_len) {
+  std::vector<double> lengths;
+  for (int64_t b = 0; b < batch; ++b) lengths.push_back(static_cast<double>(max_len / 2 + (b * 977) % (max_len / 2)));
+  inputs["length"] = TensorData::from_doubles(DType::F32, {batch, 1, 1, 1, 1}, lengths);
+}
+
 }  // namespace tilefuse

@@ -19,6 +19,9 @@ Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int
 Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, int64_t hidden, DType dtype);
 Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_kv,
                              int64_t d);
+Graph attention_decode_step_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                                  int64_t max_len, int64_t d);
+void decode_step_lengths(TensorMap& inputs, int64_t batch, int64_t max_len);
 
 const std::vector<Example>& examples() {
   static const std::vector<Example> all = {
@@ -91,6 +94,10 @@ const std::vector<Example>& examples() {
       {"attention_decode_gqa_128k", "one sequence, 8 query heads per K/V head: q bf16[1, 8, 8, 1, 128], k, v "
        "[1, 8, 1, 131072, 128]",
        [] { return attention_decode_graph("attention_decode_gqa_128k", 1, 64, 8, 131072, 128); }, "attention_decode"},
+      {"attention_decode_step", "a decode step: the new k, v written into caches bf16[8, 8, 1, 4096, 128] in place at "
+       "each sequence's length (2048 … 4095, ragged), then 4 query heads per K/V head attending over length + 1 keys",
+       [] { return attention_decode_step_graph("attention_decode_step", 8, 32, 8, 4096, 128); }, "attention_decode",
+       [](TensorMap& in) { decode_step_lengths(in, 8, 4096); }},
       {"mlp_train", "y = gelu(x·W1 + b1)·W2 and, given dL/dy, dx, dW1, db1, dW2 from dsl::grad: x bf16[8192, 4096], "
        "W1 [4096, 16384]",
        [] { return mlp_train_graph("mlp_train", 8192, 4096, 16384, DType::BF16); }},

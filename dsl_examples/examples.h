@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compiler/graph/graph.h"
+#include "compiler/graph/tensor_data.h"
 
 namespace tilefuse {
 
@@ -14,6 +15,9 @@ struct Example {
   std::string description;
   std::function<Graph()> build;
   std::string family = "";  // the benchmark case it belongs to (softmax for softmax_32k_bf16); "" = name
+  // Run-time values that random ones would make meaningless (a decode step's lengths), set over
+  // the random inputs; nullptr: all random.
+  std::function<void(TensorMap&)> inputs = nullptr;
 };
 
 const std::vector<Example>& examples();

@@ -26,6 +26,8 @@ static std::string tensor_desc(const Graph& g, NodeId id) {
   std::string name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
   for (const GraphOutput& o : g.outputs())
     if (o.node == id) name = o.name;
+  if (n.op == Op::WriteAt)  // stored in its cache's memory
+    name += fmt::format(" (in '{}' in place)", g.node(storage_of(g, id)).name);
   return fmt::format("{} {}{}", name, dtype_name(n.dtype), shape_str(n.shape));
 }
 

@@ -296,6 +296,13 @@ const std::string& one_name(const Args& a) {
   return a.names[0];
 }
 
+// Random inputs from `seed`, with the values the example sets itself (Example::inputs).
+TensorMap example_inputs(const std::string& name, const Graph& g, uint64_t seed) {
+  TensorMap inputs = random_inputs(g, seed);
+  if (example(name).inputs) example(name).inputs(inputs);
+  return inputs;
+}
+
 Plan make_plan(const Args& a, const std::string& name) {
   Graph g = example(name).build();
   FusionOptions fo = fusion_options(a);
@@ -387,7 +394,7 @@ int cmd_run(const Args& a) {
   }
   const Graph& g = exe.plan().graph;
   uint64_t seed = seed_of(a);
-  TensorMap inputs = random_inputs(g, seed);
+  TensorMap inputs = example_inputs(name, g, seed);
   const auto& info = cuda::Context::get().info();
   fmt::print("{} on {} (sm_{}{}), {} kernel{}, inputs seeded {}\n", name, info.name, info.cc_major,
              info.cc_minor, exe.kernels().size(), exe.kernels().size() == 1 ? "" : "s", seed);
@@ -458,7 +465,7 @@ int cmd_bench(const Args& a) {
   for (const std::string& name : names) {
     Executable exe(make_plan(a, name), codegen_options_for(a.target));
     const Graph& g = exe.plan().graph;
-    TensorMap inputs = random_inputs(g, seed);
+    TensorMap inputs = example_inputs(name, g, seed);
     fmt::print("{}:\n", name);
     CheckReport chk = check_against_reference(exe.plan(), inputs, exe.run(inputs));
     fmt::print("{}", chk.text());
