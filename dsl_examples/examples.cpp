@@ -17,6 +17,7 @@ Graph column_sum_graph(DType dtype);
 Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
 Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
 Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, int64_t hidden, DType dtype);
+Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
 Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_kv,
                              int64_t d);
 Graph attention_decode_step_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads,
@@ -103,6 +104,11 @@ const std::vector<Example>& examples() {
        [] { return mlp_train_graph("mlp_train", 8192, 4096, 16384, DType::BF16); }},
       {"mlp_train_small", "the same step at x bf16[64, 96], W1 [96, 160]: small enough to check against float64",
        [] { return mlp_train_graph("mlp_train_small", 64, 96, 160, DType::BF16); }, "mlp_train"},
+      {"attention_train", "attention over q, k, v bf16[8, 32, 4096, 128] and, given dL/dO, dq, dk, dv: the forward "
+       "one kernel, the backward recomputing P from its row statistics (not yet one loop)",
+       [] { return attention_train_graph("attention_train", 8, 32, 4096, 128, false); }},
+      {"attention_train_small", "the same step at bf16[2, 3, 100, 64], causal: small enough to check against float64",
+       [] { return attention_train_graph("attention_train_small", 2, 3, 100, 64, true); }, "attention_train"},
   };
   return all;
 }

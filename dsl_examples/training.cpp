@@ -1,4 +1,6 @@
 // Training steps: a forward pass and its backward from dsl::grad, planned as one graph.
+#include <cmath>
+
 #include "compiler/dsl/autodiff.h"
 #include "compiler/dsl/dsl.h"
 
@@ -20,6 +22,23 @@ Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, in
   output("dw1", d[1]);
   output("db1", d[2]);
   output("dw2", d[3]);
+  return g;
+}
+
+// O = attention(q, k, v) (causal or not) and, given dL/dO, dq, dk and dv from dsl::grad — whose
+// attention rule gives FlashAttention-2's form: the forward one kernel writing O and its row
+// statistics, the backward recomputing the probabilities from them.
+Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal) {
+  Graph g(name);
+  const Shape shape = {batch, heads, n, d};
+  Tensor q = input(g, "q", shape, DType::BF16), k = input(g, "k", shape, DType::BF16);
+  Tensor v = input(g, "v", shape, DType::BF16);
+  Tensor o = attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(d)), causal);
+  output("o", o);
+  const std::vector<Tensor> grads = grad({o}, {input(g, "do", shape, DType::BF16)}, {q, k, v});
+  output("dq", grads[0]);
+  output("dk", grads[1]);
+  output("dv", grads[2]);
   return g;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "compiler/codegen/compile.h"
 #include "compiler/dsl/autodiff.h"
 #include "compiler/dsl/dsl.h"
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
@@ -155,12 +157,63 @@ TEST(Autodiff, MatMuls) {
 
 // softmax(q·kᵀ·scale, causal)·v written in f32 primitives: the two products' transposes, the
 // mask's where and the softmax together (the attention backward's graph).
+// Attention's backward in FlashAttention-2's form (the probabilities recomputed from a copy of the
+// scores' chain and the forward's row statistics; D = rowsum(dO∘O)) against finite differences:
+// a causal mask; K/V heads shared by query heads (GQA) with a bias per query and key, whose
+// gradient flows through the copy.
 TEST(Autodiff, AttentionChain) {
-  Graph g("attention");
-  Tensor q = input(g, "q", {2, 6, 4}), k = input(g, "k", {2, 7, 4}), v = input(g, "v", {2, 7, 3});
-  Tensor s = matmul(q, k, {false, true}) * 0.5;
-  s = where(iota(g, {6, 7}, 0) + 1.0 >= iota(g, {6, 7}, 1), s, -INFINITY);
-  check_gradients(g, {matmul(softmax(s), v)}, {q, k, v}, testing::test_seed());
+  {
+    Graph g("attention");
+    Tensor q = input(g, "q", {2, 6, 4}), k = input(g, "k", {2, 7, 4}), v = input(g, "v", {2, 7, 3});
+    Tensor s = matmul(q, k, {false, true}) * 0.5;
+    s = where(iota(g, {6, 7}, 0) + 1.0 >= iota(g, {6, 7}, 1), s, -INFINITY);
+    check_gradients(g, {matmul(softmax(s), v)}, {q, k, v}, testing::test_seed());
+  }
+  {
+    Graph g("gqa_bias");
+    Tensor q = input(g, "q", {2, 2, 3, 5, 4}), k = input(g, "k", {2, 2, 1, 7, 4}), v = input(g, "v", {2, 2, 1, 7, 3});
+    Tensor bias = input(g, "bias", {2, 1, 3, 5, 7});
+    Tensor s = matmul(q, k, {false, true}) * 0.5 + bias;
+    check_gradients(g, {matmul(softmax(s), v)}, {q, k, v, bias}, testing::test_seed());
+  }
+}
+
+// The gradient graph of attention reads nothing of the forward's N×N values: the forward stays one
+// attention kernel (writing O and the row statistics the backward recomputes P from), the
+// backward computes Q·Kᵀ again.
+TEST(Autodiff, AttentionBackwardRecomputesTheProbabilities) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    Graph g("attention_train");
+    Tensor q = input(g, "q", {2, 3, 100, 64}, DType::BF16), k = input(g, "k", {2, 3, 100, 64}, DType::BF16);
+    Tensor v = input(g, "v", {2, 3, 100, 64}, DType::BF16);
+    Tensor o = attention(q, k, v, 0.125, causal);
+    const std::vector<Tensor> d = grad({o}, {input(g, "do", {2, 3, 100, 64}, DType::BF16)}, {q, k, v});
+    output("o", o);
+    output("dq", d[0]);
+    output("dk", d[1]);
+    output("dv", d[2]);
+    std::string why;
+    const std::optional<ContractionChain> chain = match_contraction_chain(g, o.id(), &why);
+    ASSERT_TRUE(chain.has_value()) << why;
+    int scores = 0;  // Q·Kᵀ: the forward's and the backward's copy
+    for (const Node& n : g.nodes())
+      scores += n.op == Op::MatMul && n.operands == std::vector<NodeId>{q.id(), k.id()};
+    EXPECT_EQ(scores, 2);
+    const Plan p = plan_fusion(g);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    int attention_kernels = 0;
+    const std::vector<NodeId> forward = chain->nodes();
+    for (const Kernel& k : p.kernels) {
+      attention_kernels += k.kind == ScheduleKind::Attention;
+      for (NodeId in : k.inputs)
+        EXPECT_TRUE(in == chain->output || chain->row_value(in) || !std::binary_search(forward.begin(), forward.end(), in))
+            << k.name << " reads %" << in << ", inside the forward's chain\n"
+            << plan_report_text(p);
+    }
+    EXPECT_EQ(attention_kernels, 1) << plan_report_text(p);
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  }
 }
 
 // The fuzzer's random graphs (f32 inputs; graphs whose gradient needs a reshape are refused by

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse::dsl {
@@ -143,6 +144,7 @@ class Backward {
 
   void node(const Node n, const Tensor gy) {  // (by value: appending invalidates references)
     if (n.op == Op::Input || n.op == Op::Constant || n.op == Op::Iota) return;
+    if (n.op == Op::MatMul && attention_grads(n, gy)) return;
     const Tensor y = t(n.id);
     auto x = [&](size_t i) { return t(n.operands.at(i)); };
     switch (n.op) {
@@ -227,6 +229,57 @@ class Backward {
       default:
         return;  // comparisons: no gradient
     }
+  }
+
+  // O = softmax(f(Q·Kᵀ))·V found as the forward's attention rule finds it (a contraction chain,
+  // compiler/fusion/contraction_chain.h), differentiated in FlashAttention-2's form, so that the
+  // backward reads nothing of the forward's N×N values and the forward stays one kernel:
+  //   P' = exp(f(Q·Kᵀ)' − c) / h(Σ)   recomputed from a copy of the scores' chain, with the row
+  //                                   shift c and divisor h(Σ) the forward kernel writes beside O
+  //   dV = P'ᵀ·dO,  dP = dO·Vᵀ         (the matmul rule on O' = P'·V)
+  //   D = rowsum(dO∘O)                 = rowsum(P∘dP), since O = P·V
+  //   dX = P'∘(dP − D)                 softmax's backward (P' as O's product read it: in V's
+  //                                    dtype), then f's and Q·Kᵀ's rules on the copy.
+  // False (the ordinary rules then apply) where O is no such chain, or where something else
+  // already takes a gradient from the chain's inner values (a log-sum-exp output).
+  bool attention_grads(const Node& o, Tensor go) {
+    std::string why;
+    const std::optional<ContractionChain> c = match_contraction_chain(g_, o.id, &why);
+    if (!c) return false;
+    for (NodeId inner : c->nodes())
+      if (inner != o.id && adj_.count(inner)) return false;
+    // The scores' chain again from Q and K: S', the masks' and biases' index ops, X' = f(S').
+    std::vector<NodeId> chain = c->index_ops;
+    chain.push_back(c->scores);
+    chain.insert(chain.end(), c->score_ops.begin(), c->score_ops.end());
+    std::sort(chain.begin(), chain.end());
+    std::map<NodeId, NodeId> copy;
+    for (NodeId id : chain) {
+      Node n = g_.node(id);
+      for (NodeId& operand : n.operands)
+        if (copy.count(operand)) operand = copy.at(operand);
+      copy[id] = g_.append(std::move(n));
+    }
+    const Node& probs = g_.node(c->probs);
+    const NodeId shift = c->shift_ops.empty() ? c->row_max : c->shift_ops.back();
+    const NodeId divisor = c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back();
+    const Tensor x = t(copy.at(c->x()));
+    const Tensor p = exp(x - t(shift)) / t(divisor);
+    const Tensor pv = c->cast >= 0 ? cast(p, g_.node(c->cast).dtype) : p;
+    // O' = P'·V with O's options: its matmul rule gives dV (to V) and dP (to P', taken back here).
+    const Tensor o_again = matmul(pv, t(c->v), {o.transpose_a, o.transpose_b, o.dtype});
+    matmul_grads(g_.node(o_again.id()), go);
+    const Tensor dp = cast(adj_.at(pv.id()), probs.dtype);
+    adj_.erase(pv.id());
+    if (go.shape() != o.shape) go = broadcast_like(go, t(o.id));
+    const Tensor d = sum(cast(go, DType::F32) * cast(t(o.id), DType::F32), {-1}, true);
+    // dS from P' as O's product read it (in V's dtype where it was cast), so that P' is computed
+    // once, in the scores' kernel, and the dP kernel's epilogue reads one tile of it.
+    const Tensor p_read = c->cast >= 0 ? cast(pv, probs.dtype) : p;
+    accumulate(x.id(), p_read * (dp - cast(d, probs.dtype)));
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it)  // f's rules, then Q·Kᵀ's, on the copy
+      if (adj_.count(copy.at(*it))) node(g_.node(copy.at(*it)), adj_.at(copy.at(*it)));
+    return true;
   }
 
   // C = op(a)·op(b): dA = dC·op(b)ᵀ, dB = op(a)ᵀ·dC (transposed back where an operand is stored

@@ -446,8 +446,9 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     const bool rows = num_elements(v) != v.back(), cols = v.back() != 1;
     operands += rows && cols ? acc : cols ? warp_n / 4 : rows ? warp_m / 8 : 1;
   }
-  c.registers = std::min(p.max_registers_per_thread,
-                         std::max(36 + acc + fragments, 24 + acc + operands + 4 * k.totals.scratch_regs));
+  // Not capped at the device's limit: an estimate past it is an epilogue that would spill, which
+  // the fusion pass's budget then refuses.
+  c.registers = std::max(36 + acc + fragments, 24 + acc + operands + 4 * k.totals.scratch_regs);
   const int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.registers_per_sm / (regs_alloc * threads)}));
