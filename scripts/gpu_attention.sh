@@ -17,6 +17,7 @@ for args in "attention_small --check" "attention --bench --iters 20" "attention_
   "attention_decode_32k --bench --iters 30" "attention_decode_128k --bench --iters 30" \
   "attention_decode_gqa_b64 --check --bench --iters 50" "attention_decode_gqa_128k --bench --iters 50" \
   "attention_decode_step --check --bench --iters 50" \
+  "attention_train_small --check" "attention_train --bench --iters 5" \
   "attention_decode_gqa --bench --iters 50 --pack-heads 0 --kv-splits 1" \
   "attention_decode --bench --iters 50 --kv-splits 2" \
   "attention_decode_128k --bench --iters 30 --kv-splits 16" \
@@ -26,7 +27,7 @@ for args in "attention_small --check" "attention --bench --iters 20" "attention_
   timeout 60 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
 done | tee "$OUT/attention_runs.log"
 echo "== PyTorch scaled_dot_product_attention, same shape"
-timeout 120 python3 - <<'PY' 2>&1 | tee "$OUT/attention_peers.log"
+timeout 180 python3 - <<'PY' 2>&1 | tee "$OUT/attention_peers.log"
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import sys
@@ -46,6 +47,24 @@ for causal in (False, True):
                   f"{f / t / 1e9:.1f} TFLOP/s (of {'half ' if causal else ''}4·n²·d per head)")
         except Exception as e:
             print(f"sdpa {name}: {type(e).__name__}: {e}")
+# Training: forward and backward at attention_train's shape (B8 H32 N4096 d128); TFLOP/s of
+# 3.5 × 4·B·H·N²·D (halved when causal), as FlashAttention reports it.
+b, h, n, d = 8, 32, 4096, 128
+q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(3))
+do = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
+for causal in (False, True):
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]:
+        try:
+            with sdpa_kernel(backend):
+                def step():
+                    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    o.backward(do)
+                t = median_ms(step)
+            f = 3.5 * 4 * b * h * n * n * d / (2 if causal else 1)
+            print(f"sdpa {name} train {'causal ' if causal else ''}B{b} H{h} N{n} d {d}: fwd+bwd {t:.3f} ms, {f / t / 1e9:.1f} TFLOP/s")
+        except Exception as e:
+            print(f"sdpa {name} train: {type(e).__name__}: {e}")
+del q, k, v, do
 # Decode: one query per head over a cache (the attention_decode examples' shapes); GB/s of K and V.
 for b, hq, hkv, n_kv in ((8, 32, 32, 4096), (8, 32, 8, 32768), (8, 32, 32, 32768), (1, 32, 32, 131072),
                          (64, 32, 8, 4096), (1, 64, 8, 131072)):
