@@ -824,6 +824,25 @@ TEST(FusionAttention, SplitKeysMergeInTheLastBlock) {
       EXPECT_TRUE(run_ptxas(c.ptx, k->name).has_value());
     }
   }
+  // The merge loops over the splits: its registers do not grow with their count (unrolled, 60
+  // splits spilled).
+  if (!find_ptxas().empty()) {
+    for (int splits : {2, 64}) {
+      Graph g("long_decode");
+      Tensor q = input(g, "q", {1, 2, 8, 1, 128}, DType::BF16);
+      Tensor k = input(g, "k", {1, 2, 1, 32768, 128}, DType::BF16), v = input(g, "v", {1, 2, 1, 32768, 128}, DType::BF16);
+      output("o", attention(q, k, v, 0.088));
+      FusionOptions o;
+      o.schedule.kv_splits = splits;
+      const Plan p = plan_fusion(g, o);
+      const Kernel* k_split = attention_kernel_of(p);
+      ASSERT_NE(k_split, nullptr) << plan_report_text(p);
+      EXPECT_EQ(k_split->schedule.kv_splits, splits);
+      const std::optional<MeasuredKernel> m = run_ptxas(compile_kernel(p.graph, *k_split).ptx, k_split->name);
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0) << splits << " splits: " << m->registers << " registers";
+    }
+  }
   // No more splits than key tiles.
   Graph g("few_keys");
   Qkv t = qkv(g, 16, 100, 32, DType::BF16);
