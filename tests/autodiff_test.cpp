@@ -176,6 +176,12 @@ TEST(Autodiff, AttentionChain) {
     Tensor s = matmul(q, k, {false, true}) * 0.5 + bias;
     check_gradients(g, {matmul(softmax(s), v)}, {q, k, v, bias}, testing::test_seed());
   }
+  {  // O and its log-sum-exp both differentiated: the ordinary rules (the shift read twice)
+    Graph g("with_lse");
+    Tensor q = input(g, "q", {2, 6, 4}), k = input(g, "k", {2, 7, 4}), v = input(g, "v", {2, 7, 3});
+    AttentionWithLse a = attention_with_lse(q, k, v, 0.5, true);
+    check_gradients(g, {a.o, a.lse}, {q, k, v}, testing::test_seed());
+  }
 }
 
 // The gradient graph of attention reads nothing of the forward's N×N values: the forward stays one

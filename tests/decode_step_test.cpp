@@ -91,6 +91,12 @@ TEST(WriteAt, RefusesWhatItCannotWriteInPlace) {
   expect_graph_error([&] { write_at(cache, input(g, "f32", {2, 1, 4}), pos, 1); }, "cast them");
   expect_graph_error([&] { write_at(cache, value, input(g, "per_row", {2, 8, 1}), 1); }, "one per slice");
   expect_graph_error([&] { write_at(cache, value, input(g, "bf16_pos", {2, 1, 1}, DType::BF16), 1); }, "must be f32");
+  expect_graph_error([&] { write_at(cache, value, constant(g, 3.0), 1); }, "position is a constant");
+  {
+    Graph h("itself");
+    Tensor c = input(h, "cache", {2, 8, 4}, DType::BF16);
+    expect_graph_error([&] { write_at(c, c, input(h, "pos", {2, 1, 1}), 1); }, "as its value or position");
+  }
   {
     Graph h("read_before");
     Tensor c = input(h, "cache", {2, 8, 4}, DType::BF16);
@@ -145,6 +151,19 @@ TEST(WriteAt, DecodeStepPlansAWriteKernelPerCacheBeforeAttention) {
     }
     EXPECT_NE(plan_report_text(p).find("in place"), std::string::npos);
   }
+}
+
+// A write whose result nothing reads still updates the caller's cache: it is planned, not dead.
+TEST(WriteAt, AWriteNothingReadsIsStillPlanned) {
+  Graph g("append_only");
+  Tensor c = input(g, "cache", {2, 8, 4}, DType::BF16);
+  write_at(c, input(g, "value", {2, 1, 4}, DType::BF16), input(g, "pos", {2, 1, 1}), 1);
+  output("other", input(g, "x", {16}) * 2.0);
+  const Plan p = plan_fusion(g);
+  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+  int writes = 0;
+  for (const Kernel& k : p.kernels) writes += k.kind == ScheduleKind::Write;
+  EXPECT_EQ(writes, 1) << plan_report_text(p);
 }
 
 // One compiled plan serves every set of lengths: ragged (0, 17, the last free slot), and the

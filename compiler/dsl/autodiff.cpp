@@ -101,6 +101,12 @@ class Backward {
     if (max < 0 || g_.node(max).operands[0] != sub.operands[0] || !g_.node(max).keepdim || g_.is_output(z) ||
         users_[static_cast<size_t>(z)].empty())
       return false;
+    // The shift cancels only if nothing else reads it (a log-sum-exp c + log Σ e^(x − c) reads c
+    // twice: its gradient through c is 0 only with both reads differentiated).
+    if (g_.is_output(shift.id) ||
+        std::any_of(users_[static_cast<size_t>(shift.id)].begin(), users_[static_cast<size_t>(shift.id)].end(),
+                    [&](NodeId u) { return u != z; }))
+      return false;
     const std::vector<int>& axes = g_.node(max).axes;
     auto is_sum_of = [&](NodeId r, NodeId e) {
       const Node& n = g_.node(r);
@@ -260,23 +266,24 @@ class Backward {
         if (copy.count(operand)) operand = copy.at(operand);
       copy[id] = g_.append(std::move(n));
     }
-    const Node& probs = g_.node(c->probs);
+    const DType probs_dtype = g_.node(c->probs).dtype;  // (appending nodes moves the graph's)
     const NodeId shift = c->shift_ops.empty() ? c->row_max : c->shift_ops.back();
     const NodeId divisor = c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back();
     const Tensor x = t(copy.at(c->x()));
     const Tensor p = exp(x - t(shift)) / t(divisor);
     const Tensor pv = c->cast >= 0 ? cast(p, g_.node(c->cast).dtype) : p;
     // O' = P'·V with O's options: its matmul rule gives dV (to V) and dP (to P', taken back here).
+    // (dO broadcast against O first: against O' it would make O' a value the graph computes.)
+    if (go.shape() != o.shape) go = broadcast_like(go, t(o.id));
     const Tensor o_again = matmul(pv, t(c->v), {o.transpose_a, o.transpose_b, o.dtype});
     matmul_grads(g_.node(o_again.id()), go);
-    const Tensor dp = cast(adj_.at(pv.id()), probs.dtype);
+    const Tensor dp = cast(adj_.at(pv.id()), probs_dtype);
     adj_.erase(pv.id());
-    if (go.shape() != o.shape) go = broadcast_like(go, t(o.id));
     const Tensor d = sum(cast(go, DType::F32) * cast(t(o.id), DType::F32), {-1}, true);
     // dS from P' as O's product read it (in V's dtype where it was cast), so that P' is computed
     // once, in the scores' kernel, and the dP kernel's epilogue reads one tile of it.
-    const Tensor p_read = c->cast >= 0 ? cast(pv, probs.dtype) : p;
-    accumulate(x.id(), p_read * (dp - cast(d, probs.dtype)));
+    const Tensor p_read = c->cast >= 0 ? cast(pv, probs_dtype) : p;
+    accumulate(x.id(), p_read * (dp - cast(d, probs_dtype)));
     for (auto it = chain.rbegin(); it != chain.rend(); ++it)  // f's rules, then Q·Kᵀ's, on the copy
       if (adj_.count(copy.at(*it))) node(g_.node(copy.at(*it)), adj_.at(copy.at(*it)));
     return true;
@@ -284,7 +291,7 @@ class Backward {
 
   // C = op(a)·op(b): dA = dC·op(b)ᵀ, dB = op(a)ᵀ·dC (transposed back where an operand is stored
   // transposed), in the operands' dtype, summed over broadcast batch axes.
-  void matmul_grads(const Node& n, Tensor gc) {
+  void matmul_grads(const Node n, Tensor gc) {  // (by value: appending invalidates references)
     const NodeId a = n.operands[0], b = n.operands[1];
     const DType dt = g_.node(a).dtype;
     if (gc.shape() != n.shape) gc = broadcast_like(gc, t(n.id));

@@ -109,6 +109,8 @@ class FusionPass {
  public:
   FusionPass(const Graph& g, const FusionOptions& opt) : g_(g), opt_(opt), live_(g.nodes().size()) {
     for (const GraphOutput& o : g.outputs()) live_[o.node] = true;
+    for (const Node& n : g.nodes())  // a cache written in place is the caller's, read or not
+      if (n.op == Op::WriteAt) live_[n.id] = true;
     for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it)
       if (live_[it->id])
         for (NodeId o : it->operands) live_[o] = true;
@@ -152,7 +154,7 @@ class FusionPass {
   // ---- the state: groups, where each node is, and each group's kernel ----
 
   bool needed_outside(NodeId n) const {
-    if (g_.is_output(n)) return true;
+    if (g_.is_output(n) || g_.node(n).op == Op::WriteAt) return true;
     for (NodeId u : users_[n])
       for (int h : where_[u])
         if (!where_[n].count(h)) return true;

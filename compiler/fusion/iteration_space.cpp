@@ -26,14 +26,14 @@ std::vector<int> aligned_map(const Shape& shape, const std::vector<int>& axes) {
   return dims;
 }
 
-// The operand's shape as the space maps it: its own, or for an output as the kernel aligns it
-// (a reduction's with its reduced dimensions).
-// What an output stores: a write's value slices (at the positions along the cache's axis).
+// What an output stores: as the kernel aligns it (a reduction's with its reduced dimensions), or a
+// write's value slices (at the positions along the cache's axis).
 Shape written_shape(const Graph& g, const Kernel& k, NodeId o) {
   const Node& n = g.node(o);
   return n.op == Op::WriteAt ? g.node(n.operands[1]).shape : aligned_shape(g, o, k);
 }
 
+// The operand's shape as the space maps it: its own, or what an output stores.
 Shape mapped_shape(const Graph& g, const Kernel& k, const OperandMap& m) {
   return m.output ? written_shape(g, k, m.node) : g.node(m.node).shape;
 }

@@ -160,7 +160,7 @@ std::vector<Shape> column_views(const Shape& domain, int split, int end, const s
 inline bool view_spans_rows(const Shape& view) { return num_elements(view) != view.back(); }
 inline bool view_spans_cols(const Shape& view) { return view.back() != 1; }
 
-// Schedule overrides from the user (0: let tilefuse choose).
+// Schedule overrides from the user (0, or -1 where 0 has a meaning of its own: let tilefuse choose).
 struct ScheduleHints {
   int block_threads = 0;       // power of two, 32..1024
   int rows_per_thread = 0;     // 1..16

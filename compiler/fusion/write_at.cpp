@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace tilefuse {
 
 WriteExtents write_extents(const Graph& g, const Node& write) {
@@ -26,7 +28,7 @@ bool write_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string
   const WriteExtents e = write_extents(g, w);
   k.kind = ScheduleKind::Write;
   k.domain = value.shape;
-  k.inputs = {value.id, position.id};  // the cache is written, not read
+  k.inputs = {std::min(value.id, position.id), std::max(value.id, position.id)};  // the cache is written, not read
   k.outputs = {w.id};
   TileSchedule& s = k.schedule;
   s = {};

@@ -168,9 +168,13 @@ std::string write_at_problem(const Graph& g, const Node& n) {
     return fmt::format("position {}{} must be f32 (whole numbers to 2^24), one per slice: extent 1 along axis {} and after it, the cache's "
                        "{} or 1 before",
                        dtype_name(position.dtype), shape_str(position.shape), axis, shape_str(cache.shape));
+  if (position.op == Op::Constant)
+    return "its position is a constant: give it as a tensor (an input, or computed), one per slice";
   if (cache.op != Op::Input)
     return fmt::format("writes in place into %{} {}, which is not a graph input (the cache must be one)", cache.id,
                        op_info(cache.op).name);
+  if (value.id == cache.id || position.id == cache.id)
+    return fmt::format("reads the cache '{}' it writes in place as its value or position", cache.name);
   for (const Node& u : g.nodes())
     if (u.id != n.id && std::count(u.operands.begin(), u.operands.end(), cache.id))
       return fmt::format("the cache '{}' is also read by %{} {}: it is written in place, so only the write may read "
