@@ -21,6 +21,9 @@ struct Example {
 };
 
 const std::vector<Example>& examples();
+// O = attention(q, k, v) over [batch, heads, n, d] bf16 and, given "do", dq, dk, dv from dsl::grad
+// (dsl_examples/training.cpp; tests build it at their own shapes).
+Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
 // The off-benchmark family (dsl_examples/family.cpp): `tilefuse` knows them beside the examples.
 const std::vector<Example>& family_examples();
 // Throws GraphError listing the known names when `name` is unknown.

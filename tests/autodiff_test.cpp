@@ -19,6 +19,7 @@
 #include "compiler/fusion/report.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/error.h"
+#include "dsl_examples/examples.h"
 #include "tests/test_util.h"
 #include "tools/fuzz/random_graph.h"
 
@@ -190,21 +191,19 @@ TEST(Autodiff, AttentionChain) {
 TEST(Autodiff, AttentionBackwardRecomputesTheProbabilities) {
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "not causal");
-    Graph g("attention_train");
-    Tensor q = input(g, "q", {2, 3, 100, 64}, DType::BF16), k = input(g, "k", {2, 3, 100, 64}, DType::BF16);
-    Tensor v = input(g, "v", {2, 3, 100, 64}, DType::BF16);
-    Tensor o = attention(q, k, v, 0.125, causal);
-    const std::vector<Tensor> d = grad({o}, {input(g, "do", {2, 3, 100, 64}, DType::BF16)}, {q, k, v});
-    output("o", o);
-    output("dq", d[0]);
-    output("dk", d[1]);
-    output("dv", d[2]);
+    const Graph g = attention_train_graph("attention_train", 2, 3, 100, 64, causal);
+    auto input_id = [&](const std::string& name) {
+      for (NodeId id : g.inputs())
+        if (g.node(id).name == name) return id;
+      return NodeId{-1};
+    };
+    const NodeId q = input_id("q"), k = input_id("k"), o = g.outputs().at(0).node;
     std::string why;
-    const std::optional<ContractionChain> chain = match_contraction_chain(g, o.id(), &why);
+    const std::optional<ContractionChain> chain = match_contraction_chain(g, o, &why);
     ASSERT_TRUE(chain.has_value()) << why;
     int scores = 0;  // Q·Kᵀ: the forward's and the backward's copy
     for (const Node& n : g.nodes())
-      scores += n.op == Op::MatMul && n.operands == std::vector<NodeId>{q.id(), k.id()};
+      scores += n.op == Op::MatMul && n.operands == std::vector<NodeId>{q, k};
     EXPECT_EQ(scores, 2);
     const Plan p = plan_fusion(g);
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
