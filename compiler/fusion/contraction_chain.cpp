@@ -336,12 +336,6 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   return c;
 }
 
-int64_t padded_head_dim(int64_t d) {
-  int64_t p = 16;
-  while (p < d) p *= 2;
-  return p;
-}
-
 NodeId attention_output(const Graph& g, const Kernel& k) {
   NodeId out = -1;
   for (NodeId n : k.nodes)

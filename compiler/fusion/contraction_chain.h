@@ -72,10 +72,6 @@ struct ContractionChain {
 // such matmul at all.
 std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why);
 
-// The head dimension as an attention kernel's rings and output accumulator hold it: the power of
-// two at or above d (the rings' swizzle takes a power of two of 16-byte chunks per row).
-int64_t padded_head_dim(int64_t d);
-
 // An attention kernel's O: the last of its matmuls (its other outputs are row values).
 NodeId attention_output(const Graph& g, const Kernel& k);
 

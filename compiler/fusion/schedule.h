@@ -12,6 +12,14 @@
 
 namespace tilefuse {
 
+// The head dimension as an attention kernel's rings and output accumulator hold it: the power of
+// two at or above d, at least 16 (the rings' swizzle takes a power of two of 16-byte chunks per row).
+inline int64_t padded_head_dim(int64_t d) {
+  int64_t p = 16;
+  while (p < d) p *= 2;
+  return p;
+}
+
 // A kernel iterates over its domain viewed as rows × cols (adjacent dimensions with the same
 // broadcast pattern in every operand are collapsed; cols is the innermost; a row-reduction
 // kernel's cols are exactly its reduced axes). A block of thread_rows × threads_per_row threads
@@ -123,11 +131,8 @@ struct TileSchedule {
   // Column reductions split over blocks: each part's f32 sums, then a u32 count of the parts
   // done per column tile (the last block of a tile zeroes it again).
   int64_t workspace_bytes() const {
-    if (attention && kv_splits > 1) {  // each split's rows of O (its padded width), m and l; a counter per tile
-      int64_t padded = 1;
-      while (padded < k) padded *= 2;
-      return (kv_splits * batch * m * (padded + 2) + batch * m_blocks()) * 4;
-    }
+    if (attention && kv_splits > 1)  // each split's rows of O (its padded width), m and l; a counter per tile
+      return (kv_splits * batch * m * (padded_head_dim(k) + 2) + batch * m_blocks()) * 4;
     if (reduces_columns)
       return split_blocks > 1 ? (partial_sums * outer * split_blocks * cols + outer * col_blocks()) * 4 : 0;
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;

@@ -46,7 +46,7 @@ bool write_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string
   while (s.threads_per_row < 256 && s.threads_per_row < vectors) s.threads_per_row *= 2;
   KernelCost& c = k.cost;
   c = {};
-  c.bytes_read = num_elements(value.shape) * size + num_elements(position.shape) * 4;
+  c.bytes_read = num_elements(value.shape) * size + num_elements(position.shape) * int64_t(dtype_size(position.dtype));
   c.bytes_written = num_elements(value.shape) * size;
   c.registers = 16;
   c.blocks_per_sm = 8;
