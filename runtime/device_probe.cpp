@@ -49,9 +49,10 @@ DeviceProfile measure_device_profile(int iters) {
   p.name = info.name + " (measured)";
   p.sm_count = info.sm_count;
   if (info.l2_bytes > 0) p.l2_bytes = info.l2_bytes;
-  if (info.cc_major < 9) {  // clusters and bulk copies are sm_90's
+  if (info.cc_major < 9) {  // clusters, bulk copies and wgmma are sm_90's
     p.max_cluster_blocks = 1;
     p.bulk_copies = false;
+    p.wgmma = false;
   }
   if (info.max_shared_per_block_optin > 0) p.max_shared_bytes_per_block = info.max_shared_per_block_optin;
   const size_t bytes = size_t{1} << 30;

@@ -440,6 +440,7 @@ TEST(Codegen, ClustersAndBulkCopiesNeedSm90) {
     EXPECT_NE(std::string(e.what()).find("--stages 0"), std::string::npos) << e.what();
   }
   o.profile.bulk_copies = false;  // what --target sm_80 plans for
+  o.profile.wgmma = false;
   Plan flat = plan_fusion(find_example("softmax_32k").build(), o);
   CompiledKernel c = compile_kernel(flat.graph, flat.kernels[0], codegen_options_for("sm_80"));
   EXPECT_EQ(c.ptx.find("barrier.cluster"), std::string::npos);

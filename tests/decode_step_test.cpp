@@ -23,6 +23,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/executable.h"
 #include "tests/test_util.h"
+#include "tools/fuzz/random_graph.h"
 
 namespace tilefuse {
 namespace {
@@ -214,6 +215,34 @@ TEST(GpuWriteAt, TheCallersCacheIsUpdatedInPlace) {
   o_buffer.download(out.bytes.data(), out.bytes.size());
   const CheckReport r = check_against_reference(exe.plan(), host, {{"o", out}});
   EXPECT_TRUE(r.ok) << r.text();
+}
+
+// Speculative slices (three per write) at a position another kernel computes, then attention
+// over the written caches — what Fuzz.AttentionChains draws (its seeds 4 and 9 failed on the
+// H200 at 67956cb with these input seeds). Each plan — fused, the chain's scores written, and
+// one kernel per op — against float64, so a failure names the kernel kind at fault.
+TEST(GpuWriteAt, WrittenSlicesThenAttentionMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  fuzz::RandomGraphOptions ro;
+  ro.attention = 0.3;
+  ro.matmul = 0;
+  ro.iota = 0;
+  ro.long_rows = 0;
+  for (auto [graph_seed, input_seed] : {std::pair<uint64_t, uint64_t>{4, 30300406926}, {9, 31199424605}}) {
+    const Graph g = fuzz::random_graph(graph_seed, ro);
+    for (int variant = 0; variant < 3; ++variant) {
+      FusionOptions fo;
+      fo.contraction_chains = variant == 0;
+      fo.fuse = variant < 2;
+      SCOPED_TRACE(fmt::format("graph seed {}, inputs {}, {}", graph_seed, input_seed,
+                               variant == 0 ? "fused" : variant == 1 ? "scores written" : "unfused"));
+      const Plan p = plan_fusion(g, fo);
+      Executable exe(p);
+      const TensorMap in = random_inputs(p.graph, input_seed);
+      const CheckReport r = check_against_reference(p, in, exe.run(in));
+      EXPECT_TRUE(r.ok) << r.text();
+    }
+  }
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
-  int staged = 0;
+  int staged = 0, wgmma = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
            {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
@@ -82,18 +82,22 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       y = gelu(y + input(g, "bias", {s.back()}, dt) + input(g, "res", {s[s.size() - 2], s.back()}, dt));
     }
     output("c", y);
-    for (int stages : {-1, 0}) {
-      SCOPED_TRACE(fmt::format("{}, stages {}", c.name, stages));
+    // The default (wgmma where the operands allow), mma.sync staged, mma.sync direct.
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(fmt::format("{}, {}", c.name, variant == 0 ? "default" : variant == 1 ? "mma.sync" : "direct"));
       FusionOptions o;
       o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
-      o.schedule.stages = stages;
+      o.schedule.gemm_wgmma = variant == 0 ? 1 : 0;
+      o.schedule.stages = variant == 2 ? 0 : -1;
       Plan p = plan_fusion(g, o);
       EXPECT_EQ(p.kernels.size(), 1u);  // the epilogue fused
-      staged += p.kernels[0].schedule.stages > 0;
+      wgmma += p.kernels[0].schedule.wgmma;
+      staged += !p.kernels[0].schedule.wgmma && p.kernels[0].schedule.stages > 0;
       testing::check_on_gpu(p, seed);
     }
   }
-  EXPECT_GE(staged, 5);  // the staged path is the one most cases take
+  EXPECT_GE(wgmma, 5);   // the path most cases take by default
+  EXPECT_GE(staged, 5);  // and mma.sync's, asked for
 }
 
 // The staged matmul's other tiles, depths and tile orders (the hints a sweep tries): every tile
@@ -106,10 +110,13 @@ TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
   struct Variant {
     int m, n, stages, group;
   };
+  for (int on_wgmma : {1, 0})
   for (const Variant& v : std::vector<Variant>{
            {64, 64, 2, 0}, {128, 256, 3, 0}, {256, 128, 4, 0}, {128, 128, 3, 3}, {64, 128, 2, 2}}) {
-    SCOPED_TRACE(fmt::format("{}x{}, {} stages, group {}", v.m, v.n, v.stages, v.group));
+    SCOPED_TRACE(fmt::format("{}x{}, {} stages, group {}, {}", v.m, v.n, v.stages, v.group,
+                             on_wgmma ? "wgmma" : "mma.sync"));
     FusionOptions o;
+    o.schedule.gemm_wgmma = on_wgmma;
     o.library_gemm = LibraryGemmUse::Never;
     o.schedule.gemm_block_m = v.m;
     o.schedule.gemm_block_n = v.n;

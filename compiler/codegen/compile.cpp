@@ -140,7 +140,15 @@ void forget_compiled_in_memory() {
   memory_cache.clear();
 }
 
-CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& opt) {
+CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& options) {
+  CodegenOptions opt = options;
+  if (k.schedule.wgmma) {  // wgmma is sm_90a's: an sm_90 target emits that for this kernel
+    if (opt.sm == "sm_80")
+      throw TargetError(fmt::format("kernel {} multiplies on warpgroup MMA (wgmma), which needs sm_90a; plan it for "
+                                    "sm_80 (--target sm_80 plans mma.sync) or with --wgmma 0",
+                                    k.name));
+    opt.sm = "sm_90a";
+  }
   if (k.library) {
     CompiledKernel c;
     c.name = k.name;
@@ -280,7 +288,10 @@ std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::strin
     throw CodegenError(fmt::format("cannot run ptxas at {}{}: {}", ptxas,
                                    std::getenv("TILEFUSE_PTXAS") ? " (TILEFUSE_PTXAS)" : "", std::strerror(errno)));
   PtxFile file(ptx, kernel);
-  std::string cmd = fmt::format("'{}' -arch={} -v '{}' -o /dev/null 2>&1", ptxas, opt.sm, file.path());
+  // The PTX's own target: a kernel on wgmma is sm_90a's whatever the options say.
+  std::smatch target;
+  const std::string arch = std::regex_search(ptx, target, std::regex(R"(\.target (sm_\w+))")) ? target[1].str() : opt.sm;
+  std::string cmd = fmt::format("'{}' -arch={} -v '{}' -o /dev/null 2>&1", ptxas, arch, file.path());
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) throw CodegenError(fmt::format("cannot run {}: {}", cmd, std::strerror(errno)));
@@ -291,6 +302,10 @@ std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::strin
     throw CodegenError(fmt::format("cannot run ptxas ({}):\n{}", cmd, out));
   if (WEXITSTATUS(status) != 0)
     throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
+  // ptxas serializes wgmma it cannot prove safe (warning C7515 and kin): correct but slow, and
+  // always a codegen defect here.
+  if (out.find("wgmma") != std::string::npos && out.find("warning") != std::string::npos)
+    throw CodegenError(fmt::format("ptxas serialized the wgmma of kernel {}:\n{}", kernel, out));
   MeasuredKernel m;
   m.source = "ptxas";
   std::smatch match;

@@ -80,12 +80,8 @@ class Emitter {
       auto* bytes = llvm::ArrayType::get(b_.getInt8Ty(), 0);
       shared_ = new llvm::GlobalVariable(*m_, bytes, false, llvm::GlobalValue::ExternalLinkage, nullptr,
                                          "shared_rings", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-      shared_->setAlignment(llvm::Align(128));
-      int64_t at = 0;
-      for (const tir::SharedRing& r : p_.shared) {
-        ring_at_.push_back(at);
-        at += (r.bytes() + 127) / 128 * 128;
-      }
+      shared_->setAlignment(llvm::Align(1024));
+      for (size_t r = 0; r < p_.shared.size(); ++r) ring_at_.push_back(p_.ring_offset(r));
     }
     region(p_.body);
     b_.CreateRetVoid();
@@ -448,6 +444,13 @@ class Emitter {
         return copy_async(i);
       case Opcode::LoadShared:
         return load_shared(i);
+      case Opcode::DotAsync:
+        return dot_async(i);
+      case Opcode::DotWait:
+        return dot_wait(i);
+      case Opcode::FenceAsync:
+        asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
+        return;
       case Opcode::CommitGroup:
         b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
         return;
@@ -687,31 +690,41 @@ class Emitter {
   // ---- shared rings ----
 
   // The byte offset in a ring's stage of 16-byte chunk c of stored row o, rows of n chunks (a
-  // power of two). Chunks are swizzled within 128-byte lines of 8: rows of 8 chunks or more XOR
-  // each group of 8 with the row's index; shorter rows share a line, which XORs its chunks with
-  // the line's index — either way the 8 rows an ldmatrix reads at one chunk, and 8 consecutive
-  // chunks, land in 8 distinct 16-byte bank groups.
-  Value* shared_chunk(Value* o, Value* c, int64_t n) {
+  // power of two) and `rows` of them. Rows of 8 chunks or more are stored as panels of 8 chunks
+  // (128 bytes: every row's chunks 0–7, then 8–15, …), each chunk XORed with the row's index
+  // within its group of 8 — wgmma's 128-byte swizzle; shorter rows share a 128-byte line, which
+  // XORs its chunks with the line's index. Either way the 8 rows an ldmatrix reads at one chunk,
+  // and 8 consecutive chunks, land in 8 distinct 16-byte bank groups.
+  Value* shared_chunk(Value* o, Value* c, int64_t n, int64_t rows) {
     Value* chunk;
     if (n >= 8) {
       Value* seven = i32(7);
-      chunk = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(o, i32(static_cast<int>(n))), b_.CreateAnd(c, i32(~7))),
+      Value* panel = b_.CreateMul(b_.CreateUDiv(c, i32(8)), i32(static_cast<int>(rows * 8)));
+      chunk = b_.CreateAdd(b_.CreateAdd(panel, b_.CreateMul(o, i32(8))),
                            b_.CreateXor(b_.CreateAnd(c, seven), b_.CreateAnd(o, seven)));
     } else {
-      const int rows = static_cast<int>(8 / n);
-      Value* line = b_.CreateUDiv(o, i32(rows));
-      Value* within = b_.CreateAdd(b_.CreateMul(b_.CreateURem(o, i32(rows)), i32(static_cast<int>(n))), c);
+      const int line_rows = static_cast<int>(8 / n);
+      Value* line = b_.CreateUDiv(o, i32(line_rows));
+      Value* within = b_.CreateAdd(b_.CreateMul(b_.CreateURem(o, i32(line_rows)), i32(static_cast<int>(n))), c);
       chunk = b_.CreateAdd(b_.CreateMul(line, i32(8)), b_.CreateXor(within, b_.CreateAnd(line, i32(7))));
     }
     return b_.CreateMul(chunk, i32(16));
   }
+  // A ring's stored rows and their 16-byte chunks.
+  static int64_t stored_rows(const tir::SharedRing& r) { return r.tile[r.col_major ? 1 : 0]; }
+  static int64_t row_chunks(const tir::SharedRing& r) {
+    return r.tile[r.col_major ? 0 : 1] / (16 / static_cast<int64_t>(dtype_size(r.dtype)));
+  }
+  // The byte offset of a ring's stage in shared memory.
+  Value* stage_at(int ring, Value* stage) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(ring)];
+    return b_.CreateAdd(i32(static_cast<int>(ring_at_[static_cast<size_t>(ring)])),
+                        b_.CreateMul(stage, i32(static_cast<int>(r.stage_bytes()))));
+  }
   Value* ring_address(int ring, Value* stage, Value* o, Value* c) {
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(ring)];
-    const int64_t chunk_elems = 16 / static_cast<int64_t>(dtype_size(r.dtype));
-    const int64_t n = r.tile[r.col_major ? 0 : 1] / chunk_elems;
-    Value* at = b_.CreateAdd(i32(static_cast<int>(ring_at_[static_cast<size_t>(ring)])),
-                             b_.CreateMul(stage, i32(static_cast<int>(r.stage_bytes()))));
-    return b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, b_.CreateAdd(at, shared_chunk(o, c, n)));
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_,
+                                b_.CreateAdd(stage_at(ring, stage), shared_chunk(o, c, row_chunks(r), stored_rows(r))));
   }
   Value* as_i32(Value* v) { return b_.CreateZExtOrTrunc(v, b_.getInt32Ty()); }
 
@@ -807,6 +820,118 @@ class Emitter {
       }
     }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // ---- warpgroup MMA (wgmma) ----
+
+  Value* asm_call(llvm::Type* result, const std::string& text, const std::string& constraints,
+                  const std::vector<Value*>& args) {
+    std::vector<llvm::Type*> types;
+    for (Value* a : args) types.push_back(a->getType());
+    auto* fn = llvm::FunctionType::get(result, types, false);
+    return b_.CreateCall(llvm::InlineAsm::get(fn, text, constraints, /*hasSideEffects=*/true), args);
+  }
+  // `values` through an asm statement that ties each to itself ("=f" … "0" …): `text` then runs
+  // where the values are (wgmma reads and writes them), and no use of the results moves above it.
+  std::vector<Value*> tied(const std::string& text, const std::vector<Value*>& values,
+                           const std::vector<Value*>& extra, const std::string& extra_constraints) {
+    const size_t n = values.size();
+    std::string constraints;
+    for (size_t k = 0; k < n; ++k) constraints += "=f,";
+    for (size_t k = 0; k < n; ++k) constraints += fmt::format("{},", k);
+    constraints += extra_constraints;
+    if (!constraints.empty() && constraints.back() == ',') constraints.pop_back();
+    std::vector<Value*> args = values;
+    args.insert(args.end(), extra.begin(), extra.end());
+    llvm::Type* result = n == 1 ? static_cast<llvm::Type*>(b_.getFloatTy())
+                                : llvm::StructType::get(ctx_, std::vector<llvm::Type*>(n, b_.getFloatTy()));
+    Value* r = asm_call(n == 0 ? b_.getVoidTy() : result, text, constraints + (n ? ",~{memory}" : "~{memory}"), args);
+    std::vector<Value*> out;
+    for (size_t k = 0; k < n; ++k) out.push_back(n == 1 ? r : b_.CreateExtractValue(r, {static_cast<unsigned>(k)}));
+    return out;
+  }
+
+  // A wgmma shared-memory descriptor for a ring's stage: 128-byte swizzle (mode 1, bits 62–63),
+  // the start address >> 4 (bits 0–13), the leading and stride byte offsets >> 4 (bits 16–29,
+  // 32–45). K-major operands (stored rows along M or N, each the stage's 64 k: one 128-byte
+  // panel) start at their first row; 8-row groups lie 1024 bytes apart; the leading offset is
+  // unused. MN-major ones (stored rows along k) start at the panel of their first M or N index;
+  // panels of 64 lie a panel apart (the leading offset), 8-k groups 1024 bytes apart.
+  struct Operand {
+    Value* desc;        // i64, for k 0
+    int64_t k_step;     // bytes from one k16 step to the next
+    bool mn_major;
+  };
+  Operand descriptor(int ring, Value* stage, Value* mn0, bool k_along_rows) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(ring)];
+    // k_along_rows: the operand's k runs along the stored rows (A row-major, B column-major).
+    const bool mn_major = !k_along_rows;
+    const int64_t panel = stored_rows(r) * 128;
+    Value* at = stage_at(ring, stage);
+    at = b_.CreateAdd(at, mn_major ? b_.CreateMul(b_.CreateUDiv(mn0, i32(64)), i32(static_cast<int>(panel)))
+                                   : b_.CreateMul(mn0, i32(128)));
+    Value* base = b_.CreateTrunc(b_.CreatePtrToInt(shared_, b_.getInt64Ty()), b_.getInt32Ty());
+    Value* address = b_.CreateAdd(base, at);
+    const uint64_t lbo = mn_major ? static_cast<uint64_t>(panel) : 16, sbo = 1024;
+    const uint64_t fields = (lbo >> 4) << 16 | (sbo >> 4) << 32 | uint64_t{1} << 62;
+    Value* desc = b_.CreateOr(b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(address, i32(0x3ffff)), i32(4)), b_.getInt64Ty()),
+                              b_.getInt64(fields));
+    return {desc, mn_major ? 16 * 128 : 32, mn_major};
+  }
+
+  // acc + A·B by wgmma.mma_async m64nNk16, one per 16 of the stage's k, each warpgroup its 64
+  // rows of A and the accumulator. The accumulator's slots (h, j, c) are wgmma's registers
+  // 4j + 2h + c (both put row group + 8h, column 8j + 2·tig + c of the warp's 16 rows at them).
+  void dot_async(const Inst& i) {
+    const tir::SharedRing &ra = p_.shared[static_cast<size_t>(i.ring)], &rb = p_.shared[static_cast<size_t>(i.ring_b)];
+    const Type& tc = type(i.args[1]);
+    const int n = static_cast<int>(tc.shape[1]), regs = n / 2, quarter = n / 4;
+    const int64_t depth = ra.tile[1];
+    Value* stage = as_i32(one(i.args[0]));
+    Value* wg = b_.CreateUDiv(tid_, i32(128));
+    const Operand a = descriptor(i.ring, stage, b_.CreateMul(wg, i32(64)), !ra.col_major);
+    const Operand bo = descriptor(i.ring_b, stage, i32(0), rb.col_major);
+    const std::vector<Value*>& in = vals_[static_cast<size_t>(i.args[1])];
+    std::vector<Value*> acc(static_cast<size_t>(regs));
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < n / 8; ++j)
+        for (int c = 0; c < 2; ++c) acc[static_cast<size_t>(4 * j + 2 * h + c)] = in[static_cast<size_t>(h * quarter + 2 * j + c)];
+    const char* type = ra.dtype == DType::BF16 ? "bf16" : "f16";
+    std::string regs_list;
+    for (int k = 0; k < regs; ++k) regs_list += fmt::format("{}${}", k ? ", " : "", k);
+    const std::string text = fmt::format(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, ${}, ${}, p, 1, 1, "
+        "{}, {};\n}}",
+        2 * regs + 2, n, type, type, regs_list, 2 * regs, 2 * regs + 1, a.mn_major ? 1 : 0, bo.mn_major ? 1 : 0);
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_fence_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+    for (int64_t kk = 0; kk < depth / 16; ++kk) {
+      Value* da = b_.CreateAdd(a.desc, b_.getInt64(static_cast<uint64_t>(kk * a.k_step) >> 4));
+      Value* db = b_.CreateAdd(bo.desc, b_.getInt64(static_cast<uint64_t>(kk * bo.k_step) >> 4));
+      acc = tied(text, acc, {da, db, i32(1)}, "l,l,r");
+    }
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+    std::vector<Value*> out(acc.size());
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < n / 8; ++j)
+        for (int c = 0; c < 2; ++c) out[static_cast<size_t>(h * quarter + 2 * j + c)] = acc[static_cast<size_t>(4 * j + 2 * h + c)];
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // wgmma.wait_group with every waited accumulator tied through it.
+  void dot_wait(const Inst& i) {
+    std::vector<Value*> all;
+    for (int a : i.args) {
+      const std::vector<Value*>& v = vals_[static_cast<size_t>(a)];
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    std::vector<Value*> out = tied(fmt::format("wgmma.wait_group.sync.aligned {};", static_cast<int>(i.value)), all, {}, "");
+    size_t at = 0;
+    for (size_t k = 0; k < i.args.size(); ++k) {
+      const size_t count = vals_[static_cast<size_t>(i.args[k])].size();
+      vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(out.begin() + static_cast<long>(at),
+                                                                   out.begin() + static_cast<long>(at + count));
+      at += count;
+    }
   }
 
   void when(const Inst& i) {

@@ -263,8 +263,16 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     const Node& m = g.node(contraction(g, k));
     const auto [rows, depth] = matmul_operand_dims(g.node(m.operands[0]).shape, m.transpose_a);
     const int64_t cols = m.shape.back();
+    // An epilogue reading a whole tile of its own (a residual) holds it beside the accumulator.
+    bool tile_operands = false;
+    for (NodeId t : k.inputs) {
+      const Shape v = aligned_shape(g, t, k);
+      tile_operands |= t != m.operands[0] && t != m.operands[1] && num_elements(v) != v.back() && v.back() != 1;
+    }
     k.schedule = choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth,
-                                        m.transpose_a ? rows : depth, m.transpose_b ? depth : cols, hints);
+                                        m.transpose_a ? rows : depth, m.transpose_b ? depth : cols,
+                                        profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands,
+                                        hints);
   } else if (k.kind == ScheduleKind::ColumnReduce) {
     auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), hints,
                                     profile, why);
@@ -420,7 +428,11 @@ NodeId contraction(const Graph& g, const Kernel& k) {
   return -1;
 }
 
-// A matmul kernel: its multiply-adds at the mma.sync rate, or its bytes (each operand read once:
+double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p) {
+  return s.wgmma ? p.wgmma_flops : s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops;
+}
+
+// A matmul kernel: its multiply-adds at its schedule's rate (wgmma, mma.sync staged or direct), or its bytes (each operand read once:
 // the blocks that share a tile of it find it in L2), whichever is longer. Registers: the loop
 // holds the accumulator's fragments (block_m·block_n / threads f32 a thread), one k step's A and
 // B fragments and the addressing; the epilogue (after the loop, the operands' fragments dead)
@@ -438,7 +450,8 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   const int threads = s.block_threads();
   const int acc = s.block_m * s.block_n / threads;
   const int warp_m = s.block_m / s.warps_m, warp_n = s.block_n / s.warps_n;
-  const int fragments = warp_m / 16 * 4 + warp_n / 8 * 2;  // A and B registers of one k step of 16
+  // A and B registers of one k step of 16 (none on wgmma, which reads both from shared memory)
+  const int fragments = s.wgmma ? 0 : warp_m / 16 * 4 + warp_n / 8 * 2;
   int operands = 0;
   for (NodeId t : k.inputs) {
     if (t == mm.operands[0] || t == mm.operands[1]) continue;
@@ -455,7 +468,7 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / (s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops) +
+  c.compute_s = c.flops / matmul_flops_rate(s, p) +
                 c.instructions / p.instructions_per_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }

@@ -31,6 +31,8 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
 // results take the short exp and GELU, and an f32 exp of x − max x the short form for arguments
 // that are never positive.
 double instructions_per_element(const Graph& g, const Node& n);
+// The multiply-add rate a matmul schedule runs at (the profile's figure for its kind).
+double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p);
 
 // A node's shape aligned to kernel k's domain, of the domain's rank: a reduction without keepdim
 // has 1s put back where its reduced axes were (for a row reduction, at the right); everything

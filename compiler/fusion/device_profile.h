@@ -16,6 +16,10 @@ struct DeviceProfile {
   // staged through shared memory, and fragments loaded straight from global memory.
   double mma_sync_flops = 356e12;
   double mma_sync_direct_flops = 59e12;
+  // tilefuse's own matmul on warpgroup MMA (sm_90a wgmma from cp.async-filled shared memory,
+  // 128×256 tiles), bf16 8192³: a guess until measured (bench/NOTES.md, "wgmma").
+  double wgmma_flops = 550e12;
+  bool wgmma = true;  // warpgroup MMA (sm_90a); false on a device without it
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
   double l2_bytes = 50e6;             // last-level cache a re-read can hit

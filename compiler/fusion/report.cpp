@@ -127,11 +127,10 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
       s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
     }
     if (k.kind == ScheduleKind::MatMul && !k.library)
-      s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s (mma.sync{}){}\n",
+      s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s ({}){}\n",
                        registers_line(k, measured), occupancy(k, measured, p), k.cost.flops / 1e12,
-                       (k.schedule.stages > 0 ? plan.options.profile.mma_sync_flops
-                                              : plan.options.profile.mma_sync_direct_flops) / 1e12,
-                       k.schedule.stages > 0 ? ", staged" : ", direct",
+                       matmul_flops_rate(k.schedule, plan.options.profile) / 1e12,
+                       k.schedule.wgmma ? "wgmma" : k.schedule.stages > 0 ? "mma.sync, staged" : "mma.sync, direct",
                        k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
     else if (!k.library)
       s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),

@@ -66,6 +66,13 @@ std::string TileSchedule::describe() const {
                                            batch * m_blocks(), block_slots,
                                            kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
                              : ""));
+  if (contracts && wgmma)
+    return fmt::format(
+        "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in steps of {} through {} "
+        "shared-memory stages (cp.async, 128-byte swizzle; {} KiB each) read by wgmma, {} blocks{}",
+        block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages, stage_bytes / 1024, grid(),
+        batch > 1 ? fmt::format(" over {} batches", batch) : "") +
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "");
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
@@ -89,10 +96,19 @@ std::string TileSchedule::describe() const {
 }
 
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
-                                    const ScheduleHints& hints) {
+                                    bool wgmma, bool tile_operands, const ScheduleHints& hints) {
   TileSchedule s;
   s.contracts = true;
-  if (hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
+  if (wgmma && hints.gemm_wgmma != 0 && hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
+    s.wgmma = true;
+    s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : 128;
+    s.block_n = hints.gemm_block_n ? hints.gemm_block_n : tile_operands ? 128 : 256;
+    s.block_k = 64;
+    s.warps_m = s.block_m / 16;
+    s.warps_n = 1;
+    s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
+    s.stages = hints.stages > 0 ? std::max(3, hints.stages) : std::min<int>(4, static_cast<int>(227 * 1024 / s.stage_bytes));
+  } else if (hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
     s.block_m = hints.gemm_block_m ? hints.gemm_block_m : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : 128;
     s.block_k = 32;

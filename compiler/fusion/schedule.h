@@ -106,6 +106,10 @@ struct TileSchedule {
   int block_m = 64, block_n = 64, block_k = 16;
   int warps_m = 2, warps_n = 2;
   int group = 1;  // tile rows taken together (ScheduleHints::gemm_group)
+  // Matmul on warpgroup MMA (sm_90a wgmma) straight from the shared-memory stages: warps_m warps
+  // of 16 rows (block_m / 64 warpgroups), each thread holding its rows' block_n columns; k in
+  // steps of 64 (one 128-byte swizzle panel per operand row).
+  bool wgmma = false;
   int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
   int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
 
@@ -190,6 +194,9 @@ struct ScheduleHints {
   // TileSchedule::kv_splits); -1: as many as fill the SMs' block slots where the heads and query
   // tiles leave them idle (decode), the default; 0 or 1: none.
   int kv_splits = -1;
+  // Matmul tiles on warpgroup MMA (wgmma, sm_90a): 1 where the device has it and the operands
+  // allow (16-bit, rows of whole 16-byte chunks), the default; 0: mma.sync.
+  int gemm_wgmma = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -206,14 +213,18 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
                                                    const ScheduleHints& hints, const DeviceProfile& device,
                                                    std::string* why);
 
-// A matmul of [batch, m, k] by [batch, k, n] on mma.sync. Staged (the default where each
-// operand's rows are whole 16-byte chunks): 128×128 block tiles of 2×4 warps, k in steps of 32
-// through a ring of `stages` (3; the stages hint, at least 2) shared-memory tiles filled by
-// cp.async and read by ldmatrix. Otherwise (or with stages 0): 64×64 tiles of 2×2 warps loading
-// their fragments straight from global memory, k in steps of 16. `a_run` and `b_run` are the
-// operands' contiguous extents (K or M for A, N or K for B, as they are stored).
+// A matmul of [batch, m, k] by [batch, k, n]. On warpgroup MMA where `wgmma` (the device has
+// it, the operands are 16-bit) and each operand's rows are whole 16-byte chunks: 128×256 tiles
+// of two warpgroups (128×128 where the epilogue reads whole tiles of its own, `tile_operands`,
+// which it holds beside the accumulator; the gemm_block hints: 64–256 rows and columns), k in steps of 64
+// through 4 stages (the stages hint, at least 3) filled by cp.async. Else on mma.sync: staged
+// where the rows allow, 128×128 block tiles of 2×4 warps, k in steps of 32 through a ring of
+// `stages` (3; the stages hint, at least 2) shared-memory tiles filled by cp.async and read by
+// ldmatrix; otherwise (or with stages 0) 64×64 tiles of 2×2 warps loading their fragments
+// straight from global memory, k in steps of 16. `a_run` and `b_run` are the operands'
+// contiguous extents (K or M for A, N or K for B, as they are stored).
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
-                                    const ScheduleHints& hints);
+                                    bool wgmma, bool tile_operands, const ScheduleHints& hints);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the

@@ -455,7 +455,53 @@ class MatMulProgram {
   }
 
   // The K loop: the accumulator tile after every step.
-  int product(Builder& b, int k0) { return s_.stages > 0 ? staged_product(b, k0) : direct_product(b, k0); }
+  int product(Builder& b, int k0) {
+    if (s_.wgmma) return wgmma_product(b, k0);
+    return s_.stages > 0 ? staged_product(b, k0) : direct_product(b, k0);
+  }
+
+  // The operands' tiles of step kt copied into stage `stage` of the rings, one group (the
+  // bounds from ring_bounds).
+  void copy_step(Builder& in, int kt, int stage, int k0) {
+    const int kk = in.mul(kt, step_);
+    in.copy_async(operand_param_[0], {a_first_, kk}, 0, stage, {rows_masked(), true}, {a_last_, -1});
+    in.copy_async(operand_param_[1], {in.add(k0, kk), n0_}, 1, stage, {true, cols_masked()}, {b_last_, -1});
+    in.commit_group();
+  }
+  void ring_bounds(Builder& b, int k0) {
+    a_first_ = a_rows0(b);
+    a_last_ = a_end(b);
+    b_last_ = b.add(k0, b.index(s_.k));
+    step_ = b.index(s_.block_k);
+  }
+
+  // Warpgroup MMA from the rings (sm_90a): each step waits for its own copies, makes them visible
+  // to wgmma (fence, barrier), refills the stage two steps behind it with the step `ahead` in
+  // front, and starts its wgmma on the accumulator, leaving it in flight while the previous
+  // step's finishes: a stage is refilled only after every warpgroup has waited for the wgmma
+  // that read it (the barrier follows each one's wait). So `stages` − 2 steps are copied ahead.
+  int wgmma_product(Builder& b, int k0) {
+    const int stages = s_.stages, ahead = stages - 2;
+    const DType dt = g_.node(mm_.operands[0]).dtype;
+    p_.shared.push_back({"a_ring", dt, stages, {s_.block_m, s_.block_k}, mm_.transpose_a, true});
+    p_.shared.push_back({"b_ring", dt, stages, {s_.block_k, s_.block_n}, mm_.transpose_b, true});
+    ring_bounds(b, k0);
+    const int ring_stages = b.index(stages);
+    for (int st = 0; st < ahead; ++st) copy_step(b, b.index(st), b.index(st), k0);
+    const int steps = b.index((s_.k + s_.block_k - 1) / s_.block_k);
+    const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
+    const int out = b.for_loop(zero_, steps, b.index(1), {acc}, [&](Builder& in, int kt, const std::vector<int>& c) {
+      in.wait_group(ahead - 1);
+      in.fence_async();
+      in.barrier();
+      const int next = in.add(kt, in.index(ahead));
+      copy_step(in, next, in.rem(next, ring_stages), k0);
+      const int started = in.dot_async(0, 1, in.rem(kt, ring_stages), c[0]);
+      return in.dot_wait({started}, 1);
+    })[0];
+    b.wait_group(0);  // nothing in flight when the block ends
+    return b.dot_wait({out}, 0)[0];
+  }
 
   // Operand tiles through rings of shared memory: stages − 1 k steps copied ahead (cp.async),
   // each step waiting for its own copies, then — past a barrier that also ends every thread's
@@ -467,24 +513,16 @@ class MatMulProgram {
     const DType dt = g_.node(mm_.operands[0]).dtype;
     p_.shared.push_back({"a_ring", dt, stages, {s_.block_m, s_.block_k}, mm_.transpose_a});
     p_.shared.push_back({"b_ring", dt, stages, {s_.block_k, s_.block_n}, mm_.transpose_b});
-    const int a_rows0 = this->a_rows0(b);
-    const int a_end = this->a_end(b);
-    const int b_end = b.add(k0, b.index(s_.k));
-    const int step = b.index(s_.block_k), ring_stages = b.index(stages);
-    auto copy = [&](Builder& in, int kt, int stage) {
-      const int kk = in.mul(kt, step);
-      in.copy_async(operand_param_[0], {a_rows0, kk}, 0, stage, {rows_masked(), true}, {a_end, -1});
-      in.copy_async(operand_param_[1], {in.add(k0, kk), n0_}, 1, stage, {true, cols_masked()}, {b_end, -1});
-      in.commit_group();
-    };
-    for (int st = 0; st + 1 < stages; ++st) copy(b, b.index(st), b.index(st));
+    ring_bounds(b, k0);
+    const int ring_stages = b.index(stages);
+    for (int st = 0; st + 1 < stages; ++st) copy_step(b, b.index(st), b.index(st), k0);
     const int steps = b.index((s_.k + s_.block_k - 1) / s_.block_k);
     const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
     const int out = b.for_loop(zero_, steps, b.index(1), {acc}, [&](Builder& in, int kt, const std::vector<int>& c) {
       in.wait_group(stages - 2);
       in.barrier();
       const int ahead = in.add(kt, in.index(stages - 1));
-      copy(in, ahead, in.rem(ahead, ring_stages));
+      copy_step(in, ahead, in.rem(ahead, ring_stages), k0);
       const int stage = in.rem(kt, ring_stages);
       int sum = c[0];
       for (int64_t kk = 0; kk < s_.block_k; kk += 16) {
@@ -567,6 +605,7 @@ class MatMulProgram {
   std::map<NodeId, int> param_;
   int operand_param_[2] = {-1, -1};
   int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, a_batch_ = -1;
+  int a_first_ = -1, a_last_ = -1, b_last_ = -1, step_ = -1;  // ring_bounds
 };
 
 }  // namespace

@@ -87,6 +87,12 @@ const char* opcode_name(Opcode o) {
       return "wait_group";
     case Opcode::Barrier:
       return "barrier";
+    case Opcode::DotAsync:
+      return "dot_async";
+    case Opcode::DotWait:
+      return "dot_wait";
+    case Opcode::FenceAsync:
+      return "fence_async";
     case Opcode::LoadShared:
       return "load";
     case Opcode::Load:
@@ -326,6 +332,32 @@ int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, c
   i.args = {stage};
   i.args.insert(i.args.end(), offsets.begin(), offsets.end());
   return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape, Space::Reg, frag));
+}
+
+int Builder::dot_async(int ring_a, int ring_b, int stage, int acc) {
+  Inst i;
+  i.opcode = Opcode::DotAsync;
+  i.ring = ring_a;
+  i.ring_b = ring_b;
+  i.args = {stage, acc};
+  return emit(i, p_.types.at(static_cast<size_t>(acc)));
+}
+
+std::vector<int> Builder::dot_wait(const std::vector<int>& accs, int pending) {
+  Inst i;
+  i.opcode = Opcode::DotWait;
+  i.args = accs;
+  i.value = pending;
+  for (int a : accs) i.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(a))));
+  std::vector<int> out = i.results;
+  r_->body.push_back(std::move(i));
+  return out;
+}
+
+void Builder::fence_async() {
+  Inst i;
+  i.opcode = Opcode::FenceAsync;
+  emit(i, std::nullopt);
 }
 
 void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,

@@ -158,6 +158,16 @@ enum class Opcode {
   WaitGroup,
   Barrier,
   LoadShared,
+  // Warpgroup MMA (sm_90a wgmma) straight from two rings: DotAsync starts acc (arg 1) + A·B, A
+  // the whole stage arg 0 of ring `ring` ([block_m, k]: each warpgroup its 64 rows) and B that
+  // stage of ring `ring_b` ([k, block_n]); its result is the accumulator in flight, which only a
+  // DotWait, another DotAsync on it or a Yield may use. DotWait waits until at most `value` of
+  // the warpgroup's DotAsyncs are in flight and gives its args' values usable. FenceAsync orders
+  // the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by the
+  // asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
+  DotAsync,
+  DotWait,
+  FenceAsync,
 };
 const char* opcode_name(Opcode o);
 
@@ -172,7 +182,8 @@ struct Inst {
   std::vector<bool> masked;  // Load, Store: the axes whose offsets may pass the view's extent
   std::vector<int> limits;   // Load, Store: per masked axis, the bound (a value; -1: the view's extent)
   int axis = 0;              // ProgramId, Reduce
-  int ring = -1;             // CopyAsync, LoadShared: the shared ring
+  int ring = -1;             // CopyAsync, LoadShared, DotAsync (A): the shared ring
+  int ring_b = -1;           // DotAsync: B's ring
   double value = 0;          // Const; WaitGroup: the groups that may stay pending
   // Iota with two offsets (row, column): each element's linear index (row·iota_stride + column)
   // / iota_div, modulo iota_mod — a graph iota's index along its axis in a domain whose axes the
@@ -187,17 +198,21 @@ struct Region {
   std::vector<Inst> body;
 };
 
-// A ring of shared-memory tiles that asynchronous copies fill and fragment loads read: `stages`
-// tiles of [rows, cols] of one parameter, each stored in that parameter's memory order (row by
-// row, or column by column for a column-major one) in 16-byte chunks swizzled so that the 8 rows
-// an ldmatrix reads at one column, and the 8 chunks a quarter-warp writes, fall in 8 different
-// bank groups (shared_chunk in codegen).
+// A ring of shared-memory tiles that asynchronous copies fill and fragment loads (or wgmma) read:
+// `stages` tiles of [rows, cols] of one parameter, each stored in that parameter's memory order
+// (row by row, or column by column for a column-major one) in 16-byte chunks swizzled so that the
+// 8 rows an ldmatrix reads at one column, and the 8 chunks a quarter-warp writes, fall in 8
+// different bank groups (shared_chunk in codegen). Stored rows longer than 128 bytes are kept as
+// panels of 128-byte rows (every row's first 128 bytes, then the next 128, …), each 8-row group
+// swizzled as wgmma's 128-byte mode reads it; a ring wgmma reads starts at a 1024-byte boundary.
 struct SharedRing {
   std::string name;
   DType dtype = DType::BF16;
   int stages = 2;
   Shape tile;              // [rows, cols] of one stage
   bool col_major = false;  // stored column by column
+  bool wgmma = false;      // read by DotAsync: each stage 1024-byte aligned
+  int64_t align() const { return wgmma ? 1024 : 128; }
   int64_t stage_bytes() const { return num_elements(tile) * static_cast<int64_t>(dtype_size(dtype)); }
   int64_t bytes() const { return stages * stage_bytes(); }
 };
@@ -217,10 +232,18 @@ struct Program {
   bool wide_indices = false;
 
   int block_threads() const { return layout.block_threads(); }
-  int64_t shared_bytes() const {
+  // Ring i's first byte in the block's dynamic shared memory (rings one after another, each at
+  // its alignment), and the bytes of them all.
+  int64_t ring_offset(size_t i) const {
     int64_t n = 0;
-    for (const SharedRing& r : shared) n += (r.bytes() + 127) / 128 * 128;  // each ring 128-byte aligned
-    return n;
+    for (size_t j = 0;; ++j) {
+      n = (n + shared[j].align() - 1) / shared[j].align() * shared[j].align();
+      if (j == i) return n;
+      n += shared[j].bytes();
+    }
+  }
+  int64_t shared_bytes() const {
+    return shared.empty() ? 0 : (ring_offset(shared.size() - 1) + shared.back().bytes() + 127) / 128 * 128;
   }
   // A new value of type t.
   int add_value(const Type& t) {
@@ -274,6 +297,9 @@ class Builder {
   void wait_group(int pending);
   void barrier();
   int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag);
+  int dot_async(int ring_a, int ring_b, int stage, int acc);
+  std::vector<int> dot_wait(const std::vector<int>& accs, int pending);
+  void fence_async();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);

@@ -96,8 +96,21 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}load @{}[{}] : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
                             values(i.args), type_of(i.results[0]));
         break;
+      case Opcode::DotAsync:
+        *out += fmt::format("{}{}dot_async @{}[{}], @{}[{}], {} : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
+                            value(i.args[0]), p.shared.at(static_cast<size_t>(i.ring_b)).name, value(i.args[0]),
+                            value(i.args[1]), type_of(i.results[0]));
+        break;
+      case Opcode::DotWait: {
+        std::vector<std::string> types;
+        for (int v : i.results) types.push_back(type_of(v));
+        *out += fmt::format("{}{}dot_wait {} pending {} : {}\n", pad, lhs, values(i.args), number(i.value),
+                            fmt::join(types, ", "));
+        break;
+      }
       case Opcode::CommitGroup:
       case Opcode::Barrier:
+      case Opcode::FenceAsync:
         *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
         break;
       case Opcode::WaitGroup:
@@ -262,6 +275,10 @@ class Parser {
         if (at_word("col_major")) {
           next();
           r.col_major = true;
+        }
+        if (at_word("wgmma")) {
+          next();
+          r.wgmma = true;
         }
         p.shared.push_back(r);
       }
@@ -559,8 +576,38 @@ class Parser {
       punct("[");
       i.args.push_back(use("the stage"));
       punct("]");
-    } else if (op == "commit_group" || op == "barrier") {
-      i.opcode = op == "barrier" ? Opcode::Barrier : Opcode::CommitGroup;
+    } else if (op == "commit_group" || op == "barrier" || op == "fence_async") {
+      i.opcode = op == "barrier" ? Opcode::Barrier : op == "fence_async" ? Opcode::FenceAsync : Opcode::CommitGroup;
+    } else if (op == "dot_async") {
+      i.opcode = Opcode::DotAsync;
+      i.ring = ring(p);
+      punct("[");
+      i.args.push_back(use("the stage"));
+      punct("]");
+      punct(",");
+      i.ring_b = ring(p);
+      punct("[");
+      if (use("the stage") != i.args[0]) fail("dot_async reads one stage of both rings");
+      punct("]");
+      punct(",");
+      i.args.push_back(use("the accumulator"));
+      punct(":");
+      results({type()});
+    } else if (op == "dot_wait") {
+      i.opcode = Opcode::DotWait;
+      while (!at_word("pending")) {
+        if (!i.args.empty()) punct(",");
+        i.args.push_back(use("an accumulator"));
+      }
+      word("pending");
+      i.value = static_cast<double>(integer());
+      punct(":");
+      std::vector<Type> types;
+      while (types.size() < i.args.size()) {
+        if (!types.empty()) punct(",");
+        types.push_back(type());
+      }
+      results(types);
     } else if (op == "wait_group") {
       i.opcode = Opcode::WaitGroup;
       i.value = static_cast<double>(integer());
@@ -741,7 +788,7 @@ std::string print_program(const Program& p) {
   std::vector<std::string> rings;
   for (const SharedRing& r : p.shared)
     rings.push_back(fmt::format("@{}: {}[{}, {}, {}]{}", r.name, dtype_name(r.dtype), r.stages, r.tile.at(0),
-                                r.tile.at(1), r.col_major ? " col_major" : ""));
+                                r.tile.at(1), std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "")));
   if (!rings.empty()) mma += fmt::format("\n    shared [{}]", fmt::join(rings, ", "));
   std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),

@@ -375,6 +375,18 @@ class Verifier {
             problem(fmt::format("{}: the accumulator must be the whole warps' tile", where(i)));
           break;
         }
+        case Opcode::DotAsync:
+          dot_async(i);
+          break;
+        case Opcode::DotWait:
+          if (i.args.size() != i.results.size() || i.value < 0 || i.value != static_cast<int>(i.value))
+            problem(fmt::format("{}: waits for accumulators, a result each, with a count of pending groups", where(i)));
+          for (size_t k = 0; k < i.args.size() && k < i.results.size(); ++k)
+            if (type(i.args[k]).frag != Frag::Acc || type(i.results[k]) != type(i.args[k]))
+              problem(fmt::format("{}: %{} is not an accumulator of its result's type", where(i), i.args[k]));
+          break;
+        case Opcode::FenceAsync:
+          break;
         case Opcode::CopyAsync:
           copy_async(i);
           break;
@@ -403,6 +415,30 @@ class Verifier {
         if (!scope.insert(v).second) problem(fmt::format("{}: %{} is defined twice", where(i), v));
       }
     }
+  }
+
+  // wgmma reads whole stages: A [64 rows per warpgroup, k] and B [k, n] of one 16-bit dtype,
+  // k 64 (a 128-byte swizzle panel), n a multiple of 8 up to 256; the accumulator [M, n] of the
+  // warps (16 rows each, all n columns).
+  void dot_async(const Inst& i) {
+    if (i.args.size() != 2 || i.ring < 0 || i.ring_b < 0 || i.ring >= static_cast<int>(p_.shared.size()) ||
+        i.ring_b >= static_cast<int>(p_.shared.size())) {
+      problem(fmt::format("{}: needs two rings, a stage and an accumulator", where(i)));
+      return;
+    }
+    const SharedRing &a = p_.shared[static_cast<size_t>(i.ring)], &b = p_.shared[static_cast<size_t>(i.ring_b)];
+    const Type& c = type(i.args[1]);
+    if (!is_index(i.args[0])) problem(fmt::format("{}: the stage is not an index", where(i)));
+    if (!a.wgmma || !b.wgmma) problem(fmt::format("{}: reads rings not laid out for wgmma", where(i)));
+    if (a.dtype != b.dtype || (a.dtype != DType::BF16 && a.dtype != DType::F16))
+      problem(fmt::format("{}: multiplies bf16 or f16 rings of one dtype", where(i)));
+    if (a.tile.size() != 2 || b.tile.size() != 2 || a.tile[1] != 64 || b.tile[0] != 64)
+      problem(fmt::format("{}: the rings' k must be 64 (one 128-byte panel)", where(i)));
+    if (!p_.mma || p_.mma->warp_m != 16 || p_.mma->warps_n != 1 || c.frag != Frag::Acc || c.dtype != DType::F32 ||
+        c.shape.size() != 2 || c.shape[0] != a.tile[0] || c.shape[1] != b.tile[1] || c.shape[0] % 64 != 0 ||
+        c.shape[1] % 8 != 0 || c.shape[1] > 256 || p_.block_threads() != 2 * c.shape[0] ||
+        type(i.results.at(0)) != c)
+      problem(fmt::format("{}: needs an f32 accumulator [64·warpgroups, n ≤ 256] of warps of 16 whole rows", where(i)));
   }
 
   const Program& p_;

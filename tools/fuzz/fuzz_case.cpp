@@ -39,6 +39,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
       v.fusion.profile.bulk_copies = false;
+      v.fusion.profile.wgmma = false;
       v.codegen = codegen_options_for("sm_80");
       break;
     case 1:

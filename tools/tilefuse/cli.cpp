@@ -99,7 +99,11 @@ common options:
                                tiles, a block each, merged through a workspace (split-KV, for
                                decode's few heads); auto: as many as fill the SMs (default)
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
-                               each; default 128x128), over 2×4 warps
+                               each; default 128x256 on wgmma, a warpgroup per 64 rows;
+                               128x128 on mma.sync, over 2×4 warps)
+  --wgmma 0|1                  schedule override: 1 runs 16-bit matmuls on warpgroup MMA from
+                               shared memory (sm_90a; the default where the target has it), 0
+                               on mma.sync
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
@@ -122,7 +126,8 @@ struct Args {
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1;
+      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
+      gemm_wgmma = 1;
   std::optional<uint64_t> seed;
 };
 
@@ -180,10 +185,12 @@ FusionOptions fusion_options(const Args& a) {
   fo.library_gemm = a.library_gemm;
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
-                 a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits};
-  if (a.target == "sm_80") {  // clusters and bulk copies are sm_90's
+                 a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
+                 a.gemm_wgmma};
+  if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
+    fo.profile.wgmma = false;
   }
   return fo;
 }
@@ -253,6 +260,8 @@ Args parse(int argc, char** argv) {
       a.split = parse_int(s, value(), 0, 1);
     else if (s == "--window")
       a.window = parse_int(s, value(), 0, 1);
+    else if (s == "--wgmma")
+      a.gemm_wgmma = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits") {
@@ -265,6 +274,9 @@ Args parse(int argc, char** argv) {
       if (x == std::string::npos) throw UsageError(fmt::format("--gemm-tile needs MxN (64, 128 or 256 each), got '{}'", v));
       a.gemm_block_m = parse_int(s, v.substr(0, x), 64, 256);
       a.gemm_block_n = parse_int(s, v.substr(x + 1), 64, 256);
+      for (int e : {a.gemm_block_m, a.gemm_block_n})
+        if (e != 64 && e != 128 && e != 256)
+          throw UsageError(fmt::format("--gemm-tile needs MxN (64, 128 or 256 each), got '{}'", v));
     } else if (s == "--gemm-group")
       a.gemm_group = parse_int(s, value(), 1, 64);
     else if (s == "--seed")
@@ -310,6 +322,7 @@ Plan make_plan(const Args& a, const std::string& name) {
     DeviceProfile measured = measure_device_profile();
     measured.max_cluster_blocks = std::min(measured.max_cluster_blocks, fo.profile.max_cluster_blocks);
     measured.bulk_copies &= fo.profile.bulk_copies;
+    measured.wgmma &= fo.profile.wgmma;
     fo.profile = measured;
   }
   note_missing_libraries(fo.profile);
