@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine: the matmul's GPU tests, its timings (staged and --stages 0, with its
-# epilogue, and a sweep of tiles, depths and tile orders) beside cuBLAS through PyTorch on the
+# On the GPU machine: the matmul's GPU tests, its timings (wgmma, mma.sync staged and direct,
+# with its epilogue, and a sweep of tiles, depths and tile orders) beside cuBLAS through PyTorch on the
 # same shapes, and compute-sanitizer's racecheck over the small matmuls' shared-memory pipeline. Needs bundle/ (scripts/build_bundle.sh);
 # writes its logs under $OUT.
 set -uo pipefail
@@ -8,15 +8,15 @@ cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
 echo "bundle $(cat $B/COMMIT 2>/dev/null)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-timeout 100 $B/tilefuse_tests --gtest_filter='GpuMatMul.*:GpuCublaslt.*' >"$OUT/matmul_tests.log" 2>&1
+timeout 200 $B/tilefuse_tests --gtest_filter="GpuMatMul.*:GpuCublaslt.*${EXTRA_TESTS:-}" >"$OUT/matmul_tests.log" 2>&1
 echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|c\[" "$OUT/matmul_tests.log" | head -40
 # SWEEP: further schedules of the own GEMM to time (";"-separated tilefuse run arguments, each
 # run with --library-gemm never).
-SWEEP=${SWEEP-"matmul --gemm-tile 128x256;matmul --gemm-tile 256x128;matmul --gemm-tile 128x256 --stages 4;matmul --stages 4;matmul --gemm-group 8;matmul --gemm-tile 128x256 --gemm-group 8"}
+SWEEP=${SWEEP-"matmul --gemm-tile 128x128;matmul --gemm-tile 256x128;matmul --stages 3;matmul --gemm-group 8;matmul --gemm-tile 256x128 --gemm-group 8;matmul --wgmma 0 --gemm-tile 128x256 --gemm-group 8"}
 IFS=';' read -ra sweep <<<"$SWEEP"
 own=()
-for args in "matmul" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --stages 0" "${sweep[@]}"; do
+for args in "matmul" "matmul --wgmma 0" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --wgmma 0" "${sweep[@]}"; do
   own+=("$args --library-gemm never")
 done
 # The defaults (cuBLASLt where the plan says it is faster), then the own kernels.

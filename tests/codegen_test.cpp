@@ -117,6 +117,56 @@ TEST(Codegen, OddShapesAreMasked) {
 
 // A matmul's dot is mma.sync m16n8k16 on sm_80 and sm_90, bf16 and f16; operands read transposed
 // and shapes off the tile grid (M, N, K not multiples of 64, 64, 16) assemble too.
+// By default a 16-bit matmul on sm_90 is warpgroup MMA, emitted for sm_90a: wgmma.mma_async
+// from descriptors (A K-major or M-major, B N-major or K-major as they are stored), the async
+// proxy fenced after the copies, each step's wgmma left in flight (wait 1) and all of them
+// waited for before the epilogue; ptxas takes it without spills or serialized wgmma. On sm_80
+// it is refused with the way out; `--target sm_80` plans mma.sync.
+TEST(Codegen, MatMulIsWgmmaOnSm90a) {
+  struct Case {
+    DType dtype;
+    bool ta, tb;
+    Shape a, b;
+    const char* wgmma;
+  };
+  for (const Case& c : std::vector<Case>{
+           {DType::BF16, false, false, {256, 128}, {128, 256}, "m64n256k16.f32.bf16.bf16"},
+           {DType::F16, false, true, {2, 100, 72}, {136, 72}, "m64n256k16.f32.f16.f16"},
+           {DType::BF16, true, false, {64, 200}, {64, 96}, "m64n256k16.f32.bf16.bf16"},
+       }) {
+    SCOPED_TRACE(fmt::format("{} {} ta {} tb {}", dtype_name(c.dtype), shape_str(c.a), c.ta, c.tb));
+    Graph g("mm");
+    output("c", matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), {c.ta, c.tb, std::nullopt}));
+    FusionOptions own;
+    own.library_gemm = LibraryGemmUse::Never;
+    Plan p = plan_fusion(g, own);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    ASSERT_TRUE(p.kernels[0].schedule.wgmma) << p.kernels[0].schedule.describe();
+    CompiledKernel k = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_90"));
+    EXPECT_NE(k.ptx.find(".target sm_90a"), std::string::npos);
+    // 64 of k per stage: four wgmma per step (the loop may be unrolled).
+    const int mmas = count(k.ptx, std::string(R"(wgmma\.mma_async\.sync\.aligned\.)") + c.wgmma);
+    EXPECT_GE(mmas, 4) << k.ptx;
+    EXPECT_EQ(mmas % 4, 0);
+    // The transposes: A M-major when stored column by column, B N-major when stored row by row.
+    const std::string flags = fmt::format("p, 1, 1, {}, {};", c.ta ? 1 : 0, c.tb ? 0 : 1);
+    EXPECT_NE(k.ptx.find(flags), std::string::npos) << flags;
+    EXPECT_GT(count(k.ptx, R"(fence\.proxy\.async\.shared::cta)"), 0);
+    EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 1)"), 0);
+    EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 0)"), 0);
+    EXPECT_EQ(count(k.ptx, R"(ldmatrix)"), 0);
+    if (!find_ptxas().empty()) {
+      auto m = run_ptxas(k.ptx, p.kernels[0].name);  // throws where ptxas serializes the wgmma
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0);
+    }
+    EXPECT_THROW(compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80")), TargetError);
+    FusionOptions sm80 = own;
+    sm80.profile.wgmma = false;
+    EXPECT_FALSE(plan_fusion(g, sm80).kernels[0].schedule.wgmma);
+  }
+}
+
 TEST(Codegen, MatMulIsMmaSync) {
   struct Case {
     DType dtype;
@@ -132,7 +182,9 @@ TEST(Codegen, MatMulIsMmaSync) {
        }) {
     Graph g("mm");
     output("c", matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), {c.ta, c.tb, std::nullopt}));
-    Plan p = plan_fusion(g);
+    FusionOptions mma_sync;
+    mma_sync.schedule.gemm_wgmma = 0;
+    Plan p = plan_fusion(g, mma_sync);
     ASSERT_EQ(p.kernels.size(), 1u);
     for (const std::string sm : {"sm_80", "sm_90"}) {
       SCOPED_TRACE(fmt::format("{} {} {}", dtype_name(c.dtype), shape_str(c.a), sm));

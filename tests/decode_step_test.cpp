@@ -245,5 +245,30 @@ TEST(GpuWriteAt, WrittenSlicesThenAttentionMatchFloat64) {
   }
 }
 
+// The parts of the fuzz seeds above, each an output so the check names the one at fault: a
+// position another kernel computes (|x|·65, x −0.1395: 10), three slices written there into a
+// [1, 130, 64] cache, and attention over it; then the same with the position an input.
+TEST(GpuWriteAt, ThreeSlicesAtAComputedPosition) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (bool computed : {true, false}) {
+    SCOPED_TRACE(computed ? "position computed" : "position an input");
+    Graph g("three_slices");
+    Tensor q = input(g, "q", {1, 64, 64}, DType::BF16);
+    Tensor k_cache = input(g, "k_cache", {1, 130, 64}, DType::BF16);
+    Tensor x = input(g, "x", {1, 1, 1});
+    Tensor pos = computed ? abs(x) * 65.0 : x;
+    Tensor k = write_at(k_cache, input(g, "k_new", {1, 3, 64}, DType::BF16), pos, 1);
+    output("k_after", k);
+    if (computed) output("pos", pos);
+    output("o", matmul(cast(softmax(matmul(q, k, {false, true, DType::F32}) * 0.125), DType::BF16), k));
+    Executable exe(plan_fusion(g));
+    TensorMap in = random_inputs(exe.plan().graph, seed);
+    in["x"] = TensorData::from_doubles(DType::F32, {1, 1, 1}, {computed ? -0.13950513303279877 : 9.068});
+    const CheckReport r = check_against_reference(exe.plan(), in, exe.run(in));
+    EXPECT_TRUE(r.ok) << r.text() << plan_report_text(exe.plan());
+  }
+}
+
 }  // namespace
 }  // namespace tilefuse

@@ -567,7 +567,7 @@ TEST(FusionMatMul, PartialBatchBroadcastIsTheOwnGemm) {
         << p.gemm_choices[0].options[i].why_not;
   }
   const CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
-  EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+  EXPECT_NE(c.ptx.find("wgmma.mma_async"), std::string::npos);
   if (!find_ptxas().empty()) {
     EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
   }
@@ -641,7 +641,8 @@ TEST(FusionMatMul, LibraryGemmWhereFaster) {
   for (bool tanh : {false, true}) {
     SCOPED_TRACE(tanh ? "bias + tanh GELU" : "bias + erf GELU");
     Graph g(tanh ? "lib_tanh" : "lib_erf");
-    Tensor y = matmul(input(g, "a", {2048, 1024}, DType::BF16), input(g, "w", {1024, 2048}, DType::BF16)) +
+    // K 8192: the own GEMM's epilogue saves too little beside the library's faster product.
+    Tensor y = matmul(input(g, "a", {2048, 8192}, DType::BF16), input(g, "w", {8192, 2048}, DType::BF16)) +
                input(g, "b", {2048}, DType::BF16);
     output("y", gelu(y, tanh ? GeluApprox::Tanh : GeluApprox::None));
     Plan p = plan_fusion(g);

@@ -237,7 +237,9 @@ TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
   Tensor a = input(g, "a", {2, 100, 72}, DType::BF16);
   Tensor w = input(g, "w", {72, 136}, DType::BF16);
   output("c", matmul(a, w));
-  Plan plan = plan_fusion(g);
+  FusionOptions mma_sync;
+  mma_sync.schedule.gemm_wgmma = 0;
+  Plan plan = plan_fusion(g, mma_sync);
   ASSERT_EQ(plan.kernels.size(), 1u);
   ASSERT_GT(plan.kernels[0].schedule.stages, 1);
   std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
@@ -258,6 +260,37 @@ TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
   direct.schedule.stages = 0;
   Plan q = plan_fusion(g, direct);
   EXPECT_TRUE(build_program(q.graph, q.kernels[0])->shared.empty());
+}
+
+// On wgmma the rings are 1024-byte aligned panels, each step fences the copies for the async
+// proxy before its barrier, refills the stage two steps back (stages − 2 ahead), starts its
+// dot_async and waits for all but it; the last is waited for after the loop. The text round-trips
+// and the verifier holds it; the verifier refuses a dot_async on rings not laid out for wgmma.
+TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
+  using namespace dsl;
+  Graph g("mm");
+  output("c", matmul(input(g, "a", {2, 100, 72}, DType::BF16), input(g, "w", {72, 136}, DType::BF16)));
+  Plan plan = plan_fusion(g);
+  ASSERT_EQ(plan.kernels.size(), 1u);
+  const TileSchedule& s = plan.kernels[0].schedule;
+  ASSERT_TRUE(s.wgmma);
+  std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(program_problems(*p).empty());
+  const std::string text = print_program(*p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  ASSERT_EQ(p->shared.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(p->ring_offset(r) % 1024, 0);
+  EXPECT_EQ(p->shared_bytes(), s.dynamic_shared_bytes());
+  for (const std::string want : {fmt::format("wait_group {}", s.stages - 3), std::string("fence_async"),
+                                 std::string("= dot_async @a_ring["), std::string("pending 1 :"),
+                                 std::string("pending 0 :"), std::string("wgmma]")})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  EXPECT_LT(text.find("fence_async"), text.find("barrier"));
+  EXPECT_LT(text.find("barrier"), text.find("dot_async"));
+  Program bad = *p;
+  bad.shared[0].wgmma = false;
+  EXPECT_FALSE(program_problems(bad).empty());
 }
 
 TEST(TileIr, VerifierChecksFragments) {

@@ -140,6 +140,24 @@ void forget_compiled_in_memory() {
   memory_cache.clear();
 }
 
+// The runtime passes a kernel's inputs, then its outputs, in the kernel's order (then the
+// workspace): a program whose parameters are in another order would read one tensor as another.
+static void check_params_follow_kernel(const Graph& g, const Kernel& k, const tir::Program& p) {
+  std::vector<const tir::Param*> tensors;
+  for (const tir::Param& prm : p.params)
+    if (!prm.workspace) tensors.push_back(&prm);
+  if (tensors.size() != k.inputs.size() + k.outputs.size())
+    throw CodegenError(fmt::format("kernel {}: its program has {} tensor parameters for {} inputs and {} outputs", k.name,
+                                   tensors.size(), k.inputs.size(), k.outputs.size()));
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const Node& n = g.node(k.inputs[i]);
+    const std::string want = n.op == Op::Input ? n.name : fmt::format("%{}", n.id);
+    if (tensors[i]->name != want || tensors[i]->output)
+      throw CodegenError(fmt::format("kernel {}: its program's parameter {} is '{}', but the kernel's input {} is '{}'",
+                                     k.name, i, tensors[i]->name, i, want));
+  }
+}
+
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& options) {
   CodegenOptions opt = options;
   if (k.schedule.wgmma) {  // wgmma is sm_90a's: an sm_90 target emits that for this kernel
@@ -171,6 +189,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
                     k.name));
   // Kernels whose schedules have moved to Tile IR v2 take it; the rest the first Tile IR.
   std::optional<tir::Program> program = tir::build_program(g, k);
+  if (program) check_params_follow_kernel(g, k, *program);
   std::optional<TileProgram> tile;
   if (!program) tile = lower_kernel(g, k);
   std::string tile_text = program ? tir::print_program(*program) : print_tile_program(*tile);

@@ -17,8 +17,8 @@ struct DeviceProfile {
   double mma_sync_flops = 356e12;
   double mma_sync_direct_flops = 59e12;
   // tilefuse's own matmul on warpgroup MMA (sm_90a wgmma from cp.async-filled shared memory,
-  // 128×256 tiles), bf16 8192³: a guess until measured (bench/NOTES.md, "wgmma").
-  double wgmma_flops = 550e12;
+  // 128×256 tiles taken 8 tile rows at a time), bf16 8192³, measured (bench/NOTES.md, "wgmma").
+  double wgmma_flops = 634e12;
   bool wgmma = true;  // warpgroup MMA (sm_90a); false on a device without it
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover

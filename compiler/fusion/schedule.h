@@ -179,7 +179,8 @@ struct ScheduleHints {
   // Matmul tiles (staged): block_m × block_n of the product per block of 2 × 4 warps; 0: 128 × 128.
   int gemm_block_m = 0, gemm_block_n = 0;  // 64, 128 or 256
   // Blocks take their tiles in groups of this many tile rows, column by column within a group
-  // (blocks running at once then share operand tiles in L2); 0 or 1: row by row.
+  // (blocks running at once then share operand tiles in L2); 1: row by row; 0: tilefuse chooses
+  // (8 on wgmma, else row by row).
   int gemm_group = 0;
   // Rows whose width is not a multiple of the vector width, and pointwise domains of an odd
   // element count: 1 reads them as aligned windows (TileSchedule::window), 0 element by element;

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "compiler/fusion/write_at.h"
+#include "compiler/support/error.h"
 #include "compiler/tile/ir_verify.h"
 
 namespace tilefuse::tir {
@@ -25,10 +26,33 @@ Program write_at_program(const Graph& g, const Kernel& k) {
   p.grid = {s.grid()};
   p.wide_indices = (e.outer + 1) * e.extent * e.inner > INT32_MAX;
   auto name = [](const Node& n) { return n.op == Op::Input ? n.name : fmt::format("%{}", n.id); };
-  p.params.push_back({name(value), value.dtype, {e.outer * e.slices, e.inner}});
-  p.params.push_back({name(position), position.dtype, {num_elements(position.shape), 1}});
-  p.params.push_back({name(cache), w.dtype, {e.outer * e.extent, e.inner}});  // the cache, written in place
-  p.params.back().output = true;
+  // The parameters in the kernel's order (its inputs, then the cache it writes in place): the
+  // runtime passes the tensors so.
+  int value_param = -1, position_param = -1;
+  for (NodeId id : k.inputs) {
+    Param prm;
+    prm.name = name(g.node(id));
+    prm.dtype = g.node(id).dtype;
+    if (id == value.id) {
+      value_param = static_cast<int>(p.params.size());
+      prm.view = {e.outer * e.slices, e.inner};
+    } else if (id == position.id) {
+      position_param = static_cast<int>(p.params.size());
+      prm.view = {num_elements(position.shape), 1};
+    } else {
+      throw CodegenError(fmt::format("{}: a write kernel reads %{}, neither its value nor its position", k.name, id));
+    }
+    p.params.push_back(prm);
+  }
+  if (value_param < 0 || position_param < 0)
+    throw CodegenError(fmt::format("{}: a write kernel needs its value and its position as inputs", k.name));
+  Param out;
+  out.name = name(cache);
+  out.dtype = w.dtype;
+  out.view = {e.outer * e.extent, e.inner};  // the cache, written in place
+  out.output = true;
+  const int cache_param = static_cast<int>(p.params.size());
+  p.params.push_back(out);
 
   Builder b(p, p.body);
   const int pid = b.program_id(0), zero = b.index(0);
@@ -44,12 +68,12 @@ Program write_at_program(const Graph& g, const Kernel& k) {
     if (d < axis) own[d] = position.shape[i];
   }
   const int at = b.broadcast_index(outer, outer_dims, own);
-  const int pos = b.min(b.ceil_index(b.load(1, {at, zero}, {1, 1})), b.index(e.extent));
+  const int pos = b.min(b.ceil_index(b.load(position_param, {at, zero}, {1, 1})), b.index(e.extent));
   const int first = b.mul(outer, b.index(e.extent));
   const int row = b.add(first, b.add(pos, b.rem(slice, b.index(e.slices))));
   const bool ragged = e.inner % tile_cols != 0;
-  const int v = b.load(0, {slice, col0}, {1, tile_cols}, {false, ragged});
-  b.store(2, {row, col0}, v, {true, ragged}, {b.add(first, b.index(e.extent)), -1});
+  const int v = b.load(value_param, {slice, col0}, {1, tile_cols}, {false, ragged});
+  b.store(cache_param, {row, col0}, v, {true, ragged}, {b.add(first, b.index(e.extent)), -1});
   verify_program(p);
   return p;
 }
