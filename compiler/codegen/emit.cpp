@@ -853,14 +853,18 @@ class Emitter {
 
   // A wgmma shared-memory descriptor for a ring's stage: 128-byte swizzle (mode 1, bits 62–63),
   // the start address >> 4 (bits 0–13), the leading and stride byte offsets >> 4 (bits 16–29,
-  // 32–45). K-major operands (stored rows along M or N, each the stage's 64 k: one 128-byte
-  // panel) start at their first row; 8-row groups lie 1024 bytes apart; the leading offset is
-  // unused. MN-major ones (stored rows along k) start at the panel of their first M or N index;
-  // panels of 64 lie a panel apart (the leading offset), 8-k groups 1024 bytes apart.
+  // 32–45). K-major operands (stored rows along M or N, k along them in 128-byte panels of 64)
+  // start at their first row; 8-row groups lie 1024 bytes apart; the leading offset is unused.
+  // M/N-major ones (stored rows along k) start at the panel of their first M or N index; panels
+  // of 64 lie a panel apart (the leading offset), 8-k groups 1024 bytes apart.
   struct Operand {
-    Value* desc;        // i64, for k 0
-    int64_t k_step;     // bytes from one k16 step to the next
+    Value* desc;    // i64, for k 0
     bool mn_major;
+    int64_t panel;  // bytes of one 128-byte-wide panel of the stage
+    // The descriptor's increment (bytes >> 4) from k 0 to k k0 (a multiple of 16).
+    uint64_t k_step(int64_t k0) const {
+      return static_cast<uint64_t>(mn_major ? k0 * 128 : k0 / 64 * panel + k0 % 64 * 2) >> 4;
+    }
   };
   Operand descriptor(int ring, Value* stage, Value* mn0, bool k_along_rows) {
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(ring)];
@@ -876,39 +880,65 @@ class Emitter {
     const uint64_t fields = (lbo >> 4) << 16 | (sbo >> 4) << 32 | uint64_t{1} << 62;
     Value* desc = b_.CreateOr(b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(address, i32(0x3ffff)), i32(4)), b_.getInt64Ty()),
                               b_.getInt64(fields));
-    return {desc, mn_major ? 16 * 128 : 32, mn_major};
+    return {desc, mn_major, panel};
   }
 
   // acc + A·B by wgmma.mma_async m64nNk16, one per 16 of the stage's k, each warpgroup its 64
-  // rows of A and the accumulator. The accumulator's slots (h, j, c) are wgmma's registers
-  // 4j + 2h + c (both put row group + 8h, column 8j + 2·tig + c of the warp's 16 rows at them).
+  // rows of A and the accumulator; A from its ring (a descriptor) or from registers (an A
+  // fragment per 16 of k: PTX's m64k16 register layout is, per warp, mma.sync's m16k16 one). The
+  // accumulator's slots (h, j, c) are wgmma's registers 4j + 2h + c (both put row group + 8h,
+  // column 8j + 2·tig + c of the warp's 16 rows at them).
   void dot_async(const Inst& i) {
-    const tir::SharedRing &ra = p_.shared[static_cast<size_t>(i.ring)], &rb = p_.shared[static_cast<size_t>(i.ring_b)];
+    const tir::SharedRing& rb = p_.shared[static_cast<size_t>(i.ring_b)];
+    const bool a_in_registers = i.ring < 0;
     const Type& tc = type(i.args[1]);
     const int n = static_cast<int>(tc.shape[1]), regs = n / 2, quarter = n / 4;
-    const int64_t depth = ra.tile[1];
+    const int64_t depth = rb.tile[0];
     Value* stage = as_i32(one(i.args[0]));
-    Value* wg = b_.CreateUDiv(tid_, i32(128));
-    const Operand a = descriptor(i.ring, stage, b_.CreateMul(wg, i32(64)), !ra.col_major);
     const Operand bo = descriptor(i.ring_b, stage, i32(0), rb.col_major);
+    std::optional<Operand> a;
+    if (!a_in_registers) {
+      const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];
+      a = descriptor(i.ring, stage, b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)), !ra.col_major);
+    }
     const std::vector<Value*>& in = vals_[static_cast<size_t>(i.args[1])];
     std::vector<Value*> acc(static_cast<size_t>(regs));
     for (int h = 0; h < 2; ++h)
       for (int j = 0; j < n / 8; ++j)
         for (int c = 0; c < 2; ++c) acc[static_cast<size_t>(4 * j + 2 * h + c)] = in[static_cast<size_t>(h * quarter + 2 * j + c)];
-    const char* type = ra.dtype == DType::BF16 ? "bf16" : "f16";
+    const char* type = rb.dtype == DType::BF16 ? "bf16" : "f16";
     std::string regs_list;
     for (int k = 0; k < regs; ++k) regs_list += fmt::format("{}${}", k ? ", " : "", k);
+    // Operands after the tied accumulators: A's descriptor or four registers, B's descriptor, 1.
+    const int a_at = 2 * regs, b_at = a_at + (a_in_registers ? 4 : 1), one_at = b_at + 1;
+    const std::string a_text = a_in_registers ? fmt::format("{{${}, ${}, ${}, ${}}}", a_at, a_at + 1, a_at + 2, a_at + 3)
+                                              : fmt::format("${}", a_at);
+    const std::string trans = a_in_registers ? fmt::format("{}", bo.mn_major ? 1 : 0)
+                                             : fmt::format("{}, {}", a->mn_major ? 1 : 0, bo.mn_major ? 1 : 0);
     const std::string text = fmt::format(
-        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, ${}, ${}, p, 1, 1, "
-        "{}, {};\n}}",
-        2 * regs + 2, n, type, type, regs_list, 2 * regs, 2 * regs + 1, a.mn_major ? 1 : 0, bo.mn_major ? 1 : 0);
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_fence_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, {}, ${}, p, 1, 1, "
+        "{};\n}}",
+        one_at, n, type, type, regs_list, a_text, b_at, trans);
+    // Every step's operands first (A's registers packed before the fence: registers written
+    // between wgmmas make ptxas insert a warpgroup.arrive before each), then the wgmmas.
+    std::vector<std::vector<Value*>> steps;
     for (int64_t kk = 0; kk < depth / 16; ++kk) {
-      Value* da = b_.CreateAdd(a.desc, b_.getInt64(static_cast<uint64_t>(kk * a.k_step) >> 4));
-      Value* db = b_.CreateAdd(bo.desc, b_.getInt64(static_cast<uint64_t>(kk * bo.k_step) >> 4));
-      acc = tied(text, acc, {da, db, i32(1)}, "l,l,r");
+      std::vector<Value*> operands;
+      if (a_in_registers) {
+        // The fragment's slots (h, kk, c) as PTX's a0a1 = (h 0, kk 0), a2a3 = (h 1, kk 0),
+        // a4a5 = (h 0, kk 1), a6a7 = (h 1, kk 1), two 16-bit halves per register.
+        const std::vector<Value*>& f = vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])];
+        for (auto [h, k2] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}})
+          operands.push_back(pack(f[static_cast<size_t>(h * 4 + k2 * 2)], f[static_cast<size_t>(h * 4 + k2 * 2 + 1)], rb.dtype));
+      } else {
+        operands.push_back(b_.CreateAdd(a->desc, b_.getInt64(a->k_step(16 * kk))));
+      }
+      operands.push_back(b_.CreateAdd(bo.desc, b_.getInt64(bo.k_step(16 * kk))));
+      operands.push_back(i32(1));
+      steps.push_back(std::move(operands));
     }
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_fence_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+    for (const std::vector<Value*>& operands : steps) acc = tied(text, acc, operands, a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     std::vector<Value*> out(acc.size());
     for (int h = 0; h < 2; ++h)

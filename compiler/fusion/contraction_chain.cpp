@@ -426,6 +426,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.block_m = 64;  // 4 warps of 16 query rows
   s.block_n = c->d > 128 ? 32 : 64;  // d 256: 32 keys a step (the output takes the registers)
   s.block_k = static_cast<int>(c->d);
+  s.wgmma = hints.attention_wgmma == 1 && p.wgmma && padded_head_dim(c->d) >= 64;
   s.warps_m = 4;
   s.warps_n = 1;
   s.threads_per_row = 128;

@@ -108,7 +108,8 @@ struct TileSchedule {
   int group = 1;  // tile rows taken together (ScheduleHints::gemm_group)
   // Matmul on warpgroup MMA (sm_90a wgmma) straight from the shared-memory stages: warps_m warps
   // of 16 rows (block_m / 64 warpgroups), each thread holding its rows' block_n columns; k in
-  // steps of 64 (one 128-byte swizzle panel per operand row).
+  // steps of 64 (one 128-byte swizzle panel per operand row). Attention: both products on wgmma,
+  // Q and P as register operands, K and V from the rings.
   bool wgmma = false;
   int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
   int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
@@ -198,6 +199,10 @@ struct ScheduleHints {
   // Matmul tiles on warpgroup MMA (wgmma, sm_90a): 1 where the device has it and the operands
   // allow (16-bit, rows of whole 16-byte chunks), the default; 0: mma.sync.
   int gemm_wgmma = 1;
+  // Attention's two products on warpgroup MMA (wgmma, sm_90a; Q and P from registers, K and V
+  // from the rings) where the device has it and the head dimension pads to 64 or more: 1; 0 (the
+  // default until measured): mma.sync.
+  int attention_wgmma = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -35,8 +35,8 @@ class AttentionProgram {
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31) ||
                       s_.kv_splits * s_.batch_heads * s_.n_q * (dp() + 2) >= (int64_t{1} << 31);
     add_params();
-    p_.shared.push_back({"k_ring", s_.dtype, 2, {dp(), s_.block_n}, true});
-    p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, dp()}, false});
+    p_.shared.push_back({"k_ring", s_.dtype, 2, {dp(), s_.block_n}, true, s_.wgmma});
+    p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, dp()}, false, s_.wgmma});
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
@@ -111,6 +111,8 @@ class AttentionProgram {
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
+  // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
+  int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
   // A head dimension that is not a power of two (96) is padded to one in the rings and the output
   // accumulator, the padding zero-filled by the copies (so it adds nothing to either product) and
   // never stored.
@@ -253,6 +255,7 @@ class AttentionProgram {
                       [&](Builder& in, int j, const std::vector<int>& c) {
                         // Tile j's copies done, and every thread past its reads of the other stage.
                         in.wait_group(0);
+                        if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
                         in.barrier();
                         const int next = in.add(j, in.index(1));
                         copy_keys(in, next, in.rem(next, two));
@@ -263,11 +266,18 @@ class AttentionProgram {
   std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
-    for (int64_t kk = 0; kk < s_.d / 16; ++kk) {
+    auto q_at = [&](int64_t kk) {
+      return q_shared() ? b.load_shared(2, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
+                        : q_[static_cast<size_t>(kk)];
+    };
+    if (s_.wgmma) {  // Q's fragments of the whole (padded) head dimension against the K stage
+      std::vector<int> q;
+      for (int64_t kk = 0; kk < dp() / 16; ++kk) q.push_back(kk < s_.d / 16 ? q_at(kk) : zero_fragment(b));
+      s = b.dot_wait({b.dot_async(q, 0, stage, s)}, 0)[0];
+    }
+    for (int64_t kk = 0; !s_.wgmma && kk < s_.d / 16; ++kk) {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
-      const int q = q_shared() ? b.load_shared(2, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
-                               : q_[static_cast<size_t>(kk)];
-      s = b.dot(q, k, s);
+      s = b.dot(q_at(kk), k, s);
     }
     const int key0 = b.mul(j, b.index(s_.block_n));
     // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the
@@ -305,6 +315,11 @@ class AttentionProgram {
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {c[2], alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
     int o = b.compute(Op::Mul, {c[0], alpha}, DType::F32);
+    if (s_.wgmma) {  // P's fragments against the V stage; waited for before the next step's O·α
+      std::vector<int> pa;
+      for (int64_t kk = 0; kk < s_.block_n; kk += 16) pa.push_back(b.convert(p, static_cast<int>(kk / 16), s_.dtype));
+      return {b.dot_wait({b.dot_async(pa, 1, stage, o)}, 0)[0], m, l};
+    }
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) {
       const int pa = b.convert(p, static_cast<int>(kk / 16), s_.dtype);
       const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, dp()}, Frag::B);
@@ -479,6 +494,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.group = k.schedule.heads_per_block;
   s.kv_splits = k.schedule.kv_splits;
   s.block_n = k.schedule.block_n;
+  s.wgmma = k.schedule.wgmma;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {

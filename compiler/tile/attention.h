@@ -36,6 +36,9 @@ struct AttentionShape {
   std::optional<DType> out_dtype;  // of o (default: the inputs')
   double scale = 0.125;
   int block_m = 64, block_n = 64;  // query rows per block (16 per warp), keys per loop step
+  // Both products on warpgroup MMA (sm_90a): Q·Kᵀ with Q's fragments and P·V with P's from
+  // registers, K and V read from their rings by wgmma (the head dimension padded to 64 or more).
+  bool wgmma = false;
   // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
   // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.

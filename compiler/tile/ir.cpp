@@ -343,6 +343,15 @@ int Builder::dot_async(int ring_a, int ring_b, int stage, int acc) {
   return emit(i, p_.types.at(static_cast<size_t>(acc)));
 }
 
+int Builder::dot_async(const std::vector<int>& a, int ring_b, int stage, int acc) {
+  Inst i;
+  i.opcode = Opcode::DotAsync;
+  i.ring_b = ring_b;
+  i.args = {stage, acc};
+  i.args.insert(i.args.end(), a.begin(), a.end());
+  return emit(i, p_.types.at(static_cast<size_t>(acc)));
+}
+
 std::vector<int> Builder::dot_wait(const std::vector<int>& accs, int pending) {
   Inst i;
   i.opcode = Opcode::DotWait;

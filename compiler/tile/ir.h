@@ -158,10 +158,11 @@ enum class Opcode {
   WaitGroup,
   Barrier,
   LoadShared,
-  // Warpgroup MMA (sm_90a wgmma) straight from two rings: DotAsync starts acc (arg 1) + A·B, A
-  // the whole stage arg 0 of ring `ring` ([block_m, k]: each warpgroup its 64 rows) and B that
-  // stage of ring `ring_b` ([k, block_n]); its result is the accumulator in flight, which only a
-  // DotWait, another DotAsync on it or a Yield may use. DotWait waits until at most `value` of
+  // Warpgroup MMA (sm_90a wgmma): DotAsync starts acc (arg 1) + A·B, B the whole stage arg 0 of
+  // ring `ring_b` ([k, n]), A that stage of ring `ring` ([block_m, k]: each warpgroup its 64
+  // rows) — or, with `ring` −1, the A fragments args 2… ([block_m, 16] each, in registers, k/16
+  // of them: a product fed to the next dot, attention's Q or P); its result is the accumulator in
+  // flight, which only a DotWait, another DotAsync on it or a Yield may use. DotWait waits until at most `value` of
   // the warpgroup's DotAsyncs are in flight and gives its args' values usable. FenceAsync orders
   // the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by the
   // asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
@@ -298,6 +299,8 @@ class Builder {
   void barrier();
   int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag);
   int dot_async(int ring_a, int ring_b, int stage, int acc);
+  // acc + A·B with A the fragments `a` (registers) and B stage `stage` of ring `ring_b`.
+  int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc);
   std::vector<int> dot_wait(const std::vector<int>& accs, int pending);
   void fence_async();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},

@@ -96,11 +96,14 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}load @{}[{}] : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
                             values(i.args), type_of(i.results[0]));
         break;
-      case Opcode::DotAsync:
-        *out += fmt::format("{}{}dot_async @{}[{}], @{}[{}], {} : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
-                            value(i.args[0]), p.shared.at(static_cast<size_t>(i.ring_b)).name, value(i.args[0]),
-                            value(i.args[1]), type_of(i.results[0]));
+      case Opcode::DotAsync: {
+        const std::string a = i.ring >= 0 ? fmt::format("@{}[{}]", p.shared.at(static_cast<size_t>(i.ring)).name,
+                                                        value(i.args[0]))
+                                          : values(std::vector<int>(i.args.begin() + 2, i.args.end()));
+        *out += fmt::format("{}{}dot_async {}, @{}[{}], {} : {}\n", pad, lhs, a, p.shared.at(static_cast<size_t>(i.ring_b)).name,
+                            value(i.args[0]), value(i.args[1]), type_of(i.results[0]));
         break;
+      }
       case Opcode::DotWait: {
         std::vector<std::string> types;
         for (int v : i.results) types.push_back(type_of(v));
@@ -580,17 +583,29 @@ class Parser {
       i.opcode = op == "barrier" ? Opcode::Barrier : op == "fence_async" ? Opcode::FenceAsync : Opcode::CommitGroup;
     } else if (op == "dot_async") {
       i.opcode = Opcode::DotAsync;
-      i.ring = ring(p);
-      punct("[");
-      i.args.push_back(use("the stage"));
-      punct("]");
-      punct(",");
+      std::vector<int> fragments;  // A in registers
+      int stage = -1;
+      if (peek().kind == Token::Symbol) {
+        i.ring = ring(p);
+        punct("[");
+        stage = use("the stage");
+        punct("]");
+        punct(",");
+      } else {
+        while (peek().kind != Token::Symbol) {
+          fragments.push_back(use("an A fragment"));
+          punct(",");
+        }
+      }
       i.ring_b = ring(p);
       punct("[");
-      if (use("the stage") != i.args[0]) fail("dot_async reads one stage of both rings");
+      const int b_stage = use("the stage");
+      if (stage >= 0 && b_stage != stage) fail("dot_async reads one stage of both rings");
       punct("]");
       punct(",");
+      i.args.push_back(b_stage);
       i.args.push_back(use("the accumulator"));
+      i.args.insert(i.args.end(), fragments.begin(), fragments.end());
       punct(":");
       results({type()});
     } else if (op == "dot_wait") {

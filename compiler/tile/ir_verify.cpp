@@ -417,27 +417,40 @@ class Verifier {
     }
   }
 
-  // wgmma reads whole stages: A [64 rows per warpgroup, k] and B [k, n] of one 16-bit dtype,
-  // k 64 (a 128-byte swizzle panel), n a multiple of 8 up to 256; the accumulator [M, n] of the
-  // warps (16 rows each, all n columns).
+  // wgmma reads whole stages of 16-bit rings laid out for it: B [k, n] (n a multiple of 8 up to
+  // 256), A [64 rows per warpgroup, k] from a ring or k/16 A fragments [M, 16] in registers; the
+  // accumulator [M, n] of the warps (16 whole rows each). A K-major operand's k, an M- or N-major
+  // one's M or N, is whole 128-byte panels (64 elements).
   void dot_async(const Inst& i) {
-    if (i.args.size() != 2 || i.ring < 0 || i.ring_b < 0 || i.ring >= static_cast<int>(p_.shared.size()) ||
-        i.ring_b >= static_cast<int>(p_.shared.size())) {
-      problem(fmt::format("{}: needs two rings, a stage and an accumulator", where(i)));
+    const bool from_ring = i.ring >= 0;
+    if (i.args.size() < 2 || (from_ring ? i.args.size() != 2 : i.args.size() == 2) || i.ring_b < 0 ||
+        i.ring >= static_cast<int>(p_.shared.size()) || i.ring_b >= static_cast<int>(p_.shared.size())) {
+      problem(fmt::format("{}: needs A (a ring or fragments), B's ring, a stage and an accumulator", where(i)));
       return;
     }
-    const SharedRing &a = p_.shared[static_cast<size_t>(i.ring)], &b = p_.shared[static_cast<size_t>(i.ring_b)];
+    const SharedRing& b = p_.shared[static_cast<size_t>(i.ring_b)];
     const Type& c = type(i.args[1]);
     if (!is_index(i.args[0])) problem(fmt::format("{}: the stage is not an index", where(i)));
-    if (!a.wgmma || !b.wgmma) problem(fmt::format("{}: reads rings not laid out for wgmma", where(i)));
-    if (a.dtype != b.dtype || (a.dtype != DType::BF16 && a.dtype != DType::F16))
-      problem(fmt::format("{}: multiplies bf16 or f16 rings of one dtype", where(i)));
-    if (a.tile.size() != 2 || b.tile.size() != 2 || a.tile[1] != 64 || b.tile[0] != 64)
-      problem(fmt::format("{}: the rings' k must be 64 (one 128-byte panel)", where(i)));
+    if (b.dtype != DType::BF16 && b.dtype != DType::F16) problem(fmt::format("{}: multiplies bf16 or f16", where(i)));
+    const int64_t k = b.tile.at(0), n = b.tile.at(1);
+    if (!b.wgmma || (b.col_major ? k : n) % 64 != 0 || k % 16 != 0)
+      problem(fmt::format("{}: B's ring is not laid out for wgmma in whole 128-byte panels", where(i)));
+    if (from_ring) {
+      const SharedRing& a = p_.shared[static_cast<size_t>(i.ring)];
+      if (!a.wgmma || a.dtype != b.dtype || a.tile.at(1) != k || (a.col_major ? a.tile.at(0) : k) % 64 != 0)
+        problem(fmt::format("{}: A's ring is not B's dtype and k, laid out for wgmma", where(i)));
+    } else {
+      if (static_cast<int64_t>(i.args.size() - 2) * 16 != k)
+        problem(fmt::format("{}: {} A fragments for B's k of {}", where(i), i.args.size() - 2, k));
+      for (size_t f = 2; f < i.args.size(); ++f) {
+        const Type& a = type(i.args[f]);
+        if (a.frag != Frag::A || a.dtype != b.dtype || a.shape.size() != 2 || a.shape[1] != 16 || a.shape[0] != c.shape.at(0))
+          problem(fmt::format("{}: %{} is not an A fragment [M, 16] of B's dtype", where(i), i.args[f]));
+      }
+    }
     if (!p_.mma || p_.mma->warp_m != 16 || p_.mma->warps_n != 1 || c.frag != Frag::Acc || c.dtype != DType::F32 ||
-        c.shape.size() != 2 || c.shape[0] != a.tile[0] || c.shape[1] != b.tile[1] || c.shape[0] % 64 != 0 ||
-        c.shape[1] % 8 != 0 || c.shape[1] > 256 || p_.block_threads() != 2 * c.shape[0] ||
-        type(i.results.at(0)) != c)
+        c.shape.size() != 2 || c.shape[1] != n || c.shape[0] % 64 != 0 || n % 8 != 0 || n > 256 ||
+        p_.block_threads() != 2 * c.shape[0] || type(i.results.at(0)) != c)
       problem(fmt::format("{}: needs an f32 accumulator [64·warpgroups, n ≤ 256] of warps of 16 whole rows", where(i)));
   }
 
