@@ -45,10 +45,11 @@ std::string TileSchedule::describe() const {
                        rows, cols, threads_per_row, vec, grid());
   if (attention)
     return fmt::format(
-        "attention: {} query rows per block ({} warps of 16, mma.sync m16n8k16), a loop over {} keys {} at a time "
+        "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time "
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
-        "(cp.async, ldmatrix; {} KiB each); {} blocks over {} heads{}",
-        block_m, warps_m, n, block_n, stages, stage_bytes / 1024, grid(), batch,
+        "(cp.async, {}; {} KiB each); {} blocks over {} heads{}",
+        block_m, warps_m, wgmma ? "wgmma m64nNk16 with Q and P from registers" : "mma.sync m16n8k16", n, block_n,
+        stages, wgmma ? "read by wgmma" : "ldmatrix", stage_bytes / 1024, grid(), batch,
         (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
                                            heads_per_block)
                              : "") +

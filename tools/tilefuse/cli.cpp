@@ -105,8 +105,8 @@ common options:
                                shared memory (sm_90a; the default where the target has it), 0
                                on mma.sync
   --attention-wgmma 0|1        schedule override: 1 runs attention's two products on warpgroup
-                               MMA (sm_90a; Q and P from registers, K and V from shared memory);
-                               0 on mma.sync (default, until measured)
+                               MMA (sm_90a; Q and P from registers, K and V from shared memory;
+                               the default on sm_90), 0 on mma.sync
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
@@ -130,7 +130,7 @@ struct Args {
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = 1, attention_wgmma = 0;
+      gemm_wgmma = 1, attention_wgmma = 1;
   std::optional<uint64_t> seed;
 };
 
