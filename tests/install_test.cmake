@@ -31,7 +31,7 @@ if(rc OR NOT out MATCHES "mlp_block_k0  matmul" OR NOT out MATCHES "computes %[0
   message(FATAL_ERROR "my_tool plan mlp_block (${rc}):\n${out}${err}")
 endif()
 execute_process(COMMAND ${WORK}/my_tool tile mlp_block RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(rc OR NOT out MATCHES "= dot(_async)? %")
+if(rc OR NOT out MATCHES "= dot(_async)? [%@]")
   message(FATAL_ERROR "my_tool tile mlp_block (${rc}):\n${out}${err}")
 endif()
 execute_process(COMMAND ${WORK}/my_tool plan nope RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

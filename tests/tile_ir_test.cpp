@@ -228,6 +228,17 @@ TEST(TileIrBuild, MatMulLoopCarriesTheAccumulator) {
   EXPECT_NE(text.find("masked [0 < %"), std::string::npos) << text;  // the product's edge tiles, per batch
 }
 
+// The plan's first kernel as a Tile IR program that the verifier holds and whose text parses
+// back to itself (nullopt where the kernel has none).
+std::optional<Program> round_tripped(const Plan& plan) {
+  std::optional<Program> p = build_program(plan.graph, plan.kernels.at(0));
+  if (!p) return p;
+  EXPECT_TRUE(program_problems(*p).empty());
+  const std::string text = print_program(*p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  return p;
+}
+
 // A matmul whose operands' rows are whole 16-byte chunks goes through shared memory: rings of
 // stages filled by copy_async (stages − 1 ahead), a wait and a barrier per k step, fragments
 // loaded from the ring; nothing in flight at the end.
@@ -242,11 +253,9 @@ TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
   Plan plan = plan_fusion(g, mma_sync);
   ASSERT_EQ(plan.kernels.size(), 1u);
   ASSERT_GT(plan.kernels[0].schedule.stages, 1);
-  std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
+  const std::optional<Program> p = round_tripped(plan);
   ASSERT_TRUE(p.has_value());
-  EXPECT_TRUE(program_problems(*p).empty());
   const std::string text = print_program(*p);
-  EXPECT_EQ(print_program(parse_program(text)), text);
   ASSERT_EQ(p->shared.size(), 2u);
   EXPECT_EQ(p->shared_bytes(), plan.kernels[0].schedule.dynamic_shared_bytes());
   const std::string pending = fmt::format("wait_group {}", plan.kernels[0].schedule.stages - 2);
@@ -274,11 +283,9 @@ TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
   ASSERT_EQ(plan.kernels.size(), 1u);
   const TileSchedule& s = plan.kernels[0].schedule;
   ASSERT_TRUE(s.wgmma);
-  std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
+  const std::optional<Program> p = round_tripped(plan);
   ASSERT_TRUE(p.has_value());
-  EXPECT_TRUE(program_problems(*p).empty());
   const std::string text = print_program(*p);
-  EXPECT_EQ(print_program(parse_program(text)), text);
   ASSERT_EQ(p->shared.size(), 2u);
   for (size_t r = 0; r < 2; ++r) EXPECT_EQ(p->ring_offset(r) % 1024, 0);
   EXPECT_EQ(p->shared_bytes(), s.dynamic_shared_bytes());

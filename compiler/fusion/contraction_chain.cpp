@@ -469,14 +469,20 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.flops = 4 * scores * static_cast<double>(s.k);
   // The softmax's own work per score beside the two products and f(S): the running max, the
   // shifted exponent and its ex2, the sum, the conversion to P's fragment (~6 issued
-  // instructions), not overlapped with the tensor cores on mma.sync (bench/NOTES.md, attention).
+  // instructions), not overlapped with the tensor cores on either schedule (bench/NOTES.md,
+  // attention). The products at the schedule's GEMM rate: on wgmma this predicts B4 H16 N4096
+  // d128 at ~1.07 ms against 1.34 measured — each product is waited for before the softmax uses
+  // it, latency a GEMM hides (bench/NOTES.md, "Attention on warpgroup MMA").
   c.instructions = scores * (6 + k.totals.instructions_per_element);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / p.mma_sync_flops + c.instructions / p.instructions_per_s;
-  // ptxas: 167 registers at d 64, 240 at d 128 (the output accumulator grows with d); 243 at d
-  // 256, whose Q fragments stay in shared memory.
+  c.compute_s = c.flops / (s.wgmma ? p.wgmma_flops : p.mma_sync_flops) + c.instructions / p.instructions_per_s;
+  // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
+  // d); 243 at d 256, whose Q fragments stay in shared memory. On wgmma (no K or V fragments in
+  // registers): 128 at d 64, 178 at d 128.
   const int64_t d = padded_head_dim(s.k);  // the output accumulator's width
-  c.registers = d > 128 ? static_cast<int>(115 + d / 2) : static_cast<int>(94 + 1.14 * static_cast<double>(d));
+  c.registers = d > 128  ? static_cast<int>(115 + d / 2)
+                : s.wgmma ? static_cast<int>(64 + 0.9 * static_cast<double>(d))
+                          : static_cast<int>(94 + 1.14 * static_cast<double>(d));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
   c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;  // the next key tile's copies
