@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "compiler/support/error.h"
 #include "compiler/tile/ir.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
+#include "compiler/tile/attention.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/ir_verify.h"
 #include "tools/fuzz/random_graph.h"
@@ -325,6 +328,53 @@ TEST(TileIr, VerifierChecksFragments) {
   std::string narrow = body;
   narrow.replace(narrow.find("tile<64x16xbf16, mma_a>"), 23, "tile<32x16xbf16, mma_a>");
   EXPECT_TRUE(named(program_problems(parse_program(head + mma + narrow)), "is not a mma_a tile of [64, 16]"));
+}
+
+// Attention's loop on wgmma: Q's fragments (d/16 of them) against the K stage and P's against
+// the V stage, each product waited for; the text round-trips. The verifier refuses a product
+// missing one of A's fragments, and one whose B ring is not laid out for wgmma.
+TEST(TileIrBuild, AttentionOnWgmmaTakesAFromRegisters) {
+  AttentionShape shape;
+  shape.n_q = 100;
+  shape.n_kv = 130;
+  shape.d = 128;
+  shape.wgmma = true;
+  const Program p = attention_program(shape);
+  EXPECT_TRUE(program_problems(p).empty());
+  const std::string text = print_program(p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  int products = 0;
+  std::function<void(const Region&)> visit = [&](const Region& r) {
+    for (const Inst& i : r.body) {
+      if (i.opcode == Opcode::DotAsync) {
+        ++products;
+        EXPECT_LT(i.ring, 0);  // A in registers
+        const int64_t k = p.shared.at(static_cast<size_t>(i.ring_b)).tile[0];
+        EXPECT_EQ(static_cast<int64_t>(i.args.size() - 2) * 16, k);
+      }
+      for (const Region& inner : i.regions) visit(inner);
+    }
+  };
+  visit(p.body);
+  EXPECT_EQ(products, 2);  // S = Q·Kᵀ and O += P·V, once per key step
+  EXPECT_EQ(text.find("= dot %"), std::string::npos) << "no mma.sync dot left";
+  std::function<bool(Region&)> drop_fragment = [&](Region& r) {
+    for (Inst& i : r.body) {
+      if (i.opcode == Opcode::DotAsync) {
+        i.args.pop_back();
+        return true;
+      }
+      for (Region& inner : i.regions)
+        if (drop_fragment(inner)) return true;
+    }
+    return false;
+  };
+  Program short_a = p;
+  ASSERT_TRUE(drop_fragment(short_a.body));
+  EXPECT_FALSE(program_problems(short_a).empty());
+  Program plain_ring = p;
+  plain_ring.shared[0].wgmma = false;
+  EXPECT_FALSE(program_problems(plain_ring).empty());
 }
 
 }  // namespace
