@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the attention GPU tests (the loop and the fused plans against float64; a
-# 64-head 4096² d 128 run timed), the attention examples through the CLI, PyTorch's scaled_dot_product_attention on the same shape (flash and cuDNN backends)
+# 64-head 4096² d 128 run timed), the attention examples through the CLI (prefill on wgmma, the
+# default, and on mma.sync), PyTorch's scaled_dot_product_attention on the same shape (flash and cuDNN backends)
 # in the same call, and compute-sanitizer's racecheck over the small cases' shared rings. Needs
 # bundle/ (scripts/build_bundle.sh); writes its logs under $OUT.
 set -uo pipefail
@@ -13,6 +14,7 @@ grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|TFLOP|Expected|Which|got" "
   grep -v "seed   \] Fuzz" | head -60
 echo "== tilefuse run (the example through the plan)"
 for args in "attention_small --check" "attention --bench --iters 20" "attention_causal --bench --iters 20" \
+  "attention --bench --iters 20 --attention-wgmma 0" "attention_causal --bench --iters 20 --attention-wgmma 0" \
   "attention_decode --check --bench --iters 50" "attention_decode_gqa --check --bench --iters 50" \
   "attention_decode_32k --bench --iters 30" "attention_decode_128k --bench --iters 30" \
   "attention_decode_gqa_b64 --check --bench --iters 50" "attention_decode_gqa_128k --bench --iters 50" \

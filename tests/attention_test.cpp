@@ -220,43 +220,49 @@ TEST(GpuAttention, MatchesFloat64) {
                                          {1, 65, 1, 64, DType::BF16, 64},
                                          {2, 33, 130, 32, DType::F16, 32},
                                          {1, 16, 200, 16, DType::BF16, 128}}) {
-    AttentionShape s;
-    s.batch_heads = c.heads;
-    s.n_q = c.n_q;
-    s.n_kv = c.n_kv;
-    s.d = c.d;
-    s.dtype = c.dtype;
-    s.block_n = c.block_n;
-    s.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
-    SCOPED_TRACE(fmt::format("{} heads, {} queries, {} keys, d {}, {}, {} keys per step", c.heads, c.n_q, c.n_kv, c.d,
-                             dtype_name(c.dtype), c.block_n));
-    std::mt19937_64 rng(seed);
-    TensorData q = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
-    TensorData k = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
-    TensorData v = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
-    const TensorData o = run_program(tir::attention_program(s), s, q, k, v).o;
-    const std::vector<double> got = o.to_doubles();
-    const std::vector<double> want = reference(s, q.to_doubles(), k.to_doubles(), v.to_doubles());
-    // Normal inputs give scores of a few units (scale·|q||k|): a softmax neither flat nor one-hot,
-    // so that the rescaling across key tiles matters. P rounded to the input dtype before P·V and
-    // O rounded once: a few units of the last place of |v| (1 here).
-    const double eps = c.dtype == DType::BF16 ? 0x1p-8 : 0x1p-11;
-    double worst = 0;
-    int64_t bad = 0, worst_at = 0;
-    for (size_t e = 0; e < got.size(); ++e) {
-      const double err = std::fabs(got[e] - want[e]);
-      if (!(err <= 4 * eps)) ++bad;
-      if (!(err <= worst)) {
-        worst = err;
-        worst_at = static_cast<int64_t>(e);
+    for (bool wgmma : {false, true}) {
+      if (wgmma && padded_head_dim(c.d) < 64) continue;  // wgmma reads K in whole 128-byte panels
+      AttentionShape s;
+      s.batch_heads = c.heads;
+      s.n_q = c.n_q;
+      s.n_kv = c.n_kv;
+      s.d = c.d;
+      s.dtype = c.dtype;
+      s.block_n = c.block_n;
+      s.wgmma = wgmma;
+      s.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      SCOPED_TRACE(fmt::format("{} heads, {} queries, {} keys, d {}, {}, {} keys per step, {}", c.heads, c.n_q, c.n_kv,
+                               c.d, dtype_name(c.dtype), c.block_n, wgmma ? "wgmma" : "mma.sync"));
+      std::mt19937_64 rng(seed);
+      TensorData q = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
+      TensorData k = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+      TensorData v = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+      const TensorData o = run_program(tir::attention_program(s), s, q, k, v).o;
+      const std::vector<double> got = o.to_doubles();
+      const std::vector<double> want = reference(s, q.to_doubles(), k.to_doubles(), v.to_doubles());
+      // Normal inputs give scores of a few units (scale·|q||k|): a softmax neither flat nor one-hot,
+      // so that the rescaling across key tiles matters. P rounded to the input dtype before P·V and
+      // O rounded once: a few units of the last place of |v| (1 here).
+      const double eps = c.dtype == DType::BF16 ? 0x1p-8 : 0x1p-11;
+      double worst = 0;
+      int64_t bad = 0, worst_at = 0;
+      for (size_t e = 0; e < got.size(); ++e) {
+        const double err = std::fabs(got[e] - want[e]);
+        if (!(err <= 4 * eps)) ++bad;
+        if (!(err <= worst)) {
+          worst = err;
+          worst_at = static_cast<int64_t>(e);
+        }
       }
+      EXPECT_EQ(bad, 0) << "worst " << worst << " at element " << worst_at << ": got "
+                        << got[static_cast<size_t>(worst_at)] << ", float64 " << want[static_cast<size_t>(worst_at)]
+                        << " (seed " << seed << ")";
+      ::testing::Test::RecordProperty(
+          fmt::format("worst_{}_{}_{}_{}{}", c.heads, c.n_q, c.n_kv, c.d, wgmma ? "_wgmma" : ""), std::to_string(worst));
+      std::printf("  %lld heads %lld×%lld d %lld %s%s: worst |error| %.3g (bound %.3g)\n",
+                  static_cast<long long>(c.heads), static_cast<long long>(c.n_q), static_cast<long long>(c.n_kv),
+                  static_cast<long long>(c.d), dtype_name(c.dtype), wgmma ? " wgmma" : "", worst, 4 * eps);
     }
-    EXPECT_EQ(bad, 0) << "worst " << worst << " at element " << worst_at << ": got " << got[static_cast<size_t>(worst_at)]
-                      << ", float64 " << want[static_cast<size_t>(worst_at)] << " (seed " << seed << ")";
-    ::testing::Test::RecordProperty(fmt::format("worst_{}_{}_{}_{}", c.heads, c.n_q, c.n_kv, c.d), std::to_string(worst));
-    std::printf("  %lld heads %lld×%lld d %lld %s: worst |error| %.3g (bound %.3g)\n", static_cast<long long>(c.heads),
-                static_cast<long long>(c.n_q), static_cast<long long>(c.n_kv), static_cast<long long>(c.d),
-                dtype_name(c.dtype), worst, 4 * eps);
   }
 }
 

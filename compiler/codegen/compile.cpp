@@ -111,10 +111,21 @@ static std::string module_ptx(std::unique_ptr<llvm::Module> module, const Codege
   return emit_ptx(*module, tm);
 }
 
+// A program on wgmma is sm_90a's: an sm_90 target emits that for it, sm_80 cannot run it.
+static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
+  if (!p.uses_wgmma()) return opt;
+  if (opt.sm == "sm_80")
+    throw TargetError(fmt::format("kernel {} multiplies on warpgroup MMA (wgmma), which needs sm_90a; plan it for "
+                                  "sm_80 (--target sm_80 plans mma.sync) or with --wgmma 0 / --attention-wgmma 0",
+                                  p.name));
+  opt.sm = "sm_90a";
+  return opt;
+}
+
 std::string program_ptx(const tir::Program& p, const CodegenOptions& opt) {
   llvm::LLVMContext ctx;
   std::string llvm_ir;
-  return module_ptx(emit_program(p, ctx), opt, &llvm_ir);
+  return module_ptx(emit_program(p, ctx), target_for(p, opt), &llvm_ir);
 }
 
 namespace {
@@ -160,13 +171,6 @@ static void check_params_follow_kernel(const Graph& g, const Kernel& k, const ti
 
 CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOptions& options) {
   CodegenOptions opt = options;
-  if (k.schedule.wgmma) {  // wgmma is sm_90a's: an sm_90 target emits that for this kernel
-    if (opt.sm == "sm_80")
-      throw TargetError(fmt::format("kernel {} multiplies on warpgroup MMA (wgmma), which needs sm_90a; plan it for "
-                                    "sm_80 (--target sm_80 plans mma.sync) or with --wgmma 0",
-                                    k.name));
-    opt.sm = "sm_90a";
-  }
   if (k.library) {
     CompiledKernel c;
     c.name = k.name;
@@ -189,7 +193,10 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
                     k.name));
   // Kernels whose schedules have moved to Tile IR v2 take it; the rest the first Tile IR.
   std::optional<tir::Program> program = tir::build_program(g, k);
-  if (program) check_params_follow_kernel(g, k, *program);
+  if (program) {
+    check_params_follow_kernel(g, k, *program);
+    opt = target_for(*program, opt);
+  }
   std::optional<TileProgram> tile;
   if (!program) tile = lower_kernel(g, k);
   std::string tile_text = program ? tir::print_program(*program) : print_tile_program(*tile);

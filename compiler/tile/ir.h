@@ -233,6 +233,12 @@ struct Program {
   bool wide_indices = false;
 
   int block_threads() const { return layout.block_threads(); }
+  // Whether wgmma reads any of its rings: the program is then sm_90a's.
+  bool uses_wgmma() const {
+    for (const SharedRing& r : shared)
+      if (r.wgmma) return true;
+    return false;
+  }
   // Ring i's first byte in the block's dynamic shared memory (rings one after another, each at
   // its alignment), and the bytes of them all.
   int64_t ring_offset(size_t i) const {
