@@ -61,8 +61,13 @@ def matmul(ax, prefix):
         if m:
             rates[name] = float(m.group(1))
     cublas = float(re.search(r"torch.matmul bf16 8192\^3: [\d.]+ ms, ([\d.]+) TFLOP/s", peers).group(1))
-    bars = [("cuBLAS", cublas, "#8a8a8a"), ("tilefuse\nstaged", rates["matmul"], "#1f6f43"),
-            ("tilefuse\ndirect", rates["matmul --stages 0"], "#8fbf9f")]
+    if "matmul --wgmma 0 --library-gemm never" in rates:  # runs since wgmma (the own kernels with --library-gemm never)
+        own = rates.get("matmul --gemm-group 8 --library-gemm never", rates["matmul --library-gemm never"])
+        bars = [("cuBLAS", cublas, "#8a8a8a"), ("tilefuse\nwgmma", own, "#1f6f43"),
+                ("tilefuse\nmma.sync", rates["matmul --wgmma 0 --library-gemm never"], "#8fbf9f")]
+    else:
+        bars = [("cuBLAS", cublas, "#8a8a8a"), ("tilefuse\nstaged", rates["matmul"], "#1f6f43"),
+                ("tilefuse\ndirect", rates["matmul --stages 0"], "#8fbf9f")]
     ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
     for i, (_, v, _) in enumerate(bars):
         ax.text(i, v + 10, f"{v:.0f}", ha="center", fontsize=8)
@@ -75,7 +80,7 @@ def matmul(ax, prefix):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bandwidth", default="bench/results/2026-11-30-h200-d855a94.json")
-    p.add_argument("--matmul", default="bench/results/2026-12-01-h200-536c05e")
+    p.add_argument("--matmul", default="bench/results/2026-12-02-h200-36d8a8f")
     p.add_argument("--out", default="docs/results.png")
     a = p.parse_args()
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [4, 1]})
