@@ -430,7 +430,8 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.warps_m = 4;
   s.warps_n = 1;
   s.threads_per_row = 128;
-  s.stages = 2;
+  // 3: the overlapped loop (attention.h); not at d 256, whose output and carried P spill there.
+  s.stages = s.wgmma && hints.attention_overlap == 1 && padded_head_dim(c->d) <= 128 ? 3 : 2;
   // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
   s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);

@@ -49,7 +49,10 @@ std::string TileSchedule::describe() const {
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
         "(cp.async, {}; {} KiB each); {} blocks over {} heads{}",
         block_m, warps_m, wgmma ? "wgmma m64nNk16 with Q and P from registers" : "mma.sync m16n8k16", n, block_n,
-        stages, wgmma ? "read by wgmma" : "ldmatrix", stage_bytes / 1024, grid(), batch,
+        stages, wgmma ? (stages == 3 ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
+                                     : "read by wgmma")
+                      : "ldmatrix",
+        stage_bytes / 1024, grid(), batch,
         (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
                                            heads_per_block)
                              : "") +

@@ -35,8 +35,8 @@ class AttentionProgram {
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31) ||
                       s_.kv_splits * s_.batch_heads * s_.n_q * (dp() + 2) >= (int64_t{1} << 31);
     add_params();
-    p_.shared.push_back({"k_ring", s_.dtype, 2, {dp(), s_.block_n}, true, s_.wgmma});
-    p_.shared.push_back({"v_ring", s_.dtype, 2, {s_.block_n, dp()}, false, s_.wgmma});
+    p_.shared.push_back({"k_ring", s_.dtype, stages(), {dp(), s_.block_n}, true, s_.wgmma});
+    p_.shared.push_back({"v_ring", s_.dtype, stages(), {s_.block_n, dp()}, false, s_.wgmma});
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
@@ -91,6 +91,7 @@ class AttentionProgram {
                               s_.batch_heads, s_.n_q, s_.group, kv_heads()));
     if (s_.kv_splits < 1 || s_.kv_splits > steps())
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
+    if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
@@ -111,6 +112,7 @@ class AttentionProgram {
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
+  int stages() const { return s_.overlap ? 3 : 2; }
   // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
   int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
   // A head dimension that is not a power of two (96) is padded to one in the rings and the output
@@ -250,6 +252,7 @@ class AttentionProgram {
       lo = b.mul(split_, per);
       hi = b.min(hi, b.add(lo, per));
     }
+    if (s_.overlap) return overlapped_loop(b, lo, hi, {o, m, l});
     copy_keys(b, lo, b.rem(lo, two));
     return b.for_loop(lo, hi, b.index(1), {o, m, l},
                       [&](Builder& in, int j, const std::vector<int>& c) {
@@ -266,19 +269,52 @@ class AttentionProgram {
   std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
-    auto q_at = [&](int64_t kk) {
-      return q_shared() ? b.load_shared(2, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
-                        : q_[static_cast<size_t>(kk)];
-    };
     if (s_.wgmma) {  // Q's fragments of the whole (padded) head dimension against the K stage
-      std::vector<int> q;
-      for (int64_t kk = 0; kk < dp() / 16; ++kk) q.push_back(kk < s_.d / 16 ? q_at(kk) : zero_fragment(b));
-      s = b.dot_wait({b.dot_async(q, 0, stage, s)}, 0)[0];
+      s = b.dot_wait({b.dot_async(q_fragments(b), 0, stage, s)}, 0)[0];
     }
     for (int64_t kk = 0; !s_.wgmma && kk < s_.d / 16; ++kk) {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
-      s = b.dot(q_at(kk), k, s);
+      s = b.dot(q_at(b, kk), k, s);
     }
+    const Online on = online(b, j, s, c[1], c[2]);
+    int o = b.compute(Op::Mul, {c[0], on.alpha}, DType::F32);
+    if (s_.wgmma) {  // P's fragments against the V stage; waited for before the next step's O·α
+      return {b.dot_wait({b.dot_async(p_fragments(b, on.p), 1, stage, o)}, 0)[0], on.m, on.l};
+    }
+    for (int64_t kk = 0; kk < s_.block_n; kk += 16) {
+      const int pa = b.convert(on.p, static_cast<int>(kk / 16), s_.dtype);
+      const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, dp()}, Frag::B);
+      o = b.dot(pa, v, o);
+    }
+    return {o, on.m, on.l};
+  }
+
+  // Q's A fragment kk (16 of the head dimension): held in registers, or read from its ring.
+  int q_at(Builder& b, int64_t kk) {
+    return q_shared() ? b.load_shared(2, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
+                      : q_[static_cast<size_t>(kk)];
+  }
+  // Q's fragments over the padded head dimension (zeros past d), for wgmma.
+  std::vector<int> q_fragments(Builder& b) {
+    std::vector<int> q;
+    for (int64_t kk = 0; kk < dp() / 16; ++kk) q.push_back(kk < s_.d / 16 ? q_at(b, kk) : zero_fragment(b));
+    return q;
+  }
+  // P's tile as A fragments of 16 keys each, rounded to the inputs' dtype.
+  std::vector<int> p_fragments(Builder& b, int p) {
+    std::vector<int> pa;
+    for (int64_t kk = 0; kk < s_.block_n; kk += 16) pa.push_back(b.convert(p, static_cast<int>(kk / 16), s_.dtype));
+    return pa;
+  }
+
+  // Key tile j's raw scores S through the chain's f(S) and the key mask, then the online
+  // softmax's step: the new running max m, the rescale factor α of what was summed before, P and
+  // the new running sum l.
+  struct Online {
+    int m, alpha, p, l;
+  };
+  Online online(Builder& b, int j, int s, int m_before, int l_before) {
+    const Shape scores = {s_.block_m, s_.block_n};
     const int key0 = b.mul(j, b.index(s_.block_n));
     // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the
     // keys or the rows (rows past the head and keys past n_kv clamped).
@@ -295,7 +331,7 @@ class AttentionProgram {
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
     if (s_.n_kv % s_.block_n != 0)
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
-    const int m = b.compute(Op::Max, {c[1], b.reduce(Op::ReduceMax, s, 1)}, DType::F32);
+    const int m = b.compute(Op::Max, {m_before, b.reduce(Op::ReduceMax, s, 1)}, DType::F32);
     // The shift: the running max where it is finite (by default 0 while a row has seen no finite
     // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
     // m is finite, and where it is not, O and l are still 0 and α must only not be NaN.
@@ -310,22 +346,51 @@ class AttentionProgram {
       return b.compute(Op::Exp2, {b.compute(Op::Sub, {b.compute(Op::Mul, {u, log2e}, DType::F32), shift2}, DType::F32)},
                        DType::F32);
     };
-    const int alpha = exp_shifted(c[1]);
+    const int alpha = exp_shifted(m_before);
     const int p = exp_shifted(s);
-    const int l = b.compute(Op::Add, {b.compute(Op::Mul, {c[2], alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
+    const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
-    int o = b.compute(Op::Mul, {c[0], alpha}, DType::F32);
-    if (s_.wgmma) {  // P's fragments against the V stage; waited for before the next step's O·α
-      std::vector<int> pa;
-      for (int64_t kk = 0; kk < s_.block_n; kk += 16) pa.push_back(b.convert(p, static_cast<int>(kk / 16), s_.dtype));
-      return {b.dot_wait({b.dot_async(pa, 1, stage, o)}, 0)[0], m, l};
-    }
-    for (int64_t kk = 0; kk < s_.block_n; kk += 16) {
-      const int pa = b.convert(p, static_cast<int>(kk / 16), s_.dtype);
-      const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, dp()}, Frag::B);
-      o = b.dot(pa, v, o);
-    }
-    return {o, m, l};
+    return {m, alpha, p, l};
+  }
+
+  // The overlapped loop (wgmma, three stages). Step j starts S = Q·Kⱼᵀ, then P_{j−1}·V_{j−1}
+  // onto O (already rescaled for step j − 1), waits for S alone (the older group), runs the
+  // softmax of S while P·V is in flight, waits for P·V, rescales O by step j's α, and refills the
+  // stage of tile j − 1 (its K and V both read now) with tile j + 2. P_{j−1} is carried in
+  // registers; before the first step it is zeros against a stage of zeros (a tile past the keys,
+  // whose copies read nothing), and after the last the carried P meets its V once more.
+  std::vector<int> overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
+    const int three = b.index(3), two = b.index(2);
+    copy_keys(b, lo, b.rem(lo, three));
+    copy_keys(b, b.index(steps()), b.rem(b.add(lo, two), three));  // zeros: keys from n_kv on
+    copy_keys(b, b.add(lo, b.index(1)), b.rem(b.add(lo, b.index(1)), three));
+    std::vector<int> carried = init;
+    for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried.push_back(b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A));
+    const std::vector<int> out = b.for_loop(lo, hi, b.index(1), carried, [&](Builder& in, int j, const std::vector<int>& c) {
+      in.wait_group(1);  // tile j's copies (and before the first step the stage of zeros) done
+      in.fence_async();
+      in.barrier();
+      const int stage = in.rem(j, three), before = in.rem(in.add(j, two), three);
+      const int scores = in.dot_async(q_fragments(in), 0, stage, in.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc));
+      const std::vector<int> p_before(c.begin() + 3, c.end());
+      const int o_flight = in.dot_async(p_before, 1, before, c[0]);
+      const int s = in.dot_wait({scores}, 1)[0];
+      const Online on = online(in, j, s, c[1], c[2]);
+      const int o = in.compute(Op::Mul, {in.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
+      const int ahead = in.add(j, two);
+      copy_keys(in, ahead, before);
+      std::vector<int> next = {o, on.m, on.l};
+      for (int pa : p_fragments(in, on.p)) next.push_back(pa);
+      return next;
+    });
+    // The last P·V: its tile's stage, or the stage of zeros when the range was empty (waited for
+    // and fenced here then).
+    b.wait_group(0);
+    b.fence_async();
+    b.barrier();
+    const std::vector<int> p_last(out.begin() + 3, out.end());
+    const int o = b.dot_wait({b.dot_async(p_last, 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
+    return {o, out[1], out[2]};
   }
 
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
@@ -495,6 +560,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.kv_splits = k.schedule.kv_splits;
   s.block_n = k.schedule.block_n;
   s.wgmma = k.schedule.wgmma;
+  s.overlap = k.schedule.wgmma && k.schedule.stages == 3;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {

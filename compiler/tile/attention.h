@@ -39,6 +39,10 @@ struct AttentionShape {
   // Both products on warpgroup MMA (sm_90a): Q·Kᵀ with Q's fragments and P·V with P's from
   // registers, K and V read from their rings by wgmma (the head dimension padded to 64 or more).
   bool wgmma = false;
+  // On wgmma: each step starts S = Q·Kⱼᵀ and the previous step's P·V together, and runs its
+  // softmax while P·V is in flight (FlashAttention-3's overlap within a warpgroup); the K and V
+  // tiles through three stages then, a stage refilled once the P·V that read it is done.
+  bool overlap = false;
   // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
   // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.

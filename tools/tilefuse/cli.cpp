@@ -107,6 +107,9 @@ common options:
   --attention-wgmma 0|1        schedule override: 1 runs attention's two products on warpgroup
                                MMA (sm_90a; Q and P from registers, K and V from shared memory;
                                the default on sm_90), 0 on mma.sync
+  --attention-overlap 0|1      schedule override: 1 runs each key step's softmax on wgmma while
+                               the previous step's P·V is in flight (three K/V stages; default 0
+                               until measured)
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
@@ -130,7 +133,7 @@ struct Args {
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = 1, attention_wgmma = 1;
+      gemm_wgmma = 1, attention_wgmma = 1, attention_overlap = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -189,7 +192,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
-                 a.gemm_wgmma, a.attention_wgmma};
+                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -267,6 +270,8 @@ Args parse(int argc, char** argv) {
       a.gemm_wgmma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-wgmma")
       a.attention_wgmma = parse_int(s, value(), 0, 1);
+    else if (s == "--attention-overlap")
+      a.attention_overlap = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits") {
