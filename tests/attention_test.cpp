@@ -1022,20 +1022,27 @@ TEST(GpuAttention, FusedPlansMatchFloat64) {
   }
 }
 
-// Attention's products on warpgroup MMA (--attention-wgmma 1, and with the softmax overlapped,
-// --attention-overlap 1: three stages): every chain whose head dimension pads to 64 or more plans
-// the wgmma schedule, emitted for sm_90a with Q·Kᵀ and P·V as wgmma with A in registers (no
-// ldmatrix of K or V, no mma.sync) and ptxas takes it without spills; smaller heads keep
-// mma.sync. On a GPU each plan matches float64.
+// Every chain planned with attention's products on warpgroup MMA (--attention-wgmma 1), without
+// and with the softmax overlapped (--attention-overlap 1: three stages), named for a trace.
+std::vector<std::pair<std::string, Plan>> wgmma_plans() {
+  std::vector<std::pair<std::string, Plan>> out;
+  for (int overlap : {0, 1})
+    for (const Graph& g : chains()) {
+      FusionOptions o;
+      o.schedule.attention_wgmma = 1;
+      o.schedule.attention_overlap = overlap;
+      out.emplace_back(g.name() + (overlap ? ", overlapped" : ""), plan_fusion(g, o));
+    }
+  return out;
+}
+
+// Every chain whose head dimension pads to 64 or more plans the wgmma schedule, emitted for
+// sm_90a with Q·Kᵀ and P·V as wgmma with A in registers (no ldmatrix of K or V, no mma.sync) and
+// ptxas takes it without spills; smaller heads keep mma.sync. On a GPU each plan matches float64.
 TEST(FusionAttention, WgmmaScheduleCompiles) {
   int on_wgmma = 0;
-  for (int overlap : {0, 1})
-  for (const Graph& g : chains()) {
-    SCOPED_TRACE(fmt::format("{}{}", g.name(), overlap ? ", overlapped" : ""));
-    FusionOptions o;
-    o.schedule.attention_wgmma = 1;
-    o.schedule.attention_overlap = overlap;
-    const Plan p = plan_fusion(g, o);
+  for (const auto& [name, p] : wgmma_plans()) {
+    SCOPED_TRACE(name);
     const Kernel* k = only_attention(p);
     ASSERT_NE(k, nullptr);
     if (!k->schedule.wgmma) {
@@ -1043,7 +1050,7 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
       continue;
     }
     ++on_wgmma;
-    EXPECT_EQ(k->schedule.stages, overlap && padded_head_dim(k->schedule.k) <= 128 ? 3 : 2);
+    EXPECT_EQ(k->schedule.stages, p.options.schedule.attention_overlap && padded_head_dim(k->schedule.k) <= 128 ? 3 : 2);
     const CompiledKernel c = compile_kernel(p.graph, *k);
     EXPECT_NE(c.ptx.find(".target sm_90a"), std::string::npos);
     EXPECT_NE(c.ptx.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
@@ -1060,13 +1067,8 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
 TEST(GpuAttention, WgmmaPlansMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
-  for (int overlap : {0, 1})
-  for (const Graph& g : chains()) {
-    SCOPED_TRACE(fmt::format("{}{}", g.name(), overlap ? ", overlapped" : ""));
-    FusionOptions o;
-    o.schedule.attention_wgmma = 1;
-    o.schedule.attention_overlap = overlap;
-    const Plan p = plan_fusion(g, o);
+  for (const auto& [name, p] : wgmma_plans()) {
+    SCOPED_TRACE(name);
     ASSERT_NE(only_attention(p), nullptr);
     testing::check_on_gpu(p, seed);
   }
