@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <sstream>
 
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/emit.h"
@@ -161,8 +162,7 @@ static void check_params_follow_kernel(const Graph& g, const Kernel& k, const ti
     throw CodegenError(fmt::format("kernel {}: its program has {} tensor parameters for {} inputs and {} outputs", k.name,
                                    tensors.size(), k.inputs.size(), k.outputs.size()));
   for (size_t i = 0; i < k.inputs.size(); ++i) {
-    const Node& n = g.node(k.inputs[i]);
-    const std::string want = n.op == Op::Input ? n.name : fmt::format("%{}", n.id);
+    const std::string want = tensor_name(g.node(k.inputs[i]));
     if (tensors[i]->name != want || tensors[i]->output)
       throw CodegenError(fmt::format("kernel {}: its program's parameter {} is '{}', but the kernel's input {} is '{}'",
                                      k.name, i, tensors[i]->name, i, want));
@@ -330,8 +330,10 @@ std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::strin
     throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
   // ptxas serializes wgmma it cannot prove safe (warning C7515 and kin): correct but slow, and
   // always a codegen defect here.
-  if (out.find("wgmma") != std::string::npos && out.find("warning") != std::string::npos)
-    throw CodegenError(fmt::format("ptxas serialized the wgmma of kernel {}:\n{}", kernel, out));
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("warning") != std::string::npos && line.find("wgmma") != std::string::npos)
+      throw CodegenError(fmt::format("ptxas serialized the wgmma of kernel {}:\n{}", kernel, out));
   MeasuredKernel m;
   m.source = "ptxas";
   std::smatch match;

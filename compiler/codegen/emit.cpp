@@ -647,6 +647,16 @@ class Emitter {
     return b_.CreateBitCast(v, b_.getInt32Ty());
   }
 
+  // The four registers of 16-row piece `im` of an A fragment (slots (i, h, kk, c)): PTX's a0a1 =
+  // (h 0, kk 0), a2a3 = (h 1, kk 0), a4a5 = (h 0, kk 1), a6a7 = (h 1, kk 1), two 16-bit halves
+  // each — mma.sync's m16k16 layout, and per warp wgmma's m64k16 register one.
+  std::vector<Value*> a_registers(const std::vector<Value*>& a, int im, DType dt) {
+    auto A = [&](int h, int kk, int cc) { return a[static_cast<size_t>((im * 2 + h) * 4 + kk * 2 + cc)]; };
+    std::vector<Value*> regs;
+    for (auto [h, kk] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}}) regs.push_back(pack(A(h, kk, 0), A(h, kk, 1), dt));
+    return regs;
+  }
+
   // acc + A·B, one mma.sync m16n8k16 per 16×8 piece of the warp's accumulator. Slots (see slots)
   // map to PTX's registers: a0a1 = (h 0, kk 0), a2a3 = (h 1, kk 0), a4a5 = (h 0, kk 1),
   // a6a7 = (h 1, kk 1); b0b1 = (kk 0), b2b3 = (kk 1); c0c1 = (h 0), c2c3 = (h 1).
@@ -662,10 +672,7 @@ class Emitter {
     const Type& tb = type(i.args[1]);
     const int b_cols = slots(tb, 1);
     for (int im = 0; im < pieces_m; ++im) {
-      auto A = [&](int h, int kk, int cc) { return a[static_cast<size_t>((im * 2 + h) * 4 + kk * 2 + cc)]; };
-      std::vector<Value*> a_regs;
-      for (auto [h, kk] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}})
-        a_regs.push_back(pack(A(h, kk, 0), A(h, kk, 1), ta.dtype));
+      const std::vector<Value*> a_regs = a_registers(a, im, ta.dtype);
       for (int jn = 0; jn < pieces_n; ++jn) {
         auto B = [&](int kk, int cc) { return bv[static_cast<size_t>((kk * 2 + cc) * b_cols + jn)]; };
         auto C = [&](int h, int cc) -> Value*& { return c[static_cast<size_t>((im * 2 + h) * acc_cols + jn * 2 + cc)]; };
@@ -892,7 +899,7 @@ class Emitter {
     const tir::SharedRing& rb = p_.shared[static_cast<size_t>(i.ring_b)];
     const bool a_in_registers = i.ring < 0;
     const Type& tc = type(i.args[1]);
-    const int n = static_cast<int>(tc.shape[1]), regs = n / 2, quarter = n / 4;
+    const int n = static_cast<int>(tc.shape[1]), regs = n / 2;
     const int64_t depth = rb.tile[0];
     Value* stage = as_i32(one(i.args[0]));
     const Operand bo = descriptor(i.ring_b, stage, i32(0), rb.col_major);
@@ -901,11 +908,14 @@ class Emitter {
       const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];
       a = descriptor(i.ring, stage, b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)), !ra.col_major);
     }
-    const std::vector<Value*>& in = vals_[static_cast<size_t>(i.args[1])];
-    std::vector<Value*> acc(static_cast<size_t>(regs));
+    // wgmma's register of each accumulator slot (h, j, c): 4j + 2h + c.
+    std::vector<size_t> reg_of;
     for (int h = 0; h < 2; ++h)
       for (int j = 0; j < n / 8; ++j)
-        for (int c = 0; c < 2; ++c) acc[static_cast<size_t>(4 * j + 2 * h + c)] = in[static_cast<size_t>(h * quarter + 2 * j + c)];
+        for (int c = 0; c < 2; ++c) reg_of.push_back(static_cast<size_t>(4 * j + 2 * h + c));
+    const std::vector<Value*>& in = vals_[static_cast<size_t>(i.args[1])];
+    std::vector<Value*> acc(static_cast<size_t>(regs));
+    for (size_t slot = 0; slot < reg_of.size(); ++slot) acc[reg_of[slot]] = in[slot];
     const char* type = rb.dtype == DType::BF16 ? "bf16" : "f16";
     std::string regs_list;
     for (int k = 0; k < regs; ++k) regs_list += fmt::format("{}${}", k ? ", " : "", k);
@@ -925,11 +935,7 @@ class Emitter {
     for (int64_t kk = 0; kk < depth / 16; ++kk) {
       std::vector<Value*> operands;
       if (a_in_registers) {
-        // The fragment's slots (h, kk, c) as PTX's a0a1 = (h 0, kk 0), a2a3 = (h 1, kk 0),
-        // a4a5 = (h 0, kk 1), a6a7 = (h 1, kk 1), two 16-bit halves per register.
-        const std::vector<Value*>& f = vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])];
-        for (auto [h, k2] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}})
-          operands.push_back(pack(f[static_cast<size_t>(h * 4 + k2 * 2)], f[static_cast<size_t>(h * 4 + k2 * 2 + 1)], rb.dtype));
+        operands = a_registers(vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])], 0, rb.dtype);
       } else {
         operands.push_back(b_.CreateAdd(a->desc, b_.getInt64(a->k_step(16 * kk))));
       }
@@ -941,9 +947,7 @@ class Emitter {
     for (const std::vector<Value*>& operands : steps) acc = tied(text, acc, operands, a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     std::vector<Value*> out(acc.size());
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < n / 8; ++j)
-        for (int c = 0; c < 2; ++c) out[static_cast<size_t>(h * quarter + 2 * j + c)] = acc[static_cast<size_t>(4 * j + 2 * h + c)];
+    for (size_t slot = 0; slot < reg_of.size(); ++slot) out[slot] = acc[reg_of[slot]];
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 

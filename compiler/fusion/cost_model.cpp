@@ -267,7 +267,7 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     bool tile_operands = false;
     for (NodeId t : k.inputs) {
       const Shape v = aligned_shape(g, t, k);
-      tile_operands |= t != m.operands[0] && t != m.operands[1] && num_elements(v) != v.back() && v.back() != 1;
+      tile_operands |= t != m.operands[0] && t != m.operands[1] && view_spans_rows(v) && view_spans_cols(v);
     }
     k.schedule = choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth,
                                         m.transpose_a ? rows : depth, m.transpose_b ? depth : cols,

@@ -550,7 +550,7 @@ class FusionPass {
     d.options = {before, after};
     record_outcome(d, before, after);
     std::vector<std::string> names, cons;
-    for (NodeId n : shared) names.push_back(g_.node(n).op == Op::Input ? g_.node(n).name : fmt::format("%{}", n));
+    for (NodeId n : shared) names.push_back(tensor_name(g_.node(n)));
     for (NodeId c : d.consumers) cons.push_back(describe(c));
     d.reason = fmt::format(
         "{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; merged, one kernel "

@@ -13,8 +13,7 @@ std::string operand_name(const Graph& g, NodeId id, bool output) {
   if (output)
     for (const GraphOutput& o : g.outputs())
       if (o.node == id) return o.name;
-  const Node& n = g.node(id);
-  return n.op == Op::Input ? n.name : fmt::format("%{}", id);
+  return tensor_name(g.node(id));
 }
 
 // Dimensions right-aligned to `axes` (numpy): each along its axis, a size-1 one along none.

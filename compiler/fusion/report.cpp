@@ -23,7 +23,7 @@ static std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
 
 static std::string tensor_desc(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
-  std::string name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
+  std::string name = tensor_name(n);
   for (const GraphOutput& o : g.outputs())
     if (o.node == id) name = o.name;
   if (n.op == Op::WriteAt)  // stored in its cache's memory

@@ -290,6 +290,8 @@ void verify(const Graph& g) {
     throw GraphError(fmt::format("graph '{}' has no outputs; mark results with output(name, t)", g.name()));
 }
 
+std::string tensor_name(const Node& n) { return n.op == Op::Input ? n.name : fmt::format("%{}", n.id); }
+
 std::string print_graph(const Graph& g) {
   std::string s = fmt::format("graph {}\n", g.name());
   for (const Node& n : g.nodes()) {

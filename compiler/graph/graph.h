@@ -141,6 +141,8 @@ std::string write_at_problem(const Graph& g, const Node& n);
 inline NodeId storage_of(const Graph& g, NodeId n) {
   return g.node(n).op == Op::WriteAt ? g.node(n).operands[0] : n;
 }
+// How reports, kernels and their parameters name node n's tensor: an input's own name, else %id.
+std::string tensor_name(const Node& n);
 // A readable listing of the graph.
 std::string print_graph(const Graph& g);
 

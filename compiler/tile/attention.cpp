@@ -113,7 +113,8 @@ class AttentionProgram {
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
   int stages() const { return s_.overlap ? 3 : 2; }
-  // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
+  // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128); the
+  // overlapped loop's P before its first step.
   int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
   // A head dimension that is not a power of two (96) is padded to one in the rings and the output
   // accumulator, the padding zero-filled by the copies (so it adds nothing to either product) and
@@ -365,7 +366,7 @@ class AttentionProgram {
     copy_keys(b, b.index(steps()), b.rem(b.add(lo, two), three));  // zeros: keys from n_kv on
     copy_keys(b, b.add(lo, b.index(1)), b.rem(b.add(lo, b.index(1)), three));
     std::vector<int> carried = init;
-    for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried.push_back(b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A));
+    for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried.push_back(zero_fragment(b));
     const std::vector<int> out = b.for_loop(lo, hi, b.index(1), carried, [&](Builder& in, int j, const std::vector<int>& c) {
       in.wait_group(1);  // tile j's copies (and before the first step the stage of zeros) done
       in.fence_async();
@@ -575,13 +576,13 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
     const NodeId id = roles[r];
     s.position[static_cast<size_t>(r)] =
         static_cast<int>(std::find(k.inputs.begin(), k.inputs.end(), id) - k.inputs.begin());
-    s.names[static_cast<size_t>(r)] = g.node(id).op == Op::Input ? g.node(id).name : fmt::format("%{}", id);
+    s.names[static_cast<size_t>(r)] = tensor_name(g.node(id));
   }
   const Shape& scores_shape = g.node(c->scores).shape;
   for (NodeId id : c->tensors) {
     AttentionShape::Tensor t;
     const Node& n = g.node(id);
-    t.name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
+    t.name = tensor_name(n);
     t.dtype = n.dtype;
     t.position = static_cast<int>(std::find(k.inputs.begin(), k.inputs.end(), id) - k.inputs.begin());
     // Aligned to the scores, the leading axes as the kernel's (one merged axis without `lead`).

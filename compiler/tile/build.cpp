@@ -30,7 +30,7 @@ Layout layout_of(const TileSchedule& s) {
 Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s) {
   Param p;
   const Node& n = g.node(id);
-  p.name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
+  p.name = tensor_name(n);
   if (output)
     for (const GraphOutput& o : g.outputs())
       if (o.node == id) p.name = o.name;

@@ -17,7 +17,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
   std::vector<Shape> shapes;
   auto add_param = [&](NodeId id, bool output) {
     const Node& n = g.node(id);
-    std::string name = n.op == Op::Input ? n.name : fmt::format("%{}", id);
+    std::string name = tensor_name(n);
     if (output)
       for (const GraphOutput& o : g.outputs())
         if (o.node == id) name = o.name;

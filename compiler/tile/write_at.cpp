@@ -25,13 +25,12 @@ Program write_at_program(const Graph& g, const Kernel& k) {
   p.layout = {{1, s.vec}, {1, s.threads_per_row}, {1, 1}};
   p.grid = {s.grid()};
   p.wide_indices = (e.outer + 1) * e.extent * e.inner > INT32_MAX;
-  auto name = [](const Node& n) { return n.op == Op::Input ? n.name : fmt::format("%{}", n.id); };
   // The parameters in the kernel's order (its inputs, then the cache it writes in place): the
   // runtime passes the tensors so.
   int value_param = -1, position_param = -1;
   for (NodeId id : k.inputs) {
     Param prm;
-    prm.name = name(g.node(id));
+    prm.name = tensor_name(g.node(id));
     prm.dtype = g.node(id).dtype;
     if (id == value.id) {
       value_param = static_cast<int>(p.params.size());
@@ -47,7 +46,7 @@ Program write_at_program(const Graph& g, const Kernel& k) {
   if (value_param < 0 || position_param < 0)
     throw CodegenError(fmt::format("{}: a write kernel needs its value and its position as inputs", k.name));
   Param out;
-  out.name = name(cache);
+  out.name = tensor_name(cache);
   out.dtype = w.dtype;
   out.view = {e.outer * e.extent, e.inner};  // the cache, written in place
   out.output = true;
