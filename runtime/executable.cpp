@@ -167,7 +167,8 @@ static void launch_library_gemm(const Graph& g, const Kernel& k, const std::func
   cublaslt::run(gemm, address(a.id), address(b.id), bias, address(k.outputs.at(0)), stream);
 }
 
-void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_or_null) {
+void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_or_null,
+                            const std::function<void(size_t)>& after_kernel) {
   CUstream stream = stream_or_null ? static_cast<CUstream>(stream_or_null) : dev_->stream.get();
   auto address = [&](NodeId n) -> CUdeviceptr {
     n = storage_of(plan_.graph, n);  // a write's result: its cache's memory
@@ -179,6 +180,7 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     if (compiled_[i].library) {
       TraceRange range("launch " + k.name);
       launch_library_gemm(plan_.graph, k, address, stream);
+      if (after_kernel) after_kernel(i);
       continue;
     }
     std::vector<CUdeviceptr> ptrs;
@@ -201,6 +203,7 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     TraceRange range("launch " + k.name);
     cuda::launch(dev_->functions[i], grid, block, compiled_[i].dynamic_shared_bytes, stream, args.data(), k.name,
                  compiled_[i].cluster_blocks, compiled_[i].cooperative);
+    if (after_kernel) after_kernel(i);
   }
 }
 
@@ -314,6 +317,25 @@ std::vector<float> Executable::time(const TensorMap& inputs, int warmup, int ite
   issue_us_ = iters > 0 ? issue_s / iters * 1e6 : 0;
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) ms.push_back(cuda::Event::elapsed_ms(start[i], stop[i]));
+  return ms;
+}
+
+std::vector<std::vector<float>> Executable::time_kernels(const TensorMap& inputs, int warmup, int iters) {
+  upload(inputs);
+  for (int i = 0; i < warmup; ++i) launch_all();
+  const size_t n = plan_.kernels.size();
+  // events[r][0] before run r, events[r][i + 1] after its kernel i
+  std::vector<std::vector<cuda::Event>> events(static_cast<size_t>(iters));
+  CUstream stream = dev_->stream.get();
+  for (std::vector<cuda::Event>& run : events) {
+    run.resize(n + 1);
+    run[0].record(stream);
+    launch_all({}, nullptr, [&](size_t i) { run[i + 1].record(stream); });
+  }
+  dev_->stream.synchronize();
+  std::vector<std::vector<float>> ms(n);
+  for (const std::vector<cuda::Event>& run : events)
+    for (size_t i = 0; i < n; ++i) ms[i].push_back(cuda::Event::elapsed_ms(run[i], run[i + 1]));
   return ms;
 }
 

@@ -3,6 +3,7 @@
 // device buffers for inputs, intermediates and outputs. run() uploads inputs, launches the
 // kernels in order and downloads the outputs; the caller's buffers are never written (a
 // write_at updates the uploaded copy of its cache).
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +61,9 @@ class Executable {
   // Uploads inputs once, then times `iters` launches of the whole plan after `warmup`; returns
   // the per-iteration milliseconds from CUDA events.
   std::vector<float> time(const TensorMap& inputs, int warmup, int iters);
+  // As time(), with an event after each kernel: per kernel, its milliseconds in each of the
+  // `iters` runs (the events cost each launch a record; the whole run is timed by time()).
+  std::vector<std::vector<float>> time_kernels(const TensorMap& inputs, int warmup, int iters);
   // The host's microseconds to issue one run's launches, averaged over the last time() (the
   // per-step overhead a decode loop pays beside the kernels' time).
   double issue_us() const { return issue_us_; }
@@ -71,7 +75,9 @@ class Executable {
   void upload(const TensorMap& inputs);
   // Every kernel in order on `stream`, reading and writing `at` (a node's device address: graph
   // inputs and outputs) or the executable's buffers (intermediates).
-  void launch_all(const std::map<NodeId, uint64_t>& at, void* stream);
+  // `after_kernel`, if given, is called with each kernel's index once it is issued.
+  void launch_all(const std::map<NodeId, uint64_t>& at, void* stream,
+                  const std::function<void(size_t)>& after_kernel = nullptr);
   void launch_all();
   void* last_stream_ = nullptr;  // of the last run_on_device (nullptr: the executable's own)
   double issue_us_ = 0;

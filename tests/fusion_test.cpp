@@ -523,6 +523,32 @@ TEST(FusionMatMul, TileHints) {
   EXPECT_EQ(ineffective_hints(q), (std::vector<std::string>{"--gemm-tile 256x64", "--gemm-group 4"}));
 }
 
+// A wgmma tile is no wider than the product needs: computing a 128-wide product (attention's
+// dV = Pᵀ·dO at d 128) 256 wide wastes half the tensor cores, and the cost model charges the
+// padding.
+TEST(FusionMatMul, WgmmaTileFitsANarrowProduct) {
+  FusionOptions own;
+  own.library_gemm = LibraryGemmUse::Never;
+  double seconds_per_flop = 0;
+  for (int64_t n : {48, 96, 128, 384, 1024}) {
+    SCOPED_TRACE(n);
+    Graph g("mm");
+    output("c", matmul(input(g, "a", {4096, 512}, DType::BF16), input(g, "b", {512, n}, DType::BF16)));
+    const Plan p = plan_fusion(g, own);
+    const TileSchedule& s = p.kernels.at(0).schedule;
+    ASSERT_TRUE(s.wgmma);
+    const int64_t padded = (n + s.block_n - 1) / s.block_n * s.block_n;
+    EXPECT_LE(padded, (n + 127) / 128 * 128) << s.describe();
+    const KernelCost& c = p.kernels[0].cost;
+    if (n == 1024) seconds_per_flop = c.compute_s / c.flops;
+  }
+  // 48 columns in a 64-wide tile cost a third more per useful flop than 1024 in 256-wide ones.
+  Graph g("mm");
+  output("c", matmul(input(g, "a", {4096, 512}, DType::BF16), input(g, "b", {512, 48}, DType::BF16)));
+  const KernelCost& c = plan_fusion(g, own).kernels.at(0).cost;
+  EXPECT_NEAR(c.compute_s / c.flops / seconds_per_flop, 64.0 / 48.0, 0.05);
+}
+
 TEST(FusionMatMul, RefusalsNameTheReason) {
   struct Case {
     const char* why;

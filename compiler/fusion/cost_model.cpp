@@ -468,8 +468,11 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / matmul_flops_rate(s, p) +
-                c.instructions / p.instructions_per_s;
+  // The tensor cores compute whole tiles: a product narrower than its tile pays for the padding.
+  auto padded = [](int64_t x, int block) { return static_cast<double>((x + block - 1) / block * block); };
+  const double tile_flops = 2.0 * static_cast<double>(s.batch) * padded(s.m, s.block_m) * padded(s.n, s.block_n) *
+                            static_cast<double>(s.k);
+  c.compute_s = tile_flops / matmul_flops_rate(s, p) + c.instructions / p.instructions_per_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 

@@ -99,14 +99,23 @@ std::string TileSchedule::describe() const {
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
 
+// A wgmma tile's width: 256, or 128 where that pads n less (a product 128 wide is not computed
+// 256 wide: attention's backward dV = Pᵀ·dO at d 128) or where the epilogue reads whole tiles
+// (their registers); 64 for n ≤ 64.
+static int wgmma_block_n(int64_t n, bool tile_operands) {
+  if (n <= 64) return 64;
+  if (tile_operands || n <= 128) return 128;
+  return (n + 255) / 256 * 256 <= (n + 127) / 128 * 128 ? 256 : 128;
+}
+
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
                                     bool wgmma, bool tile_operands, const ScheduleHints& hints) {
   TileSchedule s;
   s.contracts = true;
   if (wgmma && hints.gemm_wgmma != 0 && hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
     s.wgmma = true;
-    s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : 128;
-    s.block_n = hints.gemm_block_n ? hints.gemm_block_n : tile_operands ? 128 : 256;
+    s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : m <= 64 ? 64 : 128;
+    s.block_n = hints.gemm_block_n ? hints.gemm_block_n : wgmma_block_n(n, tile_operands);
     s.block_k = 64;
     s.warps_m = s.block_m / 16;
     s.warps_n = 1;

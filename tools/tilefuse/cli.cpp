@@ -108,8 +108,8 @@ common options:
                                MMA (sm_90a; Q and P from registers, K and V from shared memory;
                                the default on sm_90), 0 on mma.sync
   --attention-overlap 0|1      schedule override: 1 runs each key step's softmax on wgmma while
-                               the previous step's P·V is in flight (three K/V stages; default 0
-                               until measured)
+                               the previous step's P·V is in flight (three K/V stages; head
+                               dimensions up to 128; the default), 0 waits for each product
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
@@ -133,7 +133,7 @@ struct Args {
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = 1, attention_wgmma = 1, attention_overlap = 0;
+      gemm_wgmma = 1, attention_wgmma = 1, attention_overlap = 1;
   std::optional<uint64_t> seed;
 };
 
@@ -407,6 +407,17 @@ int cmd_cache(const Args& a) {
   throw UsageError("cache takes stats, clear, or time NAME...");
 }
 
+// Each kernel's median time (an event after each launch) beside the cost model's prediction.
+void print_kernel_times(Executable& exe, const TensorMap& inputs, int iters) {
+  const std::vector<std::vector<float>> ms = exe.time_kernels(inputs, 3, iters);
+  const std::vector<Kernel>& kernels = exe.plan().kernels;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const double measured = summarize_ms(ms[i]).median_ms, predicted = kernels[i].cost.predicted_s * 1e3;
+    fmt::print("  {}: median {:.4f} ms, predicted {:.4f} ms ({:.2f}x){}\n", kernels[i].name, measured, predicted,
+               measured / predicted, exe.kernels()[i].library ? ", cuBLASLt" : "");
+  }
+}
+
 int cmd_run(const Args& a) {
   const std::string& name = one_name(a);
   Executable exe(make_plan(a, name), codegen_options_for(a.target));
@@ -437,6 +448,7 @@ int cmd_run(const Args& a) {
                exe.kernels().size() == 1 ? "" : "es", exe.issue_us());
     const double flops = plan_flops(exe.plan());
     if (flops > 0) fmt::print("  {:.1f} TFLOP/s of {:.4g} matmul flops\n", flops / (t.median_ms * 1e-3) / 1e12, flops);
+    if (exe.kernels().size() > 1) print_kernel_times(exe, inputs, a.iters);
   }
   for (const auto& [k, m] : exe.measured())
     fmt::print("  {}: {} registers ({}), {} bytes spilled/local\n", k, m.registers, m.source, m.spill_bytes);
