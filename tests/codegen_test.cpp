@@ -140,6 +140,7 @@ TEST(Codegen, MatMulIsWgmmaOnSm90a) {
     output("c", matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), {c.ta, c.tb, std::nullopt}));
     FusionOptions own;
     own.library_gemm = LibraryGemmUse::Never;
+    own.schedule.gemm_wgmma = 1;  // k ≤ 128 takes mma.sync by default
     Plan p = plan_fusion(g, own);
     ASSERT_EQ(p.kernels.size(), 1u);
     ASSERT_TRUE(p.kernels[0].schedule.wgmma) << p.kernels[0].schedule.describe();

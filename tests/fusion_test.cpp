@@ -575,6 +575,22 @@ TEST(FusionMatMul, RefusalsNameTheReason) {
   }
 }
 
+// wgmma where the k loop has at least 3 steps of 64; shorter products (attention's backward at
+// d 128) take mma.sync unless wgmma is asked for.
+TEST(FusionMatMul, ShortProductsTakeMmaSync) {
+  FusionOptions own;
+  own.library_gemm = LibraryGemmUse::Never;
+  for (int64_t k : {64, 128, 192, 4096}) {
+    SCOPED_TRACE(k);
+    Graph g("mm");
+    output("c", matmul(input(g, "a", {2048, k}, DType::BF16), input(g, "b", {k, 2048}, DType::BF16)));
+    EXPECT_EQ(plan_fusion(g, own).kernels.at(0).schedule.wgmma, k > 128);
+    FusionOptions forced = own;
+    forced.schedule.gemm_wgmma = 1;
+    EXPECT_TRUE(plan_fusion(g, forced).kernels.at(0).schedule.wgmma);
+  }
+}
+
 // An operand broadcast along some batch axes but not others (grouped-query attention's K and V
 // heads): tilefuse's GEMM reads it at its own batch; cuBLASLt's strided batches cannot, and the
 // priced options say so — even where the library is asked for wherever it can compute.
@@ -583,6 +599,7 @@ TEST(FusionMatMul, PartialBatchBroadcastIsTheOwnGemm) {
   output("c", matmul(input(g, "a", {2, 3, 16, 32}, DType::BF16), input(g, "b", {1, 3, 32, 16}, DType::BF16)));
   FusionOptions always;
   always.library_gemm = LibraryGemmUse::Always;
+  always.schedule.gemm_wgmma = 1;  // k 32 takes mma.sync by default
   const Plan p = plan_fusion(g, always);
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_FALSE(p.kernels[0].library.has_value());

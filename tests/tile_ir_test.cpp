@@ -282,7 +282,9 @@ TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
   using namespace dsl;
   Graph g("mm");
   output("c", matmul(input(g, "a", {2, 100, 72}, DType::BF16), input(g, "w", {72, 136}, DType::BF16)));
-  Plan plan = plan_fusion(g);
+  FusionOptions on_wgmma;
+  on_wgmma.schedule.gemm_wgmma = 1;  // k 72 takes mma.sync by default
+  Plan plan = plan_fusion(g, on_wgmma);
   ASSERT_EQ(plan.kernels.size(), 1u);
   const TileSchedule& s = plan.kernels[0].schedule;
   ASSERT_TRUE(s.wgmma);

@@ -430,8 +430,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.warps_m = 4;
   s.warps_n = 1;
   s.threads_per_row = 128;
-  // 3: the overlapped loop (attention.h); not at d 256, whose output and carried P spill there.
-  s.stages = s.wgmma && hints.attention_overlap == 1 && padded_head_dim(c->d) <= 128 ? 3 : 2;
+  s.stages = 2;
   // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
   s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
@@ -447,6 +446,14 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
     for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
   estimate_attention_cost(g, k, p);
+  // 3 stages: the overlapped loop (attention.h), where the products bound the kernel (by default)
+  // — not at d 256, whose output and carried P spill there.
+  const bool bound_by_products = k.cost.compute_s > k.cost.memory_s;
+  if (s.wgmma && padded_head_dim(c->d) <= 128 && hints.attention_overlap != 0 &&
+      (hints.attention_overlap == 1 || bound_by_products)) {
+    s.stages = 3;
+    estimate_attention_cost(g, k, p);
+  }
   return true;
 }
 
@@ -479,10 +486,10 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.compute_s = c.flops / (s.wgmma ? p.wgmma_flops : p.mma_sync_flops) + c.instructions / p.instructions_per_s;
   // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
   // d); 243 at d 256, whose Q fragments stay in shared memory. On wgmma (no K or V fragments in
-  // registers): 128 at d 64, 178 at d 128.
+  // registers): 128 at d 64, 178 at d 128; the overlapped loop (3 stages) carries P: 197–205.
   const int64_t d = padded_head_dim(s.k);  // the output accumulator's width
   c.registers = d > 128  ? static_cast<int>(115 + d / 2)
-                : s.wgmma ? static_cast<int>(64 + 0.9 * static_cast<double>(d))
+                : s.wgmma ? static_cast<int>(64 + 0.9 * static_cast<double>(d)) + (s.stages == 3 ? 20 : 0)
                           : static_cast<int>(94 + 1.14 * static_cast<double>(d));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));

@@ -719,9 +719,9 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--split", &ScheduleHints::split, -1},
                                {"--gemm-tile", &ScheduleHints::gemm_block_m, 0, &ScheduleHints::gemm_block_n},
                                {"--gemm-group", &ScheduleHints::gemm_group, 0},
-                               {"--wgmma", &ScheduleHints::gemm_wgmma, 1},
+                               {"--wgmma", &ScheduleHints::gemm_wgmma, -1},
                                {"--attention-wgmma", &ScheduleHints::attention_wgmma, 1},
-                               {"--attention-overlap", &ScheduleHints::attention_overlap, 1}};
+                               {"--attention-overlap", &ScheduleHints::attention_overlap, -1}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());

@@ -112,7 +112,11 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
                                     bool wgmma, bool tile_operands, const ScheduleHints& hints) {
   TileSchedule s;
   s.contracts = true;
-  if (wgmma && hints.gemm_wgmma != 0 && hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
+  // wgmma where its k loop has at least 3 steps of 64: at k 128 (attention's backward products
+  // with their epilogues) the 4-stage pipeline never fills, and mma.sync measured faster (9.05
+  // against 11.88 ms, 11.47 against 13.54; bench/NOTES.md).
+  if (wgmma && hints.gemm_wgmma != 0 && hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0 &&
+      (k > 128 || hints.gemm_wgmma == 1)) {
     s.wgmma = true;
     s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : m <= 64 ? 64 : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : wgmma_block_n(n, tile_operands);

@@ -196,17 +196,19 @@ struct ScheduleHints {
   // TileSchedule::kv_splits); -1: as many as fill the SMs' block slots where the heads and query
   // tiles leave them idle (decode), the default; 0 or 1: none.
   int kv_splits = -1;
-  // Matmul tiles on warpgroup MMA (wgmma, sm_90a): 1 where the device has it and the operands
-  // allow (16-bit, rows of whole 16-byte chunks), the default; 0: mma.sync.
-  int gemm_wgmma = 1;
+  // Matmul tiles on warpgroup MMA (wgmma, sm_90a) where the device has it and the operands allow
+  // (16-bit, rows of whole 16-byte chunks): 1 always, 0 never (mma.sync), -1 (the default) where
+  // the k loop has at least 3 steps of 64 (choose_matmul_schedule).
+  int gemm_wgmma = -1;
   // Attention's two products on warpgroup MMA (wgmma, sm_90a; Q and P from registers, K and V
   // from the rings) where the device has it and the head dimension pads to 64 or more: 1, the
   // default (1.32× mma.sync at B4 H16 N4096 d128, bench/NOTES.md); 0: mma.sync.
   int attention_wgmma = 1;
-  // 1: on wgmma, each step's softmax runs while the previous step's P·V is in flight (three K/V
-  // stages; head dimensions up to 128), the default (B4 H16 N4096 d128: 1.310 ms against 1.348,
-  // causal even; bench/NOTES.md); 0: each product waited for where it is issued.
-  int attention_overlap = 1;
+  // On wgmma, each step's softmax run while the previous step's P·V is in flight (three K/V
+  // stages; head dimensions up to 128): 1 always, 0 never (each product waited for where it is
+  // issued), -1 (the default) where the products bound the kernel — prefill, not decode
+  // (B4 H16 N4096 d128: 1.309 ms against 1.353; decode 2–4% slower; bench/NOTES.md).
+  int attention_overlap = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -101,15 +101,16 @@ common options:
   --gemm-tile MxN              schedule override: a staged matmul's block tile (64, 128 or 256
                                each; default 128x256 on wgmma, a warpgroup per 64 rows;
                                128x128 on mma.sync, over 2×4 warps)
-  --wgmma 0|1                  schedule override: 1 runs 16-bit matmuls on warpgroup MMA from
-                               shared memory (sm_90a; the default where the target has it), 0
-                               on mma.sync
+  --wgmma 0|1|auto             schedule override: 1 runs 16-bit matmuls on warpgroup MMA from
+                               shared memory (sm_90a, where the target has it), 0 on mma.sync;
+                               auto (the default): wgmma where k is over 128
   --attention-wgmma 0|1        schedule override: 1 runs attention's two products on warpgroup
                                MMA (sm_90a; Q and P from registers, K and V from shared memory;
                                the default on sm_90), 0 on mma.sync
-  --attention-overlap 0|1      schedule override: 1 runs each key step's softmax on wgmma while
+  --attention-overlap 0|1|auto schedule override: 1 runs each key step's softmax on wgmma while
                                the previous step's P·V is in flight (three K/V stages; head
-                               dimensions up to 128; the default), 0 waits for each product
+                               dimensions up to 128), 0 waits for each product; auto (the
+                               default): where the products bound the kernel (prefill)
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
@@ -133,7 +134,7 @@ struct Args {
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = 1, attention_wgmma = 1, attention_overlap = 1;
+      gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -266,12 +267,16 @@ Args parse(int argc, char** argv) {
       a.split = parse_int(s, value(), 0, 1);
     else if (s == "--window")
       a.window = parse_int(s, value(), 0, 1);
-    else if (s == "--wgmma")
-      a.gemm_wgmma = parse_int(s, value(), 0, 1);
+    else if (s == "--wgmma") {
+      const std::string v = value();
+      a.gemm_wgmma = v == "auto" ? -1 : parse_int(s, v, 0, 1);
+    }
     else if (s == "--attention-wgmma")
       a.attention_wgmma = parse_int(s, value(), 0, 1);
-    else if (s == "--attention-overlap")
-      a.attention_overlap = parse_int(s, value(), 0, 1);
+    else if (s == "--attention-overlap") {
+      const std::string v = value();
+      a.attention_overlap = v == "auto" ? -1 : parse_int(s, v, 0, 1);
+    }
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits") {
