@@ -52,7 +52,8 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
   tile NAME [--kernel K]       the Tile IR of each kernel (or of kernel K)
   ptx NAME [--kernel K]        the PTX of each kernel (or of kernel K)
   run NAME [--check] [--bench] run on the GPU; --check compares every output with the
-                               float64 reference; --bench times it (median of CUDA events)
+                               float64 reference; --bench times it (median of CUDA events),
+                               and each kernel of several beside the cost model's prediction
   bench --json FILE [NAME...]  copy-bandwidth ceiling and every named example (default:
                                bias_gelu, bias_gelu_bf16), checked and timed, as JSON
   explain softmax [--tile N] [--row 1,2,3,1000 ...]
