@@ -72,7 +72,7 @@ common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
   --no-fuse                    plan every op as its own kernel
   --library-gemm MODE          whether a matmul may be cuBLASLt's: faster (the default: where the
-                               report's priced options say the library is faster), never, or
+                               report's priced options say the library is no slower), never, or
                                always (wherever cuBLASLt can compute it)
   --max-registers N            register budget per thread for fused kernels (default 128;
                                matmul kernels: up to the device's 255)
