@@ -37,6 +37,8 @@ expect bad-split 2 "--split needs an integer from 0 to 1, got '2'" -- "$tf" plan
 expect register-cluster-plan 0 "clusters of [0-9]+ blocks per row, 2 blocks per SM, 4-wide" -- "$tf" plan softmax_256k --stages 0
 expect bad-stages 2 "--stages needs an integer from 0 to 4, got '5'" -- "$tf" plan softmax_256k --stages 5
 expect negative-stages 2 "--stages needs an integer from 0 to 4, got '-1'" -- "$tf" plan softmax_256k --stages -1
+expect bad-overlap 2 "--attention-overlap needs an integer from 0 to 1 or auto, got 'x'" -- "$tf" plan attention --attention-overlap x
+expect auto-overlap 0 "the softmax overlapped with the previous tile's P·V" -- "$tf" plan attention --attention-overlap auto --kv-splits auto --wgmma auto
 expect odd-threads 2 "block_threads \(--block-threads 33\) must be a power of two" -- "$tf" plan bias_gelu --block-threads 33
 expect no-cluster-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --max-cluster 1 --split 0
 expect sm80-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --target sm_80

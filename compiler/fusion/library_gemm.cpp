@@ -216,20 +216,19 @@ void price_library_gemm(Plan& plan) {
     std::vector<Kernel> with_epilogue;
     Kernel native_kernel;
     GemmChoice c = price(plan, k, &with_epilogue, &native_kernel);
-    // The library wherever it is predicted no slower: at a tie (a memory-bound product, both at
-    // copy bandwidth in the model) cuBLASLt streams its operands faster than the own kernel's
-    // cp.async (attention's backward dV: 2.08 against 2.42 ms; bench/NOTES.md).
-    size_t fastest = 2;
-    for (size_t i = 0; i < 2; ++i)
-      if (c.options[i].applies && c.options[i].predicted_s <= c.options[2].predicted_s &&
-          (fastest == 2 || c.options[i].predicted_s < c.options[fastest].predicted_s))
-        fastest = i;
+    // The library's faster option (at a tie its native epilogue: one kernel), taken wherever it is
+    // predicted no slower than the own kernel — at a tie (a memory-bound product, both at copy
+    // bandwidth in the model) cuBLASLt streams its operands faster than the own kernel's cp.async
+    // (attention's backward dV: 2.08 against 2.42 ms; bench/NOTES.md) — or always, where asked.
+    const size_t library =
+        c.options[1].applies && (!c.options[0].applies || c.options[1].predicted_s <= c.options[0].predicted_s) ? 1 : 0;
     const LibraryGemmUse use = plan.options.library_gemm;
     const std::string& missing = plan.options.profile.library_gemm_missing;
-    if (use == LibraryGemmUse::Always)  // the library's fastest option, whatever the own kernel's time
-      fastest = c.options[1].applies && (!c.options[0].applies || c.options[1].predicted_s <= c.options[0].predicted_s)
-                    ? 1
-                    : c.options[0].applies ? 0 : 2;
+    const size_t fastest =
+        c.options[library].applies &&
+                (use == LibraryGemmUse::Always || c.options[library].predicted_s <= c.options[2].predicted_s)
+            ? library
+            : 2;
     if (fastest != 2 && (use == LibraryGemmUse::Never || !missing.empty())) {
       c.chosen = 2;
       c.lost_s = c.options[2].predicted_s - c.options[fastest].predicted_s;

@@ -153,6 +153,16 @@ int parse_int(const std::string& flag, const std::string& v, int least, int most
   throw UsageError(fmt::format("{} needs an integer from {} to {}, got '{}'", flag, least, most, v));
 }
 
+// A number in [least, most], or "auto" (-1: the planner decides).
+int parse_int_or_auto(const std::string& flag, const std::string& v, int least, int most) {
+  if (v == "auto") return -1;
+  try {
+    return parse_int(flag, v, least, most);
+  } catch (const UsageError&) {
+    throw UsageError(fmt::format("{} needs an integer from {} to {} or auto, got '{}'", flag, least, most, v));
+  }
+}
+
 uint64_t parse_seed(const std::string& v) {
   try {
     size_t used = 0;
@@ -268,22 +278,16 @@ Args parse(int argc, char** argv) {
       a.split = parse_int(s, value(), 0, 1);
     else if (s == "--window")
       a.window = parse_int(s, value(), 0, 1);
-    else if (s == "--wgmma") {
-      const std::string v = value();
-      a.gemm_wgmma = v == "auto" ? -1 : parse_int(s, v, 0, 1);
-    }
+    else if (s == "--wgmma")
+      a.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-wgmma")
       a.attention_wgmma = parse_int(s, value(), 0, 1);
-    else if (s == "--attention-overlap") {
-      const std::string v = value();
-      a.attention_overlap = v == "auto" ? -1 : parse_int(s, v, 0, 1);
-    }
+    else if (s == "--attention-overlap")
+      a.attention_overlap = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
-    else if (s == "--kv-splits") {
-      const std::string v = value();
-      a.kv_splits = v == "auto" ? -1 : parse_int(s, v, 0, 64);
-    }
+    else if (s == "--kv-splits")
+      a.kv_splits = parse_int_or_auto(s, value(), 0, 64);
     else if (s == "--gemm-tile") {
       const std::string v = value();
       const size_t x = v.find('x');
