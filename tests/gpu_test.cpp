@@ -18,6 +18,7 @@
 #include "compiler/support/error.h"
 #include "compiler/support/parallel.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/device_probe.h"
 #include "dsl_examples/examples.h"
 #include "runtime/check.h"
 #include "runtime/executable.h"
@@ -245,6 +246,31 @@ TEST(Gpu, WrongInputsAreRejectedBeforeLaunch) {
   TensorMap in = random_inputs(exe.plan().graph, 1);
   in.erase("b");
   EXPECT_THROW(exe.run(in), InputError);
+}
+
+// Each kernel's time (an event after each launch): one series per kernel, a time per run, every
+// one positive; the kernels' medians add up to about the whole run's (the events between them
+// cost a little; a series mis-indexed or unrecorded would be far off or fail).
+TEST(Gpu, KernelTimesAddUpToTheRun) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  FusionOptions off;  // layernorm op by op: many kernels
+  off.fuse = false;
+  Executable exe(plan_fusion(find_example("layernorm").build(), off));
+  const size_t kernels = exe.kernels().size();
+  ASSERT_GT(kernels, 2u);
+  const TensorMap in = random_inputs(exe.plan().graph, testing::test_seed());
+  const int runs = 7;
+  const std::vector<std::vector<float>> ms = exe.time_kernels(in, 2, runs);
+  ASSERT_EQ(ms.size(), kernels);
+  double sum = 0;
+  for (const std::vector<float>& k : ms) {
+    ASSERT_EQ(k.size(), static_cast<size_t>(runs));
+    for (float t : k) EXPECT_GT(t, 0.0f);
+    sum += summarize_ms(k).median_ms;
+  }
+  const double whole = summarize_ms(exe.time(in, 2, runs)).median_ms;
+  EXPECT_GT(sum, 0.7 * whole);
+  EXPECT_LT(sum, 1.5 * whole + 0.05);
 }
 
 TEST(NoGpu, RunSaysSo) {
