@@ -505,6 +505,28 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
   }
 }
 
+// Where the chain's f(S) is S times a positive constant and nothing else, the kernel leaves the
+// product unscaled: the row max is the product's times the scale, and each probability one fma
+// (the scale and log2 e in one multiplier) and one exp2. A chain with anything more applies f
+// first and multiplies by log2 e alone.
+TEST(FusionAttention, APositiveScaleFoldsIntoTheExponent) {
+  const std::map<std::string, double> folded = {{"composite", 0.125}, {"f16", 1.0 / std::sqrt(128.0)}};
+  const std::map<std::string, double> applied = {{"softcap", 1.0 / std::sqrt(32.0)}, {"causal", 0.125}};
+  for (const Graph& g : chains()) {
+    const bool folds = folded.count(g.name()) > 0;
+    if (!folds && !applied.count(g.name())) continue;
+    SCOPED_TRACE(g.name());
+    const Plan p = plan_fusion(g);
+    const Kernel* k = only_attention(p);
+    ASSERT_NE(k, nullptr);
+    const double scale = folds ? folded.at(g.name()) : applied.at(g.name());
+    const std::string text = tir::print_program(tir::attention_kernel_program(p.graph, *k));
+    const bool multiplier = text.find(fmt::format("const {} : f32", scale * M_LOG2E)) != std::string::npos;
+    EXPECT_EQ(multiplier, folds) << text;
+    EXPECT_NE(text.find(" = fma %"), std::string::npos) << text;
+  }
+}
+
 // A log-sum-exp beside O: the attention kernel writes the row max (softmax's guarded shift) and
 // the row sum from its final running values; lse = c + log Σ is a pointwise kernel over them.
 Graph with_lse(bool causal) {

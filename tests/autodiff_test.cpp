@@ -105,7 +105,7 @@ TEST(Autodiff, BroadcastsAndBinaryOps) {
   Tensor a = input(g, "a", {4, 1, 5}), b = input(g, "b", {3, 5}), c = input(g, "c", {5});
   check_gradients(g,
                   {a + b, a - b * c, a / (abs(b) + 0.5), max(a, b), min(a, c), pow(abs(a) + 0.5, tanh(b)),
-                   where(a > b, a * c, b), max(b, 0.25)},
+                   where(a > b, a * c, b), max(b, 0.25), fma(a, b, c)},
                   {a, b, c}, testing::test_seed());
 }
 

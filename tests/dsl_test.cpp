@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "compiler/graph/reference.h"
+#include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse {
@@ -67,6 +69,30 @@ TEST(Dsl, BoolOperandsRejected) {
   EXPECT_THROW(exp(c), DTypeError);
   EXPECT_THROW(where(x, x, x), DTypeError);
   EXPECT_THROW(cast(x, DType::Bool), DTypeError);
+  EXPECT_THROW(fma(c, c, c), DTypeError);
+}
+
+// fma(a, b, c) broadcasts its three operands as numpy does and is a·b + c in the reference;
+// operands of different dtypes are refused, naming them.
+TEST(Dsl, FmaBroadcastsAndRoundsOnce) {
+  Graph g("fma");
+  Tensor a = input(g, "a", {2, 3}), b = input(g, "b", {3}), c = input(g, "c", {2, 1});
+  const Tensor y = fma(a, b, c);
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  output("y", y);
+  verify(g);
+  TensorMap in = {{"a", TensorData::from_doubles(DType::F32, {2, 3}, {1, 2, 3, 4, 5, 6})},
+                                          {"b", TensorData::from_doubles(DType::F32, {3}, {0.5, -1, 2})},
+                                          {"c", TensorData::from_doubles(DType::F32, {2, 1}, {10, -10})}};
+  EXPECT_EQ(reference_run(g, in).at("y"), (std::vector<double>{10.5, 8, 16, -8, -15, 2}));
+  try {
+    fma(a, cast(b, DType::BF16), c);
+    FAIL() << "no exception";
+  } catch (const DTypeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("fma"), std::string::npos) << m;
+    EXPECT_NE(m.find("bf16"), std::string::npos) << m;
+  }
 }
 
 TEST(Dsl, InputErrors) {

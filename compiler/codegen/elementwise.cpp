@@ -115,6 +115,8 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
       return b.CreateFCmpUNE(a[0], a[1]);
     case Op::Where:
       return b.CreateSelect(a[0], a[1], a[2]);
+    case Op::Fma:
+      return b.CreateIntrinsic(llvm::Intrinsic::fma, {a[0]->getType()}, {a[0], a[1], a[2]});
     case Op::Input:
     case Op::Constant:
     case Op::ReduceSum:
@@ -122,6 +124,7 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
     case Op::ReduceMin:
     case Op::Iota:
     case Op::MatMul:
+    case Op::WriteAt:
       break;
   }
   throw CodegenError(fmt::format("kernel {}: op {} has no elementwise lowering", kernel, op_info(op).name));

@@ -10,6 +10,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
+
 #include "compiler/codegen/elementwise.h"
 #include "compiler/codegen/llvm_support.h"
 #include "compiler/support/error.h"
@@ -735,10 +737,82 @@ class Emitter {
   }
   Value* as_i32(Value* v) { return b_.CreateZExtOrTrunc(v, b_.getInt32Ty()); }
 
+  // The element stride of a parameter along axis d where its offset is linear in the index there;
+  // 0 where it is not (rows split into broadcast dimensions, element-wise views, a column-major
+  // parameter's rows, which restart at each group, a broadcast axis).
+  static int64_t linear_stride(const tir::Param& prm, size_t d) {
+    if (!prm.elem_dims.empty() || prm.view[d] == 1) return 0;
+    if (prm.col_major) return d == 1 ? prm.group_rows : 0;
+    return d == 1 ? 1 : prm.row_dims.empty() ? prm.view[1] : 0;
+  }
+  // The bytes between a ring's chunk (o, c) and (o + rows, c) where they are the same for every o
+  // and c (rows a multiple of the swizzle's period of rows: see shared_chunk), else −1.
+  static int64_t ring_row_step(int64_t n, int64_t rows) {
+    if (n >= 8) return rows % 8 == 0 ? rows * 128 : -1;
+    const int64_t line_rows = 8 / n;
+    return rows % (8 * line_rows) == 0 ? rows / line_rows * 128 : -1;
+  }
+
   // The block's threads take the tile's 16-byte chunks in turn, consecutive threads along the
   // parameter's contiguous axis; a chunk past a masked axis's limit is zero-filled (cp.async with
-  // a source size of 0 reads nothing).
+  // a source size of 0 reads nothing). Where every thread keeps its chunk of a row from one pass
+  // over the tile's rows to the next, and both addresses move by constants between passes, each
+  // thread works out its addresses and masks once: a pass is then its copy at immediate offsets
+  // from them and one compare of the rows left.
   void copy_async(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const int64_t elems = 16 / static_cast<int64_t>(dtype_size(r.dtype));
+    const size_t along = r.col_major ? 0 : 1, across = 1 - along;
+    const int64_t n = r.tile[along] / elems, rows = r.tile[across], threads = p_.block_threads();
+    const int64_t pass_rows = threads / n, stride = linear_stride(prm, across);
+    const int64_t ring_step = threads % n == 0 ? ring_row_step(n, pass_rows) : -1;
+    if (stride == 0 || ring_step < 0) return copy_async_by_chunk(i);
+    Value* stage = as_i32(one(i.args[2]));
+    Value* o = b_.CreateUDiv(tid_, i32(static_cast<int>(n)));
+    Value* c = b_.CreateURem(tid_, i32(static_cast<int>(n)));
+    Value* within[2];
+    within[along] = b_.CreateMul(c, i32(static_cast<int>(elems)));
+    within[across] = o;
+    Value* at[2];
+    Value* ok_along = nullptr;  // the thread's chunk within the limit along the contiguous axis
+    Value* room = nullptr;      // rows from the thread's first to the limit (signed; ≤ 0: none)
+    for (size_t d = 0; d < 2; ++d) {
+      at[d] = b_.CreateAdd(one(i.args[d]), b_.CreateZExt(within[d], index_ty()));
+      if (d >= i.masked.size() || !i.masked[d]) continue;
+      const int limit = d < i.limits.size() ? i.limits[d] : -1;
+      Value* end = limit >= 0 ? one(limit) : index(index_extent(prm, d));
+      if (d == along)
+        ok_along = b_.CreateICmpULT(at[d], end);
+      else
+        room = b_.CreateSub(end, at[d]);
+    }
+    // Not inbounds: a masked chunk's address may lie past the tensor (nothing is read there).
+    llvm::Type* elem = storage_type(b_, prm.dtype);
+    Value* src = b_.CreateGEP(elem, args_[static_cast<size_t>(i.param)], offset(prm, at[0], at[1]));
+    Value* dst = ring_address(i.ring, stage, o, c);
+    for (int64_t pass = 0; pass * pass_rows < rows; ++pass) {
+      auto copy = [&] {
+        Value* ok = ok_along;
+        if (room) {
+          Value* in = b_.CreateICmpSGT(room, index(pass * pass_rows));
+          ok = ok ? b_.CreateAnd(ok, in) : in;
+        }
+        Value* from = b_.CreateGEP(elem, src, b_.getInt64(static_cast<uint64_t>(pass * pass_rows * stride)));
+        Value* to = b_.CreateInBoundsGEP(b_.getInt8Ty(), dst, b_.getInt64(static_cast<uint64_t>(pass * ring_step)));
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                           {to, from, ok ? b_.CreateSelect(ok, i32(16), i32(0)) : i32(16)});
+      };
+      const int64_t left = rows - pass * pass_rows;  // the pass's rows, if fewer than it takes
+      if (left >= pass_rows)
+        copy();
+      else
+        guarded(b_.CreateICmpULT(o, i32(static_cast<int>(left))), copy);
+    }
+  }
+  // The same, each chunk's addresses and mask worked out by itself (indices clamped into the
+  // view where masked).
+  void copy_async_by_chunk(const Inst& i) {
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const int64_t elems = 16 / static_cast<int64_t>(dtype_size(r.dtype));
@@ -931,6 +1005,13 @@ class Emitter {
         one_at, n, type, type, regs_list, a_text, b_at, trans);
     // Every step's operands first (A's registers packed before the fence: registers written
     // between wgmmas make ptxas insert a warpgroup.arrive before each), then the wgmmas.
+    // An accumulator of zeros is not read: the first step's scale-d is 0 (D = A·B), and its
+    // registers need not be set.
+    const bool from_zero = std::all_of(in.begin(), in.end(), [](Value* v) {
+      auto* c = llvm::dyn_cast<llvm::ConstantFP>(v);
+      return c && c->isZero() && !c->isNegative();
+    });
+    if (from_zero) std::fill(acc.begin(), acc.end(), llvm::PoisonValue::get(b_.getFloatTy()));
     std::vector<std::vector<Value*>> steps;
     for (int64_t kk = 0; kk < depth / 16; ++kk) {
       std::vector<Value*> operands;
@@ -940,7 +1021,7 @@ class Emitter {
         operands.push_back(b_.CreateAdd(a->desc, b_.getInt64(a->k_step(16 * kk))));
       }
       operands.push_back(b_.CreateAdd(bo.desc, b_.getInt64(bo.k_step(16 * kk))));
-      operands.push_back(i32(1));
+      operands.push_back(i32(from_zero && kk == 0 ? 0 : 1));
       steps.push_back(std::move(operands));
     }
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_fence_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});

@@ -21,7 +21,7 @@ Tensor broadcast_like(const Tensor& v, const Tensor& like) { return where(eq(lik
 
 // t (which broadcasts to the node's shape) summed down to `to`: over t's leading axes past `to`'s
 // rank, and over the axes where `to` is 1 and t is not. The result broadcasts to `to`.
-Tensor unbroadcast(Tensor t, const Shape& to) {
+Tensor unbroadcast(Tensor t, const Shape to) {  // (by value: a node's shape moves as nodes are appended)
   const Shape ts = t.shape();
   const size_t lead = ts.size() > to.size() ? ts.size() - to.size() : 0;
   if (lead > 0) {
@@ -214,6 +214,10 @@ class Backward {
         to_operand(n.operands[0], gy * x(1) * pow(x(0), x(1) - 1.0));
         if (g_.node(n.operands[1]).op != Op::Constant) to_operand(n.operands[1], gy * y * log(x(0)));
         return;
+      case Op::Fma:
+        to_operand(n.operands[0], gy * x(1));
+        to_operand(n.operands[1], gy * x(0));
+        return to_operand(n.operands[2], gy);
       case Op::Where:
         to_operand(n.operands[1], where(x(0), gy, 0.0));
         return to_operand(n.operands[2], where(x(0), 0.0, gy));

@@ -186,6 +186,21 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return {&a.graph(), a.graph().append(std::move(n))};
 }
 
+Tensor fma(const Tensor& a, const Tensor& b, const Tensor& c) {
+  same_graph("fma", a, b);
+  same_graph("fma", b, c);
+  if (a.dtype() != b.dtype() || b.dtype() != c.dtype())
+    throw DTypeError(fmt::format("fma: operands {}, {} and {} have different dtypes; cast them to one", describe(a),
+                                 describe(b), describe(c)));
+  if (!is_float(a.dtype())) throw DTypeError(fmt::format("fma: operands {}, … are bool; fma needs float tensors", describe(a)));
+  Node n;
+  n.op = Op::Fma;
+  n.operands = {a.id(), b.id(), c.id()};
+  n.shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), "fma"), c.shape(), "fma");
+  n.dtype = a.dtype();
+  return {&a.graph(), a.graph().append(std::move(n))};
+}
+
 Tensor write_at(const Tensor& cache, const Tensor& value, const Tensor& position, int axis) {
   same_graph("write_at", cache, value);
   same_graph("write_at", cache, position);

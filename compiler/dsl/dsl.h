@@ -71,6 +71,8 @@ Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 // where(cond, a, b): cond must be bool (the result of a comparison).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// fma(a, b, c): a·b + c rounded once (one instruction; a·b then + c rounds twice).
+Tensor fma(const Tensor& a, const Tensor& b, const Tensor& c);
 
 // The binary functions and where with a C++ number in place of a tensor: the number becomes a
 // constant of the other tensor's dtype (where of two numbers: of `dtype`, over cond's shape).

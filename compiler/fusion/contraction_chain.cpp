@@ -25,7 +25,8 @@ bool is_constant(const Graph& g, NodeId id) { return g.node(id).op == Op::Consta
 
 bool elementwise(const Node& n) {
   const OpKind k = op_info(n.op).kind;
-  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Compare || k == OpKind::Select;
+  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Compare || k == OpKind::Select ||
+         k == OpKind::Ternary;
 }
 
 // A reduction `op` over the last axis, keeping it.

@@ -22,6 +22,7 @@ const OpInfo& op_info(Op op) {
       {"min", OpKind::Binary, 0},        {"pow", OpKind::Binary, 2},        {"lt", OpKind::Compare, 0},
       {"le", OpKind::Compare, 0},        {"gt", OpKind::Compare, 0},        {"ge", OpKind::Compare, 0},
       {"eq", OpKind::Compare, 0},        {"ne", OpKind::Compare, 0},        {"where", OpKind::Select, 0},
+      {"fma", OpKind::Ternary, 0},
       {"reduce_sum", OpKind::Reduce, 1}, {"reduce_max", OpKind::Reduce, 1}, {"reduce_min", OpKind::Reduce, 1},
       {"iota", OpKind::Leaf, 0},         {"matmul", OpKind::Contract, 0},   {"write_at", OpKind::Update, 0},
   };
@@ -198,7 +199,7 @@ void verify(const Graph& g) {
     const OpInfo& info = op_info(n.op);
     size_t arity = info.kind == OpKind::Leaf                                   ? 0
                    : info.kind == OpKind::Unary || info.kind == OpKind::Reduce ? 1
-                   : info.kind == OpKind::Select || info.kind == OpKind::Update ? 3
+                   : info.kind == OpKind::Select || info.kind == OpKind::Ternary || info.kind == OpKind::Update ? 3
                                                                                : 2;  // binary, compare, contract
     if (n.operands.size() != arity)
       fail(n, fmt::format("expects {} operands, has {}", arity, n.operands.size()));
@@ -272,6 +273,11 @@ void verify(const Graph& g) {
       case OpKind::Select:
         if (dt(0) != DType::Bool || dt(1) != n.dtype || dt(2) != n.dtype)
           fail(n, "where needs a bool condition and two operands of the result dtype");
+        break;
+      case OpKind::Ternary:
+        if (dt(0) != n.dtype || dt(1) != n.dtype || dt(2) != n.dtype || !is_float(n.dtype))
+          fail(n, fmt::format("operand dtypes {}, {}, {} do not match result {}", dtype_name(dt(0)),
+                              dtype_name(dt(1)), dtype_name(dt(2)), dtype_name(n.dtype)));
         break;
       case OpKind::Leaf:
       case OpKind::Reduce:

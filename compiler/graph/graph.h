@@ -47,6 +47,8 @@ enum class Op {
   Ne,
   // where(cond, a, b)
   Where,
+  // fma(a, b, c): a·b + c, rounded once
+  Fma,
   // reductions over `axes` (keepdim keeps them as size-1 dimensions)
   ReduceSum,
   ReduceMax,
@@ -65,7 +67,7 @@ enum class Op {
   WriteAt,
 };
 
-enum class OpKind { Leaf, Unary, Binary, Compare, Select, Reduce, Contract, Update };
+enum class OpKind { Leaf, Unary, Binary, Compare, Select, Ternary, Reduce, Contract, Update };
 
 struct OpInfo {
   const char* name;

@@ -274,6 +274,8 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           v = reference_unary(n.op, arg(0, i));
         else if (kind == OpKind::Select)
           v = arg(0, i) != 0.0 ? arg(1, i) : arg(2, i);
+        else if (n.op == Op::Fma)
+          v = arg(0, i) * arg(1, i) + arg(2, i);
         else
           v = reference_binary(n.op, arg(0, i), arg(1, i));
         if (n.op == Op::Gelu && options.noise != 0)

@@ -327,28 +327,34 @@ class AttentionProgram {
                                {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys}, {rows ? row_end_ : -1, -1},
                                Frag::Acc));
     }
-    s = s_.scores ? s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors)
-                  : b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    // X = f(S); where f is S·scale with a positive scale, X is left to the exponent (below) and
+    // its row max is the raw scores' times the scale (rounding is monotonic: the same value).
+    const bool scaled = !s_.scores && s_.scale > 0;
+    if (s_.scores)
+      s = s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors);
+    else if (!scaled)
+      s = b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
     if (s_.n_kv % s_.block_n != 0)
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
-    const int m = b.compute(Op::Max, {m_before, b.reduce(Op::ReduceMax, s, 1)}, DType::F32);
+    int tile_max = b.reduce(Op::ReduceMax, s, 1);
+    if (scaled) tile_max = b.compute(Op::Mul, {tile_max, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    const int m = b.compute(Op::Max, {m_before, tile_max}, DType::F32);
     // The shift: the running max where it is finite (by default 0 while a row has seen no finite
     // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
     // m is finite, and where it is not, O and l are still 0 and α must only not be NaN.
     // The chain's shift (a plain max: −inf while the row has seen only masked keys) guarded the
     // same way: a row whose first tiles are masked would otherwise take e^(−inf + inf) = NaN.
     const int shift = shift_of(b, m);
-    // e^(u − c) as 2^(u·log2 e − c·log2 e): one ex2.approx per score, c·log2 e once per row (P is
-    // rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
+    // e^(u·k − c) as 2^(u·(k·log2 e) − c·log2 e): an fma and an ex2.approx per score, −c·log2 e
+    // once per row (P is rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
-    const int shift2 = b.compute(Op::Mul, {shift, log2e}, DType::F32);
-    auto exp_shifted = [&](int u) {
-      return b.compute(Op::Exp2, {b.compute(Op::Sub, {b.compute(Op::Mul, {u, log2e}, DType::F32), shift2}, DType::F32)},
-                       DType::F32);
+    const int minus_shift2 = b.compute(Op::Mul, {shift, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+    auto exp_shifted = [&](int u, int k_log2e) {
+      return b.compute(Op::Exp2, {b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32)}, DType::F32);
     };
-    const int alpha = exp_shifted(m_before);
-    const int p = exp_shifted(s);
+    const int alpha = exp_shifted(m_before, log2e);
+    const int p = exp_shifted(s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e);
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
     return {m, alpha, p, l};
@@ -428,15 +434,13 @@ class AttentionProgram {
                                return std::vector<int>{in.compute(Op::Max, {c[0], load_partial(in, sp, 1)}, DType::F32)};
                              })[0];
     const int log2e = b.scalar(M_LOG2E, DType::F32);
-    const int shift2 = b.compute(Op::Mul, {shift_of(b, m), log2e}, DType::F32);
+    const int minus_shift2 = b.compute(Op::Mul, {shift_of(b, m), b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
     const int o0 = b.tile_const(0, DType::F32, {s_.block_m, dp()}, Frag::Acc);
     const int l0 = b.tile_const(0, DType::F32, {s_.block_m, 1}, Frag::Acc);
     const std::vector<int> sums = b.for_loop(
         zero_, splits, one, {o0, l0}, [&](Builder& in, int sp, const std::vector<int>& c) {
           const int ms = load_partial(in, sp, 1);
-          const int e = in.compute(
-              Op::Exp2, {in.compute(Op::Sub, {in.compute(Op::Mul, {ms, log2e}, DType::F32), shift2}, DType::F32)},
-              DType::F32);
+          const int e = in.compute(Op::Exp2, {in.compute(Op::Fma, {ms, log2e, minus_shift2}, DType::F32)}, DType::F32);
           const int w = in.compute(Op::Where, {in.compute(Op::Eq, {ms, ninf}, DType::Bool), in.scalar(0, DType::F32), e},
                                    DType::F32);
           return std::vector<int>{
@@ -541,6 +545,33 @@ int row_value(Builder& b, const Graph& g, const ContractionChain& c, NodeId id, 
   throw CodegenError(fmt::format("attention: %{} is not a row value of the chain ending at %{}", id, c.output));
 }
 
+// The chain's X = f(S) as the kernel computes it: S rounded to its dtype as the matmul would
+// write it, f(S) in the graph's dtypes (the masks' nodes among them, in topological order), X in
+// f32.
+AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, int64_t block_m, int64_t block_n) {
+  std::vector<NodeId> ops = c.score_ops;
+  ops.insert(ops.end(), c.index_ops.begin(), c.index_ops.end());
+  std::sort(ops.begin(), ops.end());
+  return [&g, c, ops, block_m, block_n](Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors) {
+    const DType sd = g.node(c.scores).dtype;
+    std::map<NodeId, int> val = {{c.scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
+    for (size_t t = 0; t < tensors.size(); ++t) val[c.tensors[t]] = tensors[t];
+    const int x = evaluate(b, g, ops, val, c.x(), true, {query0, key0, {block_m, block_n}});
+    return g.node(c.x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
+  };
+}
+
+// k where the chain's X is f32 S·k, k a positive constant (nothing else: no mask, no bias).
+std::optional<double> positive_scale(const Graph& g, const ContractionChain& c) {
+  if (c.score_ops.size() != 1 || !c.index_ops.empty() || !c.tensors.empty()) return std::nullopt;
+  const Node& x = g.node(c.x());
+  if (x.op != Op::Mul || x.dtype != DType::F32 || g.node(c.scores).dtype != DType::F32) return std::nullopt;
+  const NodeId other = x.operands[0] == c.scores ? x.operands[1] : x.operands[0];
+  const Node& k = g.node(other);
+  if (k.op != Op::Constant || !(k.value > 0) || std::isinf(k.value)) return std::nullopt;
+  return k.value;
+}
+
 }  // namespace
 
 Program attention_kernel_program(const Graph& g, const Kernel& k) {
@@ -611,17 +642,11 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
     r.value = [&g, c = *c, id](Builder& b, int m, int l) { return row_value(b, g, c, id, m, l); };
     s.row_outputs.push_back(std::move(r));
   }
-  std::vector<NodeId> score_ops = c->score_ops;  // with the masks' nodes, in topological order
-  score_ops.insert(score_ops.end(), c->index_ops.begin(), c->index_ops.end());
-  std::sort(score_ops.begin(), score_ops.end());
-  // S rounded to its dtype as the matmul would write it, f(S) in the graph's dtypes, X in f32.
-  s.scores = [&](Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors) {
-    const DType sd = g.node(c->scores).dtype;
-    std::map<NodeId, int> val = {{c->scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
-    for (size_t t = 0; t < tensors.size(); ++t) val[c->tensors[t]] = tensors[t];
-    const int x = evaluate(b, g, score_ops, val, c->x(), true, {query0, key0, {s.block_m, s.block_n}});
-    return g.node(c->x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
-  };
+  if (const std::optional<double> scale = positive_scale(g, *c)) {  // X = S·scale: see online()
+    s.scale = *scale;
+  } else {
+    s.scores = scores_of(g, *c, s.block_m, s.block_n);
+  }
   s.shift = [&](Builder& b, int m) {
     std::map<NodeId, int> val = {{c->row_max, m}};
     return evaluate(b, g, c->shift_ops, val, c->shift_ops.empty() ? c->row_max : c->shift_ops.back(), false);

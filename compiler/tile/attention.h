@@ -6,7 +6,9 @@
 // accumulator O, the running row max m and the running row sum l:
 //
 //   s = Q·Kⱼᵀ·scale (masked to −inf past the last key);  m' = max(m, rowmax s)
-//   c = m' (0 while m' is −inf);  α = e^(m − c);  p = e^(s − c)  (as 2^(s·log2 e − c·log2 e))
+//   c = m' (0 while m' is −inf);  α = e^(m − c);  p = e^(s − c)
+//   (p as 2^fma(Q·Kⱼᵀ, scale·log2 e, −c·log2 e), rowmax s as scale·rowmax Q·Kⱼᵀ, where the
+//   scale is positive and nothing else is applied to the scores)
 //   l' = l·α + rowsum p;  O' = O·α + bf16(p)·Vⱼ  (p stays in registers: the accumulator's
 //   layout of two 8-column pieces is the next dot's A fragment — `convert`)
 //
@@ -90,7 +92,8 @@ struct AttentionShape {
   // the running max m, equal to m wherever m is finite (default: m; the kernel takes 0 where m is
   // −inf whatever the shift); the divisor from the final sum (default: 1 where the sum is 0).
   using RowFn = std::function<int(Builder&, int)>;
-  std::function<int(Builder&, int scores, int query0, int key0, const std::vector<int>& tensors)> scores;
+  using ScoresFn = std::function<int(Builder&, int scores, int query0, int key0, const std::vector<int>& tensors)>;
+  ScoresFn scores;
   RowFn shift, divisor;
 };
 

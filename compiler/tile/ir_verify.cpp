@@ -171,7 +171,7 @@ class Verifier {
   void compute(const Inst& i) {
     const Type& r = type(i.results.at(0));
     const OpInfo& info = op_info(i.op);
-    size_t arity = info.kind == OpKind::Unary ? 1 : info.kind == OpKind::Select ? 3 : 2;
+    size_t arity = info.kind == OpKind::Unary ? 1 : info.kind == OpKind::Select || info.kind == OpKind::Ternary ? 3 : 2;
     if (info.kind == OpKind::Reduce || info.kind == OpKind::Leaf || info.kind == OpKind::Contract) {
       problem(fmt::format("{}: not an elementwise op", where(i)));
       return;
@@ -211,6 +211,9 @@ class Verifier {
         break;
       case OpKind::Select:
         ok = dt(0) == DType::Bool && dt(1) == r.dtype && dt(2) == r.dtype;
+        break;
+      case OpKind::Ternary:
+        ok = dt(0) == r.dtype && dt(1) == r.dtype && dt(2) == r.dtype;
         break;
       default:
         break;

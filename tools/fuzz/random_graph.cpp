@@ -248,7 +248,7 @@ class Generator {
   }
 
   Tensor binary(const Tensor& a, const Tensor& b) {
-    switch (pick(0, 8)) {
+    switch (pick(0, 9)) {
       case 0:
         return a + b;
       case 1:
@@ -265,6 +265,8 @@ class Generator {
         return where(a > b, a, b * 0.5);
       case 7:
         return pow(abs(a) + 0.5, tanh(b));
+      case 8:
+        return fma(a, b, a);
       default:
         return where(a < 0.0, a * b, b);
     }
