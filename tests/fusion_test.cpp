@@ -616,6 +616,27 @@ TEST(FusionMatMul, PartialBatchBroadcastIsTheOwnGemm) {
   }
 }
 
+// A product of another dtype than its operands (attention's f32 scores of bf16 Q and K) is not
+// asked of cuBLASLt: its options say why, and the plan keeps its own GEMM even where the library
+// is asked for wherever it can compute.
+TEST(FusionMatMul, TheLibraryIsAskedOnlyForItsDtypes) {
+  for (const auto& [operands, product] : {std::pair{DType::BF16, DType::F32}, {DType::F16, DType::F32}}) {
+    Graph g("dtypes");
+    output("c", matmul(input(g, "a", {256, 512}, operands), input(g, "b", {512, 256}, operands), {false, false, product}));
+    FusionOptions always;
+    always.library_gemm = LibraryGemmUse::Always;
+    const Plan p = plan_fusion(g, always);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_FALSE(p.kernels[0].library.has_value());
+    ASSERT_EQ(p.gemm_choices.size(), 1u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_FALSE(p.gemm_choices[0].options[i].applies);
+      EXPECT_NE(p.gemm_choices[0].options[i].why_not.find(dtype_name(product)), std::string::npos)
+          << p.gemm_choices[0].options[i].why_not;
+    }
+  }
+}
+
 // Every matmul kernel has the library GEMM priced beside it: cuBLASLt then the epilogue,
 // cuBLASLt with its native epilogue only where the math is the same (bias, then ReLU or tanh
 // GELU — not erf GELU), and the plan's own kernel; asked for its own GEMM only (--library-gemm

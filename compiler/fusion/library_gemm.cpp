@@ -124,6 +124,16 @@ std::string partial_broadcast(const Graph& g, const Node& mm) {
   return "";
 }
 
+// Why the library is not asked for matmul mm's dtypes: runtime/cublaslt.h runs bf16 or f16
+// operands into a product of the same dtype; empty where it is.
+std::string library_dtypes(const Graph& g, const Node& mm) {
+  const DType a = g.node(mm.operands[0]).dtype, b = g.node(mm.operands[1]).dtype;
+  if ((a == DType::BF16 || a == DType::F16) && b == a && mm.dtype == a) return "";
+  return fmt::format("it multiplies {} by {} into {}: tilefuse asks cuBLASLt for bf16 or f16 operands and a product "
+                     "of that dtype",
+                     dtype_name(a), dtype_name(b), dtype_name(mm.dtype));
+}
+
 // The library kernel computing matmul `mm` (and, with a native epilogue, the rest of k).
 Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::optional<LibraryEpilogue> native,
                       const DeviceProfile& p) {
@@ -155,8 +165,9 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
   lib.name = epilogue ? "cuBLASLt GEMM, then the epilogue as its own kernel" : "cuBLASLt GEMM";
   std::string why;
   std::optional<Kernel> e = epilogue_kernel(plan, k, mm, &why);
-  // cuBLASLt's strided batches read an operand per batch or one shared by all.
-  const std::string strides = partial_broadcast(g, mm);
+  // cuBLASLt's strided batches read an operand per batch or one shared by all; its dtypes.
+  std::string strides = partial_broadcast(g, mm);
+  if (strides.empty()) strides = library_dtypes(g, mm);
   if (!strides.empty()) {
     lib.applies = false;
     lib.why_not = strides;
