@@ -137,28 +137,35 @@ TEST(GpuMatMul, FullShapeSampled) {
   const uint64_t seed = testing::test_seed();
   FusionOptions own_gemm;
   own_gemm.library_gemm = LibraryGemmUse::Never;
-  Executable exe(plan_fusion(find_example("matmul").build(), own_gemm));
-  TensorMap in = random_inputs(exe.plan().graph, seed);
-  const std::vector<double> out = exe.run(in).at("c").to_doubles();
-  const std::vector<double> a = in.at("a").to_doubles(), b = in.at("b").to_doubles();
-  const int64_t n = 8192;
-  std::mt19937_64 rng(seed);
-  int bad = 0;
-  for (int s = 0; s < 4096; ++s) {
-    const int64_t i = static_cast<int64_t>(rng() % n), j = static_cast<int64_t>(rng() % n);
-    double ref = 0, mag = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      ref += a[i * n + k] * b[k * n + j];
-      mag += std::abs(a[i * n + k] * b[k * n + j]);
+  // On the tile grid, and off it along every extent (odd, not a multiple of 8: masked copies).
+  for (const char* name : {"matmul", "matmul_odd"}) {
+    SCOPED_TRACE(name);
+    Executable exe(plan_fusion(find_example(name).build(), own_gemm));
+    TensorMap in = random_inputs(exe.plan().graph, seed);
+    const std::vector<double> out = exe.run(in).at("c").to_doubles();
+    const std::vector<double> a = in.at("a").to_doubles(), b = in.at("b").to_doubles();
+    const int64_t m = in.at("a").shape[0], k = in.at("a").shape[1], n = in.at("b").shape[1];
+    std::mt19937_64 rng(seed);
+    int bad = 0;
+    for (int s = 0; s < 4096; ++s) {
+      // Half the samples at the last rows and columns, where the tiles are cut.
+      const bool edge = s % 2 == 1;
+      const int64_t i = edge ? m - 1 - static_cast<int64_t>(rng() % 64) : static_cast<int64_t>(rng() % m);
+      const int64_t j = edge ? n - 1 - static_cast<int64_t>(rng() % 64) : static_cast<int64_t>(rng() % n);
+      double ref = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        ref += a[i * k + kk] * b[kk * n + j];
+        mag += std::abs(a[i * k + kk] * b[kk * n + j]);
+      }
+      // The bf16 product's rounding, and f32 accumulation over k terms.
+      const double allowed = 0x1.0p-8 * std::abs(ref) + 0x1.0p-16 * mag;
+      const double got = out[static_cast<size_t>(i * n + j)];
+      if (!(std::abs(got - ref) <= allowed) && bad++ < 5)
+        ADD_FAILURE() << "c[" << i << ", " << j << "] = " << got << ", float64 " << ref << " (allowed ±" << allowed
+                      << "), inputs seeded " << seed;
     }
-    // The bf16 product's rounding, and f32 accumulation over 8192 terms.
-    const double allowed = 0x1.0p-8 * std::abs(ref) + 0x1.0p-16 * mag;
-    const double got = out[static_cast<size_t>(i * n + j)];
-    if (!(std::abs(got - ref) <= allowed) && bad++ < 5)
-      ADD_FAILURE() << "c[" << i << ", " << j << "] = " << got << ", float64 " << ref << " (allowed ±" << allowed
-                    << "), inputs seeded " << seed;
+    EXPECT_EQ(bad, 0);
   }
-  EXPECT_EQ(bad, 0);
 }
 
 // Plans whose matmuls are cuBLASLt's (--library-gemm): the product alone with the epilogue as
