@@ -893,7 +893,7 @@ TEST(FusionAttention, SplitsFollowTheDevice) {
     bool pack;
   };
   const DeviceProfile device;
-  const int64_t slots = int64_t{device.sm_count} * kAttentionBlocksPerSm;
+  const int64_t slots = int64_t{device.sm_count} * attention_blocks_per_sm(64);
   for (const Case& c : std::vector<Case>{{8, 32, 8, 32768, true},
                                          {1, 64, 8, 131072, true},
                                          {8, 32, 32, 4096, false},

@@ -591,6 +591,17 @@ TEST(FusionMatMul, ShortProductsTakeMmaSync) {
   }
 }
 
+// A plan of one own-GEMM kernel whose two cuBLASLt options do not apply, each saying `why`.
+void expect_library_refused(const Plan& p, const std::string& why) {
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_FALSE(p.kernels[0].library.has_value());
+  ASSERT_EQ(p.gemm_choices.size(), 1u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_FALSE(p.gemm_choices[0].options[i].applies);
+    EXPECT_NE(p.gemm_choices[0].options[i].why_not.find(why), std::string::npos) << p.gemm_choices[0].options[i].why_not;
+  }
+}
+
 // An operand broadcast along some batch axes but not others (grouped-query attention's K and V
 // heads): tilefuse's GEMM reads it at its own batch; cuBLASLt's strided batches cannot, and the
 // priced options say so — even where the library is asked for wherever it can compute.
@@ -601,14 +612,7 @@ TEST(FusionMatMul, PartialBatchBroadcastIsTheOwnGemm) {
   always.library_gemm = LibraryGemmUse::Always;
   always.schedule.gemm_wgmma = 1;  // k 32 takes mma.sync by default
   const Plan p = plan_fusion(g, always);
-  ASSERT_EQ(p.kernels.size(), 1u);
-  EXPECT_FALSE(p.kernels[0].library.has_value());
-  ASSERT_EQ(p.gemm_choices.size(), 1u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_FALSE(p.gemm_choices[0].options[i].applies);
-    EXPECT_NE(p.gemm_choices[0].options[i].why_not.find("strided batches"), std::string::npos)
-        << p.gemm_choices[0].options[i].why_not;
-  }
+  expect_library_refused(p, "strided batches");
   const CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);
   EXPECT_NE(c.ptx.find("wgmma.mma_async"), std::string::npos);
   if (!find_ptxas().empty()) {
@@ -625,15 +629,7 @@ TEST(FusionMatMul, TheLibraryIsAskedOnlyForItsDtypes) {
     output("c", matmul(input(g, "a", {256, 512}, operands), input(g, "b", {512, 256}, operands), {false, false, product}));
     FusionOptions always;
     always.library_gemm = LibraryGemmUse::Always;
-    const Plan p = plan_fusion(g, always);
-    ASSERT_EQ(p.kernels.size(), 1u);
-    EXPECT_FALSE(p.kernels[0].library.has_value());
-    ASSERT_EQ(p.gemm_choices.size(), 1u);
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_FALSE(p.gemm_choices[0].options[i].applies);
-      EXPECT_NE(p.gemm_choices[0].options[i].why_not.find(dtype_name(product)), std::string::npos)
-          << p.gemm_choices[0].options[i].why_not;
-    }
+    expect_library_refused(plan_fusion(g, always), dtype_name(product));
   }
 }
 

@@ -375,7 +375,7 @@ int64_t heads_per_group(const Graph& g, const ContractionChain& c) {
 // wave), where the heads and query tiles alone leave them idle — decode's one query per head —
 // with at least 8 key tiles per split so that the merge stays small beside the loop.
 int64_t splits_for_device(const TileSchedule& s, int64_t tiles, const DeviceProfile& p) {
-  const int64_t blocks = s.batch * s.m_blocks(), slots = int64_t{p.sm_count} * kAttentionBlocksPerSm;
+  const int64_t blocks = s.batch * s.m_blocks(), slots = int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m);
   int64_t splits = 1;
   while (blocks * splits < slots * 9 / 10 && (splits + 1) * 8 <= tiles) ++splits;
   return splits;
@@ -424,13 +424,14 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.m = c->n_q * s.heads_per_block;
   s.n = c->n_kv;
   s.k = c->d;
-  s.block_m = 64;  // 4 warps of 16 query rows
   s.block_n = c->d > 128 ? 32 : 64;  // d 256: 32 keys a step (the output takes the registers)
   s.block_k = static_cast<int>(c->d);
   s.wgmma = hints.attention_wgmma == 1 && p.wgmma && padded_head_dim(c->d) >= 64;
-  s.warps_m = 4;
+  // Warps of 16 query rows: one warpgroup, or on wgmma (asked for) two over one K/V ring.
+  s.block_m = s.wgmma && hints.attention_block_m == 128 ? 128 : 64;
+  s.warps_m = static_cast<int>(s.block_m / 16);
   s.warps_n = 1;
-  s.threads_per_row = 128;
+  s.threads_per_row = 32 * s.warps_m;
   s.stages = 2;
   // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
   s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
@@ -440,7 +441,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   // in 4 splits: 2, 2, 1 and none → 3 splits).
   const int64_t tiles = (c->n_kv + s.block_n - 1) / s.block_n;
   s.kv_splits = std::clamp<int64_t>(hints.kv_splits < 0 ? splits_for_device(s, tiles, p) : hints.kv_splits, 1, tiles);
-  if (hints.kv_splits < 0) s.block_slots = int64_t{p.sm_count} * kAttentionBlocksPerSm;
+  if (hints.kv_splits < 0) s.block_slots = int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m);
   const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
   s.kv_splits = (tiles + per_split - 1) / per_split;
   k.totals = {};

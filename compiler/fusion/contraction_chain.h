@@ -80,8 +80,9 @@ NodeId attention_output(const Graph& g, const Kernel& k);
 // for a group's query heads in one block where the chain allows it (heads_per_group).
 bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints, std::string* why);
 
-// Blocks per SM that the attention kernel asks of ptxas (and the cost model and split-KV take).
-constexpr int kAttentionBlocksPerSm = 2;
+// Blocks per SM that the attention kernel asks of ptxas (and split-KV takes): two of one
+// warpgroup (64 query rows), one of two.
+constexpr int attention_blocks_per_sm(int64_t block_m) { return block_m > 64 ? 1 : 2; }
 
 // Query heads per K/V head when K's and V's head axes `kv_lead` are q's `lead` with a trailing run
 // of them broadcast (1): that run's product, the query heads whose rows are consecutive for one

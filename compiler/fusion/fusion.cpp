@@ -721,7 +721,8 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--gemm-group", &ScheduleHints::gemm_group, 0},
                                {"--wgmma", &ScheduleHints::gemm_wgmma, -1},
                                {"--attention-wgmma", &ScheduleHints::attention_wgmma, 1},
-                               {"--attention-overlap", &ScheduleHints::attention_overlap, -1}};
+                               {"--attention-overlap", &ScheduleHints::attention_overlap, -1},
+                               {"--attention-rows", &ScheduleHints::attention_block_m, 0}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());

@@ -209,6 +209,10 @@ struct ScheduleHints {
   // issued), -1 (the default) where the products bound the kernel — prefill, not decode
   // (B4 H16 N4096 d128: 1.309 ms against 1.353; decode 2–4% slower; bench/NOTES.md).
   int attention_overlap = -1;
+  // Query rows per attention block on wgmma: 64 (one warpgroup; two blocks per SM), or 128 (two
+  // warpgroups over one K/V ring: each key tile read once for twice the queries; one block per
+  // SM); 0: the default (64).
+  int attention_block_m = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -28,10 +28,10 @@ class AttentionProgram {
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_n};
     p_.grid = {m_blocks() * block_heads() * s_.kv_splits};
-    // Two blocks per SM, as the cost model takes: left to itself ptxas caps a d 64 kernel at 168
+    // Two blocks per SM (one of two warpgroups): left to itself ptxas caps a d 64 kernel at 168
     // registers (three blocks) and spills where f reads tensors (ALiBi: 16 bytes). At d 128 the
     // code is the same either way (242 registers).
-    p_.min_blocks_per_sm = kAttentionBlocksPerSm;
+    p_.min_blocks_per_sm = attention_blocks_per_sm(s_.block_m);
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31) ||
                       s_.kv_splits * s_.batch_heads * s_.n_q * (dp() + 2) >= (int64_t{1} << 31);
     add_params();

@@ -112,6 +112,8 @@ common options:
                                the previous step's P·V is in flight (three K/V stages; head
                                dimensions up to 128), 0 waits for each product; auto (the
                                default): where the products bound the kernel (prefill)
+  --attention-rows 64|128      schedule override: query rows per attention block on wgmma; 128
+                               runs two warpgroups over one K/V ring, one block per SM (default 64)
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
@@ -135,7 +137,7 @@ struct Args {
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1;
+      gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -204,7 +206,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
-                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap};
+                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -284,6 +286,11 @@ Args parse(int argc, char** argv) {
       a.attention_wgmma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-overlap")
       a.attention_overlap = parse_int_or_auto(s, value(), 0, 1);
+    else if (s == "--attention-rows") {
+      const std::string v = value();
+      if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-rows needs 64 or 128, got '{}'", v));
+      a.attention_block_m = std::stoi(v);
+    }
     else if (s == "--pack-heads")
       a.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits")
