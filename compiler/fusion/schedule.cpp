@@ -134,11 +134,10 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.stages = hints.stages > 0 ? std::max(2, hints.stages) : 3;
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
   }
-  // wgmma's tiles 16 tile rows at a time: the blocks running at once share operand tiles in L2
-  // (bf16 8192³: 634 TFLOP/s against 609 row by row at 8, bench/NOTES.md "wgmma"; once the copies
-  // were cheap, 737 at 16 against 701 at 8, and 8192×28672×4096 668 against 632: "Fewer
-  // instructions per step").
-  s.group = std::max(1, hints.gemm_group ? hints.gemm_group : s.wgmma ? 16 : 1);
+  // wgmma's tiles 8 tile rows at a time: the blocks running at once share operand tiles in L2
+  // (bf16 8192³: 634 TFLOP/s against 609 row by row, bench/NOTES.md "wgmma"; 16 measured better
+  // in one call and worse in the next: "Fewer instructions per step").
+  s.group = std::max(1, hints.gemm_group ? hints.gemm_group : s.wgmma ? 8 : 1);
   s.batch = batch;
   s.m = m;
   s.n = n;

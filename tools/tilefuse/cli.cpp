@@ -117,7 +117,7 @@ common options:
                                128 measured 10% slower: the two blocks of 64 interleave freely)
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once;
-                               default 16 on wgmma)
+                               default 8 on wgmma)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
                                count, L2) instead of the H200 defaults
   --cache-report               on stderr at the end: kernels compiled, and taken from the disk
