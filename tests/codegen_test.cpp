@@ -539,13 +539,17 @@ TEST(Codegen, WideIndicesWhereAnExtentPassesTwoToThe31) {
     Graph g(c.name);
     Tensor x = input(g, "x", c.shape);
     output("y", c.softmax ? softmax(x, -1) : x + 1.0);
+    // (Two rows of 2^32 take two SMs fused or not: the plan may keep the reductions apart.)
     Plan p = plan_fusion(g);
-    ASSERT_EQ(p.kernels.size(), 1u);
-    EXPECT_TRUE(p.kernels[0].schedule.wide_indices());
-    const std::string ptx = compile_kernel(p.graph, p.kernels[0]).ptx;
-    EXPECT_NE(ptx.find("setp"), std::string::npos);
-    EXPECT_TRUE(std::regex_search(ptx, std::regex(R"(setp\.\w+\.u64\s+%p\d+, %rd\d+, )" + c.extent))) << ptx;
-    EXPECT_FALSE(std::regex_search(ptx, std::regex(c.truncated))) << ptx;
+    int whole = 0;
+    for (const Kernel& k : p.kernels) {
+      if (num_elements(k.domain) <= INT32_MAX) continue;  // a kernel over the rows' values
+      EXPECT_TRUE(k.schedule.wide_indices()) << k.name;
+      const std::string ptx = compile_kernel(p.graph, k).ptx;
+      whole += std::regex_search(ptx, std::regex(R"(setp\.\w+\.u64\s+%p\d+, %rd\d+, )" + c.extent));
+      EXPECT_FALSE(std::regex_search(ptx, std::regex(c.truncated))) << ptx;
+    }
+    EXPECT_GE(whole, 1) << "a mask compares with the whole extent";
   }
   Plan narrow = plan_fusion(find_example("bias_gelu").build());
   EXPECT_FALSE(narrow.kernels[0].schedule.wide_indices());

@@ -552,6 +552,10 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     double step = s.split_blocks > 1 ? p.split_step_s
                                      : p.row_step_s + (s.cluster_blocks > 1 ? p.cluster_exchange_s : 0);
     c.row_steps_s = static_cast<double>(rounds) * step;
+  } else if (s.grid() < p.sm_count) {
+    // Fewer blocks than SMs: only their SMs draw on memory (a whole-tensor sum in one block:
+    // that SM's bytes in flight alone).
+    c.busy_share = static_cast<double>(s.grid()) / p.sm_count;
   }
   double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
   // A kernel that loads no full tile only streams stores, which need no latency cover.

@@ -30,8 +30,8 @@ struct KernelCost {
   int registers = 0;            // estimate per thread
   int blocks_per_sm = 0;        // occupancy the estimate allows
   double bytes_in_flight_per_sm = 0;
-  // A persistent kernel's share of busy row groups: its last round over the rows may leave
-  // some groups idle (1 when every group does the same number of rows).
+  // The share of the SMs drawing on memory: a persistent kernel's busy row groups (its last
+  // round over the rows may leave some idle), or a grid of fewer blocks than SMs; 1 when all.
   double busy_share = 1;
   double row_steps_s = 0;  // a persistent kernel's serial per-row work, summed over its rounds
   double flops = 0;  // a matmul's multiply-adds, two each

@@ -135,7 +135,10 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     else if (!k.library)
       s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
                        occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
-    if (k.cost.busy_share < 1)
+    if (k.cost.busy_share < 1 && k.schedule.stages == 0)
+      s += fmt::format("    {} blocks for {} SMs: at most {:.1f}% of the device's memory bandwidth\n", k.schedule.grid(),
+                       plan.options.profile.sm_count, 100 * k.cost.busy_share);
+    else if (k.cost.busy_share < 1)
       s += fmt::format(
           "    persistent grid: its {} are busy {:.1f}% of the time (the last round over "
           "the {} is partial)\n",
