@@ -40,7 +40,7 @@ expect negative-stages 2 "--stages needs an integer from 0 to 4, got '-1'" -- "$
 expect bad-overlap 2 "--attention-overlap needs an integer from 0 to 1 or auto, got 'x'" -- "$tf" plan attention --attention-overlap x
 expect auto-overlap 0 "the softmax overlapped with the previous tile's P·V" -- "$tf" plan attention --attention-overlap auto --kv-splits auto --wgmma auto
 expect bad-rows 2 "--attention-rows needs 64 or 128, got '96'" -- "$tf" plan attention --attention-rows 96
-expect two-warpgroups 0 "128 query rows per block (8 warps of 16" -- "$tf" plan attention --attention-rows 128
+expect two-warpgroups 0 "128 query rows per block" -- "$tf" plan attention --attention-rows 128
 expect odd-threads 2 "block_threads \(--block-threads 33\) must be a power of two" -- "$tf" plan bias_gelu --block-threads 33
 expect no-cluster-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --max-cluster 1 --split 0
 expect sm80-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --target sm_80
