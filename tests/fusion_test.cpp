@@ -63,6 +63,24 @@ TEST(Fusion, CostModelIsARoofline) {
   EXPECT_GE(k.schedule.rows_per_thread, 2);
 }
 
+// A kernel of fewer blocks than SMs streams through those SMs only (fuzz seed 409: the mean of a
+// [16, 262144] tensor, one block of the looped row schedule): its bandwidth is their share of
+// the device's, and the report says so, where the model had put all SMs behind it.
+TEST(Fusion, CostModelChargesTheSmsAGridLeavesIdle) {
+  Graph g("whole_mean");
+  output("m", mean(input(g, "x", {16, 262144}), {0, 1}, true));
+  const Plan p = plan_fusion(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Kernel& k = p.kernels[0];
+  const DeviceProfile& prof = p.options.profile;
+  ASSERT_LT(k.schedule.grid(), prof.sm_count);
+  EXPECT_DOUBLE_EQ(k.cost.busy_share, static_cast<double>(k.schedule.grid()) / prof.sm_count);
+  EXPECT_GE(k.cost.memory_s, k.cost.bytes() / (prof.hbm_bytes_per_s * k.cost.busy_share));
+  const std::string report = plan_report_text(p);
+  EXPECT_NE(report.find(fmt::format("{} blocks for {} SMs", k.schedule.grid(), prof.sm_count)), std::string::npos)
+      << report;
+}
+
 // The exp is counted as codegen issues it: the short form only for x minus x's own max.
 TEST(Fusion, CostModelCountsTheExpCodegenEmits) {
   Graph g("exp_cost");

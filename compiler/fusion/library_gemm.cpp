@@ -165,12 +165,13 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
   lib.name = epilogue ? "cuBLASLt GEMM, then the epilogue as its own kernel" : "cuBLASLt GEMM";
   std::string why;
   std::optional<Kernel> e = epilogue_kernel(plan, k, mm, &why);
-  // cuBLASLt's strided batches read an operand per batch or one shared by all; its dtypes.
-  std::string strides = partial_broadcast(g, mm);
-  if (strides.empty()) strides = library_dtypes(g, mm);
-  if (!strides.empty()) {
+  // Why neither library option applies: cuBLASLt's strided batches read an operand per batch or
+  // one shared by all, and it is asked for one 16-bit dtype.
+  std::string unreadable = partial_broadcast(g, mm);
+  if (unreadable.empty()) unreadable = library_dtypes(g, mm);
+  if (!unreadable.empty()) {
     lib.applies = false;
-    lib.why_not = strides;
+    lib.why_not = unreadable;
   } else if (epilogue && !e) {
     lib.applies = false;
     lib.why_not = why;
@@ -183,9 +184,9 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
   native.name = "cuBLASLt GEMM with its native epilogue";
   LibraryEpilogue kind = LibraryEpilogue::None;
   why.clear();
-  if (!strides.empty()) {
+  if (!unreadable.empty()) {
     native.applies = false;
-    native.why_not = strides;
+    native.why_not = unreadable;
   } else if (native_epilogue(g, k, mm, &kind, &why)) {
     *native_kernel = library_kernel(g, k, mm, kind, p);
     native.predicted_s = native_kernel->cost.predicted_s;
