@@ -587,12 +587,15 @@ class Emitter {
     const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
     const int chunk = static_cast<int>(i.value), n0 = slots(in, 0), n1 = slots(in, 1);
     std::vector<Value*> out;
+    // Each pair of adjacent columns rounded by one conversion (cvt.rn.bf16x2.f32: its first
+    // operand to the upper half), which pack then takes as the pair's register.
+    const auto pair = t.dtype == DType::BF16 ? llvm::Intrinsic::nvvm_ff2bf16x2_rn : llvm::Intrinsic::nvvm_ff2f16x2_rn;
     for (int r = 0; r < n0; ++r)
-      for (int kk = 0; kk < 2; ++kk)
-        for (int c = 0; c < 2; ++c) {
-          Value* x = v[static_cast<size_t>(r * n1 + (2 * chunk + kk) * 2 + c)];
-          out.push_back(to_compute(b_, to_storage(b_, x, t.dtype), t.dtype));
-        }
+      for (int kk = 0; kk < 2; ++kk) {
+        const size_t at = static_cast<size_t>(r * n1 + (2 * chunk + kk) * 2);
+        Value* two = b_.CreateIntrinsic(pair, {}, {v[at + 1], v[at]});
+        for (uint64_t c = 0; c < 2; ++c) out.push_back(to_compute(b_, b_.CreateExtractElement(two, c), t.dtype));
+      }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
@@ -640,8 +643,17 @@ class Emitter {
       vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(phis[k].begin(), phis[k].end());
   }
 
-  // Two 16-bit elements of a fragment (held in f32, exactly) packed into an i32 register.
+  // Two 16-bit elements of a fragment (held in f32, exactly) packed into an i32 register: the
+  // pair a conversion made (convert), or the two rounded and put together.
   Value* pack(Value* lo, Value* hi, DType dt) {
+    auto half_of = [](Value* x, uint64_t at) -> Value* {
+      auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
+      auto* e = ext ? llvm::dyn_cast<llvm::ExtractElementInst>(ext->getOperand(0)) : nullptr;
+      auto* index = e ? llvm::dyn_cast<llvm::ConstantInt>(e->getIndexOperand()) : nullptr;
+      return index && index->getZExtValue() == at ? e->getVectorOperand() : nullptr;
+    };
+    Value* both = half_of(lo, 0);
+    if (both && both == half_of(hi, 1)) return b_.CreateBitCast(both, b_.getInt32Ty());
     llvm::Type* half = storage_type(b_, dt);
     Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(half, 2));
     v = b_.CreateInsertElement(v, b_.CreateFPTrunc(lo, half), uint64_t{0});

@@ -113,9 +113,10 @@ class AttentionProgram {
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
   int stages() const { return s_.overlap ? 3 : 2; }
-  // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128); the
-  // overlapped loop's P before its first step.
+  // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
   int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
+  // A score tile of zeros: the overlapped loop's P before its first step.
+  int zero_scores(Builder& b) { return b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc); }
   // A head dimension that is not a power of two (96) is padded to one in the rings and the output
   // accumulator, the padding zero-filled by the copies (so it adds nothing to either product) and
   // never stored.
@@ -371,32 +372,30 @@ class AttentionProgram {
     copy_keys(b, lo, b.rem(lo, three));
     copy_keys(b, b.index(steps()), b.rem(b.add(lo, two), three));  // zeros: keys from n_kv on
     copy_keys(b, b.add(lo, b.index(1)), b.rem(b.add(lo, b.index(1)), three));
+    // P carried as the f32 tile, converted where P·V reads it (each pair by one conversion
+    // straight into its register).
     std::vector<int> carried = init;
-    for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried.push_back(zero_fragment(b));
+    carried.push_back(zero_scores(b));
     const std::vector<int> out = b.for_loop(lo, hi, b.index(1), carried, [&](Builder& in, int j, const std::vector<int>& c) {
       in.wait_group(1);  // tile j's copies (and before the first step the stage of zeros) done
       in.fence_async();
       in.barrier();
       const int stage = in.rem(j, three), before = in.rem(in.add(j, two), three);
       const int scores = in.dot_async(q_fragments(in), 0, stage, in.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc));
-      const std::vector<int> p_before(c.begin() + 3, c.end());
-      const int o_flight = in.dot_async(p_before, 1, before, c[0]);
+      const int o_flight = in.dot_async(p_fragments(in, c[3]), 1, before, c[0]);
       const int s = in.dot_wait({scores}, 1)[0];
       const Online on = online(in, j, s, c[1], c[2]);
       const int o = in.compute(Op::Mul, {in.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
       const int ahead = in.add(j, two);
       copy_keys(in, ahead, before);
-      std::vector<int> next = {o, on.m, on.l};
-      for (int pa : p_fragments(in, on.p)) next.push_back(pa);
-      return next;
+      return std::vector<int>{o, on.m, on.l, on.p};
     });
     // The last P·V: its tile's stage, or the stage of zeros when the range was empty (waited for
     // and fenced here then).
     b.wait_group(0);
     b.fence_async();
     b.barrier();
-    const std::vector<int> p_last(out.begin() + 3, out.end());
-    const int o = b.dot_wait({b.dot_async(p_last, 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
+    const int o = b.dot_wait({b.dot_async(p_fragments(b, out[3]), 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
     return {o, out[1], out[2]};
   }
 
