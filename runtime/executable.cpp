@@ -16,6 +16,14 @@
 
 namespace tilefuse {
 
+// A matmul operand copied into a padded pitch before each launch of its kernel
+// (TileSchedule::operand_pitch), the kernel reading the copy.
+struct PitchCopy {
+  size_t input;  // into Kernel::inputs
+  size_t rows, row_bytes, pitch_bytes;
+  cuda::DeviceBuffer rows_padded;  // zeroed once: the padding stays zero
+};
+
 struct Executable::Device {
   cuda::Stream stream;
   std::vector<cuda::Module> modules;
@@ -26,7 +34,28 @@ struct Executable::Device {
   // Per kernel with a workspace: the workspace and the epoch of its last launch (CompiledKernel).
   std::vector<cuda::DeviceBuffer> workspace;
   std::vector<uint32_t> epoch;
+  // Per kernel: its matmul operands copied into a padded pitch before each launch.
+  std::vector<std::vector<PitchCopy>> pitch_copies;
 };
+
+// Kernel k's operand copies (TileSchedule::operand_pitch), their buffers zeroed.
+static std::vector<PitchCopy> pitch_copies_of(const Graph& g, const Kernel& k) {
+  std::vector<PitchCopy> copies;
+  if (k.library || !k.schedule.copies_operands()) return copies;
+  const Node& mm = g.node(contraction(g, k));
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t pitch = k.schedule.operand_pitch[i];
+    if (pitch == 0 || (i == 1 && mm.operands[1] == mm.operands[0])) continue;
+    const Node& o = g.node(mm.operands[i]);
+    const size_t input = static_cast<size_t>(std::find(k.inputs.begin(), k.inputs.end(), o.id) - k.inputs.begin());
+    const size_t es = dtype_size(o.dtype), rows = static_cast<size_t>(num_elements(o.shape) / o.shape.back());
+    PitchCopy c{input, rows, static_cast<size_t>(o.shape.back()) * es, static_cast<size_t>(pitch) * es,
+                cuda::DeviceBuffer(rows * pitch * es)};
+    c.rows_padded.fill_u8(0);
+    copies.push_back(std::move(c));
+  }
+  return copies;
+}
 
 int64_t count_unwritten(const TensorData& t) {
   size_t w = dtype_size(t.dtype);
@@ -76,6 +105,7 @@ void Executable::load() {
       dev->grid.push_back(0);
       dev->workspace.emplace_back(0);
       dev->epoch.push_back(0);
+      dev->pitch_copies.emplace_back();
       continue;
     }
     dev->modules.push_back(cuda::Module::load_ptx(c.ptx, c.name));
@@ -102,6 +132,7 @@ void Executable::load() {
     dev->workspace.emplace_back(c.workspace_bytes);
     if (c.workspace_bytes > 0) dev->workspace.back().fill_u8(0);
     dev->epoch.push_back(0);
+    dev->pitch_copies.push_back(pitch_copies_of(plan_.graph, plan_.kernels[i]));
   }
   // Intermediates here; graph inputs and outputs when a host run first needs them (a run on
   // device memory uses the caller's).
@@ -185,6 +216,10 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     }
     std::vector<CUdeviceptr> ptrs;
     for (NodeId n : k.inputs) ptrs.push_back(address(n));
+    for (PitchCopy& c : dev_->pitch_copies[i]) {
+      cuda::copy_rows(c.rows_padded.ptr(), c.pitch_bytes, ptrs[c.input], c.row_bytes, c.row_bytes, c.rows, stream);
+      ptrs[c.input] = c.rows_padded.ptr();
+    }
     for (NodeId n : k.outputs) ptrs.push_back(address(n));
     const bool workspace = compiled_[i].workspace_bytes > 0;
     if (workspace) ptrs.push_back(dev_->workspace[i].ptr());

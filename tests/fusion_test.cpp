@@ -609,6 +609,54 @@ TEST(FusionMatMul, ShortProductsTakeMmaSync) {
   }
 }
 
+// An operand whose rows are not whole 16-byte chunks (K or N not a multiple of 8 in bf16) cannot
+// be copied by cp.async as it lies. Copied first into a padded pitch, it runs on the staged
+// schedule, the copy's bytes and time charged; read in place, fragments are loaded straight from
+// global memory (the direct schedule, at a much lower rate). The plan takes whichever is
+// predicted faster: the copies at a large product, reading in place at a small one (the copies'
+// launches). An operand stored transposed is read in place.
+TEST(FusionMatMul, OddRowsAreCopiedIntoAPaddedPitch) {
+  FusionOptions own;
+  own.library_gemm = LibraryGemmUse::Never;
+  FusionOptions copy = own, in_place = own;
+  copy.schedule.pitch_copy = 1;
+  in_place.schedule.pitch_copy = 0;
+  for (int64_t m : {4096, 64}) {
+    SCOPED_TRACE(m);
+    Graph g("odd_rows");
+    output("c", matmul(input(g, "a", {m, 1001}, DType::BF16), input(g, "b", {1001, 515}, DType::BF16)));
+    const Kernel copied = plan_fusion(g, copy).kernels.at(0);
+    EXPECT_GT(copied.schedule.stages, 0);
+    EXPECT_EQ(copied.schedule.operand_pitch[0], 1008);
+    EXPECT_EQ(copied.schedule.operand_pitch[1], 520);
+    EXPECT_EQ(copied.cost.copy_bytes, (m * 1001 + m * 1008 + 1001 * 515 + 1001 * 520) * 2);
+    EXPECT_GT(copied.cost.copy_s, 0);
+    EXPECT_GT(copied.cost.predicted_s, copied.cost.copy_s + copied.cost.compute_s);
+    const Kernel direct = plan_fusion(g, in_place).kernels.at(0);
+    EXPECT_EQ(direct.schedule.stages, 0);
+    EXPECT_FALSE(direct.schedule.copies_operands());
+    EXPECT_EQ(direct.cost.copy_bytes, 0);
+    const Plan p = plan_fusion(g, own);
+    const Kernel& chosen = p.kernels.at(0);
+    EXPECT_EQ(chosen.cost.predicted_s, std::min(copied.cost.predicted_s, direct.cost.predicted_s));
+    EXPECT_EQ(chosen.schedule.copies_operands(), m == 4096);
+    if (m == 4096) {
+      const std::string report = plan_report_text(p);
+      EXPECT_NE(report.find("A copied first into rows of 1008 elements"), std::string::npos) << report;
+      EXPECT_NE(report.find("operand copies into a padded pitch first"), std::string::npos) << report;
+      const CompiledKernel c = compile_kernel(p.graph, chosen);
+      EXPECT_NE(c.ptx.find("cp.async"), std::string::npos);
+      if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, chosen.name).has_value());
+    }
+  }
+  Graph t("odd_rows_transposed");  // A stored [K, M] with M 255: its rows are M long
+  output("c", matmul(input(t, "a", {1001, 255}, DType::BF16), input(t, "b", {1001, 512}, DType::BF16),
+                     {true, false, std::nullopt}));
+  const Kernel tk = plan_fusion(t, copy).kernels.at(0);
+  EXPECT_FALSE(tk.schedule.copies_operands());
+  EXPECT_EQ(tk.schedule.stages, 0);
+}
+
 // A plan of one own-GEMM kernel whose two cuBLASLt options do not apply, each saying `why`.
 void expect_library_refused(const Plan& p, const std::string& why) {
   ASSERT_EQ(p.kernels.size(), 1u);

@@ -61,7 +61,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
-  int staged = 0, wgmma = 0;
+  int staged = 0, wgmma = 0, copied = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
            {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
@@ -90,15 +90,18 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
       o.schedule.gemm_wgmma = variant == 0 ? 1 : 0;
       o.schedule.stages = variant == 2 ? 0 : -1;
+      o.schedule.pitch_copy = variant == 2 ? -1 : 1;  // odd rows: the copies, where the schedule is staged
       Plan p = plan_fusion(g, o);
       EXPECT_EQ(p.kernels.size(), 1u);  // the epilogue fused
       wgmma += p.kernels[0].schedule.wgmma;
       staged += !p.kernels[0].schedule.wgmma && p.kernels[0].schedule.stages > 0;
+      copied += p.kernels[0].schedule.copies_operands();
       testing::check_on_gpu(p, seed);
     }
   }
   EXPECT_GE(wgmma, 5);   // the path most cases take by default
   EXPECT_GE(staged, 5);  // and mma.sync's, asked for
+  EXPECT_GE(copied, 4);  // odd rows copied into a padded pitch, on wgmma and on mma.sync
 }
 
 // The staged matmul's other tiles, depths and tile orders (the hints a sweep tries): every tile

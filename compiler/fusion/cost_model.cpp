@@ -269,10 +269,22 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
       const Shape v = aligned_shape(g, t, k);
       tile_operands |= t != m.operands[0] && t != m.operands[1] && view_spans_rows(v) && view_spans_cols(v);
     }
-    k.schedule = choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth,
-                                        m.transpose_a ? rows : depth, m.transpose_b ? depth : cols,
-                                        profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands,
-                                        hints);
+    const int64_t runs[2] = {m.transpose_a ? rows : depth, m.transpose_b ? depth : cols};
+    const bool row_major[2] = {!m.transpose_a, !m.transpose_b};
+    auto schedule = [&](const ScheduleHints& h) {
+      return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, row_major,
+                                    profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h);
+    };
+    k.schedule = schedule(hints);
+    if (k.schedule.copies_operands() && hints.pitch_copy == -1) {  // the copies against reading in place
+      Kernel in_place = k;
+      ScheduleHints h = hints;
+      h.pitch_copy = 0;
+      in_place.schedule = schedule(h);
+      estimate_cost(g, k, profile);
+      estimate_cost(g, in_place, profile);
+      if (in_place.cost.predicted_s < k.cost.predicted_s) k.schedule = in_place.schedule;
+    }
   } else if (k.kind == ScheduleKind::ColumnReduce) {
     auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), hints,
                                     profile, why);
@@ -440,11 +452,21 @@ double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p) {
 void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   const TileSchedule& s = k.schedule;
+  const Node& mm = g.node(contraction(g, k));
   for (NodeId t : k.inputs) c.bytes_read += tensor_bytes(g.node(t));
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
+  // An operand copied into a padded pitch first: the copy reads it and writes the padded rows,
+  // which the kernel then reads instead; each copy one more launch.
+  for (int i = 0; i < 2; ++i) {
+    if (s.operand_pitch[i] == 0) continue;
+    const Node& o = g.node(mm.operands[static_cast<size_t>(i)]);
+    const int64_t bytes = tensor_bytes(o), padded = bytes / o.shape.back() * s.operand_pitch[i];
+    c.copy_bytes += bytes + padded;
+    c.bytes_read += padded - bytes;
+    c.copy_s += static_cast<double>(bytes + padded) / p.pitch_copy_bytes_per_s + p.launch_s;
+  }
   c.flops = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
             static_cast<double>(s.k);
-  const Node& mm = g.node(contraction(g, k));
   const double epilogue = k.totals.instructions_per_element - instructions_per_element(g, mm);
   c.instructions = epilogue * static_cast<double>(num_elements(k.domain));
   const int threads = s.block_threads();
@@ -467,13 +489,13 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
                                           p.registers_per_sm / (regs_alloc * threads)}));
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
-  c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
+  c.memory_s = static_cast<double>(c.bytes_read + c.bytes_written) / p.hbm_bytes_per_s;
   // The tensor cores compute whole tiles: a product narrower than its tile pays for the padding.
   auto padded = [](int64_t x, int block) { return static_cast<double>((x + block - 1) / block * block); };
   const double tile_flops = 2.0 * static_cast<double>(s.batch) * padded(s.m, s.block_m) * padded(s.n, s.block_n) *
                             static_cast<double>(s.k);
   c.compute_s = tile_flops / matmul_flops_rate(s, p) + c.instructions / p.instructions_per_s;
-  c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
+  c.predicted_s = c.copy_s + std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 
 void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {

@@ -12,6 +12,9 @@ struct DeviceProfile {
   // Thread-instructions issued per second: 132 SMs × 4 schedulers × 32 lanes × 1.98 GHz.
   double instructions_per_s = 33.4e12;
   double bf16_matmul_flops = 777e12;  // cuBLAS bf16 8192³, measured
+  // cuBLASLt where a leading dimension is not a multiple of 8 elements (16 bytes), which its
+  // fast kernels need: 152.9 TFLOP/s measured at bf16 8191×4095×4097 (bench/NOTES.md, call 48eca17).
+  double bf16_matmul_unaligned_flops = 153e12;
   // tilefuse's own matmul on mma.sync, bf16 8192³, measured (bench/NOTES.md, matmul): operands
   // staged through shared memory, and fragments loaded straight from global memory.
   double mma_sync_flops = 356e12;
@@ -20,6 +23,10 @@ struct DeviceProfile {
   // 128×256 tiles taken 8 tile rows at a time), bf16 8192³, measured (bench/NOTES.md, "wgmma").
   double wgmma_flops = 634e12;
   bool wgmma = true;  // warpgroup MMA (sm_90a); false on a device without it
+  // A matrix copied between row pitches that are not 16-byte multiples (cuMemcpy2DAsync, a matmul
+  // operand into a padded pitch), bytes read + written: 1257–1387 GB/s measured for bf16
+  // [8191, 4097] and [4097, 4095] (bench/NOTES.md, "Odd matmul shapes").
+  double pitch_copy_bytes_per_s = 1300e9;
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
   double l2_bytes = 50e6;             // last-level cache a re-read can hit

@@ -655,6 +655,8 @@ void check_fusion_options(const FusionOptions& o) {
   positive("hbm_bytes_per_s", p.hbm_bytes_per_s);
   positive("instructions_per_s", p.instructions_per_s);
   positive("bf16_matmul_flops", p.bf16_matmul_flops);
+  positive("bf16_matmul_unaligned_flops", p.bf16_matmul_unaligned_flops);
+  positive("pitch_copy_bytes_per_s", p.pitch_copy_bytes_per_s);
   positive("mma_sync_flops", p.mma_sync_flops);
   positive("mma_sync_direct_flops", p.mma_sync_direct_flops);
   positive("wgmma_flops", p.wgmma_flops);

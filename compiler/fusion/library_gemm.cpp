@@ -15,6 +15,19 @@ namespace {
 
 int64_t tensor_bytes(const Node& n) { return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype)); }
 
+}  // namespace
+
+double library_flops_rate(const Graph& g, const Kernel& k, const DeviceProfile& p) {
+  const Node& mm = g.node(contraction(g, k));
+  const TileSchedule& s = k.schedule;
+  const int64_t runs[3] = {mm.transpose_a ? s.m : s.k, mm.transpose_b ? s.k : s.n, s.n};
+  for (int64_t r : runs)
+    if (r % 8 != 0) return p.bf16_matmul_unaligned_flops;
+  return p.bf16_matmul_flops;
+}
+
+namespace {
+
 // A library kernel's cost: its flops (the matmul schedule's extents) at the measured rate,
 // stretched by the last wave's empty SMs (tiles of 128×256, the shape cuBLAS takes for large bf16
 // GEMMs on the H200), or the bytes of what it reads and writes at copy bandwidth; plus a launch.
@@ -28,7 +41,7 @@ KernelCost library_cost(const Graph& g, const Kernel& l, const DeviceProfile& p)
   for (NodeId o : l.outputs) c.bytes_written += tensor_bytes(g.node(o));
   c.flops = 2.0 * static_cast<double>(s.batch * s.m * s.n) * static_cast<double>(s.k);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / (p.bf16_matmul_flops * fill);
+  c.compute_s = c.flops / (library_flops_rate(g, l, p) * fill);
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
   c.blocks_per_sm = 1;
   return c;
@@ -139,6 +152,7 @@ Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::opti
                       const DeviceProfile& p) {
   Kernel l = k;
   l.library = native ? *native : LibraryEpilogue::None;
+  l.schedule.operand_pitch[0] = l.schedule.operand_pitch[1] = 0;  // the library reads any leading dimension
   if (!native) {  // the product alone; the epilogue kernel reads it
     l.nodes = {mm.id};
     l.inputs.clear();

@@ -6,8 +6,9 @@
 //         GELU — cuBLASLt's GELU epilogue is the tanh form, so it cannot stand in for erf GELU);
 //   (iii) tilefuse's own GEMM with E fused (what the plan's kernel is).
 // The library's time is its measured throughput (DeviceProfile::bf16_matmul_flops, cuBLAS at
-// 8192³) over the shape's flops, with the tile waves the shape leaves partly empty, or its bytes
-// at copy bandwidth where those take longer.
+// 8192³; bf16_matmul_unaligned_flops where a leading dimension is not whole 16-byte chunks) over
+// the shape's flops, with the tile waves the shape leaves partly empty, or its bytes at copy
+// bandwidth where those take longer.
 #include <string>
 #include <vector>
 
@@ -21,5 +22,9 @@ namespace tilefuse {
 // and each choice says what that loses. Sets library_gemm_lost on the decisions that fused a
 // matmul into a kernel tilefuse generates.
 void price_library_gemm(Plan& plan);
+
+// The library's bf16 throughput for matmul kernel k: the unaligned rate where a leading
+// dimension of A, B or the product is not a multiple of 8 elements.
+double library_flops_rate(const Graph& g, const Kernel& k, const DeviceProfile& p);
 
 }  // namespace tilefuse

@@ -35,8 +35,12 @@ struct KernelCost {
   double busy_share = 1;
   double row_steps_s = 0;  // a persistent kernel's serial per-row work, summed over its rounds
   double flops = 0;  // a matmul's multiply-adds, two each
+  // A matmul's operands copied into a padded pitch before it (TileSchedule::operand_pitch): the
+  // bytes those copies read and write, and their time (part of predicted_s).
+  int64_t copy_bytes = 0;
+  double copy_s = 0;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
-  int64_t bytes() const { return bytes_read + bytes_written + reread_bytes; }
+  int64_t bytes() const { return bytes_read + bytes_written + reread_bytes + copy_bytes; }
 };
 
 // Sums over a kernel's nodes that its cost needs, kept so that a kernel grown by one producer is

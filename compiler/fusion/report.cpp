@@ -6,6 +6,7 @@
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/iteration_space.h"
+#include "compiler/fusion/library_gemm.h"
 #include "compiler/support/json.h"
 
 namespace tilefuse {
@@ -102,7 +103,8 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     s += fmt::format("    space    {}\n", iteration_space(g, k).str(g));
     if (k.library)
       s += fmt::format("    cuBLASLt GEMM, epilogue {}: no generated code; {:.3g} TFLOP at the library's {:.0f} TFLOP/s\n",
-                       library_epilogue_name(*k.library), k.cost.flops / 1e12, plan.options.profile.bf16_matmul_flops / 1e12);
+                       library_epilogue_name(*k.library), k.cost.flops / 1e12,
+                       library_flops_rate(g, k, plan.options.profile) / 1e12);
     else
       s += fmt::format("    {}\n", k.schedule.describe());
     if (k.kind == ScheduleKind::RowReduce) {
@@ -135,6 +137,9 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     else if (!k.library)
       s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
                        occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
+    if (k.cost.copy_bytes > 0)
+      s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
+                       bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));
     if (k.cost.busy_share < 1 && k.schedule.stages == 0)
       s += fmt::format("    {} blocks for {} SMs: at most {:.1f}% of the device's memory bandwidth\n", k.schedule.grid(),
                        plan.options.profile.sm_count, 100 * k.cost.busy_share);
@@ -261,7 +266,8 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("workspace_bytes", s.workspace_bytes());
     if (s.contracts)
       j.field("batch", s.batch).field("m", s.m).field("n", s.n).field("k", s.k).field("block_m", s.block_m)
-          .field("block_n", s.block_n).field("block_k", s.block_k).field("warps_m", s.warps_m).field("warps_n", s.warps_n);
+          .field("block_n", s.block_n).field("block_k", s.block_k).field("warps_m", s.warps_m).field("warps_n", s.warps_n)
+          .field("a_pitch", s.operand_pitch[0]).field("b_pitch", s.operand_pitch[1]);
     if (s.attention) j.field("heads_per_block", s.heads_per_block).field("kv_splits", s.kv_splits);
     j.end_object();
     j.field("bytes_read", k.cost.bytes_read)
@@ -274,6 +280,8 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("l2_reread_bytes", k.cost.l2_reread_bytes)
         .field("busy_share", k.cost.busy_share)
         .field("row_steps_s", k.cost.row_steps_s)
+        .field("copy_bytes", k.cost.copy_bytes)
+        .field("copy_s", k.cost.copy_s)
         .field("predicted_s", k.cost.predicted_s);
     auto it = measured.find(k.name);
     if (it != measured.end()) {

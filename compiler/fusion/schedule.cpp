@@ -70,13 +70,18 @@ std::string TileSchedule::describe() const {
                                            batch * m_blocks(), block_slots,
                                            kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
                              : ""));
+  std::string copies;
+  for (int i = 0; i < 2; ++i)
+    if (operand_pitch[i] > 0)
+      copies += fmt::format("; {} copied first into rows of {} elements (its rows of {} are not whole 16-byte chunks)",
+                            i == 0 ? "A" : "B", operand_pitch[i], i == 0 ? k : n);
   if (contracts && wgmma)
     return fmt::format(
         "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in steps of {} through {} "
         "shared-memory stages (cp.async, 128-byte swizzle; {} KiB each) read by wgmma, {} blocks{}",
         block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages, stage_bytes / 1024, grid(),
         batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "");
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + copies;
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
@@ -86,7 +91,7 @@ std::string TileSchedule::describe() const {
                                  stage_bytes / 1024)
                    : " loaded straight from global memory",
         grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "");
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + copies;
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   if (window)
@@ -108,10 +113,16 @@ static int wgmma_block_n(int64_t n, bool tile_operands) {
   return (n + 255) / 256 * 256 <= (n + 127) / 128 * 128 ? 256 : 128;
 }
 
-TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
-                                    bool wgmma, bool tile_operands, const ScheduleHints& hints) {
+TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
+                                    const bool row_major[2], bool wgmma, bool tile_operands,
+                                    const ScheduleHints& hints) {
   TileSchedule s;
   s.contracts = true;
+  // A run of whole 16-byte chunks as stored, or as copied into a padded pitch.
+  int64_t pitch[2] = {0, 0};
+  for (int i = 0; i < 2; ++i)
+    if (runs[i] % 8 != 0 && row_major[i] && hints.pitch_copy != 0 && hints.stages != 0) pitch[i] = (runs[i] + 7) / 8 * 8;
+  const int64_t a_run = pitch[0] ? pitch[0] : runs[0], b_run = pitch[1] ? pitch[1] : runs[1];
   // wgmma where its k loop has at least 3 steps of 64: at k 128 (attention's backward products
   // with their epilogues) the 4-stage pipeline never fills, and mma.sync measured faster (9.05
   // against 11.88 ms, 11.47 against 13.54; bench/NOTES.md).
@@ -137,6 +148,7 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   // wgmma's tiles 8 tile rows at a time: the blocks running at once share operand tiles in L2
   // (bf16 8192³: 634 TFLOP/s against 609 row by row, bench/NOTES.md "wgmma"; 16 measured better
   // in one call and worse in the next: "Fewer instructions per step").
+  if (s.stages > 0) std::copy(pitch, pitch + 2, s.operand_pitch);
   s.group = std::max(1, hints.gemm_group ? hints.gemm_group : s.wgmma ? 8 : 1);
   s.batch = batch;
   s.m = m;

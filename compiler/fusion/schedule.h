@@ -111,6 +111,11 @@ struct TileSchedule {
   // steps of 64 (one 128-byte swizzle panel per operand row). Attention: both products on wgmma,
   // Q and P as register operands, K and V from the rings.
   bool wgmma = false;
+  // Matmul operands (A, B) copied, before the kernel, into rows of this many elements — their
+  // own, then zeros — because their rows as stored are not whole 16-byte chunks, which the staged
+  // schedules copy (cp.async): the kernel reads the copy. 0: read in place.
+  int64_t operand_pitch[2] = {0, 0};
+  bool copies_operands() const { return operand_pitch[0] > 0 || operand_pitch[1] > 0; }
   int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
   int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
 
@@ -213,6 +218,11 @@ struct ScheduleHints {
   // warpgroups over one K/V ring: each key tile read once for twice the queries; one block per
   // SM); 0: the default (64).
   int attention_block_m = 0;
+  // Matmul operands whose rows are not whole 16-byte chunks (a K or N not a multiple of 8 in
+  // 16-bit): 1 copied first into a padded pitch so that the staged schedules can read them
+  // (TileSchedule::operand_pitch); 0 read in place by the direct schedule; -1 (the default)
+  // whichever the cost model predicts faster (the copies cost bytes and launches).
+  int pitch_copy = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -237,10 +247,13 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
 // where the rows allow, 128×128 block tiles of 2×4 warps, k in steps of 32 through a ring of
 // `stages` (3; the stages hint, at least 2) shared-memory tiles filled by cp.async and read by
 // ldmatrix; otherwise (or with stages 0) 64×64 tiles of 2×2 warps loading their fragments
-// straight from global memory, k in steps of 16. `a_run` and `b_run` are the operands'
-// contiguous extents (K or M for A, N or K for B, as they are stored).
-TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_run, int64_t b_run,
-                                    bool wgmma, bool tile_operands, const ScheduleHints& hints);
+// straight from global memory, k in steps of 16. `runs` are the operands' contiguous extents (K
+// or M for A, N or K for B, as they are stored); an operand whose run is not whole 16-byte chunks
+// but whose rows are its batches' rows (`row_major`) is copied into a padded pitch first
+// (TileSchedule::operand_pitch; the pitch_copy hint) where that lets the schedule be staged.
+TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
+                                    const bool row_major[2], bool wgmma, bool tile_operands,
+                                    const ScheduleHints& hints);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the

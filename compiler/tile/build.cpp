@@ -438,7 +438,9 @@ class MatMulProgram {
       for (size_t i = 0; i < 2; ++i) {
         if (id != mm_.operands[i]) continue;
         const int64_t rows = i == 0 ? s_.m : s_.k, cols = i == 0 ? s_.k : s_.n;
-        prm.view = {batches(i) * rows, cols};
+        // (An operand copied into a padded pitch first is read there: its columns past `cols`
+        // are zeros, and the other operand's rows or columns that meet them are masked.)
+        prm.view = {batches(i) * rows, s_.operand_pitch[i] > 0 ? s_.operand_pitch[i] : cols};
         prm.row_dims.clear();
         prm.row_view.clear();
         prm.col_major = i == 0 ? mm_.transpose_a : mm_.transpose_b;
