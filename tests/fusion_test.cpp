@@ -657,6 +657,39 @@ TEST(FusionMatMul, OddRowsAreCopiedIntoAPaddedPitch) {
   EXPECT_EQ(tk.schedule.stages, 0);
 }
 
+// A product of few rows is bound by streaming B: tiles of 16 rows (not 64 or 128 mostly padding)
+// and, where the tiles are too few to fill the device, k split over blocks whose partial products
+// meet in the workspace, summed by each tile's last block. The split's bytes are charged, and a
+// grid smaller than the device is charged its idle SMs.
+TEST(FusionMatMul, FewRowsStreamTheWeightsAndSplitK) {
+  FusionOptions own;
+  own.library_gemm = LibraryGemmUse::Never;
+  Graph g("m16");
+  output("c", matmul(input(g, "a", {16, 8192}, DType::BF16), input(g, "b", {8192, 8192}, DType::BF16)));
+  const Plan p = plan_fusion(g, own);
+  const Kernel& k = p.kernels.at(0);
+  const TileSchedule& s = k.schedule;
+  EXPECT_EQ(s.block_m, 16);
+  EXPECT_FALSE(s.wgmma);
+  EXPECT_GT(s.k_splits, 1);
+  EXPECT_GE(s.grid(), 2 * own.profile.sm_count);
+  EXPECT_GE(s.k_steps_per_split(), 8);
+  EXPECT_EQ(s.workspace_bytes(), (s.k_splits * 16 * 8192 + s.n_blocks()) * 4);
+  EXPECT_EQ(k.cost.bytes_written, 16 * 8192 * 2 + s.k_splits * 16 * 8192 * 4);
+  EXPECT_NE(plan_report_text(p).find("k split"), std::string::npos);
+  const CompiledKernel c = compile_kernel(p.graph, k);
+  EXPECT_NE(c.ptx.find("atom.global"), std::string::npos) << "the tile's blocks count in";
+  EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+
+  FusionOptions whole = own;
+  whole.schedule.gemm_k_splits = 1;
+  const Kernel one = plan_fusion(g, whole).kernels.at(0);
+  EXPECT_EQ(one.schedule.k_splits, 1);
+  EXPECT_LT(one.cost.busy_share, 1);  // 64 tiles for 132 SMs
+  EXPECT_GT(one.cost.predicted_s, k.cost.predicted_s);
+}
+
 // A plan of one own-GEMM kernel whose two cuBLASLt options do not apply, each saying `why`.
 void expect_library_refused(const Plan& p, const std::string& why) {
   ASSERT_EQ(p.kernels.size(), 1u);

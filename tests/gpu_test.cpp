@@ -61,7 +61,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
-  int staged = 0, wgmma = 0, copied = 0;
+  int staged = 0, wgmma = 0, copied = 0, split = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
            {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
@@ -74,6 +74,11 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
            {"f32_product", DType::BF16, {64, 304}, {304, 64}, {false, false, DType::F32}, true},
            {"partially_broadcast_b", DType::BF16, {2, 3, 40, 32}, {1, 3, 32, 24}, {}, false},
            {"partially_broadcast_a_transposed", DType::F16, {2, 1, 32, 20}, {2, 3, 32, 48}, {true, false, std::nullopt}, true},
+           // Few rows: B streamed, k split over blocks, the last of a tile's blocks summing the
+           // partials and running the epilogue (the last k range shorter, K not a multiple of 32).
+           {"m1_split_k", DType::BF16, {1, 2048}, {2048, 1000}, {}, true},
+           {"m16_batched_split_k", DType::BF16, {2, 16, 1024}, {1024, 520}, {}, true},
+           {"m40_split_k", DType::F16, {40, 3000}, {3000, 256}, {}, false},
        }) {
     Graph g(std::string("mm_") + c.name);
     Tensor y = matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), c.options);
@@ -96,12 +101,14 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       wgmma += p.kernels[0].schedule.wgmma;
       staged += !p.kernels[0].schedule.wgmma && p.kernels[0].schedule.stages > 0;
       copied += p.kernels[0].schedule.copies_operands();
+      split += p.kernels[0].schedule.k_splits > 1;
       testing::check_on_gpu(p, seed);
     }
   }
   EXPECT_GE(wgmma, 5);   // the path most cases take by default
   EXPECT_GE(staged, 5);  // and mma.sync's, asked for
   EXPECT_GE(copied, 4);  // odd rows copied into a padded pitch, on wgmma and on mma.sync
+  EXPECT_GE(split, 6);   // split-K, on wgmma and on mma.sync
 }
 
 // The staged matmul's other tiles, depths and tile orders (the hints a sweep tries): every tile

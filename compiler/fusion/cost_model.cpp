@@ -273,7 +273,8 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     const bool row_major[2] = {!m.transpose_a, !m.transpose_b};
     auto schedule = [&](const ScheduleHints& h) {
       return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, row_major,
-                                    profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h);
+                                    profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h,
+                                    profile.sm_count);
     };
     k.schedule = schedule(hints);
     if (k.schedule.copies_operands() && hints.pitch_copy == -1) {  // the copies against reading in place
@@ -465,6 +466,12 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     c.bytes_read += padded - bytes;
     c.copy_s += static_cast<double>(bytes + padded) / p.pitch_copy_bytes_per_s + p.launch_s;
   }
+  // Split-K: each range's f32 partial product written, and read back by the tile's last block.
+  if (s.k_splits > 1) {
+    const int64_t partials = s.k_splits * s.batch * s.m * s.n * 4;
+    c.bytes_written += partials;
+    c.bytes_read += partials;
+  }
   c.flops = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
             static_cast<double>(s.k);
   const double epilogue = k.totals.instructions_per_element - instructions_per_element(g, mm);
@@ -489,7 +496,9 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
                                           p.registers_per_sm / (regs_alloc * threads)}));
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
-  c.memory_s = static_cast<double>(c.bytes_read + c.bytes_written) / p.hbm_bytes_per_s;
+  // A grid of fewer blocks than SMs draws on their share of the bandwidth only.
+  c.busy_share = std::min(1.0, static_cast<double>(s.grid()) / p.sm_count);
+  c.memory_s = static_cast<double>(c.bytes_read + c.bytes_written) / (p.hbm_bytes_per_s * c.busy_share);
   // The tensor cores compute whole tiles: a product narrower than its tile pays for the padding.
   auto padded = [](int64_t x, int block) { return static_cast<double>((x + block - 1) / block * block); };
   const double tile_flops = 2.0 * static_cast<double>(s.batch) * padded(s.m, s.block_m) * padded(s.n, s.block_n) *

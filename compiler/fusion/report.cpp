@@ -140,7 +140,7 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     if (k.cost.copy_bytes > 0)
       s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
                        bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));
-    if (k.cost.busy_share < 1 && k.schedule.stages == 0)
+    if (k.cost.busy_share < 1 && (k.schedule.stages == 0 || k.schedule.contracts))
       s += fmt::format("    {} blocks for {} SMs: at most {:.1f}% of the device's memory bandwidth\n", k.schedule.grid(),
                        plan.options.profile.sm_count, 100 * k.cost.busy_share);
     else if (k.cost.busy_share < 1)

@@ -75,6 +75,10 @@ std::string TileSchedule::describe() const {
     if (operand_pitch[i] > 0)
       copies += fmt::format("; {} copied first into rows of {} elements (its rows of {} are not whole 16-byte chunks)",
                             i == 0 ? "A" : "B", operand_pitch[i], i == 0 ? k : n);
+  if (k_splits > 1)
+    copies += fmt::format("; k split {} ways ({} steps each): each block's partial product stored in the workspace, "
+                          "summed by the last block of its tile, which runs the epilogue",
+                          k_splits, k_steps_per_split());
   if (contracts && wgmma)
     return fmt::format(
         "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in steps of {} through {} "
@@ -115,7 +119,7 @@ static int wgmma_block_n(int64_t n, bool tile_operands) {
 
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
                                     const bool row_major[2], bool wgmma, bool tile_operands,
-                                    const ScheduleHints& hints) {
+                                    const ScheduleHints& hints, int sm_count) {
   TileSchedule s;
   s.contracts = true;
   // A run of whole 16-byte chunks as stored, or as copied into a padded pitch.
@@ -126,8 +130,18 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   // wgmma where its k loop has at least 3 steps of 64: at k 128 (attention's backward products
   // with their epilogues) the 4-stage pipeline never fills, and mma.sync measured faster (9.05
   // against 11.88 ms, 11.47 against 13.54; bench/NOTES.md).
-  if (wgmma && hints.gemm_wgmma != 0 && hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0 &&
-      (k > 128 || hints.gemm_wgmma == 1)) {
+  const bool staged = hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0;
+  if (staged && m <= 64 && hints.gemm_wgmma != 1 && !hints.gemm_block_m && !hints.gemm_block_n) {
+    // Few rows: B streamed through 128-column tiles, the rows rounded up to 16, 32 or 64 (no
+    // tile of 128 rows mostly padding), four warps across the columns.
+    s.block_m = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    s.block_n = 128;
+    s.block_k = 32;
+    s.warps_m = s.block_m == 64 ? 2 : 1;
+    s.warps_n = 4;
+    s.stages = hints.stages > 0 ? std::max(2, hints.stages) : 4;
+    s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
+  } else if (wgmma && hints.gemm_wgmma != 0 && staged && (k > 128 || hints.gemm_wgmma == 1)) {
     s.wgmma = true;
     s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : m <= 64 ? 64 : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : wgmma_block_n(n, tile_operands);
@@ -136,7 +150,7 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.warps_n = 1;
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
     s.stages = hints.stages > 0 ? std::max(3, hints.stages) : std::min<int>(4, static_cast<int>(227 * 1024 / s.stage_bytes));
-  } else if (hints.stages != 0 && a_run % 8 == 0 && b_run % 8 == 0) {
+  } else if (staged) {
     s.block_m = hints.gemm_block_m ? hints.gemm_block_m : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : 128;
     s.block_k = 32;
@@ -158,6 +172,15 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   s.rows = batch * m;
   s.cols = n;
   s.threads_per_row = 32 * s.warps_m * s.warps_n;
+  // Split-K where the tiles would not fill the SMs twice: the fewest ranges (a power of two) that
+  // do, each at least 8 steps long.
+  const int64_t tiles = s.batch * s.m_blocks() * s.n_blocks();
+  if (hints.gemm_k_splits > 1 && s.stages > 0) {
+    s.k_splits = std::min<int64_t>(hints.gemm_k_splits, s.k_steps());
+  } else if (hints.gemm_k_splits == 0 && s.stages > 0) {
+    while (tiles * s.k_splits < 2 * int64_t{sm_count} && s.k_steps() >= 16 * s.k_splits) s.k_splits *= 2;
+  }
+  s.k_splits = (s.k_steps() + s.k_steps_per_split() - 1) / s.k_steps_per_split();  // no empty range
   return s;
 }
 

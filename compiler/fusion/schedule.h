@@ -116,6 +116,12 @@ struct TileSchedule {
   // schedules copy (cp.async): the kernel reads the copy. 0: read in place.
   int64_t operand_pitch[2] = {0, 0};
   bool copies_operands() const { return operand_pitch[0] > 0 || operand_pitch[1] > 0; }
+  // Matmul split-K: each tile's k steps split into k_splits ranges of k_steps_per_split steps
+  // (the last may be shorter), a block each; each block stores its f32 partial product in the
+  // workspace, and the last of a tile's blocks to arrive sums them and runs the epilogue.
+  int64_t k_splits = 1;
+  int64_t k_steps() const { return (k + block_k - 1) / block_k; }
+  int64_t k_steps_per_split() const { return (k_steps() + k_splits - 1) / k_splits; }
   int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
   int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
 
@@ -131,7 +137,7 @@ struct TileSchedule {
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
     if (attention) return batch * m_blocks() * kv_splits;
-    if (contracts) return batch * m_blocks() * n_blocks();
+    if (contracts) return batch * m_blocks() * n_blocks() * k_splits;
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
@@ -143,6 +149,8 @@ struct TileSchedule {
   int64_t workspace_bytes() const {
     if (attention && kv_splits > 1)  // each split's rows of O (its padded width), m and l; a counter per tile
       return (kv_splits * batch * m * (padded_head_dim(k) + 2) + batch * m_blocks()) * 4;
+    if (contracts && k_splits > 1)  // each split's partial product; a counter per tile
+      return (k_splits * batch * m * n + batch * m_blocks() * n_blocks()) * 4;
     if (reduces_columns)
       return split_blocks > 1 ? (partial_sums * outer * split_blocks * cols + outer * col_blocks()) * 4 : 0;
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
@@ -151,7 +159,9 @@ struct TileSchedule {
   // Whether a row or column index (up to the tiles' padded extent) can pass 2^31 − 1: codegen
   // then computes element indices in 64 bits (else 32, which is cheaper).
   bool wide_indices() const {
-    if (contracts) return batch * std::max(m, k) + block_m + block_k > INT32_MAX || n + block_n > INT32_MAX;
+    if (contracts)
+      return batch * std::max(m, k) + block_m + block_k > INT32_MAX || n + block_n > INT32_MAX ||
+             k_splits * batch * m * n > INT32_MAX;
     return outer * (row_blocks() * tile_rows()) > INT32_MAX || col_blocks() * tile_cols() > INT32_MAX ||
            int64_t{partial_sums} * outer * split_blocks * cols > INT32_MAX;
   }
@@ -223,6 +233,9 @@ struct ScheduleHints {
   // (TileSchedule::operand_pitch); 0 read in place by the direct schedule; -1 (the default)
   // whichever the cost model predicts faster (the copies cost bytes and launches).
   int pitch_copy = -1;
+  // Matmul split-K (TileSchedule::k_splits, staged schedules): 0 (the default) where the tiles
+  // leave the device idle; 1 never; n > 1: n ranges (at most one per k step).
+  int gemm_k_splits = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -251,9 +264,13 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
 // or M for A, N or K for B, as they are stored); an operand whose run is not whole 16-byte chunks
 // but whose rows are its batches' rows (`row_major`) is copied into a padded pitch first
 // (TileSchedule::operand_pitch; the pitch_copy hint) where that lets the schedule be staged.
+// A product of few rows (m ≤ 64: memory-bound whatever the schedule) streams B on mma.sync
+// tiles of m rounded up to 16, 32 or 64 rows by 128 columns, staged four steps deep. Where the tiles are
+// too few to fill the device's `sm_count` SMs twice over, k is split (TileSchedule::k_splits;
+// the gemm_k_splits hint) into ranges of at least 8 steps.
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
                                     const bool row_major[2], bool wgmma, bool tile_operands,
-                                    const ScheduleHints& hints);
+                                    const ScheduleHints& hints, int sm_count);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the

@@ -366,8 +366,10 @@ class MatMulProgram {
     add_params();
     Builder b(p_, p_.body);
     const int pid = b.program_id(0);
+    // Split-K: consecutive blocks take one tile's k ranges.
+    const int tile = split_k() ? b.div(pid, b.index(s_.k_splits)) : pid;
     int batch, mt, nt;
-    tile_of(b, pid, &batch, &mt, &nt);
+    tile_of(b, tile, &batch, &mt, &nt);
     n0_ = b.mul(nt, b.index(s_.block_n));
     zero_ = b.index(0);
     first_row_ = b.mul(batch, b.index(s_.m));
@@ -376,10 +378,30 @@ class MatMulProgram {
     a_batch_ = operand_batch(b, 0, batch);
     const int k0 = b.mul(operand_batch(b, 1, batch), b.index(s_.k));
     std::map<NodeId, int> value;
-    // The product rounded to its dtype, as an unfused matmul would write it.
-    const int acc = product(b, k0);
-    value[mm_.id] = mm_.dtype == DType::F32 ? acc : b.compute(Op::Cast, {acc}, mm_.dtype);
-    epilogue(b, value);
+    if (!split_k()) {
+      k_first_ = zero_;
+      k_steps_ = b.index(s_.k_steps());
+      const int acc = product(b, k0);
+      finish(b, acc, value);
+    } else {
+      // This block's k range: steps [first, first + steps), the last range shorter.
+      const int split = b.rem(pid, b.index(s_.k_splits));
+      k_first_ = b.mul(split, b.index(s_.k_steps_per_split()));
+      k_steps_ = b.min(b.index(s_.k_steps_per_split()), b.sub(b.index(s_.k_steps()), k_first_));
+      k_end_ = b.min(b.mul(b.add(k_first_, k_steps_), b.index(s_.block_k)), b.index(s_.k));
+      const int acc = product(b, k0);
+      store_partial(b, split, acc);
+      b.when(b.last_arrival(workspace_, tile, b.index(s_.k_splits)), [&](Builder& in) {
+        const int one = in.index(1);
+        const int sum = in.for_loop(one, in.index(s_.k_splits), one, {load_partial(in, zero_)},
+                                    [&](Builder& l, int sp, const std::vector<int>& c) {
+                                      return std::vector<int>{
+                                          l.compute(Op::Add, {c[0], load_partial(l, sp)}, DType::F32)};
+                                    })[0];
+        finish(in, sum, value);
+        in.reset_count(workspace_, tile);
+      });
+    }
     verify_program(p_);
     return std::move(p_);
   }
@@ -405,6 +427,29 @@ class MatMulProgram {
     const int local = b.rem(t, per_group);
     *mt = b.add(first, b.rem(local, rows));
     *nt = b.div(local, rows);
+  }
+
+  // The product rounded to its dtype, as an unfused matmul would write it; the epilogue on it.
+  void finish(Builder& b, int acc, std::map<NodeId, int>& value) {
+    value[mm_.id] = mm_.dtype == DType::F32 ? acc : b.compute(Op::Cast, {acc}, mm_.dtype);
+    epilogue(b, value);
+  }
+
+  // Split-K: the partial product of range `split` at its rows of the workspace ([splits · batch
+  // · M, N] f32).
+  bool split_k() const { return s_.k_splits > 1; }
+  std::vector<int> partial_rows(Builder& b, int split) {
+    const int base = b.mul(split, b.index(s_.batch * s_.m));
+    return {b.add(base, row0_), b.add(base, row_end_)};
+  }
+  void store_partial(Builder& b, int split, int acc) {
+    const std::vector<int> rows = partial_rows(b, split);
+    b.store(workspace_, {rows[0], n0_}, acc, {true, cols_masked()}, {rows[1], -1});
+  }
+  int load_partial(Builder& b, int split) {
+    const std::vector<int> rows = partial_rows(b, split);
+    return b.load(workspace_, {rows[0], n0_}, {s_.block_m, s_.block_n}, {true, cols_masked()}, {rows[1], -1},
+                  Frag::Acc);
   }
 
   bool rows_masked() const { return s_.m % s_.block_m != 0; }
@@ -454,6 +499,14 @@ class MatMulProgram {
       param_[id] = static_cast<int>(p_.params.size());
       p_.params.push_back(param_of(g_, id, true, aligned_shape(g_, id, k_), domain));
     }
+    if (split_k()) {  // each k range's partial product, then a counter per tile
+      Param ws;
+      ws.name = "workspace";
+      ws.view = {s_.k_splits * s_.batch * s_.m, s_.n};
+      ws.workspace = true;
+      workspace_ = static_cast<int>(p_.params.size());
+      p_.params.push_back(ws);
+    }
   }
 
   // The K loop: the accumulator tile after every step.
@@ -464,16 +517,17 @@ class MatMulProgram {
 
   // The operands' tiles of step kt copied into stage `stage` of the rings, one group (the
   // bounds from ring_bounds).
+  // Under split-K the steps count from the block's first, and the copies stop at its range's end.
   void copy_step(Builder& in, int kt, int stage, int k0) {
-    const int kk = in.mul(kt, step_);
-    in.copy_async(operand_param_[0], {a_first_, kk}, 0, stage, {rows_masked(), true}, {a_last_, -1});
+    const int kk = in.mul(split_k() ? in.add(k_first_, kt) : kt, step_);
+    in.copy_async(operand_param_[0], {a_first_, kk}, 0, stage, {rows_masked(), true}, {a_last_, split_k() ? k_end_ : -1});
     in.copy_async(operand_param_[1], {in.add(k0, kk), n0_}, 1, stage, {true, cols_masked()}, {b_last_, -1});
     in.commit_group();
   }
   void ring_bounds(Builder& b, int k0) {
     a_first_ = a_rows0(b);
     a_last_ = a_end(b);
-    b_last_ = b.add(k0, b.index(s_.k));
+    b_last_ = b.add(k0, split_k() ? k_end_ : b.index(s_.k));
     step_ = b.index(s_.block_k);
   }
 
@@ -490,7 +544,7 @@ class MatMulProgram {
     ring_bounds(b, k0);
     const int ring_stages = b.index(stages);
     for (int st = 0; st < ahead; ++st) copy_step(b, b.index(st), b.index(st), k0);
-    const int steps = b.index((s_.k + s_.block_k - 1) / s_.block_k);
+    const int steps = k_steps_;
     const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
     const int out = b.for_loop(zero_, steps, b.index(1), {acc}, [&](Builder& in, int kt, const std::vector<int>& c) {
       in.wait_group(ahead - 1);
@@ -518,7 +572,7 @@ class MatMulProgram {
     ring_bounds(b, k0);
     const int ring_stages = b.index(stages);
     for (int st = 0; st + 1 < stages; ++st) copy_step(b, b.index(st), b.index(st), k0);
-    const int steps = b.index((s_.k + s_.block_k - 1) / s_.block_k);
+    const int steps = k_steps_;
     const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
     const int out = b.for_loop(zero_, steps, b.index(1), {acc}, [&](Builder& in, int kt, const std::vector<int>& c) {
       in.wait_group(stages - 2);
@@ -608,6 +662,8 @@ class MatMulProgram {
   int operand_param_[2] = {-1, -1};
   int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, a_batch_ = -1;
   int a_first_ = -1, a_last_ = -1, b_last_ = -1, step_ = -1;  // ring_bounds
+  // The block's k steps (split-K: its range's first, count and end in elements), the workspace.
+  int k_first_ = -1, k_steps_ = -1, k_end_ = -1, workspace_ = -1;
 };
 
 }  // namespace

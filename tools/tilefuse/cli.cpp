@@ -120,6 +120,9 @@ common options:
                                padded pitch before the kernel, which then runs staged; 0 reads
                                it in place (the direct schedule); auto (the default): whichever
                                the cost model predicts faster
+  --k-splits N|auto            schedule override: a staged matmul's k steps split into N ranges,
+                               a block each, summed by the last block of each tile (1: none;
+                               auto, the default: where the tiles leave SMs idle)
   --gemm-group G               schedule override: matmul blocks take their tiles G tile rows at
                                a time (operand tiles shared in L2 by the blocks running at once;
                                default 8 on wgmma)
@@ -144,7 +147,7 @@ struct Args {
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1;
+      gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -213,7 +216,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
-                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy};
+                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -289,7 +292,10 @@ Args parse(int argc, char** argv) {
       a.window = parse_int(s, value(), 0, 1);
     else if (s == "--wgmma")
       a.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
-    else if (s == "--pitch-copy")
+    else if (s == "--k-splits") {
+      const std::string v = value();
+      a.k_splits = v == "auto" ? 0 : parse_int(s, v, 1, 4096);
+    } else if (s == "--pitch-copy")
       a.pitch_copy = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-wgmma")
       a.attention_wgmma = parse_int(s, value(), 0, 1);
