@@ -463,14 +463,12 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     const Node& o = g.node(mm.operands[static_cast<size_t>(i)]);
     const int64_t bytes = tensor_bytes(o), padded = bytes / o.shape.back() * s.operand_pitch[i];
     c.copy_bytes += bytes + padded;
-    c.bytes_read += padded - bytes;
+    c.scratch_bytes += padded - bytes;
     c.copy_s += static_cast<double>(bytes + padded) / p.pitch_copy_bytes_per_s + p.launch_s;
   }
   // Split-K: each range's f32 partial product written, and read back by the tile's last block.
   if (s.k_splits > 1) {
-    const int64_t partials = s.k_splits * s.batch * s.m * s.n * 4;
-    c.bytes_written += partials;
-    c.bytes_read += partials;
+    c.scratch_bytes += 2 * s.k_splits * s.batch * s.m * s.n * 4;
   }
   c.flops = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
             static_cast<double>(s.k);
@@ -498,7 +496,8 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
   // A grid of fewer blocks than SMs draws on their share of the bandwidth only.
   c.busy_share = std::min(1.0, static_cast<double>(s.grid()) / p.sm_count);
-  c.memory_s = static_cast<double>(c.bytes_read + c.bytes_written) / (p.hbm_bytes_per_s * c.busy_share);
+  c.memory_s =
+      static_cast<double>(c.bytes_read + c.bytes_written + c.scratch_bytes) / (p.hbm_bytes_per_s * c.busy_share);
   // The tensor cores compute whole tiles: a product narrower than its tile pays for the padding.
   auto padded = [](int64_t x, int block) { return static_cast<double>((x + block - 1) / block * block); };
   const double tile_flops = 2.0 * static_cast<double>(s.batch) * padded(s.m, s.block_m) * padded(s.n, s.block_n) *

@@ -39,8 +39,11 @@ struct KernelCost {
   // bytes those copies read and write, and their time (part of predicted_s).
   int64_t copy_bytes = 0;
   double copy_s = 0;
+  // Memory traffic beyond the tensors': split-K's partial products written to the workspace and
+  // read back, and the padded columns of operands read from their copies.
+  int64_t scratch_bytes = 0;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
-  int64_t bytes() const { return bytes_read + bytes_written + reread_bytes + copy_bytes; }
+  int64_t bytes() const { return bytes_read + bytes_written + reread_bytes + copy_bytes + scratch_bytes; }
 };
 
 // Sums over a kernel's nodes that its cost needs, kept so that a kernel grown by one producer is

@@ -282,6 +282,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("row_steps_s", k.cost.row_steps_s)
         .field("copy_bytes", k.cost.copy_bytes)
         .field("copy_s", k.cost.copy_s)
+        .field("scratch_bytes", k.cost.scratch_bytes)
         .field("predicted_s", k.cost.predicted_s);
     auto it = measured.find(k.name);
     if (it != measured.end()) {
