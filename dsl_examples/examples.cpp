@@ -81,6 +81,9 @@ const std::vector<Example>& examples() {
        [] { return matmul_graph("matmul_m16", 16, 8192, 8192, false); }, "matmul"},
       {"matmul_bias_gelu", "gelu(a · b + bias) in bf16, a [8192, 4096], b [4096, 8192]: the epilogue fused",
        [] { return matmul_graph("matmul_bias_gelu", 8192, 8192, 4096, true); }},
+      {"matmul_bias_gelu_k1024", "gelu(a · b + bias) in bf16, a [16384, 1024], b [1024, 4096]: exact GELU fused, "
+       "against cuBLASLt's tanh-GELU epilogue",
+       [] { return matmul_graph("matmul_bias_gelu_k1024", 16384, 4096, 1024, true); }, "matmul_bias_gelu"},
       {"attention", "softmax(q·kᵀ/√d)·v, q, k, v bf16[4, 16, 4096, 128]: one kernel over the keys, no scores written",
        [] { return attention_graph("attention", 4, 16, 4096, 128, false); }},
       {"attention_causal", "causal softmax(q·kᵀ/√d)·v, bf16[4, 16, 4096, 128]: the mask from iotas, key tiles past "

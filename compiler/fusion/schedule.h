@@ -265,8 +265,8 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
 // but whose rows are its batches' rows (`row_major`) is copied into a padded pitch first
 // (TileSchedule::operand_pitch; the pitch_copy hint) where that lets the schedule be staged.
 // A product of few rows (m ≤ 64: memory-bound whatever the schedule) streams B on mma.sync
-// tiles of m rounded up to 16, 32 or 64 rows by 128 columns, staged four steps deep. Where the tiles are
-// too few to fill the device's `sm_count` SMs twice over, k is split (TileSchedule::k_splits;
+// tiles of m rounded up to 16, 32 or 64 rows by 128 columns, staged four steps deep. Where the
+// tiles are too few to fill the device's `sm_count` SMs, k is split (TileSchedule::k_splits;
 // the gemm_k_splits hint) into ranges of at least 8 steps.
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
                                     const bool row_major[2], bool wgmma, bool tile_operands,
