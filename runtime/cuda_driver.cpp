@@ -24,7 +24,7 @@ namespace {
   X(cuDeviceGetName)                                                                                         \
   X(cuDeviceGetAttribute)                                                                                    \
   X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc_v2) \
-      X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemcpy2DAsync_v2) X(cuMemsetD8_v2)         \
+      X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2)         \
           X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuModuleLoadDataEx) X(cuModuleGetFunction) X(cuModuleUnload) \
               X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)                \
                   X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord)             \
@@ -489,23 +489,6 @@ void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstr
   if (bytes == 0) return;
   check(a.cuMemcpyDtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoDAsync_v2",
         std::to_string(bytes) + " bytes");
-}
-
-void copy_rows(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t row_bytes, size_t rows,
-               CUstream stream) {
-  const Api& a = ready();
-  if (row_bytes == 0 || rows == 0) return;
-  CUDA_MEMCPY2D p{};
-  p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  p.srcDevice = src;
-  p.srcPitch = src_pitch;
-  p.dstDevice = dst;
-  p.dstPitch = dst_pitch;
-  p.WidthInBytes = row_bytes;
-  p.Height = rows;
-  check(a.cuMemcpy2DAsync_v2(&p, stream), "cuMemcpy2DAsync_v2",
-        std::to_string(rows) + " rows of " + std::to_string(row_bytes) + " bytes, pitch " + std::to_string(src_pitch) +
-            " to " + std::to_string(dst_pitch));
 }
 
 }  // namespace tilefuse::cuda

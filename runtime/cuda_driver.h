@@ -148,10 +148,6 @@ int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_b
                    const std::string& what);
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
-// `rows` rows of `row_bytes` bytes each from rows `src_pitch` bytes apart into rows `dst_pitch`
-// bytes apart (asynchronously on `stream`).
-void copy_rows(CUdeviceptr dst, size_t dst_pitch, CUdeviceptr src, size_t src_pitch, size_t row_bytes, size_t rows,
-               CUstream stream);
 // `bytes` of `width`-byte elements (1, 2 or 4) set to `pattern`, on `stream`.
 void fill_async(CUdeviceptr dst, size_t bytes, unsigned width, uint32_t pattern, CUstream stream);
 // Waits for `stream`; its asynchronous kernel faults surface here.

@@ -6,22 +6,28 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "compiler/support/error.h"
 #include "compiler/support/trace.h"
 #include "compiler/fusion/cost_model.h"
+#include "compiler/tile/pitch_copy.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
 
 namespace tilefuse {
 
 // A matmul operand copied into a padded pitch before each launch of its kernel
-// (TileSchedule::operand_pitch), the kernel reading the copy.
+// (TileSchedule::operand_pitch; the copy kernel compiler/tile/pitch_copy.h), the kernel reading
+// the copy.
 struct PitchCopy {
   size_t input;  // into Kernel::inputs
-  size_t rows, row_bytes, pitch_bytes;
-  cuda::DeviceBuffer rows_padded;  // zeroed once: the padding stays zero
+  std::string name;
+  std::optional<cuda::Module> module;
+  CUfunction copy = nullptr;
+  uint64_t grid = 0;
+  cuda::DeviceBuffer rows_padded;
 };
 
 struct Executable::Device {
@@ -38,8 +44,9 @@ struct Executable::Device {
   std::vector<std::vector<PitchCopy>> pitch_copies;
 };
 
-// Kernel k's operand copies (TileSchedule::operand_pitch), their buffers zeroed.
-static std::vector<PitchCopy> pitch_copies_of(const Graph& g, const Kernel& k) {
+// Kernel k's operand copies (TileSchedule::operand_pitch): their kernels compiled and loaded,
+// their buffers allocated.
+static std::vector<PitchCopy> pitch_copies_of(const Graph& g, const Kernel& k, const CodegenOptions& options) {
   std::vector<PitchCopy> copies;
   if (k.library || !k.schedule.copies_operands()) return copies;
   const Node& mm = g.node(contraction(g, k));
@@ -47,11 +54,16 @@ static std::vector<PitchCopy> pitch_copies_of(const Graph& g, const Kernel& k) {
     const int64_t pitch = k.schedule.operand_pitch[i];
     if (pitch == 0 || (i == 1 && mm.operands[1] == mm.operands[0])) continue;
     const Node& o = g.node(mm.operands[i]);
-    const size_t input = static_cast<size_t>(std::find(k.inputs.begin(), k.inputs.end(), o.id) - k.inputs.begin());
-    const size_t es = dtype_size(o.dtype), rows = static_cast<size_t>(num_elements(o.shape) / o.shape.back());
-    PitchCopy c{input, rows, static_cast<size_t>(o.shape.back()) * es, static_cast<size_t>(pitch) * es,
-                cuda::DeviceBuffer(rows * pitch * es)};
-    c.rows_padded.fill_u8(0);
+    PitchCopy c;
+    c.input = static_cast<size_t>(std::find(k.inputs.begin(), k.inputs.end(), o.id) - k.inputs.begin());
+    c.name = fmt::format("{}_copy_{}", k.name, i == 0 ? "a" : "b");
+    const int64_t rows = num_elements(o.shape) / o.shape.back();
+    const std::string ptx =
+        program_ptx(tir::pitch_copy_program(c.name, o.dtype, rows, o.shape.back(), pitch), options);
+    c.module = cuda::Module::load_ptx(ptx, c.name);
+    c.copy = c.module->function(c.name);
+    c.grid = static_cast<uint64_t>(tir::pitch_copy_blocks(rows, pitch));
+    c.rows_padded = cuda::DeviceBuffer(static_cast<size_t>(rows * pitch) * dtype_size(o.dtype));
     copies.push_back(std::move(c));
   }
   return copies;
@@ -132,7 +144,7 @@ void Executable::load() {
     dev->workspace.emplace_back(c.workspace_bytes);
     if (c.workspace_bytes > 0) dev->workspace.back().fill_u8(0);
     dev->epoch.push_back(0);
-    dev->pitch_copies.push_back(pitch_copies_of(plan_.graph, plan_.kernels[i]));
+    dev->pitch_copies.push_back(pitch_copies_of(plan_.graph, plan_.kernels[i], options_));
   }
   // Intermediates here; graph inputs and outputs when a host run first needs them (a run on
   // device memory uses the caller's).
@@ -217,7 +229,10 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     std::vector<CUdeviceptr> ptrs;
     for (NodeId n : k.inputs) ptrs.push_back(address(n));
     for (PitchCopy& c : dev_->pitch_copies[i]) {
-      cuda::copy_rows(c.rows_padded.ptr(), c.pitch_bytes, ptrs[c.input], c.row_bytes, c.row_bytes, c.rows, stream);
+      CUdeviceptr copy_args[2] = {ptrs[c.input], c.rows_padded.ptr()};
+      void* args[2] = {&copy_args[0], &copy_args[1]};
+      cuda::launch(c.copy, {static_cast<unsigned>(c.grid), 1, 1}, {tir::kPitchCopyThreads, 1, 1}, 0, stream, args,
+                   c.name);
       ptrs[c.input] = c.rows_padded.ptr();
     }
     for (NodeId n : k.outputs) ptrs.push_back(address(n));

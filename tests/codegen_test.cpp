@@ -14,6 +14,7 @@
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
+#include "compiler/tile/pitch_copy.h"
 #include "runtime/device_probe.h"
 #include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
@@ -122,6 +123,19 @@ TEST(Codegen, OddShapesAreMasked) {
 // proxy fenced after the copies, each step's wgmma left in flight (wait 1) and all of them
 // waited for before the epilogue; ptxas takes it without spills or serialized wgmma. On sm_80
 // it is refused with the way out; `--target sm_80` plans mma.sync.
+// The copy of an operand into a padded pitch: rows of 4097 bf16 start anywhere, so they are read
+// an element at a time (never a vector the address cannot hold); the padded rows are written in
+// 16-byte vectors, zeros past the row's elements.
+TEST(Codegen, PitchCopyReadsElementsAndWritesVectors) {
+  const tir::Program p = tir::pitch_copy_program("copy_a", DType::BF16, 8191, 4097, 4104);
+  EXPECT_EQ(p.grid.at(0), 2048 * 17);  // 4 rows × 256 columns a block
+  const std::string ptx = program_ptx(p);
+  EXPECT_EQ(count(ptx, R"(ld\.global[.a-z]*\.v\d)"), 0) << ptx;
+  EXPECT_EQ(count(ptx, R"(ld\.global[.a-z]*\.[bu]16)"), 8) << ptx;
+  EXPECT_EQ(count(ptx, R"(st\.global[.a-z]*\.v4\.b32)"), 1) << ptx;
+  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, "copy_a").has_value());
+}
+
 TEST(Codegen, MatMulIsWgmmaOnSm90a) {
   struct Case {
     DType dtype;

@@ -23,10 +23,11 @@ struct DeviceProfile {
   // 128×256 tiles taken 8 tile rows at a time), bf16 8192³, measured (bench/NOTES.md, "wgmma").
   double wgmma_flops = 634e12;
   bool wgmma = true;  // warpgroup MMA (sm_90a); false on a device without it
-  // A matrix copied between row pitches that are not 16-byte multiples (cuMemcpy2DAsync, a matmul
-  // operand into a padded pitch), bytes read + written: 1257–1387 GB/s measured for bf16
-  // [8191, 4097] and [4097, 4095] (bench/NOTES.md, "Odd matmul shapes").
-  double pitch_copy_bytes_per_s = 1300e9;
+  // A matmul operand copied into a padded pitch (compiler/tile/pitch_copy.h: loads an element at
+  // a time, 16-byte stores), bytes read + written. (The driver's cuMemcpy2DAsync, used before,
+  // measured 1257–1387 GB/s for bf16 [8191, 4097] and [4097, 4095]; bench/NOTES.md, "Odd matmul
+  // shapes".)
+  double pitch_copy_bytes_per_s = 3000e9;
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
   double l2_bytes = 50e6;             // last-level cache a re-read can hit
