@@ -615,7 +615,8 @@ TEST(FusionMatMul, ShortProductsTakeMmaSync) {
 // schedule, the copy's bytes and time charged; read in place, fragments are loaded straight from
 // global memory (the direct schedule, at a much lower rate). The plan takes whichever is
 // predicted faster: the copies at a large product, reading in place at a tiny one (the copies'
-// launches). An operand stored transposed is read in place.
+// launches). An operand stored transposed is copied too where it has no batches (the kernel
+// finds a column-major operand's batches its row count apart), else read in place.
 TEST(FusionMatMul, OddRowsAreCopiedIntoAPaddedPitch) {
   FusionOptions own;
   own.library_gemm = LibraryGemmUse::Never;
@@ -655,12 +656,18 @@ TEST(FusionMatMul, OddRowsAreCopiedIntoAPaddedPitch) {
       if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(cc.ptx, chosen.name).has_value());
     }
   }
-  Graph t("odd_rows_transposed");  // A stored [K, M] with M 255: its rows are M long
-  output("c", matmul(input(t, "a", {1001, 255}, DType::BF16), input(t, "b", {1001, 512}, DType::BF16),
-                     {true, false, std::nullopt}));
-  const Kernel tk = plan_fusion(t, copy).kernels.at(0);
-  EXPECT_FALSE(tk.schedule.copies_operands());
-  EXPECT_EQ(tk.schedule.stages, 0);
+  for (const Shape& a : {Shape{1001, 255}, Shape{2, 1001, 255}}) {  // A stored [K, M]: rows M long
+    SCOPED_TRACE(shape_str(a));
+    Graph t("odd_rows_transposed");
+    output("c", matmul(input(t, "a", a, DType::BF16), input(t, "b", {1001, 512}, DType::BF16),
+                       {true, false, std::nullopt}));
+    const Kernel tk = plan_fusion(t, copy).kernels.at(0);
+    const bool batched = a.size() == 3;
+    EXPECT_EQ(tk.schedule.operand_pitch[0], batched ? 0 : 256);
+    EXPECT_EQ(tk.schedule.stages > 0, !batched);
+    const CompiledKernel cc = compile_kernel(t, tk);  // the column-major copy's pitch verified and assembled
+    if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(cc.ptx, tk.name).has_value());
+  }
 }
 
 // A product of few rows is bound by streaming B: tiles of 16 rows (not 64 or 128 mostly padding)

@@ -74,7 +74,7 @@ std::string TileSchedule::describe() const {
   for (int i = 0; i < 2; ++i)
     if (operand_pitch[i] > 0)
       copies += fmt::format("; {} copied first into rows of {} elements (its rows of {} are not whole 16-byte chunks)",
-                            i == 0 ? "A" : "B", operand_pitch[i], i == 0 ? k : n);
+                            i == 0 ? "A" : "B", operand_pitch[i], operand_run[i]);
   if (k_splits > 1)
     copies += fmt::format("; k split {} ways ({} steps each): each block's partial product stored in the workspace, "
                           "summed by the last block of its tile, which runs the epilogue",
@@ -118,14 +118,14 @@ static int wgmma_block_n(int64_t n, bool tile_operands) {
 }
 
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
-                                    const bool row_major[2], bool wgmma, bool tile_operands,
+                                    const bool copyable[2], bool wgmma, bool tile_operands,
                                     const ScheduleHints& hints, int sm_count) {
   TileSchedule s;
   s.contracts = true;
   // A run of whole 16-byte chunks as stored, or as copied into a padded pitch.
   int64_t pitch[2] = {0, 0};
   for (int i = 0; i < 2; ++i)
-    if (runs[i] % 8 != 0 && row_major[i] && hints.pitch_copy != 0 && hints.stages != 0) pitch[i] = (runs[i] + 7) / 8 * 8;
+    if (runs[i] % 8 != 0 && copyable[i] && hints.pitch_copy != 0 && hints.stages != 0) pitch[i] = (runs[i] + 7) / 8 * 8;
   const int64_t a_run = pitch[0] ? pitch[0] : runs[0], b_run = pitch[1] ? pitch[1] : runs[1];
   // wgmma where its k loop has at least 3 steps of 64: at k 128 (attention's backward products
   // with their epilogues) the 4-stage pipeline never fills, and mma.sync measured faster (9.05
@@ -162,7 +162,10 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   // wgmma's tiles 8 tile rows at a time: the blocks running at once share operand tiles in L2
   // (bf16 8192³: 634 TFLOP/s against 609 row by row, bench/NOTES.md "wgmma"; 16 measured better
   // in one call and worse in the next: "Fewer instructions per step").
-  if (s.stages > 0) std::copy(pitch, pitch + 2, s.operand_pitch);
+  if (s.stages > 0) {
+    std::copy(pitch, pitch + 2, s.operand_pitch);
+    std::copy(runs, runs + 2, s.operand_run);
+  }
   s.group = std::max(1, hints.gemm_group ? hints.gemm_group : s.wgmma ? 8 : 1);
   s.batch = batch;
   s.m = m;

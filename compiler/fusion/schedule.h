@@ -115,6 +115,7 @@ struct TileSchedule {
   // own, then zeros — because their rows as stored are not whole 16-byte chunks, which the staged
   // schedules copy (cp.async): the kernel reads the copy. 0: read in place.
   int64_t operand_pitch[2] = {0, 0};
+  int64_t operand_run[2] = {0, 0};  // their stored rows' length
   bool copies_operands() const { return operand_pitch[0] > 0 || operand_pitch[1] > 0; }
   // Matmul split-K: each tile's k steps split into k_splits ranges of k_steps_per_split steps
   // (the last may be shorter), a block each; each block stores its f32 partial product in the
@@ -262,14 +263,15 @@ std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int spli
 // ldmatrix; otherwise (or with stages 0) 64×64 tiles of 2×2 warps loading their fragments
 // straight from global memory, k in steps of 16. `runs` are the operands' contiguous extents (K
 // or M for A, N or K for B, as they are stored); an operand whose run is not whole 16-byte chunks
-// but whose rows are its batches' rows (`row_major`) is copied into a padded pitch first
-// (TileSchedule::operand_pitch; the pitch_copy hint) where that lets the schedule be staged.
+// and whose stored rows may be padded (`copyable`: row-major, or transposed and unbatched) is
+// copied into a padded pitch first (TileSchedule::operand_pitch; the pitch_copy hint) where that
+// lets the schedule be staged.
 // A product of few rows (m ≤ 64: memory-bound whatever the schedule) streams B on mma.sync
 // tiles of m rounded up to 16, 32 or 64 rows by 128 columns, staged four steps deep. Where the
 // tiles are too few to fill the device's `sm_count` SMs, k is split (TileSchedule::k_splits;
 // the gemm_k_splits hint) into ranges of at least 8 steps.
 TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t k, const int64_t runs[2],
-                                    const bool row_major[2], bool wgmma, bool tile_operands,
+                                    const bool copyable[2], bool wgmma, bool tile_operands,
                                     const ScheduleHints& hints, int sm_count);
 
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit

@@ -483,13 +483,15 @@ class MatMulProgram {
       for (size_t i = 0; i < 2; ++i) {
         if (id != mm_.operands[i]) continue;
         const int64_t rows = i == 0 ? s_.m : s_.k, cols = i == 0 ? s_.k : s_.n;
-        // (An operand copied into a padded pitch first is read there: its columns past `cols`
-        // are zeros, and the other operand's rows or columns that meet them are masked.)
-        prm.view = {batches(i) * rows, s_.operand_pitch[i] > 0 ? s_.operand_pitch[i] : cols};
+        // An operand copied into a padded pitch first is read there: the elements past its
+        // stored rows are zeros, and the other operand's rows or columns that meet them are
+        // masked. (A column-major one is unbatched: its pitch stands for its rows' count.)
+        const int64_t pitch = s_.operand_pitch[i];
+        prm.col_major = i == 0 ? mm_.transpose_a : mm_.transpose_b;
+        prm.view = {batches(i) * rows, pitch > 0 && !prm.col_major ? pitch : cols};
         prm.row_dims.clear();
         prm.row_view.clear();
-        prm.col_major = i == 0 ? mm_.transpose_a : mm_.transpose_b;
-        prm.group_rows = prm.col_major ? rows : 0;
+        prm.group_rows = prm.col_major ? (pitch > 0 ? pitch : rows) : 0;
         operand_param_[i] = static_cast<int>(p_.params.size());
       }
       param_[id] = static_cast<int>(p_.params.size());
