@@ -152,8 +152,6 @@ Kernel library_kernel(const Graph& g, const Kernel& k, const Node& mm, std::opti
                       const DeviceProfile& p) {
   Kernel l = k;
   l.library = native ? *native : LibraryEpilogue::None;
-  l.schedule.operand_pitch[0] = l.schedule.operand_pitch[1] = 0;  // the library reads any leading dimension
-  l.schedule.operand_run[0] = l.schedule.operand_run[1] = 0;
   if (!native) {  // the product alone; the epilogue kernel reads it
     l.nodes = {mm.id};
     l.inputs.clear();
