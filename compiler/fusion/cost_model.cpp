@@ -273,10 +273,10 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     // An operand's stored rows padded by a copy: row-major ones whatever their batches, transposed
     // ones only unbatched (the kernel reads a column-major operand's batches `run` rows apart).
     auto unbatched = [&](const Node& o) { return num_elements(o.shape) == o.shape.back() * o.shape[o.shape.size() - 2]; };
-    const bool row_major[2] = {!m.transpose_a || unbatched(g.node(m.operands[0])),
+    const bool copyable[2] = {!m.transpose_a || unbatched(g.node(m.operands[0])),
                                !m.transpose_b || unbatched(g.node(m.operands[1]))};
     auto schedule = [&](const ScheduleHints& h) {
-      return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, row_major,
+      return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, copyable,
                                     profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h,
                                     profile.sm_count);
     };

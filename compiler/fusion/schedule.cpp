@@ -70,13 +70,13 @@ std::string TileSchedule::describe() const {
                                            batch * m_blocks(), block_slots,
                                            kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
                              : ""));
-  std::string copies;
+  std::string operand_notes;  // copies into a padded pitch, split-K
   for (int i = 0; i < 2; ++i)
     if (operand_pitch[i] > 0)
-      copies += fmt::format("; {} copied first into rows of {} elements (its rows of {} are not whole 16-byte chunks)",
+      operand_notes += fmt::format("; {} copied first into rows of {} elements (its rows of {} are not whole 16-byte chunks)",
                             i == 0 ? "A" : "B", operand_pitch[i], operand_run[i]);
   if (k_splits > 1)
-    copies += fmt::format("; k split {} ways ({} steps each): each block's partial product stored in the workspace, "
+    operand_notes += fmt::format("; k split {} ways ({} steps each): each block's partial product stored in the workspace, "
                           "summed by the last block of its tile, which runs the epilogue",
                           k_splits, k_steps_per_split());
   if (contracts && wgmma)
@@ -85,7 +85,7 @@ std::string TileSchedule::describe() const {
         "shared-memory stages (cp.async, 128-byte swizzle; {} KiB each) read by wgmma, {} blocks{}",
         block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages, stage_bytes / 1024, grid(),
         batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + copies;
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
@@ -95,7 +95,7 @@ std::string TileSchedule::describe() const {
                                  stage_bytes / 1024)
                    : " loaded straight from global memory",
         grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + copies;
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
   std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
   if (window)
@@ -159,13 +159,13 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.stages = hints.stages > 0 ? std::max(2, hints.stages) : 3;
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
   }
-  // wgmma's tiles 8 tile rows at a time: the blocks running at once share operand tiles in L2
-  // (bf16 8192³: 634 TFLOP/s against 609 row by row, bench/NOTES.md "wgmma"; 16 measured better
-  // in one call and worse in the next: "Fewer instructions per step").
-  if (s.stages > 0) {
+  if (s.stages > 0) {  // (the direct schedule reads the operands in place)
     std::copy(pitch, pitch + 2, s.operand_pitch);
     std::copy(runs, runs + 2, s.operand_run);
   }
+  // wgmma's tiles 8 tile rows at a time: the blocks running at once share operand tiles in L2
+  // (bf16 8192³: 634 TFLOP/s against 609 row by row, bench/NOTES.md "wgmma"; 16 measured better
+  // in one call and worse in the next: "Fewer instructions per step").
   s.group = std::max(1, hints.gemm_group ? hints.gemm_group : s.wgmma ? 8 : 1);
   s.batch = batch;
   s.m = m;
