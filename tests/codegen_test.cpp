@@ -128,7 +128,6 @@ TEST(Codegen, OddShapesAreMasked) {
 // 16-byte vectors, zeros past the row's elements.
 TEST(Codegen, PitchCopyReadsElementsAndWritesVectors) {
   const tir::Program p = tir::pitch_copy_program("copy_a", DType::BF16, 8191, 4097, 4104);
-  EXPECT_EQ(p.grid.at(0), 2048 * 17);  // 4 rows × 256 columns a block
   const std::string ptx = program_ptx(p);
   EXPECT_EQ(count(ptx, R"(ld\.global[.a-z]*\.v\d)"), 0) << ptx;
   EXPECT_EQ(count(ptx, R"(ld\.global[.a-z]*\.[bu]16)"), 8) << ptx;
