@@ -1,6 +1,7 @@
 #include "runtime/cuda_driver.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <atomic>
 
@@ -30,7 +31,7 @@ namespace {
                   X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord)             \
                       X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)                    \
                           X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters)                                \
-                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuTensorMapEncodeTiled)
 
 struct Api {
 #define TF_FIELD(n) decltype(&::n) n = nullptr;
@@ -482,6 +483,24 @@ void fill_async(CUdeviceptr dst, size_t bytes, unsigned width, uint32_t pattern,
 
 void synchronize(CUstream stream) {
   check(ready().cuStreamSynchronize(stream), "cuStreamSynchronize", "", kFaultHint);
+}
+
+CUtensorMap tensor_map(CUdeviceptr base, bool bf16, const uint64_t dims[3], const uint64_t strides[2],
+                       const unsigned box[3], const std::string& what) {
+  const Api& a = ready();
+  CUtensorMap map;
+  const cuuint64_t global_dims[3] = {dims[0], dims[1], dims[2]};
+  const cuuint64_t global_strides[2] = {strides[0], strides[1]};
+  const cuuint32_t box_dims[3] = {box[0], box[1], box[2]};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  check(a.cuTensorMapEncodeTiled(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                                 reinterpret_cast<void*>(base), global_dims, global_strides, box_dims,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled",
+        fmt::format("{} (dims {}×{}×{}, strides {} {} bytes, box {}×{}×{}, at {:#x})", what, dims[0], dims[1], dims[2],
+                    strides[0], strides[1], box[0], box[1], box[2], base));
+  return map;
 }
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {

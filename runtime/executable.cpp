@@ -248,6 +248,13 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     std::vector<void*> args;
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
     if (workspace) args.push_back(&epoch);
+    // TMA tensor maps of the tensors as this launch passes them (a caller's pointers, a copy's).
+    std::vector<CUtensorMap> maps;
+    maps.reserve(compiled_[i].tensor_maps.size());
+    for (const TensorMapSpec& m : compiled_[i].tensor_maps)
+      maps.push_back(cuda::tensor_map(ptrs.at(m.tensor), m.bf16, m.dims, m.strides, m.box,
+                                      fmt::format("kernel {} tensor {}", k.name, m.tensor)));
+    for (CUtensorMap& m : maps) args.push_back(&m);
     cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
     TraceRange range("launch " + k.name);

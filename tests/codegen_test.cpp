@@ -12,6 +12,7 @@
 #include "compiler/codegen/compile.h"
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/dsl/dsl.h"
+#include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
 #include "compiler/tile/pitch_copy.h"
@@ -151,34 +152,64 @@ TEST(Codegen, MatMulIsWgmmaOnSm90a) {
     SCOPED_TRACE(fmt::format("{} {} ta {} tb {}", dtype_name(c.dtype), shape_str(c.a), c.ta, c.tb));
     Graph g("mm");
     output("c", matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), {c.ta, c.tb, std::nullopt}));
-    FusionOptions own;
-    own.library_gemm = LibraryGemmUse::Never;
-    own.schedule.gemm_wgmma = 1;  // k ≤ 128 takes mma.sync by default
-    Plan p = plan_fusion(g, own);
-    ASSERT_EQ(p.kernels.size(), 1u);
-    ASSERT_TRUE(p.kernels[0].schedule.wgmma) << p.kernels[0].schedule.describe();
-    CompiledKernel k = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_90"));
-    EXPECT_NE(k.ptx.find(".target sm_90a"), std::string::npos);
-    // 64 of k per stage: four wgmma per step (the loop may be unrolled).
-    const int mmas = count(k.ptx, std::string(R"(wgmma\.mma_async\.sync\.aligned\.)") + c.wgmma);
-    EXPECT_GE(mmas, 4) << k.ptx;
-    EXPECT_EQ(mmas % 4, 0);
-    // The transposes: A M-major when stored column by column, B N-major when stored row by row.
-    const std::string flags = fmt::format("p, 1, 1, {}, {};", c.ta ? 1 : 0, c.tb ? 0 : 1);
-    EXPECT_NE(k.ptx.find(flags), std::string::npos) << flags;
-    EXPECT_GT(count(k.ptx, R"(fence\.proxy\.async\.shared::cta)"), 0);
-    EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 1)"), 0);
-    EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 0)"), 0);
-    EXPECT_EQ(count(k.ptx, R"(ldmatrix)"), 0);
-    if (!find_ptxas().empty()) {
-      auto m = run_ptxas(k.ptx, p.kernels[0].name);  // throws where ptxas serializes the wgmma
-      ASSERT_TRUE(m.has_value());
-      EXPECT_EQ(m->spill_bytes, 0);
+    for (int tma : {0, 1}) {
+      SCOPED_TRACE(tma ? "tma" : "cp.async");
+      FusionOptions own;
+      own.library_gemm = LibraryGemmUse::Never;
+      own.schedule.gemm_wgmma = 1;  // k ≤ 128 takes mma.sync by default
+      own.schedule.gemm_tma = tma;
+      Plan p = plan_fusion(g, own);
+      ASSERT_EQ(p.kernels.size(), 1u);
+      ASSERT_TRUE(p.kernels[0].schedule.wgmma) << p.kernels[0].schedule.describe();
+      ASSERT_EQ(p.kernels[0].schedule.tma, tma == 1);
+      CompiledKernel k = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_90"));
+      EXPECT_NE(k.ptx.find(".target sm_90a"), std::string::npos);
+      // 64 of k per stage: four wgmma per step (the loop may be unrolled).
+      const int mmas = count(k.ptx, std::string(R"(wgmma\.mma_async\.sync\.aligned\.)") + c.wgmma);
+      EXPECT_GE(mmas, 4) << k.ptx;
+      EXPECT_EQ(mmas % 4, 0);
+      // The transposes: A M-major when stored column by column, B N-major when stored row by row.
+      const std::string flags = fmt::format("p, 1, 1, {}, {};", c.ta ? 1 : 0, c.tb ? 0 : 1);
+      EXPECT_NE(k.ptx.find(flags), std::string::npos) << flags;
+      const int64_t m = c.a[c.a.size() - (c.ta ? 1 : 2)], kk = c.a[c.a.size() - (c.ta ? 2 : 1)];
+      if (kk > 64 || !tma) EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 1)"), 0);
+      EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 0)"), 0);
+      EXPECT_EQ(count(k.ptx, R"(ldmatrix)"), 0);
+      if (tma) {
+        // A producer warpgroup's TMA copies into mbarrier rings; no thread's cp.async.
+        EXPECT_GT(count(k.ptx, R"(cp\.async\.bulk\.tensor\.3d\.shared::cluster\.global\.tile\.mbarrier)"), 0);
+        EXPECT_EQ(count(k.ptx, R"(cp\.async\.cg)"), 0);
+        EXPECT_EQ(count(k.ptx, R"(setmaxnreg\.dec\.sync\.aligned\.u32)"), 1);
+        EXPECT_EQ(count(k.ptx, R"(setmaxnreg\.inc\.sync\.aligned\.u32)"), 1);
+        EXPECT_GT(count(k.ptx, R"(mbarrier\.arrive\.expect_tx)"), 0);
+        EXPECT_EQ(k.block_threads, static_cast<unsigned>(p.kernels[0].schedule.block_threads() + 128));
+        // One tensor map per operand, over its batches: A's rows within a batch are M (K when
+        // stored column by column, where its stored rows run along M).
+        ASSERT_EQ(k.tensor_maps.size(), 2u);
+        const NodeId a_id = p.graph.node(contraction(p.graph, p.kernels[0])).operands[0];
+        const size_t a_at = static_cast<size_t>(
+            std::find(p.kernels[0].inputs.begin(), p.kernels[0].inputs.end(), a_id) - p.kernels[0].inputs.begin());
+        const TensorMapSpec& a = k.tensor_maps[0].tensor == a_at ? k.tensor_maps[0] : k.tensor_maps[1];
+        ASSERT_EQ(a.tensor, a_at);
+        EXPECT_EQ(a.dims[0], static_cast<uint64_t>(c.ta ? m : kk));
+        EXPECT_EQ(a.dims[1], static_cast<uint64_t>(c.ta ? kk : m));
+        EXPECT_EQ(a.dims[2], static_cast<uint64_t>(c.a.size() == 3 ? c.a[0] : 1));
+        EXPECT_EQ(a.strides[0], a.dims[0] * 2);
+        EXPECT_EQ(a.box[0], 64u);
+      } else {
+        EXPECT_GT(count(k.ptx, R"(fence\.proxy\.async\.shared::cta)"), 0);
+        EXPECT_TRUE(k.tensor_maps.empty());
+      }
+      if (!find_ptxas().empty()) {
+        auto m = run_ptxas(k.ptx, p.kernels[0].name);  // throws where ptxas serializes the wgmma
+        ASSERT_TRUE(m.has_value());
+        EXPECT_EQ(m->spill_bytes, 0);
+      }
+      EXPECT_THROW(compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80")), TargetError);
+      FusionOptions sm80 = own;
+      sm80.profile.wgmma = false;
+      EXPECT_FALSE(plan_fusion(g, sm80).kernels[0].schedule.wgmma);
     }
-    EXPECT_THROW(compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_80")), TargetError);
-    FusionOptions sm80 = own;
-    sm80.profile.wgmma = false;
-    EXPECT_FALSE(plan_fusion(g, sm80).kernels[0].schedule.wgmma);
   }
 }
 

@@ -61,7 +61,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
-  int staged = 0, wgmma = 0, copied = 0, split = 0;
+  int staged = 0, wgmma = 0, tma = 0, copied = 0, split = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
            {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
@@ -91,24 +91,29 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       y = gelu(y + input(g, "bias", {s.back()}, dt) + input(g, "res", {s[s.size() - 2], s.back()}, dt));
     }
     output("c", y);
-    // The default (wgmma where the operands allow), mma.sync staged, mma.sync direct.
-    for (int variant = 0; variant < 3; ++variant) {
-      SCOPED_TRACE(fmt::format("{}, {}", c.name, variant == 0 ? "default" : variant == 1 ? "mma.sync" : "direct"));
+    // The default (wgmma fed by TMA where the operands allow), mma.sync staged, mma.sync direct,
+    // wgmma fed by every thread's cp.async.
+    for (int variant = 0; variant < 4; ++variant) {
+      static const char* const names[] = {"default", "mma.sync", "direct", "wgmma cp.async"};
+      SCOPED_TRACE(fmt::format("{}, {}", c.name, names[variant]));
       FusionOptions o;
       o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
-      o.schedule.gemm_wgmma = variant == 0 ? 1 : 0;
+      o.schedule.gemm_wgmma = variant == 0 || variant == 3 ? 1 : 0;
+      o.schedule.gemm_tma = variant == 3 ? 0 : -1;
       o.schedule.stages = variant == 2 ? 0 : -1;
       o.schedule.pitch_copy = variant == 2 ? -1 : 1;  // odd rows: the copies, where the schedule is staged
       Plan p = plan_fusion(g, o);
       EXPECT_EQ(p.kernels.size(), 1u);  // the epilogue fused
       wgmma += p.kernels[0].schedule.wgmma;
+      tma += p.kernels[0].schedule.tma;
       staged += !p.kernels[0].schedule.wgmma && p.kernels[0].schedule.stages > 0;
       copied += p.kernels[0].schedule.copies_operands();
       split += p.kernels[0].schedule.k_splits > 1;
       testing::check_on_gpu(p, seed);
     }
   }
-  EXPECT_GE(wgmma, 5);   // the path most cases take by default
+  EXPECT_GE(wgmma, 10);  // the path most cases take by default, and with cp.async
+  EXPECT_GE(tma, 5);     // fed by TMA, the default
   EXPECT_GE(staged, 5);  // and mma.sync's, asked for
   EXPECT_GE(copied, 8);  // odd rows copied into a padded pitch, on wgmma and on mma.sync
   EXPECT_GE(split, 6);   // split-K, on wgmma and on mma.sync
@@ -124,13 +129,14 @@ TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
   struct Variant {
     int m, n, stages, group;
   };
-  for (int on_wgmma : {1, 0})
+  for (int on_wgmma : {2, 1, 0})  // wgmma fed by TMA, by cp.async; mma.sync
   for (const Variant& v : std::vector<Variant>{
            {64, 64, 2, 0}, {128, 256, 3, 0}, {256, 128, 4, 0}, {128, 128, 3, 3}, {64, 128, 2, 2}}) {
     SCOPED_TRACE(fmt::format("{}x{}, {} stages, group {}, {}", v.m, v.n, v.stages, v.group,
-                             on_wgmma ? "wgmma" : "mma.sync"));
+                             on_wgmma == 2 ? "wgmma tma" : on_wgmma ? "wgmma cp.async" : "mma.sync"));
     FusionOptions o;
-    o.schedule.gemm_wgmma = on_wgmma;
+    o.schedule.gemm_wgmma = on_wgmma ? 1 : 0;
+    o.schedule.gemm_tma = on_wgmma == 2 ? 1 : 0;
     o.library_gemm = LibraryGemmUse::Never;
     o.schedule.gemm_block_m = v.m;
     o.schedule.gemm_block_n = v.n;

@@ -284,6 +284,7 @@ TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
   output("c", matmul(input(g, "a", {2, 100, 72}, DType::BF16), input(g, "w", {72, 136}, DType::BF16)));
   FusionOptions on_wgmma;
   on_wgmma.schedule.gemm_wgmma = 1;  // k 72 takes mma.sync by default
+  on_wgmma.schedule.gemm_tma = 0;    // every thread's cp.async
   Plan plan = plan_fusion(g, on_wgmma);
   ASSERT_EQ(plan.kernels.size(), 1u);
   const TileSchedule& s = plan.kernels[0].schedule;
@@ -303,6 +304,72 @@ TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
   Program bad = *p;
   bad.shared[0].wgmma = false;
   EXPECT_FALSE(program_problems(bad).empty());
+}
+
+TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
+  using namespace dsl;
+  Graph g("mm");
+  output("c", matmul(input(g, "a", {2, 100, 200}, DType::BF16), input(g, "w", {200, 136}, DType::BF16)));
+  Plan plan = plan_fusion(g);
+  ASSERT_EQ(plan.kernels.size(), 1u);
+  const TileSchedule& s = plan.kernels[0].schedule;
+  ASSERT_TRUE(s.wgmma && s.tma) << s.describe();
+  const std::optional<Program> p = round_tripped(plan);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_TRUE(p->specialized());
+  EXPECT_EQ(p->launch_threads(), p->block_threads() + 128);
+  const std::string text = print_program(*p);
+  // The producer waits for a stage to be emptied and fills it by TMA; the consumers wait for it
+  // to be full, and release a stage only after waiting for the wgmma before theirs.
+  const size_t producer = text.find("specialize producer {"), consumers = text.find("} consumers {");
+  ASSERT_NE(producer, std::string::npos) << text;
+  ASSERT_NE(consumers, std::string::npos) << text;
+  for (const char* want : {"wait_empty @a_ring[", "tma_load %arg0[", "tma_load %arg1["}) {
+    EXPECT_GT(text.find(want), producer) << want;
+    EXPECT_LT(text.find(want), consumers) << want;
+  }
+  for (const char* want : {"wait_full @a_ring[", "wait_full @b_ring[", "release @a_ring[", "release @b_ring["})
+    EXPECT_GT(text.find(want), consumers) << want;
+  EXPECT_LT(text.find("pending 1 :"), text.find("release @a_ring["));
+  EXPECT_EQ(text.find("copy_async"), std::string::npos);
+  EXPECT_EQ(text.find("barrier\n"), std::string::npos);
+  // The weight is shared by both batches: its tensor map has one.
+  int operands = 0;
+  for (const Param& prm : p->params) {
+    if (prm.name == "a") EXPECT_EQ(prm.tma_rows, 100);
+    if (prm.name == "w") EXPECT_EQ(prm.tma_rows, 200);
+    if (prm.output) EXPECT_EQ(prm.tma_rows, 0);
+    operands += prm.name == "a" || prm.name == "w";
+  }
+  EXPECT_EQ(operands, 2);
+  auto named = [](const Program& bad, const std::string& what) {
+    for (const std::string& problem : program_problems(bad))
+      if (problem.find(what) != std::string::npos) return true;
+    return false;
+  };
+  Program no_map = *p;
+  no_map.params[0].tma_rows = 0;
+  EXPECT_TRUE(named(no_map, "no tensor map")) << fmt::format("{}", fmt::join(program_problems(no_map), "; "));
+  Program no_roles = *p;
+  no_roles.producer_registers = 0;
+  EXPECT_TRUE(named(no_roles, "sets no producer and consumer registers"));
+  Program not_tma = *p;
+  not_tma.shared[1].tma = false;
+  EXPECT_TRUE(named(not_tma, "is not a TMA ring"));
+  // A TMA copy moved into the consumers' region.
+  Program wrong_side = *p;
+  Inst& split = wrong_side.body.body.back();
+  ASSERT_EQ(split.opcode, Opcode::Specialize);
+  split.regions[1].body.insert(split.regions[1].body.begin(), Inst{});
+  Inst& moved = split.regions[1].body.front();
+  moved.opcode = Opcode::TmaLoad;
+  moved.param = 0;
+  moved.ring = 0;
+  const int zero = wrong_side.add_value(Type::index());
+  moved.args = {zero, zero, zero, zero};
+  wrong_side.body.body.insert(wrong_side.body.body.begin(), Inst{Opcode::Const, {zero}});
+  EXPECT_TRUE(named(wrong_side, "runs in the producer region only"))
+      << fmt::format("{}", fmt::join(program_problems(wrong_side), "; "));
 }
 
 TEST(TileIr, VerifierChecksFragments) {

@@ -123,6 +123,45 @@ static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
   return opt;
 }
 
+// The ring each TMA-read parameter is copied into (the verifier holds every copy of a
+// parameter to 16-bit rings of its own layout; the box is the first's).
+static void tma_rings(const tir::Region& r, std::map<int, int>* ring_of) {
+  for (const tir::Inst& i : r.body) {
+    if (i.opcode == tir::Opcode::TmaLoad) ring_of->emplace(i.param, i.ring);
+    for (const tir::Region& inner : i.regions) tma_rings(inner, ring_of);
+  }
+}
+
+std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
+  std::map<int, int> ring_of;
+  tma_rings(p.body, &ring_of);
+  std::vector<TensorMapSpec> maps;
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const tir::Param& prm = p.params[i];
+    if (prm.tma_rows <= 0) continue;
+    auto it = ring_of.find(static_cast<int>(i));
+    if (it == ring_of.end())
+      throw CodegenError(fmt::format("kernel {}: %arg{} has a tensor map that no TMA copy reads", p.name, i));
+    const tir::SharedRing& ring = p.shared.at(static_cast<size_t>(it->second));
+    TensorMapSpec m;
+    m.tensor = static_cast<unsigned>(i);
+    m.element_bytes = static_cast<unsigned>(dtype_size(prm.dtype));
+    m.bf16 = prm.dtype == DType::BF16;
+    // Along the stored rows (a column-major parameter's columns), across them, then batches.
+    const uint64_t run = static_cast<uint64_t>(prm.col_major ? prm.group_rows : prm.view.at(1));
+    const uint64_t across = static_cast<uint64_t>(prm.col_major ? prm.view.at(1) : prm.tma_rows);
+    m.dims[0] = run;
+    m.dims[1] = across;
+    m.dims[2] = static_cast<uint64_t>(std::max<int64_t>(1, prm.view.at(0) / prm.tma_rows));
+    m.strides[0] = run * m.element_bytes;
+    m.strides[1] = run * across * m.element_bytes;
+    m.box[0] = 64;
+    m.box[1] = static_cast<unsigned>(ring.tile.at(ring.col_major ? 1 : 0));
+    maps.push_back(m);
+  }
+  return maps;
+}
+
 std::string program_ptx(const tir::Program& p, const CodegenOptions& opt) {
   llvm::LLVMContext ctx;
   std::string llvm_ir;
@@ -229,7 +268,8 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   CompiledKernel c;
   c.name = k.name;
   c.tile_ir = tile_text;
-  c.block_threads = static_cast<unsigned>(k.schedule.block_threads());
+  c.block_threads = static_cast<unsigned>(program ? program->launch_threads() : k.schedule.block_threads());
+  if (program) c.tensor_maps = tensor_maps_of(*program);
   c.grid = static_cast<uint64_t>(k.schedule.grid());
   c.cluster_blocks = static_cast<unsigned>(k.schedule.cluster_blocks);
   c.dynamic_shared_bytes = static_cast<unsigned>(program ? program->shared_bytes() : k.schedule.dynamic_shared_bytes());

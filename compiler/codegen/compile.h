@@ -2,6 +2,7 @@
 // Plan kernel → Tile IR → LLVM IR → O3 → PTX, cached by a hash of the Tile IR, the options and
 // the toolchain version.
 #include <string>
+#include <vector>
 
 #include "compiler/codegen/target.h"
 #include "compiler/fusion/plan.h"
@@ -13,6 +14,18 @@ namespace tir {
 struct Program;  // compiler/tile/ir.h
 }
 
+// A TMA tensor map the runtime encodes for a kernel parameter at each launch
+// (cuTensorMapEncodeTiled, 128-byte swizzle, zeros out of bounds) and passes after the tensors
+// and the workspace: `tensor` indexes the kernel's tensors (inputs, then outputs); dims and
+// box are innermost first, strides in bytes for dims 1 and 2.
+struct TensorMapSpec {
+  unsigned tensor = 0;
+  unsigned element_bytes = 2;
+  bool bf16 = true;  // else f16
+  uint64_t dims[3] = {1, 1, 1};
+  uint64_t strides[2] = {0, 0};
+  unsigned box[3] = {1, 1, 1};
+};
 struct CompiledKernel {
   std::string name;
   std::string tile_ir;
@@ -37,7 +50,10 @@ struct CompiledKernel {
   // cuBLASLt computes it (Kernel::library): no Tile IR program, no PTX; the runtime calls the
   // library (runtime/cublaslt.h).
   bool library = false;
+  std::vector<TensorMapSpec> tensor_maps;  // in parameter order
 };
+// The tensor maps a Tile IR program's TMA copies read (Param::tma_rows), in parameter order.
+std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p);
 
 // Compiles through LLVM, or takes the kernel from this process's memory or from the disk cache
 // (compiler/codegen/disk_cache.h) where the same Tile IR was compiled for the same target by the

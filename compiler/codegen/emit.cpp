@@ -47,14 +47,32 @@ class Emitter {
         params.push_back(b_.getPtrTy(1));
         params.push_back(b_.getInt32Ty());
       }
+    // Then the tensor maps of the parameters TMA reads, in their order: 128-byte CUtensorMaps
+    // passed by value as grid constants (read in place in the parameter space).
+    const size_t first_map = params.size();
+    for (const tir::Param& prm : p_.params)
+      if (prm.tma_rows > 0) params.push_back(b_.getPtrTy());
     fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
                                  llvm::Function::ExternalLinkage, p_.name, m_.get());
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
-    fn_->addFnAttr("nvvm.maxntid", std::to_string(p_.block_threads()));
-    if (p_.min_blocks_per_sm > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(p_.min_blocks_per_sm));
+    fn_->addFnAttr("nvvm.maxntid", std::to_string(p_.launch_threads()));
+    // setmaxnreg needs the registers capped at entry (one block per SM).
+    const int min_blocks = p_.specialized() ? 1 : p_.min_blocks_per_sm;
+    if (min_blocks > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(min_blocks));
+    auto* map_ty = llvm::ArrayType::get(b_.getInt8Ty(), 128);
+    tensor_map_.assign(p_.params.size(), nullptr);
+    for (size_t i = 0, at = first_map; i < p_.params.size(); ++i) {
+      if (p_.params[i].tma_rows <= 0) continue;
+      const unsigned n = static_cast<unsigned>(at++);
+      fn_->addParamAttr(n, llvm::Attribute::getWithByValType(ctx_, map_ty));
+      fn_->addParamAttr(n, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(64)));
+      fn_->addParamAttr(n, llvm::Attribute::get(ctx_, "nvvm.grid_constant"));
+      fn_->getArg(n)->setName(fmt::format("map{}", i));
+      tensor_map_[i] = fn_->getArg(n);
+    }
     for (size_t i = 0, tensors = 0; i < p_.params.size(); ++i) {
       const tir::Param& prm = p_.params[i];
-      const unsigned at = prm.workspace ? static_cast<unsigned>(params.size() - 2) : static_cast<unsigned>(tensors++);
+      const unsigned at = prm.workspace ? static_cast<unsigned>(first_map - 2) : static_cast<unsigned>(tensors++);
       llvm::Argument* a = fn_->getArg(at);
       args_.push_back(a);
       a->setName(prm.workspace ? "workspace" : fmt::format("arg{}", i));
@@ -84,6 +102,7 @@ class Emitter {
                                          "shared_rings", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
       shared_->setAlignment(llvm::Align(1024));
       for (size_t r = 0; r < p_.shared.size(); ++r) ring_at_.push_back(p_.ring_offset(r));
+      init_stage_barriers();
     }
     region(p_.body);
     b_.CreateRetVoid();
@@ -461,6 +480,17 @@ class Emitter {
         return;
       case Opcode::Barrier:
         return block_barrier();
+      case Opcode::Specialize:
+        return specialize(i);
+      case Opcode::TmaLoad:
+        return tma_load(i);
+      case Opcode::WaitFull:
+      case Opcode::WaitEmpty:
+        return wait_stage(i);
+      case Opcode::Release:
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta, {},
+                           {stage_barrier(i.ring, false, one(i.args[0])), i32(1)});
+        return;
       case Opcode::ResetCount:
         return reset_count(i);
       case Opcode::Load:
@@ -1069,8 +1099,111 @@ class Emitter {
     Value* tid = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {});
     return b_.CreateICmpEQ(tid, b_.getInt32(0));
   }
+  // The block's barrier; in a Specialize's consumer region, the consumers' own (barrier 1 of
+  // their threads: the producer takes no part).
   void block_barrier() {
+    if (in_consumers_) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {},
+                         {b_.getInt32(1), i32(p_.block_threads())});
+      return;
+    }
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+  }
+
+  // ---- warp specialization and TMA rings ----
+
+  // Each TMA ring's full and empty mbarriers, a stage each: thread 0 sets them up (full: the
+  // producer's one arrival with the stage's bytes; empty: every consumer's) before the block's
+  // first barrier.
+  void init_stage_barriers() {
+    stage_barriers_.assign(p_.shared.size(), nullptr);
+    bool any = false;
+    for (size_t r = 0; r < p_.shared.size(); ++r) {
+      if (!p_.shared[r].tma) continue;
+      auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(2 * p_.shared[r].stages));
+      auto* g = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                         "stages_" + p_.shared[r].name, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      g->setAlignment(llvm::Align(8));
+      stage_barriers_[r] = g;
+      any = true;
+    }
+    if (!any) return;
+    guarded(leader(), [&] {
+      for (size_t r = 0; r < p_.shared.size(); ++r) {
+        if (!stage_barriers_[r]) continue;
+        for (int st = 0; st < p_.shared[r].stages; ++st) {
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
+                             {stage_barrier(static_cast<int>(r), true, i32(st)), i32(1)});
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
+                             {stage_barrier(static_cast<int>(r), false, i32(st)), i32(p_.block_threads())});
+        }
+      }
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+    });
+    block_barrier();
+  }
+  Value* stage_barrier(int ring, bool full, Value* stage) {
+    Value* slot = b_.CreateAdd(as_i32(stage), i32(full ? 0 : p_.shared[static_cast<size_t>(ring)].stages));
+    return b_.CreateInBoundsGEP(b_.getInt64Ty(), stage_barriers_.at(static_cast<size_t>(ring)), slot);
+  }
+
+  // The producer warpgroup (the threads after the layout's) lowers its registers, and its first
+  // thread runs region 0; the consumers raise theirs and run region 1.
+  void specialize(const Inst& i) {
+    Value* producer = b_.CreateICmpUGE(tid_, i32(p_.block_threads()));
+    auto* produce = llvm::BasicBlock::Create(ctx_, "producer", fn_);
+    auto* consume = llvm::BasicBlock::Create(ctx_, "consumers", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "specialized", fn_);
+    b_.CreateCondBr(producer, produce, consume);
+    b_.SetInsertPoint(produce);
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {i32(p_.producer_registers)});
+    guarded(b_.CreateICmpEQ(tid_, i32(p_.block_threads())), [&] { region(i.regions.at(0)); });
+    b_.CreateBr(done);
+    b_.SetInsertPoint(consume);
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {i32(p_.consumer_registers)});
+    in_consumers_ = true;
+    region(i.regions.at(1));
+    in_consumers_ = false;
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  // The stage's full barrier expects its bytes; then one box per 128-byte panel of the stage's
+  // stored rows (lines of 64 elements across the ring's stored rows, at the tensor map's
+  // coordinates: the element along the stored rows, the line, the batch), each landing where
+  // the ring keeps that panel — TMA's 128-byte swizzle is the ring's (shared_chunk).
+  void tma_load(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    Value* stage = as_i32(one(i.args[3]));
+    Value* full = stage_barrier(i.ring, true, stage);
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta, {},
+                       {full, i32(static_cast<int>(r.stage_bytes()))});
+    Value* batch = as_i32(one(i.args[0]));
+    Value* along = as_i32(one(i.args[r.col_major ? 1 : 2]));
+    Value* line = as_i32(one(i.args[r.col_major ? 2 : 1]));
+    const int64_t lines = stored_rows(r), panels = row_chunks(r) / 8;
+    for (int64_t panel = 0; panel < panels; ++panel) {
+      Value* at = b_.CreateAdd(stage_at(i.ring, stage), i32(static_cast<int>(panel * lines * 128)));
+      Value* dst = b_.CreateAddrSpaceCast(b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, at), b_.getPtrTy(7));
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_tensor_g2s_tile_3d, {},
+                         {dst, full, tensor_map_.at(static_cast<size_t>(i.param)),
+                          b_.CreateAdd(along, i32(static_cast<int>(panel * 64))), line, batch, b_.getInt16(0),
+                          b_.getInt64(0), b_.getFalse(), b_.getFalse(), i32(0)});
+    }
+  }
+
+  // Spins on the stage's full or empty barrier until the phase of the given parity completes.
+  void wait_stage(const Inst& i) {
+    Value* barrier = stage_barrier(i.ring, i.opcode == Opcode::WaitFull, one(i.args[0]));
+    Value* parity = as_i32(one(i.args[1]));
+    auto* wait = llvm::BasicBlock::Create(ctx_, "stage.wait", fn_);
+    auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
+    b_.CreateBr(wait);
+    b_.SetInsertPoint(wait);
+    Value* done = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta, {},
+                                     {barrier, parity});
+    b_.CreateCondBr(done, ready, wait);
+    b_.SetInsertPoint(ready);
   }
   // The u32 counter `slot` after the workspace's f32 view.
   Value* counter(const Inst& i) {
@@ -1132,6 +1265,9 @@ class Emitter {
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it
   std::vector<llvm::Argument*> args_;      // param → its kernel argument
+  std::vector<llvm::Argument*> tensor_map_;  // param → its tensor map (TMA), or null
+  std::vector<llvm::GlobalVariable*> stage_barriers_;  // ring → its stages' full, then empty, mbarriers
+  bool in_consumers_ = false;              // emitting a Specialize's consumer region
 };
 
 }  // namespace

@@ -150,6 +150,7 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.warps_n = 1;
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
     s.stages = hints.stages > 0 ? std::max(3, hints.stages) : std::min<int>(4, static_cast<int>(227 * 1024 / s.stage_bytes));
+    s.tma = hints.gemm_tma != 0;
   } else if (staged) {
     s.block_m = hints.gemm_block_m ? hints.gemm_block_m : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : 128;

@@ -111,6 +111,10 @@ struct TileSchedule {
   // steps of 64 (one 128-byte swizzle panel per operand row). Attention: both products on wgmma,
   // Q and P as register operands, K and V from the rings.
   bool wgmma = false;
+  // On wgmma, warp-specialized: a producer warpgroup's one thread copies the operand tiles into
+  // the rings by TMA (tensor maps, mbarriers full and empty per stage) while the warpgroups of
+  // block_threads() consume them; the launch has 128 threads more.
+  bool tma = false;
   // Matmul operands (A, B) copied, before the kernel, into rows of this many elements — their
   // own, then zeros — because their rows as stored are not whole 16-byte chunks, which the staged
   // schedules copy (cp.async): the kernel reads the copy. 0: read in place.
@@ -237,6 +241,9 @@ struct ScheduleHints {
   // Matmul split-K (TileSchedule::k_splits, staged schedules): 0 (the default) where the tiles
   // leave the device idle; 1 never; n > 1: n ranges (at most one per k step).
   int gemm_k_splits = 0;
+  // Matmul tiles on wgmma copied into shared memory by TMA from a producer warpgroup
+  // (TileSchedule::tma): 1 or -1 (the default), 0 by every thread's cp.async.
+  int gemm_tma = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -376,37 +376,49 @@ class MatMulProgram {
     row0_ = b.add(first_row_, b.mul(mt, b.index(s_.block_m)));
     row_end_ = b.add(first_row_, b.index(s_.m));
     a_batch_ = operand_batch(b, 0, batch);
-    const int k0 = b.mul(operand_batch(b, 1, batch), b.index(s_.k));
-    std::map<NodeId, int> value;
+    b_batch_ = operand_batch(b, 1, batch);
+    const int k0 = b.mul(b_batch_, b.index(s_.k));
+    int split = -1;
     if (!split_k()) {
       k_first_ = zero_;
       k_steps_ = b.index(s_.k_steps());
-      const int acc = product(b, k0);
-      finish(b, acc, value);
     } else {
       // This block's k range: steps [first, first + steps), the last range shorter.
-      const int split = b.rem(pid, b.index(s_.k_splits));
+      split = b.rem(pid, b.index(s_.k_splits));
       k_first_ = b.mul(split, b.index(s_.k_steps_per_split()));
       k_steps_ = b.min(b.index(s_.k_steps_per_split()), b.sub(b.index(s_.k_steps()), k_first_));
       k_end_ = b.min(b.mul(b.add(k_first_, k_steps_), b.index(s_.block_k)), b.index(s_.k));
-      const int acc = product(b, k0);
-      store_partial(b, split, acc);
-      b.when(b.last_arrival(workspace_, tile, b.index(s_.k_splits)), [&](Builder& in) {
-        const int one = in.index(1);
-        const int sum = in.for_loop(one, in.index(s_.k_splits), one, {load_partial(in, zero_)},
-                                    [&](Builder& l, int sp, const std::vector<int>& c) {
-                                      return std::vector<int>{
-                                          l.compute(Op::Add, {c[0], load_partial(l, sp)}, DType::F32)};
-                                    })[0];
-        finish(in, sum, value);
-        in.reset_count(workspace_, tile);
-      });
+    }
+    if (s_.tma) {
+      add_tma_rings();
+      b.specialize([&](Builder& in) { produce(in); }, [&](Builder& in) { product_and_epilogue(in, k0, tile, split); });
+    } else {
+      product_and_epilogue(b, k0, tile, split);
     }
     verify_program(p_);
     return std::move(p_);
   }
 
  private:
+  // The product of the block's k range; then the epilogue, or under split-K the partial product
+  // stored and, in the tile's last block to arrive, the partials summed and the epilogue.
+  void product_and_epilogue(Builder& b, int k0, int tile, int split) {
+    std::map<NodeId, int> value;
+    const int acc = product(b, k0);
+    if (!split_k()) return finish(b, acc, value);
+    store_partial(b, split, acc);
+    b.when(b.last_arrival(workspace_, tile, b.index(s_.k_splits)), [&](Builder& in) {
+      const int one = in.index(1);
+      const int sum = in.for_loop(one, in.index(s_.k_splits), one, {load_partial(in, zero_)},
+                                  [&](Builder& l, int sp, const std::vector<int>& c) {
+                                    return std::vector<int>{
+                                        l.compute(Op::Add, {c[0], load_partial(l, sp)}, DType::F32)};
+                                  })[0];
+      finish(in, sum, value);
+      in.reset_count(workspace_, tile);
+    });
+  }
+
   // Block pid's batch and tile: row by row of tiles, or — taking `group` tile rows at a time —
   // down each column of the group before the next (the last group may be shorter).
   void tile_of(Builder& b, int pid, int* batch, int* mt, int* nt) {
@@ -492,6 +504,7 @@ class MatMulProgram {
         prm.row_dims.clear();
         prm.row_view.clear();
         prm.group_rows = prm.col_major ? (pitch > 0 ? pitch : rows) : 0;
+        if (s_.tma) prm.tma_rows = prm.col_major ? prm.group_rows : rows;
         operand_param_[i] = static_cast<int>(p_.params.size());
       }
       param_[id] = static_cast<int>(p_.params.size());
@@ -513,6 +526,7 @@ class MatMulProgram {
 
   // The K loop: the accumulator tile after every step.
   int product(Builder& b, int k0) {
+    if (s_.tma) return tma_product(b);
     if (s_.wgmma) return wgmma_product(b, k0);
     return s_.stages > 0 ? staged_product(b, k0) : direct_product(b, k0);
   }
@@ -558,6 +572,62 @@ class MatMulProgram {
       return in.dot_wait({started}, 1);
     })[0];
     b.wait_group(0);  // nothing in flight when the block ends
+    return b.dot_wait({out}, 0)[0];
+  }
+
+  // Warp-specialized wgmma (TileSchedule::tma). The rings, filled by the producer's TMA copies:
+  // step kt uses stage kt % stages, filled for the (kt / stages)'th time.
+  void add_tma_rings() {
+    const DType dt = g_.node(mm_.operands[0]).dtype;
+    p_.shared.push_back({"a_ring", dt, s_.stages, {s_.block_m, s_.block_k}, mm_.transpose_a, true, true});
+    p_.shared.push_back({"b_ring", dt, s_.stages, {s_.block_k, s_.block_n}, mm_.transpose_b, true, true});
+    // The producer needs few registers; the consumers take the rest of the SM's 64 Ki (at most
+    // 240 each; 2 warpgroups: 240).
+    p_.producer_registers = 24;
+    p_.consumer_registers =
+        std::min(240, (65536 - Program::kProducerThreads * p_.producer_registers) / s_.block_threads() / 8 * 8);
+  }
+  // Step kt's stage, and the parity of the phase that fills it (consumers) or — one use later —
+  // empties it (producer; a fresh barrier's phase of parity 1 counts as complete).
+  std::pair<int, int> stage_of(Builder& in, int kt, bool emptied) {
+    const int stages = in.index(s_.stages), two = in.index(2);
+    int use = in.div(kt, stages);
+    if (emptied) use = in.add(use, in.index(1));
+    return {in.rem(kt, stages), in.rem(use, two)};
+  }
+  // The producer: each step's stage, once the consumers have released it, filled with A's tile
+  // (its batch's rows from this tile's first, k from the step's) and B's (k rows, this tile's
+  // columns). The tensor maps' bounds zero what lies past a batch's rows, K or N.
+  void produce(Builder& in) {
+    const int a_row = in.sub(row0_, first_row_);
+    in.for_loop(zero_, k_steps_, in.index(1), {}, [&](Builder& l, int kt, const std::vector<int>&) {
+      const auto [stage, parity] = stage_of(l, kt, true);
+      const int kk = l.mul(split_k() ? l.add(k_first_, kt) : kt, l.index(s_.block_k));
+      l.wait_empty(0, stage, parity);
+      l.wait_empty(1, stage, parity);
+      l.tma_load(operand_param_[0], a_batch_, a_row, kk, 0, stage);
+      l.tma_load(operand_param_[1], b_batch_, kk, n0_, 1, stage);
+      return std::vector<int>{};
+    });
+  }
+  // The consumers: step 0's wgmma started, then each step waits for its stage, starts its wgmma,
+  // waits for the one before it and releases that one's stage to the producer.
+  int tma_product(Builder& b) {
+    const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
+    auto start = [&](Builder& in, int kt, int c) {
+      const auto [stage, parity] = stage_of(in, kt, false);
+      in.wait_full(0, stage, parity);
+      in.wait_full(1, stage, parity);
+      return in.dot_async(0, 1, stage, c);
+    };
+    const int first = start(b, zero_, acc);
+    const int out = b.for_loop(b.index(1), k_steps_, b.index(1), {first}, [&](Builder& in, int kt, const std::vector<int>& c) {
+      const int done = in.dot_wait({start(in, kt, c[0])}, 1)[0];
+      const int before = stage_of(in, in.sub(kt, in.index(1)), false).first;
+      in.release(0, before);
+      in.release(1, before);
+      return std::vector<int>{done};
+    })[0];
     return b.dot_wait({out}, 0)[0];
   }
 
@@ -662,7 +732,7 @@ class MatMulProgram {
   Program p_;
   std::map<NodeId, int> param_;
   int operand_param_[2] = {-1, -1};
-  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, a_batch_ = -1;
+  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, a_batch_ = -1, b_batch_ = -1;
   int a_first_ = -1, a_last_ = -1, b_last_ = -1, step_ = -1;  // ring_bounds
   // The block's k steps (split-K: its range's first, count and end in elements), the workspace.
   int k_first_ = -1, k_steps_ = -1, k_end_ = -1, workspace_ = -1;

@@ -93,6 +93,16 @@ const char* opcode_name(Opcode o) {
       return "dot_wait";
     case Opcode::FenceAsync:
       return "fence_async";
+    case Opcode::Specialize:
+      return "specialize";
+    case Opcode::TmaLoad:
+      return "tma_load";
+    case Opcode::WaitFull:
+      return "wait_full";
+    case Opcode::WaitEmpty:
+      return "wait_empty";
+    case Opcode::Release:
+      return "release";
     case Opcode::LoadShared:
       return "load";
     case Opcode::Load:
@@ -368,6 +378,43 @@ void Builder::fence_async() {
   i.opcode = Opcode::FenceAsync;
   emit(i, std::nullopt);
 }
+
+void Builder::specialize(const std::function<void(Builder&)>& producer,
+                         const std::function<void(Builder&)>& consumers) {
+  Inst i;
+  i.opcode = Opcode::Specialize;
+  for (const auto* body : {&producer, &consumers}) {
+    Region r;
+    Builder inner(p_, r);
+    (*body)(inner);
+    i.regions.push_back(std::move(r));
+  }
+  r_->body.push_back(std::move(i));
+}
+
+void Builder::tma_load(int param, int batch, int row, int col, int ring, int stage) {
+  Inst i;
+  i.opcode = Opcode::TmaLoad;
+  i.param = param;
+  i.ring = ring;
+  i.args = {batch, row, col, stage};
+  emit(i, std::nullopt);
+}
+
+static Inst stage_sync(Opcode o, int ring, std::vector<int> args) {
+  Inst i;
+  i.opcode = o;
+  i.ring = ring;
+  i.args = std::move(args);
+  return i;
+}
+void Builder::wait_full(int ring, int stage, int parity) {
+  emit(stage_sync(Opcode::WaitFull, ring, {stage, parity}), std::nullopt);
+}
+void Builder::wait_empty(int ring, int stage, int parity) {
+  emit(stage_sync(Opcode::WaitEmpty, ring, {stage, parity}), std::nullopt);
+}
+void Builder::release(int ring, int stage) { emit(stage_sync(Opcode::Release, ring, {stage}), std::nullopt); }
 
 void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,
                     const std::vector<int>& limits) {

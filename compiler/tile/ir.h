@@ -110,6 +110,11 @@ struct Param {
   // split into the domain's dimensions `elem_dims`, and the parameter's own extents along them,
   // `elem_view` (1 where it is broadcast), give its offset. Read an element at a time.
   Shape elem_dims, elem_view;
+  // Read by TMA (TmaLoad) through a tensor map the runtime encodes for each launch and passes
+  // after the tensors (and the workspace): the view's rows are batches of this many (a
+  // column-major parameter's: its group_rows), so a box past a batch's rows or columns is
+  // zero-filled, not read from the next batch. 0: no tensor map.
+  int64_t tma_rows = 0;
 };
 
 enum class Opcode {
@@ -169,6 +174,22 @@ enum class Opcode {
   DotAsync,
   DotWait,
   FenceAsync,
+  // Warp specialization (sm_90a). Specialize, the last instruction of the program's body, splits
+  // the block: region 0 is run by one thread of a producer warpgroup launched after the layout's
+  // threads (its registers lowered to Program::producer_registers), region 1 by the layout's
+  // threads, the consumers (raised to consumer_registers; a Barrier there is theirs alone). The
+  // rings they share are TMA rings (SharedRing::tma): each stage has a full and an empty
+  // mbarrier. TmaLoad (producer) copies the parameter's tile at (batch arg 0, row arg 1, column
+  // arg 2) into stage arg 3 of ring `ring` through its tensor map and makes the stage's full
+  // barrier expect its bytes; WaitFull (consumers) and WaitEmpty (producer) wait until stage arg
+  // 0's full or empty barrier has completed the phase of parity arg 1 (a fresh barrier counts
+  // its phase of parity 1 as complete); Release (consumers) arrives on stage arg 0's empty
+  // barrier — every consumer thread once, after its last read of the stage.
+  Specialize,
+  TmaLoad,
+  WaitFull,
+  WaitEmpty,
+  Release,
 };
 const char* opcode_name(Opcode o);
 
@@ -213,6 +234,7 @@ struct SharedRing {
   Shape tile;              // [rows, cols] of one stage
   bool col_major = false;  // stored column by column
   bool wgmma = false;      // read by DotAsync: each stage 1024-byte aligned
+  bool tma = false;        // filled by TmaLoad, with a full and an empty mbarrier per stage
   int64_t align() const { return wgmma ? 1024 : 128; }
   int64_t stage_bytes() const { return num_elements(tile) * static_cast<int64_t>(dtype_size(dtype)); }
   int64_t bytes() const { return stages * stage_bytes(); }
@@ -231,8 +253,16 @@ struct Program {
   // many blocks fit on an SM (0: no cap); element indices in 64 bits (else 32).
   int min_blocks_per_sm = 0;
   bool wide_indices = false;
+  // Warp-specialized (a Specialize instruction): a producer warpgroup is launched after the
+  // layout's threads; setmaxnreg gives it producer_registers and the consumers
+  // consumer_registers. 0: not specialized.
+  int producer_registers = 0, consumer_registers = 0;
 
+  // The threads the layout spreads tiles over (the consumers, where specialized).
   int block_threads() const { return layout.block_threads(); }
+  bool specialized() const { return producer_registers > 0; }
+  static constexpr int kProducerThreads = 128;
+  int launch_threads() const { return block_threads() + (specialized() ? kProducerThreads : 0); }
   // Whether wgmma reads any of its rings: the program is then sm_90a's.
   bool uses_wgmma() const {
     for (const SharedRing& r : shared)
@@ -309,6 +339,12 @@ class Builder {
   int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc);
   std::vector<int> dot_wait(const std::vector<int>& accs, int pending);
   void fence_async();
+  // Warp specialization: `producer` and `consumers` fill Specialize's two regions.
+  void specialize(const std::function<void(Builder&)>& producer, const std::function<void(Builder&)>& consumers);
+  void tma_load(int param, int batch, int row, int col, int ring, int stage);
+  void wait_full(int ring, int stage, int parity);
+  void wait_empty(int ring, int stage, int parity);
+  void release(int ring, int stage);
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);

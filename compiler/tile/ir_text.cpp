@@ -116,6 +116,27 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::FenceAsync:
         *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
         break;
+      case Opcode::Specialize:
+        *out += fmt::format("{}specialize producer {{\n", pad);
+        print_region(p, value, i.regions.at(0), depth + 1, out);
+        *out += pad + "} consumers {\n";
+        print_region(p, value, i.regions.at(1), depth + 1, out);
+        *out += pad + "}\n";
+        break;
+      case Opcode::TmaLoad:
+        *out += fmt::format("{}tma_load %arg{}[{}] into @{}[{}]\n", pad, i.param,
+                            values(std::vector<int>(i.args.begin(), i.args.end() - 1)),
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args.back()));
+        break;
+      case Opcode::WaitFull:
+      case Opcode::WaitEmpty:
+        *out += fmt::format("{}{} @{}[{}] parity {}\n", pad, opcode_name(i.opcode),
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args.at(0)), value(i.args.at(1)));
+        break;
+      case Opcode::Release:
+        *out += fmt::format("{}release @{}[{}]\n", pad, p.shared.at(static_cast<size_t>(i.ring)).name,
+                            value(i.args.at(0)));
+        break;
       case Opcode::WaitGroup:
         *out += fmt::format("{}wait_group {}\n", pad, number(i.value));
         break;
@@ -283,6 +304,10 @@ class Parser {
           next();
           r.wgmma = true;
         }
+        if (at_word("tma")) {
+          next();
+          r.tma = true;
+        }
         p.shared.push_back(r);
       }
       punct("]");
@@ -294,6 +319,13 @@ class Parser {
     if (at_word("wide_indices")) {
       next();
       p.wide_indices = true;
+    }
+    if (at_word("registers")) {
+      next();
+      word("producer");
+      p.producer_registers = static_cast<int>(integer());
+      word("consumers");
+      p.consumer_registers = static_cast<int>(integer());
     }
     if (p.layout.block_threads() != threads)
       fail(fmt::format("the layout has {} threads, the function {}", p.layout.block_threads(), threads));
@@ -410,6 +442,10 @@ class Parser {
       p.elem_dims = int_list();
       word("as");
       p.elem_view = int_list();
+    }
+    if (at_word("tma_rows")) {
+      next();
+      p.tma_rows = integer();
     }
     if (at_word("out")) {
       next();
@@ -579,6 +615,39 @@ class Parser {
       punct("[");
       i.args.push_back(use("the stage"));
       punct("]");
+    } else if (op == "specialize") {
+      i.opcode = Opcode::Specialize;
+      for (const char* role : {"producer", "consumers"}) {
+        word(role);
+        Region r;
+        std::map<std::string, int> outer = names_;
+        punct("{");
+        region(p, r);
+        punct("}");
+        names_ = outer;
+        i.regions.push_back(std::move(r));
+      }
+    } else if (op == "tma_load") {
+      i.opcode = Opcode::TmaLoad;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = uses_until_colon();
+      punct("]");
+      word("into");
+      i.ring = ring(p);
+      punct("[");
+      i.args.push_back(use("the stage"));
+      punct("]");
+    } else if (op == "wait_full" || op == "wait_empty" || op == "release") {
+      i.opcode = op == "wait_full" ? Opcode::WaitFull : op == "wait_empty" ? Opcode::WaitEmpty : Opcode::Release;
+      i.ring = ring(p);
+      punct("[");
+      i.args = {use("the stage")};
+      punct("]");
+      if (i.opcode != Opcode::Release) {
+        word("parity");
+        i.args.push_back(use("the parity"));
+      }
     } else if (op == "commit_group" || op == "barrier" || op == "fence_async") {
       i.opcode = op == "barrier" ? Opcode::Barrier : op == "fence_async" ? Opcode::FenceAsync : Opcode::CommitGroup;
     } else if (op == "dot_async") {
@@ -794,6 +863,7 @@ std::string print_program(const Program& p) {
     std::string rows = a.row_dims.empty() ? "" : fmt::format(" rows {} as {}", shape_str(a.row_dims), shape_str(a.row_view));
     std::string col_major = a.col_major ? fmt::format(" col_major {}", a.group_rows) : "";
     if (!a.elem_dims.empty()) col_major += fmt::format(" elements {} as {}", shape_str(a.elem_dims), shape_str(a.elem_view));
+    if (a.tma_rows > 0) col_major += fmt::format(" tma_rows {}", a.tma_rows);
     params.push_back(fmt::format("%arg{} \"{}\": {}{}{}{}{}{}", i, a.name, dtype_name(a.dtype), shape_str(a.view), rows,
                                  col_major, a.output ? " out" : "", a.workspace ? " workspace" : ""));
   }
@@ -803,13 +873,17 @@ std::string print_program(const Program& p) {
   std::vector<std::string> rings;
   for (const SharedRing& r : p.shared)
     rings.push_back(fmt::format("@{}: {}[{}, {}, {}]{}", r.name, dtype_name(r.dtype), r.stages, r.tile.at(0),
-                                r.tile.at(1), std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "")));
+                                r.tile.at(1),
+                                std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "") + (r.tma ? " tma" : "")));
   if (!rings.empty()) mma += fmt::format("\n    shared [{}]", fmt::join(rings, ", "));
-  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{} {{\n", p.name,
+  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),
                                 layout_str(p.layout), mma,
                                 p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "",
-                                p.wide_indices ? " wide_indices" : "");
+                                p.wide_indices ? " wide_indices" : "",
+                                p.specialized() ? fmt::format(" registers producer {} consumers {}", p.producer_registers,
+                                                              p.consumer_registers)
+                                                : "");
   print_region(p, Names(p), p.body, 1, &out);
   out += "}\n";
   return out;

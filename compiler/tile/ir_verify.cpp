@@ -11,6 +11,10 @@ namespace tilefuse::tir {
 namespace {
 
 class Verifier {
+  // The threads running the instructions being checked: the whole block, or one side of a
+  // Specialize.
+  enum class Role { Block, Producer, Consumers };
+
  public:
   explicit Verifier(const Program& p) : p_(p) {}
 
@@ -37,6 +41,7 @@ class Verifier {
         problem(fmt::format("%arg{}'s elements {} as {} do not cover its view {}", i, shape_str(prm.elem_dims),
                             shape_str(prm.elem_view), shape_str(prm.view)));
     }
+    specialization();
     std::set<int> scope;
     region(p_.body, scope, false);
     return problems_;
@@ -151,6 +156,109 @@ class Verifier {
                           r->name, along, i.param, run));
   }
 
+  // A specialized program ends its body with its one Specialize, and its TMA rings are read
+  // nowhere else; TMA rings exist only there, and the registers split as setmaxnreg allows (24
+  // to 256, multiples of 8, within the SM's 64 Ki registers for one block).
+  void specialization() {
+    const std::vector<Inst>& body = p_.body.body;
+    size_t count = 0;
+    for (const Inst& i : body) count += i.opcode == Opcode::Specialize;
+    const bool last = !body.empty() && body.back().opcode == Opcode::Specialize;
+    if (p_.specialized() && count == 0) problem("registers are split for a producer, but the body does not specialize");
+    if (!p_.specialized() && count > 0) problem("the body specializes, but the program sets no producer and consumer registers");
+    if (count > 1 || (count == 1 && !last)) problem("a warp-specialized program ends its body with its one specialize");
+    bool tma_rings = false;
+    for (const SharedRing& r : p_.shared) tma_rings |= r.tma;
+    if (tma_rings && !p_.specialized()) problem("TMA rings need a warp-specialized program");
+    if (!p_.specialized()) return;
+    for (int regs : {p_.producer_registers, p_.consumer_registers})
+      if (regs < 24 || regs > 256 || regs % 8 != 0)
+        problem(fmt::format("setmaxnreg takes 24 to 256 registers in steps of 8, not {}", regs));
+    if (p_.block_threads() % Program::kProducerThreads != 0 ||
+        int64_t{p_.producer_registers} * Program::kProducerThreads +
+                int64_t{p_.consumer_registers} * p_.block_threads() > 65536)
+      problem(fmt::format("{} consumer threads (whole warpgroups) at {} registers and a producer warpgroup at {} "
+                          "exceed the SM's 65536",
+                          p_.block_threads(), p_.consumer_registers, p_.producer_registers));
+  }
+  const SharedRing* tma_ring_of(const Inst& i) {
+    const SharedRing* r = ring_of(i);
+    if (r && !r->tma) problem(fmt::format("{}: @{} is not a TMA ring", where(i), r->name));
+    return r;
+  }
+  void role(const Inst& i, Role want) {
+    if (role_ != want)
+      problem(fmt::format("{}: runs in the {} region only", where(i), want == Role::Producer ? "producer" : "consumers'"));
+  }
+
+  // A TMA copy of an input's tile into a TMA ring's stage: boxes of 128-byte lines (64 16-bit
+  // elements) across the ring's stored rows, at most 256 of them, in a tensor map of batches of
+  // tma_rows rows whose strides are whole 16 bytes.
+  void tma_load(const Inst& i) {
+    role(i, Role::Producer);
+    const SharedRing* r = tma_ring_of(i);
+    if (!r) return;
+    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
+      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
+      return;
+    }
+    const Param& prm = p_.params[static_cast<size_t>(i.param)];
+    if (prm.output || prm.workspace) problem(fmt::format("{}: %arg{} is not an input", where(i), i.param));
+    if (prm.dtype != r->dtype || prm.col_major != r->col_major || dtype_size(prm.dtype) != 2)
+      problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{} (TMA rings hold 16-bit tiles)", where(i), r->name,
+                          dtype_name(r->dtype), r->col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
+                          prm.col_major ? " column-major" : ""));
+    if (i.args.size() != 4) {
+      problem(fmt::format("{}: needs a batch, a row, a column and a stage", where(i)));
+      return;
+    }
+    for (int a : i.args)
+      if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
+    const int64_t line = r->tile.at(r->col_major ? 0 : 1), lines = r->tile.at(r->col_major ? 1 : 0);
+    const int64_t run = prm.col_major ? prm.group_rows : prm.view.at(1);
+    if (line % 64 != 0 || lines > 256 || lines % 8 != 0)
+      problem(fmt::format("{}: @{}'s stored rows are {} elements, {} of them: TMA boxes need whole 64-element lines "
+                          "and at most 256 rows, a multiple of 8",
+                          where(i), r->name, line, lines));
+    // (A column-major operand copied into a padded pitch has fewer rows than its pitch.)
+    if (prm.tma_rows <= 0 || (prm.view.at(0) % prm.tma_rows != 0 && prm.view.at(0) > prm.tma_rows) || (prm.col_major && prm.group_rows != prm.tma_rows) ||
+        run % 8 != 0)
+      problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",
+                          where(i), i.param, prm.tma_rows, shape_str(prm.view)));
+  }
+  void stage_sync(const Inst& i) {
+    role(i, i.opcode == Opcode::WaitEmpty ? Role::Producer : Role::Consumers);
+    tma_ring_of(i);
+    if (i.args.size() != (i.opcode == Opcode::Release ? 1u : 2u)) {
+      problem(fmt::format("{}: needs a stage{}", where(i), i.opcode == Opcode::Release ? "" : " and a parity"));
+      return;
+    }
+    for (int a : i.args)
+      if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
+  }
+  // The producer only counts, waits and copies.
+  void producer_inst(const Inst& i) {
+    switch (i.opcode) {
+      case Opcode::Const:
+      case Opcode::IndexMul:
+      case Opcode::IndexAdd:
+      case Opcode::IndexDiv:
+      case Opcode::IndexRem:
+      case Opcode::IndexMin:
+      case Opcode::IndexSub:
+      case Opcode::For:
+      case Opcode::Yield:
+      case Opcode::TmaLoad:
+      case Opcode::WaitEmpty:
+        if (i.opcode != Opcode::Const || type(i.results.at(0)).kind == Type::Kind::Index) return;
+        break;
+      default:
+        break;
+    }
+    problem(fmt::format("{}: the producer region only computes indices, loops, waits for empty stages and copies",
+                        where(i)));
+  }
+
   void load_shared(const Inst& i) {
     const SharedRing* r = ring_of(i);
     const Type& t = type(i.results.at(0));
@@ -259,6 +367,7 @@ class Verifier {
   void region(const Region& r, std::set<int>& scope, bool in_loop) {
     for (size_t n = 0; n < r.body.size(); ++n) {
       const Inst& i = r.body[n];
+      if (role_ == Role::Producer) producer_inst(i);
       for (int a : i.args)
         if (!scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
       for (int a : i.limits)
@@ -390,6 +499,27 @@ class Verifier {
           break;
         case Opcode::FenceAsync:
           break;
+        case Opcode::Specialize: {
+          if (role_ != Role::Block || &r != &p_.body || i.regions.size() != 2) {
+            problem(fmt::format("{}: splits the program's body into a producer and consumers, once", where(i)));
+            break;
+          }
+          for (Role part : {Role::Producer, Role::Consumers}) {
+            role_ = part;
+            std::set<int> inner = scope;
+            region(i.regions[part == Role::Producer ? 0 : 1], inner, false);
+          }
+          role_ = Role::Block;
+          break;
+        }
+        case Opcode::TmaLoad:
+          tma_load(i);
+          break;
+        case Opcode::WaitFull:
+        case Opcode::WaitEmpty:
+        case Opcode::Release:
+          stage_sync(i);
+          break;
         case Opcode::CopyAsync:
           copy_async(i);
           break;
@@ -459,6 +589,7 @@ class Verifier {
 
   const Program& p_;
   std::vector<std::string> problems_;
+  Role role_ = Role::Block;
 };
 
 }  // namespace
