@@ -146,6 +146,12 @@ TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
     ASSERT_EQ(p.kernels.size(), 1u);
     EXPECT_EQ(p.kernels[0].schedule.block_n, v.n);
     testing::check_on_gpu(p, seed);
+    if (on_wgmma == 2) {  // persistent: 7 blocks looping over the tiles, the rings' phases wrapping
+      o.profile.sm_count = 7;
+      Plan q = plan_fusion(g, o);
+      EXPECT_EQ(q.kernels.at(0).schedule.tile_blocks, 7);
+      testing::check_on_gpu(q, seed);
+    }
   }
 }
 

@@ -372,6 +372,57 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
       << fmt::format("{}", fmt::join(program_problems(wrong_side), "; "));
 }
 
+// setmaxnreg moves registers within the block: the consumers' raised count must fit in what
+// the block starts with (a 256-row tile's four consumer warpgroups at 120 each waited forever).
+// A persistent grid: each block loops over its tiles, both sides counting their stages on
+// from one tile to the next, and the consumers release the last step's stage too.
+TEST(TileIrBuild, TmaMatMulLoopsOverTilesOnAPersistentGrid) {
+  using namespace dsl;
+  Graph g("mm");
+  output("c", matmul(input(g, "a", {1024, 200}, DType::BF16), input(g, "w", {200, 1024}, DType::BF16)));
+  FusionOptions o;
+  o.profile.sm_count = 5;
+  o.library_gemm = LibraryGemmUse::Never;
+  Plan plan = plan_fusion(g, o);
+  const TileSchedule& s = plan.kernels.at(0).schedule;
+  ASSERT_TRUE(s.tma);
+  EXPECT_EQ(s.tile_blocks, 5);
+  EXPECT_GT(s.tiles(), 5);
+  const std::optional<Program> p = round_tripped(plan);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->grid, std::vector<int64_t>{5});
+  const std::string text = print_program(*p);
+  const size_t consumers = text.find("} consumers {");
+  EXPECT_NE(text.find("step %", text.find("specialize producer")), std::string::npos) << text;
+  EXPECT_LT(text.find("for %", text.find("specialize producer")), text.find("tma_load"));
+  EXPECT_LT(text.find("for %", consumers), text.find("dot_async", consumers));
+  // After the k loop: the last wgmma waited for, then its stage released.
+  EXPECT_LT(text.rfind("pending 0 :"), text.rfind("release @b_ring["));
+  o.schedule.gemm_persistent = 0;
+  EXPECT_EQ(plan_fusion(g, o).kernels.at(0).schedule.tile_blocks, 0);
+}
+
+TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {
+  using namespace dsl;
+  Graph g("mm");
+  output("c", matmul(input(g, "a", {512, 256}, DType::BF16), input(g, "b", {256, 512}, DType::BF16)));
+  for (const auto& [m, n] : std::vector<std::pair<int, int>>{{64, 64}, {128, 256}, {256, 128}}) {
+    SCOPED_TRACE(fmt::format("{}x{}", m, n));
+    FusionOptions o;
+    o.schedule.gemm_block_m = m;
+    o.schedule.gemm_block_n = n;
+    o.library_gemm = LibraryGemmUse::Never;
+    const std::optional<Program> p = round_tripped(plan_fusion(g, o));
+    ASSERT_TRUE(p.has_value() && p->specialized());
+    EXPECT_LE(p->producer_registers * 128 + p->consumer_registers * p->block_threads(),
+              p->entry_registers() * p->launch_threads());
+    EXPECT_GE(p->consumer_registers, 112);
+    Program greedy = *p;
+    greedy.consumer_registers = 240;
+    EXPECT_EQ(program_problems(greedy).empty(), m < 256);
+  }
+}
+
 TEST(TileIr, VerifierChecksFragments) {
   const std::string head =
       "tile.func @k(%arg0 \"a\": bf16[64, 16], %arg1 \"b\": bf16[16, 64], %arg2 \"c\": f32[64, 64] out)\n"

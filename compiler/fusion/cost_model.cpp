@@ -498,8 +498,10 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
                                           p.registers_per_sm / (regs_alloc * threads)}));
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
-  // A grid of fewer blocks than SMs draws on their share of the bandwidth only.
-  c.busy_share = std::min(1.0, static_cast<double>(s.grid()) / p.sm_count);
+  // A grid of fewer blocks than SMs draws on their share of the bandwidth only. (Work: the
+  // tiles and their k ranges, whether a block each or looped over by a persistent grid.)
+  const double work = static_cast<double>(s.tiles() * s.k_splits);
+  c.busy_share = std::min(1.0, work / p.sm_count);
   c.memory_s =
       static_cast<double>(c.bytes_read + c.bytes_written + c.scratch_bytes) / (p.hbm_bytes_per_s * c.busy_share);
   // The tensor cores compute whole tiles: a product narrower than its tile pays for the padding.
@@ -508,8 +510,8 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
                             static_cast<double>(s.k);
   // Tiles run in waves of one per block slot: the last wave's empty slots are paid for.
   const double slots = static_cast<double>(p.sm_count) * c.blocks_per_sm;
-  const double waves = std::ceil(static_cast<double>(s.grid()) / slots);
-  const double fill = static_cast<double>(s.grid()) / (waves * slots);
+  const double waves = std::ceil(work / slots);
+  const double fill = work / (waves * slots);
   c.compute_s = tile_flops / (matmul_flops_rate(s, p) * fill) + c.instructions / p.instructions_per_s;
   // With one block per SM nothing runs beside a tile's epilogue: its stores follow its k loop
   // (bf16 16384×4096×1024 with bias and erf GELU fused: 0.320 ms, the GEMM alone 0.268; the

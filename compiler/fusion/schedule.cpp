@@ -82,8 +82,11 @@ std::string TileSchedule::describe() const {
   if (contracts && wgmma)
     return fmt::format(
         "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in steps of {} through {} "
-        "shared-memory stages (cp.async, 128-byte swizzle; {} KiB each) read by wgmma, {} blocks{}",
-        block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages, stage_bytes / 1024, grid(),
+        "shared-memory stages ({}, 128-byte swizzle; {} KiB each) read by wgmma, {}{}",
+        block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages,
+        tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async", stage_bytes / 1024,
+        tile_blocks > 0 ? fmt::format("{} persistent blocks over {} tiles", tile_blocks, tiles())
+                        : fmt::format("{} blocks", grid()),
         batch > 1 ? fmt::format(" over {} batches", batch) : "") +
         (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
   if (contracts)
@@ -186,6 +189,7 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     while (tiles * s.k_splits < sm_count && s.k_steps() >= 16 * s.k_splits) s.k_splits *= 2;
   }
   s.k_splits = (s.k_steps() + s.k_steps_per_split() - 1) / s.k_steps_per_split();  // no empty range
+  if (s.tma && s.k_splits == 1 && hints.gemm_persistent != 0 && tiles > sm_count) s.tile_blocks = sm_count;
   return s;
 }
 

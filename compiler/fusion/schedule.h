@@ -115,6 +115,11 @@ struct TileSchedule {
   // the rings by TMA (tensor maps, mbarriers full and empty per stage) while the warpgroups of
   // block_threads() consume them; the launch has 128 threads more.
   bool tma = false;
+  // TMA matmuls: > 0, a persistent grid of this many blocks (one per SM) looping over the tiles
+  // (pid, pid + tile_blocks, …): the producer fills the next tile's stages during a tile's
+  // epilogue. 0: a block per tile.
+  int64_t tile_blocks = 0;
+  int64_t tiles() const { return batch * m_blocks() * n_blocks(); }
   // Matmul operands (A, B) copied, before the kernel, into rows of this many elements — their
   // own, then zeros — because their rows as stored are not whole 16-byte chunks, which the staged
   // schedules copy (cp.async): the kernel reads the copy. 0: read in place.
@@ -142,7 +147,7 @@ struct TileSchedule {
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
     if (attention) return batch * m_blocks() * kv_splits;
-    if (contracts) return batch * m_blocks() * n_blocks() * k_splits;
+    if (contracts) return tile_blocks > 0 ? tile_blocks : tiles() * k_splits;
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
@@ -244,6 +249,9 @@ struct ScheduleHints {
   // Matmul tiles on wgmma copied into shared memory by TMA from a producer warpgroup
   // (TileSchedule::tma): 1 or -1 (the default), 0 by every thread's cp.async.
   int gemm_tma = -1;
+  // TMA matmuls on a persistent grid of one block per SM (TileSchedule::tile_blocks) where the
+  // tiles outnumber the SMs: 1 or -1 (the default); 0: a block per tile.
+  int gemm_persistent = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -366,18 +366,9 @@ class MatMulProgram {
     add_params();
     Builder b(p_, p_.body);
     const int pid = b.program_id(0);
+    zero_ = b.index(0);
     // Split-K: consecutive blocks take one tile's k ranges.
     const int tile = split_k() ? b.div(pid, b.index(s_.k_splits)) : pid;
-    int batch, mt, nt;
-    tile_of(b, tile, &batch, &mt, &nt);
-    n0_ = b.mul(nt, b.index(s_.block_n));
-    zero_ = b.index(0);
-    first_row_ = b.mul(batch, b.index(s_.m));
-    row0_ = b.add(first_row_, b.mul(mt, b.index(s_.block_m)));
-    row_end_ = b.add(first_row_, b.index(s_.m));
-    a_batch_ = operand_batch(b, 0, batch);
-    b_batch_ = operand_batch(b, 1, batch);
-    const int k0 = b.mul(b_batch_, b.index(s_.k));
     int split = -1;
     if (!split_k()) {
       k_first_ = zero_;
@@ -391,20 +382,51 @@ class MatMulProgram {
     }
     if (s_.tma) {
       add_tma_rings();
-      b.specialize([&](Builder& in) { produce(in); }, [&](Builder& in) { product_and_epilogue(in, k0, tile, split); });
+      b.specialize([&](Builder& in) { over_tiles(in, tile, [&](Builder& l, int first) { produce(l, first); }); },
+                   [&](Builder& in) {
+                     over_tiles(in, tile, [&](Builder& l, int first) { product_and_epilogue(l, tile, split, first); });
+                   });
     } else {
-      product_and_epilogue(b, k0, tile, split);
+      place_tile(b, tile);
+      product_and_epilogue(b, tile, split, zero_);
     }
     verify_program(p_);
     return std::move(p_);
   }
 
  private:
+  // Runs `body` on the block's tile, given its first k step counted over the block's tiles; a
+  // persistent grid (TileSchedule::tile_blocks) loops over the tiles pid, pid + blocks, ….
+  void over_tiles(Builder& b, int tile, const std::function<void(Builder&, int)>& body) {
+    if (s_.tile_blocks == 0) {
+      place_tile(b, tile);
+      return body(b, zero_);
+    }
+    const int blocks = b.index(s_.tile_blocks);
+    b.for_loop(tile, b.index(s_.tiles()), blocks, {}, [&](Builder& in, int t, const std::vector<int>&) {
+      place_tile(in, t);
+      body(in, in.mul(in.div(in.sub(t, tile), blocks), k_steps_));
+      return std::vector<int>{};
+    });
+  }
+  // Tile `tile`'s batch, rows and columns, and its operands' batches.
+  void place_tile(Builder& b, int tile) {
+    int batch, mt, nt;
+    tile_of(b, tile, &batch, &mt, &nt);
+    n0_ = b.mul(nt, b.index(s_.block_n));
+    first_row_ = b.mul(batch, b.index(s_.m));
+    row0_ = b.add(first_row_, b.mul(mt, b.index(s_.block_m)));
+    row_end_ = b.add(first_row_, b.index(s_.m));
+    a_batch_ = operand_batch(b, 0, batch);
+    b_batch_ = operand_batch(b, 1, batch);
+  }
+
   // The product of the block's k range; then the epilogue, or under split-K the partial product
-  // stored and, in the tile's last block to arrive, the partials summed and the epilogue.
-  void product_and_epilogue(Builder& b, int k0, int tile, int split) {
+  // stored and, in the tile's last block to arrive, the partials summed and the epilogue. (TMA:
+  // `first` is the tile's first step counted over the block's tiles, which sets its stages.)
+  void product_and_epilogue(Builder& b, int tile, int split, int first) {
     std::map<NodeId, int> value;
-    const int acc = product(b, k0);
+    const int acc = product(b, b.mul(b_batch_, b.index(s_.k)), first);
     if (!split_k()) return finish(b, acc, value);
     store_partial(b, split, acc);
     b.when(b.last_arrival(workspace_, tile, b.index(s_.k_splits)), [&](Builder& in) {
@@ -525,8 +547,8 @@ class MatMulProgram {
   }
 
   // The K loop: the accumulator tile after every step.
-  int product(Builder& b, int k0) {
-    if (s_.tma) return tma_product(b);
+  int product(Builder& b, int k0, int first) {
+    if (s_.tma) return tma_product(b, first);
     if (s_.wgmma) return wgmma_product(b, k0);
     return s_.stages > 0 ? staged_product(b, k0) : direct_product(b, k0);
   }
@@ -581,11 +603,11 @@ class MatMulProgram {
     const DType dt = g_.node(mm_.operands[0]).dtype;
     p_.shared.push_back({"a_ring", dt, s_.stages, {s_.block_m, s_.block_k}, mm_.transpose_a, true, true});
     p_.shared.push_back({"b_ring", dt, s_.stages, {s_.block_k, s_.block_n}, mm_.transpose_b, true, true});
-    // The producer needs few registers; the consumers take the rest of the SM's 64 Ki (at most
-    // 240 each; 2 warpgroups: 240).
+    // The producer needs few registers; the consumers take the rest of what the block starts
+    // with (2 warpgroups: 240 each; 4: 112).
     p_.producer_registers = 24;
-    p_.consumer_registers =
-        std::min(240, (65536 - Program::kProducerThreads * p_.producer_registers) / s_.block_threads() / 8 * 8);
+    const int pool = p_.entry_registers() * p_.launch_threads() - Program::kProducerThreads * p_.producer_registers;
+    p_.consumer_registers = std::min(240, pool / p_.block_threads() / 8 * 8);
   }
   // Step kt's stage, and the parity of the phase that fills it (consumers) or — one use later —
   // empties it (producer; a fresh barrier's phase of parity 1 counts as complete).
@@ -598,10 +620,10 @@ class MatMulProgram {
   // The producer: each step's stage, once the consumers have released it, filled with A's tile
   // (its batch's rows from this tile's first, k from the step's) and B's (k rows, this tile's
   // columns). The tensor maps' bounds zero what lies past a batch's rows, K or N.
-  void produce(Builder& in) {
+  void produce(Builder& in, int first) {
     const int a_row = in.sub(row0_, first_row_);
     in.for_loop(zero_, k_steps_, in.index(1), {}, [&](Builder& l, int kt, const std::vector<int>&) {
-      const auto [stage, parity] = stage_of(l, kt, true);
+      const auto [stage, parity] = stage_of(l, l.add(first, kt), true);
       const int kk = l.mul(split_k() ? l.add(k_first_, kt) : kt, l.index(s_.block_k));
       l.wait_empty(0, stage, parity);
       l.wait_empty(1, stage, parity);
@@ -611,24 +633,31 @@ class MatMulProgram {
     });
   }
   // The consumers: step 0's wgmma started, then each step waits for its stage, starts its wgmma,
-  // waits for the one before it and releases that one's stage to the producer.
-  int tma_product(Builder& b) {
+  // waits for the one before it and releases that one's stage to the producer; the last step's
+  // stage is released once its wgmma is waited for. (Steps count from `first`.)
+  int tma_product(Builder& b, int first) {
     const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
     auto start = [&](Builder& in, int kt, int c) {
-      const auto [stage, parity] = stage_of(in, kt, false);
+      const auto [stage, parity] = stage_of(in, in.add(first, kt), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       return in.dot_async(0, 1, stage, c);
     };
-    const int first = start(b, zero_, acc);
-    const int out = b.for_loop(b.index(1), k_steps_, b.index(1), {first}, [&](Builder& in, int kt, const std::vector<int>& c) {
+    auto release = [&](Builder& in, int kt) {
+      const int stage = stage_of(in, in.add(first, kt), false).first;
+      in.release(0, stage);
+      in.release(1, stage);
+    };
+    const int one = b.index(1);
+    const int started = start(b, zero_, acc);
+    const int out = b.for_loop(one, k_steps_, one, {started}, [&](Builder& in, int kt, const std::vector<int>& c) {
       const int done = in.dot_wait({start(in, kt, c[0])}, 1)[0];
-      const int before = stage_of(in, in.sub(kt, in.index(1)), false).first;
-      in.release(0, before);
-      in.release(1, before);
+      release(in, in.sub(kt, in.index(1)));
       return std::vector<int>{done};
     })[0];
-    return b.dot_wait({out}, 0)[0];
+    const int product = b.dot_wait({out}, 0)[0];
+    release(b, b.sub(k_steps_, one));
+    return product;
   }
 
   // Operand tiles through rings of shared memory: stages − 1 k steps copied ahead (cp.async),

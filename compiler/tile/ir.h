@@ -21,6 +21,7 @@
 // of extent 1 along an axis is the same for every thread along it (a per-row vector, a bias row),
 // and elementwise ops broadcast such tiles as numpy does. The printer and parser round-trip; the
 // verifier (ir_verify.h) checks a program between passes.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -263,6 +264,11 @@ struct Program {
   bool specialized() const { return producer_registers > 0; }
   static constexpr int kProducerThreads = 128;
   int launch_threads() const { return block_threads() + (specialized() ? kProducerThreads : 0); }
+  // The registers each thread of a specialized block starts with: ptxas allocates the cap of
+  // one block per SM (64 Ki over the launch's threads, in steps of 8; at most 240). setmaxnreg
+  // moves registers within the block, so the producer's and consumers' shares must fit in
+  // this many per thread, or the consumers' increase waits forever.
+  int entry_registers() const { return std::min(240, 65536 / launch_threads() / 8 * 8); }
   // Whether wgmma reads any of its rings: the program is then sm_90a's.
   bool uses_wgmma() const {
     for (const SharedRing& r : shared)

@@ -176,10 +176,12 @@ class Verifier {
         problem(fmt::format("setmaxnreg takes 24 to 256 registers in steps of 8, not {}", regs));
     if (p_.block_threads() % Program::kProducerThreads != 0 ||
         int64_t{p_.producer_registers} * Program::kProducerThreads +
-                int64_t{p_.consumer_registers} * p_.block_threads() > 65536)
+                int64_t{p_.consumer_registers} * p_.block_threads() >
+            int64_t{p_.entry_registers()} * p_.launch_threads())
       problem(fmt::format("{} consumer threads (whole warpgroups) at {} registers and a producer warpgroup at {} "
-                          "exceed the SM's 65536",
-                          p_.block_threads(), p_.consumer_registers, p_.producer_registers));
+                          "exceed the block's {} ({} threads at {} each)",
+                          p_.block_threads(), p_.consumer_registers, p_.producer_registers,
+                          p_.entry_registers() * p_.launch_threads(), p_.launch_threads(), p_.entry_registers()));
   }
   const SharedRing* tma_ring_of(const Inst& i) {
     const SharedRing* r = ring_of(i);
