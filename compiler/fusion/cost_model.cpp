@@ -446,7 +446,8 @@ NodeId contraction(const Graph& g, const Kernel& k) {
 }
 
 double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p) {
-  return s.wgmma ? p.wgmma_flops : s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops;
+  if (s.wgmma) return s.tma ? p.wgmma_tma_flops : p.wgmma_flops;
+  return s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops;
 }
 
 // A matmul kernel: its multiply-adds at its schedule's rate (wgmma, mma.sync staged or direct), or its bytes (each operand read once:

@@ -22,6 +22,9 @@ struct DeviceProfile {
   // tilefuse's own matmul on warpgroup MMA (sm_90a wgmma from cp.async-filled shared memory,
   // 128×256 tiles taken 8 tile rows at a time), bf16 8192³, measured (bench/NOTES.md, "wgmma").
   double wgmma_flops = 634e12;
+  // The same fed by TMA from a producer warpgroup on a persistent grid (TileSchedule::tma):
+  // 694–782 TFLOP/s at 8192³ in 50-run medians, 736 at 4096³ (bench/NOTES.md, "TMA").
+  double wgmma_tma_flops = 720e12;
   bool wgmma = true;  // warpgroup MMA (sm_90a); false on a device without it
   // A matmul operand copied into a padded pitch (compiler/tile/pitch_copy.h: loads an element at
   // a time, 16-byte stores), bytes read + written. (The driver's cuMemcpy2DAsync, used before,

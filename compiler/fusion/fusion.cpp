@@ -660,6 +660,7 @@ void check_fusion_options(const FusionOptions& o) {
   positive("mma_sync_flops", p.mma_sync_flops);
   positive("mma_sync_direct_flops", p.mma_sync_direct_flops);
   positive("wgmma_flops", p.wgmma_flops);
+  positive("wgmma_tma_flops", p.wgmma_tma_flops);
   positive("sm_count", p.sm_count);
   positive("max_threads_per_sm", p.max_threads_per_sm);
   positive("max_blocks_per_sm", p.max_blocks_per_sm);
