@@ -560,6 +560,16 @@ class Parser {
   void region(Program& p, Region& r) {
     while (!at_punct("}")) r.body.push_back(inst(p));
   }
+  // `{ … }`: a region whose values are not visible after it.
+  Region braced_region(Program& p) {
+    Region r;
+    std::map<std::string, int> outer = names_;
+    punct("{");
+    region(p, r);
+    punct("}");
+    names_ = outer;
+    return r;
+  }
   Inst inst(Program& p) {
     std::vector<std::string> defs;
     while (peek().kind == Token::Value) {
@@ -619,13 +629,7 @@ class Parser {
       i.opcode = Opcode::Specialize;
       for (const char* role : {"producer", "consumers"}) {
         word(role);
-        Region r;
-        std::map<std::string, int> outer = names_;
-        punct("{");
-        region(p, r);
-        punct("}");
-        names_ = outer;
-        i.regions.push_back(std::move(r));
+        i.regions.push_back(braced_region(p));
       }
     } else if (op == "tma_load") {
       i.opcode = Opcode::TmaLoad;
@@ -808,13 +812,7 @@ class Parser {
     } else if (op == "if") {
       i.opcode = Opcode::If;
       i.args = {use("a condition")};
-      Region r;
-      std::map<std::string, int> outer = names_;
-      punct("{");
-      region(p, r);
-      punct("}");
-      names_ = outer;
-      i.regions.push_back(std::move(r));
+      i.regions.push_back(braced_region(p));
     } else if (op == "yield") {
       i.opcode = Opcode::Yield;
       while (peek().kind == Token::Value) {

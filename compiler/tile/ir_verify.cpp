@@ -128,17 +128,25 @@ class Verifier {
     return &p_.shared[static_cast<size_t>(i.ring)];
   }
 
+  // The parameter a copy into shared memory reads (an input), or null.
+  const Param* input_of(const Inst& i) {
+    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
+      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
+      return nullptr;
+    }
+    const Param& prm = p_.params[static_cast<size_t>(i.param)];
+    if (prm.output || prm.workspace) problem(fmt::format("{}: %arg{} is not an input", where(i), i.param));
+    return &prm;
+  }
+
   // A copy of a tile of an input into a ring stage: whole 16-byte chunks along the memory's
   // contiguous axis, in the ring's order, aligned in the parameter.
   void copy_async(const Inst& i) {
     const SharedRing* r = ring_of(i);
     if (!r) return;
-    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
-      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
-      return;
-    }
-    const Param& prm = p_.params[static_cast<size_t>(i.param)];
-    if (prm.output || prm.workspace) problem(fmt::format("{}: %arg{} is not an input", where(i), i.param));
+    const Param* in = input_of(i);
+    if (!in) return;
+    const Param& prm = *in;
     if (prm.dtype != r->dtype || prm.col_major != r->col_major)
       problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{}", where(i), r->name, dtype_name(r->dtype),
                           r->col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
@@ -200,12 +208,9 @@ class Verifier {
     role(i, Role::Producer);
     const SharedRing* r = tma_ring_of(i);
     if (!r) return;
-    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
-      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
-      return;
-    }
-    const Param& prm = p_.params[static_cast<size_t>(i.param)];
-    if (prm.output || prm.workspace) problem(fmt::format("{}: %arg{} is not an input", where(i), i.param));
+    const Param* in = input_of(i);
+    if (!in) return;
+    const Param& prm = *in;
     if (prm.dtype != r->dtype || prm.col_major != r->col_major || dtype_size(prm.dtype) != 2)
       problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{} (TMA rings hold 16-bit tiles)", where(i), r->name,
                           dtype_name(r->dtype), r->col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
