@@ -172,7 +172,9 @@ TEST(Codegen, MatMulIsWgmmaOnSm90a) {
       const std::string flags = fmt::format("p, 1, 1, {}, {};", c.ta ? 1 : 0, c.tb ? 0 : 1);
       EXPECT_NE(k.ptx.find(flags), std::string::npos) << flags;
       const int64_t m = c.a[c.a.size() - (c.ta ? 1 : 2)], kk = c.a[c.a.size() - (c.ta ? 2 : 1)];
-      if (kk > 64 || !tma) EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 1)"), 0);
+      if (kk > 64 || !tma) {
+        EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 1)"), 0);
+      }
       EXPECT_GT(count(k.ptx, R"(wgmma\.wait_group\.sync\.aligned 0)"), 0);
       EXPECT_EQ(count(k.ptx, R"(ldmatrix)"), 0);
       if (tma) {

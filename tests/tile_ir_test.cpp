@@ -321,7 +321,7 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
   const std::string text = print_program(*p);
   // The producer waits for a stage to be emptied and fills it by TMA; the consumers wait for it
   // to be full, and release a stage only after waiting for the wgmma before theirs.
-  const size_t producer = text.find("specialize producer {"), consumers = text.find("} consumers {");
+  const size_t producer = text.find("specialize producer {"), consumers = text.find("} consumers ");
   ASSERT_NE(producer, std::string::npos) << text;
   ASSERT_NE(consumers, std::string::npos) << text;
   for (const char* want : {"wait_empty @a_ring[", "tma_load %arg0[", "tma_load %arg1["}) {
@@ -392,7 +392,7 @@ TEST(TileIrBuild, TmaMatMulLoopsOverTilesOnAPersistentGrid) {
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->grid, std::vector<int64_t>{5});
   const std::string text = print_program(*p);
-  const size_t consumers = text.find("} consumers {");
+  const size_t consumers = text.find("} consumers ");
   EXPECT_NE(text.find("step %", text.find("specialize producer")), std::string::npos) << text;
   EXPECT_LT(text.find("for %", text.find("specialize producer")), text.find("tma_load"));
   EXPECT_LT(text.find("for %", consumers), text.find("dot_async", consumers));
@@ -400,6 +400,44 @@ TEST(TileIrBuild, TmaMatMulLoopsOverTilesOnAPersistentGrid) {
   EXPECT_LT(text.rfind("pending 0 :"), text.rfind("release @b_ring["));
   o.schedule.gemm_persistent = 0;
   EXPECT_EQ(plan_fusion(g, o).kernels.at(0).schedule.tile_blocks, 0);
+}
+
+// Ping-pong: two consumer warpgroups on 64-row tiles of their own, each waiting for its turn
+// before its k loop and handing the turn on before its epilogue.
+TEST(TileIrBuild, TmaPingPongTakesTurns) {
+  using namespace dsl;
+  Graph g("mm");
+  output("c", gelu(matmul(input(g, "a", {1024, 200}, DType::BF16), input(g, "w", {200, 1024}, DType::BF16))));
+  FusionOptions o;
+  o.profile.sm_count = 5;
+  o.library_gemm = LibraryGemmUse::Never;
+  o.schedule.gemm_pingpong = 1;
+  Plan plan = plan_fusion(g, o);
+  const TileSchedule& s = plan.kernels.at(0).schedule;
+  ASSERT_EQ(s.consumer_groups, 2) << s.describe();
+  EXPECT_EQ(s.block_m, 64);
+  const std::optional<Program> p = round_tripped(plan);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->consumer_groups, 2);
+  EXPECT_EQ(p->block_threads(), 128);
+  EXPECT_EQ(p->launch_threads(), 384);
+  EXPECT_EQ(p->consumer_registers, 240);
+  const std::string text = print_program(*p);
+  const size_t wait = text.find("await_turn"), handoff = text.find("hand_off");
+  ASSERT_NE(wait, std::string::npos) << text;
+  ASSERT_NE(handoff, std::string::npos) << text;
+  EXPECT_LT(wait, text.find("dot_async", text.find("} consumers")));
+  EXPECT_LT(text.rfind("pending 0 :"), handoff);
+  EXPECT_LT(handoff, text.find("gelu", handoff));  // the epilogue after the hand-off
+  Program one_group = *p;
+  one_group.consumer_groups = 1;
+  bool named = false;
+  for (const std::string& problem : program_problems(one_group))
+    named |= problem.find("needs two consumer groups") != std::string::npos;
+  EXPECT_TRUE(named);
+  // Not without a persistent grid, nor where a block would have tiles for one group only.
+  o.schedule.gemm_persistent = 0;
+  EXPECT_EQ(plan_fusion(g, o).kernels.at(0).schedule.consumer_groups, 1);
 }
 
 TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {

@@ -83,19 +83,7 @@ class Emitter {
     vals_.resize(p_.types.size());
     uses_.assign(p_.types.size(), 0);
     count_uses(p_.body);
-    Value* tid = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {});
-    thread_[1] = b_.CreateURem(tid, b_.getInt32(static_cast<uint32_t>(l_.threads[1])), "tc");
-    thread_[0] = b_.CreateUDiv(tid, b_.getInt32(static_cast<uint32_t>(l_.threads[1])), "tr");
-    if (p_.mma) {  // the warp's place in the warps' grid, and the lane's in PTX's fragment layout
-      Value* lane = b_.CreateURem(tid, b_.getInt32(32));
-      Value* warp = b_.CreateUDiv(tid, b_.getInt32(32));
-      warp_[0] = b_.CreateUDiv(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wm");
-      warp_[1] = b_.CreateURem(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wn");
-      group_ = b_.CreateUDiv(lane, b_.getInt32(4), "group");
-      in_group_ = b_.CreateURem(lane, b_.getInt32(4), "tig");
-      lane_ = lane;
-    }
-    tid_ = tid;
+    set_thread(b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}));
     if (!p_.shared.empty()) {  // the rings, one after another in the block's dynamic shared memory
       auto* bytes = llvm::ArrayType::get(b_.getInt8Ty(), 0);
       shared_ = new llvm::GlobalVariable(*m_, bytes, false, llvm::GlobalValue::ExternalLinkage, nullptr,
@@ -110,6 +98,24 @@ class Emitter {
   }
 
  private:
+  // The thread's index among the threads the layout spreads tiles over (the block's, or its
+  // consumer group's), its coordinates in the layout and, with mma, its warp's place in the
+  // warps' grid and its lane's in PTX's fragment layout.
+  void set_thread(Value* tid) {
+    thread_[1] = b_.CreateURem(tid, b_.getInt32(static_cast<uint32_t>(l_.threads[1])), "tc");
+    thread_[0] = b_.CreateUDiv(tid, b_.getInt32(static_cast<uint32_t>(l_.threads[1])), "tr");
+    if (p_.mma) {
+      Value* lane = b_.CreateURem(tid, b_.getInt32(32));
+      Value* warp = b_.CreateUDiv(tid, b_.getInt32(32));
+      warp_[0] = b_.CreateUDiv(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wm");
+      warp_[1] = b_.CreateURem(warp, b_.getInt32(static_cast<uint32_t>(p_.mma->warps_n)), "wn");
+      group_ = b_.CreateUDiv(lane, b_.getInt32(4), "group");
+      in_group_ = b_.CreateURem(lane, b_.getInt32(4), "tig");
+      lane_ = lane;
+    }
+    tid_ = tid;
+  }
+
   const Type& type(int v) const { return p_.types.at(static_cast<size_t>(v)); }
   llvm::IntegerType* index_ty() { return p_.wide_indices ? b_.getInt64Ty() : b_.getInt32Ty(); }
   Value* index(int64_t v) { return llvm::ConstantInt::get(index_ty(), static_cast<uint64_t>(v)); }
@@ -437,6 +443,16 @@ class Emitter {
         return set(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, one(i.args[0]), one(i.args[1])));
       case Opcode::IndexSub:
         return set(b_.CreateSub(one(i.args[0]), one(i.args[1]), "", true, true));
+      case Opcode::IndexLess:
+        return set(b_.CreateICmpULT(one(i.args[0]), one(i.args[1])));
+      case Opcode::AwaitTurn:  // the turn barrier of this group: the other arrives, this one waits
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {},
+                           {b_.CreateAdd(consumer_group_, i32(3)), i32(2 * p_.block_threads())});
+        return;
+      case Opcode::HandOff:
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_arrive_aligned_count, {},
+                           {b_.CreateSub(i32(4), consumer_group_), i32(2 * p_.block_threads())});
+        return;
       case Opcode::IndexCeil: {
         // ⌈x⌉ in f32, then to an unsigned index: max(x, 0) first (maxnum drops a NaN), and below
         // 2^31 so that the conversion is defined.
@@ -1102,9 +1118,9 @@ class Emitter {
   // The block's barrier; in a Specialize's consumer region, the consumers' own (barrier 1 of
   // their threads: the producer takes no part).
   void block_barrier() {
-    if (in_consumers_) {
+    if (in_consumers_) {  // barrier 1 + the group's
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {},
-                         {b_.getInt32(1), i32(p_.block_threads())});
+                         {b_.CreateAdd(consumer_group_, i32(1)), i32(p_.block_threads())});
       return;
     }
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
@@ -1147,20 +1163,26 @@ class Emitter {
     return b_.CreateInBoundsGEP(b_.getInt64Ty(), stage_barriers_.at(static_cast<size_t>(ring)), slot);
   }
 
-  // The producer warpgroup (the threads after the layout's) lowers its registers, and its first
-  // thread runs region 0; the consumers raise theirs and run region 1.
+  // The producer warpgroup (the threads after the consumers') lowers its registers, and its
+  // first thread runs region 0; the consumers raise theirs and run region 1, each group with its
+  // threads numbered from 0 and its index as the region's argument.
   void specialize(const Inst& i) {
-    Value* producer = b_.CreateICmpUGE(tid_, i32(p_.block_threads()));
+    const int consumers = p_.block_threads() * p_.consumer_groups;
+    Value* tid = tid_;
+    Value* producer = b_.CreateICmpUGE(tid, i32(consumers));
     auto* produce = llvm::BasicBlock::Create(ctx_, "producer", fn_);
     auto* consume = llvm::BasicBlock::Create(ctx_, "consumers", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "specialized", fn_);
     b_.CreateCondBr(producer, produce, consume);
     b_.SetInsertPoint(produce);
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {i32(p_.producer_registers)});
-    guarded(b_.CreateICmpEQ(tid_, i32(p_.block_threads())), [&] { region(i.regions.at(0)); });
+    guarded(b_.CreateICmpEQ(tid, i32(consumers)), [&] { region(i.regions.at(0)); });
     b_.CreateBr(done);
     b_.SetInsertPoint(consume);
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {i32(p_.consumer_registers)});
+    consumer_group_ = b_.CreateUDiv(tid, i32(p_.block_threads()), "consumer_group");
+    vals_[static_cast<size_t>(i.regions.at(1).args.at(0))] = {b_.CreateZExt(consumer_group_, index_ty())};
+    if (p_.consumer_groups > 1) set_thread(b_.CreateURem(tid, i32(p_.block_threads())));
     in_consumers_ = true;
     region(i.regions.at(1));
     in_consumers_ = false;
@@ -1268,6 +1290,7 @@ class Emitter {
   std::vector<llvm::Argument*> tensor_map_;  // param → its tensor map (TMA), or null
   std::vector<llvm::GlobalVariable*> stage_barriers_;  // ring → its stages' full, then empty, mbarriers
   bool in_consumers_ = false;              // emitting a Specialize's consumer region
+  Value* consumer_group_ = nullptr;        // there: the thread's consumer group (i32)
 };
 
 }  // namespace

@@ -85,7 +85,10 @@ std::string TileSchedule::describe() const {
         "shared-memory stages ({}, 128-byte swizzle; {} KiB each) read by wgmma, {}{}",
         block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages,
         tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async", stage_bytes / 1024,
-        tile_blocks > 0 ? fmt::format("{} persistent blocks over {} tiles", tile_blocks, tiles())
+        tile_blocks > 0 ? fmt::format("{} persistent blocks over {} tiles{}", tile_blocks, tiles(),
+                                      consumer_groups > 1 ? " (two consumer warpgroups on tiles of their own, their "
+                                                            "k loops taking turns: ping-pong)"
+                                                          : "")
                         : fmt::format("{} blocks", grid()),
         batch > 1 ? fmt::format(" over {} batches", batch) : "") +
         (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
@@ -146,7 +149,8 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
   } else if (wgmma && hints.gemm_wgmma != 0 && staged && (k > 128 || hints.gemm_wgmma == 1)) {
     s.wgmma = true;
-    s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : m <= 64 ? 64 : 128;
+    const bool pingpong = hints.gemm_pingpong == 1 && hints.gemm_tma != 0 && hints.gemm_persistent != 0;
+    s.block_m = hints.gemm_block_m ? std::max(64, hints.gemm_block_m) : m <= 64 || pingpong ? 64 : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : wgmma_block_n(n, tile_operands);
     s.block_k = 64;
     s.warps_m = s.block_m / 16;
@@ -190,6 +194,8 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   }
   s.k_splits = (s.k_steps() + s.k_steps_per_split() - 1) / s.k_steps_per_split();  // no empty range
   if (s.tma && s.k_splits == 1 && hints.gemm_persistent != 0 && tiles > sm_count) s.tile_blocks = sm_count;
+  // Ping-pong: a warpgroup per tile, two taking turns, where each block has tiles for both.
+  if (s.tile_blocks > 0 && hints.gemm_pingpong == 1 && s.block_m == 64 && tiles >= 2 * sm_count) s.consumer_groups = 2;
   return s;
 }
 

@@ -120,6 +120,10 @@ struct TileSchedule {
   // epilogue. 0: a block per tile.
   int64_t tile_blocks = 0;
   int64_t tiles() const { return batch * m_blocks() * n_blocks(); }
+  // Persistent TMA matmuls: 2 (ping-pong) runs two groups of block_threads() consumers, each on
+  // tiles of its own (the block's tiles alternately), their k loops taking turns so that one
+  // group's epilogue runs under the other's k loop; 1: the consumers share each tile.
+  int consumer_groups = 1;
   // Matmul operands (A, B) copied, before the kernel, into rows of this many elements — their
   // own, then zeros — because their rows as stored are not whole 16-byte chunks, which the staged
   // schedules copy (cp.async): the kernel reads the copy. 0: read in place.
@@ -252,6 +256,9 @@ struct ScheduleHints {
   // TMA matmuls on a persistent grid of one block per SM (TileSchedule::tile_blocks) where the
   // tiles outnumber the SMs: 1 or -1 (the default); 0: a block per tile.
   int gemm_persistent = -1;
+  // Persistent TMA matmuls as two consumer warpgroups taking turns on 64-row tiles of their own
+  // (TileSchedule::consumer_groups): 1; 0 (the default): both on each 128-row tile.
+  int gemm_pingpong = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -383,7 +383,8 @@ class MatMulProgram {
     if (s_.tma) {
       add_tma_rings();
       b.specialize([&](Builder& in) { over_tiles(in, tile, [&](Builder& l, int first) { produce(l, first); }); },
-                   [&](Builder& in) {
+                   [&](Builder& in, int group) {
+                     if (s_.consumer_groups > 1) return ping_pong(in, tile, group);
                      over_tiles(in, tile, [&](Builder& l, int first) { product_and_epilogue(l, tile, split, first); });
                    });
     } else {
@@ -409,6 +410,24 @@ class MatMulProgram {
       return std::vector<int>{};
     });
   }
+  // Ping-pong: group g takes the block's tiles g, g + 2, … (tiles pid + j·blocks); its k loop on
+  // tile j waits for the turn that the other group hands over after its k loop on tile j − 1,
+  // and hands the turn on before its epilogue (if the block has a tile j + 1). So the stages
+  // are consumed in the order the producer fills them, one group's at a time.
+  void ping_pong(Builder& b, int tile, int group) {
+    const int blocks = b.index(s_.tile_blocks), tiles = b.index(s_.tiles());
+    const int start = b.add(tile, b.mul(group, blocks));
+    b.for_loop(start, tiles, b.mul(blocks, b.index(2)), {}, [&](Builder& in, int t, const std::vector<int>&) {
+      place_tile(in, t);
+      in.when(in.less(tile, t), [](Builder& w) { w.await_turn(); });
+      const int acc = tma_product(in, in.mul(in.div(in.sub(t, tile), blocks), k_steps_));
+      in.when(in.less(in.add(t, blocks), tiles), [](Builder& w) { w.hand_off(); });
+      std::map<NodeId, int> value;
+      finish(in, acc, value);
+      return std::vector<int>{};
+    });
+  }
+
   // Tile `tile`'s batch, rows and columns, and its operands' batches.
   void place_tile(Builder& b, int tile) {
     int batch, mt, nt;
@@ -606,8 +625,10 @@ class MatMulProgram {
     // The producer needs few registers; the consumers take the rest of what the block starts
     // with (2 warpgroups: 240 each; 4: 112).
     p_.producer_registers = 24;
+    p_.consumer_groups = s_.consumer_groups;
+    const int consumers = p_.block_threads() * p_.consumer_groups;
     const int pool = p_.entry_registers() * p_.launch_threads() - Program::kProducerThreads * p_.producer_registers;
-    p_.consumer_registers = std::min(240, pool / p_.block_threads() / 8 * 8);
+    p_.consumer_registers = std::min(240, pool / consumers / 8 * 8);
   }
   // Step kt's stage, and the parity of the phase that fills it (consumers) or — one use later —
   // empties it (producer; a fresh barrier's phase of parity 1 counts as complete).

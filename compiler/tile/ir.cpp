@@ -95,6 +95,12 @@ const char* opcode_name(Opcode o) {
       return "fence_async";
     case Opcode::Specialize:
       return "specialize";
+    case Opcode::AwaitTurn:
+      return "await_turn";
+    case Opcode::HandOff:
+      return "hand_off";
+    case Opcode::IndexLess:
+      return "ltui";
     case Opcode::TmaLoad:
       return "tma_load";
     case Opcode::WaitFull:
@@ -380,16 +386,35 @@ void Builder::fence_async() {
 }
 
 void Builder::specialize(const std::function<void(Builder&)>& producer,
-                         const std::function<void(Builder&)>& consumers) {
+                         const std::function<void(Builder&, int group)>& consumers) {
   Inst i;
   i.opcode = Opcode::Specialize;
-  for (const auto* body : {&producer, &consumers}) {
-    Region r;
-    Builder inner(p_, r);
-    (*body)(inner);
-    i.regions.push_back(std::move(r));
-  }
+  Region produce, consume;
+  Builder in_producer(p_, produce);
+  producer(in_producer);
+  consume.args = {p_.add_value(Type::index())};
+  Builder in_consumers(p_, consume);
+  consumers(in_consumers, consume.args[0]);
+  i.regions.push_back(std::move(produce));
+  i.regions.push_back(std::move(consume));
   r_->body.push_back(std::move(i));
+}
+
+void Builder::await_turn() {
+  Inst i;
+  i.opcode = Opcode::AwaitTurn;
+  emit(i, std::nullopt);
+}
+void Builder::hand_off() {
+  Inst i;
+  i.opcode = Opcode::HandOff;
+  emit(i, std::nullopt);
+}
+int Builder::less(int a, int b) {
+  Inst i;
+  i.opcode = Opcode::IndexLess;
+  i.args = {a, b};
+  return emit(i, Type::scalar(DType::Bool));
 }
 
 void Builder::tma_load(int param, int batch, int row, int col, int ring, int stage) {

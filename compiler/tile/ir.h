@@ -127,6 +127,7 @@ enum class Opcode {
   IndexRem,
   IndexMin,
   IndexSub,   // args[0] − args[1], args[0] ≥ args[1]
+  IndexLess,  // bool scalar: args[0] < args[1]
   IndexCeil,  // index: ⌈x⌉ of a one-element tile's value x (every thread's the same), 0 where x ≤ 0
               // or NaN (a runtime loop bound from a tensor: a sequence's length)
   Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
@@ -186,7 +187,15 @@ enum class Opcode {
   // 0's full or empty barrier has completed the phase of parity arg 1 (a fresh barrier counts
   // its phase of parity 1 as complete); Release (consumers) arrives on stage arg 0's empty
   // barrier — every consumer thread once, after its last read of the stage.
+  // With Program::consumer_groups 2 (ping-pong), the consumers are two groups of the layout's
+  // threads, each running region 1 on its own tiles (region 1's argument: the group, 0 or 1) and
+  // waiting only on its own stages' barriers (each stage is one group's at a time). AwaitTurn
+  // waits until the other group has handed the turn over; HandOff hands it to the other group
+  // (the k loops of the two groups' tiles take turns, so each group's epilogue runs under the
+  // other's k loop).
   Specialize,
+  AwaitTurn,
+  HandOff,
   TmaLoad,
   WaitFull,
   WaitEmpty,
@@ -258,12 +267,17 @@ struct Program {
   // layout's threads; setmaxnreg gives it producer_registers and the consumers
   // consumer_registers. 0: not specialized.
   int producer_registers = 0, consumer_registers = 0;
+  // Specialized: the groups of the layout's threads that consume (2: ping-pong on their own
+  // tiles), each group's registers consumer_registers.
+  int consumer_groups = 1;
 
   // The threads the layout spreads tiles over (the consumers, where specialized).
   int block_threads() const { return layout.block_threads(); }
   bool specialized() const { return producer_registers > 0; }
   static constexpr int kProducerThreads = 128;
-  int launch_threads() const { return block_threads() + (specialized() ? kProducerThreads : 0); }
+  int launch_threads() const {
+    return specialized() ? block_threads() * consumer_groups + kProducerThreads : block_threads();
+  }
   // The registers each thread of a specialized block starts with: ptxas allocates the cap of
   // one block per SM (64 Ki over the launch's threads, in steps of 8; at most 240). setmaxnreg
   // moves registers within the block, so the producer's and consumers' shares must fit in
@@ -345,8 +359,13 @@ class Builder {
   int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc);
   std::vector<int> dot_wait(const std::vector<int>& accs, int pending);
   void fence_async();
-  // Warp specialization: `producer` and `consumers` fill Specialize's two regions.
-  void specialize(const std::function<void(Builder&)>& producer, const std::function<void(Builder&)>& consumers);
+  // Warp specialization: `producer` and `consumers` fill Specialize's two regions (the
+  // consumers' given their group).
+  void specialize(const std::function<void(Builder&)>& producer,
+                  const std::function<void(Builder&, int group)>& consumers);
+  void await_turn();
+  void hand_off();
+  int less(int a, int b);  // bool scalar a < b of two indices
   void tma_load(int param, int batch, int row, int col, int ring, int stage);
   void wait_full(int ring, int stage, int parity);
   void wait_empty(int ring, int stage, int parity);

@@ -114,12 +114,14 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::CommitGroup:
       case Opcode::Barrier:
       case Opcode::FenceAsync:
+      case Opcode::AwaitTurn:
+      case Opcode::HandOff:
         *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
         break;
       case Opcode::Specialize:
         *out += fmt::format("{}specialize producer {{\n", pad);
         print_region(p, value, i.regions.at(0), depth + 1, out);
-        *out += pad + "} consumers {\n";
+        *out += fmt::format("{}}} consumers {} {{\n", pad, value(i.regions.at(1).args.at(0)));
         print_region(p, value, i.regions.at(1), depth + 1, out);
         *out += pad + "}\n";
         break;
@@ -192,6 +194,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::IndexRem:
       case Opcode::IndexMin:
       case Opcode::IndexSub:
+      case Opcode::IndexLess:
       case Opcode::IndexCeil:
       case Opcode::Splat:
       case Opcode::Dot:
@@ -326,6 +329,10 @@ class Parser {
       p.producer_registers = static_cast<int>(integer());
       word("consumers");
       p.consumer_registers = static_cast<int>(integer());
+      if (at_word("groups")) {
+        next();
+        p.consumer_groups = static_cast<int>(integer());
+      }
     }
     if (p.layout.block_threads() != threads)
       fail(fmt::format("the layout has {} threads, the function {}", p.layout.block_threads(), threads));
@@ -596,11 +603,11 @@ class Parser {
       punct(":");
       results({type()});
     } else if (op == "muli" || op == "addi" || op == "divui" || op == "remui" || op == "minui" || op == "subi" ||
-               op == "ceili") {
+               op == "ceili" || op == "ltui") {
       static const std::map<std::string, Opcode> ops = {{"muli", Opcode::IndexMul}, {"addi", Opcode::IndexAdd},
                                                         {"divui", Opcode::IndexDiv}, {"remui", Opcode::IndexRem},
                                                         {"minui", Opcode::IndexMin}, {"subi", Opcode::IndexSub},
-                                                        {"ceili", Opcode::IndexCeil}};
+                                                        {"ceili", Opcode::IndexCeil}, {"ltui", Opcode::IndexLess}};
       i.opcode = ops.at(op);
       i.args = uses_until_colon();
       punct(":");
@@ -627,10 +634,14 @@ class Parser {
       punct("]");
     } else if (op == "specialize") {
       i.opcode = Opcode::Specialize;
-      for (const char* role : {"producer", "consumers"}) {
-        word(role);
-        i.regions.push_back(braced_region(p));
-      }
+      word("producer");
+      i.regions.push_back(braced_region(p));
+      word("consumers");
+      std::map<std::string, int> outer = names_;
+      const int group = define(p, expect(Token::Value, "the consumers' group").text, Type::index());
+      i.regions.push_back(braced_region(p));
+      i.regions.back().args = {group};
+      names_ = outer;
     } else if (op == "tma_load") {
       i.opcode = Opcode::TmaLoad;
       i.param = param_ref(p);
@@ -652,6 +663,8 @@ class Parser {
         word("parity");
         i.args.push_back(use("the parity"));
       }
+    } else if (op == "await_turn" || op == "hand_off") {
+      i.opcode = op == "await_turn" ? Opcode::AwaitTurn : Opcode::HandOff;
     } else if (op == "commit_group" || op == "barrier" || op == "fence_async") {
       i.opcode = op == "barrier" ? Opcode::Barrier : op == "fence_async" ? Opcode::FenceAsync : Opcode::CommitGroup;
     } else if (op == "dot_async") {
@@ -879,8 +892,11 @@ std::string print_program(const Program& p) {
                                 layout_str(p.layout), mma,
                                 p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "",
                                 p.wide_indices ? " wide_indices" : "",
-                                p.specialized() ? fmt::format(" registers producer {} consumers {}", p.producer_registers,
-                                                              p.consumer_registers)
+                                p.specialized() ? fmt::format(" registers producer {} consumers {}{}", p.producer_registers,
+                                                              p.consumer_registers,
+                                                              p.consumer_groups > 1
+                                                                  ? fmt::format(" groups {}", p.consumer_groups)
+                                                                  : "")
                                                 : "");
   print_region(p, Names(p), p.body, 1, &out);
   out += "}\n";

@@ -178,17 +178,19 @@ class Verifier {
     bool tma_rings = false;
     for (const SharedRing& r : p_.shared) tma_rings |= r.tma;
     if (tma_rings && !p_.specialized()) problem("TMA rings need a warp-specialized program");
+    if (p_.consumer_groups != 1 && (p_.consumer_groups != 2 || !p_.specialized()))
+      problem(fmt::format("{} consumer groups: a specialized program has 1, or 2 taking turns", p_.consumer_groups));
     if (!p_.specialized()) return;
     for (int regs : {p_.producer_registers, p_.consumer_registers})
       if (regs < 24 || regs > 256 || regs % 8 != 0)
         problem(fmt::format("setmaxnreg takes 24 to 256 registers in steps of 8, not {}", regs));
     if (p_.block_threads() % Program::kProducerThreads != 0 ||
         int64_t{p_.producer_registers} * Program::kProducerThreads +
-                int64_t{p_.consumer_registers} * p_.block_threads() >
+                int64_t{p_.consumer_registers} * p_.block_threads() * p_.consumer_groups >
             int64_t{p_.entry_registers()} * p_.launch_threads())
       problem(fmt::format("{} consumer threads (whole warpgroups) at {} registers and a producer warpgroup at {} "
                           "exceed the block's {} ({} threads at {} each)",
-                          p_.block_threads(), p_.consumer_registers, p_.producer_registers,
+                          p_.block_threads() * p_.consumer_groups, p_.consumer_registers, p_.producer_registers,
                           p_.entry_registers() * p_.launch_threads(), p_.launch_threads(), p_.entry_registers()));
   }
   const SharedRing* tma_ring_of(const Inst& i) {
@@ -396,6 +398,16 @@ class Verifier {
           if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]))
             problem(fmt::format("{}: needs two indices", where(i)));
           break;
+        case Opcode::IndexLess:
+          if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]) ||
+              type(i.results.at(0)) != Type::scalar(DType::Bool))
+            problem(fmt::format("{}: compares two indices into a bool scalar", where(i)));
+          break;
+        case Opcode::AwaitTurn:
+        case Opcode::HandOff:
+          role(i, Role::Consumers);
+          if (p_.consumer_groups != 2) problem(fmt::format("{}: needs two consumer groups", where(i)));
+          break;
         case Opcode::IndexCeil: {
           const Type& x = type(i.args.at(0));
           if (i.args.size() != 1 || !x.is_tile() || num_elements(x.shape) != 1 || x.frag != Frag::None ||
@@ -511,10 +523,14 @@ class Verifier {
             problem(fmt::format("{}: splits the program's body into a producer and consumers, once", where(i)));
             break;
           }
+          if (i.regions[1].args.size() != 1 || !is_index(i.regions[1].args[0]))
+            problem(fmt::format("{}: the consumers' region takes their group, an index", where(i)));
           for (Role part : {Role::Producer, Role::Consumers}) {
             role_ = part;
             std::set<int> inner = scope;
-            region(i.regions[part == Role::Producer ? 0 : 1], inner, false);
+            const Region& r = i.regions[part == Role::Producer ? 0 : 1];
+            inner.insert(r.args.begin(), r.args.end());
+            region(r, inner, false);
           }
           role_ = Role::Block;
           break;
