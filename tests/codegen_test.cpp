@@ -215,6 +215,29 @@ TEST(Codegen, MatMulIsWgmmaOnSm90a) {
   }
 }
 
+// Clusters of two: the cluster's barrier after the mbarriers are set up, B's boxes multicast
+// (each block a share, by its rank), releases arriving at both blocks' empty barriers.
+TEST(Codegen, TmaClusterMulticasts) {
+  FusionOptions o;
+  o.library_gemm = LibraryGemmUse::Never;
+  o.schedule.gemm_cluster = 2;
+  Plan p = plan_fusion(find_example("matmul").build(), o);
+  ASSERT_EQ(p.kernels.at(0).schedule.cluster_blocks, 2);
+  CompiledKernel k = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_90"));
+  EXPECT_EQ(k.cluster_blocks, 2u);
+  EXPECT_EQ(k.grid % 2, 0u);
+  EXPECT_GT(count(k.ptx, R"(barrier\.cluster\.arrive)"), 0);
+  EXPECT_GT(count(k.ptx, R"(%cluster_ctarank)"), 0);
+  EXPECT_GT(count(k.ptx, R"(bytes\.multicast::cluster)"), 0);
+  EXPECT_GT(count(k.ptx, R"(mapa\.shared::cluster)"), 0);
+  EXPECT_GT(count(k.ptx, R"(mbarrier\.arrive\.release\.cluster\.shared::cluster)"), 0);
+  if (!find_ptxas().empty()) {
+    auto m = run_ptxas(k.ptx, p.kernels[0].name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->spill_bytes, 0);
+  }
+}
+
 TEST(Codegen, MatMulIsMmaSync) {
   struct Case {
     DType dtype;

@@ -61,7 +61,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
-  int staged = 0, wgmma = 0, tma = 0, pingpong = 0, copied = 0, split = 0;
+  int staged = 0, wgmma = 0, tma = 0, pingpong = 0, clustered = 0, copied = 0, split = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
            {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
@@ -93,8 +93,9 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     output("c", y);
     // The default (wgmma fed by TMA where the operands allow), mma.sync staged, mma.sync direct,
     // wgmma fed by every thread's cp.async.
-    for (int variant = 0; variant < 5; ++variant) {
-      static const char* const names[] = {"default", "mma.sync", "direct", "wgmma cp.async", "ping-pong"};
+    for (int variant = 0; variant < 6; ++variant) {
+      static const char* const names[] = {"default", "mma.sync", "direct", "wgmma cp.async", "ping-pong",
+                                          "clusters"};
       SCOPED_TRACE(fmt::format("{}, {}", c.name, names[variant]));
       FusionOptions o;
       o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
@@ -104,6 +105,10 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
         o.schedule.gemm_pingpong = 1;
         o.profile.sm_count = 2;
       }
+      if (variant == 5) {  // one cluster of two blocks over the tiles, B multicast
+        o.schedule.gemm_cluster = 2;
+        o.profile.sm_count = 2;
+      }
       o.schedule.stages = variant == 2 ? 0 : -1;
       o.schedule.pitch_copy = variant == 2 ? -1 : 1;  // odd rows: the copies, where the schedule is staged
       Plan p = plan_fusion(g, o);
@@ -111,6 +116,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
       wgmma += p.kernels[0].schedule.wgmma;
       tma += p.kernels[0].schedule.tma;
       pingpong += p.kernels[0].schedule.consumer_groups == 2;
+      clustered += p.kernels[0].schedule.cluster_blocks == 2;
       staged += !p.kernels[0].schedule.wgmma && p.kernels[0].schedule.stages > 0;
       copied += p.kernels[0].schedule.copies_operands();
       split += p.kernels[0].schedule.k_splits > 1;
@@ -120,6 +126,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
   EXPECT_GE(wgmma, 10);  // the path most cases take by default, and with cp.async
   EXPECT_GE(tma, 5);     // fed by TMA, the default
   EXPECT_GE(pingpong, 4);  // two warpgroups taking turns
+  EXPECT_GE(clustered, 4);  // clusters of two
   EXPECT_GE(staged, 5);  // and mma.sync's, asked for
   EXPECT_GE(copied, 8);  // odd rows copied into a padded pitch, on wgmma and on mma.sync
   EXPECT_GE(split, 6);   // split-K, on wgmma and on mma.sync
@@ -162,6 +169,14 @@ TEST(GpuMatMul, TilesDepthsAndGroupsMatchReference) {
         Plan r = plan_fusion(g, o);
         EXPECT_EQ(r.kernels.at(0).schedule.consumer_groups, 2);
         testing::check_on_gpu(r, seed);
+        o.schedule.gemm_pingpong = 0;
+      }
+      if (v.n >= 128) {  // clusters of two: 3 of them (6 blocks), tile rows of 328 rows
+        o.schedule.gemm_cluster = 2;
+        o.profile.sm_count = 6;
+        Plan c = plan_fusion(g, o);
+        EXPECT_EQ(c.kernels.at(0).schedule.cluster_blocks, 2);
+        testing::check_on_gpu(c, seed);
       }
     }
   }

@@ -440,6 +440,49 @@ TEST(TileIrBuild, TmaPingPongTakesTurns) {
   EXPECT_EQ(plan_fusion(g, o).kernels.at(0).schedule.consumer_groups, 1);
 }
 
+// Clusters of two on adjacent tile rows: B's copies multicast (each block a share of its
+// panels), and each producer waits for its last stages to be emptied before it exits.
+TEST(TileIrBuild, TmaClustersMulticastB) {
+  using namespace dsl;
+  Graph g("mm");
+  // 5 tile rows of 128: the last cluster's second tile lies past M, all of it masked.
+  output("c", matmul(input(g, "a", {600, 200}, DType::BF16), input(g, "w", {200, 1024}, DType::BF16)));
+  FusionOptions o;
+  o.profile.sm_count = 4;
+  o.library_gemm = LibraryGemmUse::Never;
+  o.schedule.gemm_cluster = 2;
+  Plan plan = plan_fusion(g, o);
+  const TileSchedule& s = plan.kernels.at(0).schedule;
+  ASSERT_EQ(s.cluster_blocks, 2) << s.describe();
+  const std::optional<Program> p = round_tripped(plan);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->cluster_blocks, 2);
+  const std::string text = print_program(*p);
+  // B's copy is multicast, A's (each block its own rows) is not.
+  int b_multicast = 0, a_multicast = 0;
+  for (size_t at = text.find("tma_load"); at != std::string::npos; at = text.find("tma_load", at + 1)) {
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    const bool multicast = line.find(" multicast") != std::string::npos;
+    (line.find("@b_ring") != std::string::npos ? b_multicast : a_multicast) += multicast;
+  }
+  EXPECT_EQ(b_multicast, 1) << text;
+  EXPECT_EQ(a_multicast, 0) << text;
+  const size_t consumers = text.find("} consumers ");
+  // The producer's tail: waits for emptied stages after its loop over the tiles.
+  EXPECT_GT(text.rfind("wait_empty", consumers), text.rfind("tma_load", consumers));
+  EXPECT_NE(text.find("masked [0 < %"), std::string::npos);  // stores past M masked
+  // B stored along K (transposed) has one panel per stage: no multicast, no clusters.
+  Graph t("mmt");
+  output("c", matmul(input(t, "a", {600, 200}, DType::BF16), input(t, "w", {1024, 200}, DType::BF16),
+                     {false, true, std::nullopt}));
+  EXPECT_EQ(plan_fusion(t, o).kernels.at(0).schedule.cluster_blocks, 1);
+  Program bad = *p;
+  bad.cluster_blocks = 1;
+  bool named = false;
+  for (const std::string& problem : program_problems(bad)) named |= problem.find("multicast") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
 TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {
   using namespace dsl;
   Graph g("mm");

@@ -504,9 +504,7 @@ class Emitter {
       case Opcode::WaitEmpty:
         return wait_stage(i);
       case Opcode::Release:
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta, {},
-                           {stage_barrier(i.ring, false, one(i.args[0])), i32(1)});
-        return;
+        return release(i);
       case Opcode::ResetCount:
         return reset_count(i);
       case Opcode::Load:
@@ -1151,12 +1149,36 @@ class Emitter {
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
                              {stage_barrier(static_cast<int>(r), true, i32(st)), i32(1)});
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
-                             {stage_barrier(static_cast<int>(r), false, i32(st)), i32(p_.block_threads())});
+                             {stage_barrier(static_cast<int>(r), false, i32(st)), i32(empty_arrivals())});
         }
       }
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     });
-    block_barrier();
+    if (p_.cluster_blocks == 1) return block_barrier();
+    // The cluster's blocks see each other's barriers set up before any copy or arrival reaches them.
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned, llvm::ArrayRef<llvm::Type*>{},
+                       llvm::ArrayRef<Value*>{});
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned, llvm::ArrayRef<llvm::Type*>{},
+                       llvm::ArrayRef<Value*>{});
+  }
+  // Arrivals that empty a stage: every consumer thread of the block; in a cluster one lane of
+  // each consumer warp of every block (a group's warps: one group reads a stage at a time).
+  int empty_arrivals() const {
+    return p_.cluster_blocks == 1 ? p_.block_threads() : p_.block_threads() / 32 * p_.cluster_blocks;
+  }
+  // Release (consumers): the stage's empty barrier arrived at — in a cluster, lane r of each
+  // warp arrives at block r's (its copies multicast into this block's stage too).
+  void release(const Inst& i) {
+    Value* empty = stage_barrier(i.ring, false, one(i.args[0]));
+    if (p_.cluster_blocks == 1) {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta, {}, {empty, i32(1)});
+      return;
+    }
+    Value* lane = b_.CreateURem(tid_, i32(32));
+    guarded(b_.CreateICmpULT(lane, i32(p_.cluster_blocks)), [&] {
+      Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {empty, lane});
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cluster_space_cluster, {}, {theirs, i32(1)});
+    });
   }
   Value* stage_barrier(int ring, bool full, Value* stage) {
     Value* slot = b_.CreateAdd(as_i32(stage), i32(full ? 0 : p_.shared[static_cast<size_t>(ring)].stages));
@@ -1204,13 +1226,26 @@ class Emitter {
     Value* along = as_i32(one(i.args[r.col_major ? 1 : 2]));
     Value* line = as_i32(one(i.args[r.col_major ? 2 : 1]));
     const int64_t lines = stored_rows(r), panels = row_chunks(r) / 8;
+    // Multicast: this block's share of the panels, each written into every block of the cluster
+    // (at the same offset, completing on each one's full barrier).
+    Value* rank = i.multicast ? b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_cluster_ctarank, {})
+                              : nullptr;
+    const uint16_t everyone = static_cast<uint16_t>((1u << p_.cluster_blocks) - 1);
     for (int64_t panel = 0; panel < panels; ++panel) {
-      Value* at = b_.CreateAdd(stage_at(i.ring, stage), i32(static_cast<int>(panel * lines * 128)));
-      Value* dst = b_.CreateAddrSpaceCast(b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, at), b_.getPtrTy(7));
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_tensor_g2s_tile_3d, {},
-                         {dst, full, tensor_map_.at(static_cast<size_t>(i.param)),
-                          b_.CreateAdd(along, i32(static_cast<int>(panel * 64))), line, batch, b_.getInt16(0),
-                          b_.getInt64(0), b_.getFalse(), b_.getFalse(), i32(0)});
+      auto copy = [&] {
+        Value* at = b_.CreateAdd(stage_at(i.ring, stage), i32(static_cast<int>(panel * lines * 128)));
+        Value* dst = b_.CreateAddrSpaceCast(b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, at), b_.getPtrTy(7));
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_tensor_g2s_tile_3d, {},
+                           {dst, full, tensor_map_.at(static_cast<size_t>(i.param)),
+                            b_.CreateAdd(along, i32(static_cast<int>(panel * 64))), line, batch,
+                            b_.getInt16(i.multicast ? everyone : 0), b_.getInt64(0), b_.getInt1(i.multicast),
+                            b_.getFalse(), i32(0)});
+      };
+      if (!i.multicast) {
+        copy();
+        continue;
+      }
+      guarded(b_.CreateICmpEQ(rank, i32(static_cast<int>(panel % p_.cluster_blocks))), copy);
     }
   }
 

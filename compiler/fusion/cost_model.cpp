@@ -275,7 +275,8 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     auto unbatched = [&](const Node& o) { return num_elements(o.shape) == o.shape.back() * o.shape[o.shape.size() - 2]; };
     const bool copyable[2] = {!m.transpose_a || unbatched(g.node(m.operands[0])),
                                !m.transpose_b || unbatched(g.node(m.operands[1]))};
-    auto schedule = [&](const ScheduleHints& h) {
+    auto schedule = [&](ScheduleHints h) {
+      if (m.transpose_b) h.gemm_cluster = 1;  // multicast shares out B's panels: B stored along N
       return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, copyable,
                                     profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h,
                                     profile.sm_count);

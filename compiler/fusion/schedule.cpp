@@ -86,9 +86,13 @@ std::string TileSchedule::describe() const {
         block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages,
         tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async", stage_bytes / 1024,
         tile_blocks > 0 ? fmt::format("{} persistent blocks over {} tiles{}", tile_blocks, tiles(),
-                                      consumer_groups > 1 ? " (two consumer warpgroups on tiles of their own, their "
-                                                            "k loops taking turns: ping-pong)"
-                                                          : "")
+                                      std::string(consumer_groups > 1 ? " (two consumer warpgroups on tiles of their "
+                                                                        "own, their k loops taking turns: ping-pong)"
+                                                                      : "") +
+                                          (cluster_blocks > 1 ? fmt::format(", in clusters of {} on adjacent tile rows "
+                                                                            "(B's tile multicast)",
+                                                                            cluster_blocks)
+                                                              : ""))
                         : fmt::format("{} blocks", grid()),
         batch > 1 ? fmt::format(" over {} batches", batch) : "") +
         (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
@@ -194,8 +198,13 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   }
   s.k_splits = (s.k_steps() + s.k_steps_per_split() - 1) / s.k_steps_per_split();  // no empty range
   if (s.tma && s.k_splits == 1 && hints.gemm_persistent != 0 && tiles > sm_count) s.tile_blocks = sm_count;
+  // Clusters of two blocks on vertically adjacent tiles, B's tile multicast: its 128-byte panels
+  // shared out over the pair.
+  if (s.tile_blocks > 0 && hints.gemm_cluster == 2 && sm_count % 2 == 0 && s.block_n / 64 % 2 == 0)
+    s.cluster_blocks = 2;
   // Ping-pong: a warpgroup per tile, two taking turns, where each block has tiles for both.
-  if (s.tile_blocks > 0 && hints.gemm_pingpong == 1 && s.block_m == 64 && tiles >= 2 * sm_count) s.consumer_groups = 2;
+  if (s.tile_blocks > 0 && s.cluster_blocks == 1 && hints.gemm_pingpong == 1 && s.block_m == 64 && tiles >= 2 * sm_count)
+    s.consumer_groups = 2;
   return s;
 }
 

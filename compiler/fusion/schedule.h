@@ -259,6 +259,10 @@ struct ScheduleHints {
   // Persistent TMA matmuls as two consumer warpgroups taking turns on 64-row tiles of their own
   // (TileSchedule::consumer_groups): 1; 0 (the default): both on each 128-row tile.
   int gemm_pingpong = 0;
+  // Persistent TMA matmuls in clusters of this many blocks (2; TileSchedule::cluster_blocks)
+  // taking vertically adjacent tiles, B's tile copied once for both (TMA multicast); 1 (the
+  // default): none.
+  int gemm_cluster = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -382,7 +382,11 @@ class MatMulProgram {
     }
     if (s_.tma) {
       add_tma_rings();
-      b.specialize([&](Builder& in) { over_tiles(in, tile, [&](Builder& l, int first) { produce(l, first); }); },
+      b.specialize(
+          [&](Builder& in) {
+            over_tiles(in, tile, [&](Builder& l, int first) { produce(l, first); });
+            if (s_.cluster_blocks > 1) wait_for_last_releases(in, tile);
+          },
                    [&](Builder& in, int group) {
                      if (s_.consumer_groups > 1) return ping_pong(in, tile, group);
                      over_tiles(in, tile, [&](Builder& l, int first) { product_and_epilogue(l, tile, split, first); });
@@ -398,15 +402,37 @@ class MatMulProgram {
  private:
   // Runs `body` on the block's tile, given its first k step counted over the block's tiles; a
   // persistent grid (TileSchedule::tile_blocks) loops over the tiles pid, pid + blocks, ….
+  // In clusters, the clusters loop over their tiles (each a tile per block of the cluster, on
+  // adjacent tile rows: the block's rank picks its row).
   void over_tiles(Builder& b, int tile, const std::function<void(Builder&, int)>& body) {
     if (s_.tile_blocks == 0) {
       place_tile(b, tile);
       return body(b, zero_);
     }
-    const int blocks = b.index(s_.tile_blocks);
-    b.for_loop(tile, b.index(s_.tiles()), blocks, {}, [&](Builder& in, int t, const std::vector<int>&) {
-      place_tile(in, t);
-      body(in, in.mul(in.div(in.sub(t, tile), blocks), k_steps_));
+    const int size = b.index(s_.cluster_blocks);
+    const int cluster = b.div(tile, size), rank = b.rem(tile, size);
+    const int clusters = b.index(s_.tile_blocks / s_.cluster_blocks);
+    b.for_loop(cluster, b.index(cluster_tiles()), clusters, {}, [&](Builder& in, int t, const std::vector<int>&) {
+      place_tile(in, t, rank);
+      body(in, in.mul(in.div(in.sub(t, cluster), clusters), k_steps_));
+      return std::vector<int>{};
+    });
+  }
+  // The tiles of the cluster grid (the tiles without clusters).
+  int64_t cluster_tiles() const { return s_.batch * cluster_rows() * s_.n_blocks(); }
+  // Cluster `cluster` has its last stages emptied by both blocks' consumers before its producer
+  // exits: the multicast copies and the other block's releases then reach no block that has
+  // left. (Its steps: one count of k steps per tile of the cluster.)
+  void wait_for_last_releases(Builder& b, int tile) {
+    const int size = b.index(s_.cluster_blocks), one = b.index(1);
+    const int cluster = b.div(tile, size);
+    const int clusters = b.index(s_.tile_blocks / s_.cluster_blocks);
+    const int count = b.add(b.div(b.sub(b.sub(b.index(cluster_tiles()), one), cluster), clusters), one);
+    const int total = b.mul(count, k_steps_);
+    b.for_loop(total, b.add(total, b.index(s_.stages)), one, {}, [&](Builder& in, int kt, const std::vector<int>&) {
+      const auto [stage, parity] = stage_of(in, kt, true);
+      in.wait_empty(0, stage, parity);
+      in.wait_empty(1, stage, parity);
       return std::vector<int>{};
     });
   }
@@ -428,10 +454,12 @@ class MatMulProgram {
     });
   }
 
-  // Tile `tile`'s batch, rows and columns, and its operands' batches.
-  void place_tile(Builder& b, int tile) {
+  // Tile `tile`'s batch, rows and columns, and its operands' batches; in a cluster, the tile of
+  // its block of rank `rank` (tile row cluster_blocks·row + rank).
+  void place_tile(Builder& b, int tile, int rank = -1) {
     int batch, mt, nt;
     tile_of(b, tile, &batch, &mt, &nt);
+    if (s_.cluster_blocks > 1) mt = b.add(b.mul(mt, b.index(s_.cluster_blocks)), rank);
     n0_ = b.mul(nt, b.index(s_.block_n));
     first_row_ = b.mul(batch, b.index(s_.m));
     row0_ = b.add(first_row_, b.mul(mt, b.index(s_.block_m)));
@@ -462,8 +490,9 @@ class MatMulProgram {
 
   // Block pid's batch and tile: row by row of tiles, or — taking `group` tile rows at a time —
   // down each column of the group before the next (the last group may be shorter).
+  // (In clusters the tile rows are the clusters' rows of tiles: `cluster_rows()`.)
   void tile_of(Builder& b, int pid, int* batch, int* mt, int* nt) {
-    const int n_blocks = b.index(s_.n_blocks()), m_blocks = b.index(s_.m_blocks());
+    const int n_blocks = b.index(s_.n_blocks()), m_blocks = b.index(cluster_rows());
     if (s_.group <= 1) {
       const int rest = b.div(pid, n_blocks);
       *batch = b.div(rest, m_blocks);
@@ -471,7 +500,7 @@ class MatMulProgram {
       *mt = b.rem(rest, m_blocks);
       return;
     }
-    const int per_batch = b.index(s_.m_blocks() * s_.n_blocks());
+    const int per_batch = b.index(cluster_rows() * s_.n_blocks());
     *batch = b.div(pid, per_batch);
     const int t = b.rem(pid, per_batch);
     const int group = b.index(s_.group), per_group = b.index(int64_t{s_.group} * s_.n_blocks());
@@ -505,7 +534,12 @@ class MatMulProgram {
                   Frag::Acc);
   }
 
-  bool rows_masked() const { return s_.m % s_.block_m != 0; }
+  // (A cluster's last tile row may lie past M: m_blocks() is rounded up to whole clusters.)
+  bool rows_masked() const {
+    return s_.m % s_.block_m != 0 || s_.m_blocks() % s_.cluster_blocks != 0;
+  }
+  // The rows of tiles clusters take, cluster_blocks tile rows each (1: the tile rows).
+  int64_t cluster_rows() const { return (s_.m_blocks() + s_.cluster_blocks - 1) / s_.cluster_blocks; }
   bool cols_masked() const { return s_.n % s_.block_n != 0; }
   bool k_masked() const { return s_.k % s_.block_k != 0; }
   // Matmul operand i's batches: the product's, 1 (one shared by all), or — broadcast along some
@@ -626,6 +660,7 @@ class MatMulProgram {
     // with (2 warpgroups: 240 each; 4: 112).
     p_.producer_registers = 24;
     p_.consumer_groups = s_.consumer_groups;
+    p_.cluster_blocks = s_.cluster_blocks;
     const int consumers = p_.block_threads() * p_.consumer_groups;
     const int pool = p_.entry_registers() * p_.launch_threads() - Program::kProducerThreads * p_.producer_registers;
     p_.consumer_registers = std::min(240, pool / consumers / 8 * 8);
@@ -649,7 +684,7 @@ class MatMulProgram {
       l.wait_empty(0, stage, parity);
       l.wait_empty(1, stage, parity);
       l.tma_load(operand_param_[0], a_batch_, a_row, kk, 0, stage);
-      l.tma_load(operand_param_[1], b_batch_, kk, n0_, 1, stage);
+      l.tma_load(operand_param_[1], b_batch_, kk, n0_, 1, stage, s_.cluster_blocks > 1);
       return std::vector<int>{};
     });
   }

@@ -417,9 +417,10 @@ int Builder::less(int a, int b) {
   return emit(i, Type::scalar(DType::Bool));
 }
 
-void Builder::tma_load(int param, int batch, int row, int col, int ring, int stage) {
+void Builder::tma_load(int param, int batch, int row, int col, int ring, int stage, bool multicast) {
   Inst i;
   i.opcode = Opcode::TmaLoad;
+  i.multicast = multicast;
   i.param = param;
   i.ring = ring;
   i.args = {batch, row, col, stage};

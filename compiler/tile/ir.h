@@ -186,7 +186,8 @@ enum class Opcode {
   // barrier expect its bytes; WaitFull (consumers) and WaitEmpty (producer) wait until stage arg
   // 0's full or empty barrier has completed the phase of parity arg 1 (a fresh barrier counts
   // its phase of parity 1 as complete); Release (consumers) arrives on stage arg 0's empty
-  // barrier — every consumer thread once, after its last read of the stage.
+  // barrier — every consumer thread once, after its last read of the stage (in a cluster:
+  // see Program::cluster_blocks).
   // With Program::consumer_groups 2 (ping-pong), the consumers are two groups of the layout's
   // threads, each running region 1 on its own tiles (region 1's argument: the group, 0 or 1) and
   // waiting only on its own stages' barriers (each stage is one group's at a time). AwaitTurn
@@ -222,6 +223,9 @@ struct Inst {
   // tile's rows and columns merge.
   int64_t iota_stride = 0, iota_div = 1, iota_mod = 0;
   bool nonpositive_arg = false;  // Compute exp: its argument is never positive (graph/sign.h)
+  // TmaLoad in a cluster: the stage's 128-byte panels are shared out over the cluster's blocks
+  // (block r copies panels r, r + cluster, …), each copy written into every block's stage.
+  bool multicast = false;
   std::vector<Region> regions;
 };
 
@@ -270,6 +274,11 @@ struct Program {
   // Specialized: the groups of the layout's threads that consume (2: ping-pong on their own
   // tiles), each group's registers consumer_registers.
   int consumer_groups = 1;
+  // > 1: launched in clusters of this many consecutive blocks (rank: the block's id modulo it).
+  // A specialized program's TMA rings are then the cluster's: a multicast TmaLoad fills every
+  // block's stage, a Release arrives on every block's empty barrier (one lane per warp and
+  // block), and the producer waits for its last stages to be emptied before it exits.
+  int cluster_blocks = 1;
 
   // The threads the layout spreads tiles over (the consumers, where specialized).
   int block_threads() const { return layout.block_threads(); }
@@ -366,7 +375,7 @@ class Builder {
   void await_turn();
   void hand_off();
   int less(int a, int b);  // bool scalar a < b of two indices
-  void tma_load(int param, int batch, int row, int col, int ring, int stage);
+  void tma_load(int param, int batch, int row, int col, int ring, int stage, bool multicast = false);
   void wait_full(int ring, int stage, int parity);
   void wait_empty(int ring, int stage, int parity);
   void release(int ring, int stage);

@@ -126,9 +126,10 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += pad + "}\n";
         break;
       case Opcode::TmaLoad:
-        *out += fmt::format("{}tma_load %arg{}[{}] into @{}[{}]\n", pad, i.param,
+        *out += fmt::format("{}tma_load %arg{}[{}] into @{}[{}]{}\n", pad, i.param,
                             values(std::vector<int>(i.args.begin(), i.args.end() - 1)),
-                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args.back()));
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args.back()),
+                            i.multicast ? " multicast" : "");
         break;
       case Opcode::WaitFull:
       case Opcode::WaitEmpty:
@@ -332,6 +333,10 @@ class Parser {
       if (at_word("groups")) {
         next();
         p.consumer_groups = static_cast<int>(integer());
+      }
+      if (at_word("cluster")) {
+        next();
+        p.cluster_blocks = static_cast<int>(integer());
       }
     }
     if (p.layout.block_threads() != threads)
@@ -653,6 +658,10 @@ class Parser {
       punct("[");
       i.args.push_back(use("the stage"));
       punct("]");
+      if (at_word("multicast")) {
+        next();
+        i.multicast = true;
+      }
     } else if (op == "wait_full" || op == "wait_empty" || op == "release") {
       i.opcode = op == "wait_full" ? Opcode::WaitFull : op == "wait_empty" ? Opcode::WaitEmpty : Opcode::Release;
       i.ring = ring(p);
@@ -894,9 +903,12 @@ std::string print_program(const Program& p) {
                                 p.wide_indices ? " wide_indices" : "",
                                 p.specialized() ? fmt::format(" registers producer {} consumers {}{}", p.producer_registers,
                                                               p.consumer_registers,
-                                                              p.consumer_groups > 1
-                                                                  ? fmt::format(" groups {}", p.consumer_groups)
-                                                                  : "")
+                                                              (p.consumer_groups > 1
+                                                                   ? fmt::format(" groups {}", p.consumer_groups)
+                                                                   : "") +
+                                                                  (p.cluster_blocks > 1
+                                                                       ? fmt::format(" cluster {}", p.cluster_blocks)
+                                                                       : ""))
                                                 : "");
   print_region(p, Names(p), p.body, 1, &out);
   out += "}\n";

@@ -178,6 +178,9 @@ class Verifier {
     bool tma_rings = false;
     for (const SharedRing& r : p_.shared) tma_rings |= r.tma;
     if (tma_rings && !p_.specialized()) problem("TMA rings need a warp-specialized program");
+    if (p_.cluster_blocks < 1 || p_.cluster_blocks > 8 || (p_.cluster_blocks > 1 && !p_.specialized()) ||
+        (p_.cluster_blocks > 1 && !p_.grid.empty() && p_.grid[0] % p_.cluster_blocks != 0))
+      problem(fmt::format("clusters of {} blocks: a specialized program's, 2 to 8 dividing its grid", p_.cluster_blocks));
     if (p_.consumer_groups != 1 && (p_.consumer_groups != 2 || !p_.specialized()))
       problem(fmt::format("{} consumer groups: a specialized program has 1, or 2 taking turns", p_.consumer_groups));
     if (!p_.specialized()) return;
@@ -230,6 +233,10 @@ class Verifier {
                           "and at most 256 rows, a multiple of 8",
                           where(i), r->name, line, lines));
     // (A column-major operand copied into a padded pitch has fewer rows than its pitch.)
+    const int64_t panels = line / 64;
+    if (i.multicast && (p_.cluster_blocks < 2 || panels % p_.cluster_blocks != 0))
+      problem(fmt::format("{}: multicast shares @{}'s {} panels out over a cluster of {} blocks", where(i), r->name,
+                          panels, p_.cluster_blocks));
     if (prm.tma_rows <= 0 || (prm.view.at(0) % prm.tma_rows != 0 && prm.view.at(0) > prm.tma_rows) || (prm.col_major && prm.group_rows != prm.tma_rows) ||
         run % 8 != 0)
       problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",

@@ -115,6 +115,9 @@ common options:
                                warpgroups on 64-row tiles of their own, their k loops taking
                                turns (each one's epilogue under the other's k loop); 0 (the
                                default) both warpgroups on each 128-row tile
+  --gemm-cluster 1|2           schedule override: 2 runs a persistent TMA matmul in clusters of two
+                               blocks on adjacent tile rows, B's tile copied once for both (TMA
+                               multicast); 1 (the default) no clusters
   --attention-wgmma 0|1        schedule override: 1 runs attention's two products on warpgroup
                                MMA (sm_90a; Q and P from registers, K and V from shared memory;
                                the default on sm_90), 0 on mma.sync
@@ -158,7 +161,7 @@ struct Args {
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
-      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0;
+      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 1;
   std::optional<uint64_t> seed;
 };
 
@@ -227,7 +230,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
-                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong};
+                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -309,6 +312,8 @@ Args parse(int argc, char** argv) {
       a.gemm_persistent = parse_int(s, value(), 0, 1);
     else if (s == "--pingpong")
       a.gemm_pingpong = parse_int(s, value(), 0, 1);
+    else if (s == "--gemm-cluster")
+      a.gemm_cluster = parse_int(s, value(), 1, 2);
     else if (s == "--k-splits") {
       const std::string v = value();
       a.k_splits = v == "auto" ? 0 : parse_int(s, v, 1, 4096);
