@@ -372,8 +372,6 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
       << fmt::format("{}", fmt::join(program_problems(wrong_side), "; "));
 }
 
-// setmaxnreg moves registers within the block: the consumers' raised count must fit in what
-// the block starts with (a 256-row tile's four consumer warpgroups at 120 each waited forever).
 // A persistent grid: each block loops over its tiles, both sides counting their stages on
 // from one tile to the next, and the consumers release the last step's stage too.
 TEST(TileIrBuild, TmaMatMulLoopsOverTilesOnAPersistentGrid) {
@@ -483,6 +481,8 @@ TEST(TileIrBuild, TmaClustersMulticastB) {
   EXPECT_TRUE(named);
 }
 
+// setmaxnreg moves registers within the block: the consumers' raised count must fit in what
+// the block starts with (a 256-row tile's four consumer warpgroups at 120 each waited forever).
 TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {
   using namespace dsl;
   Graph g("mm");

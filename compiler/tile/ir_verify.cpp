@@ -128,14 +128,18 @@ class Verifier {
     return &p_.shared[static_cast<size_t>(i.ring)];
   }
 
-  // The parameter a copy into shared memory reads (an input), or null.
-  const Param* input_of(const Inst& i) {
+  // The parameter a copy into ring `r` reads (an input of the ring's dtype and layout), or null.
+  const Param* input_of(const Inst& i, const SharedRing& r) {
     if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
       problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
       return nullptr;
     }
     const Param& prm = p_.params[static_cast<size_t>(i.param)];
     if (prm.output || prm.workspace) problem(fmt::format("{}: %arg{} is not an input", where(i), i.param));
+    if (prm.dtype != r.dtype || prm.col_major != r.col_major)
+      problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{}", where(i), r.name, dtype_name(r.dtype),
+                          r.col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
+                          prm.col_major ? " column-major" : ""));
     return &prm;
   }
 
@@ -144,13 +148,9 @@ class Verifier {
   void copy_async(const Inst& i) {
     const SharedRing* r = ring_of(i);
     if (!r) return;
-    const Param* in = input_of(i);
+    const Param* in = input_of(i, *r);
     if (!in) return;
     const Param& prm = *in;
-    if (prm.dtype != r->dtype || prm.col_major != r->col_major)
-      problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{}", where(i), r->name, dtype_name(r->dtype),
-                          r->col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
-                          prm.col_major ? " column-major" : ""));
     if (i.args.size() != 3) {
       problem(fmt::format("{}: needs a row, a column and a stage", where(i)));
       return;
@@ -213,13 +213,10 @@ class Verifier {
     role(i, Role::Producer);
     const SharedRing* r = tma_ring_of(i);
     if (!r) return;
-    const Param* in = input_of(i);
+    const Param* in = input_of(i, *r);
     if (!in) return;
     const Param& prm = *in;
-    if (prm.dtype != r->dtype || prm.col_major != r->col_major || dtype_size(prm.dtype) != 2)
-      problem(fmt::format("{}: @{} holds {}{} tiles, %arg{} is {}{} (TMA rings hold 16-bit tiles)", where(i), r->name,
-                          dtype_name(r->dtype), r->col_major ? " column-major" : "", i.param, dtype_name(prm.dtype),
-                          prm.col_major ? " column-major" : ""));
+    if (dtype_size(prm.dtype) != 2) problem(fmt::format("{}: TMA rings hold 16-bit tiles", where(i)));
     if (i.args.size() != 4) {
       problem(fmt::format("{}: needs a batch, a row, a column and a stage", where(i)));
       return;

@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 9)) {
+  switch (pick(0, 10)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
@@ -79,6 +79,19 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.fusion.schedule.kv_splits = pick(0, 1) ? 3 : 1;
       v.name = fmt::format("--pack-heads 0 --kv-splits {}", v.fusion.schedule.kv_splits);
       break;
+    case 9: {  // the own GEMM's other Hopper schedules: cp.async, a block per tile, ping-pong over 2 SMs' blocks
+      v.fusion.library_gemm = LibraryGemmUse::Never;
+      const int which = pick(0, 2);
+      if (which == 0) v.fusion.schedule.gemm_tma = 0;
+      if (which == 1) v.fusion.schedule.gemm_persistent = 0;
+      if (which == 2) {
+        v.fusion.schedule.gemm_pingpong = 1;
+        v.fusion.profile.sm_count = 2;
+      }
+      v.name = std::string("--library-gemm never ") +
+               (which == 0 ? "--tma 0" : which == 1 ? "--persistent 0" : "--pingpong 1 (2 SMs)");
+      break;
+    }
     default:
       break;
   }
