@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine: the matmul's GPU tests, its timings (wgmma, mma.sync staged and direct,
+# On the GPU machine: the matmul's GPU tests, its timings (wgmma fed by TMA — persistent, a block
+# per tile, ping-pong, clusters — or by cp.async, mma.sync staged and direct,
 # with its epilogue, and a sweep of tiles, depths and tile orders) beside cuBLAS through PyTorch on the
 # same shapes, and compute-sanitizer's racecheck over the small matmuls' shared-memory pipeline. Needs bundle/ (scripts/build_bundle.sh);
 # writes its logs under $OUT.
@@ -13,7 +14,7 @@ echo "tests exit: $?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|c\[" "$OUT/matmul_tests.log" | head -40
 # SWEEP: further schedules of the own GEMM to time (";"-separated tilefuse run arguments, each
 # run with --library-gemm never).
-SWEEP=${SWEEP-"matmul --gemm-tile 128x128;matmul --gemm-tile 256x128;matmul --stages 3;matmul --gemm-group 8;matmul --gemm-tile 256x128 --gemm-group 8;matmul --wgmma 0 --gemm-tile 128x256 --gemm-group 8"}
+SWEEP=${SWEEP-"matmul --tma 0;matmul --persistent 0;matmul --pingpong 1;matmul --gemm-cluster 2;matmul --gemm-tile 128x128;matmul --gemm-tile 256x128;matmul --stages 3;matmul --wgmma 0 --gemm-tile 128x256 --gemm-group 8"}
 IFS=';' read -ra sweep <<<"$SWEEP"
 own=()
 for args in "matmul" "matmul --wgmma 0" "matmul --stages 0" "matmul_bias_gelu" "matmul_bias_gelu --wgmma 0" "${sweep[@]}"; do
