@@ -474,11 +474,17 @@ TEST(TileIrBuild, TmaClustersMulticastB) {
   output("c", matmul(input(t, "a", {600, 200}, DType::BF16), input(t, "w", {1024, 200}, DType::BF16),
                      {false, true, std::nullopt}));
   EXPECT_EQ(plan_fusion(t, o).kernels.at(0).schedule.cluster_blocks, 1);
-  Program bad = *p;
-  bad.cluster_blocks = 1;
-  bool named = false;
-  for (const std::string& problem : program_problems(bad)) named |= problem.find("multicast") != std::string::npos;
-  EXPECT_TRUE(named);
+  auto named = [](const Program& bad, const std::string& what) {
+    for (const std::string& problem : program_problems(bad))
+      if (problem.find(what) != std::string::npos) return true;
+    return false;
+  };
+  Program unclustered = *p;
+  unclustered.cluster_blocks = 1;
+  EXPECT_TRUE(named(unclustered, "multicast"));
+  Program ping_pong = *p;
+  ping_pong.consumer_groups = 2;
+  EXPECT_TRUE(named(ping_pong, "ping-pong consumer groups in clusters"));
 }
 
 // setmaxnreg moves registers within the block: the consumers' raised count must fit in what

@@ -1257,8 +1257,12 @@ class Emitter {
     auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
     b_.CreateBr(wait);
     b_.SetInsertPoint(wait);
-    Value* done = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta, {},
-                                     {barrier, parity});
+    // In a cluster the other block's consumers arrive at the empty barriers (release at cluster
+    // scope): the producer's wait acquires at cluster scope to match.
+    const bool from_cluster = p_.cluster_blocks > 1 && i.opcode == Opcode::WaitEmpty;
+    Value* done = b_.CreateIntrinsic(from_cluster ? llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cluster_space_cta
+                                                  : llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta,
+                                     {}, {barrier, parity});
     b_.CreateCondBr(done, ready, wait);
     b_.SetInsertPoint(ready);
   }

@@ -181,6 +181,8 @@ class Verifier {
     if (p_.cluster_blocks < 1 || p_.cluster_blocks > 8 || (p_.cluster_blocks > 1 && !p_.specialized()) ||
         (p_.cluster_blocks > 1 && !p_.grid.empty() && p_.grid[0] % p_.cluster_blocks != 0))
       problem(fmt::format("clusters of {} blocks: a specialized program's, 2 to 8 dividing its grid", p_.cluster_blocks));
+    if (p_.consumer_groups > 1 && p_.cluster_blocks > 1)
+      problem("ping-pong consumer groups in clusters: not supported (the groups' tiles are the block's, not the cluster's)");
     if (p_.consumer_groups != 1 && (p_.consumer_groups != 2 || !p_.specialized()))
       problem(fmt::format("{} consumer groups: a specialized program has 1, or 2 taking turns", p_.consumer_groups));
     if (!p_.specialized()) return;
