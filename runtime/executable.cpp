@@ -42,6 +42,13 @@ struct Executable::Device {
   std::vector<uint32_t> epoch;
   // Per kernel: its matmul operands copied into a padded pitch before each launch.
   std::vector<std::vector<PitchCopy>> pitch_copies;
+  // Per kernel: its TMA tensor maps (CompiledKernel::tensor_maps) and the addresses they were
+  // encoded for; a launch passing another address re-encodes that map.
+  struct TensorMaps {
+    std::vector<CUtensorMap> maps;
+    std::vector<CUdeviceptr> bases;
+  };
+  std::vector<TensorMaps> tensor_maps;
 };
 
 // Kernel k's operand copies (TileSchedule::operand_pitch): their kernels compiled and loaded,
@@ -104,6 +111,7 @@ void Executable::load() {
   if (dev_) return;
   cuda::Context::get();
   auto dev = std::make_unique<Device>();
+  dev->tensor_maps.resize(compiled_.size());
   for (size_t i = 0; i < compiled_.size(); ++i) {
     const CompiledKernel& c = compiled_[i];
     if (c.library) {  // runtime/cublaslt.h at launch
@@ -248,13 +256,21 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     std::vector<void*> args;
     for (CUdeviceptr& p : ptrs) args.push_back(&p);
     if (workspace) args.push_back(&epoch);
-    // TMA tensor maps of the tensors as this launch passes them (a caller's pointers, a copy's).
-    std::vector<CUtensorMap> maps;
-    maps.reserve(compiled_[i].tensor_maps.size());
-    for (const TensorMapSpec& m : compiled_[i].tensor_maps)
-      maps.push_back(cuda::tensor_map(ptrs.at(m.tensor), m.bf16, m.dims, m.strides, m.box,
-                                      fmt::format("kernel {} tensor {}", k.name, m.tensor)));
-    for (CUtensorMap& m : maps) args.push_back(&m);
+    // TMA tensor maps of the tensors as this launch passes them (a caller's pointers, a copy's),
+    // encoded again only where an address changed.
+    const std::vector<TensorMapSpec>& specs = compiled_[i].tensor_maps;
+    Device::TensorMaps& t = dev_->tensor_maps[i];
+    t.maps.resize(specs.size());
+    t.bases.resize(specs.size(), 0);
+    for (size_t j = 0; j < specs.size(); ++j) {
+      const TensorMapSpec& m = specs[j];
+      if (t.bases[j] != ptrs.at(m.tensor)) {
+        t.maps[j] = cuda::tensor_map(ptrs[m.tensor], m.bf16, m.dims, m.strides, m.box,
+                                     fmt::format("kernel {} tensor {}", k.name, m.tensor));
+        t.bases[j] = ptrs[m.tensor];
+      }
+      args.push_back(&t.maps[j]);
+    }
     cuda::Dim3 grid{static_cast<unsigned>(dev_->grid[i]), 1, 1};
     cuda::Dim3 block{compiled_[i].block_threads, 1, 1};
     TraceRange range("launch " + k.name);

@@ -145,16 +145,16 @@ std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
     const tir::SharedRing& ring = p.shared.at(static_cast<size_t>(it->second));
     TensorMapSpec m;
     m.tensor = static_cast<unsigned>(i);
-    m.element_bytes = static_cast<unsigned>(dtype_size(prm.dtype));
     m.bf16 = prm.dtype == DType::BF16;
+    const uint64_t element_bytes = dtype_size(prm.dtype);
     // Along the stored rows (a column-major parameter's columns), across them, then batches.
     const uint64_t run = static_cast<uint64_t>(prm.col_major ? prm.group_rows : prm.view.at(1));
     const uint64_t across = static_cast<uint64_t>(prm.col_major ? prm.view.at(1) : prm.tma_rows);
     m.dims[0] = run;
     m.dims[1] = across;
     m.dims[2] = static_cast<uint64_t>(std::max<int64_t>(1, prm.view.at(0) / prm.tma_rows));
-    m.strides[0] = run * m.element_bytes;
-    m.strides[1] = run * across * m.element_bytes;
+    m.strides[0] = run * element_bytes;
+    m.strides[1] = run * across * element_bytes;
     m.box[0] = 64;
     m.box[1] = static_cast<unsigned>(ring.tile.at(ring.col_major ? 1 : 0));
     maps.push_back(m);

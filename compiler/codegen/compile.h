@@ -20,8 +20,7 @@ struct Program;  // compiler/tile/ir.h
 // box are innermost first, strides in bytes for dims 1 and 2.
 struct TensorMapSpec {
   unsigned tensor = 0;
-  unsigned element_bytes = 2;
-  bool bf16 = true;  // else f16
+  bool bf16 = true;  // else f16 (TMA rings hold 16-bit tiles)
   uint64_t dims[3] = {1, 1, 1};
   uint64_t strides[2] = {0, 0};
   unsigned box[3] = {1, 1, 1};

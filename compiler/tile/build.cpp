@@ -384,13 +384,13 @@ class MatMulProgram {
       add_tma_rings();
       b.specialize(
           [&](Builder& in) {
-            over_tiles(in, tile, [&](Builder& l, int first) { produce(l, first); });
+            over_tiles(in, tile, -1, [&](Builder& l, int, int first) { produce(l, first); });
             if (s_.cluster_blocks > 1) wait_for_last_releases(in, tile);
           },
-                   [&](Builder& in, int group) {
-                     if (s_.consumer_groups > 1) return ping_pong(in, tile, group);
-                     over_tiles(in, tile, [&](Builder& l, int first) { product_and_epilogue(l, tile, split, first); });
-                   });
+          [&](Builder& in, int group) {
+            if (s_.consumer_groups > 1) return ping_pong(in, tile, group);
+            over_tiles(in, tile, -1, [&](Builder& l, int, int first) { product_and_epilogue(l, tile, split, first); });
+          });
     } else {
       place_tile(b, tile);
       product_and_epilogue(b, tile, split, zero_);
@@ -400,23 +400,33 @@ class MatMulProgram {
   }
 
  private:
-  // Runs `body` on the block's tile, given its first k step counted over the block's tiles; a
-  // persistent grid (TileSchedule::tile_blocks) loops over the tiles pid, pid + blocks, ….
-  // In clusters, the clusters loop over their tiles (each a tile per block of the cluster, on
-  // adjacent tile rows: the block's rank picks its row).
-  void over_tiles(Builder& b, int tile, const std::function<void(Builder&, int)>& body) {
+  // Runs `body` on the block's tile, given the tile and its first k step counted over the
+  // block's tiles; a persistent grid (TileSchedule::tile_blocks) loops over the tiles pid,
+  // pid + blocks, … — or, for consumer group `group` (≥ 0) of a ping-pong block, over every
+  // other one of them from its group's. In clusters, the clusters loop over their tiles (each a
+  // tile per block of the cluster, on adjacent tile rows: the block's rank picks its row).
+  void over_tiles(Builder& b, int tile, int group, const std::function<void(Builder&, int, int)>& body) {
     if (s_.tile_blocks == 0) {
       place_tile(b, tile);
-      return body(b, zero_);
+      return body(b, tile, zero_);
     }
-    const int size = b.index(s_.cluster_blocks);
-    const int cluster = b.div(tile, size), rank = b.rem(tile, size);
-    const int clusters = b.index(s_.tile_blocks / s_.cluster_blocks);
-    b.for_loop(cluster, b.index(cluster_tiles()), clusters, {}, [&](Builder& in, int t, const std::vector<int>&) {
-      place_tile(in, t, rank);
-      body(in, in.mul(in.div(in.sub(t, cluster), clusters), k_steps_));
+    const Cluster c = cluster_of(b, tile);
+    const int start = group < 0 ? c.first : b.add(c.first, b.mul(group, c.stride));
+    const int step = group < 0 ? c.stride : b.mul(c.stride, b.index(s_.consumer_groups));
+    b.for_loop(start, b.index(cluster_tiles()), step, {}, [&](Builder& in, int t, const std::vector<int>&) {
+      place_tile(in, t, c.rank);
+      body(in, t, in.mul(in.div(in.sub(t, c.first), c.stride), k_steps_));
       return std::vector<int>{};
     });
+  }
+  // A persistent block's place: its cluster's first tile, the stride between its tiles (the
+  // clusters' count) and its rank within its cluster (without clusters: pid, the blocks, 0).
+  struct Cluster {
+    int first, stride, rank;
+  };
+  Cluster cluster_of(Builder& b, int tile) {
+    const int size = b.index(s_.cluster_blocks);
+    return {b.div(tile, size), b.index(s_.tile_blocks / s_.cluster_blocks), b.rem(tile, size)};
   }
   // The tiles of the cluster grid (the tiles without clusters).
   int64_t cluster_tiles() const { return s_.batch * cluster_rows() * s_.n_blocks(); }
@@ -424,10 +434,9 @@ class MatMulProgram {
   // exits: the multicast copies and the other block's releases then reach no block that has
   // left. (Its steps: one count of k steps per tile of the cluster.)
   void wait_for_last_releases(Builder& b, int tile) {
-    const int size = b.index(s_.cluster_blocks), one = b.index(1);
-    const int cluster = b.div(tile, size);
-    const int clusters = b.index(s_.tile_blocks / s_.cluster_blocks);
-    const int count = b.add(b.div(b.sub(b.sub(b.index(cluster_tiles()), one), cluster), clusters), one);
+    const int one = b.index(1);
+    const Cluster c = cluster_of(b, tile);
+    const int count = b.add(b.div(b.sub(b.sub(b.index(cluster_tiles()), one), c.first), c.stride), one);
     const int total = b.mul(count, k_steps_);
     b.for_loop(total, b.add(total, b.index(s_.stages)), one, {}, [&](Builder& in, int kt, const std::vector<int>&) {
       const auto [stage, parity] = stage_of(in, kt, true);
@@ -442,15 +451,12 @@ class MatMulProgram {
   // are consumed in the order the producer fills them, one group's at a time.
   void ping_pong(Builder& b, int tile, int group) {
     const int blocks = b.index(s_.tile_blocks), tiles = b.index(s_.tiles());
-    const int start = b.add(tile, b.mul(group, blocks));
-    b.for_loop(start, tiles, b.mul(blocks, b.index(2)), {}, [&](Builder& in, int t, const std::vector<int>&) {
-      place_tile(in, t);
+    over_tiles(b, tile, group, [&](Builder& in, int t, int first) {
       in.when(in.less(tile, t), [](Builder& w) { w.await_turn(); });
-      const int acc = tma_product(in, in.mul(in.div(in.sub(t, tile), blocks), k_steps_));
+      const int acc = tma_product(in, first);
       in.when(in.less(in.add(t, blocks), tiles), [](Builder& w) { w.hand_off(); });
       std::map<NodeId, int> value;
       finish(in, acc, value);
-      return std::vector<int>{};
     });
   }
 
