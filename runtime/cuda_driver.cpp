@@ -485,7 +485,7 @@ void synchronize(CUstream stream) {
   check(ready().cuStreamSynchronize(stream), "cuStreamSynchronize", "", kFaultHint);
 }
 
-CUtensorMap tensor_map(CUdeviceptr base, bool bf16, const uint64_t dims[3], const uint64_t strides[2],
+CUtensorMap tensor_map(CUdeviceptr base, DType dtype, const uint64_t dims[3], const uint64_t strides[2],
                        const unsigned box[3], const std::string& what) {
   const Api& a = ready();
   CUtensorMap map;
@@ -493,7 +493,10 @@ CUtensorMap tensor_map(CUdeviceptr base, bool bf16, const uint64_t dims[3], cons
   const cuuint64_t global_strides[2] = {strides[0], strides[1]};
   const cuuint32_t box_dims[3] = {box[0], box[1], box[2]};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  check(a.cuTensorMapEncodeTiled(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+  const CUtensorMapDataType type = dtype == DType::BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  check(a.cuTensorMapEncodeTiled(&map, type, 3,
                                  reinterpret_cast<void*>(base), global_dims, global_strides, box_dims,
                                  element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "compiler/graph/dtype.h"
+
 namespace tilefuse::cuda {
 
 // True when libcuda.so.1 loads, cuInit succeeds and at least one device exists.
@@ -147,9 +149,10 @@ void launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_bytes, CUstream
 int prepare_launch(CUfunction f, Dim3 block, unsigned cluster, unsigned shared_bytes,
                    const std::string& what);
 
-// A 3-D tiled TMA tensor map of 16-bit elements at `base` (dims innermost first, strides in
-// bytes for dims 1 and 2), boxes of `box` elements, 128-byte swizzle, zeros out of bounds.
-CUtensorMap tensor_map(CUdeviceptr base, bool bf16, const uint64_t dims[3], const uint64_t strides[2],
+// A 3-D tiled TMA tensor map of bf16, f16 or f32 elements at `base` (dims innermost first,
+// strides in bytes for dims 1 and 2), boxes of `box` elements, 128-byte swizzle, zeros out of
+// bounds (loads; stores skip what lies out of bounds).
+CUtensorMap tensor_map(CUdeviceptr base, DType dtype, const uint64_t dims[3], const uint64_t strides[2],
                        const unsigned box[3], const std::string& what);
 
 void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);

@@ -265,7 +265,7 @@ void Executable::launch_all(const std::map<NodeId, uint64_t>& at, void* stream_o
     for (size_t j = 0; j < specs.size(); ++j) {
       const TensorMapSpec& m = specs[j];
       if (t.bases[j] != ptrs.at(m.tensor)) {
-        t.maps[j] = cuda::tensor_map(ptrs[m.tensor], m.bf16, m.dims, m.strides, m.box,
+        t.maps[j] = cuda::tensor_map(ptrs[m.tensor], m.dtype, m.dims, m.strides, m.box,
                                      fmt::format("kernel {} tensor {}", k.name, m.tensor));
         t.bases[j] = ptrs[m.tensor];
       }

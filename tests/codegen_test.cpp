@@ -186,8 +186,19 @@ TEST(Codegen, MatMulIsWgmmaOnSm90a) {
         EXPECT_GT(count(k.ptx, R"(mbarrier\.arrive\.expect_tx)"), 0);
         EXPECT_EQ(k.block_threads, static_cast<unsigned>(p.kernels[0].schedule.block_threads() + 128));
         // One tensor map per operand, over its batches: A's rows within a batch are M (K when
-        // stored column by column, where its stored rows run along M).
-        ASSERT_EQ(k.tensor_maps.size(), 2u);
+        // stored column by column, where its stored rows run along M); and the output's, which
+        // the epilogue stores by TMA a 128-byte panel at a time from shared memory.
+        ASSERT_EQ(k.tensor_maps.size(), 3u);
+        const TensorMapSpec& out = k.tensor_maps[2];
+        EXPECT_EQ(out.tensor, 2u);
+        EXPECT_EQ(out.dtype, c.dtype);
+        EXPECT_EQ(out.dims[0], static_cast<uint64_t>(c.b[c.b.size() - (c.tb ? 2 : 1)]));
+        EXPECT_EQ(out.dims[1], static_cast<uint64_t>(m));
+        EXPECT_EQ(out.box[0], 64u);
+        EXPECT_EQ(out.box[1], static_cast<unsigned>(p.kernels[0].schedule.block_m));
+        EXPECT_GT(count(k.ptx, R"(cp\.async\.bulk\.tensor\.3d\.global\.shared::cta\.tile\.bulk_group)"), 0);
+        EXPECT_EQ(count(k.ptx, R"(st\.global)"), 0);
+        EXPECT_EQ(count(k.ptx, R"(cp\.async\.bulk\.wait_group\s+0;)"), 1);
         const NodeId a_id = p.graph.node(contraction(p.graph, p.kernels[0])).operands[0];
         const size_t a_at = static_cast<size_t>(
             std::find(p.kernels[0].inputs.begin(), p.kernels[0].inputs.end(), a_id) - p.kernels[0].inputs.begin());

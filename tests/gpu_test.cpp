@@ -61,7 +61,7 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     MatMulOptions options;
     bool epilogue;
   };
-  int staged = 0, wgmma = 0, tma = 0, pingpong = 0, clustered = 0, copied = 0, split = 0;
+  int staged = 0, wgmma = 0, tma = 0, tma_stores = 0, pingpong = 0, clustered = 0, copied = 0, split = 0;
   for (const Case& c : std::vector<Case>{
            {"aligned", DType::BF16, {256, 128}, {128, 192}, {}, false},
            {"short_k", DType::BF16, {64, 24}, {24, 64}, {}, false},
@@ -82,6 +82,9 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
            {"m1_split_k_odd_n", DType::BF16, {1, 2048}, {2048, 100}, {}, true},
            {"m16_batched_split_k", DType::BF16, {2, 16, 1024}, {1024, 520}, {}, true},
            {"m40_split_k", DType::F16, {40, 3000}, {3000, 256}, {}, false},
+           // 3 tile rows (clusters: the last pair's second tile past M) by 5 tile columns, the
+           // last partly past N.
+           {"tile_rows_odd", DType::BF16, {300, 128}, {128, 520}, {}, true},
        }) {
     Graph g(std::string("mm_") + c.name);
     Tensor y = matmul(input(g, "a", c.a, c.dtype), input(g, "b", c.b, c.dtype), c.options);
@@ -93,9 +96,9 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
     output("c", y);
     // The default (wgmma fed by TMA where the operands allow), mma.sync staged, mma.sync direct,
     // wgmma fed by every thread's cp.async.
-    for (int variant = 0; variant < 6; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
       static const char* const names[] = {"default", "mma.sync", "direct", "wgmma cp.async", "ping-pong",
-                                          "clusters"};
+                                          "clusters", "tma, stores from registers"};
       SCOPED_TRACE(fmt::format("{}, {}", c.name, names[variant]));
       FusionOptions o;
       o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
@@ -109,12 +112,14 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
         o.schedule.gemm_cluster = 2;
         o.profile.sm_count = 2;
       }
+      if (variant == 6) o.schedule.gemm_tma_store = 0;
       o.schedule.stages = variant == 2 ? 0 : -1;
       o.schedule.pitch_copy = variant == 2 ? -1 : 1;  // odd rows: the copies, where the schedule is staged
       Plan p = plan_fusion(g, o);
       EXPECT_EQ(p.kernels.size(), 1u);  // the epilogue fused
       wgmma += p.kernels[0].schedule.wgmma;
       tma += p.kernels[0].schedule.tma;
+      tma_stores += p.kernels[0].schedule.tma_store;
       pingpong += p.kernels[0].schedule.consumer_groups == 2;
       clustered += p.kernels[0].schedule.cluster_blocks == 2;
       staged += !p.kernels[0].schedule.wgmma && p.kernels[0].schedule.stages > 0;
@@ -125,6 +130,8 @@ TEST(GpuMatMul, ShapesLayoutsAndEpiloguesMatchReference) {
   }
   EXPECT_GE(wgmma, 10);  // the path most cases take by default, and with cp.async
   EXPECT_GE(tma, 5);     // fed by TMA, the default
+  EXPECT_GE(tma_stores, 5);  // and storing by TMA
+  EXPECT_LT(tma_stores, tma);  // or not
   EXPECT_GE(pingpong, 4);  // two warpgroups taking turns
   EXPECT_GE(clustered, 4);  // clusters of two
   EXPECT_GE(staged, 5);  // and mma.sync's, asked for

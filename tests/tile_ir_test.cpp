@@ -338,7 +338,7 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
   for (const Param& prm : p->params) {
     if (prm.name == "a") EXPECT_EQ(prm.tma_rows, 100);
     if (prm.name == "w") EXPECT_EQ(prm.tma_rows, 200);
-    if (prm.output) EXPECT_EQ(prm.tma_rows, 0);
+    if (prm.output) EXPECT_EQ(prm.tma_rows, 100);  // stored by TMA, a batch's rows at a time
     operands += prm.name == "a" || prm.name == "w";
   }
   EXPECT_EQ(operands, 2);
@@ -468,7 +468,13 @@ TEST(TileIrBuild, TmaClustersMulticastB) {
   const size_t consumers = text.find("} consumers ");
   // The producer's tail: waits for emptied stages after its loop over the tiles.
   EXPECT_GT(text.rfind("wait_empty", consumers), text.rfind("tma_load", consumers));
-  EXPECT_NE(text.find("masked [0 < %"), std::string::npos);  // stores past M masked
+  // Stores past M: by TMA, whose tensor map ends at M; from the registers, masked.
+  EXPECT_NE(text.find("tma_store"), std::string::npos) << text;
+  o.schedule.gemm_tma_store = 0;
+  const std::optional<Program> masked = round_tripped(plan_fusion(g, o));
+  ASSERT_TRUE(masked.has_value());
+  EXPECT_NE(print_program(*masked).find("masked [0 < %"), std::string::npos);
+  o.schedule.gemm_tma_store = -1;
   // B stored along K (transposed) has one panel per stage: no multicast, no clusters.
   Graph t("mmt");
   output("c", matmul(input(t, "a", {600, 200}, DType::BF16), input(t, "w", {1024, 200}, DType::BF16),
@@ -489,6 +495,87 @@ TEST(TileIrBuild, TmaClustersMulticastB) {
 
 // setmaxnreg moves registers within the block: the consumers' raised count must fit in what
 // the block starts with (a 256-row tile's four consumer warpgroups at 120 each waited forever).
+// The epilogue's TMA stores: an output of whole 16-byte rows is stored through staging slots
+// (two 128-byte panels per consumer group, set aside from the stages' shared memory, within
+// the block's), its consumers waiting for their stores once, last; an f32 output's panels are
+// 32 columns; rows that are not whole 16 bytes, or --tma-store 0, store from the registers.
+TEST(TileIrBuild, TmaMatMulStoresItsOutputsByTma) {
+  using namespace dsl;
+  struct Case {
+    int64_t n;
+    std::optional<DType> out;
+    int tma_store;
+    bool by_tma;
+    const char* staging;
+  };
+  for (const Case& c : std::vector<Case>{{1024, std::nullopt, -1, true, "@c_staging: bf16[2, 128, 64] staging"},
+                                         {1024, DType::F32, -1, true, "@c_staging: f32[2, 128, 32] staging"},
+                                         {1020, std::nullopt, -1, false, ""},
+                                         {1024, std::nullopt, 0, false, ""}}) {
+    SCOPED_TRACE(fmt::format("n {} tma_store {}", c.n, c.tma_store));
+    Graph g("mm");
+    Tensor y = matmul(input(g, "a", {1024, 200}, DType::BF16), input(g, "w", {200, c.n}, DType::BF16),
+                      {false, false, c.out});
+    output("c", gelu(y + input(g, "bias", {c.n}, c.out.value_or(DType::BF16))));
+    FusionOptions o;
+    o.profile.sm_count = 5;
+    o.library_gemm = LibraryGemmUse::Never;
+    o.schedule.gemm_tma_store = c.tma_store;
+    Plan plan = plan_fusion(g, o);
+    const TileSchedule& s = plan.kernels.at(0).schedule;
+    ASSERT_TRUE(s.tma);
+    EXPECT_EQ(s.tma_store, c.by_tma);
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_LE(p->shared_bytes(), 227 * 1024);
+    const std::string text = print_program(*p);
+    const size_t consumers = text.find("} consumers ");
+    EXPECT_EQ(text.find("tma_store") != std::string::npos, c.by_tma) << text;
+    if (!c.by_tma) {
+      EXPECT_NE(text.find("store %arg", consumers), std::string::npos) << text;
+      continue;
+    }
+    EXPECT_NE(text.find(c.staging), std::string::npos) << text;
+    EXPECT_NE(text.find("tma_rows 1024 out"), std::string::npos) << text;
+    EXPECT_EQ(text.find("  store %arg", consumers), std::string::npos) << text;
+    EXPECT_GT(text.find("wait_stores"), text.rfind("tma_store"));
+    EXPECT_EQ(text.find("wait_stores"), text.rfind("wait_stores"));
+    // A TMA store through an operand's ring, or of an input, is refused.
+    Program wrong_ring = *p;
+    Program wrong_param = *p;
+    std::function<void(Region&, Program&, int, int)> retarget = [&](Region& r, Program& q, int ring, int param) {
+      for (Inst& i : r.body) {
+        if (i.opcode == Opcode::TmaStore) {
+          if (ring >= 0) i.ring = ring;
+          if (param >= 0) i.param = param;
+        }
+        for (Region& inner : i.regions) retarget(inner, q, ring, param);
+      }
+    };
+    retarget(wrong_ring.body, wrong_ring, 0, -1);
+    retarget(wrong_param.body, wrong_param, -1, 0);
+    EXPECT_FALSE(program_problems(wrong_ring).empty());
+    EXPECT_FALSE(program_problems(wrong_param).empty());
+  }
+  // Ping-pong: two slots for each group.
+  Graph g("mm");
+  Tensor y = matmul(input(g, "a", {1024, 200}, DType::BF16), input(g, "w", {200, 1024}, DType::BF16));
+  output("c", y);
+  FusionOptions o;
+  o.profile.sm_count = 5;
+  o.library_gemm = LibraryGemmUse::Never;
+  o.schedule.gemm_pingpong = 1;
+  const std::optional<Program> p = round_tripped(plan_fusion(g, o));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_NE(print_program(*p).find("@c_staging: bf16[4, 64, 64] staging"), std::string::npos) << print_program(*p);
+  // Two outputs: both from the registers.
+  output("d", gelu(y));
+  o.schedule.gemm_pingpong = 0;
+  const Plan two = plan_fusion(g, o);
+  ASSERT_EQ(two.kernels.size(), 1u);
+  EXPECT_FALSE(two.kernels[0].schedule.tma_store);
+}
+
 TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {
   using namespace dsl;
   Graph g("mm");

@@ -123,11 +123,11 @@ static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
   return opt;
 }
 
-// The ring each TMA-read parameter is copied into (the verifier holds every copy of a
-// parameter to 16-bit rings of its own layout; the box is the first's).
+// The ring each TMA-read parameter is copied into, or each TMA-written one staged in (the
+// verifier holds every copy of a parameter to rings of its own layout; the box is the first's).
 static void tma_rings(const tir::Region& r, std::map<int, int>* ring_of) {
   for (const tir::Inst& i : r.body) {
-    if (i.opcode == tir::Opcode::TmaLoad) ring_of->emplace(i.param, i.ring);
+    if (i.opcode == tir::Opcode::TmaLoad || i.opcode == tir::Opcode::TmaStore) ring_of->emplace(i.param, i.ring);
     for (const tir::Region& inner : i.regions) tma_rings(inner, ring_of);
   }
 }
@@ -141,11 +141,11 @@ std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
     if (prm.tma_rows <= 0) continue;
     auto it = ring_of.find(static_cast<int>(i));
     if (it == ring_of.end())
-      throw CodegenError(fmt::format("kernel {}: %arg{} has a tensor map that no TMA copy reads", p.name, i));
+      throw CodegenError(fmt::format("kernel {}: %arg{} has a tensor map that no TMA copy reads or writes", p.name, i));
     const tir::SharedRing& ring = p.shared.at(static_cast<size_t>(it->second));
     TensorMapSpec m;
     m.tensor = static_cast<unsigned>(i);
-    m.bf16 = prm.dtype == DType::BF16;
+    m.dtype = prm.dtype;
     const uint64_t element_bytes = dtype_size(prm.dtype);
     // Along the stored rows (a column-major parameter's columns), across them, then batches.
     const uint64_t run = static_cast<uint64_t>(prm.col_major ? prm.group_rows : prm.view.at(1));
@@ -155,7 +155,7 @@ std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
     m.dims[2] = static_cast<uint64_t>(std::max<int64_t>(1, prm.view.at(0) / prm.tma_rows));
     m.strides[0] = run * element_bytes;
     m.strides[1] = run * across * element_bytes;
-    m.box[0] = 64;
+    m.box[0] = static_cast<unsigned>(128 / element_bytes);  // a 128-byte line
     m.box[1] = static_cast<unsigned>(ring.tile.at(ring.col_major ? 1 : 0));
     maps.push_back(m);
   }

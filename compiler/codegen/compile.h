@@ -20,7 +20,7 @@ struct Program;  // compiler/tile/ir.h
 // box are innermost first, strides in bytes for dims 1 and 2.
 struct TensorMapSpec {
   unsigned tensor = 0;
-  bool bf16 = true;  // else f16 (TMA rings hold 16-bit tiles)
+  DType dtype = DType::BF16;  // bf16 or f16 (TMA rings), or f32 (a stored output)
   uint64_t dims[3] = {1, 1, 1};
   uint64_t strides[2] = {0, 0};
   unsigned box[3] = {1, 1, 1};
@@ -51,7 +51,7 @@ struct CompiledKernel {
   bool library = false;
   std::vector<TensorMapSpec> tensor_maps;  // in parameter order
 };
-// The tensor maps a Tile IR program's TMA copies read (Param::tma_rows), in parameter order.
+// The tensor maps a Tile IR program's TMA copies read or write (Param::tma_rows), in parameter order.
 std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p);
 
 // Compiles through LLVM, or takes the kernel from this process's memory or from the disk cache

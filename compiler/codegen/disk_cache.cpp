@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kMagic = "tilefuse-kernel 3";
+constexpr const char* kMagic = "tilefuse-kernel 4";
 constexpr const char* kSuffix = ".tfk";
 
 bool cache_off() {
@@ -72,11 +72,14 @@ std::optional<CompiledKernel> read_entry(const fs::path& path, std::string* targ
   if (!(ms >> count)) return std::nullopt;
   for (size_t k = 0; k < count; ++k) {
     TensorMapSpec m;
-    int bf16 = 0;
-    if (!(ms >> m.tensor >> bf16 >> m.dims[0] >> m.dims[1] >> m.dims[2] >> m.strides[0] >>
+    int dtype = -1;
+    if (!(ms >> m.tensor >> dtype >> m.dims[0] >> m.dims[1] >> m.dims[2] >> m.strides[0] >>
           m.strides[1] >> m.box[0] >> m.box[1] >> m.box[2]))
       return std::nullopt;
-    m.bf16 = bf16 != 0;
+    if (dtype != static_cast<int>(DType::F32) && dtype != static_cast<int>(DType::F16) &&
+        dtype != static_cast<int>(DType::BF16))
+      return std::nullopt;
+    m.dtype = static_cast<DType>(dtype);
     c.tensor_maps.push_back(m);
   }
   std::string end;
@@ -183,7 +186,7 @@ void disk_cache_store(const std::string& key, const std::string& target, const C
                     c.persistent ? 1 : 0, c.workspace_bytes, c.cooperative ? 1 : 0));
     std::string maps = std::to_string(c.tensor_maps.size());
     for (const TensorMapSpec& m : c.tensor_maps)
-      maps += fmt::format(" {} {} {} {} {} {} {} {} {} {}", m.tensor, m.bf16 ? 1 : 0, m.dims[0],
+      maps += fmt::format(" {} {} {} {} {} {} {} {} {} {}", m.tensor, static_cast<int>(m.dtype), m.dims[0],
                           m.dims[1], m.dims[2], m.strides[0], m.strides[1], m.box[0], m.box[1], m.box[2]);
     put(out, "tile_ir", c.tile_ir);
     put(out, "llvm_ir", c.llvm_ir);

@@ -307,6 +307,22 @@ class Emitter {
   }
 
 
+  // Two adjacent elements as a vector of the storage type: a 16-bit pair of f32 values rounded
+  // by one conversion (cvt.rn.bf16x2.f32 / f16x2: its first operand to the upper half).
+  Value* pair_to_storage(Value* lo, Value* hi, DType dtype) {
+    auto* ty = llvm::FixedVectorType::get(storage_type(b_, dtype), 2);
+    // (A value already rounded to the dtype, an extension of a 16-bit one, is stored as it is.)
+    auto rounded = [](Value* v) { return llvm::isa<llvm::FPExtInst>(v); };
+    if ((dtype == DType::BF16 || dtype == DType::F16) && lo->getType()->isFloatTy() && hi->getType()->isFloatTy() &&
+        !rounded(lo) && !rounded(hi)) {
+      const auto id = dtype == DType::BF16 ? llvm::Intrinsic::nvvm_ff2bf16x2_rn : llvm::Intrinsic::nvvm_ff2f16x2_rn;
+      return b_.CreateBitCast(b_.CreateIntrinsic(id, {}, {hi, lo}), ty);
+    }
+    Value* data = llvm::PoisonValue::get(ty);
+    data = b_.CreateInsertElement(data, to_storage(b_, lo, dtype), uint64_t{0});
+    return b_.CreateInsertElement(data, to_storage(b_, hi, dtype), uint64_t{1});
+  }
+
   void store(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const int v = i.args.back();
@@ -318,6 +334,8 @@ class Emitter {
       Value* data;
       if (width == 1) {
         data = to_storage(b_, values[static_cast<size_t>(elems[0])], prm.dtype);
+      } else if (width == 2) {
+        data = pair_to_storage(values[static_cast<size_t>(elems[0])], values[static_cast<size_t>(elems[1])], prm.dtype);
       } else {
         data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
         for (int c = 0; c < width; ++c)
@@ -505,6 +523,13 @@ class Emitter {
         return wait_stage(i);
       case Opcode::Release:
         return release(i);
+      case Opcode::TmaStore:
+        return tma_store(i);
+      case Opcode::WaitStores:  // every store complete, not just read: nothing left in flight at exit
+        guarded(group_leader(), [&] {
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group, {}, {i32(0)});
+        });
+        return;
       case Opcode::ResetCount:
         return reset_count(i);
       case Opcode::Load:
@@ -1248,6 +1273,59 @@ class Emitter {
       guarded(b_.CreateICmpEQ(rank, i32(static_cast<int>(panel % p_.cluster_blocks))), copy);
     }
   }
+
+  // TmaStore: panel by panel (128 bytes of columns), the group's threads write their accumulator
+  // elements in the panel into the next of the group's staging slots — row r's 16-byte chunk c
+  // at chunk c ^ (r % 8), TMA's 128-byte swizzle, so a warp's 8 rows × 16 bytes fill 32 banks —
+  // and fence them for the async proxy; past the group's barrier its first thread stores the
+  // slot through the tensor map (a box of the panel's columns and the tile's rows) and commits
+  // it as a bulk group. Before a slot is written again, that thread waits until at most the
+  // other slots' stores are still reading (wait_group.read), and the barrier passes that on.
+  void tma_store(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const int v = i.args[3];
+    const Type& t = type(v);
+    const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
+    const int size = static_cast<int>(dtype_size(prm.dtype)), per_panel = 128 / size;
+    const int panels = static_cast<int>(t.shape[1]) / per_panel, group_slots = r.stages / p_.consumer_groups;
+    Value* batch = as_i32(one(i.args[0]));
+    Value* row = as_i32(one(i.args[1]));
+    Value* col = as_i32(one(i.args[2]));
+    Value* first_slot = p_.consumer_groups == 1 ? i32(0) : b_.CreateMul(consumer_group_, i32(group_slots));
+    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    for (int panel = 0; panel < panels; ++panel) {
+      Value* slot = b_.CreateAdd(first_slot, i32(panel % group_slots));
+      guarded(group_leader(), [&] {
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group_read, {}, {i32(group_slots - 1)});
+      });
+      block_barrier();
+      // Accumulator slots (j, c) hold columns 8j + 2·tig + c: pairs in panel 8j / per_panel.
+      for (int e0 = 0; e0 < n0; ++e0)
+        for (int e1 = 0; e1 < n1; e1 += 2) {
+          if (8 * (e1 / 2) / per_panel != panel) continue;
+          Value* o = position(t, 0, e0);
+          Value* byte = b_.CreateMul(b_.CreateSub(position(t, 1, e1), i32(panel * per_panel)), i32(size));
+          Value* at = ring_address(i.ring, slot, o, b_.CreateUDiv(byte, i32(16)));
+          at = b_.CreateInBoundsGEP(b_.getInt8Ty(), at, b_.CreateURem(byte, i32(16)));
+          const size_t e = static_cast<size_t>(e0 * n1 + e1);
+          b_.CreateAlignedStore(pair_to_storage(values[e], values[e + 1], prm.dtype), at,
+                                llvm::Align(2 * static_cast<uint64_t>(size)));
+        }
+      asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
+      block_barrier();
+      guarded(group_leader(), [&] {
+        Value* src = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, stage_at(i.ring, slot));
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d, {},
+                           {src, tensor_map_.at(static_cast<size_t>(i.param)),
+                            b_.CreateAdd(col, i32(panel * per_panel)), row, batch, b_.getInt64(0), b_.getFalse()});
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_commit_group, llvm::ArrayRef<llvm::Type*>{},
+                           llvm::ArrayRef<Value*>{});
+      });
+    }
+  }
+  // The first thread of the consumer group (of the block, unspecialized).
+  Value* group_leader() { return b_.CreateICmpEQ(tid_, i32(0)); }
 
   // Spins on the stage's full or empty barrier until the phase of the given parity completes.
   void wait_stage(const Inst& i) {

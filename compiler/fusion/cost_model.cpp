@@ -275,8 +275,12 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     auto unbatched = [&](const Node& o) { return num_elements(o.shape) == o.shape.back() * o.shape[o.shape.size() - 2]; };
     const bool copyable[2] = {!m.transpose_a || unbatched(g.node(m.operands[0])),
                                !m.transpose_b || unbatched(g.node(m.operands[1]))};
+    // TMA stores for one output of whole 16-byte rows (16- or 32-bit; build.cpp, stored_by_tma).
+    const size_t out_size = dtype_size(g.node(k.outputs.at(0)).dtype);
+    const bool tma_storable = k.outputs.size() == 1 && out_size >= 2 && cols * static_cast<int64_t>(out_size) % 16 == 0;
     auto schedule = [&](ScheduleHints h) {
       if (m.transpose_b) h.gemm_cluster = 1;  // multicast shares out B's panels: B stored along N
+      if (!tma_storable) h.gemm_tma_store = 0;
       return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, copyable,
                                     profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h,
                                     profile.sm_count);

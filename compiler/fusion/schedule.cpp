@@ -95,7 +95,12 @@ std::string TileSchedule::describe() const {
                                                               : ""))
                         : fmt::format("{} blocks", grid()),
         batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
+        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") +
+        (tma_store ? fmt::format("; the output stored by TMA, a 128-byte panel of columns at a time through {} KiB "
+                                 "of shared memory, the consumers going on while it writes",
+                                 staging_bytes(consumer_groups) / 1024)
+                   : "") +
+        operand_notes;
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
@@ -160,8 +165,15 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.warps_m = s.block_m / 16;
     s.warps_n = 1;
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
-    s.stages = hints.stages > 0 ? std::max(3, hints.stages) : std::min<int>(4, static_cast<int>(227 * 1024 / s.stage_bytes));
     s.tma = hints.gemm_tma != 0;
+    s.tma_store = s.tma && hints.gemm_tma_store != 0;
+    // The stages that fit beside the TMA stores' staging slots (at least 3; else no TMA stores).
+    int fit = static_cast<int>((227 * 1024 - s.staging_bytes(pingpong ? 2 : 1)) / s.stage_bytes);
+    if (fit < 3 && s.tma_store) {
+      s.tma_store = false;
+      fit = static_cast<int>(227 * 1024 / s.stage_bytes);
+    }
+    s.stages = hints.stages > 0 ? std::max(3, std::min(hints.stages, fit)) : std::min(4, fit);
   } else if (staged) {
     s.block_m = hints.gemm_block_m ? hints.gemm_block_m : 128;
     s.block_n = hints.gemm_block_n ? hints.gemm_block_n : 128;

@@ -115,6 +115,12 @@ struct TileSchedule {
   // the rings by TMA (tensor maps, mbarriers full and empty per stage) while the warpgroups of
   // block_threads() consume them; the launch has 128 threads more.
   bool tma = false;
+  // TMA matmuls: the epilogue's outputs (16- or 32-bit, rows of whole 16 bytes) stored by TMA,
+  // each 128-byte panel of columns written from the accumulators into one of two shared-memory
+  // slots per consumer group and copied out by the group's first thread while the consumers go
+  // on (staging_bytes() of shared memory, set aside from the stages).
+  bool tma_store = false;
+  int64_t staging_bytes(int groups) const { return tma_store ? int64_t{2} * 128 * block_m * groups : 0; }
   // TMA matmuls: > 0, a persistent grid of this many blocks (one per SM) looping over the tiles
   // (pid, pid + tile_blocks, …): the producer fills the next tile's stages during a tile's
   // epilogue. 0: a block per tile.
@@ -263,6 +269,9 @@ struct ScheduleHints {
   // taking vertically adjacent tiles, B's tile copied once for both (TMA multicast); 1 (the
   // default): none.
   int gemm_cluster = 1;
+  // TMA matmuls' outputs stored by TMA through shared memory (TileSchedule::tma_store): 1 or -1
+  // (the default); 0 by every thread's stores from its accumulators.
+  int gemm_tma_store = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

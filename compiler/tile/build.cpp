@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
@@ -388,8 +389,11 @@ class MatMulProgram {
             if (s_.cluster_blocks > 1) wait_for_last_releases(in, tile);
           },
           [&](Builder& in, int group) {
-            if (s_.consumer_groups > 1) return ping_pong(in, tile, group);
-            over_tiles(in, tile, -1, [&](Builder& l, int, int first) { product_and_epilogue(l, tile, split, first); });
+            if (s_.consumer_groups > 1)
+              ping_pong(in, tile, group);
+            else
+              over_tiles(in, tile, -1, [&](Builder& l, int, int first) { product_and_epilogue(l, tile, split, first); });
+            if (staging_ >= 0) in.wait_stores();
           });
     } else {
       place_tile(b, tile);
@@ -467,6 +471,7 @@ class MatMulProgram {
     tile_of(b, tile, &batch, &mt, &nt);
     if (s_.cluster_blocks > 1) mt = b.add(b.mul(mt, b.index(s_.cluster_blocks)), rank);
     n0_ = b.mul(nt, b.index(s_.block_n));
+    batch_ = batch;
     first_row_ = b.mul(batch, b.index(s_.m));
     row0_ = b.add(first_row_, b.mul(mt, b.index(s_.block_m)));
     row_end_ = b.add(first_row_, b.index(s_.m));
@@ -594,6 +599,8 @@ class MatMulProgram {
     for (NodeId id : k_.outputs) {
       param_[id] = static_cast<int>(p_.params.size());
       p_.params.push_back(param_of(g_, id, true, aligned_shape(g_, id, k_), domain));
+      Param& out = p_.params.back();
+      if (stored_by_tma(out)) out.tma_rows = s_.m;
     }
     if (split_k()) {  // each k range's partial product, then a counter per tile
       Param ws;
@@ -662,6 +669,7 @@ class MatMulProgram {
     const DType dt = g_.node(mm_.operands[0]).dtype;
     p_.shared.push_back({"a_ring", dt, s_.stages, {s_.block_m, s_.block_k}, mm_.transpose_a, true, true});
     p_.shared.push_back({"b_ring", dt, s_.stages, {s_.block_k, s_.block_n}, mm_.transpose_b, true, true});
+    add_staging_ring();
     // The producer needs few registers; the consumers take the rest of what the block starts
     // with (2 warpgroups: 240 each; 4: 112).
     p_.producer_registers = 24;
@@ -812,8 +820,40 @@ class MatMulProgram {
       const Shape tile = {s_.block_m, s_.block_n};
       if (!p_.types[static_cast<size_t>(v)].is_tile() || p_.types[static_cast<size_t>(v)].shape != tile)
         v = b.compute(Op::Add, {v, b.tile_const(0, g_.node(id).dtype, tile, Frag::Acc)}, g_.node(id).dtype);
-      b.store(param_.at(id), {row0_, n0_}, v, {rows_masked() || s_.batch > 1, cols_masked()}, {row_end_, -1});
+      const int param = param_.at(id);
+      if (p_.params[static_cast<size_t>(param)].tma_rows > 0)
+        b.tma_store(param, batch_, b.sub(row0_, first_row_), n0_, v, staging_);
+      else
+        b.store(param, {row0_, n0_}, v, {rows_masked() || s_.batch > 1, cols_masked()}, {row_end_, -1});
     }
+  }
+
+  // Whether the output is stored by TMA (TileSchedule::tma_store, which the cost model sets only
+  // for an epilogue's one output, 16 or 32 bits, of whole 16-byte rows: each panel is stored
+  // past barriers and branches, which would keep any other output's tile live across them —
+  // two outputs of GELU's backward spilled 52 bytes at 128×128).
+  bool stored_by_tma(const Param& out) {
+    if (!s_.tma_store) return false;
+    const int64_t size = static_cast<int64_t>(dtype_size(out.dtype));
+    if (k_.outputs.size() != 1 || out.col_major || !out.row_dims.empty() || !out.elem_dims.empty() || size < 2 ||
+        (s_.n * size) % 16 != 0 || (s_.block_n * size) % 128 != 0 || out.view.at(0) != s_.batch * s_.m ||
+        out.view.at(1) != s_.n)
+      throw CodegenError(fmt::format("kernel {}: the schedule stores {} by TMA, which its view {} of {} does not allow",
+                                     k_.name, out.name, shape_str(out.view), dtype_name(out.dtype)));
+    staging_dtype_ = out.dtype;
+    return true;
+  }
+  // The staging ring of the TMA stores (after the operands' rings): a 128-byte panel per slot,
+  // two slots per consumer group where the tile's panels pair up (each slot then written again
+  // two panels later), else one.
+  void add_staging_ring() {
+    if (!staging_dtype_) return;
+    const int64_t size = static_cast<int64_t>(dtype_size(*staging_dtype_)), panels = s_.block_n * size / 128;
+    staging_ = static_cast<int>(p_.shared.size());
+    SharedRing r{"c_staging", *staging_dtype_, static_cast<int>((panels % 2 == 0 ? 2 : 1) * s_.consumer_groups),
+                 {s_.block_m, 128 / size}};
+    r.staging = true;
+    p_.shared.push_back(r);
   }
 
   const Graph& g_;
@@ -823,7 +863,9 @@ class MatMulProgram {
   Program p_;
   std::map<NodeId, int> param_;
   int operand_param_[2] = {-1, -1};
-  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, a_batch_ = -1, b_batch_ = -1;
+  int n0_ = -1, row0_ = -1, row_end_ = -1, zero_ = -1, first_row_ = -1, batch_ = -1, a_batch_ = -1, b_batch_ = -1;
+  std::optional<DType> staging_dtype_;  // the output stored by TMA (its param's tma_rows)
+  int staging_ = -1;                    // and the ring their panels are staged in
   int a_first_ = -1, a_last_ = -1, b_last_ = -1, step_ = -1;  // ring_bounds
   // The block's k steps (split-K: its range's first, count and end in elements), the workspace.
   int k_first_ = -1, k_steps_ = -1, k_end_ = -1, workspace_ = -1;

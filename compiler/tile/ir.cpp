@@ -109,6 +109,10 @@ const char* opcode_name(Opcode o) {
       return "wait_empty";
     case Opcode::Release:
       return "release";
+    case Opcode::TmaStore:
+      return "tma_store";
+    case Opcode::WaitStores:
+      return "wait_stores";
     case Opcode::LoadShared:
       return "load";
     case Opcode::Load:
@@ -441,6 +445,19 @@ void Builder::wait_empty(int ring, int stage, int parity) {
   emit(stage_sync(Opcode::WaitEmpty, ring, {stage, parity}), std::nullopt);
 }
 void Builder::release(int ring, int stage) { emit(stage_sync(Opcode::Release, ring, {stage}), std::nullopt); }
+void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring) {
+  Inst i;
+  i.opcode = Opcode::TmaStore;
+  i.param = param;
+  i.ring = ring;
+  i.args = {batch, row, col, tile};
+  emit(i, std::nullopt);
+}
+void Builder::wait_stores() {
+  Inst i;
+  i.opcode = Opcode::WaitStores;
+  emit(i, std::nullopt);
+}
 
 void Builder::store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,
                     const std::vector<int>& limits) {

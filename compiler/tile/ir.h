@@ -111,10 +111,11 @@ struct Param {
   // split into the domain's dimensions `elem_dims`, and the parameter's own extents along them,
   // `elem_view` (1 where it is broadcast), give its offset. Read an element at a time.
   Shape elem_dims, elem_view;
-  // Read by TMA (TmaLoad) through a tensor map the runtime encodes for each launch and passes
-  // after the tensors (and the workspace): the view's rows are batches of this many (a
-  // column-major parameter's: its group_rows), so a box past a batch's rows or columns is
-  // zero-filled, not read from the next batch. 0: no tensor map.
+  // Read by TMA (TmaLoad) or written by it (TmaStore) through a tensor map the runtime encodes
+  // for each launch and passes after the tensors (and the workspace): the view's rows are
+  // batches of this many (a column-major parameter's: its group_rows), so a box past a batch's
+  // rows or columns is zero-filled (not written), not read from (written into) the next batch.
+  // 0: no tensor map.
   int64_t tma_rows = 0;
 };
 
@@ -201,6 +202,17 @@ enum class Opcode {
   WaitFull,
   WaitEmpty,
   Release,
+  // TMA stores (consumers): TmaStore stores tile arg 3 (an accumulator, whole warpgroups' rows)
+  // to the parameter at (batch arg 0, row arg 1, column arg 2) through its tensor map, a 128-byte
+  // panel of columns at a time: the group's threads write the panel into the next of the
+  // group's slots of staging ring `ring` (SharedRing::staging), and once all have, the group's
+  // first thread stores it by a bulk tensor copy and goes on without waiting for it; a slot is
+  // written again only after the copy that read it has finished reading. Out-of-bounds rows
+  // and columns (past the batch's rows, past N) are not written. WaitStores (the group's first
+  // thread) waits until its stores have completed: the last instruction before the consumers
+  // leave.
+  TmaStore,
+  WaitStores,
 };
 const char* opcode_name(Opcode o);
 
@@ -249,7 +261,11 @@ struct SharedRing {
   bool col_major = false;  // stored column by column
   bool wgmma = false;      // read by DotAsync: each stage 1024-byte aligned
   bool tma = false;        // filled by TmaLoad, with a full and an empty mbarrier per stage
-  int64_t align() const { return wgmma ? 1024 : 128; }
+  // Written from registers and read by TmaStore's copies: a 128-byte panel of an output's tile
+  // per stage (rows of 128 bytes, TMA's 128-byte swizzle), stages/consumer_groups slots per
+  // consumer group; each stage 1024-byte aligned.
+  bool staging = false;
+  int64_t align() const { return wgmma || staging ? 1024 : 128; }
   int64_t stage_bytes() const { return num_elements(tile) * static_cast<int64_t>(dtype_size(dtype)); }
   int64_t bytes() const { return stages * stage_bytes(); }
 };
@@ -379,6 +395,8 @@ class Builder {
   void wait_full(int ring, int stage, int parity);
   void wait_empty(int ring, int stage, int parity);
   void release(int ring, int stage);
+  void tma_store(int param, int batch, int row, int col, int tile, int ring);
+  void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);

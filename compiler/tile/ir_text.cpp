@@ -116,6 +116,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::FenceAsync:
       case Opcode::AwaitTurn:
       case Opcode::HandOff:
+      case Opcode::WaitStores:
         *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
         break;
       case Opcode::Specialize:
@@ -139,6 +140,11 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::Release:
         *out += fmt::format("{}release @{}[{}]\n", pad, p.shared.at(static_cast<size_t>(i.ring)).name,
                             value(i.args.at(0)));
+        break;
+      case Opcode::TmaStore:
+        *out += fmt::format("{}tma_store %arg{}[{}], {} via @{} : {}\n", pad, i.param,
+                            values(std::vector<int>(i.args.begin(), i.args.end() - 1)), value(i.args.back()),
+                            p.shared.at(static_cast<size_t>(i.ring)).name, type_of(i.args.back()));
         break;
       case Opcode::WaitGroup:
         *out += fmt::format("{}wait_group {}\n", pad, number(i.value));
@@ -311,6 +317,10 @@ class Parser {
         if (at_word("tma")) {
           next();
           r.tma = true;
+        }
+        if (at_word("staging")) {
+          next();
+          r.staging = true;
         }
         p.shared.push_back(r);
       }
@@ -672,8 +682,20 @@ class Parser {
         word("parity");
         i.args.push_back(use("the parity"));
       }
-    } else if (op == "await_turn" || op == "hand_off") {
-      i.opcode = op == "await_turn" ? Opcode::AwaitTurn : Opcode::HandOff;
+    } else if (op == "tma_store") {
+      i.opcode = Opcode::TmaStore;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = uses_until_colon();
+      punct("]");
+      punct(",");
+      i.args.push_back(use("the tile"));
+      word("via");
+      i.ring = ring(p);
+      punct(":");
+      type();
+    } else if (op == "await_turn" || op == "hand_off" || op == "wait_stores") {
+      i.opcode = op == "await_turn" ? Opcode::AwaitTurn : op == "hand_off" ? Opcode::HandOff : Opcode::WaitStores;
     } else if (op == "commit_group" || op == "barrier" || op == "fence_async") {
       i.opcode = op == "barrier" ? Opcode::Barrier : op == "fence_async" ? Opcode::FenceAsync : Opcode::CommitGroup;
     } else if (op == "dot_async") {
@@ -894,7 +916,8 @@ std::string print_program(const Program& p) {
   for (const SharedRing& r : p.shared)
     rings.push_back(fmt::format("@{}: {}[{}, {}, {}]{}", r.name, dtype_name(r.dtype), r.stages, r.tile.at(0),
                                 r.tile.at(1),
-                                std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "") + (r.tma ? " tma" : "")));
+                                std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "") + (r.tma ? " tma" : "") +
+                                    (r.staging ? " staging" : "")));
   if (!rings.empty()) mma += fmt::format("\n    shared [{}]", fmt::join(rings, ", "));
   std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),

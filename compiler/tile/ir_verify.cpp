@@ -125,7 +125,10 @@ class Verifier {
       problem(fmt::format("{}: no shared ring {}", where(i), i.ring));
       return nullptr;
     }
-    return &p_.shared[static_cast<size_t>(i.ring)];
+    const SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    if (r.staging != (i.opcode == Opcode::TmaStore))
+      problem(fmt::format("{}: @{} is {}a staging ring", where(i), r.name, r.staging ? "" : "not "));
+    return &r;
   }
 
   // The parameter a copy into ring `r` reads (an input of the ring's dtype and layout), or null.
@@ -178,6 +181,9 @@ class Verifier {
     bool tma_rings = false;
     for (const SharedRing& r : p_.shared) tma_rings |= r.tma;
     if (tma_rings && !p_.specialized()) problem("TMA rings need a warp-specialized program");
+    for (const SharedRing& r : p_.shared)
+      if (r.staging && (r.tma || r.wgmma || r.col_major || !p_.specialized()))
+        problem(fmt::format("@{}: a staging ring is only TmaStore's, in a warp-specialized program", r.name));
     if (p_.cluster_blocks < 1 || p_.cluster_blocks > 8 || (p_.cluster_blocks > 1 && !p_.specialized()) ||
         (p_.cluster_blocks > 1 && !p_.grid.empty() && p_.grid[0] % p_.cluster_blocks != 0))
       problem(fmt::format("clusters of {} blocks: a specialized program's, 2 to 8 dividing its grid", p_.cluster_blocks));
@@ -238,6 +244,41 @@ class Verifier {
                           panels, p_.cluster_blocks));
     if (prm.tma_rows <= 0 || (prm.view.at(0) % prm.tma_rows != 0 && prm.view.at(0) > prm.tma_rows) || (prm.col_major && prm.group_rows != prm.tma_rows) ||
         run % 8 != 0)
+      problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",
+                          where(i), i.param, prm.tma_rows, shape_str(prm.view)));
+  }
+  // A TMA store of an accumulator tile (a warpgroup's 64 rows at a time, whole 128-byte panels
+  // of columns) to an output through staging slots of its dtype, a panel each, split evenly
+  // over the consumer groups; the output's tensor map of whole batches with 16-byte strides.
+  void tma_store(const Inst& i) {
+    role(i, Role::Consumers);
+    const SharedRing* r = ring_of(i);
+    if (!r) return;
+    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size())) {
+      problem(fmt::format("{}: no parameter %arg{}", where(i), i.param));
+      return;
+    }
+    if (i.args.size() != 4) {
+      problem(fmt::format("{}: needs a batch, a row, a column and a tile", where(i)));
+      return;
+    }
+    for (size_t a = 0; a < 3; ++a)
+      if (!is_index(i.args[a])) problem(fmt::format("{}: %{} is not an index", where(i), i.args[a]));
+    const Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const Type& t = type(i.args[3]);
+    const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
+    if (!prm.output || prm.col_major || !prm.row_dims.empty() || !prm.elem_dims.empty() || size == 1 || size > 4)
+      problem(fmt::format("{}: %arg{} is not a row-major output of 16- or 32-bit elements", where(i), i.param));
+    if (!r->staging || r->dtype != prm.dtype || r->tile.at(1) * size != 128 || r->stages % p_.consumer_groups != 0)
+      problem(fmt::format("{}: @{} is not a staging ring of 128-byte {} rows, its slots shared evenly by the groups",
+                          where(i), r->name, dtype_name(prm.dtype)));
+    if (t.frag != Frag::Acc || !p_.mma || p_.mma->warps_n != 1 || t.shape.size() != 2 || t.shape[0] % 64 != 0 ||
+        t.shape[0] != r->tile.at(0) || t.shape[1] * size % 128 != 0 || t.shape[0] > 256)
+      problem(fmt::format("{}: stores {} through @{}: an accumulator of warpgroups (64-row slabs, at most 256 rows, "
+                          "the ring's), whole 128-byte panels wide",
+                          where(i), type_str(t), r->name));
+    if (prm.tma_rows <= 0 || (prm.view.at(0) % prm.tma_rows != 0 && prm.view.at(0) > prm.tma_rows) ||
+        prm.view.at(1) * size % 16 != 0)
       problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",
                           where(i), i.param, prm.tma_rows, shape_str(prm.view)));
   }
@@ -413,6 +454,12 @@ class Verifier {
         case Opcode::HandOff:
           role(i, Role::Consumers);
           if (p_.consumer_groups != 2) problem(fmt::format("{}: needs two consumer groups", where(i)));
+          break;
+        case Opcode::TmaStore:
+          tma_store(i);
+          break;
+        case Opcode::WaitStores:
+          role(i, Role::Consumers);
           break;
         case Opcode::IndexCeil: {
           const Type& x = type(i.args.at(0));

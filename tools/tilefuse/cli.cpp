@@ -108,6 +108,9 @@ common options:
   --tma 0|1                    schedule override: 1 (the default) feeds a wgmma matmul's shared
                                memory by TMA from a producer warpgroup (mbarrier rings,
                                setmaxnreg), 0 by every thread's cp.async
+  --tma-store 0|1              schedule override: 1 (the default) stores a TMA matmul's outputs
+                               by TMA through shared memory (a 128-byte panel of columns at a
+                               time, the consumers going on), 0 from each thread's accumulators
   --persistent 0|1             schedule override: 1 (the default) runs a TMA matmul with more tiles
                                than SMs as one block per SM looping over the tiles (the next
                                tile's copies overlap the epilogue), 0 a block per tile
@@ -161,7 +164,7 @@ struct Args {
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
-      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 1;
+      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 1, gemm_tma_store = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -230,7 +233,8 @@ FusionOptions fusion_options(const Args& a) {
   fo.max_registers = a.max_registers;
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
-                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster};
+                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster,
+                 a.gemm_tma_store};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -308,6 +312,8 @@ Args parse(int argc, char** argv) {
       a.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
       a.gemm_tma = parse_int(s, value(), 0, 1);
+    else if (s == "--tma-store")
+      a.gemm_tma_store = parse_int(s, value(), 0, 1);
     else if (s == "--persistent")
       a.gemm_persistent = parse_int(s, value(), 0, 1);
     else if (s == "--pingpong")
