@@ -1199,10 +1199,15 @@ class Emitter {
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta, {}, {empty, i32(1)});
       return;
     }
+    // At CTA scope, as CUTLASS's cluster barriers arrive: nothing the producer does next reads
+    // what this thread wrote (its wgmma's reads of the stage are complete once waited for), and a
+    // release at cluster scope makes each arrival wait on a memory barrier first — 64% of the
+    // consumers' stalls, the GEMM 1.5–1.8× slower than without clusters (bench/NOTES.md,
+    // "Clusters measured").
     Value* lane = b_.CreateURem(tid_, i32(32));
     guarded(b_.CreateICmpULT(lane, i32(p_.cluster_blocks)), [&] {
       Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {empty, lane});
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cluster_space_cluster, {}, {theirs, i32(1)});
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cluster, {}, {theirs, i32(1)});
     });
   }
   Value* stage_barrier(int ring, bool full, Value* stage) {
@@ -1335,12 +1340,10 @@ class Emitter {
     auto* ready = llvm::BasicBlock::Create(ctx_, "stage.ready", fn_);
     b_.CreateBr(wait);
     b_.SetInsertPoint(wait);
-    // In a cluster the other block's consumers arrive at the empty barriers (release at cluster
-    // scope): the producer's wait acquires at cluster scope to match.
-    const bool from_cluster = p_.cluster_blocks > 1 && i.opcode == Opcode::WaitEmpty;
-    Value* done = b_.CreateIntrinsic(from_cluster ? llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cluster_space_cta
-                                                  : llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta,
-                                     {}, {barrier, parity});
+    // (In a cluster the other block's consumers arrive at the empty barriers too; they pass on
+    // no data — their reads of the stage are complete — so the wait stays at CTA scope.)
+    Value* done = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta, {},
+                                     {barrier, parity});
     b_.CreateCondBr(done, ready, wait);
     b_.SetInsertPoint(ready);
   }
