@@ -212,7 +212,10 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
   if (s.tma && s.k_splits == 1 && hints.gemm_persistent != 0 && tiles > sm_count) s.tile_blocks = sm_count;
   // Clusters of two blocks on vertically adjacent tiles, B's tile multicast: its 128-byte panels
   // shared out over the pair.
-  if (s.tile_blocks > 0 && hints.gemm_cluster == 2 && sm_count % 2 == 0 && s.block_n / 64 % 2 == 0)
+  // (The default: clusters measured 0.95–1.05× cuBLAS at 8192³ against 0.91–1.00× without, and
+  // no slower elsewhere; bench/NOTES.md, "Clusters measured". Ping-pong, asked for, goes without.)
+  const bool pingpong_asked = hints.gemm_pingpong == 1 && s.block_m == 64;
+  if (s.tile_blocks > 0 && hints.gemm_cluster == 2 && !pingpong_asked && sm_count % 2 == 0 && s.block_n / 64 % 2 == 0)
     s.cluster_blocks = 2;
   // Ping-pong: a warpgroup per tile, two taking turns, where each block has tiles for both.
   if (s.tile_blocks > 0 && s.cluster_blocks == 1 && hints.gemm_pingpong == 1 && s.block_m == 64 && tiles >= 2 * sm_count)

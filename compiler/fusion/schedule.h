@@ -265,10 +265,10 @@ struct ScheduleHints {
   // Persistent TMA matmuls as two consumer warpgroups taking turns on 64-row tiles of their own
   // (TileSchedule::consumer_groups): 1; 0 (the default): both on each 128-row tile.
   int gemm_pingpong = 0;
-  // Persistent TMA matmuls in clusters of this many blocks (2; TileSchedule::cluster_blocks)
-  // taking vertically adjacent tiles, B's tile copied once for both (TMA multicast); 1 (the
-  // default): none.
-  int gemm_cluster = 1;
+  // Persistent TMA matmuls in clusters of this many blocks (2, the default, where B is stored
+  // along N and the tile has an even count of its 128-byte panels; TileSchedule::cluster_blocks)
+  // taking vertically adjacent tiles, B's tile copied once for both (TMA multicast); 1: none.
+  int gemm_cluster = 2;
   // TMA matmuls' outputs stored by TMA through shared memory (TileSchedule::tma_store): 1 or -1
   // (the default); 0 by every thread's stores from its accumulators.
   int gemm_tma_store = -1;

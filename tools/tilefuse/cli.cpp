@@ -118,9 +118,9 @@ common options:
                                warpgroups on 64-row tiles of their own, their k loops taking
                                turns (each one's epilogue under the other's k loop); 0 (the
                                default) both warpgroups on each 128-row tile
-  --gemm-cluster 1|2           schedule override: 2 runs a persistent TMA matmul in clusters of two
-                               blocks on adjacent tile rows, B's tile copied once for both (TMA
-                               multicast); 1 (the default) no clusters
+  --gemm-cluster 1|2           schedule override: 2 (the default) runs a persistent TMA matmul in
+                               clusters of two blocks on adjacent tile rows, B's tile copied once
+                               for both (TMA multicast) where B is stored along N; 1 no clusters
   --attention-wgmma 0|1        schedule override: 1 runs attention's two products on warpgroup
                                MMA (sm_90a; Q and P from registers, K and V from shared memory;
                                the default on sm_90), 0 on mma.sync
@@ -164,7 +164,7 @@ struct Args {
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
-      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 1, gemm_tma_store = -1;
+      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1;
   std::optional<uint64_t> seed;
 };
 
