@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "compiler/fusion/library_gemm.h"
 #include "compiler/fusion/plan.h"
 
 namespace tilefuse::cublaslt {
@@ -18,13 +19,9 @@ namespace tilefuse::cublaslt {
 bool available(std::string* why = nullptr);
 
 // C[b, m, n] = epilogue(A[b, m, k] · B[b, k, n] + bias[n]) for b < batch, each matrix row-major
-// and contiguous, batches one after another. `transpose_a`: A is stored as [b, k, m];
-// `transpose_b`: B is stored as [b, n, k]; `shared_a`, `shared_b`: one A, or one B, for every
-// batch (a weight).
-struct Gemm {
-  int64_t batch = 1, m = 0, n = 0, k = 0;
-  bool transpose_a = false, transpose_b = false, shared_a = false, shared_b = false;
-  DType dtype = DType::BF16;  // of A, B, C and the bias: bf16 or f16
+// and contiguous, batches one after another (the layouts: LibraryGemmShape); the bias of C's
+// dtype.
+struct Gemm : LibraryGemmShape {
   LibraryEpilogue epilogue = LibraryEpilogue::None;
 };
 

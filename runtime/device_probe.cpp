@@ -1,7 +1,15 @@
 #include "runtime/device_probe.h"
 
-#include <algorithm>
+#include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "compiler/codegen/disk_cache.h"
+#include "compiler/fusion/library_gemm.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
 
@@ -59,6 +67,93 @@ DeviceProfile measure_device_profile(int iters) {
   p.hbm_bytes_per_s = 2.0 * bytes / (time_copy(bytes, iters).median_ms * 1e-3);
   note_missing_libraries(p);
   return p;
+}
+
+namespace {
+
+// Earlier measurements of the library: lines "<flop/s> <device>|<shape key>".
+std::string library_rates_path() {
+  const std::string dir = disk_cache_dir();
+  return dir.empty() ? "" : dir + "/library_gemms.txt";
+}
+std::map<std::string, double> read_library_rates(const std::string& path) {
+  std::map<std::string, double> rates;
+  std::ifstream in(path);
+  double rate = 0;
+  std::string rest;
+  while (in >> rate && std::getline(in, rest))
+    if (rate > 0 && rest.size() > 1) rates[rest.substr(1)] = rate;
+  return rates;
+}
+
+// Random 16-bit values in [-1, 1) (never time on zeros): a block drawn on the host, copied over
+// the buffer.
+void fill_random(cuda::DeviceBuffer& buf, DType dtype, uint64_t seed, CUstream stream) {
+  const size_t block = std::min<size_t>(buf.size(), size_t{2} << 20);
+  std::vector<uint16_t> host(block / 2);
+  uint64_t x = seed;
+  for (uint16_t& h : host) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const float v = static_cast<float>(x >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+    h = dtype == DType::BF16 ? float_to_bf16_bits(v) : float_to_f16_bits(v);
+  }
+  buf.upload(host.data(), host.size() * 2);
+  for (size_t at = block; at < buf.size(); at += block)
+    cuda::copy_device_to_device(buf.ptr() + at, buf.ptr(), std::min(block, buf.size() - at), stream);
+}
+
+// The library's flop/s on shape s: the median of `iters` timed runs after three.
+double time_library_gemm(const LibraryGemmShape& s, int iters) {
+  cublaslt::Gemm gemm;
+  static_cast<LibraryGemmShape&>(gemm) = s;
+  const size_t elem = dtype_size(s.dtype);
+  cuda::DeviceBuffer a(static_cast<size_t>((s.shared_a ? 1 : s.batch) * s.m * s.k) * elem);
+  cuda::DeviceBuffer b(static_cast<size_t>((s.shared_b ? 1 : s.batch) * s.k * s.n) * elem);
+  cuda::DeviceBuffer c(static_cast<size_t>(s.batch * s.m * s.n) * elem);
+  cuda::Stream st;
+  fill_random(a, s.dtype, 1, st.get());
+  fill_random(b, s.dtype, 2, st.get());
+  for (int i = 0; i < 3; ++i) cublaslt::run(gemm, a.ptr(), b.ptr(), 0, c.ptr(), st.get());
+  std::vector<cuda::Event> start(static_cast<size_t>(iters)), stop(static_cast<size_t>(iters));
+  for (size_t i = 0; i < start.size(); ++i) {
+    start[i].record(st.get());
+    cublaslt::run(gemm, a.ptr(), b.ptr(), 0, c.ptr(), st.get());
+    stop[i].record(st.get());
+  }
+  st.synchronize();
+  std::vector<float> ms;
+  for (size_t i = 0; i < start.size(); ++i) ms.push_back(cuda::Event::elapsed_ms(start[i], stop[i]));
+  const double flops = 2.0 * static_cast<double>(s.batch * s.m * s.n) * static_cast<double>(s.k);
+  return flops / (summarize_ms(ms).median_ms * 1e-3);
+}
+
+}  // namespace
+
+int measure_library_gemms(const Graph& g, DeviceProfile& p, int iters) {
+  if (!cuda::available() || !cublaslt::available()) return 0;
+  const std::string device = cuda::Context::get().info().name;
+  const std::string path = library_rates_path();
+  const std::map<std::string, double> known = path.empty() ? std::map<std::string, double>{} : read_library_rates(path);
+  int measured = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::MatMul || !library_cannot_run(g, n).empty()) continue;
+    const LibraryGemmShape s = library_gemm_shape(g, n);
+    const std::string key = s.key();
+    if (p.library_gemm_flops.count(key)) continue;
+    const auto it = known.find(device + "|" + key);
+    if (it != known.end()) {
+      p.library_gemm_flops[key] = it->second;
+      continue;
+    }
+    const double rate = time_library_gemm(s, iters);
+    p.library_gemm_flops[key] = rate;
+    ++measured;
+    if (path.empty()) continue;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    std::ofstream(path, std::ios::app) << fmt::format("{:.6g} {}|{}\n", rate, device, key);
+  }
+  return measured;
 }
 
 void note_missing_libraries(DeviceProfile& p) {

@@ -29,6 +29,14 @@ double plan_flops(const Plan& p);
 // written over the median of 1 GiB copies). Needs a GPU.
 DeviceProfile measure_device_profile(int iters = 20);
 
+// cuBLASLt's throughput on this device for each matmul of g it would be offered
+// (library_cannot_run empty) into p.library_gemm_flops, by LibraryGemmShape::key: read from earlier
+// measurements (library_gemms.txt in the disk cache's folder, by device name and shape; delete it
+// to measure again) or
+// measured — the median of `iters` runs on random operands after warm-up — and added there.
+// Returns how many shapes it measured. Without a GPU or cuBLASLt, p is left as it is.
+int measure_library_gemms(const Graph& g, DeviceProfile& p, int iters = 20);
+
 // Where a GPU is present but cuBLASLt does not load, p.library_gemm_missing says why, so that a
 // plan for this machine keeps its matmuls (the report names what that loses). Without a GPU, p is
 // left as it is: plans are then made for the profile's device.

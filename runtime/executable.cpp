@@ -195,19 +195,13 @@ static void launch_library_gemm(const Graph& g, const Kernel& k, const std::func
                                 CUstream stream) {
   const Node& mm = g.node(contraction(g, k));
   const Node &a = g.node(mm.operands[0]), &b = g.node(mm.operands[1]);
-  const TileSchedule& s = k.schedule;  // the matmul's extents
   cublaslt::Gemm gemm;
-  gemm.batch = s.batch, gemm.m = s.m, gemm.n = s.n, gemm.k = s.k;
-  gemm.transpose_a = mm.transpose_a;
-  gemm.transpose_b = mm.transpose_b;
+  static_cast<LibraryGemmShape&>(gemm) = library_gemm_shape(g, mm);
   auto batches = [](const Node& o) { return num_elements(o.shape) / (o.shape[o.shape.size() - 2] * o.shape.back()); };
   for (const Node* o : {&a, &b})
-    if (batches(*o) != 1 && batches(*o) != s.batch)  // the plan never asks for this (library_gemm.cpp)
+    if (batches(*o) != 1 && batches(*o) != gemm.batch)  // the plan never asks for this (library_gemm.cpp)
       throw Error(fmt::format("kernel {}: cuBLASLt cannot read %{} {}, broadcast along some batch axes", k.name,
                               o->id, shape_str(o->shape)));
-  gemm.shared_a = gemm.batch > 1 && batches(a) == 1;
-  gemm.shared_b = gemm.batch > 1 && batches(b) == 1;
-  gemm.dtype = mm.dtype;
   gemm.epilogue = *k.library;
   CUdeviceptr bias = 0;  // the operand of the epilogue's add that is not the product
   if (gemm.epilogue != LibraryEpilogue::None)

@@ -4,14 +4,20 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <vector>
 
+#include "compiler/dsl/dsl.h"
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/device_probe.h"
 #include "tests/test_util.h"
 
 namespace tilefuse {
@@ -95,6 +101,32 @@ TEST(GpuCublaslt, MatchesFloat64) {
   check_gemm(batched, seed + static_cast<uint64_t>(i++));
   batched.shared_b = false;
   check_gemm(batched, seed + static_cast<uint64_t>(i++));
+}
+
+// The runtime measures cuBLASLt's rate for a graph's GEMM shapes once and keeps it beside the
+// disk cache: a second profile reads it back instead of measuring again.
+TEST(GpuCublaslt, MeasuresLibraryRatesOnce) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  std::string why;
+  if (!cublaslt::available(&why)) GTEST_SKIP() << why;
+  const std::string dir = ::testing::TempDir() + "tilefuse_library_rates_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  setenv("TILEFUSE_CACHE_DIR", dir.c_str(), 1);
+  Graph g("mm");
+  output("y", dsl::matmul(dsl::input(g, "a", {512, 1024}, DType::BF16), dsl::input(g, "w", {1024, 768}, DType::BF16)));
+  output("z", dsl::matmul(dsl::input(g, "x", {64, 96}, DType::F32), dsl::input(g, "v", {96, 32}, DType::F32)));
+  DeviceProfile first;
+  EXPECT_EQ(measure_library_gemms(g, first, 5), 1);  // the f32 product is not offered to the library
+  ASSERT_EQ(first.library_gemm_flops.size(), 1u);
+  const auto& [key, rate] = *first.library_gemm_flops.begin();
+  EXPECT_EQ(key, "bf16 1x512x768x1024 nn");
+  EXPECT_GT(rate, 1e12);
+  EXPECT_LT(rate, 5e15);
+  DeviceProfile second;
+  EXPECT_EQ(measure_library_gemms(g, second, 5), 0);
+  EXPECT_EQ(second.library_gemm_flops, first.library_gemm_flops);
+  unsetenv("TILEFUSE_CACHE_DIR");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

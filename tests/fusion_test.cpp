@@ -12,6 +12,7 @@
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/iteration_space.h"
+#include "compiler/fusion/library_gemm.h"
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/error.h"
@@ -803,6 +804,48 @@ TEST(FusionMatMul, LibraryGemmIsPriced) {
     const std::string report = plan_report_text(p);
     EXPECT_NE(report.find("the library GEMM priced"), std::string::npos);
   }
+}
+
+// A rate measured for the shape (DeviceProfile::library_gemm_flops, by LibraryGemmShape::key)
+// prices the library instead of the profile's constant and waves, and the report says so: a
+// slow measured library hands the matmul to the own GEMM, a fast one to cuBLASLt.
+TEST(FusionMatMul, MeasuredLibraryRatePricesItsShape) {
+  Graph g("mm");
+  output("y", matmul(input(g, "a", {3, 640, 1024}, DType::BF16), input(g, "w", {1024, 512}, DType::BF16)));
+  const Node* mm = nullptr;
+  for (const Node& n : g.nodes())
+    if (n.op == Op::MatMul) mm = &n;
+  ASSERT_NE(mm, nullptr);
+  const LibraryGemmShape shape = library_gemm_shape(g, *mm);
+  EXPECT_EQ(shape.batch, 3);
+  EXPECT_EQ(shape.m, 640);
+  EXPECT_EQ(shape.n, 512);
+  EXPECT_EQ(shape.k, 1024);
+  EXPECT_TRUE(shape.shared_b);
+  EXPECT_FALSE(shape.shared_a);
+  EXPECT_EQ(shape.key(), "bf16 3x640x512x1024 nns");
+  const double flops = 2.0 * 3 * 640 * 512 * 1024;
+  for (double rate : {50e12, 2000e12}) {
+    SCOPED_TRACE(rate);
+    FusionOptions o;
+    o.profile.library_gemm_flops[shape.key()] = rate;
+    Plan p = plan_fusion(g, o);
+    ASSERT_EQ(p.gemm_choices.size(), 1u);
+    const GemmOption& lib = p.gemm_choices[0].options[0];
+    ASSERT_TRUE(lib.applies);
+    if (rate < 100e12) {  // compute-bound at the measured rate, not the profile's 777 TFLOP/s
+      EXPECT_NEAR(lib.predicted_s, flops / rate + o.profile.launch_s, 1e-9);
+    }
+    EXPECT_EQ(p.gemm_choices[0].chosen, rate < 100e12 ? 2 : 0);
+    if (rate > 100e12) {
+      const std::string report = plan_report_text(p);
+      EXPECT_NE(report.find("the library's rate measured here for bf16 3x640x512x1024 nns"), std::string::npos)
+          << report;
+    }
+  }
+  FusionOptions bad;
+  bad.profile.library_gemm_flops[shape.key()] = 0;
+  EXPECT_THROW(plan_fusion(g, bad), Error);
 }
 
 // By default a matmul kernel becomes cuBLASLt's where that is predicted faster: an erf GELU

@@ -2,6 +2,7 @@
 // The constants of the cost model. Defaults are the H200's measured figures (2026-11-30); the
 // runtime can measure a device and replace them.
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace tilefuse {
@@ -15,6 +16,10 @@ struct DeviceProfile {
   // cuBLASLt where a leading dimension is not a multiple of 8 elements (16 bytes), which its
   // fast kernels need: 152.9 TFLOP/s measured at bf16 8191×4095×4097 (bench/NOTES.md, call 48eca17).
   double bf16_matmul_unaligned_flops = 153e12;
+  // cuBLASLt's throughput measured on this device per GEMM shape (LibraryGemmShape::key →
+  // flop/s, the median of timed runs on random operands; runtime/device_probe.h): the plans
+  // price those shapes at it instead of the constants above. Empty in the H200's defaults.
+  std::map<std::string, double> library_gemm_flops;
   // tilefuse's own matmul on mma.sync, bf16 8192³, measured (bench/NOTES.md, matmul): operands
   // staged through shared memory, and fragments loaded straight from global memory.
   double mma_sync_flops = 356e12;

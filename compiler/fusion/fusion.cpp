@@ -656,6 +656,8 @@ void check_fusion_options(const FusionOptions& o) {
   positive("instructions_per_s", p.instructions_per_s);
   positive("bf16_matmul_flops", p.bf16_matmul_flops);
   positive("bf16_matmul_unaligned_flops", p.bf16_matmul_unaligned_flops);
+  for (const auto& [shape, flops] : p.library_gemm_flops)
+    positive(fmt::format("library_gemm_flops[{}]", shape).c_str(), flops);
   positive("pitch_copy_bytes_per_s", p.pitch_copy_bytes_per_s);
   positive("mma_sync_flops", p.mma_sync_flops);
   positive("mma_sync_direct_flops", p.mma_sync_direct_flops);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "compiler/fusion/cost_model.h"
 
@@ -26,11 +27,32 @@ double library_flops_rate(const Graph& g, const Kernel& k, const DeviceProfile& 
   return p.bf16_matmul_flops;
 }
 
+std::string LibraryGemmShape::key() const {
+  return fmt::format("{} {}x{}x{}x{} {}{}{}{}", dtype_name(dtype), batch, m, n, k, transpose_a ? "t" : "n",
+                     shared_a ? "s" : "", transpose_b ? "t" : "n", shared_b ? "s" : "");
+}
+
+LibraryGemmShape library_gemm_shape(const Graph& g, const Node& mm) {
+  const Node &a = g.node(mm.operands[0]), &b = g.node(mm.operands[1]);
+  LibraryGemmShape s;
+  std::tie(s.m, s.k) = matmul_operand_dims(a.shape, mm.transpose_a);
+  s.n = mm.shape.back();
+  s.batch = num_elements(mm.shape) / (s.m * s.n);
+  s.transpose_a = mm.transpose_a;
+  s.transpose_b = mm.transpose_b;
+  auto batches = [](const Node& o) { return num_elements(o.shape) / (o.shape[o.shape.size() - 2] * o.shape.back()); };
+  s.shared_a = s.batch > 1 && batches(a) == 1;
+  s.shared_b = s.batch > 1 && batches(b) == 1;
+  s.dtype = mm.dtype;
+  return s;
+}
+
 namespace {
 
-// A library kernel's cost: its flops (the matmul schedule's extents) at the measured rate,
-// stretched by the last wave's empty SMs (tiles of 128×256, the shape cuBLAS takes for large bf16
-// GEMMs on the H200), or the bytes of what it reads and writes at copy bandwidth; plus a launch.
+// A library kernel's cost: its flops at the rate measured for its shape on this device, or at
+// the profile's rate stretched by the last wave's empty SMs (tiles of 128×256, the shape cuBLAS
+// takes for large bf16 GEMMs on the H200); or the bytes of what it reads and writes at copy
+// bandwidth; plus a launch.
 KernelCost library_cost(const Graph& g, const Kernel& l, const DeviceProfile& p) {
   const TileSchedule& s = l.schedule;
   const int64_t tiles = s.batch * ((s.m + 127) / 128) * ((s.n + 255) / 256);
@@ -41,7 +63,9 @@ KernelCost library_cost(const Graph& g, const Kernel& l, const DeviceProfile& p)
   for (NodeId o : l.outputs) c.bytes_written += tensor_bytes(g.node(o));
   c.flops = 2.0 * static_cast<double>(s.batch * s.m * s.n) * static_cast<double>(s.k);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.compute_s = c.flops / (library_flops_rate(g, l, p) * fill);
+  const auto measured = p.library_gemm_flops.find(library_gemm_shape(g, g.node(contraction(g, l))).key());
+  c.compute_s = measured != p.library_gemm_flops.end() ? c.flops / measured->second
+                                                       : c.flops / (library_flops_rate(g, l, p) * fill);
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
   c.blocks_per_sm = 1;
   return c;
@@ -180,8 +204,7 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
   std::optional<Kernel> e = epilogue_kernel(plan, k, mm, &why);
   // Why neither library option applies: cuBLASLt's strided batches read an operand per batch or
   // one shared by all, and it is asked for one 16-bit dtype.
-  std::string unreadable = partial_broadcast(g, mm);
-  if (unreadable.empty()) unreadable = library_dtypes(g, mm);
+  const std::string unreadable = library_cannot_run(g, mm);
   if (!unreadable.empty()) {
     lib.applies = false;
     lib.why_not = unreadable;
@@ -215,6 +238,11 @@ GemmChoice price(const Plan& plan, const Kernel& k, std::vector<Kernel>* with_ep
 }
 
 }  // namespace
+
+std::string library_cannot_run(const Graph& g, const Node& mm) {
+  const std::string why = partial_broadcast(g, mm);
+  return why.empty() ? library_dtypes(g, mm) : why;
+}
 
 const char* library_epilogue_name(LibraryEpilogue e) {
   switch (e) {

@@ -101,12 +101,19 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                      bytes_str(k.cost.bytes_read));
     s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
     s += fmt::format("    space    {}\n", iteration_space(g, k).str(g));
-    if (k.library)
-      s += fmt::format("    cuBLASLt GEMM, epilogue {}: no generated code; {:.3g} TFLOP at the library's {:.0f} TFLOP/s\n",
+    if (k.library) {
+      const DeviceProfile& p = plan.options.profile;
+      const std::string shape = library_gemm_shape(g, g.node(contraction(g, k))).key();
+      const auto measured = p.library_gemm_flops.find(shape);
+      s += fmt::format("    cuBLASLt GEMM, epilogue {}: no generated code; {:.3g} TFLOP at {}\n",
                        library_epilogue_name(*k.library), k.cost.flops / 1e12,
-                       library_flops_rate(g, k, plan.options.profile) / 1e12);
-    else
+                       measured != p.library_gemm_flops.end()
+                           ? fmt::format("{:.0f} TFLOP/s, the library's rate measured here for {}",
+                                         measured->second / 1e12, shape)
+                           : fmt::format("the library's {:.0f} TFLOP/s", library_flops_rate(g, k, p) / 1e12));
+    } else {
       s += fmt::format("    {}\n", k.schedule.describe());
+    }
     if (k.kind == ScheduleKind::RowReduce) {
       std::string how =
           k.schedule.cluster_blocks > 1

@@ -143,7 +143,9 @@ common options:
                                a time (operand tiles shared in L2 by the blocks running at once;
                                default 8 on wgmma)
   --measured-profile           cost model constants measured on this GPU (copy bandwidth, SM
-                               count, L2) instead of the H200 defaults
+                               count, L2, and cuBLASLt's rate for each of the graph's GEMM
+                               shapes, kept in the disk cache's folder) instead of the H200
+                               defaults
   --cache-report               on stderr at the end: kernels compiled, and taken from the disk
                                cache or from memory
 
@@ -393,6 +395,8 @@ Plan make_plan(const Args& a, const std::string& name) {
     measured.max_cluster_blocks = std::min(measured.max_cluster_blocks, fo.profile.max_cluster_blocks);
     measured.bulk_copies &= fo.profile.bulk_copies;
     measured.wgmma &= fo.profile.wgmma;
+    const int timed = measure_library_gemms(g, measured);
+    if (timed > 0) fmt::print(stderr, "measured cuBLASLt on {} GEMM shape{} of {}\n", timed, timed == 1 ? "" : "s", name);
     fo.profile = measured;
   }
   note_missing_libraries(fo.profile);
