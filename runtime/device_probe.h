@@ -35,7 +35,7 @@ DeviceProfile measure_device_profile(int iters = 20);
 // to measure again) or
 // measured — the median of `iters` runs on random operands after warm-up — and added there.
 // Returns how many shapes it measured. Without a GPU or cuBLASLt, p is left as it is.
-int measure_library_gemms(const Graph& g, DeviceProfile& p, int iters = 20);
+int measure_library_gemms(const Graph& g, DeviceProfile& p, int iters = 50);
 
 // Where a GPU is present but cuBLASLt does not load, p.library_gemm_missing says why, so that a
 // plan for this machine keeps its matmuls (the report names what that loses). Without a GPU, p is
