@@ -1046,15 +1046,17 @@ TEST(GpuAttention, FusedPlansMatchFloat64) {
 }
 
 // Every chain planned with attention's products on warpgroup MMA (--attention-wgmma 1), without
-// and with the softmax overlapped (--attention-overlap 1: three stages), named for a trace.
+// and with the softmax overlapped (--attention-overlap 1: three stages), and warp-specialized
+// with K and V by TMA (--attention-tma 1), named for a trace.
 std::vector<std::pair<std::string, Plan>> wgmma_plans() {
   std::vector<std::pair<std::string, Plan>> out;
-  for (int overlap : {0, 1})
+  for (int variant : {0, 1, 2})
     for (const Graph& g : chains()) {
       FusionOptions o;
       o.schedule.attention_wgmma = 1;
-      o.schedule.attention_overlap = overlap;
-      out.emplace_back(g.name() + (overlap ? ", overlapped" : ""), plan_fusion(g, o));
+      o.schedule.attention_overlap = variant == 1 ? 1 : 0;
+      o.schedule.attention_tma = variant == 2 ? 1 : 0;
+      out.emplace_back(g.name() + (variant == 1 ? ", overlapped" : variant == 2 ? ", tma" : ""), plan_fusion(g, o));
     }
   return out;
 }
@@ -1093,18 +1095,30 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
       continue;
     }
     ++on_wgmma;
-    EXPECT_EQ(k->schedule.stages, p.options.schedule.attention_overlap && padded_head_dim(k->schedule.k) <= 128 ? 3 : 2);
+    const bool small = padded_head_dim(k->schedule.k) <= 128;
+    const bool tma = p.options.schedule.attention_tma == 1 && small;
+    EXPECT_EQ(k->schedule.tma, tma);
+    EXPECT_EQ(k->schedule.stages, (p.options.schedule.attention_overlap || tma) && small ? 3 : 2);
     const CompiledKernel c = compile_kernel(p.graph, *k);
     EXPECT_NE(c.ptx.find(".target sm_90a"), std::string::npos);
     EXPECT_NE(c.ptx.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
     EXPECT_EQ(c.ptx.find("mma.sync.aligned"), std::string::npos);
+    // Warp-specialized: K and V by TMA from the producer (their tensor maps), no thread's cp.async,
+    // two consumer warpgroups of 64 rows and the producer's.
+    EXPECT_EQ(c.ptx.find("cp.async.bulk.tensor.3d.shared::cluster.global") != std::string::npos, tma);
+    EXPECT_EQ(c.ptx.find("cp.async.cg") == std::string::npos, tma);
+    EXPECT_EQ(c.tensor_maps.size(), tma ? 2u : 0u);
+    if (tma) {
+      EXPECT_EQ(k->schedule.block_m, 128);
+      EXPECT_EQ(c.block_threads, 384u);
+    }
     if (!find_ptxas().empty()) {
       auto m = run_ptxas(c.ptx, k->name);
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0);
     }
   }
-  EXPECT_GE(on_wgmma, 10);
+  EXPECT_GE(on_wgmma, 15);
 }
 
 TEST(GpuAttention, WgmmaPlansMatchFloat64) {

@@ -428,11 +428,13 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.block_k = static_cast<int>(c->d);
   s.wgmma = hints.attention_wgmma == 1 && p.wgmma && padded_head_dim(c->d) >= 64;
   // Warps of 16 query rows: one warpgroup, or on wgmma (asked for) two over one K/V ring.
-  s.block_m = s.wgmma && hints.attention_block_m == 128 ? 128 : 64;
+  // TMA (asked for): FlashAttention-3's block of two consumer warpgroups and a producer's.
+  s.tma = s.wgmma && hints.attention_tma == 1 && padded_head_dim(c->d) <= 128;
+  s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
   s.warps_m = static_cast<int>(s.block_m / 16);
   s.warps_n = 1;
   s.threads_per_row = 32 * s.warps_m;
-  s.stages = 2;
+  s.stages = s.tma ? 3 : 2;
   // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
   s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
@@ -451,7 +453,7 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   // 3 stages: the overlapped loop (attention.h), where the products bound the kernel (by default)
   // — not at d 256, whose output and carried P spill there.
   const bool bound_by_products = k.cost.compute_s > k.cost.memory_s;
-  if (s.wgmma && padded_head_dim(c->d) <= 128 && hints.attention_overlap != 0 &&
+  if (s.wgmma && !s.tma && padded_head_dim(c->d) <= 128 && hints.attention_overlap != 0 &&
       (hints.attention_overlap == 1 || bound_by_products)) {
     s.stages = 3;
     estimate_attention_cost(g, k, p);

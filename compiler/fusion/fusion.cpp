@@ -727,7 +727,8 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--wgmma", &ScheduleHints::gemm_wgmma, -1},
                                {"--attention-wgmma", &ScheduleHints::attention_wgmma, 1},
                                {"--attention-overlap", &ScheduleHints::attention_overlap, -1},
-                               {"--attention-rows", &ScheduleHints::attention_block_m, 0}};
+                               {"--attention-rows", &ScheduleHints::attention_block_m, 0},
+                               {"--attention-tma", &ScheduleHints::attention_tma, 0}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());

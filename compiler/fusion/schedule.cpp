@@ -47,11 +47,15 @@ std::string TileSchedule::describe() const {
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time "
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
-        "(cp.async, {}; {} KiB each); {} blocks over {} heads{}",
+        "({}, {}; {} KiB each); {} blocks over {} heads{}",
         block_m, warps_m, wgmma ? "wgmma m64nNk16 with Q and P from registers" : "mma.sync m16n8k16", n, block_n,
-        stages, wgmma ? (stages == 3 ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
+        stages,
+        tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' warpgroups "
+              "releasing each"
+            : "cp.async",
+        wgmma ? (stages == 3 && !tma ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
                                      : "read by wgmma")
-                      : "ldmatrix",
+              : "ldmatrix",
         stage_bytes / 1024, grid(), batch,
         (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
                                            heads_per_block)

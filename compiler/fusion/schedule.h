@@ -272,6 +272,10 @@ struct ScheduleHints {
   // TMA matmuls' outputs stored by TMA through shared memory (TileSchedule::tma_store): 1 or -1
   // (the default); 0 by every thread's stores from its accumulators.
   int gemm_tma_store = -1;
+  // Attention on wgmma (d ≤ 128) warp-specialized: 128-row blocks of two consumer warpgroups fed
+  // K and V tiles by TMA from a producer warpgroup (TileSchedule::tma, AttentionShape::tma): 1;
+  // 0 (the default) every thread's cp.async. (Not yet measured on a GPU.)
+  int attention_tma = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

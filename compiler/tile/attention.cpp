@@ -35,8 +35,9 @@ class AttentionProgram {
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31) ||
                       s_.kv_splits * s_.batch_heads * s_.n_q * (dp() + 2) >= (int64_t{1} << 31);
     add_params();
-    p_.shared.push_back({"k_ring", s_.dtype, stages(), {dp(), s_.block_n}, true, s_.wgmma});
-    p_.shared.push_back({"v_ring", s_.dtype, stages(), {s_.block_n, dp()}, false, s_.wgmma});
+    p_.shared.push_back({"k_ring", s_.dtype, stages(), {dp(), s_.block_n}, true, s_.wgmma, s_.tma});
+    p_.shared.push_back({"v_ring", s_.dtype, stages(), {s_.block_n, dp()}, false, s_.wgmma, s_.tma});
+    if (s_.tma) split_registers();
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
@@ -54,23 +55,18 @@ class AttentionProgram {
     query0_ = s_.group > 1 ? zero_ : block_row0;  // packed heads: every row is its head's query 0
     row0_ = b.add(first_row, block_row0);
     row_end_ = b.add(first_row, b.index(head_rows()));
-    if (q_shared()) {  // copied with the first key tile's group, read from the ring each step
-      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false});
-      b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, padded()}, {row_end_, -1});
+    const auto [lo, hi] = key_range(b);
+    if (s_.tma) {
+      b.specialize([&](Builder& in) { produce_keys(in, lo, hi); },
+                   [&](Builder& in, int) {
+                     load_q(in);
+                     finish(in, tile, tma_key_loop(in, lo, hi, loop_init(in)));
+                   });
     } else {
-      for (int64_t kk = 0; kk < s_.d; kk += 16)
-        q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
-    }
-    const std::vector<int> carried = key_loop(b);
-    b.wait_group(0);  // nothing in flight when the block ends
-    if (s_.kv_splits == 1) {
-      write_outputs(b, carried[0], carried[1], carried[2]);
-    } else {
-      for (int v = 0; v < 3; ++v) store_partial(b, split_, v, carried[static_cast<size_t>(v)]);
-      b.when(b.last_arrival(workspace_, tile, b.index(s_.kv_splits)), [&](Builder& in) {
-        merge_partials(in);
-        in.reset_count(workspace_, tile);
-      });
+      load_q(b);
+      const std::vector<int> carried = key_loop(b, lo, hi);
+      b.wait_group(0);  // nothing in flight when the block ends
+      finish(b, tile, carried);
     }
     verify_program(p_);
     return std::move(p_);
@@ -92,6 +88,10 @@ class AttentionProgram {
     if (s_.kv_splits < 1 || s_.kv_splits > steps())
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
+    if (s_.tma && (!s_.wgmma || s_.overlap || q_shared()))
+      throw Error(fmt::format("attention: TMA key tiles need wgmma with Q in registers (d ≤ 128, not {}) and no "
+                              "overlapped loop",
+                              s_.d));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
@@ -112,7 +112,7 @@ class AttentionProgram {
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
-  int stages() const { return s_.overlap ? 3 : 2; }
+  int stages() const { return s_.overlap || s_.tma ? 3 : 2; }
   // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
   int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
   // A score tile of zeros: the overlapped loop's P before its first step.
@@ -147,6 +147,7 @@ class AttentionProgram {
         prm.view = views[role];
         prm.col_major = role == 1;
         prm.group_rows = role == 1 ? s_.d : 0;
+        if (s_.tma && role > 0) prm.tma_rows = role == 1 ? s_.d : s_.n_kv;  // a K/V head's stored rows
         *role_param[role] = static_cast<int>(p_.params.size());
         p_.params.push_back(prm);
       }
@@ -227,13 +228,85 @@ class AttentionProgram {
     b.commit_group();
   }
 
-  // The loop over key tiles: (O, m, l) after the last.
-  std::vector<int> key_loop(Builder& b) {
+  // Q's fragments in registers, or (d past 128) Q's tile copied into a ring with the first key
+  // tile's group and read from it each step.
+  void load_q(Builder& b) {
+    if (q_shared()) {
+      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false});
+      b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, padded()}, {row_end_, -1});
+      return;
+    }
+    for (int64_t kk = 0; kk < s_.d; kk += 16)
+      q_.push_back(b.load(q_param_, {row0_, b.index(kk)}, {s_.block_m, 16}, {true, false}, {row_end_, -1}, Frag::A));
+  }
+
+  // The outputs from the final (O, m, l) — or, split, this block's partials, and in the last
+  // block of the query tile to arrive the merge.
+  void finish(Builder& b, int tile, const std::vector<int>& carried) {
+    if (s_.kv_splits == 1) return write_outputs(b, carried[0], carried[1], carried[2]);
+    for (int v = 0; v < 3; ++v) store_partial(b, split_, v, carried[static_cast<size_t>(v)]);
+    b.when(b.last_arrival(workspace_, tile, b.index(s_.kv_splits)), [&](Builder& in) {
+      merge_partials(in);
+      in.reset_count(workspace_, tile);
+    });
+  }
+
+  // (O, m, l) before the first key tile: zeros, −inf, zeros.
+  std::vector<int> loop_init(Builder& b) {
     const Shape rows = {s_.block_m, 1}, out = {s_.block_m, dp()};
-    const int o = b.tile_const(0, DType::F32, out, Frag::Acc);
-    const int m = b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc);
-    const int l = b.tile_const(0, DType::F32, rows, Frag::Acc);
-    const int two = b.index(2);
+    return {b.tile_const(0, DType::F32, out, Frag::Acc),
+            b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc),
+            b.tile_const(0, DType::F32, rows, Frag::Acc)};
+  }
+
+  // Warp-specialized (AttentionShape::tma): the producer gets 24 registers, the consumers the
+  // rest of what the block starts with.
+  void split_registers() {
+    p_.producer_registers = 24;
+    const int pool = p_.entry_registers() * p_.launch_threads() - Program::kProducerThreads * p_.producer_registers;
+    p_.consumer_registers = std::min(240, pool / p_.block_threads() / 8 * 8);
+  }
+  // Key step t (counted from the block's first tile)'s stage, and the parity of the phase that
+  // fills it (consumers) or — one use later — empties it (producer; a fresh barrier's phase of
+  // parity 1 counts as complete).
+  std::pair<int, int> stage_of(Builder& b, int t, bool emptied) {
+    const int stages = b.index(this->stages());
+    int use = b.div(t, stages);
+    if (emptied) use = b.add(use, b.index(1));
+    return {b.rem(t, stages), b.rem(use, b.index(2))};
+  }
+  // The producer: key tile j's K (its head's d stored rows of keys key0 on) and V (keys key0 on,
+  // all of d) by TMA into its stage, once the consumers have emptied it. The tensor maps' bounds
+  // zero what lies past the head's keys or d.
+  void produce_keys(Builder& b, int lo, int hi) {
+    b.for_loop(lo, hi, b.index(1), {}, [&](Builder& in, int j, const std::vector<int>&) {
+      const auto [stage, parity] = stage_of(in, in.sub(j, lo), true);
+      in.wait_empty(0, stage, parity);
+      in.wait_empty(1, stage, parity);
+      const int key0 = in.mul(j, in.index(s_.block_n));
+      in.tma_load(k_param_, kv_bh_, zero_, key0, 0, stage);
+      in.tma_load(v_param_, kv_bh_, key0, zero_, 1, stage);
+      return std::vector<int>{};
+    });
+  }
+  // The consumers: each key tile's stage waited for, the step run on it (both products waited
+  // for inside), the stage released.
+  std::vector<int> tma_key_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
+    return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
+      const auto [stage, parity] = stage_of(in, in.sub(j, lo), false);
+      in.wait_full(0, stage, parity);
+      in.wait_full(1, stage, parity);
+      std::vector<int> out = step(in, j, stage, c);
+      in.release(0, stage);
+      in.release(1, stage);
+      return out;
+    });
+  }
+
+  // The block's key tiles [lo, hi): all, or up to the one holding key query0 + block_m − 1 +
+  // offset (causal), or up to the head's length (read at run time); under split-KV the block's
+  // share of those.
+  std::pair<int, int> key_range(Builder& b) {
     // The tiles to visit: all, or up to the one holding key query0 + block_m − 1 + offset.
     int hi = b.index(steps());
     if (s_.causal_offset) {  // (packed heads: every row is query 0)
@@ -254,9 +327,15 @@ class AttentionProgram {
       lo = b.mul(split_, per);
       hi = b.min(hi, b.add(lo, per));
     }
-    if (s_.overlap) return overlapped_loop(b, lo, hi, {o, m, l});
+    return {lo, hi};
+  }
+
+  // The loop over key tiles [lo, hi) through cp.async stages: (O, m, l) after the last.
+  std::vector<int> key_loop(Builder& b, int lo, int hi) {
+    if (s_.overlap) return overlapped_loop(b, lo, hi, loop_init(b));
+    const int two = b.index(2);
     copy_keys(b, lo, b.rem(lo, two));
-    return b.for_loop(lo, hi, b.index(1), {o, m, l},
+    return b.for_loop(lo, hi, b.index(1), loop_init(b),
                       [&](Builder& in, int j, const std::vector<int>& c) {
                         // Tile j's copies done, and every thread past its reads of the other stage.
                         in.wait_group(0);
@@ -591,7 +670,8 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.kv_splits = k.schedule.kv_splits;
   s.block_n = k.schedule.block_n;
   s.wgmma = k.schedule.wgmma;
-  s.overlap = k.schedule.wgmma && k.schedule.stages == 3;
+  s.tma = k.schedule.wgmma && k.schedule.tma;
+  s.overlap = k.schedule.wgmma && k.schedule.stages == 3 && !s.tma;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {

@@ -45,6 +45,11 @@ struct AttentionShape {
   // softmax while P·V is in flight (FlashAttention-3's overlap within a warpgroup); the K and V
   // tiles through three stages then, a stage refilled once the P·V that read it is done.
   bool overlap = false;
+  // On wgmma (Q in registers: d ≤ 128), warp-specialized: a producer warpgroup's one thread
+  // copies each key tile's K and V by TMA into rings of three stages with a full and an empty
+  // mbarrier each, while the block's warpgroups (the consumers) wait for a stage to be full, run
+  // the step on it and release it — no thread copies or waits at a block barrier in the loop.
+  bool tma = false;
   // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
   // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.
