@@ -74,22 +74,31 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = "--window 0";
       v.fusion.schedule.window = 0;
       break;
-    case 8:  // attention: a block per query head, the keys split 3 ways (where they have 3 tiles) or not at all
+    case 8:  // attention: a block per query head, the keys split 3 ways (where they have 3 tiles) or not at all;
+             // on wgmma, K and V by TMA from a producer warpgroup or by every thread's cp.async
       v.fusion.schedule.pack_heads = 0;
       v.fusion.schedule.kv_splits = pick(0, 1) ? 3 : 1;
-      v.name = fmt::format("--pack-heads 0 --kv-splits {}", v.fusion.schedule.kv_splits);
+      v.fusion.schedule.attention_tma = pick(0, 1);
+      v.name = fmt::format("--pack-heads 0 --kv-splits {} --attention-tma {}", v.fusion.schedule.kv_splits,
+                           v.fusion.schedule.attention_tma);
       break;
-    case 9: {  // the own GEMM's other Hopper schedules: cp.async, a block per tile, ping-pong over 2 SMs' blocks
+    case 9: {  // the own GEMM's other Hopper schedules: cp.async, a block per tile, ping-pong over 2 SMs'
+               // blocks, stores from the registers without clusters
       v.fusion.library_gemm = LibraryGemmUse::Never;
-      const int which = pick(0, 2);
+      const int which = pick(0, 3);
       if (which == 0) v.fusion.schedule.gemm_tma = 0;
       if (which == 1) v.fusion.schedule.gemm_persistent = 0;
       if (which == 2) {
         v.fusion.schedule.gemm_pingpong = 1;
         v.fusion.profile.sm_count = 2;
       }
-      v.name = std::string("--library-gemm never ") +
-               (which == 0 ? "--tma 0" : which == 1 ? "--persistent 0" : "--pingpong 1 (2 SMs)");
+      if (which == 3) {
+        v.fusion.schedule.gemm_tma_store = 0;
+        v.fusion.schedule.gemm_cluster = 1;
+      }
+      static const char* const names[] = {"--tma 0", "--persistent 0", "--pingpong 1 (2 SMs)",
+                                          "--tma-store 0 --gemm-cluster 1"};
+      v.name = std::string("--library-gemm never ") + names[which];
       break;
     }
     default:
