@@ -565,6 +565,13 @@ class Parser {
     }
     return it->second;
   }
+  // `%argN[offsets…]`: the instruction's parameter and its offsets (its first args).
+  void param_at(const Program& p, Inst& i) {
+    i.param = param_ref(p);
+    punct("[");
+    i.args = uses_until_colon();
+    punct("]");
+  }
   std::vector<int> uses_until_colon() {
     std::vector<int> out;
     while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive")) {
@@ -637,10 +644,7 @@ class Parser {
       results({type()});
     } else if (op == "copy_async") {
       i.opcode = Opcode::CopyAsync;
-      i.param = param_ref(p);
-      punct("[");
-      i.args = uses_until_colon();
-      punct("]");
+      param_at(p, i);
       masks(i, i.args.size());
       word("into");
       i.ring = ring(p);
@@ -659,10 +663,7 @@ class Parser {
       names_ = outer;
     } else if (op == "tma_load") {
       i.opcode = Opcode::TmaLoad;
-      i.param = param_ref(p);
-      punct("[");
-      i.args = uses_until_colon();
-      punct("]");
+      param_at(p, i);
       word("into");
       i.ring = ring(p);
       punct("[");
@@ -684,10 +685,7 @@ class Parser {
       }
     } else if (op == "tma_store") {
       i.opcode = Opcode::TmaStore;
-      i.param = param_ref(p);
-      punct("[");
-      i.args = uses_until_colon();
-      punct("]");
+      param_at(p, i);
       punct(",");
       i.args.push_back(use("the tile"));
       word("via");
@@ -745,10 +743,7 @@ class Parser {
       i.value = static_cast<double>(integer());
     } else if (op == "load" || op == "store") {
       i.opcode = op == "load" ? Opcode::Load : Opcode::Store;
-      i.param = param_ref(p);
-      punct("[");
-      i.args = uses_until_colon();
-      punct("]");
+      param_at(p, i);
       const size_t rank = i.args.size();
       if (i.opcode == Opcode::Store) {
         punct(",");
