@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Plots the committed H200 results as PNG for the README.
 
-    python3 bench/plot.py [--bandwidth RESULT.json] [--matmul RUN_PREFIX] [--out docs/results.png]
+    python3 bench/plot.py [--bandwidth RESULT.json] [--matmul RUN_PREFIX | --matmul-interleaved LOG]
+                          [--out docs/results.png]
 
 RESULT.json is a merged result of bench/report.py (tilefuse and its peers, one run); RUN_PREFIX
-names the logs scripts/gpu_matmul.sh wrote (RUN_PREFIX-matmul_runs.log and -matmul_peers.log).
-Needs matplotlib.
+names the logs scripts/gpu_matmul.sh wrote (RUN_PREFIX-matmul_runs.log and -matmul_peers.log);
+LOG is an interleaved comparison of tilefuse and torch.matmul per shape (lines
+"NAME: [ARGS] T ms (R×); torch matmul T ms = …", several rounds), drawn as each side's mean
+TFLOP/s over the rounds. Needs matplotlib.
 """
 import argparse
 import json
@@ -77,15 +80,52 @@ def matmul(ax, prefix):
     ax.set_title(f"bf16 matmul 8192³ (bundle {prefix.split('-')[-1]})", fontsize=10)
 
 
+# The example GEMMs' extents (M, N, K), as dsl_examples/matmul.cpp builds them.
+GEMMS = {"matmul": ("8192³", 8192, 8192, 8192), "matmul_ffn": ("8192×28672×4096", 8192, 28672, 4096),
+         "matmul_4096": ("4096³", 4096, 4096, 4096), "matmul_k1024": ("16384×4096×1024", 16384, 4096, 1024)}
+
+
+def matmul_interleaved(ax, path):
+    own, peer = {}, {}
+    for line in open(path):
+        m = re.match(r"(\w+): \[[^\]]*\] ([\d.]+) ms .*; torch matmul ([\d.]+) ms", line)
+        if m and m.group(1) in GEMMS:
+            own.setdefault(m.group(1), []).append(float(m.group(2)))
+            peer.setdefault(m.group(1), []).append(float(m.group(3)))
+    names = [n for n in GEMMS if n in own]
+    def tflops(n, ms):
+        _, m, nn, k = GEMMS[n]
+        return [2.0 * m * nn * k / (t * 1e-3) / 1e12 for t in ms]
+    width = 0.38
+    for slot, (label, times, color) in enumerate([("cuBLAS (torch.matmul)", peer, "#8a8a8a"),
+                                                   ("tilefuse", own, "#1f6f43")]):
+        ys = [sum(tflops(n, times[n])) / len(times[n]) for n in names]
+        xs = [i + (slot - 0.5) * width for i in range(len(names))]
+        ax.bar(xs, ys, width, color=color, label=label)
+        for x, y in zip(xs, ys):
+            ax.text(x, y + 10, f"{y:.0f}", ha="center", fontsize=7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([GEMMS[n][0] for n in names], fontsize=7)
+    ax.set_ylabel("TFLOP/s")
+    bundle = re.search(r"h200-([0-9a-f]+)-", path)
+    ax.set_title(f"bf16 matmul, interleaved in one call (bundle {bundle.group(1) if bundle else '?'})", fontsize=10)
+    ax.set_ylim(0, 1000)
+    ax.legend(fontsize=7, loc="upper left", ncol=2, frameon=False)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bandwidth", default="bench/results/2026-11-30-h200-d855a94.json")
-    p.add_argument("--matmul", default="bench/results/2026-12-02-h200-36d8a8f")
+    p.add_argument("--matmul", help="a scripts/gpu_matmul.sh run's log prefix (8192³ only)")
+    p.add_argument("--matmul-interleaved", default="bench/results/2026-12-02-h200-a8b7729-final_interleaved.log")
     p.add_argument("--out", default="docs/results.png")
     a = p.parse_args()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [4, 1]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(17, 4.8), gridspec_kw={"width_ratios": [3, 1.4]})
     bandwidth(left, a.bandwidth)
-    matmul(right, a.matmul)
+    if a.matmul:
+        matmul(right, a.matmul)
+    else:
+        matmul_interleaved(right, a.matmul_interleaved)
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
     print(f"wrote {a.out}")
