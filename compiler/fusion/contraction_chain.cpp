@@ -453,9 +453,11 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   // 3 stages: the overlapped loop (attention.h), where the products bound the kernel (by default)
   // — not at d 256, whose output and carried P spill there.
   const bool bound_by_products = k.cost.compute_s > k.cost.memory_s;
-  if (s.wgmma && !s.tma && padded_head_dim(c->d) <= 128 && hints.attention_overlap != 0 &&
-      (hints.attention_overlap == 1 || bound_by_products)) {
+  // (With TMA key tiles, only where asked for: not yet measured.)
+  if (s.wgmma && padded_head_dim(c->d) <= 128 && hints.attention_overlap != 0 &&
+      (hints.attention_overlap == 1 || (bound_by_products && !s.tma))) {
     s.stages = 3;
+    s.overlap = true;
     estimate_attention_cost(g, k, p);
   }
   return true;
@@ -493,7 +495,7 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   // registers): 128 at d 64, 178 at d 128; the overlapped loop (3 stages) carries P: 197–205.
   const int64_t d = padded_head_dim(s.k);  // the output accumulator's width
   c.registers = d > 128  ? static_cast<int>(115 + d / 2)
-                : s.wgmma ? static_cast<int>(64 + 0.9 * static_cast<double>(d)) + (s.stages == 3 ? 20 : 0)
+                : s.wgmma ? static_cast<int>(64 + 0.9 * static_cast<double>(d)) + (s.overlap ? 20 : 0)
                           : static_cast<int>(94 + 1.14 * static_cast<double>(d));
   c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
                                          static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));

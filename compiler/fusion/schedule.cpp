@@ -53,7 +53,7 @@ std::string TileSchedule::describe() const {
         tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' warpgroups "
               "releasing each"
             : "cp.async",
-        wgmma ? (stages == 3 && !tma ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
+        wgmma ? (overlap ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
                                      : "read by wgmma")
               : "ldmatrix",
         stage_bytes / 1024, grid(), batch,

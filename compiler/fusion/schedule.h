@@ -115,6 +115,9 @@ struct TileSchedule {
   // the rings by TMA (tensor maps, mbarriers full and empty per stage) while the warpgroups of
   // block_threads() consume them; the launch has 128 threads more.
   bool tma = false;
+  // Attention on wgmma: each step's softmax run while the previous step's P·V is in flight
+  // (three K/V stages; AttentionShape::overlap).
+  bool overlap = false;
   // TMA matmuls: the epilogue's outputs (16- or 32-bit, rows of whole 16 bytes) stored by TMA,
   // each 128-byte panel of columns written from the accumulators into one of two shared-memory
   // slots per consumer group and copied out by the group's first thread while the consumers go

@@ -60,7 +60,8 @@ class AttentionProgram {
       b.specialize([&](Builder& in) { produce_keys(in, lo, hi); },
                    [&](Builder& in, int) {
                      load_q(in);
-                     finish(in, tile, tma_key_loop(in, lo, hi, loop_init(in)));
+                     finish(in, tile, s_.overlap ? tma_overlapped_loop(in, lo, hi, loop_init(in))
+                                                 : tma_key_loop(in, lo, hi, loop_init(in)));
                    });
     } else {
       load_q(b);
@@ -88,10 +89,8 @@ class AttentionProgram {
     if (s_.kv_splits < 1 || s_.kv_splits > steps())
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
-    if (s_.tma && (!s_.wgmma || s_.overlap || q_shared()))
-      throw Error(fmt::format("attention: TMA key tiles need wgmma with Q in registers (d ≤ 128, not {}) and no "
-                              "overlapped loop",
-                              s_.d));
+    if (s_.tma && (!s_.wgmma || q_shared()))
+      throw Error(fmt::format("attention: TMA key tiles need wgmma with Q in registers (d ≤ 128, not {})", s_.d));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
@@ -301,6 +300,44 @@ class AttentionProgram {
       in.release(1, stage);
       return out;
     });
+  }
+
+  // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
+  // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O, waits for S alone, runs the softmax while P·V is in
+  // flight, waits for P·V, rescales O by step j's α and releases tile j − 1's stage (both its
+  // products done). At the first step P is zeros against this tile's own V (a full stage: 0·V
+  // adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
+  // released; where the range was empty that product read no tile of the block's and O stays.
+  std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
+    const int one = b.index(1);
+    std::vector<int> carried = init;
+    carried.push_back(zero_scores(b));
+    const std::vector<int> out = b.for_loop(lo, hi, one, carried, [&](Builder& in, int j, const std::vector<int>& c) {
+      const int t = in.sub(j, lo);
+      const auto [stage, parity] = stage_of(in, t, false);
+      in.wait_full(0, stage, parity);
+      in.wait_full(1, stage, parity);
+      const int before = stage_of(in, in.sub(t, in.min(t, one)), false).first;
+      const int scores =
+          in.dot_async(q_fragments(in), 0, stage, in.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc));
+      const int o_flight = in.dot_async(p_fragments(in, c[3]), 1, before, c[0]);
+      const int s = in.dot_wait({scores}, 1)[0];
+      const Online on = online(in, j, s, c[1], c[2]);
+      const int o = in.compute(Op::Mul, {in.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
+      in.when(in.less(zero_, t), [&](Builder& w) {
+        w.release(0, before);
+        w.release(1, before);
+      });
+      return std::vector<int>{o, on.m, on.l, on.p};
+    });
+    const int last = stage_of(b, b.sub(hi, b.min(hi, b.add(lo, one))), false).first;
+    const int o = b.dot_wait({b.dot_async(p_fragments(b, out[3]), 1, last, out[0])}, 0)[0];
+    const int visited = b.less(lo, hi);
+    b.when(visited, [&](Builder& w) {
+      w.release(0, last);
+      w.release(1, last);
+    });
+    return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
   }
 
   // The block's key tiles [lo, hi): all, or up to the one holding key query0 + block_m − 1 +
@@ -671,7 +708,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.block_n = k.schedule.block_n;
   s.wgmma = k.schedule.wgmma;
   s.tma = k.schedule.wgmma && k.schedule.tma;
-  s.overlap = k.schedule.wgmma && k.schedule.stages == 3 && !s.tma;
+  s.overlap = k.schedule.wgmma && k.schedule.overlap;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {
