@@ -171,11 +171,13 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
     s.stage_bytes = int64_t{s.block_m + s.block_n} * s.block_k * 2;
     s.tma = hints.gemm_tma != 0;
     s.tma_store = s.tma && hints.gemm_tma_store != 0;
-    // The stages that fit beside the TMA stores' staging slots (at least 3; else no TMA stores).
-    int fit = static_cast<int>((227 * 1024 - s.staging_bytes(pingpong ? 2 : 1)) / s.stage_bytes);
+    // The stages that fit beside the TMA stores' staging slots (at least 3; else no TMA stores),
+    // 1 KiB left for the static shared memory (mbarriers, flags) and the rings' alignment.
+    const int64_t room = 227 * 1024 - 1024;
+    int fit = static_cast<int>((room - s.staging_bytes(pingpong ? 2 : 1)) / s.stage_bytes);
     if (fit < 3 && s.tma_store) {
       s.tma_store = false;
-      fit = static_cast<int>(227 * 1024 / s.stage_bytes);
+      fit = static_cast<int>(room / s.stage_bytes);
     }
     s.stages = hints.stages > 0 ? std::max(3, std::min(hints.stages, fit)) : std::min(4, fit);
   } else if (staged) {

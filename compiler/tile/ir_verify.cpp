@@ -611,6 +611,11 @@ class Verifier {
           break;
         case Opcode::LastArrival:
         case Opcode::ResetCount:
+          // (Its thread 0 counts the block in: one group of consumers at most.)
+          if (role_ == Role::Consumers && p_.consumer_groups > 1)
+            problem(fmt::format("{}: counts the block in from one consumer group's thread 0; ping-pong groups "
+                                "would race for it",
+                                where(i)));
           if (i.param < 0 || i.param >= static_cast<int>(p_.params.size()) || !p_.params[static_cast<size_t>(i.param)].workspace)
             problem(fmt::format("{}: %arg{} is not the workspace", where(i), i.param));
           for (int a : i.args)
