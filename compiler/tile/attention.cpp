@@ -37,7 +37,7 @@ class AttentionProgram {
     add_params();
     p_.shared.push_back({"k_ring", s_.dtype, stages(), {dp(), s_.block_n}, true, s_.wgmma, s_.tma});
     p_.shared.push_back({"v_ring", s_.dtype, stages(), {s_.block_n, dp()}, false, s_.wgmma, s_.tma});
-    if (s_.tma) split_registers();
+    if (s_.tma) p_.split_registers();
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
@@ -258,28 +258,12 @@ class AttentionProgram {
             b.tile_const(0, DType::F32, rows, Frag::Acc)};
   }
 
-  // Warp-specialized (AttentionShape::tma): the producer gets 24 registers, the consumers the
-  // rest of what the block starts with.
-  void split_registers() {
-    p_.producer_registers = 24;
-    const int pool = p_.entry_registers() * p_.launch_threads() - Program::kProducerThreads * p_.producer_registers;
-    p_.consumer_registers = std::min(240, pool / p_.block_threads() / 8 * 8);
-  }
-  // Key step t (counted from the block's first tile)'s stage, and the parity of the phase that
-  // fills it (consumers) or — one use later — empties it (producer; a fresh barrier's phase of
-  // parity 1 counts as complete).
-  std::pair<int, int> stage_of(Builder& b, int t, bool emptied) {
-    const int stages = b.index(this->stages());
-    int use = b.div(t, stages);
-    if (emptied) use = b.add(use, b.index(1));
-    return {b.rem(t, stages), b.rem(use, b.index(2))};
-  }
   // The producer: key tile j's K (its head's d stored rows of keys key0 on) and V (keys key0 on,
   // all of d) by TMA into its stage, once the consumers have emptied it. The tensor maps' bounds
   // zero what lies past the head's keys or d.
   void produce_keys(Builder& b, int lo, int hi) {
     b.for_loop(lo, hi, b.index(1), {}, [&](Builder& in, int j, const std::vector<int>&) {
-      const auto [stage, parity] = stage_of(in, in.sub(j, lo), true);
+      const auto [stage, parity] = in.ring_stage(in.sub(j, lo), stages(), true);
       in.wait_empty(0, stage, parity);
       in.wait_empty(1, stage, parity);
       const int key0 = in.mul(j, in.index(s_.block_n));
@@ -292,7 +276,7 @@ class AttentionProgram {
   // for inside), the stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
     return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
-      const auto [stage, parity] = stage_of(in, in.sub(j, lo), false);
+      const auto [stage, parity] = in.ring_stage(in.sub(j, lo), stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       std::vector<int> out = step(in, j, stage, c);
@@ -314,23 +298,18 @@ class AttentionProgram {
     carried.push_back(zero_scores(b));
     const std::vector<int> out = b.for_loop(lo, hi, one, carried, [&](Builder& in, int j, const std::vector<int>& c) {
       const int t = in.sub(j, lo);
-      const auto [stage, parity] = stage_of(in, t, false);
+      const auto [stage, parity] = in.ring_stage(t, stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
-      const int before = stage_of(in, in.sub(t, in.min(t, one)), false).first;
-      const int scores =
-          in.dot_async(q_fragments(in), 0, stage, in.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc));
-      const int o_flight = in.dot_async(p_fragments(in, c[3]), 1, before, c[0]);
-      const int s = in.dot_wait({scores}, 1)[0];
-      const Online on = online(in, j, s, c[1], c[2]);
-      const int o = in.compute(Op::Mul, {in.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
+      const int before = in.ring_stage(in.sub(t, in.min(t, one)), stages(), false).first;
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c);
       in.when(in.less(zero_, t), [&](Builder& w) {
         w.release(0, before);
         w.release(1, before);
       });
-      return std::vector<int>{o, on.m, on.l, on.p};
+      return out;
     });
-    const int last = stage_of(b, b.sub(hi, b.min(hi, b.add(lo, one))), false).first;
+    const int last = b.ring_stage(b.sub(hi, b.min(hi, b.add(lo, one))), stages(), false).first;
     const int o = b.dot_wait({b.dot_async(p_fragments(b, out[3]), 1, last, out[0])}, 0)[0];
     const int visited = b.less(lo, hi);
     b.when(visited, [&](Builder& w) {
@@ -497,14 +476,9 @@ class AttentionProgram {
       in.fence_async();
       in.barrier();
       const int stage = in.rem(j, three), before = in.rem(in.add(j, two), three);
-      const int scores = in.dot_async(q_fragments(in), 0, stage, in.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc));
-      const int o_flight = in.dot_async(p_fragments(in, c[3]), 1, before, c[0]);
-      const int s = in.dot_wait({scores}, 1)[0];
-      const Online on = online(in, j, s, c[1], c[2]);
-      const int o = in.compute(Op::Mul, {in.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
-      const int ahead = in.add(j, two);
-      copy_keys(in, ahead, before);
-      return std::vector<int>{o, on.m, on.l, on.p};
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c);
+      copy_keys(in, in.add(j, two), before);
+      return out;
     });
     // The last P·V: its tile's stage, or the stage of zeros when the range was empty (waited for
     // and fenced here then).
@@ -513,6 +487,17 @@ class AttentionProgram {
     b.barrier();
     const int o = b.dot_wait({b.dot_async(p_fragments(b, out[3]), 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
     return {o, out[1], out[2]};
+  }
+
+  // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} (c[3])
+  // times stage `before`'s V onto O started together, S waited for alone (the older group), the
+  // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l, P).
+  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c) {
+    const int scores = b.dot_async(q_fragments(b), 0, stage, zero_scores(b));
+    const int o_flight = b.dot_async(p_fragments(b, c[3]), 1, before, c[0]);
+    const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2]);
+    const int o = b.compute(Op::Mul, {b.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
+    return {o, on.m, on.l, on.p};
   }
 
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.

@@ -443,7 +443,7 @@ class MatMulProgram {
     const int count = b.add(b.div(b.sub(b.sub(b.index(cluster_tiles()), one), c.first), c.stride), one);
     const int total = b.mul(count, k_steps_);
     b.for_loop(total, b.add(total, b.index(s_.stages)), one, {}, [&](Builder& in, int kt, const std::vector<int>&) {
-      const auto [stage, parity] = stage_of(in, kt, true);
+      const auto [stage, parity] = in.ring_stage(kt, s_.stages, true);
       in.wait_empty(0, stage, parity);
       in.wait_empty(1, stage, parity);
       return std::vector<int>{};
@@ -670,22 +670,9 @@ class MatMulProgram {
     p_.shared.push_back({"a_ring", dt, s_.stages, {s_.block_m, s_.block_k}, mm_.transpose_a, true, true});
     p_.shared.push_back({"b_ring", dt, s_.stages, {s_.block_k, s_.block_n}, mm_.transpose_b, true, true});
     add_staging_ring();
-    // The producer needs few registers; the consumers take the rest of what the block starts
-    // with (2 warpgroups: 240 each; 4: 112).
-    p_.producer_registers = 24;
     p_.consumer_groups = s_.consumer_groups;
     p_.cluster_blocks = s_.cluster_blocks;
-    const int consumers = p_.block_threads() * p_.consumer_groups;
-    const int pool = p_.entry_registers() * p_.launch_threads() - Program::kProducerThreads * p_.producer_registers;
-    p_.consumer_registers = std::min(240, pool / consumers / 8 * 8);
-  }
-  // Step kt's stage, and the parity of the phase that fills it (consumers) or — one use later —
-  // empties it (producer; a fresh barrier's phase of parity 1 counts as complete).
-  std::pair<int, int> stage_of(Builder& in, int kt, bool emptied) {
-    const int stages = in.index(s_.stages), two = in.index(2);
-    int use = in.div(kt, stages);
-    if (emptied) use = in.add(use, in.index(1));
-    return {in.rem(kt, stages), in.rem(use, two)};
+    p_.split_registers();
   }
   // The producer: each step's stage, once the consumers have released it, filled with A's tile
   // (its batch's rows from this tile's first, k from the step's) and B's (k rows, this tile's
@@ -693,7 +680,7 @@ class MatMulProgram {
   void produce(Builder& in, int first) {
     const int a_row = in.sub(row0_, first_row_);
     in.for_loop(zero_, k_steps_, in.index(1), {}, [&](Builder& l, int kt, const std::vector<int>&) {
-      const auto [stage, parity] = stage_of(l, l.add(first, kt), true);
+      const auto [stage, parity] = l.ring_stage(l.add(first, kt), s_.stages, true);
       const int kk = l.mul(split_k() ? l.add(k_first_, kt) : kt, l.index(s_.block_k));
       l.wait_empty(0, stage, parity);
       l.wait_empty(1, stage, parity);
@@ -708,13 +695,13 @@ class MatMulProgram {
   int tma_product(Builder& b, int first) {
     const int acc = b.tile_const(0, DType::F32, {s_.block_m, s_.block_n}, Frag::Acc);
     auto start = [&](Builder& in, int kt, int c) {
-      const auto [stage, parity] = stage_of(in, in.add(first, kt), false);
+      const auto [stage, parity] = in.ring_stage(in.add(first, kt), s_.stages, false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       return in.dot_async(0, 1, stage, c);
     };
     auto release = [&](Builder& in, int kt) {
-      const int stage = stage_of(in, in.add(first, kt), false).first;
+      const int stage = in.ring_stage(in.add(first, kt), s_.stages, false).first;
       in.release(0, stage);
       in.release(1, stage);
     };

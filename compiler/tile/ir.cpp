@@ -445,6 +445,12 @@ void Builder::wait_empty(int ring, int stage, int parity) {
   emit(stage_sync(Opcode::WaitEmpty, ring, {stage, parity}), std::nullopt);
 }
 void Builder::release(int ring, int stage) { emit(stage_sync(Opcode::Release, ring, {stage}), std::nullopt); }
+std::pair<int, int> Builder::ring_stage(int step, int64_t stages, bool emptied) {
+  const int n = index(stages);
+  int use = div(step, n);
+  if (emptied) use = add(use, index(1));
+  return {rem(step, n), rem(use, index(2))};
+}
 void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring) {
   Inst i;
   i.opcode = Opcode::TmaStore;

@@ -308,6 +308,14 @@ struct Program {
   // moves registers within the block, so the producer's and consumers' shares must fit in
   // this many per thread, or the consumers' increase waits forever.
   int entry_registers() const { return std::min(240, 65536 / launch_threads() / 8 * 8); }
+  // Specializes the registers: 24 for the producer, the rest of what the block starts with for
+  // the consumers (in steps of 8, at most 240: two warpgroups 240 each, four 112). Needs
+  // consumer_groups set.
+  void split_registers() {
+    producer_registers = 24;
+    const int pool = entry_registers() * launch_threads() - kProducerThreads * producer_registers;
+    consumer_registers = std::min(240, pool / (block_threads() * consumer_groups) / 8 * 8);
+  }
   // Whether wgmma reads any of its rings: the program is then sm_90a's.
   bool uses_wgmma() const {
     for (const SharedRing& r : shared)
@@ -395,6 +403,10 @@ class Builder {
   void wait_full(int ring, int stage, int parity);
   void wait_empty(int ring, int stage, int parity);
   void release(int ring, int stage);
+  // Step `step` of a TMA ring of `stages` stages (the steps counted on from the ring's first use):
+  // its stage, and the parity of the phase that fills it (consumers) or — one use later — empties
+  // it (`emptied`: the producer; a fresh barrier's phase of parity 1 counts as complete).
+  std::pair<int, int> ring_stage(int step, int64_t stages, bool emptied);
   void tma_store(int param, int batch, int row, int col, int tile, int ring);
   void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},

@@ -279,8 +279,7 @@ class Parser {
     const int threads = static_cast<int>(integer());
     word("layout");
     p.layout = layout();
-    if (at_word("mma")) {
-      next();
+    if (take_word("mma")) {
       MmaConfig m;
       word("warps");
       std::vector<int> warps = small_list();
@@ -293,8 +292,7 @@ class Parser {
       m.warp_n = tile[1];
       p.mma = m;
     }
-    if (at_word("shared")) {
-      next();
+    if (take_word("shared")) {
       punct("[");
       while (!at_punct("]")) {
         if (!p.shared.empty()) punct(",");
@@ -306,46 +304,27 @@ class Parser {
         if (dims.size() != 3) fail("a shared ring needs [stages, rows, cols]");
         r.stages = static_cast<int>(dims[0]);
         r.tile = {dims[1], dims[2]};
-        if (at_word("col_major")) {
-          next();
-          r.col_major = true;
-        }
-        if (at_word("wgmma")) {
-          next();
-          r.wgmma = true;
-        }
-        if (at_word("tma")) {
-          next();
-          r.tma = true;
-        }
-        if (at_word("staging")) {
-          next();
-          r.staging = true;
-        }
+        r.col_major = take_word("col_major");
+        r.wgmma = take_word("wgmma");
+        r.tma = take_word("tma");
+        r.staging = take_word("staging");
         p.shared.push_back(r);
       }
       punct("]");
     }
-    if (at_word("min_blocks_per_sm")) {
-      next();
+    if (take_word("min_blocks_per_sm")) {
       p.min_blocks_per_sm = static_cast<int>(integer());
     }
-    if (at_word("wide_indices")) {
-      next();
-      p.wide_indices = true;
-    }
-    if (at_word("registers")) {
-      next();
+    p.wide_indices = take_word("wide_indices");
+    if (take_word("registers")) {
       word("producer");
       p.producer_registers = static_cast<int>(integer());
       word("consumers");
       p.consumer_registers = static_cast<int>(integer());
-      if (at_word("groups")) {
-        next();
+      if (take_word("groups")) {
         p.consumer_groups = static_cast<int>(integer());
       }
-      if (at_word("cluster")) {
-        next();
+      if (take_word("cluster")) {
         p.cluster_blocks = static_cast<int>(integer());
       }
     }
@@ -370,6 +349,12 @@ class Parser {
   }
   bool at_punct(const char* p) const { return peek().kind == Token::Punct && peek().text == p; }
   bool at_word(const char* w) const { return peek().kind == Token::Word && peek().text == w; }
+  // Whether the next token is word w, taking it if so.
+  bool take_word(const char* w) {
+    if (!at_word(w)) return false;
+    next();
+    return true;
+  }
   void punct(const char* p) {
     if (!at_punct(p)) fail(fmt::format("expected '{}'", p));
     next();
@@ -448,40 +433,29 @@ class Parser {
     punct(":");
     p.dtype = dtype_named(expect(Token::Word, "a dtype").text);
     p.view = int_list();
-    if (at_word("rows")) {
-      next();
+    if (take_word("rows")) {
       p.row_dims = int_list();
       word("as");
       p.row_view = int_list();
     }
-    if (at_word("col_major")) {
-      next();
+    if (take_word("col_major")) {
       p.col_major = true;
       p.group_rows = integer();
     }
-    if (at_word("elements")) {
-      next();
+    if (take_word("elements")) {
       p.elem_dims = int_list();
       word("as");
       p.elem_view = int_list();
     }
-    if (at_word("tma_rows")) {
-      next();
+    if (take_word("tma_rows")) {
       p.tma_rows = integer();
     }
-    if (at_word("out")) {
-      next();
-      p.output = true;
-    }
-    if (at_word("workspace")) {
-      next();
-      p.workspace = true;
-    }
+    p.output = take_word("out");
+    p.workspace = take_word("workspace");
     return p;
   }
   Type type() {
-    if (at_word("index")) {
-      next();
+    if (take_word("index")) {
       return Type::index();
     }
     const Token& w = expect(Token::Word, "a type");
@@ -669,10 +643,7 @@ class Parser {
       punct("[");
       i.args.push_back(use("the stage"));
       punct("]");
-      if (at_word("multicast")) {
-        next();
-        i.multicast = true;
-      }
+      i.multicast = take_word("multicast");
     } else if (op == "wait_full" || op == "wait_empty" || op == "release") {
       i.opcode = op == "wait_full" ? Opcode::WaitFull : op == "wait_empty" ? Opcode::WaitEmpty : Opcode::Release;
       i.ring = ring(p);
@@ -782,8 +753,7 @@ class Parser {
       i.args.push_back(use("the step"));
       std::vector<std::string> carried;
       std::vector<Type> types;
-      if (at_word("iter_args")) {
-        next();
+      if (take_word("iter_args")) {
         punct("(");
         while (!at_punct(")")) {
           if (!carried.empty()) punct(",");
@@ -871,10 +841,7 @@ class Parser {
       i.opcode = Opcode::Compute;
       i.op = graph_op(op);
       i.args = uses_until_colon();
-      if (at_word("nonpositive")) {
-        next();
-        i.nonpositive_arg = true;
-      }
+      i.nonpositive_arg = take_word("nonpositive");
       punct(":");
       results({type()});
     }
