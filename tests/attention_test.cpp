@@ -1047,16 +1047,21 @@ TEST(GpuAttention, FusedPlansMatchFloat64) {
 
 // Every chain planned with attention's products on warpgroup MMA (--attention-wgmma 1), without
 // and with the softmax overlapped (--attention-overlap 1: three stages), each also
-// warp-specialized with K and V by TMA (--attention-tma 1), named for a trace.
+// warp-specialized with K and V by TMA (--attention-tma 1), that also with the warpgroups taking
+// turns (--attention-pingpong 1), and overlapped on TMA with 128 keys a step
+// (--attention-keys 128); named for a trace.
 std::vector<std::pair<std::string, Plan>> wgmma_plans() {
   std::vector<std::pair<std::string, Plan>> out;
-  for (int variant : {0, 1, 2, 3})
+  for (int variant = 0; variant < 7; ++variant)
     for (const Graph& g : chains()) {
       FusionOptions o;
       o.schedule.attention_wgmma = 1;
       o.schedule.attention_overlap = variant % 2;
       o.schedule.attention_tma = variant >= 2 ? 1 : 0;
-      static const char* const names[] = {"", ", overlapped", ", tma", ", tma, overlapped"};
+      o.schedule.attention_pingpong = variant >= 4 ? 1 : 0;
+      o.schedule.attention_block_n = variant == 6 ? 128 : 0;
+      static const char* const names[] = {"",           ", overlapped", ", tma", ", tma, overlapped", ", tma, turns",
+                                          ", tma, overlapped, turns", ", tma, turns, 128 keys"};
       out.emplace_back(g.name() + names[variant], plan_fusion(g, o));
     }
   return out;
@@ -1101,7 +1106,12 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
     EXPECT_EQ(k->schedule.tma, tma);
     EXPECT_EQ(k->schedule.stages, (p.options.schedule.attention_overlap || tma) && small ? 3 : 2);
     EXPECT_EQ(k->schedule.overlap, p.options.schedule.attention_overlap == 1 && small);
+    const bool turns = tma && p.options.schedule.attention_pingpong == 1;
+    EXPECT_EQ(k->schedule.warpgroup_turns, turns);
+    EXPECT_EQ(k->schedule.block_n, !small ? 32 : p.options.schedule.attention_block_n == 128 ? 128 : 64);
     const CompiledKernel c = compile_kernel(p.graph, *k);
+    // Turns: each warpgroup waits at its named barrier and arrives at the other's.
+    EXPECT_EQ(c.ptx.find("bar.arrive") != std::string::npos, turns);
     EXPECT_NE(c.ptx.find(".target sm_90a"), std::string::npos);
     EXPECT_NE(c.ptx.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
     EXPECT_EQ(c.ptx.find("mma.sync.aligned"), std::string::npos);

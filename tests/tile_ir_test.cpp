@@ -400,6 +400,43 @@ TEST(TileIrBuild, TmaMatMulLoopsOverTilesOnAPersistentGrid) {
   EXPECT_EQ(plan_fusion(g, o).kernels.at(0).schedule.tile_blocks, 0);
 }
 
+// Attention's ping-pong: the TMA block's two warpgroups take turns at each key step, each
+// issuing its products in its turn (after its wait for the stage, before it waits for them);
+// turns at steps are one group's, refused between consumer groups.
+TEST(TileIrBuild, AttentionWarpgroupsTakeTurns) {
+  using namespace dsl;
+  for (int overlap : {0, 1}) {
+    SCOPED_TRACE(overlap);
+    Graph g("attn");
+    const auto qkv = [&](const char* name) { return input(g, name, {2, 3, 200, 64}, DType::BF16); };
+    output("o", attention(qkv("q"), qkv("k"), qkv("v"), 0.125, true));
+    FusionOptions o;
+    o.schedule.attention_tma = 1;
+    o.schedule.attention_overlap = overlap;
+    o.schedule.attention_pingpong = 1;
+    const Plan plan = plan_fusion(g, o);
+    ASSERT_TRUE(plan.kernels.at(0).schedule.warpgroup_turns) << plan.kernels.at(0).schedule.describe();
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->block_threads(), 256);
+    const std::string text = print_program(*p);
+    const size_t loop = text.find("wait_full", text.find("} consumers"));
+    const size_t wait = text.find("await_turn step", loop), handoff = text.find("hand_off step", loop);
+    ASSERT_NE(wait, std::string::npos) << text;
+    ASSERT_NE(handoff, std::string::npos) << text;
+    EXPECT_LT(wait, text.find("dot_async", loop));
+    EXPECT_LT(text.find("dot_async", wait), handoff);
+    EXPECT_LT(handoff, text.find("dot_wait", loop));
+    EXPECT_NE(text.find(" of %", handoff), std::string::npos);
+    Program two_groups = *p;
+    two_groups.consumer_groups = 2;
+    bool named = false;
+    for (const std::string& problem : program_problems(two_groups))
+      named |= problem.find("turns at steps are between one consumer group's two warpgroups") != std::string::npos;
+    EXPECT_TRUE(named);
+  }
+}
+
 // Ping-pong: two consumer warpgroups on 64-row tiles of their own, each waiting for its turn
 // before its k loop and handing the turn on before its epilogue.
 TEST(TileIrBuild, TmaPingPongTakesTurns) {

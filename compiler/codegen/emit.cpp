@@ -463,14 +463,9 @@ class Emitter {
         return set(b_.CreateSub(one(i.args[0]), one(i.args[1]), "", true, true));
       case Opcode::IndexLess:
         return set(b_.CreateICmpULT(one(i.args[0]), one(i.args[1])));
-      case Opcode::AwaitTurn:  // the turn barrier of this group: the other arrives, this one waits
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {},
-                           {b_.CreateAdd(consumer_group_, i32(3)), i32(2 * p_.block_threads())});
-        return;
+      case Opcode::AwaitTurn:
       case Opcode::HandOff:
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_arrive_aligned_count, {},
-                           {b_.CreateSub(i32(4), consumer_group_), i32(2 * p_.block_threads())});
-        return;
+        return take_turns(i);
       case Opcode::IndexCeil: {
         // ⌈x⌉ in f32, then to an unsigned index: max(x, 0) first (maxnum drops a NaN), and below
         // 2^31 so that the conversion is defined.
@@ -1240,6 +1235,27 @@ class Emitter {
     in_consumers_ = false;
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
+  }
+
+  // Turns between the consumers' two warpgroups: named barrier 3 + w is warpgroup w's turn, which
+  // it waits on (AwaitTurn) and the other arrives on (HandOff) — each side's 128 threads. At
+  // steps (args: the step and, for HandOff, their count) warpgroup 0 takes the first turn without
+  // waiting and warpgroup 1 hands none on after the last, so that every wait meets one arrival.
+  void take_turns(const Inst& i) {
+    Value* party = b_.CreateUDiv(tid_, i32(128), "warpgroup");
+    if (p_.consumer_groups > 1) party = consumer_group_;  // (tid_ counts within the group there)
+    const bool await = i.opcode == Opcode::AwaitTurn;
+    auto turn = [&] {
+      b_.CreateIntrinsic(await ? llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count
+                               : llvm::Intrinsic::nvvm_barrier_cta_arrive_aligned_count,
+                         {}, {await ? b_.CreateAdd(party, i32(3)) : b_.CreateSub(i32(4), party), i32(2 * 128)});
+    };
+    if (i.args.empty()) return turn();
+    Value* step = one(i.args[0]);
+    Value* skip = await ? b_.CreateAnd(b_.CreateICmpEQ(party, i32(0)), b_.CreateICmpEQ(step, index(0)))
+                        : b_.CreateAnd(b_.CreateICmpEQ(party, i32(1)),
+                                       b_.CreateICmpEQ(b_.CreateAdd(step, index(1)), one(i.args[1])));
+    guarded(b_.CreateNot(skip), turn);
   }
 
   // The stage's full barrier expects its bytes; then one box per 128-byte panel of the stage's

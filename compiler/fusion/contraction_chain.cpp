@@ -424,13 +424,15 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.m = c->n_q * s.heads_per_block;
   s.n = c->n_kv;
   s.k = c->d;
-  s.block_n = c->d > 128 ? 32 : 64;  // d 256: 32 keys a step (the output takes the registers)
+  // d 256: 32 keys a step (the output takes the registers).
+  s.block_n = c->d > 128 ? 32 : hints.attention_block_n == 128 ? 128 : 64;
   s.block_k = static_cast<int>(c->d);
   s.wgmma = hints.attention_wgmma == 1 && p.wgmma && padded_head_dim(c->d) >= 64;
   // Warps of 16 query rows: one warpgroup, or on wgmma (asked for) two over one K/V ring.
   // TMA (asked for): FlashAttention-3's block of two consumer warpgroups and a producer's.
   s.tma = s.wgmma && hints.attention_tma == 1 && padded_head_dim(c->d) <= 128;
   s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
+  s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
   s.warps_m = static_cast<int>(s.block_m / 16);
   s.warps_n = 1;
   s.threads_per_row = 32 * s.warps_m;

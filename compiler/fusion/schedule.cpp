@@ -50,8 +50,9 @@ std::string TileSchedule::describe() const {
         "({}, {}; {} KiB each); {} blocks over {} heads{}",
         block_m, warps_m, wgmma ? "wgmma m64nNk16 with Q and P from registers" : "mma.sync m16n8k16", n, block_n,
         stages,
-        tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' warpgroups "
-              "releasing each"
+        tma ? fmt::format("TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' "
+                          "warpgroups releasing each{}",
+                          warpgroup_turns ? " and issuing their products in turns (ping-pong)" : "")
             : "cp.async",
         wgmma ? (overlap ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
                                      : "read by wgmma")

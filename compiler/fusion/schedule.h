@@ -118,6 +118,9 @@ struct TileSchedule {
   // Attention on wgmma: each step's softmax run while the previous step's P·V is in flight
   // (three K/V stages; AttentionShape::overlap).
   bool overlap = false;
+  // TMA attention: the two consumer warpgroups issue each step's products in turns (ping-pong;
+  // AttentionShape::warpgroup_turns).
+  bool warpgroup_turns = false;
   // TMA matmuls: the epilogue's outputs (16- or 32-bit, rows of whole 16 bytes) stored by TMA,
   // each 128-byte panel of columns written from the accumulators into one of two shared-memory
   // slots per consumer group and copied out by the group's first thread while the consumers go
@@ -279,6 +282,12 @@ struct ScheduleHints {
   // K and V tiles by TMA from a producer warpgroup (TileSchedule::tma, AttentionShape::tma): 1;
   // 0 (the default) every thread's cp.async. (Not yet measured on a GPU.)
   int attention_tma = 0;
+  // Keys per attention step (TileSchedule::block_n) at d ≤ 128: 64 or 128; 0 (the default) 64.
+  int attention_block_n = 0;
+  // TMA attention: the two consumer warpgroups issue their products in turns, so that one's
+  // softmax runs under the other's products (FlashAttention-3's ping-pong;
+  // TileSchedule::warpgroup_turns): 1; 0 (the default) each as soon as its tile is in.
+  int attention_pingpong = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

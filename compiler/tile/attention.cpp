@@ -17,6 +17,12 @@ namespace tilefuse::tir {
 
 namespace {
 
+// Ping-pong (TMA): the key loop's step t of `steps`, at which the two warpgroups take turns
+// issuing their products; step −1: no turns.
+struct Turn {
+  int step = -1, steps = -1;
+};
+
 class AttentionProgram {
  public:
   explicit AttentionProgram(const AttentionShape& s) : s_(s) {}
@@ -91,6 +97,9 @@ class AttentionProgram {
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.tma && (!s_.wgmma || q_shared()))
       throw Error(fmt::format("attention: TMA key tiles need wgmma with Q in registers (d ≤ 128, not {})", s_.d));
+    if (s_.warpgroup_turns && (!s_.tma || s_.block_m != 128))
+      throw Error(fmt::format("attention: turns are between the two warpgroups of a TMA block of 128 rows, not {}{}",
+                              s_.block_m, s_.tma ? "" : " without TMA"));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention over {} heads of {} queries and {} keys", s_.batch_heads, s_.n_q, s_.n_kv));
     int64_t heads = 1;
@@ -275,11 +284,13 @@ class AttentionProgram {
   // The consumers: each key tile's stage waited for, the step run on it (both products waited
   // for inside), the stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
+    const int steps = b.sub(hi, lo);
     return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
-      const auto [stage, parity] = in.ring_stage(in.sub(j, lo), stages(), false);
+      const int t = in.sub(j, lo);
+      const auto [stage, parity] = in.ring_stage(t, stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
-      std::vector<int> out = step(in, j, stage, c);
+      std::vector<int> out = step(in, j, stage, c, turn(t, steps));
       in.release(0, stage);
       in.release(1, stage);
       return out;
@@ -293,7 +304,7 @@ class AttentionProgram {
   // adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
   // released; where the range was empty that product read no tile of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
-    const int one = b.index(1);
+    const int one = b.index(1), steps = b.sub(hi, lo);
     std::vector<int> carried = init;
     carried.push_back(zero_scores(b));
     const std::vector<int> out = b.for_loop(lo, hi, one, carried, [&](Builder& in, int j, const std::vector<int>& c) {
@@ -302,7 +313,7 @@ class AttentionProgram {
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       const int before = in.ring_stage(in.sub(t, in.min(t, one)), stages(), false).first;
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c);
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, turn(t, steps));
       in.when(in.less(zero_, t), [&](Builder& w) {
         w.release(0, before);
         w.release(1, before);
@@ -363,11 +374,22 @@ class AttentionProgram {
                       });
   }
 
-  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c) {
+  Turn turn(int t, int steps) const { return s_.warpgroup_turns ? Turn{t, steps} : Turn{}; }
+  // The products `issue` starts, in the warpgroup's turn at step `turn` (or at once).
+  template <typename F>
+  auto in_turn(Builder& b, Turn turn, F issue) {
+    if (turn.step >= 0) b.await_turn(turn.step);
+    auto started = issue();
+    if (turn.step >= 0) b.hand_off(turn.step, turn.steps);
+    return started;
+  }
+
+  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, Turn turn = {}) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
     if (s_.wgmma) {  // Q's fragments of the whole (padded) head dimension against the K stage
-      s = b.dot_wait({b.dot_async(q_fragments(b), 0, stage, s)}, 0)[0];
+      const std::vector<int> q = q_fragments(b);
+      s = b.dot_wait({in_turn(b, turn, [&] { return b.dot_async(q, 0, stage, s); })}, 0)[0];
     }
     for (int64_t kk = 0; !s_.wgmma && kk < s_.d / 16; ++kk) {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
@@ -492,9 +514,14 @@ class AttentionProgram {
   // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} (c[3])
   // times stage `before`'s V onto O started together, S waited for alone (the older group), the
   // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l, P).
-  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c) {
-    const int scores = b.dot_async(q_fragments(b), 0, stage, zero_scores(b));
-    const int o_flight = b.dot_async(p_fragments(b, c[3]), 1, before, c[0]);
+  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c,
+                                   Turn turn = {}) {
+    const std::vector<int> q = q_fragments(b), p = p_fragments(b, c[3]);
+    const int s0 = zero_scores(b);
+    const auto [scores, o_flight] = in_turn(b, turn, [&] {
+      const int s = b.dot_async(q, 0, stage, s0);
+      return std::pair{s, b.dot_async(p, 1, before, c[0])};
+    });
     const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2]);
     const int o = b.compute(Op::Mul, {b.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
     return {o, on.m, on.l, on.p};
@@ -694,6 +721,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.wgmma = k.schedule.wgmma;
   s.tma = k.schedule.wgmma && k.schedule.tma;
   s.overlap = k.schedule.wgmma && k.schedule.overlap;
+  s.warpgroup_turns = s.tma && k.schedule.warpgroup_turns;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {

@@ -50,6 +50,10 @@ struct AttentionShape {
   // mbarrier each, while the block's warpgroups (the consumers) wait for a stage to be full, run
   // the step on it and release it — no thread copies or waits at a block barrier in the loop.
   bool tma = false;
+  // On TMA: the two consumer warpgroups issue each step's products in turns — one waits until
+  // the other has issued its own — so that one's softmax runs while the other's products hold
+  // the tensor cores (FlashAttention-3's ping-pong).
+  bool warpgroup_turns = false;
   // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
   // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.

@@ -404,14 +404,16 @@ void Builder::specialize(const std::function<void(Builder&)>& producer,
   r_->body.push_back(std::move(i));
 }
 
-void Builder::await_turn() {
+void Builder::await_turn(int step) {
   Inst i;
   i.opcode = Opcode::AwaitTurn;
+  if (step >= 0) i.args = {step};
   emit(i, std::nullopt);
 }
-void Builder::hand_off() {
+void Builder::hand_off(int step, int steps) {
   Inst i;
   i.opcode = Opcode::HandOff;
+  if (step >= 0) i.args = {step, steps};
   emit(i, std::nullopt);
 }
 int Builder::less(int a, int b) {

@@ -194,7 +194,10 @@ enum class Opcode {
   // waiting only on its own stages' barriers (each stage is one group's at a time). AwaitTurn
   // waits until the other group has handed the turn over; HandOff hands it to the other group
   // (the k loops of the two groups' tiles take turns, so each group's epilogue runs under the
-  // other's k loop).
+  // other's k loop). With one consumer group of two warpgroups, the turns are the warpgroups',
+  // taken at steps: AwaitTurn (arg 0 the step) and HandOff (args the step and the steps' count),
+  // each warpgroup once a step, warpgroup 0 first — it takes step 0's turn without waiting, and
+  // warpgroup 1 hands none on after the last step (both warpgroups run the same steps).
   Specialize,
   AwaitTurn,
   HandOff,
@@ -396,8 +399,10 @@ class Builder {
   // consumers' given their group).
   void specialize(const std::function<void(Builder&)>& producer,
                   const std::function<void(Builder&, int group)>& consumers);
-  void await_turn();
-  void hand_off();
+  // Turns (see Opcode::AwaitTurn): between the ping-pong groups without a step, or between one
+  // group's two warpgroups at step `step` of `steps`.
+  void await_turn(int step = -1);
+  void hand_off(int step = -1, int steps = -1);
   int less(int a, int b);  // bool scalar a < b of two indices
   void tma_load(int param, int batch, int row, int col, int ring, int stage, bool multicast = false);
   void wait_full(int ring, int stage, int parity);

@@ -111,11 +111,18 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             fmt::join(types, ", "));
         break;
       }
+      case Opcode::AwaitTurn:
+      case Opcode::HandOff:
+        if (i.args.empty()) {
+          *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
+        } else {
+          *out += fmt::format("{}{} step {}{}\n", pad, opcode_name(i.opcode), value(i.args[0]),
+                              i.args.size() > 1 ? " of " + value(i.args[1]) : "");
+        }
+        break;
       case Opcode::CommitGroup:
       case Opcode::Barrier:
       case Opcode::FenceAsync:
-      case Opcode::AwaitTurn:
-      case Opcode::HandOff:
       case Opcode::WaitStores:
         *out += fmt::format("{}{}\n", pad, opcode_name(i.opcode));
         break;
@@ -663,8 +670,17 @@ class Parser {
       i.ring = ring(p);
       punct(":");
       type();
-    } else if (op == "await_turn" || op == "hand_off" || op == "wait_stores") {
-      i.opcode = op == "await_turn" ? Opcode::AwaitTurn : op == "hand_off" ? Opcode::HandOff : Opcode::WaitStores;
+    } else if (op == "await_turn" || op == "hand_off") {
+      i.opcode = op == "await_turn" ? Opcode::AwaitTurn : Opcode::HandOff;
+      if (take_word("step")) {  // turns between a group's warpgroups
+        i.args.push_back(use("the step"));
+        if (i.opcode == Opcode::HandOff) {
+          word("of");
+          i.args.push_back(use("the steps' count"));
+        }
+      }
+    } else if (op == "wait_stores") {
+      i.opcode = Opcode::WaitStores;
     } else if (op == "commit_group" || op == "barrier" || op == "fence_async") {
       i.opcode = op == "barrier" ? Opcode::Barrier : op == "fence_async" ? Opcode::FenceAsync : Opcode::CommitGroup;
     } else if (op == "dot_async") {

@@ -282,6 +282,21 @@ class Verifier {
       problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",
                           where(i), i.param, prm.tma_rows, shape_str(prm.view)));
   }
+  // Turns between two consumer groups (no args), or at steps between one group's two
+  // warpgroups (the step, and for HandOff the steps' count).
+  void turns(const Inst& i) {
+    role(i, Role::Consumers);
+    if (i.args.empty()) {
+      if (p_.consumer_groups != 2) problem(fmt::format("{}: needs two consumer groups", where(i)));
+      return;
+    }
+    if (i.args.size() != (i.opcode == Opcode::AwaitTurn ? 1u : 2u))
+      problem(fmt::format("{}: needs a step{}", where(i), i.opcode == Opcode::AwaitTurn ? "" : " and the steps' count"));
+    if (p_.consumer_groups != 1 || p_.block_threads() != 256)
+      problem(fmt::format("{}: turns at steps are between one consumer group's two warpgroups", where(i)));
+    for (int a : i.args)
+      if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
+  }
   void stage_sync(const Inst& i) {
     role(i, i.opcode == Opcode::WaitEmpty ? Role::Producer : Role::Consumers);
     tma_ring_of(i);
@@ -452,8 +467,7 @@ class Verifier {
           break;
         case Opcode::AwaitTurn:
         case Opcode::HandOff:
-          role(i, Role::Consumers);
-          if (p_.consumer_groups != 2) problem(fmt::format("{}: needs two consumer groups", where(i)));
+          turns(i);
           break;
         case Opcode::TmaStore:
           tma_store(i);

@@ -135,6 +135,11 @@ common options:
                                (d ≤ 128) by TMA from a producer warpgroup to two consumer
                                warpgroups of 64 query rows each (FlashAttention-3's block; not
                                yet measured on a GPU); 0 (the default) every thread's cp.async
+  --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default 64)
+  --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
+                               issue their products in turns, one's softmax under the other's
+                               products (FlashAttention-3's ping-pong); 0 (the default) each as
+                               soon as its key tile is in
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
@@ -170,7 +175,8 @@ struct Args {
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
-      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = 0;
+      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = 0,
+      attention_block_n = 0, attention_pingpong = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -240,7 +246,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
                  a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster,
-                 a.gemm_tma_store, a.attention_tma};
+                 a.gemm_tma_store, a.attention_tma, a.attention_block_n, a.attention_pingpong};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -320,6 +326,13 @@ Args parse(int argc, char** argv) {
       a.gemm_tma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-tma")
       a.attention_tma = parse_int(s, value(), 0, 1);
+    else if (s == "--attention-pingpong")
+      a.attention_pingpong = parse_int(s, value(), 0, 1);
+    else if (s == "--attention-keys") {
+      const std::string v = value();
+      if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-keys needs 64 or 128, got '{}'", v));
+      a.attention_block_n = std::stoi(v);
+    }
     else if (s == "--tma-store")
       a.gemm_tma_store = parse_int(s, value(), 0, 1);
     else if (s == "--persistent")
