@@ -19,17 +19,19 @@ Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int
   return g;
 }
 
-// One new query per head attending over a whole cache of n_kv keys (q [batch, kv_heads, group, 1,
-// d] against k, v [batch, kv_heads, 1, n_kv, d]; group 1: one K/V head per query head). The
-// decode step's shape, through the prefill rule: no per-sequence lengths, no cache write yet.
-Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_kv,
-                             int64_t d) {
+// Query heads grouped over shared K/V heads (GQA; MQA with one K/V head; group 1: one K/V head
+// per query head): q [batch, kv_heads, group, n_q, d] against k, v [batch, kv_heads, 1, n_kv, d],
+// the K/V heads broadcast over each group. With n_q 1, one new query per head attending over a
+// whole cache (the decode step's shape through the prefill rule: no per-sequence lengths, no
+// cache write yet).
+Graph attention_grouped_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_q,
+                              int64_t n_kv, int64_t d, bool causal) {
   Graph g(name);
   const int64_t group = q_heads / kv_heads;
-  Tensor q = input(g, "q", {batch, kv_heads, group, 1, d}, DType::BF16);
+  Tensor q = input(g, "q", {batch, kv_heads, group, n_q, d}, DType::BF16);
   Tensor k = input(g, "k", {batch, kv_heads, 1, n_kv, d}, DType::BF16);
   Tensor v = input(g, "v", {batch, kv_heads, 1, n_kv, d}, DType::BF16);
-  output("o", attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(d))));
+  output("o", attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(d)), causal));
   return g;
 }
 

@@ -17,8 +17,8 @@ Graph column_sum_graph(DType dtype);
 Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
 Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
 Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, int64_t hidden, DType dtype);
-Graph attention_decode_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_kv,
-                             int64_t d);
+Graph attention_grouped_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_q,
+                              int64_t n_kv, int64_t d, bool causal);
 Graph attention_decode_step_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads,
                                   int64_t max_len, int64_t d);
 void decode_step_lengths(TensorMap& inputs, int64_t batch, int64_t max_len);
@@ -84,31 +84,34 @@ const std::vector<Example>& examples() {
       {"matmul_bias_gelu_k1024", "gelu(a · b + bias) in bf16, a [16384, 1024], b [1024, 4096]: exact GELU fused, "
        "against cuBLASLt's tanh-GELU epilogue",
        [] { return matmul_graph("matmul_bias_gelu_k1024", 16384, 4096, 1024, true); }, "matmul_bias_gelu"},
-      {"attention", "softmax(q·kᵀ/√d)·v, q, k, v bf16[4, 16, 4096, 128]: one kernel over the keys, no scores written",
-       [] { return attention_graph("attention", 4, 16, 4096, 128, false); }},
-      {"attention_causal", "causal softmax(q·kᵀ/√d)·v, bf16[4, 16, 4096, 128]: the mask from iotas, key tiles past "
+      {"attention", "softmax(q·kᵀ/√d)·v, q, k, v bf16[8, 32, 4096, 128]: one kernel over the keys, no scores written",
+       [] { return attention_graph("attention", 8, 32, 4096, 128, false); }},
+      {"attention_causal", "causal softmax(q·kᵀ/√d)·v, bf16[8, 32, 4096, 128]: the mask from iotas, key tiles past "
        "each block's last query skipped",
-       [] { return attention_graph("attention_causal", 4, 16, 4096, 128, true); }, "attention"},
+       [] { return attention_graph("attention_causal", 8, 32, 4096, 128, true); }, "attention"},
+      {"attention_gqa", "softmax(q·kᵀ/√d)·v, q bf16[8, 8, 4, 4096, 128], k, v [8, 8, 1, 4096, 128]: 32 query heads "
+                        "over 8 K/V heads, broadcast",
+       [] { return attention_grouped_graph("attention_gqa", 8, 32, 8, 4096, 4096, 128, false); }, "attention"},
       {"attention_small", "softmax(q·kᵀ/√d)·v, bf16[2, 3, 200, 64]: small enough to check against float64",
        [] { return attention_graph("attention_small", 2, 3, 200, 64, false); }, "attention"},
       {"attention_decode", "one query per head over a cache: q bf16[8, 32, 1, 128], k, v [8, 32, 4096, 128] (the "
        "prefill rule, a block per head; no lengths or cache write yet)",
-       [] { return attention_decode_graph("attention_decode", 8, 32, 32, 4096, 128); }, "attention_decode"},
+       [] { return attention_grouped_graph("attention_decode", 8, 32, 32, 1, 4096, 128, false); }, "attention_decode"},
       {"attention_decode_gqa", "one query per head, 4 query heads per K/V head: q bf16[8, 8, 4, 1, 128], k, v "
        "[8, 8, 1, 32768, 128] (a K/V head's query heads in one block, the keys split 4 ways)",
-       [] { return attention_decode_graph("attention_decode_gqa", 8, 32, 8, 32768, 128); }, "attention_decode"},
+       [] { return attention_grouped_graph("attention_decode_gqa", 8, 32, 8, 1, 32768, 128, false); }, "attention_decode"},
       // The decode grid: longer caches, one sequence, many sequences, many query heads per K/V head.
       {"attention_decode_32k", "one query per head over 32768 keys: q bf16[8, 32, 1, 128], k, v [8, 32, 32768, 128]",
-       [] { return attention_decode_graph("attention_decode_32k", 8, 32, 32, 32768, 128); }, "attention_decode"},
+       [] { return attention_grouped_graph("attention_decode_32k", 8, 32, 32, 1, 32768, 128, false); }, "attention_decode"},
       {"attention_decode_128k", "one sequence of 131072 keys: q bf16[1, 32, 1, 128], k, v [1, 32, 131072, 128] "
        "(split-KV fills the SMs)",
-       [] { return attention_decode_graph("attention_decode_128k", 1, 32, 32, 131072, 128); }, "attention_decode"},
+       [] { return attention_grouped_graph("attention_decode_128k", 1, 32, 32, 1, 131072, 128, false); }, "attention_decode"},
       {"attention_decode_gqa_b64", "64 sequences, 4 query heads per K/V head: q bf16[64, 8, 4, 1, 128], k, v "
        "[64, 8, 1, 4096, 128]",
-       [] { return attention_decode_graph("attention_decode_gqa_b64", 64, 32, 8, 4096, 128); }, "attention_decode"},
+       [] { return attention_grouped_graph("attention_decode_gqa_b64", 64, 32, 8, 1, 4096, 128, false); }, "attention_decode"},
       {"attention_decode_gqa_128k", "one sequence, 8 query heads per K/V head: q bf16[1, 8, 8, 1, 128], k, v "
        "[1, 8, 1, 131072, 128]",
-       [] { return attention_decode_graph("attention_decode_gqa_128k", 1, 64, 8, 131072, 128); }, "attention_decode"},
+       [] { return attention_grouped_graph("attention_decode_gqa_128k", 1, 64, 8, 1, 131072, 128, false); }, "attention_decode"},
       {"attention_decode_step", "a decode step: the new k, v written into caches bf16[8, 8, 1, 4096, 128] in place at "
        "each sequence's length (2048 … 4095, ragged), then 4 query heads per K/V head attending over length + 1 keys",
        [] { return attention_decode_step_graph("attention_decode_step", 8, 32, 8, 4096, 128); }, "attention_decode",

@@ -85,13 +85,20 @@ TEST(TileIrAttention, ProgramVerifiesAndRoundTrips) {
     FAIL() << e.what() << " in\n" << text;
   }
   // The loop carries the output accumulator and the per-row max and sum; the scores' rows reduce
-  // in their accumulator layout and turn into the next dot's A fragments.
+  // in their accumulator layout and turn into the next dot's A fragments. 77 keys: a loop over
+  // the whole tile, whose scores are not masked, then one over the partial tile, masked past the
+  // keys — each a step's worth of products and reductions.
   EXPECT_NE(text.find("tile<64x64xf32, mma_acc>, tile<64x1xf32, mma_acc>, tile<64x1xf32, mma_acc>"), std::string::npos)
       << text;
-  EXPECT_EQ(count(text, "reduce_max"), 1);
-  EXPECT_EQ(count(text, "reduce_sum"), 1);
-  EXPECT_EQ(count(text, " convert "), 4);  // 64 keys, 16 per A fragment
-  EXPECT_EQ(count(text, " dot "), 8);      // Q·Kᵀ over d = 64, then P·V over 64 keys
+  const size_t second = text.find("= for ", text.find("= for ") + 1);
+  ASSERT_NE(second, std::string::npos) << text;
+  EXPECT_EQ(count(text, "= for "), 2);
+  EXPECT_EQ(text.rfind("in_bounds", second), std::string::npos) << "the whole tiles are not masked";
+  EXPECT_NE(text.find("in_bounds", second), std::string::npos) << "the partial tile is";
+  EXPECT_EQ(count(text, "reduce_max"), 2);
+  EXPECT_EQ(count(text, "reduce_sum"), 2);
+  EXPECT_EQ(count(text, " convert "), 2 * 4);  // 64 keys, 16 per A fragment
+  EXPECT_EQ(count(text, " dot "), 2 * 8);      // Q·Kᵀ over d = 64, then P·V over 64 keys
 }
 
 TEST(TileIrAttention, VerifierRefusesWhatCodegenCannotDo) {

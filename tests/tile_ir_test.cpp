@@ -437,6 +437,37 @@ TEST(TileIrBuild, AttentionWarpgroupsTakeTurns) {
   }
 }
 
+// Causal attention loops first over the key tiles wholly below its block's diagonal, whose
+// scores skip the mask (no positions compared, no where on the score tile), then over the rest,
+// masked; the same on TMA stages.
+TEST(TileIrBuild, CausalTilesBelowTheDiagonalSkipTheMask) {
+  using namespace dsl;
+  for (int tma : {0, 1}) {
+    SCOPED_TRACE(tma);
+    Graph g("attn");
+    const auto qkv = [&](const char* name) { return input(g, name, {2, 3, 256, 64}, DType::BF16); };
+    output("o", attention(qkv("q"), qkv("k"), qkv("v"), 0.125, true));
+    FusionOptions o;
+    o.schedule.attention_tma = tma;
+    const std::optional<Program> p = round_tripped(plan_fusion(g, o));
+    ASSERT_TRUE(p.has_value());
+    const std::string text = print_program(*p);
+    const size_t first = text.find("= for ", text.find(tma ? "} consumers" : "= for ") - 1);
+    const size_t second = text.find("= for ", first + 1);
+    ASSERT_NE(second, std::string::npos) << text;
+    const std::string below = text.substr(first, second - first), rest = text.substr(second);
+    const auto masks_scores = [](const std::string& loop) {  // a where on a tile of 64 keys
+      for (size_t at = loop.find("= where "); at != std::string::npos; at = loop.find("= where ", at + 1))
+        if (loop.substr(at, loop.find('\n', at) - at).find("x64xf32") != std::string::npos) return true;
+      return false;
+    };
+    EXPECT_EQ(below.find("iota"), std::string::npos) << below;
+    EXPECT_FALSE(masks_scores(below)) << below;
+    EXPECT_NE(rest.find("iota"), std::string::npos) << rest;
+    EXPECT_TRUE(masks_scores(rest)) << rest;
+  }
+}
+
 // Ping-pong: two consumer warpgroups on 64-row tiles of their own, each waiting for its turn
 // before its k loop and handing the turn on before its epilogue.
 TEST(TileIrBuild, TmaPingPongTakesTurns) {
@@ -687,7 +718,7 @@ TEST(TileIrBuild, AttentionOnWgmmaTakesAFromRegisters) {
     }
   };
   visit(p.body);
-  EXPECT_EQ(products, 2);  // S = Q·Kᵀ and O += P·V, once per key step
+  EXPECT_EQ(products, 2 * 2);  // S = Q·Kᵀ and O += P·V per key step, in the whole tiles' loop and the last's
   EXPECT_EQ(text.find("= dot %"), std::string::npos) << "no mma.sync dot left";
   std::function<bool(Region&)> drop_fragment = [&](Region& r) {
     for (Inst& i : r.body) {

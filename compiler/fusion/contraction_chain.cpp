@@ -83,14 +83,14 @@ bool iota_along(const Graph& g, NodeId id, int from_end) {
   return n.op == Op::Iota && static_cast<int>(n.shape.size()) - n.axes.at(0) == from_end;
 }
 
-// The conditions of X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each
-// where one of the score ops (the scores flow through its second operand).
-std::vector<NodeId> mask_conditions(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
+// X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each where one of the
+// score ops (the scores flow through its second operand; its condition is its first).
+std::vector<NodeId> masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
   std::vector<NodeId> out;
   for (NodeId at = x; std::count(score_ops.begin(), score_ops.end(), at) && g.node(at).op == Op::Where &&
                       is_constant_value(g, g.node(at).operands[2], -INFINITY);
        at = g.node(at).operands[1])
-    out.push_back(g.node(at).operands[0]);
+    out.push_back(at);
   return out;
 }
 
@@ -123,9 +123,13 @@ std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_
   return static_cast<int64_t>(offset);
 }
 
-std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
-  for (NodeId m : mask_conditions(g, x, score_ops))
-    if (std::optional<int64_t> c = causal_offset_of(g, m, g.node(x).shape.back())) return c;
+// The first causal mask's offset, and the mask (its where) in *mask.
+std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops, NodeId* mask) {
+  for (NodeId m : masks(g, x, score_ops))
+    if (std::optional<int64_t> c = causal_offset_of(g, g.node(m).operands[0], g.node(x).shape.back())) {
+      *mask = m;
+      return c;
+    }
   return std::nullopt;
 }
 
@@ -254,8 +258,9 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   std::reverse(c.score_ops.begin(), c.score_ops.end());
   c.index_ops.assign(index_nodes.begin(), index_nodes.end());
   c.tensors.assign(tensors.begin(), tensors.end());
-  c.causal_offset = causal_offset(g, x, c.score_ops);
-  for (NodeId m : mask_conditions(g, x, c.score_ops)) {
+  c.causal_offset = causal_offset(g, x, c.score_ops, &c.causal_mask);
+  for (NodeId mask : masks(g, x, c.score_ops)) {
+    const NodeId m = g.node(mask).operands[0];
     std::vector<NodeId> ops, reads;
     if (NodeId t = key_limit_of(g, m, c.index_ops, c.tensors, &ops, &reads); t >= 0 && c.key_limit < 0) {
       c.key_limit = t;

@@ -50,6 +50,7 @@ struct ContractionChain {
   // Set when X is where(i_q + offset ≥ i_k, ·, −inf) (a causal mask): query i sees no key past
   // i + offset, so the kernel skips the key tiles wholly past its block's last query.
   std::optional<int64_t> causal_offset;
+  NodeId causal_mask = -1;  // the where(condition, ·, −inf) it was read from
   // Set when X is where(i_k < T, ·, −inf) (maybe inside a causal mask's where) with T computed
   // from `tensors` broadcast along the queries and the keys (a length per sequence) and
   // constants: each block ends its loop at the key tile holding key ⌈T⌉ − 1 of its head — one

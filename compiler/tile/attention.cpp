@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "compiler/fusion/contraction_chain.h"
@@ -285,16 +286,43 @@ class AttentionProgram {
   // for inside), the stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
     const int steps = b.sub(hi, lo);
-    return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
+    return over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c, bool masked) {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(t, stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
-      std::vector<int> out = step(in, j, stage, c, turn(t, steps));
+      std::vector<int> out = step(in, j, stage, c, masked, turn(t, steps));
       in.release(0, stage);
       in.release(1, stage);
       return out;
     });
+  }
+
+  // The loop over key tiles [lo, hi) as two: first those that no mask reaches — wholly below the
+  // causal diagonal and within the keys, whose scores skip the masks — then the rest. `body`
+  // is step j's, given the carried values and whether a mask may reach its tile.
+  using TileStep = std::function<std::vector<int>(Builder&, int j, const std::vector<int>& c, bool masked)>;
+  std::vector<int> over_key_tiles(Builder& b, int lo, int hi, const std::vector<int>& init, const TileStep& body) {
+    const int one = b.index(1);
+    auto loop = [&](int from, int to, const std::vector<int>& c, bool masked) {
+      return b.for_loop(from, to, one, c,
+                        [&](Builder& in, int j, const std::vector<int>& cj) { return body(in, j, cj, masked); });
+    };
+    const int mid = unmasked_end(b, lo, hi);
+    return mid < 0 ? loop(lo, hi, init, true) : loop(mid, hi, loop(lo, mid, init, false), true);
+  }
+  // The end of the key tiles from lo that no mask reaches, within [lo, hi): those before the one
+  // holding key query0 + offset + 1 (causal) and before the one holding the last key (where the
+  // last tile is partial); −1 where neither mask is there.
+  int unmasked_end(Builder& b, int lo, int hi) {
+    int end = -1;
+    if (s_.causal_offset) end = b.div(b.add(query0_, b.index(*s_.causal_offset + 1)), b.index(s_.block_n));
+    if (s_.n_kv % s_.block_n != 0) {
+      const int whole = b.index(s_.n_kv / s_.block_n);
+      end = end < 0 ? whole : b.min(end, whole);
+    }
+    if (end < 0) return -1;
+    return b.min(hi, b.add(lo, b.sub(end, b.min(end, lo))));  // (max(lo, end) in unsigned indices)
   }
 
   // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
@@ -307,13 +335,14 @@ class AttentionProgram {
     const int one = b.index(1), steps = b.sub(hi, lo);
     std::vector<int> carried = init;
     carried.push_back(zero_scores(b));
-    const std::vector<int> out = b.for_loop(lo, hi, one, carried, [&](Builder& in, int j, const std::vector<int>& c) {
+    const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
+                                                                        bool masked) {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(t, stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       const int before = in.ring_stage(in.sub(t, in.min(t, one)), stages(), false).first;
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c, turn(t, steps));
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, masked, turn(t, steps));
       in.when(in.less(zero_, t), [&](Builder& w) {
         w.release(0, before);
         w.release(1, before);
@@ -362,16 +391,15 @@ class AttentionProgram {
     if (s_.overlap) return overlapped_loop(b, lo, hi, loop_init(b));
     const int two = b.index(2);
     copy_keys(b, lo, b.rem(lo, two));
-    return b.for_loop(lo, hi, b.index(1), loop_init(b),
-                      [&](Builder& in, int j, const std::vector<int>& c) {
-                        // Tile j's copies done, and every thread past its reads of the other stage.
-                        in.wait_group(0);
-                        if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
-                        in.barrier();
-                        const int next = in.add(j, in.index(1));
-                        copy_keys(in, next, in.rem(next, two));
-                        return step(in, j, in.rem(j, two), c);
-                      });
+    return over_key_tiles(b, lo, hi, loop_init(b), [&](Builder& in, int j, const std::vector<int>& c, bool masked) {
+      // Tile j's copies done, and every thread past its reads of the other stage.
+      in.wait_group(0);
+      if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
+      in.barrier();
+      const int next = in.add(j, in.index(1));
+      copy_keys(in, next, in.rem(next, two));
+      return step(in, j, in.rem(j, two), c, masked);
+    });
   }
 
   Turn turn(int t, int steps) const { return s_.warpgroup_turns ? Turn{t, steps} : Turn{}; }
@@ -384,7 +412,7 @@ class AttentionProgram {
     return started;
   }
 
-  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, Turn turn = {}) {
+  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, bool masked, Turn turn = {}) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
     if (s_.wgmma) {  // Q's fragments of the whole (padded) head dimension against the K stage
@@ -395,7 +423,7 @@ class AttentionProgram {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
       s = b.dot(q_at(b, kk), k, s);
     }
-    const Online on = online(b, j, s, c[1], c[2]);
+    const Online on = online(b, j, s, c[1], c[2], masked);
     int o = b.compute(Op::Mul, {c[0], on.alpha}, DType::F32);
     if (s_.wgmma) {  // P's fragments against the V stage; waited for before the next step's O·α
       return {b.dot_wait({b.dot_async(p_fragments(b, on.p), 1, stage, o)}, 0)[0], on.m, on.l};
@@ -428,11 +456,12 @@ class AttentionProgram {
 
   // Key tile j's raw scores S through the chain's f(S) and the key mask, then the online
   // softmax's step: the new running max m, the rescale factor α of what was summed before, P and
-  // the new running sum l.
+  // the new running sum l. `masked` false: neither the causal mask nor the keys' end reaches the
+  // tile (over_key_tiles), whose scores skip both.
   struct Online {
     int m, alpha, p, l;
   };
-  Online online(Builder& b, int j, int s, int m_before, int l_before) {
+  Online online(Builder& b, int j, int s, int m_before, int l_before, bool masked) {
     const Shape scores = {s_.block_m, s_.block_n};
     const int key0 = b.mul(j, b.index(s_.block_n));
     // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the
@@ -449,11 +478,11 @@ class AttentionProgram {
     // its row max is the raw scores' times the scale (rounding is monotonic: the same value).
     const bool scaled = !s_.scores && s_.scale > 0;
     if (s_.scores)
-      s = s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors);
+      s = s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors, masked);
     else if (!scaled)
       s = b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
-    if (s_.n_kv % s_.block_n != 0)
+    if (masked && s_.n_kv % s_.block_n != 0)
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
     int tile_max = b.reduce(Op::ReduceMax, s, 1);
     if (scaled) tile_max = b.compute(Op::Mul, {tile_max, b.scalar(s_.scale, DType::F32)}, DType::F32);
@@ -493,12 +522,13 @@ class AttentionProgram {
     // straight into its register).
     std::vector<int> carried = init;
     carried.push_back(zero_scores(b));
-    const std::vector<int> out = b.for_loop(lo, hi, b.index(1), carried, [&](Builder& in, int j, const std::vector<int>& c) {
+    const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
+                                                                        bool masked) {
       in.wait_group(1);  // tile j's copies (and before the first step the stage of zeros) done
       in.fence_async();
       in.barrier();
       const int stage = in.rem(j, three), before = in.rem(in.add(j, two), three);
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c);
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, masked);
       copy_keys(in, in.add(j, two), before);
       return out;
     });
@@ -514,7 +544,7 @@ class AttentionProgram {
   // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} (c[3])
   // times stage `before`'s V onto O started together, S waited for alone (the older group), the
   // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l, P).
-  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c,
+  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, bool masked,
                                    Turn turn = {}) {
     const std::vector<int> q = q_fragments(b), p = p_fragments(b, c[3]);
     const int s0 = zero_scores(b);
@@ -522,7 +552,7 @@ class AttentionProgram {
       const int s = b.dot_async(q, 0, stage, s0);
       return std::pair{s, b.dot_async(p, 1, before, c[0])};
     });
-    const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2]);
+    const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2], masked);
     const int o = b.compute(Op::Mul, {b.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
     return {o, on.m, on.l, on.p};
   }
@@ -623,14 +653,18 @@ namespace {
 // chain, as a pointwise kernel computes it); else every value f32 and casts left out (the row
 // values the online recurrence holds in f32). An iota is the tile's query or key positions
 // (`query0`, `key0` the tile's first; query0 −1: every row query 0), as a [rows, 1] or [1, keys]
-// tile.
+// tile. A node of `pass` takes the value of the node it names (a mask that holds throughout).
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
 };
 int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val, NodeId last,
-             bool typed, const Positions& at = {}) {
+             bool typed, const Positions& at = {}, const std::map<NodeId, NodeId>& pass = {}) {
   for (NodeId id : ops) {
+    if (const auto p = pass.find(id); p != pass.end()) {  // a mask known to pass its operand on
+      val[id] = val.at(p->second);
+      continue;
+    }
     const Node& n = g.node(id);
     if (n.op == Op::Iota) {
       const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
@@ -672,6 +706,22 @@ int row_value(Builder& b, const Graph& g, const ContractionChain& c, NodeId id, 
   throw CodegenError(fmt::format("attention: %{} is not a row value of the chain ending at %{}", id, c.output));
 }
 
+// The ops of `ops` (in order) that `last` needs where mask `mask` passes its scores operand on:
+// without what computes only its condition.
+std::vector<NodeId> without_mask(const Graph& g, const std::vector<NodeId>& ops, NodeId mask, NodeId last) {
+  std::set<NodeId> needed = {last};
+  for (auto at = ops.rbegin(); at != ops.rend(); ++at) {
+    if (!needed.count(*at)) continue;
+    const Node& n = g.node(*at);
+    if (*at == mask) needed.insert(n.operands[1]);
+    else needed.insert(n.operands.begin(), n.operands.end());
+  }
+  std::vector<NodeId> out;
+  for (NodeId id : ops)
+    if (needed.count(id)) out.push_back(id);
+  return out;
+}
+
 // The chain's X = f(S) as the kernel computes it: S rounded to its dtype as the matmul would
 // write it, f(S) in the graph's dtypes (the masks' nodes among them, in topological order), X in
 // f32.
@@ -679,11 +729,18 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
   std::vector<NodeId> ops = c.score_ops;
   ops.insert(ops.end(), c.index_ops.begin(), c.index_ops.end());
   std::sort(ops.begin(), ops.end());
-  return [&g, c, ops, block_m, block_n](Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors) {
+  // Below the diagonal the causal mask's condition holds throughout: its where passes the scores
+  // on, and what computed the condition is left out.
+  const std::vector<NodeId> below = c.causal_mask < 0 ? ops : without_mask(g, ops, c.causal_mask, c.x());
+  std::map<NodeId, NodeId> pass;
+  if (c.causal_mask >= 0) pass[c.causal_mask] = g.node(c.causal_mask).operands[1];
+  return [&g, c, ops, below, pass, block_m, block_n](Builder& b, int acc, int query0, int key0,
+                                                     const std::vector<int>& tensors, bool masked) {
     const DType sd = g.node(c.scores).dtype;
     std::map<NodeId, int> val = {{c.scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
     for (size_t t = 0; t < tensors.size(); ++t) val[c.tensors[t]] = tensors[t];
-    const int x = evaluate(b, g, ops, val, c.x(), true, {query0, key0, {block_m, block_n}});
+    const Positions at = {query0, key0, {block_m, block_n}};
+    const int x = masked ? evaluate(b, g, ops, val, c.x(), true, at) : evaluate(b, g, below, val, c.x(), true, at, pass);
     return g.node(c.x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
   };
 }
