@@ -12,6 +12,8 @@ struct DeviceProfile {
   double hbm_bytes_per_s = 4258e9;  // device-to-device copy, bytes read + written, measured
   // Thread-instructions issued per second: 132 SMs × 4 schedulers × 32 lanes × 1.98 GHz.
   double instructions_per_s = 33.4e12;
+  // Exponents (ex2.approx.f32, the MUFU pipe) per second: 132 SMs × 16 a clock × 1.98 GHz.
+  double exp2_per_s = 4.18e12;
   double bf16_matmul_flops = 777e12;  // cuBLAS bf16 8192³, measured
   // cuBLASLt where a leading dimension is not a multiple of 8 elements (16 bytes), which its
   // fast kernels need: 152.9 TFLOP/s measured at bf16 8191×4095×4097 (bench/NOTES.md, call 48eca17).

@@ -654,6 +654,7 @@ void check_fusion_options(const FusionOptions& o) {
   };
   positive("hbm_bytes_per_s", p.hbm_bytes_per_s);
   positive("instructions_per_s", p.instructions_per_s);
+  positive("exp2_per_s", p.exp2_per_s);
   positive("bf16_matmul_flops", p.bf16_matmul_flops);
   positive("bf16_matmul_unaligned_flops", p.bf16_matmul_unaligned_flops);
   for (const auto& [shape, flops] : p.library_gemm_flops)

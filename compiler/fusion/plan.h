@@ -43,6 +43,11 @@ struct KernelCost {
   // read back, and the padded columns of operands read from their copies.
   int64_t scratch_bytes = 0;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
+  // Attention's arithmetic in parts: the two products on the tensor cores, the softmax beside
+  // them (its issued instructions or its exponents on the MUFU pipe, whichever is longer; its
+  // bound named by exp_bound), and how much of the softmax the schedule hides under the products.
+  double tensor_s = 0, softmax_s = 0, hidden_s = 0;
+  bool exp_bound = false;
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes + copy_bytes + scratch_bytes; }
 };
 

@@ -144,6 +144,14 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     else if (!k.library)
       s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
                        occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
+    if (k.kind == ScheduleKind::Attention)
+      s += fmt::format("    arithmetic: the products {} on the tensor cores, the softmax {} ({}-bound), {} of it hidden "
+                       "under the products ({})\n",
+                       ms(k.cost.tensor_s), ms(k.cost.softmax_s), k.cost.exp_bound ? "exponent (MUFU)" : "issue",
+                       ms(k.cost.hidden_s),
+                       k.schedule.warpgroup_turns ? "the two warpgroups take turns: ping-pong"
+                       : k.schedule.overlap       ? "each step's softmax under the previous step's P·V"
+                                                  : "each product waited for before the softmax");
     if (k.cost.copy_bytes > 0)
       s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
                        bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));
@@ -275,8 +283,12 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
       j.field("batch", s.batch).field("m", s.m).field("n", s.n).field("k", s.k).field("block_m", s.block_m)
           .field("block_n", s.block_n).field("block_k", s.block_k).field("warps_m", s.warps_m).field("warps_n", s.warps_n)
           .field("a_pitch", s.operand_pitch[0]).field("b_pitch", s.operand_pitch[1]);
-    if (s.attention) j.field("heads_per_block", s.heads_per_block).field("kv_splits", s.kv_splits);
+    if (s.attention)
+      j.field("heads_per_block", s.heads_per_block).field("kv_splits", s.kv_splits).field("tma", s.tma)
+          .field("overlap", s.overlap).field("warpgroup_turns", s.warpgroup_turns);
     j.end_object();
+    if (s.attention)
+      j.field("tensor_s", k.cost.tensor_s).field("softmax_s", k.cost.softmax_s).field("hidden_s", k.cost.hidden_s);
     j.field("bytes_read", k.cost.bytes_read)
         .field("flops", k.cost.flops)
         .field("bytes_written", k.cost.bytes_written)
