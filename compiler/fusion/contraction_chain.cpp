@@ -491,19 +491,18 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   // The softmax's own work per score beside the two products and f(S): the running max, the
   // shifted exponent and its ex2, the sum, the conversion to P's fragment (~6 issued
   // instructions) — or its one ex2 on the MUFU pipe, whichever takes longer. The products at
-  // the schedule's GEMM rate. What of the softmax runs under the products: with the warpgroups
-  // taking turns (ping-pong) all of it up to the products' time; overlapped within a warpgroup,
-  // up to P·V's half; else none — each product is waited for before the softmax uses it
-  // (bench/NOTES.md, "Attention on warpgroup MMA", "Attention on TMA measured").
+  // the schedule's GEMM rate. What of the softmax runs under the products, as measured
+  // (bench/NOTES.md, "Attention on TMA measured"): overlapped within a warpgroup, 17% of it
+  // (cp.async, B4 H16 d128: 1.309 against 1.353 ms; on TMA no gain at all); the warpgroups
+  // taking turns at 64 keys a step, none (3% slower than without). In principle ping-pong could
+  // hide it all, up to the products' time: the schedules do not get there yet.
   c.instructions = scores * (6 + k.totals.instructions_per_element);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
   c.tensor_s = c.flops / matmul_flops_rate(s, p);
   const double issue_s = c.instructions / p.instructions_per_s, exp_s = scores / p.exp2_per_s;
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
-  c.hidden_s = s.warpgroup_turns ? std::min(c.softmax_s, c.tensor_s)
-               : s.overlap       ? std::min(c.softmax_s, c.tensor_s / 2)
-                                 : 0;
+  c.hidden_s = s.overlap && !s.tma ? 0.17 * std::min(c.softmax_s, c.tensor_s / 2) : 0;
   c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s;
   // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
   // d); 243 at d 256, whose Q fragments stay in shared memory. On wgmma (no K or V fragments in

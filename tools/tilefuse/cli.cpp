@@ -133,13 +133,17 @@ common options:
                                128 measured 10% slower: the two blocks of 64 interleave freely)
   --attention-tma 0|1          schedule override: 1 feeds attention's K and V tiles on wgmma
                                (d ≤ 128) by TMA from a producer warpgroup to two consumer
-                               warpgroups of 64 query rows each (FlashAttention-3's block; not
-                               yet measured on a GPU); 0 (the default) every thread's cp.async
-  --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default 64)
+                               warpgroups of 64 query rows each (FlashAttention-3's block; 12%
+                               faster than the default at B8 H32 N4096 d128); 0 (the default)
+                               every thread's cp.async
+  --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default 64;
+                               128 with TMA and ping-pong measured 8% faster, but see NOTES:
+                               not yet correct on every GPU test case)
   --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
                                issue their products in turns, one's softmax under the other's
-                               products (FlashAttention-3's ping-pong); 0 (the default) each as
-                               soon as its key tile is in
+                               products (FlashAttention-3's ping-pong; experimental: two test
+                               cases failed on the GPU); 0 (the default) each as soon as its key
+                               tile is in
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
