@@ -1242,8 +1242,8 @@ class Emitter {
   // steps (args: the step and, for HandOff, their count) warpgroup 0 takes the first turn without
   // waiting and warpgroup 1 hands none on after the last, so that every wait meets one arrival.
   void take_turns(const Inst& i) {
-    Value* party = b_.CreateUDiv(tid_, i32(128), "warpgroup");
-    if (p_.consumer_groups > 1) party = consumer_group_;  // (tid_ counts within the group there)
+    // (With two groups tid_ counts within its group: the group is the party.)
+    Value* party = p_.consumer_groups > 1 ? consumer_group_ : b_.CreateUDiv(tid_, i32(128), "warpgroup");
     const bool await = i.opcode == Opcode::AwaitTurn;
     auto turn = [&] {
       b_.CreateIntrinsic(await ? llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count

@@ -285,7 +285,7 @@ class AttentionProgram {
   // The consumers: each key tile's stage waited for, the step run on it (both products waited
   // for inside), the stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
-    const int steps = b.sub(hi, lo);
+    const int steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     return over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c, bool masked) {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(t, stages(), false);
@@ -332,7 +332,7 @@ class AttentionProgram {
   // adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
   // released; where the range was empty that product read no tile of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
-    const int one = b.index(1), steps = b.sub(hi, lo);
+    const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     std::vector<int> carried = init;
     carried.push_back(zero_scores(b));
     const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,

@@ -98,9 +98,10 @@ struct AttentionShape {
   // each given a builder and its argument: X from the raw scores S (default S·scale), given also
   // the tile's first query (within its head; −1 where every row is query 0: heads packed, group
   // > 1) and first key (indices, for masks), the tiles of `tensors` and whether the causal mask
-  // may reach the tile (false: it is wholly below the diagonal, the mask true throughout); the shift c from
-  // the running max m, equal to m wherever m is finite (default: m; the kernel takes 0 where m is
-  // −inf whatever the shift); the divisor from the final sum (default: 1 where the sum is 0).
+  // may reach the tile (false: it is wholly below the diagonal, the mask true throughout); the
+  // shift c from the running max m, equal to m wherever m is finite (default: m; the kernel
+  // takes 0 where m is −inf whatever the shift); the divisor from the final sum (default: 1
+  // where the sum is 0).
   using RowFn = std::function<int(Builder&, int)>;
   using ScoresFn =
       std::function<int(Builder&, int scores, int query0, int key0, const std::vector<int>& tensors, bool masked)>;
