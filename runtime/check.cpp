@@ -1,6 +1,7 @@
 #include "runtime/check.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,6 +67,30 @@ static Graph plan_shaped(const Plan& plan, const std::vector<bool>& rounded, std
   return out;
 }
 
+// The element farthest from the reference (a NaN farthest of all) and the count of elements
+// off by more than `allowed` of the reference's root mean square.
+static void locate_errors(const std::vector<double>& got, const std::vector<double>& want, const Shape& shape,
+                          OutputCheck* c) {
+  double sum_sq = 0;
+  for (double w : want) sum_sq += w * w;
+  const double bound = c->allowed * std::sqrt(sum_sq / static_cast<double>(std::max<size_t>(1, want.size())));
+  size_t worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::isnan(got[i]) ? INFINITY : std::fabs(got[i] - want[i]);
+    c->off += !(err <= bound);
+    if (err > worst_err) worst = i, worst_err = err;
+  }
+  if (got.empty()) return;
+  c->worst_got = got[worst];
+  c->worst_want = want[worst];
+  c->worst_at.assign(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    c->worst_at[d] = static_cast<int64_t>(worst) % shape[d];
+    worst /= static_cast<size_t>(shape[d]);
+  }
+}
+
 CheckReport check_against_reference(const Plan& plan, const TensorMap& inputs, const TensorMap& outputs) {
   const Graph& g = plan.graph;
   CheckReport r;
@@ -94,11 +119,13 @@ CheckReport check_against_reference(const Plan& plan, const TensorMap& inputs, c
     c.name = o.name;
     c.dtype = t.dtype;
     c.unwritten = count_unwritten(t);
-    c.rel_err = relative_error(t.to_doubles(), ref.at(o.name));
+    const std::vector<double> got = t.to_doubles();
+    c.rel_err = relative_error(got, ref.at(o.name));
     c.sensitivity = sensitivity.at(o.name);
     // A bool output may flip where an f32 and a float64 value straddle a threshold.
     c.tolerance = t.dtype == DType::F32 ? 1e-6 : 1e-2;
     c.allowed = std::max(c.tolerance, kSensitivityFactor * c.sensitivity);
+    locate_errors(got, ref.at(o.name), g.node(o.node).shape, &c);
     c.ill_conditioned = !(c.allowed <= kJudgeable);
     // Unjudged, an output still fails for a NaN or inf that the noisy reference does not give.
     bool judged_ok = c.ill_conditioned ? std::isfinite(c.rel_err) || !std::isfinite(c.sensitivity)
@@ -124,6 +151,9 @@ std::string CheckReport::text() const {
     if (c.unwritten) s += fmt::format(" — {} elements never written", c.unwritten);
     if (!c.ok) s += " FAILED";
     s += "\n";
+    if (!c.ok && !c.worst_at.empty())
+      s += fmt::format("    {} elements off by more than {:.0e} of the reference's rms; the worst at [{}]: {:.6g} against {:.6g}\n",
+                       c.off, c.allowed, fmt::join(c.worst_at, ", "), c.worst_got, c.worst_want);
   }
   return s;
 }

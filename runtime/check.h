@@ -26,6 +26,12 @@ struct OutputCheck {
   double tolerance = 0;     // 1e-6 for f32, 1e-2 for 16-bit and bool outputs
   double allowed = 0;       // max(tolerance, 16 × sensitivity)
   int64_t unwritten = 0;    // elements still holding the poison
+  // Where it went wrong: the element farthest from the reference (index into the output's
+  // shape, its value, the reference's) and how many elements are off by more than `allowed` of
+  // the reference's root mean square — a failing kernel's wrong rows or tiles show in them.
+  std::vector<int64_t> worst_at;
+  double worst_got = 0, worst_want = 0;
+  int64_t off = 0;
   bool ok = false;          // rel_err ≤ allowed and every element written
   bool ill_conditioned = false;  // allowed > 0.1: f32 arithmetic alone moves the output too far to judge
 };

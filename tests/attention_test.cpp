@@ -374,6 +374,12 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    Graph g("causal_d128");  // several key tiles at the benchmark's head dimension: below, on and past the diagonal
+    Qkv t = qkv(g, 321, 321, 128, DType::BF16);
+    output("o", attention(t.q, t.k, t.v, 1.0 / std::sqrt(128.0), true));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("causal_after_a_prefix");  // 33 new queries after 97 cached keys
     Qkv t = qkv(g, 33, 130, 32, DType::F16);
     output("o", attention(t.q, t.k, t.v, 1.0 / std::sqrt(32.0), true));
@@ -472,7 +478,7 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     // A causal mask ends each block's loop early: 0 keys of offset (97 for 33 queries after 97
     // keys); the window's outer mask is causal too.
     const std::map<std::string, int64_t> causal = {
-        {"causal", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0},
+        {"causal", 0}, {"causal_d128", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0},
         {"head_dim_256", 30}};
     EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
     EXPECT_EQ(k->schedule.key_limit, g.name() == "lengths");  // the loop ends at the sequence's length

@@ -93,6 +93,24 @@ TEST(Check, RecomputedValuesGetNoiseOfTheirOwn) {
   EXPECT_GT(r.outputs[0].sensitivity, 1e-4) << r.text();
 }
 
+// A failing output says where it is wrong: how many elements are off and the worst one, by its
+// index in the output's shape — a kernel's wrong rows or key tiles show there.
+TEST(Check, AFailureNamesTheWorstElement) {
+  Graph g("rows");
+  output("y", exp(input(g, "x", {4, 96, 8})));
+  Plan p = plan_fusion(g);
+  TensorMap in = random_inputs(g, 9);
+  std::vector<double> y = reference_run(g, in).at("y");
+  for (int64_t r = 64; r < 96; ++r)  // batch 2's rows 64…95 as a kernel with a wrong tile might
+    for (int64_t c = 0; c < 8; ++c) y[static_cast<size_t>((2 * 96 + r) * 8 + c)] *= 1.5;
+  y[static_cast<size_t>((2 * 96 + 70) * 8 + 3)] += 1000;
+  CheckReport r = check_against_reference(p, in, as_outputs(g, {{"y", y}}));
+  ASSERT_FALSE(r.ok) << r.text();
+  EXPECT_EQ(r.outputs[0].off, 32 * 8);
+  EXPECT_EQ(r.outputs[0].worst_at, (std::vector<int64_t>{2, 70, 3}));
+  EXPECT_NE(r.text().find("the worst at [2, 70, 3]"), std::string::npos) << r.text();
+}
+
 // GELU of values far below 0, every output in the tail: f32's 0.5·x·(1 + erf(x/√2)) cancels to
 // 0 where the float64 value is ~1e-12·x (fuzz seed 949 on the H200: relative error 1 against an
 // allowance of 6e-6). Its noise is absolute in |x|, so the check sees that f32 cannot resolve
