@@ -1128,6 +1128,9 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
     EXPECT_NE(c.ptx.find(".target sm_90a"), std::string::npos);
     EXPECT_NE(c.ptx.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
     EXPECT_EQ(c.ptx.find("mma.sync.aligned"), std::string::npos);
+    // The softmax's exponentials on one MUFU instruction each: ex2.approx.ftz, not ex2.approx.
+    EXPECT_NE(c.ptx.find("ex2.approx.ftz.f32"), std::string::npos);
+    EXPECT_EQ(c.ptx.find("ex2.approx.f32"), std::string::npos);
     // Warp-specialized: K and V by TMA from the producer (their tensor maps), no thread's cp.async,
     // two consumer warpgroups of 64 rows and the producer's.
     EXPECT_EQ(c.ptx.find("cp.async.bulk.tensor.3d.shared::cluster.global") != std::string::npos, tma);

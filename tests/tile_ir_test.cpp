@@ -720,6 +720,25 @@ TEST(TileIrBuild, AttentionOnWgmmaTakesAFromRegisters) {
   visit(p.body);
   EXPECT_EQ(products, 2 * 2);  // S = Q·Kᵀ and O += P·V per key step, in the whole tiles' loop and the last's
   EXPECT_EQ(text.find("= dot %"), std::string::npos) << "no mma.sync dot left";
+  // The online softmax's exponentials (α and P, in each loop) flush subnormal terms; only an f32
+  // exp2 may.
+  size_t flushed = 0;
+  for (size_t at = text.find(" ftz :"); at != std::string::npos; at = text.find(" ftz :", at + 1)) ++flushed;
+  EXPECT_EQ(flushed, 2u * 2u) << text;
+  std::function<bool(Region&)> flush_an_exp = [&](Region& r) {
+    for (Inst& i : r.body) {
+      if (i.flush_subnormal) {
+        i.op = Op::Exp;
+        return true;
+      }
+      for (Region& inner : i.regions)
+        if (flush_an_exp(inner)) return true;
+    }
+    return false;
+  };
+  Program flushed_exp = p;
+  ASSERT_TRUE(flush_an_exp(flushed_exp.body));
+  EXPECT_FALSE(program_problems(flushed_exp).empty());
   std::function<bool(Region&)> drop_fragment = [&](Region& r) {
     for (Inst& i : r.body) {
       if (i.opcode == Opcode::DotAsync) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "compiler/codegen/elementwise.h"
+#include "compiler/codegen/math.h"
 #include "compiler/codegen/llvm_support.h"
 #include "compiler/support/error.h"
 
@@ -424,7 +425,8 @@ class Emitter {
           const int a0 = at.shape[0] == 1 ? 0 : e0, a1 = at.shape[1] == 1 ? 0 : e1;
           args.push_back(vals_[static_cast<size_t>(a)][static_cast<size_t>(a0 * slots(at, 1) + a1)]);
         }
-        out.push_back(element(b_, i.op, t.dtype, args, p_.name, i.nonpositive_arg));
+        out.push_back(i.flush_subnormal ? math::exp2_ftz(b_, args[0])
+                                        : element(b_, i.op, t.dtype, args, p_.name, i.nonpositive_arg));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }

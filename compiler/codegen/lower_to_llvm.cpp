@@ -447,7 +447,7 @@ void Lowering::compute(const TileInst& i) {
       Value* cl = b_.CreateFNeg(b_.CreateFMul(at(d.args[1], r, 0), f32(1.4426950408889634)));
       for (int c = 0; c < cols_of(i.type); ++c)
         regs.push_back(
-            math::exp2_16bit(b_, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::fma,
+            math::exp2_ftz(b_, b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::fma,
                                                     {at(d.args[0], r, c), f32(1.4426950408889634), cl})));
     }
     values_[i.result] = std::move(regs);

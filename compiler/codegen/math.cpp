@@ -110,12 +110,12 @@ Value* sqrt(llvm::IRBuilder<>& b, Value* x) {
   return b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_sqrt_approx_f, {x});
 }
 
-Value* exp2_16bit(llvm::IRBuilder<>& b, Value* x) {
+Value* exp2_ftz(llvm::IRBuilder<>& b, Value* x) {
   return b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {x});
 }
 
 Value* exp_16bit(llvm::IRBuilder<>& b, Value* x) {
-  return exp2_16bit(b, b.CreateFMul(x, f32_bits(b, kLog2e)));
+  return exp2_ftz(b, b.CreateFMul(x, f32_bits(b, kLog2e)));
 }
 
 // erf: |x| < 0.9: |x| + |x|·P(x²); 0.9 ≤ |x| < 3.92: 1 − 2^Q(|x|); beyond: 1; sign restored.

@@ -16,8 +16,9 @@ llvm::Value* exp_nonpositive(llvm::IRBuilder<>& b, llvm::Value* x);
 // (about 6e-6 at |x| = 100), far below half an f16 ulp, in two instructions.
 llvm::Value* exp_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* exp2(llvm::IRBuilder<>& b, llvm::Value* x);
-// 2^x for a result rounded to bf16/f16: ex2.approx.ftz (subnormal results of f32 are 0).
-llvm::Value* exp2_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
+// 2^x by ex2.approx.ftz: one MUFU instruction (ex2.approx keeps subnormals in four), subnormal
+// results 0 — for a result rounded to bf16/f16, or an online softmax's terms (tile/ir.h).
+llvm::Value* exp2_ftz(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* log(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* erf(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* tanh(llvm::IRBuilder<>& b, llvm::Value* x);

@@ -498,7 +498,7 @@ class AttentionProgram {
     const int log2e = b.scalar(M_LOG2E, DType::F32);
     const int minus_shift2 = b.compute(Op::Mul, {shift, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
     auto exp_shifted = [&](int u, int k_log2e) {
-      return b.compute(Op::Exp2, {b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32)}, DType::F32);
+      return b.softmax_exp2(b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32));
     };
     const int alpha = exp_shifted(m_before, log2e);
     const int p = exp_shifted(s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e);
@@ -597,7 +597,7 @@ class AttentionProgram {
     const std::vector<int> sums = b.for_loop(
         zero_, splits, one, {o0, l0}, [&](Builder& in, int sp, const std::vector<int>& c) {
           const int ms = load_partial(in, sp, 1);
-          const int e = in.compute(Op::Exp2, {in.compute(Op::Fma, {ms, log2e, minus_shift2}, DType::F32)}, DType::F32);
+          const int e = in.softmax_exp2(in.compute(Op::Fma, {ms, log2e, minus_shift2}, DType::F32));
           const int w = in.compute(Op::Where, {in.compute(Op::Eq, {ms, ninf}, DType::Bool), in.scalar(0, DType::F32), e},
                                    DType::F32);
           return std::vector<int>{

@@ -496,6 +496,12 @@ int Builder::splat(int scalar, const Shape& shape, Frag frag) {
   return emit(i, Type::tile(p_.types.at(static_cast<size_t>(scalar)).dtype, shape, Space::Reg, frag));
 }
 
+int Builder::softmax_exp2(int x) {
+  const int e = compute(Op::Exp2, {x}, DType::F32);
+  r_->body.back().flush_subnormal = true;
+  return e;
+}
+
 int Builder::compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg) {
   Inst i;
   i.opcode = Opcode::Compute;

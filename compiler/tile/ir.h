@@ -238,6 +238,10 @@ struct Inst {
   // tile's rows and columns merge.
   int64_t iota_stride = 0, iota_div = 1, iota_mod = 0;
   bool nonpositive_arg = false;  // Compute exp: its argument is never positive (graph/sign.h)
+  // Compute exp2 of an online softmax's term (printed `exp2 %x ftz`): a result below 2^-126 may
+  // be 0. Each row's terms include one of 1 (its max's), so such a term adds nothing the f32
+  // sum keeps, and ex2.approx.ftz is one MUFU instruction where ex2.approx is four.
+  bool flush_subnormal = false;
   // TmaLoad in a cluster: the stage's 128-byte panels are shared out over the cluster's blocks
   // (block r copies panels r, r + cluster, …), each copy written into every block's stage.
   bool multicast = false;
@@ -419,6 +423,8 @@ class Builder {
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);
   // `nonpositive_arg`: an exp whose argument is never positive (printed `exp %x nonpositive`).
   int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);
+  // 2^x (f32) for an online softmax's term, subnormal results flushed (Inst::flush_subnormal).
+  int softmax_exp2(int x);
   int reduce(Op op, int tile, int axis);
   // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.
   int convert(int acc, int chunk, DType dtype);

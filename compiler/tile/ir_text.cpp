@@ -214,7 +214,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::Dot:
       case Opcode::Compute:
         *out += fmt::format("{}{}{} {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args),
-                            i.nonpositive_arg ? " nonpositive" : "", type_of(i.results[0]));
+                            i.nonpositive_arg ? " nonpositive" : i.flush_subnormal ? " ftz" : "", type_of(i.results[0]));
         break;
     }
   }
@@ -555,7 +555,7 @@ class Parser {
   }
   std::vector<int> uses_until_colon() {
     std::vector<int> out;
-    while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive")) {
+    while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive") && !at_word("ftz")) {
       if (!out.empty()) punct(",");
       out.push_back(use("a value"));
     }
@@ -858,6 +858,7 @@ class Parser {
       i.op = graph_op(op);
       i.args = uses_until_colon();
       i.nonpositive_arg = take_word("nonpositive");
+      i.flush_subnormal = take_word("ftz");
       punct(":");
       results({type()});
     }

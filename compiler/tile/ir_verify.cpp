@@ -357,6 +357,8 @@ class Verifier {
     }
     if (i.nonpositive_arg && i.op != Op::Exp)
       problem(fmt::format("{}: only exp takes 'nonpositive'", where(i)));
+    if (i.flush_subnormal && (i.op != Op::Exp2 || type(i.results[0]).dtype != DType::F32))
+      problem(fmt::format("{}: only an f32 exp2 takes 'ftz'", where(i)));
     if (i.args.size() != arity) {
       problem(fmt::format("{}: {} operands, needs {}", where(i), i.args.size(), arity));
       return;
