@@ -1072,7 +1072,7 @@ std::vector<std::pair<std::string, Plan>> wgmma_plans() {
       o.schedule.attention_overlap = variant % 2;
       o.schedule.attention_tma = variant >= 2 ? 1 : 0;
       o.schedule.attention_pingpong = variant >= 4 ? 1 : 0;
-      o.schedule.attention_block_n = variant == 6 ? 128 : 0;
+      o.schedule.attention_block_n = variant == 6 ? 128 : 64;
       static const char* const names[] = {"",           ", overlapped", ", tma", ", tma, overlapped", ", tma, turns",
                                           ", tma, overlapped, turns", ", tma, turns, 128 keys"};
       out.emplace_back(g.name() + names[variant], plan_fusion(g, o));
@@ -1080,23 +1080,41 @@ std::vector<std::pair<std::string, Plan>> wgmma_plans() {
   return out;
 }
 
-// By default the softmax overlaps P·V where the products bound the kernel (prefill) and not
-// where the cache's bytes do (decode, which ran 2–4% slower overlapped); the hint forces either.
-TEST(FusionAttention, OverlapWhereTheProductsBoundTheKernel) {
-  for (const char* name : {"attention", "attention_causal", "attention_decode", "attention_decode_gqa"}) {
+// By default, where the products bound the kernel (prefill), FlashAttention-3's schedule: TMA
+// key tiles for two consumer warpgroups, 128 keys a step, the softmax overlapping P·V and the
+// warpgroups taking turns; where the cache's bytes do (decode, which ran 2–4% slower
+// overlapped), every thread's cp.async without overlap. The hints force each part either way.
+TEST(FusionAttention, FlashAttention3WhereTheProductsBoundTheKernel) {
+  for (const char* name : {"attention", "attention_causal", "attention_gqa", "attention_decode", "attention_decode_gqa"}) {
     SCOPED_TRACE(name);
     const Graph g = find_example(name).build();
     const Plan p = plan_fusion(g);
     const Kernel* k = only_attention(p);
     ASSERT_NE(k, nullptr);
-    ASSERT_TRUE(k->schedule.wgmma);
-    EXPECT_EQ(k->schedule.stages == 3, k->cost.compute_s > k->cost.memory_s);
-    EXPECT_EQ(k->schedule.stages == 3, std::string(name).find("decode") == std::string::npos);
+    const TileSchedule& s = k->schedule;
+    ASSERT_TRUE(s.wgmma);
+    const bool prefill = std::string(name).find("decode") == std::string::npos;
+    EXPECT_EQ(prefill, k->cost.compute_s > k->cost.memory_s);
+    EXPECT_EQ(s.tma, prefill);
+    EXPECT_EQ(s.overlap, prefill);
+    EXPECT_EQ(s.warpgroup_turns, prefill);
+    EXPECT_EQ(s.block_m, prefill ? 128 : 64);
+    EXPECT_EQ(s.block_n, prefill ? 128 : 64);
     for (int overlap : {0, 1}) {
       FusionOptions o;
       o.schedule.attention_overlap = overlap;
-      EXPECT_EQ(only_attention(plan_fusion(g, o))->schedule.stages, overlap ? 3 : 2);
+      const TileSchedule& forced = only_attention(plan_fusion(g, o))->schedule;
+      EXPECT_EQ(forced.overlap, overlap == 1);
+      EXPECT_EQ(forced.tma, prefill);
+      EXPECT_EQ(forced.warpgroup_turns, prefill && overlap == 1);  // turns follow the overlap by default
     }
+    FusionOptions cp_async;
+    cp_async.schedule.attention_tma = 0;
+    const TileSchedule& plain = only_attention(plan_fusion(g, cp_async))->schedule;
+    EXPECT_FALSE(plain.tma);
+    EXPECT_FALSE(plain.warpgroup_turns);
+    EXPECT_EQ(plain.block_n, 64);
+    EXPECT_EQ(plain.overlap, prefill);
   }
 }
 
@@ -1131,11 +1149,12 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
     // The softmax's exponentials on one MUFU instruction each: ex2.approx.ftz, not ex2.approx.
     EXPECT_NE(c.ptx.find("ex2.approx.ftz.f32"), std::string::npos);
     EXPECT_EQ(c.ptx.find("ex2.approx.f32"), std::string::npos);
-    // Warp-specialized: K and V by TMA from the producer (their tensor maps), no thread's cp.async,
-    // two consumer warpgroups of 64 rows and the producer's.
+    // Warp-specialized: K and V by TMA from the producer (their tensor maps), two consumer
+    // warpgroups of 64 rows and the producer's; Q copied once into a ring of its own, S's A
+    // operand read there by wgmma (no Q fragments in registers).
     EXPECT_EQ(c.ptx.find("cp.async.bulk.tensor.3d.shared::cluster.global") != std::string::npos, tma);
-    EXPECT_EQ(c.ptx.find("cp.async.cg") == std::string::npos, tma);
     EXPECT_EQ(c.tensor_maps.size(), tma ? 2u : 0u);
+    EXPECT_EQ(c.tile_ir.find("dot_async @q_tile") != std::string::npos, tma) << c.tile_ir;
     if (tma) {
       EXPECT_EQ(k->schedule.block_m, 128);
       EXPECT_EQ(c.block_threads, 384u);

@@ -1058,7 +1058,9 @@ class Emitter {
     std::optional<Operand> a;
     if (!a_in_registers) {
       const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];
-      a = descriptor(i.ring, stage, b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)), !ra.col_major);
+      // (A's ring of one stage — attention's Q — is read there at every step.)
+      a = descriptor(i.ring, ra.stages == 1 ? i32(0) : stage, b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)),
+                     !ra.col_major);
     }
     // wgmma's register of each accumulator slot (h, j, c): 4j + 2h + c.
     std::vector<size_t> reg_of;

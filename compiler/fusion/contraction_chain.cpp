@@ -386,6 +386,10 @@ int64_t splits_for_device(const TileSchedule& s, int64_t tiles, const DeviceProf
   return splits;
 }
 
+static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, DType dt, const ScheduleHints& hints,
+                            bool bound_by_products);
+static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfile& p, const ScheduleHints& hints);
+
 bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
                       std::string* why) {
   const NodeId out = attention_output(g, k);
@@ -429,45 +433,56 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.m = c->n_q * s.heads_per_block;
   s.n = c->n_kv;
   s.k = c->d;
-  // d 256: 32 keys a step (the output takes the registers).
-  s.block_n = c->d > 128 ? 32 : hints.attention_block_n == 128 ? 128 : 64;
   s.block_k = static_cast<int>(c->d);
   s.wgmma = hints.attention_wgmma == 1 && p.wgmma && padded_head_dim(c->d) >= 64;
-  // Warps of 16 query rows: one warpgroup, or on wgmma (asked for) two over one K/V ring.
-  // TMA (asked for): FlashAttention-3's block of two consumer warpgroups and a producer's.
-  s.tma = s.wgmma && hints.attention_tma == 1 && padded_head_dim(c->d) <= 128;
-  s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
-  s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
-  s.warps_m = static_cast<int>(s.block_m / 16);
-  s.warps_n = 1;
-  s.threads_per_row = 32 * s.warps_m;
-  s.stages = s.tma ? 3 : 2;
-  // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
-  s.stage_bytes = 2 * s.block_n * padded_head_dim(c->d) * static_cast<int64_t>(dtype_size(dt));
   s.causal_offset = c->causal_offset.value_or(-1);
   s.key_limit = c->key_limit >= 0;
-  // No more splits than key tiles, and none that the static count leaves always empty (5 tiles
-  // in 4 splits: 2, 2, 1 and none → 3 splits).
-  const int64_t tiles = (c->n_kv + s.block_n - 1) / s.block_n;
-  s.kv_splits = std::clamp<int64_t>(hints.kv_splits < 0 ? splits_for_device(s, tiles, p) : hints.kv_splits, 1, tiles);
-  if (hints.kv_splits < 0) s.block_slots = int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m);
-  const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
-  s.kv_splits = (tiles + per_split - 1) / per_split;
   k.totals = {};
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
     for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
+  // First the schedule of every thread's cp.async, priced to learn what bounds the kernel; then
+  // where the products do (prefill), FlashAttention-3's, unless the hints say otherwise.
+  set_attention_pipeline(s, *c, dt, hints, false);
+  fit_attention_grid(s, c->n_kv, p, hints);
   estimate_attention_cost(g, k, p);
-  // 3 stages: the overlapped loop (attention.h), where the products bound the kernel (by default)
-  // — not at d 256, whose output and carried P spill there.
-  const bool bound_by_products = k.cost.compute_s > k.cost.memory_s;
-  // (With TMA key tiles, only where asked for: not yet measured.)
-  if (s.wgmma && padded_head_dim(c->d) <= 128 && hints.attention_overlap != 0 &&
-      (hints.attention_overlap == 1 || (bound_by_products && !s.tma))) {
-    s.stages = 3;
-    s.overlap = true;
-    estimate_attention_cost(g, k, p);
-  }
+  set_attention_pipeline(s, *c, dt, hints, k.cost.compute_s > k.cost.memory_s);
+  fit_attention_grid(s, c->n_kv, p, hints);
+  estimate_attention_cost(g, k, p);
   return true;
+}
+
+// Where the products bound the kernel (prefill; not decode, whose cache's bytes do) and d ≤
+// 128, by default FlashAttention-3's schedule (measured the fastest at B8 H32 N4096 d128:
+// bench/NOTES.md): blocks of 128 rows, two consumer warpgroups fed K and V by TMA, 128 keys a
+// step, the softmax overlapped with P·V within each warpgroup and the two taking turns at the
+// products. Elsewhere every thread's cp.async over 64 rows and 64 keys, overlapped where the
+// products bound the kernel (d 256: 32 keys a step, not overlapped — the output takes the
+// registers). Each hint forces its part either way.
+static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, DType dt, const ScheduleHints& hints,
+                            bool bound_by_products) {
+  const int64_t d = padded_head_dim(c.d);
+  s.tma = s.wgmma && d <= 128 && hints.attention_tma != 0 && (hints.attention_tma == 1 || bound_by_products);
+  s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
+  s.block_n = d > 128 ? 32 : hints.attention_block_n ? hints.attention_block_n : s.tma ? 128 : 64;
+  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
+  s.warpgroup_turns = s.tma && hints.attention_pingpong != 0 && (hints.attention_pingpong == 1 || s.overlap);
+  s.warps_m = static_cast<int>(s.block_m / 16);
+  s.warps_n = 1;
+  s.threads_per_row = 32 * s.warps_m;
+  s.stages = s.tma || s.overlap ? 3 : 2;
+  // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
+  s.stage_bytes = 2 * s.block_n * d * static_cast<int64_t>(dtype_size(dt));
+}
+
+// The grid: split-KV where the blocks of heads and query tiles leave SMs idle. No more splits
+// than key tiles, and none that the static count leaves always empty (5 tiles in 4 splits: 2, 2,
+// 1 and none → 3 splits).
+static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfile& p, const ScheduleHints& hints) {
+  const int64_t tiles = (n_kv + s.block_n - 1) / s.block_n;
+  s.kv_splits = std::clamp<int64_t>(hints.kv_splits < 0 ? splits_for_device(s, tiles, p) : hints.kv_splits, 1, tiles);
+  s.block_slots = hints.kv_splits < 0 ? int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m) : 0;
+  const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
+  s.kv_splits = (tiles + per_split - 1) / per_split;
 }
 
 void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {

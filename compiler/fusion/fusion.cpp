@@ -729,9 +729,9 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--attention-wgmma", &ScheduleHints::attention_wgmma, 1},
                                {"--attention-overlap", &ScheduleHints::attention_overlap, -1},
                                {"--attention-rows", &ScheduleHints::attention_block_m, 0},
-                               {"--attention-tma", &ScheduleHints::attention_tma, 0},
+                               {"--attention-tma", &ScheduleHints::attention_tma, -1},
                                {"--attention-keys", &ScheduleHints::attention_block_n, 0},
-                               {"--attention-pingpong", &ScheduleHints::attention_pingpong, 0}};
+                               {"--attention-pingpong", &ScheduleHints::attention_pingpong, -1}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());

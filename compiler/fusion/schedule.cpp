@@ -48,7 +48,9 @@ std::string TileSchedule::describe() const {
         "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time "
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
         "({}, {}; {} KiB each); {} blocks over {} heads{}",
-        block_m, warps_m, wgmma ? "wgmma m64nNk16 with Q and P from registers" : "mma.sync m16n8k16", n, block_n,
+        block_m, warps_m, !wgmma ? "mma.sync m16n8k16"
+        : tma  ? "wgmma m64nNk16 with Q from its shared-memory tile and P from registers"
+               : "wgmma m64nNk16 with Q and P from registers", n, block_n,
         stages,
         tma ? fmt::format("TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' "
                           "warpgroups releasing each{}",

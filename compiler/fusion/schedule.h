@@ -280,14 +280,17 @@ struct ScheduleHints {
   int gemm_tma_store = -1;
   // Attention on wgmma (d ≤ 128) warp-specialized: 128-row blocks of two consumer warpgroups fed
   // K and V tiles by TMA from a producer warpgroup (TileSchedule::tma, AttentionShape::tma): 1;
-  // 0 (the default) every thread's cp.async. (490 TFLOP/s against 438 at B8 H32 N4096 d128: bench/NOTES.md.)
-  int attention_tma = 0;
-  // Keys per attention step (TileSchedule::block_n) at d ≤ 128: 64 or 128; 0 (the default) 64.
+  // 0 every thread's cp.async; -1 (the default) TMA where the products bound the kernel
+  // (prefill, not decode). (bench/NOTES.md, "Attention's default is FlashAttention-3's".)
+  int attention_tma = -1;
+  // Keys per attention step (TileSchedule::block_n) at d ≤ 128: 64 or 128; 0 (the default) 128
+  // on TMA, 64 otherwise.
   int attention_block_n = 0;
   // TMA attention: the two consumer warpgroups issue their products in turns, so that one's
   // softmax runs under the other's products (FlashAttention-3's ping-pong;
-  // TileSchedule::warpgroup_turns): 1; 0 (the default) each as soon as its tile is in.
-  int attention_pingpong = 0;
+  // TileSchedule::warpgroup_turns): 1; 0 each as soon as its tile is in; -1 (the default) where
+  // the softmax overlaps P·V too.
+  int attention_pingpong = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -97,7 +97,7 @@ class AttentionProgram {
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.tma && (!s_.wgmma || q_shared()))
-      throw Error(fmt::format("attention: TMA key tiles need wgmma with Q in registers (d ≤ 128, not {})", s_.d));
+      throw Error(fmt::format("attention: TMA key tiles need wgmma at d ≤ 128, not {}", s_.d));
     if (s_.warpgroup_turns && (!s_.tma || s_.block_m != 128))
       throw Error(fmt::format("attention: turns are between the two warpgroups of a TMA block of 128 rows, not {}{}",
                               s_.block_m, s_.tma ? "" : " without TMA"));
@@ -121,6 +121,11 @@ class AttentionProgram {
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
   bool q_shared() const { return s_.d > 128; }
+  // On TMA blocks Q waits in a ring of its own, laid out for wgmma, which reads it there as S's A
+  // operand (FlashAttention-3's): the d/2 registers its fragments would take go to S, P and O,
+  // which at 128 keys a step with the softmax overlapped do not fit beside them.
+  bool q_in_ring() const { return s_.tma; }
+  static constexpr int kQRing = 2;
   int stages() const { return s_.overlap || s_.tma ? 3 : 2; }
   // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
   int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
@@ -240,9 +245,15 @@ class AttentionProgram {
   // Q's fragments in registers, or (d past 128) Q's tile copied into a ring with the first key
   // tile's group and read from it each step.
   void load_q(Builder& b) {
-    if (q_shared()) {
-      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false});
-      b.copy_async(q_param_, {row0_, zero_}, 2, zero_, {true, padded()}, {row_end_, -1});
+    if (q_shared() || q_in_ring()) {
+      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false, q_in_ring()});
+      b.copy_async(q_param_, {row0_, zero_}, kQRing, zero_, {true, padded()}, {row_end_, -1});
+      if (q_in_ring()) {  // in place before the first product: copied, visible to wgmma, by every thread
+        b.commit_group();
+        b.wait_group(0);
+        b.fence_async();
+        b.barrier();
+      }
       return;
     }
     for (int64_t kk = 0; kk < s_.d; kk += 16)
@@ -415,10 +426,8 @@ class AttentionProgram {
   std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, bool masked, Turn turn = {}) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
-    if (s_.wgmma) {  // Q's fragments of the whole (padded) head dimension against the K stage
-      const std::vector<int> q = q_fragments(b);
-      s = b.dot_wait({in_turn(b, turn, [&] { return b.dot_async(q, 0, stage, s); })}, 0)[0];
-    }
+    if (s_.wgmma)  // Q's whole (padded) head dimension against the K stage
+      s = b.dot_wait({in_turn(b, turn, [&] { return q_times_k(b, stage, s); })}, 0)[0];
     for (int64_t kk = 0; !s_.wgmma && kk < s_.d / 16; ++kk) {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
       s = b.dot(q_at(b, kk), k, s);
@@ -438,8 +447,12 @@ class AttentionProgram {
 
   // Q's A fragment kk (16 of the head dimension): held in registers, or read from its ring.
   int q_at(Builder& b, int64_t kk) {
-    return q_shared() ? b.load_shared(2, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
+    return q_shared() ? b.load_shared(kQRing, zero_, {zero_, b.index(16 * kk)}, {s_.block_m, 16}, Frag::A)
                       : q_[static_cast<size_t>(kk)];
+  }
+  // S = Q·Kᵀ started on wgmma from K's stage `stage` into `acc`: Q from its ring or its fragments.
+  int q_times_k(Builder& b, int stage, int acc) {
+    return q_in_ring() ? b.dot_async(kQRing, 0, stage, acc) : b.dot_async(q_fragments(b), 0, stage, acc);
   }
   // Q's fragments over the padded head dimension (zeros past d), for wgmma.
   std::vector<int> q_fragments(Builder& b) {
@@ -546,10 +559,10 @@ class AttentionProgram {
   // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l, P).
   std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, bool masked,
                                    Turn turn = {}) {
-    const std::vector<int> q = q_fragments(b), p = p_fragments(b, c[3]);
+    const std::vector<int> p = p_fragments(b, c[3]);
     const int s0 = zero_scores(b);
     const auto [scores, o_flight] = in_turn(b, turn, [&] {
-      const int s = b.dot_async(q, 0, stage, s0);
+      const int s = q_times_k(b, stage, s0);
       return std::pair{s, b.dot_async(p, 1, before, c[0])};
     });
     const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2], masked);

@@ -669,6 +669,9 @@ class Verifier {
       const SharedRing& a = p_.shared[static_cast<size_t>(i.ring)];
       if (!a.wgmma || a.dtype != b.dtype || a.tile.at(1) != k || (a.col_major ? a.tile.at(0) : k) % 64 != 0)
         problem(fmt::format("{}: A's ring is not B's dtype and k, laid out for wgmma", where(i)));
+      if (a.stages != 1 && a.stages != b.stages)
+        problem(fmt::format("{}: A's ring has {} stages, neither B's {} nor one (read at every stage)", where(i),
+                            a.stages, b.stages));
     } else {
       if (static_cast<int64_t>(i.args.size() - 2) * 16 != k)
         problem(fmt::format("{}: {} A fragments for B's k of {}", where(i), i.args.size() - 2, k));

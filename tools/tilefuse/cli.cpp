@@ -131,19 +131,18 @@ common options:
   --attention-rows 64|128      schedule override: query rows per attention block on wgmma; 128
                                runs two warpgroups over one K/V ring, one block per SM (default 64;
                                128 measured 10% slower: the two blocks of 64 interleave freely)
-  --attention-tma 0|1          schedule override: 1 feeds attention's K and V tiles on wgmma
+  --attention-tma 0|1|auto     schedule override: 1 feeds attention's K and V tiles on wgmma
                                (d ≤ 128) by TMA from a producer warpgroup to two consumer
-                               warpgroups of 64 query rows each (FlashAttention-3's block; 12%
-                               faster than the default at B8 H32 N4096 d128); 0 (the default)
-                               every thread's cp.async
-  --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default 64;
-                               128 with TMA and ping-pong measured 8% faster, but see NOTES:
-                               not yet correct on every GPU test case)
-  --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
+                               warpgroups of 64 query rows each (FlashAttention-3's block); 0
+                               every thread's cp.async; auto (the default): TMA where the
+                               products bound the kernel (prefill, not decode)
+  --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default
+                               128 on TMA, 64 otherwise)
+  --attention-pingpong 0|1|auto
+                               schedule override: 1 has TMA attention's two consumer warpgroups
                                issue their products in turns, one's softmax under the other's
-                               products (FlashAttention-3's ping-pong; experimental: two test
-                               cases failed on the GPU); 0 (the default) each as soon as its key
-                               tile is in
+                               products (FlashAttention-3's ping-pong); 0 each as soon as its key
+                               tile is in; auto (the default): where the softmax overlaps P·V
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
@@ -179,8 +178,8 @@ struct Args {
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
-      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = 0,
-      attention_block_n = 0, attention_pingpong = 0;
+      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
+      attention_block_n = 0, attention_pingpong = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -329,9 +328,9 @@ Args parse(int argc, char** argv) {
     else if (s == "--tma")
       a.gemm_tma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-tma")
-      a.attention_tma = parse_int(s, value(), 0, 1);
+      a.attention_tma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-pingpong")
-      a.attention_pingpong = parse_int(s, value(), 0, 1);
+      a.attention_pingpong = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-keys") {
       const std::string v = value();
       if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-keys needs 64 or 128, got '{}'", v));
