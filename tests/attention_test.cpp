@@ -1065,16 +1065,19 @@ TEST(GpuAttention, FusedPlansMatchFloat64) {
 // (--attention-keys 128); named for a trace.
 std::vector<std::pair<std::string, Plan>> wgmma_plans() {
   std::vector<std::pair<std::string, Plan>> out;
-  for (int variant = 0; variant < 7; ++variant)
+  for (int variant = 0; variant < 8; ++variant)
     for (const Graph& g : chains()) {
       FusionOptions o;
       o.schedule.attention_wgmma = 1;
       o.schedule.attention_overlap = variant % 2;
       o.schedule.attention_tma = variant >= 2 ? 1 : 0;
       o.schedule.attention_pingpong = variant >= 4 ? 1 : 0;
-      o.schedule.attention_block_n = variant == 6 ? 128 : 64;
-      static const char* const names[] = {"",           ", overlapped", ", tma", ", tma, overlapped", ", tma, turns",
-                                          ", tma, overlapped, turns", ", tma, turns, 128 keys"};
+      o.schedule.attention_block_n = variant >= 6 ? 128 : 64;
+      o.schedule.attention_persistent = variant == 7 ? 1 : 0;
+      if (variant == 7) o.profile.sm_count = 2;  // each block takes several query tiles
+      static const char* const names[] = {
+          "",           ", overlapped", ", tma", ", tma, overlapped", ", tma, turns", ", tma, overlapped, turns",
+          ", tma, turns, 128 keys", ", tma, overlapped, turns, 128 keys, persistent on 2 SMs"};
       out.emplace_back(g.name() + names[variant], plan_fusion(g, o));
     }
   return out;
@@ -1139,6 +1142,10 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
     EXPECT_EQ(k->schedule.overlap, p.options.schedule.attention_overlap == 1 && small);
     const bool turns = tma && p.options.schedule.attention_pingpong == 1;
     EXPECT_EQ(k->schedule.warpgroup_turns, turns);
+    const bool persistent =
+        tma && p.options.schedule.attention_persistent == 1 && k->schedule.kv_splits == 1 && !k->schedule.key_limit;
+    EXPECT_EQ(k->schedule.tile_blocks > 0, persistent);
+    if (persistent) EXPECT_EQ(k->schedule.tile_blocks, std::min<int64_t>(2, k->schedule.batch * k->schedule.m_blocks()));
     EXPECT_EQ(k->schedule.block_n, !small ? 32 : p.options.schedule.attention_block_n == 128 ? 128 : 64);
     const CompiledKernel c = compile_kernel(p.graph, *k);
     // Turns: each warpgroup waits at its named barrier and arrives at the other's.

@@ -483,6 +483,11 @@ static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfil
   s.block_slots = hints.kv_splits < 0 ? int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m) : 0;
   const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
   s.kv_splits = (tiles + per_split - 1) / per_split;
+  const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count;
+  s.tile_blocks = s.tma && s.kv_splits == 1 && !s.key_limit && hints.attention_persistent != 0 &&
+                          (hints.attention_persistent == 1 || query_tiles > sms)
+                      ? std::min(query_tiles, sms)
+                      : 0;
 }
 
 void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {

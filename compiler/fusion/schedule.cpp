@@ -47,7 +47,7 @@ std::string TileSchedule::describe() const {
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time "
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
-        "({}, {}; {} KiB each); {} blocks over {} heads{}",
+        "({}, {}; {} KiB each); {} over {} heads{}",
         block_m, warps_m, !wgmma ? "mma.sync m16n8k16"
         : tma  ? "wgmma m64nNk16 with Q from its shared-memory tile and P from registers"
                : "wgmma m64nNk16 with Q and P from registers", n, block_n,
@@ -59,7 +59,11 @@ std::string TileSchedule::describe() const {
         wgmma ? (overlap ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
                                      : "read by wgmma")
               : "ldmatrix",
-        stage_bytes / 1024, grid(), batch,
+        stage_bytes / 1024,
+        tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}", tile_blocks,
+                                      batch * m_blocks(), causal_offset >= 0 ? " (longest first)" : "")
+                        : fmt::format("{} blocks", grid()),
+        batch,
         (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
                                            heads_per_block)
                              : "") +

@@ -127,9 +127,9 @@ struct TileSchedule {
   // on (staging_bytes() of shared memory, set aside from the stages).
   bool tma_store = false;
   int64_t staging_bytes(int groups) const { return tma_store ? int64_t{2} * 128 * block_m * groups : 0; }
-  // TMA matmuls: > 0, a persistent grid of this many blocks (one per SM) looping over the tiles
-  // (pid, pid + tile_blocks, …): the producer fills the next tile's stages during a tile's
-  // epilogue. 0: a block per tile.
+  // TMA matmuls and attention: > 0, a persistent grid of this many blocks (one per SM) looping
+  // over the tiles (pid, pid + tile_blocks, …): the producer fills the next tile's stages during
+  // a tile's epilogue. 0: a block per tile.
   int64_t tile_blocks = 0;
   int64_t tiles() const { return batch * m_blocks() * n_blocks(); }
   // Persistent TMA matmuls: 2 (ping-pong) runs two groups of block_threads() consumers, each on
@@ -162,7 +162,7 @@ struct TileSchedule {
   int64_t col_blocks() const { return (covered_cols() + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
-    if (attention) return batch * m_blocks() * kv_splits;
+    if (attention) return tile_blocks > 0 ? tile_blocks : batch * m_blocks() * kv_splits;
     if (contracts) return tile_blocks > 0 ? tile_blocks : tiles() * k_splits;
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }
@@ -291,6 +291,10 @@ struct ScheduleHints {
   // TileSchedule::warpgroup_turns): 1; 0 each as soon as its tile is in; -1 (the default) where
   // the softmax overlaps P·V too.
   int attention_pingpong = -1;
+  // TMA attention without split keys on a persistent grid of one block per SM looping over the
+  // query tiles (TileSchedule::tile_blocks, AttentionShape::persistent_blocks): 1; 0 a block per
+  // query tile; -1 (the default) where the query tiles outnumber the SMs.
+  int attention_persistent = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -34,7 +34,7 @@ class AttentionProgram {
     p_.name = name;
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_n};
-    p_.grid = {m_blocks() * block_heads() * s_.kv_splits};
+    p_.grid = {persistent() ? s_.persistent_blocks : query_tiles() * s_.kv_splits};
     // Two blocks per SM (one of two warpgroups): left to itself ptxas caps a d 64 kernel at 168
     // registers (three blocks) and spills where f reads tensors (ALiBi: 16 bytes). At d 128 the
     // code is the same either way (242 registers).
@@ -48,39 +48,98 @@ class AttentionProgram {
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     const int pid = b.program_id(0);
-    // The block's query tile (a head's, or — heads packed — a K/V head's), and its key range.
-    const int tile = s_.kv_splits > 1 ? b.div(pid, b.index(s_.kv_splits)) : pid;
-    split_ = s_.kv_splits > 1 ? b.rem(pid, b.index(s_.kv_splits)) : zero_;
-    bh_ = b.div(tile, b.index(m_blocks()));
-    kv_bh_ = s_.group > 1 ? bh_ : kv_head(b);
-    const int first_row = b.mul(bh_, b.index(head_rows()));
-    // Causal blocks differ in work: the longest (last queries) are taken first, so that the
-    // last wave is of short ones.
-    int mt = b.rem(tile, b.index(m_blocks()));
-    if (s_.causal_offset) mt = b.sub(b.index(m_blocks() - 1), mt);
-    const int block_row0 = b.mul(mt, b.index(s_.block_m));
-    query0_ = s_.group > 1 ? zero_ : block_row0;  // packed heads: every row is its head's query 0
-    row0_ = b.add(first_row, block_row0);
-    row_end_ = b.add(first_row, b.index(head_rows()));
-    const auto [lo, hi] = key_range(b);
-    if (s_.tma) {
-      b.specialize([&](Builder& in) { produce_keys(in, lo, hi); },
-                   [&](Builder& in, int) {
-                     load_q(in);
-                     finish(in, tile, s_.overlap ? tma_overlapped_loop(in, lo, hi, loop_init(in))
-                                                 : tma_key_loop(in, lo, hi, loop_init(in)));
-                   });
+    if (s_.tma && persistent()) {
+      // The producer and the consumers each walk the block's query tiles, counting the key steps
+      // before each tile's so that their ring stages follow on: the producer fills the next
+      // tile's first stages while the consumers finish this one's.
+      b.specialize(
+          [&](Builder& in) {
+            over_query_tiles(in, pid, [&](Builder& t, int first_step) {
+              const auto [lo, hi] = key_range(t);
+              produce_keys(t, lo, hi, first_step);
+              return t.sub(hi, lo);
+            });
+          },
+          [&](Builder& in, int) {
+            over_query_tiles(in, pid, [&](Builder& t, int first_step) {
+              const auto [lo, hi] = key_range(t);
+              consume_keys(t, lo, hi, first_step);
+              return t.sub(hi, lo);
+            });
+          });
+    } else if (s_.tma) {  // (the key range, a length read at run time, before the roles split)
+      over_query_tiles(b, pid, [&](Builder&, int) { return zero_; });
+      const auto [lo, hi] = key_range(b);
+      b.specialize([&](Builder& in) { produce_keys(in, lo, hi, zero_); },
+                   [&](Builder& in, int) { consume_keys(in, lo, hi, zero_); });
     } else {
+      over_query_tiles(b, pid, [&](Builder&, int) { return zero_; });
+      const auto [lo, hi] = key_range(b);
       load_q(b);
       const std::vector<int> carried = key_loop(b, lo, hi);
       b.wait_group(0);  // nothing in flight when the block ends
-      finish(b, tile, carried);
+      finish(b, tile_, carried);
     }
     verify_program(p_);
     return std::move(p_);
   }
 
  private:
+  // The block's query tile `tile` (a head's, or — heads packed — a K/V head's): its head, first
+  // query and rows. Causal tiles differ in work: each head's longest (last queries) come first,
+  // so that the last wave is of short ones.
+  void place(Builder& b, int tile) {
+    tile_ = tile;
+    int mt;
+    if (persistent() && s_.causal_offset) {
+      // On a persistent grid, groups of up to 8 heads (their K and V, 2 MB each at 4096 keys of
+      // d 128, stay in L2 while the SMs share them), each group's tiles longest first across its
+      // heads.
+      const int64_t g = std::min<int64_t>(8, block_heads());
+      const int per_group = b.index(g * m_blocks());
+      const int group = b.div(tile, per_group), within = b.rem(tile, per_group);
+      const int heads = b.min(b.index(g), b.sub(b.index(block_heads()), b.mul(group, b.index(g))));
+      mt = b.sub(b.index(m_blocks() - 1), b.div(within, heads));
+      bh_ = b.add(b.mul(group, b.index(g)), b.rem(within, heads));
+    } else {
+      bh_ = b.div(tile, b.index(m_blocks()));
+      mt = b.rem(tile, b.index(m_blocks()));
+      if (s_.causal_offset) mt = b.sub(b.index(m_blocks() - 1), mt);
+    }
+    kv_bh_ = s_.group > 1 ? bh_ : kv_head(b);
+    const int first_row = b.mul(bh_, b.index(head_rows()));
+    const int block_row0 = b.mul(mt, b.index(s_.block_m));
+    query0_ = s_.group > 1 ? zero_ : block_row0;  // packed heads: every row is its head's query 0
+    row0_ = b.add(first_row, block_row0);
+    row_end_ = b.add(first_row, b.index(head_rows()));
+  }
+  // `body` on each of the block's query tiles, placed, given the count of key steps before it
+  // (on the block's rings); it returns its own count. Without a persistent grid the block's one
+  // tile is its program id.
+  using QueryTileBody = std::function<int(Builder&, int first_step)>;
+  void over_query_tiles(Builder& b, int pid, const QueryTileBody& body) {
+    if (!persistent()) {
+      place(b, s_.kv_splits > 1 ? b.div(pid, b.index(s_.kv_splits)) : pid);
+      split_ = s_.kv_splits > 1 ? b.rem(pid, b.index(s_.kv_splits)) : zero_;
+      body(b, zero_);
+      return;
+    }
+    split_ = zero_;
+    b.for_loop(pid, b.index(query_tiles()), b.index(s_.persistent_blocks), {zero_},
+               [&](Builder& in, int tile, const std::vector<int>& c) {
+                 place(in, tile);
+                 return std::vector<int>{in.add(c[0], body(in, c[0]))};
+               });
+  }
+  bool persistent() const { return s_.persistent_blocks > 0; }
+  // The consumers' part of a TMA block's query tile: Q into its ring, the key loop, the outputs.
+  void consume_keys(Builder& b, int lo, int hi, int first_step) {
+    load_q(b);
+    finish(b, tile_, s_.overlap ? tma_overlapped_loop(b, lo, hi, first_step, loop_init(b))
+                                : tma_key_loop(b, lo, hi, first_step, loop_init(b)));
+  }
+  int64_t query_tiles() const { return m_blocks() * block_heads(); }
+
   void check() const {
     if (s_.dtype != DType::BF16 && s_.dtype != DType::F16)
       throw Error(fmt::format("attention on tensor cores takes bf16 or f16, not {}", dtype_name(s_.dtype)));
@@ -98,6 +157,9 @@ class AttentionProgram {
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.tma && (!s_.wgmma || q_shared()))
       throw Error(fmt::format("attention: TMA key tiles need wgmma at d ≤ 128, not {}", s_.d));
+    if (s_.persistent_blocks < 0 || (persistent() && (!s_.tma || s_.kv_splits > 1 || s_.key_limit)))
+      throw Error(fmt::format("attention: a persistent grid ({} blocks) is TMA's without split keys or a key limit",
+                              s_.persistent_blocks));
     if (s_.warpgroup_turns && (!s_.tma || s_.block_m != 128))
       throw Error(fmt::format("attention: turns are between the two warpgroups of a TMA block of 128 rows, not {}{}",
                               s_.block_m, s_.tma ? "" : " without TMA"));
@@ -247,6 +309,9 @@ class AttentionProgram {
   void load_q(Builder& b) {
     if (q_shared() || q_in_ring()) {
       p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false, q_in_ring()});
+      // (On a persistent grid, once both warpgroups are past their last products on the previous
+      // tile's Q.)
+      if (persistent()) b.barrier();
       b.copy_async(q_param_, {row0_, zero_}, kQRing, zero_, {true, padded()}, {row_end_, -1});
       if (q_in_ring()) {  // in place before the first product: copied, visible to wgmma, by every thread
         b.commit_group();
@@ -282,9 +347,9 @@ class AttentionProgram {
   // The producer: key tile j's K (its head's d stored rows of keys key0 on) and V (keys key0 on,
   // all of d) by TMA into its stage, once the consumers have emptied it. The tensor maps' bounds
   // zero what lies past the head's keys or d.
-  void produce_keys(Builder& b, int lo, int hi) {
+  void produce_keys(Builder& b, int lo, int hi, int first_step) {
     b.for_loop(lo, hi, b.index(1), {}, [&](Builder& in, int j, const std::vector<int>&) {
-      const auto [stage, parity] = in.ring_stage(in.sub(j, lo), stages(), true);
+      const auto [stage, parity] = in.ring_stage(in.add(first_step, in.sub(j, lo)), stages(), true);
       in.wait_empty(0, stage, parity);
       in.wait_empty(1, stage, parity);
       const int key0 = in.mul(j, in.index(s_.block_n));
@@ -295,11 +360,11 @@ class AttentionProgram {
   }
   // The consumers: each key tile's stage waited for, the step run on it (both products waited
   // for inside), the stage released.
-  std::vector<int> tma_key_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
+  std::vector<int> tma_key_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     return over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c, bool masked) {
       const int t = in.sub(j, lo);
-      const auto [stage, parity] = in.ring_stage(t, stages(), false);
+      const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       std::vector<int> out = step(in, j, stage, c, masked, turn(t, steps));
@@ -342,17 +407,17 @@ class AttentionProgram {
   // products done). At the first step P is zeros against this tile's own V (a full stage: 0·V
   // adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
   // released; where the range was empty that product read no tile of the block's and O stays.
-  std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
+  std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     std::vector<int> carried = init;
-    carried.push_back(zero_scores(b));
+    append_zero_p(b, &carried);
     const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
                                                                         bool masked) {
       const int t = in.sub(j, lo);
-      const auto [stage, parity] = in.ring_stage(t, stages(), false);
+      const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
-      const int before = in.ring_stage(in.sub(t, in.min(t, one)), stages(), false).first;
+      const int before = in.ring_stage(in.add(first_step, in.sub(t, in.min(t, one))), stages(), false).first;
       const std::vector<int> out = overlapped_step(in, j, stage, before, c, masked, turn(t, steps));
       in.when(in.less(zero_, t), [&](Builder& w) {
         w.release(0, before);
@@ -360,8 +425,8 @@ class AttentionProgram {
       });
       return out;
     });
-    const int last = b.ring_stage(b.sub(hi, b.min(hi, b.add(lo, one))), stages(), false).first;
-    const int o = b.dot_wait({b.dot_async(p_fragments(b, out[3]), 1, last, out[0])}, 0)[0];
+    const int last = b.ring_stage(b.add(first_step, b.sub(hi, b.min(hi, b.add(lo, one)))), stages(), false).first;
+    const int o = b.dot_wait({b.dot_async(carried_p(out), 1, last, out[0])}, 0)[0];
     const int visited = b.less(lo, hi);
     b.when(visited, [&](Builder& w) {
       w.release(0, last);
@@ -461,6 +526,12 @@ class AttentionProgram {
     return q;
   }
   // P's tile as A fragments of 16 keys each, rounded to the inputs' dtype.
+  // The overlapped loops carry P as its A fragments, rounded (half the registers of its f32
+  // tile across the loop's back edge): zeros before the first step, after (O, m, l).
+  void append_zero_p(Builder& b, std::vector<int>* carried) {
+    for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried->push_back(b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A));
+  }
+  static std::vector<int> carried_p(const std::vector<int>& c) { return std::vector<int>(c.begin() + 3, c.end()); }
   std::vector<int> p_fragments(Builder& b, int p) {
     std::vector<int> pa;
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) pa.push_back(b.convert(p, static_cast<int>(kk / 16), s_.dtype));
@@ -531,10 +602,8 @@ class AttentionProgram {
     copy_keys(b, lo, b.rem(lo, three));
     copy_keys(b, b.index(steps()), b.rem(b.add(lo, two), three));  // zeros: keys from n_kv on
     copy_keys(b, b.add(lo, b.index(1)), b.rem(b.add(lo, b.index(1)), three));
-    // P carried as the f32 tile, converted where P·V reads it (each pair by one conversion
-    // straight into its register).
     std::vector<int> carried = init;
-    carried.push_back(zero_scores(b));
+    append_zero_p(b, &carried);
     const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
                                                                         bool masked) {
       in.wait_group(1);  // tile j's copies (and before the first step the stage of zeros) done
@@ -550,16 +619,17 @@ class AttentionProgram {
     b.wait_group(0);
     b.fence_async();
     b.barrier();
-    const int o = b.dot_wait({b.dot_async(p_fragments(b, out[3]), 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
+    const int o = b.dot_wait({b.dot_async(carried_p(out), 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
     return {o, out[1], out[2]};
   }
 
-  // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} (c[3])
+  // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} (c[3…])
   // times stage `before`'s V onto O started together, S waited for alone (the older group), the
-  // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l, P).
+  // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l,
+  // P's fragments).
   std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, bool masked,
                                    Turn turn = {}) {
-    const std::vector<int> p = p_fragments(b, c[3]);
+    const std::vector<int> p = carried_p(c);
     const int s0 = zero_scores(b);
     const auto [scores, o_flight] = in_turn(b, turn, [&] {
       const int s = q_times_k(b, stage, s0);
@@ -567,7 +637,10 @@ class AttentionProgram {
     });
     const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2], masked);
     const int o = b.compute(Op::Mul, {b.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
-    return {o, on.m, on.l, on.p};
+    std::vector<int> out = {o, on.m, on.l};
+    const std::vector<int> pa = p_fragments(b, on.p);
+    out.insert(out.end(), pa.begin(), pa.end());
+    return out;
   }
 
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
@@ -650,7 +723,7 @@ class AttentionProgram {
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
   std::vector<int> tensor_param_, row_param_;
-  int zero_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1, split_ = -1, workspace_ = -1;
+  int zero_ = -1, tile_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1, split_ = -1, workspace_ = -1;
 };
 
 }  // namespace
@@ -792,6 +865,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.tma = k.schedule.wgmma && k.schedule.tma;
   s.overlap = k.schedule.wgmma && k.schedule.overlap;
   s.warpgroup_turns = s.tma && k.schedule.warpgroup_turns;
+  s.persistent_blocks = s.tma ? k.schedule.tile_blocks : 0;
   s.causal_offset = c->causal_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {

@@ -45,11 +45,17 @@ struct AttentionShape {
   // softmax while P·V is in flight (FlashAttention-3's overlap within a warpgroup); the K and V
   // tiles through three stages then, a stage refilled once the P·V that read it is done.
   bool overlap = false;
-  // On wgmma (Q in registers: d ≤ 128), warp-specialized: a producer warpgroup's one thread
-  // copies each key tile's K and V by TMA into rings of three stages with a full and an empty
-  // mbarrier each, while the block's warpgroups (the consumers) wait for a stage to be full, run
-  // the step on it and release it — no thread copies or waits at a block barrier in the loop.
+  // On wgmma at d ≤ 128, warp-specialized: a producer warpgroup's one thread copies each key
+  // tile's K and V by TMA into rings of three stages with a full and an empty mbarrier each,
+  // while the block's warpgroups (the consumers) wait for a stage to be full, run the step on it
+  // and release it — no thread copies or waits at a block barrier in the loop. Q waits in a ring
+  // of its own, S's A operand read there by wgmma.
   bool tma = false;
+  // On TMA without split keys or a key limit, > 0: a persistent grid of this many blocks, block
+  // b taking query tiles b, b + persistent_blocks, … (causal: groups of 8 heads, each group's
+  // tiles longest first), its rings' stages following on from tile to tile, so that the
+  // producer fills the next tile's first stages while the consumers finish this one's.
+  int64_t persistent_blocks = 0;
   // On TMA: the two consumer warpgroups issue each step's products in turns — one waits until
   // the other has issued its own — so that one's softmax runs while the other's products hold
   // the tensor cores (FlashAttention-3's ping-pong).

@@ -83,11 +83,14 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.fusion.schedule.attention_block_n = pick(0, 1) ? 128 : 64;
       v.fusion.schedule.attention_overlap = pick(0, 1);
       v.fusion.schedule.attention_pingpong = pick(0, 1);
+      v.fusion.schedule.attention_persistent = pick(0, 1);
+      if (v.fusion.schedule.attention_persistent) v.fusion.profile.sm_count = 2;  // blocks of several query tiles
       v.name = fmt::format("--pack-heads 0 --kv-splits {} --attention-tma {} --attention-keys {} --attention-overlap {} "
-                           "--attention-pingpong {}",
+                           "--attention-pingpong {} --attention-persistent {}{}",
                            v.fusion.schedule.kv_splits, v.fusion.schedule.attention_tma,
                            v.fusion.schedule.attention_block_n, v.fusion.schedule.attention_overlap,
-                           v.fusion.schedule.attention_pingpong);
+                           v.fusion.schedule.attention_pingpong, v.fusion.schedule.attention_persistent,
+                           v.fusion.schedule.attention_persistent ? " (2 SMs)" : "");
       break;
     case 9: {  // the own GEMM's other Hopper schedules: cp.async, a block per tile, ping-pong over 2 SMs'
                // blocks, stores from the registers without clusters

@@ -143,6 +143,12 @@ common options:
                                issue their products in turns, one's softmax under the other's
                                products (FlashAttention-3's ping-pong); 0 each as soon as its key
                                tile is in; auto (the default): where the softmax overlaps P·V
+  --attention-persistent 0|1|auto
+                               schedule override: 1 runs TMA attention (without split keys) on a
+                               persistent grid of a block per SM taking the query tiles in turn
+                               (causal: longest first), the next tile's K and V copied while this
+                               one finishes; 0 a block per query tile; auto (the default): where
+                               the query tiles outnumber the SMs
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
@@ -179,7 +185,7 @@ struct Args {
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = -1;
+      attention_block_n = 0, attention_pingpong = -1, attention_persistent = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -249,7 +255,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
                  a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster,
-                 a.gemm_tma_store, a.attention_tma, a.attention_block_n, a.attention_pingpong};
+                 a.gemm_tma_store, a.attention_tma, a.attention_block_n, a.attention_pingpong, a.attention_persistent};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -331,6 +337,8 @@ Args parse(int argc, char** argv) {
       a.attention_tma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-pingpong")
       a.attention_pingpong = parse_int_or_auto(s, value(), 0, 1);
+    else if (s == "--attention-persistent")
+      a.attention_persistent = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-keys") {
       const std::string v = value();
       if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-keys needs 64 or 128, got '{}'", v));
