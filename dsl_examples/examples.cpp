@@ -17,8 +17,6 @@ Graph column_sum_graph(DType dtype);
 Graph matmul_graph(const std::string& name, int64_t m, int64_t n, int64_t k, bool bias_gelu);
 Graph attention_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
 Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, int64_t hidden, DType dtype);
-Graph attention_grouped_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_q,
-                              int64_t n_kv, int64_t d, bool causal);
 Graph attention_decode_step_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads,
                                   int64_t max_len, int64_t d);
 void decode_step_lengths(TensorMap& inputs, int64_t batch, int64_t max_len);

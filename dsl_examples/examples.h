@@ -24,6 +24,11 @@ const std::vector<Example>& examples();
 // O = attention(q, k, v) over [batch, heads, n, d] bf16 and, given "do", dq, dk, dv from dsl::grad
 // (dsl_examples/training.cpp; tests build it at their own shapes).
 Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
+// O = attention(q, k, v) of q_heads query heads over kv_heads K/V heads (q [batch, kv_heads,
+// group, n_q, d], k and v [batch, kv_heads, 1, n_kv, d], bf16), causal or not
+// (dsl_examples/attention.cpp; tests build it at their own shapes).
+Graph attention_grouped_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_q,
+                              int64_t n_kv, int64_t d, bool causal);
 // The off-benchmark family (dsl_examples/family.cpp): `tilefuse` knows them beside the examples.
 const std::vector<Example>& family_examples();
 // Throws GraphError listing the known names when `name` is unknown.

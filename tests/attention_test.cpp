@@ -1047,6 +1047,50 @@ TEST(GpuAttention, DecodeGridMatchesFloat64AndThePrefillSchedule) {
   }
 }
 
+// The default prefill schedule (FlashAttention-3's: TMA, 128 keys a step, the softmax
+// overlapped, the warpgroups taking turns, a persistent grid) at full sequence lengths against
+// an independent path on the GPU: the plan without the contraction-chain rule, which writes the
+// scores and runs the softmax and both products as kernels of their own. Causal and not, GQA,
+// an odd length, d 64.
+TEST(GpuAttention, PrefillScheduleMatchesTheUnfusedPlan) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  struct Case {
+    const char* name;
+    int64_t batch, q_heads, kv_heads, n, d;
+    bool causal;
+  };
+  const uint64_t seed = testing::test_seed();
+  for (const Case& c : {Case{"attention", 1, 8, 8, 4096, 128, false}, Case{"causal", 1, 8, 8, 4096, 128, true},
+                        Case{"gqa", 1, 8, 2, 4096, 128, false}, Case{"odd_causal", 1, 8, 8, 4097, 128, true},
+                        Case{"odd", 1, 8, 8, 4097, 128, false}, Case{"d64", 2, 8, 8, 2048, 64, true}}) {
+    SCOPED_TRACE(c.name);
+    const Graph g = attention_grouped_graph(c.name, c.batch, c.q_heads, c.kv_heads, c.n, c.n, c.d, c.causal);
+    Executable fused(plan_fusion(g));
+    const Kernel* k = attention_kernel_of(fused.plan());
+    ASSERT_NE(k, nullptr) << plan_report_text(fused.plan());
+    EXPECT_TRUE(k->schedule.tma && k->schedule.overlap && k->schedule.warpgroup_turns) << k->schedule.describe();
+    EXPECT_GT(k->schedule.tile_blocks, 0) << k->schedule.describe();
+    FusionOptions unfused;
+    unfused.contraction_chains = false;
+    Executable materialized(plan_fusion(g, unfused));
+    ASSERT_EQ(attention_kernel_of(materialized.plan()), nullptr);
+    const TensorMap in = random_inputs(g, seed);
+    const std::vector<double> a = fused.run(in).at("o").to_doubles(), b = materialized.run(in).at("o").to_doubles();
+    ASSERT_EQ(a.size(), b.size());
+    double diff = 0, norm = 0, worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double e = std::isfinite(a[i]) ? std::abs(a[i] - b[i]) : INFINITY;
+      diff += e * e;
+      norm += b[i] * b[i];
+      worst = std::max(worst, e);
+    }
+    const double rel = std::sqrt(diff / norm);
+    EXPECT_LE(rel, 1e-2) << "worst |fused − unfused| " << worst;  // P rounded to bf16 in one, the softmax's output in the other
+    fmt::print("  {} B{} Hq{} Hkv{} N{} d {}: {} persistent blocks; |fused − unfused| relative {:.3g}, worst {:.3g}\n",
+               c.name, c.batch, c.q_heads, c.kv_heads, c.n, c.d, k->schedule.tile_blocks, rel, worst);
+  }
+}
+
 TEST(GpuAttention, FusedPlansMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
