@@ -452,10 +452,10 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
 }
 
 // Where the products bound the kernel (prefill; not decode, whose cache's bytes do) and d ≤
-// 128, by default FlashAttention-3's schedule (measured the fastest at B8 H32 N4096 d128:
-// bench/NOTES.md): blocks of 128 rows, two consumer warpgroups fed K and V by TMA, 128 keys a
-// step, the softmax overlapped with P·V within each warpgroup and the two taking turns at the
-// products. Elsewhere every thread's cp.async over 64 rows and 64 keys, overlapped where the
+// 128, by default FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128:
+// bench/NOTES.md): 128 rows, two consumer warpgroups fed K and V by TMA, 128 keys a step, the
+// softmax overlapped with P·V within each warpgroup (the warpgroups taking turns and a
+// persistent grid only where asked for: neither was faster). Elsewhere every thread's cp.async over 64 rows and 64 keys, overlapped where the
 // products bound the kernel (d 256: 32 keys a step, not overlapped — the output takes the
 // registers). Each hint forces its part either way.
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, DType dt, const ScheduleHints& hints,
@@ -465,7 +465,7 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, D
   s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
   s.block_n = d > 128 ? 32 : hints.attention_block_n ? hints.attention_block_n : s.tma ? 128 : 64;
   s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
-  s.warpgroup_turns = s.tma && hints.attention_pingpong != 0 && (hints.attention_pingpong == 1 || s.overlap);
+  s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
   s.warps_m = static_cast<int>(s.block_m / 16);
   s.warps_n = 1;
   s.threads_per_row = 32 * s.warps_m;
@@ -484,8 +484,7 @@ static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfil
   const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
   s.kv_splits = (tiles + per_split - 1) / per_split;
   const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count;
-  s.tile_blocks = s.tma && s.kv_splits == 1 && !s.key_limit && hints.attention_persistent != 0 &&
-                          (hints.attention_persistent == 1 || query_tiles > sms)
+  s.tile_blocks = s.tma && s.kv_splits == 1 && !s.key_limit && hints.attention_persistent == 1
                       ? std::min(query_tiles, sms)
                       : 0;
 }
@@ -512,17 +511,18 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   // shifted exponent and its ex2, the sum, the conversion to P's fragment (~6 issued
   // instructions) — or its one ex2 on the MUFU pipe, whichever takes longer. The products at
   // the schedule's GEMM rate. What of the softmax runs under the products, as measured
-  // (bench/NOTES.md, "Attention on TMA measured"): overlapped within a warpgroup, 17% of it
-  // (cp.async, B4 H16 d128: 1.309 against 1.353 ms; on TMA no gain at all); the warpgroups
-  // taking turns at 64 keys a step, none (3% slower than without). In principle ping-pong could
-  // hide it all, up to the products' time: the schedules do not get there yet.
+  // (bench/NOTES.md): overlapped within a warpgroup, 17% of it on cp.async (B4 H16 d128: 1.309
+  // against 1.353 ms) and 23% on TMA at 128 keys a step (B8 H32 N4096 d128: 3.77 against 4.00
+  // ms, the runs' cuDNN as the common scale); the warpgroups' turns add nothing measurable (1–2%
+  // slower). In principle ping-pong could hide it all, up to the products' time: the schedules
+  // do not get there yet.
   c.instructions = scores * (6 + k.totals.instructions_per_element);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
   c.tensor_s = c.flops / matmul_flops_rate(s, p);
   const double issue_s = c.instructions / p.instructions_per_s, exp_s = scores / p.exp2_per_s;
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
-  c.hidden_s = s.overlap && !s.tma ? 0.17 * std::min(c.softmax_s, c.tensor_s / 2) : 0;
+  c.hidden_s = s.overlap ? (s.tma ? 0.23 : 0.17) * std::min(c.softmax_s, c.tensor_s / 2) : 0;
   c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s;
   // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
   // d); 243 at d 256, whose Q fragments stay in shared memory. On wgmma (no K or V fragments in

@@ -731,8 +731,8 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--attention-rows", &ScheduleHints::attention_block_m, 0},
                                {"--attention-tma", &ScheduleHints::attention_tma, -1},
                                {"--attention-keys", &ScheduleHints::attention_block_n, 0},
-                               {"--attention-pingpong", &ScheduleHints::attention_pingpong, -1},
-                               {"--attention-persistent", &ScheduleHints::attention_persistent, -1}};
+                               {"--attention-pingpong", &ScheduleHints::attention_pingpong, 0},
+                               {"--attention-persistent", &ScheduleHints::attention_persistent, 0}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());

@@ -149,9 +149,10 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                        "under the products ({})\n",
                        ms(k.cost.tensor_s), ms(k.cost.softmax_s), k.cost.exp_bound ? "exponent (MUFU)" : "issue",
                        ms(k.cost.hidden_s),
-                       k.schedule.warpgroup_turns ? "the two warpgroups take turns: ping-pong"
-                       : k.schedule.overlap       ? "each step's softmax under the previous step's P·V"
-                                                  : "each product waited for before the softmax");
+                       k.schedule.overlap ? std::string("each step's softmax under the previous step's P·V") +
+                                                (k.schedule.warpgroup_turns ? "; the two warpgroups take turns: ping-pong" : "")
+                       : k.schedule.warpgroup_turns ? "the two warpgroups take turns: ping-pong"
+                                                    : "each product waited for before the softmax");
     if (k.cost.copy_bytes > 0)
       s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
                        bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));
