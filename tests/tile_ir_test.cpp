@@ -692,6 +692,17 @@ TEST(TileIr, VerifierChecksFragments) {
   EXPECT_TRUE(named(program_problems(parse_program(head + mma + narrow)), "is not a mma_a tile of [64, 16]"));
 }
 
+// Applies `edit` to the instructions of `r` and of the regions inside, in order, until it
+// returns true (it changed one); false where it never did.
+bool edit_first(Region& r, const std::function<bool(Inst&)>& edit) {
+  for (Inst& i : r.body) {
+    if (edit(i)) return true;
+    for (Region& inner : i.regions)
+      if (edit_first(inner, edit)) return true;
+  }
+  return false;
+}
+
 // Attention's loop on wgmma: Q's fragments (d/16 of them) against the K stage and P's against
 // the V stage, each product waited for; the text round-trips. The verifier refuses a product
 // missing one of A's fragments, and one whose B ring is not laid out for wgmma.
@@ -725,33 +736,19 @@ TEST(TileIrBuild, AttentionOnWgmmaTakesAFromRegisters) {
   size_t flushed = 0;
   for (size_t at = text.find(" ftz :"); at != std::string::npos; at = text.find(" ftz :", at + 1)) ++flushed;
   EXPECT_EQ(flushed, 2u * 2u) << text;
-  std::function<bool(Region&)> flush_an_exp = [&](Region& r) {
-    for (Inst& i : r.body) {
-      if (i.flush_subnormal) {
-        i.op = Op::Exp;
-        return true;
-      }
-      for (Region& inner : i.regions)
-        if (flush_an_exp(inner)) return true;
-    }
-    return false;
-  };
   Program flushed_exp = p;
-  ASSERT_TRUE(flush_an_exp(flushed_exp.body));
+  ASSERT_TRUE(edit_first(flushed_exp.body, [](Inst& i) {
+    if (!i.flush_subnormal) return false;
+    i.op = Op::Exp;  // an f32 exp flushing its subnormals
+    return true;
+  }));
   EXPECT_FALSE(program_problems(flushed_exp).empty());
-  std::function<bool(Region&)> drop_fragment = [&](Region& r) {
-    for (Inst& i : r.body) {
-      if (i.opcode == Opcode::DotAsync) {
-        i.args.pop_back();
-        return true;
-      }
-      for (Region& inner : i.regions)
-        if (drop_fragment(inner)) return true;
-    }
-    return false;
-  };
   Program short_a = p;
-  ASSERT_TRUE(drop_fragment(short_a.body));
+  ASSERT_TRUE(edit_first(short_a.body, [](Inst& i) {
+    if (i.opcode != Opcode::DotAsync) return false;
+    i.args.pop_back();  // one A fragment short
+    return true;
+  }));
   EXPECT_FALSE(program_problems(short_a).empty());
   Program plain_ring = p;
   plain_ring.shared[0].wgmma = false;
