@@ -386,9 +386,43 @@ int64_t splits_for_device(const TileSchedule& s, int64_t tiles, const DeviceProf
   return splits;
 }
 
+// Where the products bound the kernel (prefill; not decode, whose cache's bytes do) and d ≤
+// 128, by default FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128:
+// bench/NOTES.md): 128 rows, two consumer warpgroups fed K and V by TMA, 128 keys a step, the
+// softmax overlapped with P·V within each warpgroup (the warpgroups taking turns and a
+// persistent grid only where asked for: neither was faster). Elsewhere every thread's cp.async
+// over 64 rows and 64 keys, overlapped where the products bound the kernel (d 256: 32 keys a
+// step, not overlapped — the output takes the registers). Each hint forces its part either way.
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, DType dt, const ScheduleHints& hints,
-                            bool bound_by_products);
-static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfile& p, const ScheduleHints& hints);
+                                   bool bound_by_products) {
+  const int64_t d = padded_head_dim(c.d);
+  s.tma = s.wgmma && d <= 128 && hints.attention_tma != 0 && (hints.attention_tma == 1 || bound_by_products);
+  s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
+  s.block_n = d > 128 ? 32 : hints.attention_block_n ? hints.attention_block_n : s.tma ? 128 : 64;
+  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
+  s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
+  s.warps_m = static_cast<int>(s.block_m / 16);
+  s.warps_n = 1;
+  s.threads_per_row = 32 * s.warps_m;
+  s.stages = s.tma || s.overlap ? 3 : 2;
+  // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
+  s.stage_bytes = 2 * s.block_n * d * static_cast<int64_t>(dtype_size(dt));
+}
+
+// The grid: split-KV where the blocks of heads and query tiles leave SMs idle. No more splits
+// than key tiles, and none that the static count leaves always empty (5 tiles in 4 splits: 2, 2,
+// 1 and none → 3 splits).
+static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfile& p, const ScheduleHints& hints) {
+  const int64_t tiles = (n_kv + s.block_n - 1) / s.block_n;
+  s.kv_splits = std::clamp<int64_t>(hints.kv_splits < 0 ? splits_for_device(s, tiles, p) : hints.kv_splits, 1, tiles);
+  s.block_slots = hints.kv_splits < 0 ? int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m) : 0;
+  const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
+  s.kv_splits = (tiles + per_split - 1) / per_split;
+  const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count;
+  s.tile_blocks = s.tma && s.kv_splits == 1 && !s.key_limit && hints.attention_persistent == 1
+                      ? std::min(query_tiles, sms)
+                      : 0;
+}
 
 bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
                       std::string* why) {
@@ -449,44 +483,6 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   fit_attention_grid(s, c->n_kv, p, hints);
   estimate_attention_cost(g, k, p);
   return true;
-}
-
-// Where the products bound the kernel (prefill; not decode, whose cache's bytes do) and d ≤
-// 128, by default FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128:
-// bench/NOTES.md): 128 rows, two consumer warpgroups fed K and V by TMA, 128 keys a step, the
-// softmax overlapped with P·V within each warpgroup (the warpgroups taking turns and a
-// persistent grid only where asked for: neither was faster). Elsewhere every thread's cp.async over 64 rows and 64 keys, overlapped where the
-// products bound the kernel (d 256: 32 keys a step, not overlapped — the output takes the
-// registers). Each hint forces its part either way.
-static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, DType dt, const ScheduleHints& hints,
-                            bool bound_by_products) {
-  const int64_t d = padded_head_dim(c.d);
-  s.tma = s.wgmma && d <= 128 && hints.attention_tma != 0 && (hints.attention_tma == 1 || bound_by_products);
-  s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
-  s.block_n = d > 128 ? 32 : hints.attention_block_n ? hints.attention_block_n : s.tma ? 128 : 64;
-  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
-  s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
-  s.warps_m = static_cast<int>(s.block_m / 16);
-  s.warps_n = 1;
-  s.threads_per_row = 32 * s.warps_m;
-  s.stages = s.tma || s.overlap ? 3 : 2;
-  // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
-  s.stage_bytes = 2 * s.block_n * d * static_cast<int64_t>(dtype_size(dt));
-}
-
-// The grid: split-KV where the blocks of heads and query tiles leave SMs idle. No more splits
-// than key tiles, and none that the static count leaves always empty (5 tiles in 4 splits: 2, 2,
-// 1 and none → 3 splits).
-static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfile& p, const ScheduleHints& hints) {
-  const int64_t tiles = (n_kv + s.block_n - 1) / s.block_n;
-  s.kv_splits = std::clamp<int64_t>(hints.kv_splits < 0 ? splits_for_device(s, tiles, p) : hints.kv_splits, 1, tiles);
-  s.block_slots = hints.kv_splits < 0 ? int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m) : 0;
-  const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
-  s.kv_splits = (tiles + per_split - 1) / per_split;
-  const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count;
-  s.tile_blocks = s.tma && s.kv_splits == 1 && !s.key_limit && hints.attention_persistent == 1
-                      ? std::min(query_tiles, sms)
-                      : 0;
 }
 
 void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {

@@ -1,6 +1,7 @@
 #include "compiler/fusion/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <set>
 
@@ -144,15 +145,16 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     else if (!k.library)
       s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
                        occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
-    if (k.kind == ScheduleKind::Attention)
+    if (k.kind == ScheduleKind::Attention) {
+      std::vector<std::string> hiding;
+      if (k.schedule.overlap) hiding.push_back("each step's softmax under the previous step's P·V");
+      if (k.schedule.warpgroup_turns) hiding.push_back("the two warpgroups take turns: ping-pong");
+      if (hiding.empty()) hiding.push_back("each product waited for before the softmax");
       s += fmt::format("    arithmetic: the products {} on the tensor cores, the softmax {} ({}-bound), {} of it hidden "
                        "under the products ({})\n",
                        ms(k.cost.tensor_s), ms(k.cost.softmax_s), k.cost.exp_bound ? "exponent (MUFU)" : "issue",
-                       ms(k.cost.hidden_s),
-                       k.schedule.overlap ? std::string("each step's softmax under the previous step's P·V") +
-                                                (k.schedule.warpgroup_turns ? "; the two warpgroups take turns: ping-pong" : "")
-                       : k.schedule.warpgroup_turns ? "the two warpgroups take turns: ping-pong"
-                                                    : "each product waited for before the softmax");
+                       ms(k.cost.hidden_s), fmt::join(hiding, "; "));
+    }
     if (k.cost.copy_bytes > 0)
       s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
                        bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));

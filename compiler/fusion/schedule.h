@@ -288,12 +288,13 @@ struct ScheduleHints {
   int attention_block_n = 0;
   // TMA attention: the two consumer warpgroups issue their products in turns, so that one's
   // softmax runs under the other's products (FlashAttention-3's ping-pong;
-  // TileSchedule::warpgroup_turns): 1; 0 (the default) each as soon as its tile is in (1–2%
-  // faster with the softmax overlapped: bench/NOTES.md).
+  // TileSchedule::warpgroup_turns): 1; 0 (the default) each as soon as its tile is in (with
+  // the softmax overlapped, measured 1–2% faster than turns: bench/NOTES.md).
   int attention_pingpong = 0;
   // TMA attention without split keys on a persistent grid of one block per SM looping over the
   // query tiles (TileSchedule::tile_blocks, AttentionShape::persistent_blocks): 1; 0 (the
-  // default) a block per query tile (as fast without a mask, 6% faster causal: bench/NOTES.md).
+  // default) a block per query tile (measured as fast without a mask and 6% faster causal than
+  // the persistent grid: bench/NOTES.md).
   int attention_persistent = 0;
 };
 

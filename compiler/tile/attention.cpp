@@ -54,26 +54,18 @@ class AttentionProgram {
       // tile's first stages while the consumers finish this one's.
       b.specialize(
           [&](Builder& in) {
-            over_query_tiles(in, pid, [&](Builder& t, int first_step) {
-              const auto [lo, hi] = key_range(t);
-              produce_keys(t, lo, hi, first_step);
-              return t.sub(hi, lo);
-            });
+            over_query_tiles(in, pid, [&](Builder& t, int lo, int hi, int first) { produce_keys(t, lo, hi, first); });
           },
           [&](Builder& in, int) {
-            over_query_tiles(in, pid, [&](Builder& t, int first_step) {
-              const auto [lo, hi] = key_range(t);
-              consume_keys(t, lo, hi, first_step);
-              return t.sub(hi, lo);
-            });
+            over_query_tiles(in, pid, [&](Builder& t, int lo, int hi, int first) { consume_keys(t, lo, hi, first); });
           });
     } else if (s_.tma) {  // (the key range, a length read at run time, before the roles split)
-      over_query_tiles(b, pid, [&](Builder&, int) { return zero_; });
+      place_block(b, pid);
       const auto [lo, hi] = key_range(b);
       b.specialize([&](Builder& in) { produce_keys(in, lo, hi, zero_); },
                    [&](Builder& in, int) { consume_keys(in, lo, hi, zero_); });
     } else {
-      over_query_tiles(b, pid, [&](Builder&, int) { return zero_; });
+      place_block(b, pid);
       const auto [lo, hi] = key_range(b);
       load_q(b);
       const std::vector<int> carried = key_loop(b, lo, hi);
@@ -113,22 +105,22 @@ class AttentionProgram {
     row0_ = b.add(first_row, block_row0);
     row_end_ = b.add(first_row, b.index(head_rows()));
   }
-  // `body` on each of the block's query tiles, placed, given the count of key steps before it
-  // (on the block's rings); it returns its own count. Without a persistent grid the block's one
-  // tile is its program id.
-  using QueryTileBody = std::function<int(Builder&, int first_step)>;
+  // A block per query tile (and key split): program id `pid`'s.
+  void place_block(Builder& b, int pid) {
+    place(b, s_.kv_splits > 1 ? b.div(pid, b.index(s_.kv_splits)) : pid);
+    split_ = s_.kv_splits > 1 ? b.rem(pid, b.index(s_.kv_splits)) : zero_;
+  }
+  // A persistent block's query tiles pid, pid + persistent_blocks, …: `body` on each, placed,
+  // given its key tiles [lo, hi) and the count of key steps on the block's rings before them.
+  using QueryTileBody = std::function<void(Builder&, int lo, int hi, int first_step)>;
   void over_query_tiles(Builder& b, int pid, const QueryTileBody& body) {
-    if (!persistent()) {
-      place(b, s_.kv_splits > 1 ? b.div(pid, b.index(s_.kv_splits)) : pid);
-      split_ = s_.kv_splits > 1 ? b.rem(pid, b.index(s_.kv_splits)) : zero_;
-      body(b, zero_);
-      return;
-    }
     split_ = zero_;
     b.for_loop(pid, b.index(query_tiles()), b.index(s_.persistent_blocks), {zero_},
                [&](Builder& in, int tile, const std::vector<int>& c) {
                  place(in, tile);
-                 return std::vector<int>{in.add(c[0], body(in, c[0]))};
+                 const auto [lo, hi] = key_range(in);
+                 body(in, lo, hi, c[0]);
+                 return std::vector<int>{in.add(c[0], in.sub(hi, lo))};
                });
   }
   bool persistent() const { return s_.persistent_blocks > 0; }
@@ -525,13 +517,13 @@ class AttentionProgram {
     for (int64_t kk = 0; kk < dp() / 16; ++kk) q.push_back(kk < s_.d / 16 ? q_at(b, kk) : zero_fragment(b));
     return q;
   }
-  // P's tile as A fragments of 16 keys each, rounded to the inputs' dtype.
   // The overlapped loops carry P as its A fragments, rounded (half the registers of its f32
   // tile across the loop's back edge): zeros before the first step, after (O, m, l).
   void append_zero_p(Builder& b, std::vector<int>* carried) {
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried->push_back(b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A));
   }
   static std::vector<int> carried_p(const std::vector<int>& c) { return std::vector<int>(c.begin() + 3, c.end()); }
+  // P's tile as A fragments of 16 keys each, rounded to the inputs' dtype.
   std::vector<int> p_fragments(Builder& b, int p) {
     std::vector<int> pa;
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) pa.push_back(b.convert(p, static_cast<int>(kk / 16), s_.dtype));
