@@ -60,4 +60,84 @@ void decode_step_lengths(TensorMap& inputs, int64_t batch, int64_t max_len) {
   inputs["length"] = TensorData::from_doubles(DType::F32, {batch, 1, 1, 1, 1}, lengths);
 }
 
+// The attention family (`tilefuse list` shows them beside the examples): the head dimensions,
+// odd lengths and grouped heads of the prefill bar, and the variants — a softcap, ALiBi, a
+// sliding window — that FlexAttention compiles from the same score function, each at
+// B8 H32 N4096 bf16 (d 128 unless named). scripts/gpu_attention.sh times them beside cuDNN and
+// FlexAttention in the same call.
+namespace {
+
+Tensor scores(const Tensor& q, const Tensor& k, int64_t d) {
+  return matmul(q, k, {false, true, DType::F32}) * (1.0 / std::sqrt(static_cast<double>(d)));
+}
+
+Tensor probs_times_v(const Tensor& s, const Tensor& v) { return matmul(cast(softmax(s), DType::BF16), v); }
+
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv qkv(Graph& g, int64_t n, int64_t d) {
+  const Shape shape = {8, 32, n, d};
+  return {input(g, "q", shape, DType::BF16), input(g, "k", shape, DType::BF16), input(g, "v", shape, DType::BF16)};
+}
+
+// tanh(s / 50)·50: Gemma 2's cap on its attention logits.
+Graph softcap_graph() {
+  Graph g("attention_softcap");
+  Qkv t = qkv(g, 4096, 128);
+  output("o", probs_times_v(tanh(scores(t.q, t.k, 128) * (1.0 / 50)) * 50.0, t.v));
+  return g;
+}
+
+// Causal, plus ALiBi's bias slope[h]·(i_k − i_q), one slope per head from a tensor.
+Graph alibi_graph() {
+  Graph g("attention_alibi");
+  Qkv t = qkv(g, 4096, 128);
+  Tensor qi = iota(g, {4096, 4096}, 0), ki = iota(g, {4096, 4096}, 1);
+  Tensor s = scores(t.q, t.k, 128) + input(g, "slope", {32, 1, 1}) * (ki - qi);
+  output("o", probs_times_v(where(qi >= ki, s, -INFINITY), t.v));
+  return g;
+}
+
+}  // namespace
+
+Graph attention_window_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d,
+                             int64_t window) {
+  Graph g(name);
+  const Shape shape = {batch, heads, n, d};
+  Tensor q = input(g, "q", shape, DType::BF16), k = input(g, "k", shape, DType::BF16), v = input(g, "v", shape, DType::BF16);
+  Tensor qi = iota(g, {n, n}, 0), ki = iota(g, {n, n}, 1);
+  Tensor s = where(qi >= ki, where(qi - ki < static_cast<double>(window), scores(q, k, d), -INFINITY), -INFINITY);
+  output("o", probs_times_v(s, v));
+  return g;
+}
+
+const std::vector<Example>& attention_family_examples() {
+  static const std::vector<Example> all = [] {
+    std::vector<Example> out;
+    auto add = [&](std::function<Graph()> build, const std::string& what) {
+      Graph g = build();
+      out.push_back({g.name(), "[attention family] " + what, std::move(build), "attention"});
+    };
+    for (bool causal : {false, true}) {
+      const std::string c = causal ? "_causal" : "";
+      const std::string how = causal ? "causal " : "";
+      add([c, causal] { return attention_graph("attention_d64" + c, 8, 32, 4096, 64, causal); },
+          how + "B8 H32 N4096, head dimension 64");
+      add([c, causal] { return attention_graph("attention_d256" + c, 8, 32, 4096, 256, causal); },
+          how + "B8 H32 N4096, head dimension 256");
+      add([c, causal] { return attention_graph("attention_n4097" + c, 8, 32, 4097, 128, causal); },
+          how + "B8 H32, 4097 queries and keys (one past the tiles)");
+    }
+    add([] { return attention_grouped_graph("attention_gqa_causal", 8, 32, 8, 4096, 4096, 128, true); },
+        "causal, 32 query heads over 8 K/V heads");
+    add(softcap_graph, "scores capped by tanh(s/50)·50");
+    add(alibi_graph, "causal, plus ALiBi's bias slope[h]·(i_k − i_q)");
+    add([] { return attention_window_graph("attention_window", 8, 32, 4096, 128, 1024); },
+        "causal sliding window of 1024 keys (Mistral's)");
+    return out;
+  }();
+  return all;
+}
+
 }  // namespace tilefuse

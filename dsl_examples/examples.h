@@ -29,8 +29,16 @@ Graph attention_train_graph(const std::string& name, int64_t batch, int64_t head
 // (dsl_examples/attention.cpp; tests build it at their own shapes).
 Graph attention_grouped_graph(const std::string& name, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t n_q,
                               int64_t n_kv, int64_t d, bool causal);
+// O = attention(q, k, v) over [batch, heads, n, d] bf16, causal, each query seeing only the
+// `window` keys up to its own: where(i_q ≥ i_k, where(i_q − i_k < window, s, −inf), −inf)
+// (dsl_examples/attention.cpp; tests build it at their own shapes).
+Graph attention_window_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d,
+                             int64_t window);
 // The off-benchmark family (dsl_examples/family.cpp): `tilefuse` knows them beside the examples.
 const std::vector<Example>& family_examples();
+// The attention family (dsl_examples/attention.cpp): prefill's head dimensions, odd lengths,
+// grouped heads and score variants at benchmark size.
+const std::vector<Example>& attention_family_examples();
 // Throws GraphError listing the known names when `name` is unknown.
 const Example& find_example(const std::string& name);
 

@@ -11,10 +11,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "compiler/codegen/compile.h"
@@ -463,6 +465,24 @@ std::vector<Graph> chains() {
     output("o", matmul(cast(softmax(s), DType::BF16), t.v));
     out.push_back(std::move(g));
   }
+  {
+    Graph g("long_window");  // keys within 70 before the query: the tiles before a block's window skipped
+    Qkv t = qkv(g, 300, 300, 64, DType::BF16);
+    Tensor qi = iota(g, {300, 300}, 0), ki = iota(g, {300, 300}, 1);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125;
+    s = where(70.0 > qi - ki, where(qi >= ki, s, -INFINITY), -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
+    Graph g("window_after_a_prefix");  // 50 new queries after 100 cached keys, each seeing the last 30 keys up to its own
+    Qkv t = qkv(g, 50, 150, 64, DType::F16);
+    Tensor qi = iota(g, {50, 150}, 0) + 100.0, ki = iota(g, {50, 150}, 1);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125;
+    s = where(qi >= ki, where(qi - ki <= 29.0, s, -INFINITY), -INFINITY);
+    output("o", matmul(cast(softmax(s), DType::F16), t.v));
+    out.push_back(std::move(g));
+  }
   return out;
 }
 
@@ -479,9 +499,14 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
     // keys); the window's outer mask is causal too.
     const std::map<std::string, int64_t> causal = {
         {"causal", 0}, {"causal_d128", 0}, {"causal_after_a_prefix", 97}, {"sliding_window", 0}, {"gqa", 20}, {"alibi", 0},
-        {"head_dim_256", 30}};
+        {"head_dim_256", 30}, {"long_window", 0}, {"window_after_a_prefix", 100}};
     EXPECT_EQ(k->schedule.causal_offset, causal.count(g.name()) ? causal.at(g.name()) : -1);
     EXPECT_EQ(k->schedule.key_limit, g.name() == "lengths");  // the loop ends at the sequence's length
+    // A window starts each block's loop: keys within 16 before the query are those from i − 15
+    // on; within 70, from i − 69; query i at position i + 100 seeing 30, from i + 71.
+    const std::map<std::string, int64_t> window = {{"sliding_window", -15}, {"long_window", -69}, {"window_after_a_prefix", 71}};
+    EXPECT_EQ(k->schedule.window_offset,
+              window.count(g.name()) ? std::optional<int64_t>(window.at(g.name())) : std::nullopt);
     ASSERT_FALSE(p.decisions.empty());
     const FusionDecision& d = p.decisions.front();
     EXPECT_NE(d.reason.find("contraction chain"), std::string::npos) << d.reason;
@@ -518,13 +543,14 @@ TEST(FusionAttention, ContractionChainsBecomeOneKernel) {
   }
 }
 
-// Where the chain's f(S) is S times a positive constant and nothing else, the kernel leaves the
-// product unscaled: the row max is the product's times the scale, and each probability one fma
-// (the scale and log2 e in one multiplier) and one exp2. A chain with anything more applies f
-// first and multiplies by log2 e alone.
+// Where the chain's f(S) is S times a positive constant, maybe under masks to −inf (causal,
+// windows), the kernel leaves the product unscaled: the row max is the product's times the
+// scale, and each probability one fma (the scale and log2 e in one multiplier) and one exp2.
+// A chain with anything more (a softcap, a bias) applies f first and multiplies by log2 e alone.
 TEST(FusionAttention, APositiveScaleFoldsIntoTheExponent) {
-  const std::map<std::string, double> folded = {{"composite", 0.125}, {"f16", 1.0 / std::sqrt(128.0)}};
-  const std::map<std::string, double> applied = {{"softcap", 1.0 / std::sqrt(32.0)}, {"causal", 0.125}};
+  const std::map<std::string, double> folded = {
+      {"composite", 0.125}, {"f16", 1.0 / std::sqrt(128.0)}, {"causal", 0.125}, {"sliding_window", 0.125}};
+  const std::map<std::string, double> applied = {{"softcap", 1.0 / std::sqrt(32.0)}, {"alibi", 0.125}};
   for (const Graph& g : chains()) {
     const bool folds = folded.count(g.name()) > 0;
     if (!folds && !applied.count(g.name())) continue;
@@ -1048,23 +1074,25 @@ TEST(GpuAttention, DecodeGridMatchesFloat64AndThePrefillSchedule) {
 }
 
 // The default prefill schedule (FlashAttention-3's block: TMA, 128 keys a step, the softmax
-// overlapped) at full sequence lengths against
-// an independent path on the GPU: the plan without the contraction-chain rule, which writes the
-// scores and runs the softmax and both products as kernels of their own. Causal and not, GQA,
-// an odd length, d 64.
+// overlapped) at full sequence lengths against an independent path on the GPU: the plan without
+// the contraction-chain rule, which writes the scores and runs the softmax and both products as
+// kernels of their own. Causal and not, GQA, a sliding window, an odd length, d 64.
 TEST(GpuAttention, PrefillScheduleMatchesTheUnfusedPlan) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   struct Case {
     const char* name;
     int64_t batch, q_heads, kv_heads, n, d;
     bool causal;
+    int64_t window = 0;  // > 0: a causal sliding window of this many keys
   };
   const uint64_t seed = testing::test_seed();
   for (const Case& c : {Case{"attention", 1, 8, 8, 4096, 128, false}, Case{"causal", 1, 8, 8, 4096, 128, true},
                         Case{"gqa", 1, 8, 2, 4096, 128, false}, Case{"odd_causal", 1, 8, 8, 4097, 128, true},
-                        Case{"odd", 1, 8, 8, 4097, 128, false}, Case{"d64", 2, 8, 8, 2048, 64, true}}) {
+                        Case{"odd", 1, 8, 8, 4097, 128, false}, Case{"d64", 2, 8, 8, 2048, 64, true},
+                        Case{"window", 1, 8, 8, 4096, 128, true, 1000}}) {
     SCOPED_TRACE(c.name);
-    const Graph g = attention_grouped_graph(c.name, c.batch, c.q_heads, c.kv_heads, c.n, c.n, c.d, c.causal);
+    const Graph g = c.window ? attention_window_graph(c.name, c.batch, c.q_heads, c.n, c.d, c.window)
+                             : attention_grouped_graph(c.name, c.batch, c.q_heads, c.kv_heads, c.n, c.n, c.d, c.causal);
     Executable fused(plan_fusion(g));
     const Kernel* k = attention_kernel_of(fused.plan());
     ASSERT_NE(k, nullptr) << plan_report_text(fused.plan());
@@ -1231,6 +1259,137 @@ TEST(GpuAttention, WgmmaPlansMatchFloat64) {
     ASSERT_NE(only_attention(p), nullptr);
     testing::check_on_gpu(p, seed);
   }
+}
+
+// The attention family at benchmark size: each graph one attention kernel on FlashAttention-3's
+// block where TMA reaches (d ≤ 128), assembled without spills; the window's loop starts at its
+// first key's tile, so it multiplies fewer scores than the causal mask alone.
+TEST(FusionAttention, TheAttentionFamilyIsOneKernelEach) {
+  const std::vector<Example>& family = attention_family_examples();
+  EXPECT_GE(family.size(), 10u);
+  double causal_flops = 0, window_flops = 0;
+  for (const Example& e : family) {
+    SCOPED_TRACE(e.name);
+    const Plan p = plan_fusion(e.build());
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    const Kernel* k = only_attention(p);
+    ASSERT_NE(k, nullptr) << plan_report_text(p);
+    EXPECT_EQ(k->schedule.tma, padded_head_dim(k->schedule.k) <= 128) << k->schedule.describe();
+    EXPECT_EQ(k->schedule.window_offset.has_value(), e.name == "attention_window");
+    if (e.name == "attention_window") {
+      EXPECT_EQ(*k->schedule.window_offset, -1023);
+      window_flops = k->cost.flops;
+      EXPECT_NE(plan_report_text(p).find("sliding window"), std::string::npos) << plan_report_text(p);
+    }
+    if (e.name == "attention_gqa_causal") causal_flops = k->cost.flops;
+    const CompiledKernel c = compile_kernel(p.graph, *k);
+    if (!find_ptxas().empty()) {
+      auto m = run_ptxas(c.ptx, k->name);
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0) << m->registers << " registers";
+    }
+  }
+  // 1024 of a causal mask's 2048 keys on average, plus the edge tiles.
+  EXPECT_LT(window_flops, 0.6 * causal_flops);
+  EXPECT_GT(window_flops, 0.4 * causal_flops);
+}
+
+// The grid: every head dimension × score function (none, causal, a causal window, causal with
+// ALiBi's bias from a tensor, a softcap, an additive bias per key) × query heads per K/V head
+// (1, 3) × lengths (whole tiles, one past, fewer queries than keys: the causal mask's diagonal
+// offset) × dtype (bf16, f16), on the default schedule and, where TMA reaches, FlashAttention-3's
+// block forced — each against float64 with poisoned outputs.
+struct GridCase {
+  int64_t d, group, n_q, n_kv;
+  int scores;  // 0 plain, 1 causal, 2 window, 3 ALiBi, 4 softcap, 5 key bias
+  DType dtype;
+  bool fa3;
+  std::string name() const {
+    static const char* const kinds[] = {"plain", "causal", "window", "alibi", "softcap", "key_bias"};
+    return fmt::format("grid_d{}_g{}_{}x{}_{}_{}{}", d, group, n_q, n_kv, kinds[scores], dtype_name(dtype),
+                       fa3 ? "_fa3" : "");
+  }
+};
+
+std::vector<GridCase> grid_cases() {
+  std::vector<GridCase> out;
+  int i = 0;
+  for (int64_t d : {64, 96, 128, 256})
+    for (int scores = 0; scores < 6; ++scores)
+      for (int64_t group : {1, 3})
+        for (auto [n_q, n_kv] : {std::pair<int64_t, int64_t>{128, 128}, {257, 257}, {100, 333}})
+          for (DType dt : {DType::BF16, DType::F16})
+            out.push_back({d, group, n_q, n_kv, scores, dt, padded_head_dim(d) <= 128 && i++ % 2 == 1});
+  return out;
+}
+
+Graph grid_graph(const GridCase& c) {
+  Graph g(c.name());
+  const int64_t b = 2, kv_heads = 2;
+  Tensor q = input(g, "q", {b, kv_heads, c.group, c.n_q, c.d}, c.dtype);
+  Tensor k = input(g, "k", {b, kv_heads, 1, c.n_kv, c.d}, c.dtype), v = input(g, "v", {b, kv_heads, 1, c.n_kv, c.d}, c.dtype);
+  Tensor s = matmul(q, k, {false, true, DType::F32}) * (1.0 / std::sqrt(static_cast<double>(c.d)));
+  // Queries are the last n_q positions of n_kv (the causal diagonal ends at the last key).
+  Tensor qi = iota(g, {c.n_q, c.n_kv}, 0) + static_cast<double>(c.n_kv - c.n_q), ki = iota(g, {c.n_q, c.n_kv}, 1);
+  if (c.scores == 3) s = s + input(g, "slope", {kv_heads, c.group, 1, 1}) * (ki - qi);
+  if (c.scores == 4) s = tanh(s * (1.0 / 30)) * 30.0;
+  if (c.scores == 5) s = s + input(g, "key_bias", {b, 1, 1, 1, c.n_kv});
+  if (c.scores == 2) s = where(qi - ki < 70.0, s, -INFINITY);
+  if (c.scores == 1 || c.scores == 2 || c.scores == 3) s = where(qi >= ki, s, -INFINITY);
+  output("o", matmul(cast(softmax(s), c.dtype), v));
+  return g;
+}
+
+TEST(FusionAttention, TheGridIsOneKernelEach) {
+  const std::vector<GridCase> cases = grid_cases();
+  EXPECT_GE(cases.size(), 200u);
+  int tma = 0;
+  for (const GridCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    FusionOptions o;
+    if (c.fa3) o.schedule.attention_tma = o.schedule.attention_overlap = 1;
+    const Plan p = plan_fusion(grid_graph(c), o);
+    const Kernel* k = only_attention(p);
+    ASSERT_NE(k, nullptr) << plan_report_text(p);
+    if (c.fa3) EXPECT_TRUE(k->schedule.tma && k->schedule.overlap);
+    tma += k->schedule.tma;
+  }
+  // Both of prefill's schedules are well covered: TMA's and every thread's cp.async.
+  EXPECT_GE(tma, 50);
+  EXPECT_GE(static_cast<int>(cases.size()) - tma, 50);
+}
+
+TEST(GpuAttention, GridMatchesFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  const std::vector<GridCase> cases = grid_cases();
+  std::vector<std::string> failures(cases.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < cases.size();) {
+      const GridCase& c = cases[i];
+      try {
+        FusionOptions o;
+        if (c.fa3) o.schedule.attention_tma = o.schedule.attention_overlap = 1;
+        Executable exe(plan_fusion(grid_graph(c), o));
+        const TensorMap in = random_inputs(exe.plan().graph, seed + i);
+        const CheckReport check = check_against_reference(exe.plan(), in, exe.run(in));
+        if (!check.ok) failures[i] = check.text();
+      } catch (const std::exception& e) {
+        failures[i] = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::clamp(std::thread::hardware_concurrency(), 1u, 16u); ++t) pool.emplace_back(work);
+  for (std::thread& t : pool) t.join();
+  size_t failed = 0;
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (!failures[i].empty()) {
+      ++failed;
+      ADD_FAILURE() << cases[i].name() << ", inputs seeded " << seed + i << ":\n" << failures[i];
+    }
+  fmt::print("  grid: {} cases, {} failed (seed {} + case index)\n", cases.size(), failed, seed);
 }
 
 }  // namespace

@@ -83,17 +83,6 @@ bool iota_along(const Graph& g, NodeId id, int from_end) {
   return n.op == Op::Iota && static_cast<int>(n.shape.size()) - n.axes.at(0) == from_end;
 }
 
-// X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each where one of the
-// score ops (the scores flow through its second operand; its condition is its first).
-std::vector<NodeId> masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
-  std::vector<NodeId> out;
-  for (NodeId at = x; std::count(score_ops.begin(), score_ops.end(), at) && g.node(at).op == Op::Where &&
-                      is_constant_value(g, g.node(at).operands[2], -INFINITY);
-       at = g.node(at).operands[1])
-    out.push_back(at);
-  return out;
-}
-
 // A comparison `above` op `below` as `op` (≥ or >), whichever way round it is written (a ≥ b or
 // b ≤ a): false where the node is neither.
 bool ordered(const Node& cmp, Op op, NodeId* above, NodeId* below) {
@@ -123,9 +112,34 @@ std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_
   return static_cast<int64_t>(offset);
 }
 
+// i_q + c (c a constant, or none) as (the iota along the queries, c); nullopt where it is not.
+std::optional<std::pair<NodeId, double>> query_plus_constant(const Graph& g, NodeId id) {
+  if (iota_along(g, id, 2)) return std::pair{id, 0.0};
+  const Node& a = g.node(id);
+  if (a.op != Op::Add) return std::nullopt;
+  const int c = is_constant(g, a.operands[1]) ? 1 : is_constant(g, a.operands[0]) ? 0 : -1;
+  if (c < 0 || !iota_along(g, a.operands[static_cast<size_t>(1 - c)], 2)) return std::nullopt;
+  return std::pair{a.operands[static_cast<size_t>(1 - c)], g.node(a.operands[static_cast<size_t>(c)]).value};
+}
+
+// A sliding window's mask condition (i_q + c) − i_k < W (or ≤ W, written either way round; c a
+// constant or none, W a constant): query i sees no key before i + the offset returned.
+std::optional<int64_t> window_offset_of(const Graph& g, NodeId condition) {
+  NodeId limit, distance;
+  const bool strict = ordered(g.node(condition), Op::Gt, &limit, &distance);
+  if (!strict && !ordered(g.node(condition), Op::Ge, &limit, &distance)) return std::nullopt;
+  const Node& sub = g.node(distance);
+  if (!is_constant(g, limit) || sub.op != Op::Sub || !iota_along(g, sub.operands[1], 1)) return std::nullopt;
+  const std::optional<std::pair<NodeId, double>> query = query_plus_constant(g, sub.operands[0]);
+  const double w = g.node(limit).value, c = query ? query->second : 0;
+  if (!query || !std::isfinite(w) || !std::isfinite(c) || std::fabs(c - w) > 0x1p52) return std::nullopt;
+  // i_k > i_q + c − W: i_k ≥ i_q + ⌊c − W⌋ + 1;  i_k ≥ i_q + c − W: i_k ≥ i_q + ⌈c − W⌉.
+  return static_cast<int64_t>(strict ? std::floor(c - w) + 1 : std::ceil(c - w));
+}
+
 // The first causal mask's offset, and the mask (its where) in *mask.
 std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops, NodeId* mask) {
-  for (NodeId m : masks(g, x, score_ops))
+  for (NodeId m : score_masks(g, x, score_ops))
     if (std::optional<int64_t> c = causal_offset_of(g, g.node(m).operands[0], g.node(x).shape.back())) {
       *mask = m;
       return c;
@@ -164,6 +178,17 @@ NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>&
 }
 
 }  // namespace
+
+// X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each where one of the
+// score ops (the scores flow through its second operand; its condition is its first).
+std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops) {
+  std::vector<NodeId> out;
+  for (NodeId at = x; std::count(score_ops.begin(), score_ops.end(), at) && g.node(at).op == Op::Where &&
+                      is_constant_value(g, g.node(at).operands[2], -INFINITY);
+       at = g.node(at).operands[1])
+    out.push_back(at);
+  return out;
+}
 
 std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why) {
   why->clear();
@@ -259,8 +284,12 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   c.index_ops.assign(index_nodes.begin(), index_nodes.end());
   c.tensors.assign(tensors.begin(), tensors.end());
   c.causal_offset = causal_offset(g, x, c.score_ops, &c.causal_mask);
-  for (NodeId mask : masks(g, x, c.score_ops)) {
+  for (NodeId mask : score_masks(g, x, c.score_ops)) {
     const NodeId m = g.node(mask).operands[0];
+    if (std::optional<int64_t> w = window_offset_of(g, m); w && c.window_mask < 0) {
+      c.window_offset = w;
+      c.window_mask = mask;
+    }
     std::vector<NodeId> ops, reads;
     if (NodeId t = key_limit_of(g, m, c.index_ops, c.tensors, &ops, &reads); t >= 0 && c.key_limit < 0) {
       c.key_limit = t;
@@ -393,12 +422,34 @@ int64_t splits_for_device(const TileSchedule& s, int64_t tiles, const DeviceProf
 // persistent grid only where asked for: neither was faster). Elsewhere every thread's cp.async
 // over 64 rows and 64 keys, overlapped where the products bound the kernel (d 256: 32 keys a
 // step, not overlapped — the output takes the registers). Each hint forces its part either way.
-static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, DType dt, const ScheduleHints& hints,
-                                   bool bound_by_products) {
+// Whether f(S) combines S with a tile of its own across both the queries and the keys (ALiBi's
+// slope·(i_k − i_q), a bias per query and key), not a mask's −inf: each thread holds that tile's
+// elements beside S's.
+static bool adds_a_score_tile(const Graph& g, const ContractionChain& c) {
+  const std::vector<NodeId> wheres = score_masks(g, c.x(), c.score_ops);
+  const int64_t n_q = g.node(c.scores).shape.end()[-2], n_kv = g.node(c.scores).shape.back();
+  for (NodeId id : c.score_ops) {
+    if (std::count(wheres.begin(), wheres.end(), id)) continue;
+    for (NodeId o : g.node(id).operands) {
+      const bool from_scores = o == c.scores || std::count(c.score_ops.begin(), c.score_ops.end(), o);
+      const Shape& sh = g.node(o).shape;
+      if (!from_scores && sh.size() >= 2 && n_q > 1 && sh.end()[-2] == n_q && sh.back() == n_kv) return true;
+    }
+  }
+  return false;
+}
+
+static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, const Graph& g, DType dt,
+                                   const ScheduleHints& hints, bool bound_by_products) {
   const int64_t d = padded_head_dim(c.d);
   s.tma = s.wgmma && d <= 128 && hints.attention_tma != 0 && (hints.attention_tma == 1 || bound_by_products);
   s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
-  s.block_n = d > 128 ? 32 : hints.attention_block_n ? hints.attention_block_n : s.tma ? 128 : 64;
+  // 128 keys a step on TMA, unless f(S) adds a tile of its own: beside S's that spilled (ALiBi
+  // at d 128: 288 bytes at 128 keys, none at 64).
+  s.block_n = d > 128                   ? 32
+              : hints.attention_block_n ? hints.attention_block_n
+              : s.tma && !adds_a_score_tile(g, c) ? 128
+                                                  : 64;
   s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
   s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
   s.warps_m = static_cast<int>(s.block_m / 16);
@@ -470,16 +521,17 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.block_k = static_cast<int>(c->d);
   s.wgmma = hints.attention_wgmma == 1 && p.wgmma && padded_head_dim(c->d) >= 64;
   s.causal_offset = c->causal_offset.value_or(-1);
+  s.window_offset = c->window_offset;
   s.key_limit = c->key_limit >= 0;
   k.totals = {};
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
     for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
   // First the schedule of every thread's cp.async, priced to learn what bounds the kernel; then
   // where the products do (prefill), FlashAttention-3's, unless the hints say otherwise.
-  set_attention_pipeline(s, *c, dt, hints, false);
+  set_attention_pipeline(s, *c, g, dt, hints, false);
   fit_attention_grid(s, c->n_kv, p, hints);
   estimate_attention_cost(g, k, p);
-  set_attention_pipeline(s, *c, dt, hints, k.cost.compute_s > k.cost.memory_s);
+  set_attention_pipeline(s, *c, g, dt, hints, k.cost.compute_s > k.cost.memory_s);
   fit_attention_grid(s, c->n_kv, p, hints);
   estimate_attention_cost(g, k, p);
   return true;
@@ -493,13 +545,17 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
     c.bytes_read += num_elements(g.node(i).shape) * static_cast<int64_t>(dtype_size(g.node(i).dtype));
   for (NodeId o : k.outputs)
     c.bytes_written += num_elements(g.node(o).shape) * static_cast<int64_t>(dtype_size(g.node(o).dtype));
-  // The scores of the key tiles the loops visit (all of them, unless a causal mask ends them).
+  // The scores of the key tiles the loops visit (all of them, unless a causal mask ends them or a
+  // window starts them).
   double tiles = 0;
   const int64_t steps = (s.n + s.block_n - 1) / s.block_n;
-  for (int64_t mb = 0; mb < s.m_blocks(); ++mb)
-    tiles += static_cast<double>(s.causal_offset < 0 ? steps
-                                                     : std::min(steps, ((mb + 1) * s.block_m + s.causal_offset + s.block_n - 1) /
-                                                                           s.block_n));
+  for (int64_t mb = 0; mb < s.m_blocks(); ++mb) {
+    const int64_t end = s.causal_offset < 0
+                            ? steps
+                            : std::min(steps, ((mb + 1) * s.block_m + s.causal_offset + s.block_n - 1) / s.block_n);
+    const int64_t begin = s.window_offset ? std::max<int64_t>(0, mb * s.block_m + *s.window_offset) / s.block_n : 0;
+    tiles += static_cast<double>(std::max<int64_t>(0, end - begin));
+  }
   const double scores = static_cast<double>(s.batch) * tiles * s.block_m * s.block_n *
                         (static_cast<double>(s.m) / static_cast<double>(s.m_blocks() * s.block_m));
   c.flops = 4 * scores * static_cast<double>(s.k);

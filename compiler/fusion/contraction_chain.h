@@ -5,9 +5,9 @@
 //   X = f(S)              elementwise ops whose other operands are constants (a scale, a
 //                         softcap's tanh), or masks and biases computed from iotas along the
 //                         queries and the keys (causal: where(i_q + offset ≥ i_k, s, −inf),
-//                         windows) and from tensors that broadcast into the scores (ALiBi's
-//                         slope per head, a padding mask per key, a bias per query and key,
-//                         a length per sequence)
+//                         windows: where(i_q − i_k < W, s, −inf)) and from tensors that
+//                         broadcast into the scores (ALiBi's slope per head, a padding mask
+//                         per key, a bias per query and key, a length per sequence)
 //   c = shift(max_n X)    the row max (a reduction over n, keepdim), or softmax's guarded form
 //                         where(max > −inf, max, 0): c is the max wherever that is finite
 //   E = exp(X − c)
@@ -51,6 +51,11 @@ struct ContractionChain {
   // i + offset, so the kernel skips the key tiles wholly past its block's last query.
   std::optional<int64_t> causal_offset;
   NodeId causal_mask = -1;  // the where(condition, ·, −inf) it was read from
+  // Set when X is where((i_q + c) − i_k < W, ·, −inf) (a sliding window): query i sees no key
+  // before i + window_offset, so the kernel skips the key tiles wholly before its block's first
+  // query's window, and the mask's where passes the scores on in tiles inside every row's window.
+  std::optional<int64_t> window_offset;
+  NodeId window_mask = -1;
   // Set when X is where(i_k < T, ·, −inf) (maybe inside a causal mask's where) with T computed
   // from `tensors` broadcast along the queries and the keys (a length per sequence) and
   // constants: each block ends its loop at the key tile holding key ⌈T⌉ − 1 of its head — one
@@ -67,6 +72,10 @@ struct ContractionChain {
   }
   std::vector<NodeId> nodes() const;  // every node, sorted
 };
+
+// X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each where one of
+// `score_ops` (the scores flow through its second operand; its condition is its first).
+std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops);
 
 // The chain whose O is matmul `out`, or nullopt. `why` is set when a softmax's probabilities
 // reach `out` (an attention's shape) but something breaks the rule; left empty when `out` is no

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 
 #include "compiler/support/error.h"
@@ -71,6 +72,10 @@ std::string TileSchedule::describe() const {
                                           "query skipped",
                                           causal_offset)
                             : "") +
+            (window_offset ? fmt::format("; a sliding window (query i sees keys from i {} {}): key tiles before a "
+                                         "block's first query's first key skipped",
+                                         *window_offset < 0 ? "−" : "+", std::llabs(*window_offset))
+                           : "") +
             (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped" : "") +
             (kv_splits > 1 ? fmt::format("; the keys split {} ways (split-KV), each part's output, max and sum merged "
                                          "by the last block of its query tile through the workspace",

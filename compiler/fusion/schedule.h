@@ -88,6 +88,9 @@ struct TileSchedule {
   // block's loop at the key tile holding its last query's last key.
   bool contracts = false, attention = false;
   int64_t causal_offset = -1;
+  // A sliding window (query i sees no key before i + window_offset) starts each block's loop at
+  // the key tile holding its first query's first key.
+  std::optional<int64_t> window_offset;
   bool key_limit = false;  // each block's loop also ends at its head's length, read at run time
   // Query heads whose rows one block holds (GQA and MQA with one query per head: the query heads
   // of a K/V head, which then is read once, not once per query head). batch counts K/V heads and

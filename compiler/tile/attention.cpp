@@ -366,9 +366,10 @@ class AttentionProgram {
     });
   }
 
-  // The loop over key tiles [lo, hi) as two: first those that no mask reaches — wholly below the
-  // causal diagonal and within the keys, whose scores skip the masks — then the rest. `body`
-  // is step j's, given the carried values and whether a mask may reach its tile.
+  // The loop over key tiles [lo, hi) as up to three: those a window's mask reaches (its lower
+  // edge), those no mask reaches — wholly below the causal diagonal, inside every row's window
+  // and within the keys, whose scores skip the masks — then the rest. `body` is step j's, given
+  // the carried values and whether a mask may reach its tile.
   using TileStep = std::function<std::vector<int>(Builder&, int j, const std::vector<int>& c, bool masked)>;
   std::vector<int> over_key_tiles(Builder& b, int lo, int hi, const std::vector<int>& init, const TileStep& body) {
     const int one = b.index(1);
@@ -376,8 +377,20 @@ class AttentionProgram {
       return b.for_loop(from, to, one, c,
                         [&](Builder& in, int j, const std::vector<int>& cj) { return body(in, j, cj, masked); });
     };
-    const int mid = unmasked_end(b, lo, hi);
-    return mid < 0 ? loop(lo, hi, init, true) : loop(mid, hi, loop(lo, mid, init, false), true);
+    int mid = unmasked_end(b, lo, hi);
+    if (!s_.window_offset) return mid < 0 ? loop(lo, hi, init, true) : loop(mid, hi, loop(lo, mid, init, false), true);
+    // Tiles from the one holding the last query's first key on are inside every row's window.
+    const int inside = b.min(hi, b.max(lo, b.div(b.add(first_key(b, last_query(b)), b.index(s_.block_n - 1)),
+                                                 b.index(s_.block_n))));
+    mid = mid < 0 ? hi : b.max(inside, mid);
+    return loop(mid, hi, loop(inside, mid, loop(lo, inside, init, true), false), true);
+  }
+  // The block's last query (within its head; 0 where every row is query 0: heads packed).
+  int last_query(Builder& b) { return s_.group > 1 ? zero_ : b.add(query0_, b.index(s_.block_m - 1)); }
+  // The first key query `q` sees through the window's mask: q + window_offset, at least 0.
+  int first_key(Builder& b, int q) {
+    const int64_t w = *s_.window_offset;
+    return w >= 0 ? b.add(q, b.index(w)) : b.sub(q, b.min(q, b.index(-w)));
   }
   // The end of the key tiles from lo that no mask reaches, within [lo, hi): those before the one
   // holding key query0 + offset + 1 (causal) and before the one holding the last key (where the
@@ -390,7 +403,7 @@ class AttentionProgram {
       end = end < 0 ? whole : b.min(end, whole);
     }
     if (end < 0) return -1;
-    return b.min(hi, b.add(lo, b.sub(end, b.min(end, lo))));  // (max(lo, end) in unsigned indices)
+    return b.min(hi, b.max(lo, end));
   }
 
   // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
@@ -443,12 +456,14 @@ class AttentionProgram {
       }));
       hi = b.min(hi, b.div(b.add(limit, b.index(s_.block_n - 1)), b.index(s_.block_n)));
     }
+    // A window: from the tile holding the first query's first key (at most hi: none where the
+    // mask's end comes first).
+    int lo = s_.window_offset ? b.min(hi, b.div(first_key(b, query0_), b.index(s_.block_n))) : zero_;
     // Split: the block's share of those tiles (cut at run time, after the mask's and the length's
     // end, so that a short sequence still spreads over every split).
-    int lo = zero_;
     if (s_.kv_splits > 1) {
-      const int per = b.div(b.add(hi, b.index(s_.kv_splits - 1)), b.index(s_.kv_splits));
-      lo = b.mul(split_, per);
+      const int per = b.div(b.add(b.sub(hi, lo), b.index(s_.kv_splits - 1)), b.index(s_.kv_splits));
+      lo = b.min(hi, b.add(lo, b.mul(split_, per)));
       hi = b.min(hi, b.add(lo, per));
     }
     return {lo, hi};
@@ -552,7 +567,7 @@ class AttentionProgram {
     }
     // X = f(S); where f is S·scale with a positive scale, X is left to the exponent (below) and
     // its row max is the raw scores' times the scale (rounding is monotonic: the same value).
-    const bool scaled = !s_.scores && s_.scale > 0;
+    const bool scaled = (!s_.scores || s_.scores_unscaled) && s_.scale > 0;
     if (s_.scores)
       s = s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors, masked);
     else if (!scaled)
@@ -803,15 +818,23 @@ std::vector<NodeId> without_mask(const Graph& g, const std::vector<NodeId>& ops,
 // The chain's X = f(S) as the kernel computes it: S rounded to its dtype as the matmul would
 // write it, f(S) in the graph's dtypes (the masks' nodes among them, in topological order), X in
 // f32.
-AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, int64_t block_m, int64_t block_n) {
+// `product` (≥ 0): the product S·k whose k the kernel folds into its exponent, passing S on here.
+AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, int64_t block_m, int64_t block_n,
+                                   NodeId product = -1) {
   std::vector<NodeId> ops = c.score_ops;
   ops.insert(ops.end(), c.index_ops.begin(), c.index_ops.end());
   std::sort(ops.begin(), ops.end());
   // Below the diagonal the causal mask's condition holds throughout: its where passes the scores
   // on, and what computed the condition is left out.
-  const std::vector<NodeId> below = c.causal_mask < 0 ? ops : without_mask(g, ops, c.causal_mask, c.x());
+  // So does a window's inside every row's window.
+  std::vector<NodeId> below = ops;
   std::map<NodeId, NodeId> pass;
-  if (c.causal_mask >= 0) pass[c.causal_mask] = g.node(c.causal_mask).operands[1];
+  for (NodeId mask : {c.causal_mask, c.window_mask})
+    if (mask >= 0) {
+      below = without_mask(g, below, mask, c.x());
+      pass[mask] = g.node(mask).operands[1];
+    }
+  if (product >= 0) pass[product] = c.scores;
   return [&g, c, ops, below, pass, block_m, block_n](Builder& b, int acc, int query0, int key0,
                                                      const std::vector<int>& tensors, bool masked) {
     const DType sd = g.node(c.scores).dtype;
@@ -823,14 +846,20 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
   };
 }
 
-// k where the chain's X is f32 S·k, k a positive constant (nothing else: no mask, no bias).
-std::optional<double> positive_scale(const Graph& g, const ContractionChain& c) {
-  if (c.score_ops.size() != 1 || !c.index_ops.empty() || !c.tensors.empty()) return std::nullopt;
-  const Node& x = g.node(c.x());
+// k where the chain's X is f32 S·k, k a positive constant, maybe inside masks where(m, ·, −inf)
+// (causal, windows, lengths; their conditions never read S): X = k·X', X' the same masks over S
+// itself, since k·(−inf) is −inf. *mul is the product S·k.
+std::optional<double> positive_scale(const Graph& g, const ContractionChain& c, NodeId* mul) {
+  const std::vector<NodeId> wheres = score_masks(g, c.x(), c.score_ops);
+  const NodeId product = wheres.empty() ? c.x() : g.node(wheres.back()).operands[1];
+  if (c.score_ops.size() != wheres.size() + 1) return std::nullopt;  // nothing but the masks and the product
+  const Node& x = g.node(product);
   if (x.op != Op::Mul || x.dtype != DType::F32 || g.node(c.scores).dtype != DType::F32) return std::nullopt;
+  if (x.operands[0] != c.scores && x.operands[1] != c.scores) return std::nullopt;
   const NodeId other = x.operands[0] == c.scores ? x.operands[1] : x.operands[0];
   const Node& k = g.node(other);
   if (k.op != Op::Constant || !(k.value > 0) || std::isinf(k.value)) return std::nullopt;
+  *mul = product;
   return k.value;
 }
 
@@ -859,6 +888,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.warpgroup_turns = s.tma && k.schedule.warpgroup_turns;
   s.persistent_blocks = s.tma ? k.schedule.tile_blocks : 0;
   s.causal_offset = c->causal_offset;
+  s.window_offset = c->window_offset;
   if (c->key_limit >= 0)
     s.key_limit = [&g, c = *c](Builder& b, const AttentionShape::TensorLoader& load) {
       std::map<NodeId, int> val;
@@ -907,8 +937,13 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
     r.value = [&g, c = *c, id](Builder& b, int m, int l) { return row_value(b, g, c, id, m, l); };
     s.row_outputs.push_back(std::move(r));
   }
-  if (const std::optional<double> scale = positive_scale(g, *c)) {  // X = S·scale: see online()
+  NodeId product = -1;
+  if (const std::optional<double> scale = positive_scale(g, *c, &product)) {  // X = masks(S)·scale: see online()
     s.scale = *scale;
+    if (product != c->x()) {
+      s.scores = scores_of(g, *c, s.block_m, s.block_n, product);
+      s.scores_unscaled = true;
+    }
   } else {
     s.scores = scores_of(g, *c, s.block_m, s.block_n);
   }

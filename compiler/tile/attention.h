@@ -8,7 +8,7 @@
 //   s = Q·Kⱼᵀ·scale (masked to −inf past the last key);  m' = max(m, rowmax s)
 //   c = m' (0 while m' is −inf);  α = e^(m − c);  p = e^(s − c)
 //   (p as 2^fma(Q·Kⱼᵀ, scale·log2 e, −c·log2 e), rowmax s as scale·rowmax Q·Kⱼᵀ, where the
-//   scale is positive and nothing else is applied to the scores)
+//   scale is positive and nothing but masks to −inf is applied to the scores)
 //   l' = l·α + rowsum p;  O' = O·α + bf16(p)·Vⱼ  (p stays in registers: the accumulator's
 //   layout of two 8-column pieces is the next dot's A fragment — `convert`)
 //
@@ -71,6 +71,10 @@ struct AttentionShape {
   // Query i sees no key past i + causal_offset (the scores' mask says so): each block's loop ends
   // at the key tile of its last query's last key.
   std::optional<int64_t> causal_offset;
+  // Query i sees no key before i + window_offset (a sliding window's mask): each block's loop
+  // starts at the key tile of its first query's first key, and the tiles before the one of its
+  // last query's first key are masked (`scores` told so).
+  std::optional<int64_t> window_offset;
   // A key limit per head (a sequence's length, read at run time): given a loader of `tensors`'
   // one-element tiles at the block's head, the limit as a one-element tile; the block's loop ends
   // at the key tile holding key ⌈limit⌉ − 1.
@@ -103,8 +107,9 @@ struct AttentionShape {
   // Row values and scores as the kernel computes them (f32 tiles in the accumulator layout),
   // each given a builder and its argument: X from the raw scores S (default S·scale), given also
   // the tile's first query (within its head; −1 where every row is query 0: heads packed, group
-  // > 1) and first key (indices, for masks), the tiles of `tensors` and whether the causal mask
-  // may reach the tile (false: it is wholly below the diagonal, the mask true throughout); the
+  // > 1) and first key (indices, for masks), the tiles of `tensors` and whether the causal or the
+  // window's mask may reach the tile (false: it is wholly below the diagonal and inside every
+  // row's window, both masks true throughout); the
   // shift c from the running max m, equal to m wherever m is finite (default: m; the kernel
   // takes 0 where m is −inf whatever the shift); the divisor from the final sum (default: 1
   // where the sum is 0).
@@ -112,6 +117,10 @@ struct AttentionShape {
   using ScoresFn =
       std::function<int(Builder&, int scores, int query0, int key0, const std::vector<int>& tensors, bool masked)>;
   ScoresFn scores;
+  // `scores` gives X / scale, not X: X is its value times the positive `scale` (masks where(m, ·,
+  // −inf) over S·scale, applied to S itself), which the kernel folds into the exponent as it does
+  // without a scores function.
+  bool scores_unscaled = false;
   RowFn shift, divisor;
 };
 

@@ -369,6 +369,7 @@ class Builder {
   int div(int a, int b);
   int rem(int a, int b);
   int min(int a, int b);
+  int max(int a, int b) { return add(a, sub(b, min(b, a))); }  // (unsigned: no index op of its own)
   int ceil_index(int one_element_tile);
   // The index into a tensor broadcast along some of `dims` (its extents `own`, 1 where broadcast;
   // both right-aligned) of element `flat` of `dims` (row-major): the digits of flat along the
