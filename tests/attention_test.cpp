@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -563,6 +564,14 @@ TEST(FusionAttention, APositiveScaleFoldsIntoTheExponent) {
     const bool multiplier = text.find(fmt::format("const {} : f32", scale * M_LOG2E)) != std::string::npos;
     EXPECT_EQ(multiplier, folds) << text;
     EXPECT_NE(text.find(" = fma %"), std::string::npos) << text;
+    // Folded, no score tile (masked or not) is multiplied by the scale: only row maxima are.
+    const std::regex scale_const(fmt::format(R"((%\d+) = const {} : f32)", scale));
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), scale_const); folds && it != std::sregex_iterator();
+         ++it) {
+      const std::regex times_tile("= mul %\\d+, " + (*it)[1].str() + R"( : tile<\d+x(\d+)x)");
+      for (auto m = std::sregex_iterator(text.begin(), text.end(), times_tile); m != std::sregex_iterator(); ++m)
+        EXPECT_EQ((*m)[1].str(), "1") << m->str();
+    }
   }
 }
 

@@ -828,20 +828,21 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
   // on, and what computed the condition is left out.
   // So does a window's inside every row's window.
   std::vector<NodeId> below = ops;
-  std::map<NodeId, NodeId> pass;
+  std::map<NodeId, NodeId> unscaled, pass;  // (masked tiles, unmasked tiles)
+  if (product >= 0) unscaled[product] = pass[product] = c.scores;
   for (NodeId mask : {c.causal_mask, c.window_mask})
     if (mask >= 0) {
       below = without_mask(g, below, mask, c.x());
       pass[mask] = g.node(mask).operands[1];
     }
-  if (product >= 0) pass[product] = c.scores;
-  return [&g, c, ops, below, pass, block_m, block_n](Builder& b, int acc, int query0, int key0,
-                                                     const std::vector<int>& tensors, bool masked) {
+  return [&g, c, ops, below, unscaled, pass, block_m, block_n](Builder& b, int acc, int query0, int key0,
+                                                               const std::vector<int>& tensors, bool masked) {
     const DType sd = g.node(c.scores).dtype;
     std::map<NodeId, int> val = {{c.scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
     for (size_t t = 0; t < tensors.size(); ++t) val[c.tensors[t]] = tensors[t];
     const Positions at = {query0, key0, {block_m, block_n}};
-    const int x = masked ? evaluate(b, g, ops, val, c.x(), true, at) : evaluate(b, g, below, val, c.x(), true, at, pass);
+    const int x = masked ? evaluate(b, g, ops, val, c.x(), true, at, unscaled)
+                         : evaluate(b, g, below, val, c.x(), true, at, pass);
     return g.node(c.x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
   };
 }
