@@ -44,6 +44,8 @@ class AttentionProgram {
     add_params();
     p_.shared.push_back({"k_ring", s_.dtype, stages(), {dp(), s_.block_n}, true, s_.wgmma, s_.tma});
     p_.shared.push_back({"v_ring", s_.dtype, stages(), {s_.block_n, dp()}, false, s_.wgmma, s_.tma});
+    if (q_shared() || q_in_ring())
+      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false, q_in_ring(), q_by_tma()});
     if (s_.tma) p_.split_registers();
     Builder b(p_, p_.body);
     zero_ = b.index(0);
@@ -54,16 +56,20 @@ class AttentionProgram {
       // tile's first stages while the consumers finish this one's.
       b.specialize(
           [&](Builder& in) {
-            over_query_tiles(in, pid, [&](Builder& t, int lo, int hi, int first) { produce_keys(t, lo, hi, first); });
+            over_query_tiles(in, pid, [&](Builder& t, int lo, int hi, int first, int count) {
+              produce_keys(t, lo, hi, first, count);
+            });
           },
           [&](Builder& in, int) {
-            over_query_tiles(in, pid, [&](Builder& t, int lo, int hi, int first) { consume_keys(t, lo, hi, first); });
+            over_query_tiles(in, pid, [&](Builder& t, int lo, int hi, int first, int count) {
+              consume_keys(t, lo, hi, first, count);
+            });
           });
     } else if (s_.tma) {  // (the key range, a length read at run time, before the roles split)
       place_block(b, pid);
       const auto [lo, hi] = key_range(b);
-      b.specialize([&](Builder& in) { produce_keys(in, lo, hi, zero_); },
-                   [&](Builder& in, int) { consume_keys(in, lo, hi, zero_); });
+      b.specialize([&](Builder& in) { produce_keys(in, lo, hi, zero_, zero_); },
+                   [&](Builder& in, int) { consume_keys(in, lo, hi, zero_, zero_); });
     } else {
       place_block(b, pid);
       const auto [lo, hi] = key_range(b);
@@ -111,24 +117,34 @@ class AttentionProgram {
     split_ = s_.kv_splits > 1 ? b.rem(pid, b.index(s_.kv_splits)) : zero_;
   }
   // A persistent block's query tiles pid, pid + persistent_blocks, …: `body` on each, placed,
-  // given its key tiles [lo, hi) and the count of key steps on the block's rings before them.
-  using QueryTileBody = std::function<void(Builder&, int lo, int hi, int first_step)>;
+  // given its key tiles [lo, hi), the count of key steps on the block's rings before them and
+  // the count of the block's query tiles before it (Q's ring's uses).
+  using QueryTileBody = std::function<void(Builder&, int lo, int hi, int first_step, int tiles_before)>;
   void over_query_tiles(Builder& b, int pid, const QueryTileBody& body) {
     split_ = zero_;
-    b.for_loop(pid, b.index(query_tiles()), b.index(s_.persistent_blocks), {zero_},
-               [&](Builder& in, int tile, const std::vector<int>& c) {
-                 place(in, tile);
-                 const auto [lo, hi] = key_range(in);
-                 body(in, lo, hi, c[0]);
-                 return std::vector<int>{in.add(c[0], in.sub(hi, lo))};
-               });
+    const int every = b.index(s_.persistent_blocks);
+    b.for_loop(pid, b.index(query_tiles()), every, {zero_}, [&](Builder& in, int tile, const std::vector<int>& c) {
+      place(in, tile);
+      const auto [lo, hi] = key_range(in);
+      body(in, lo, hi, c[0], in.div(in.sub(tile, pid), every));
+      return std::vector<int>{in.add(c[0], in.sub(hi, lo))};
+    });
   }
   bool persistent() const { return s_.persistent_blocks > 0; }
-  // The consumers' part of a TMA block's query tile: Q into its ring, the key loop, the outputs.
-  void consume_keys(Builder& b, int lo, int hi, int first_step) {
-    load_q(b);
+  // The consumers' part of a TMA block's query tile: Q in its ring, the key loop, the outputs.
+  void consume_keys(Builder& b, int lo, int hi, int first_step, int tiles_before) {
+    if (q_by_tma()) {
+      const auto [stage, parity] = b.ring_stage(tiles_before, 1, false);
+      b.wait_full(kQRing, stage, parity);
+    } else {
+      load_q(b);
+    }
     finish(b, tile_, s_.overlap ? tma_overlapped_loop(b, lo, hi, first_step, loop_init(b))
                                 : tma_key_loop(b, lo, hi, first_step, loop_init(b)));
+  }
+  // Q's ring handed back to the producer once the tile's last S = Q·Kᵀ is done.
+  void release_q(Builder& b) {
+    if (q_by_tma()) b.release(kQRing, zero_);
   }
   int64_t query_tiles() const { return m_blocks() * block_heads(); }
 
@@ -179,6 +195,10 @@ class AttentionProgram {
   // operand (FlashAttention-3's): the d/2 registers its fragments would take go to S, P and O,
   // which at 128 keys a step with the softmax overlapped do not fit beside them.
   bool q_in_ring() const { return s_.tma; }
+  // Copied there by the producer's TMA (a box of the head's rows, zero past them), once the
+  // consumers have released the previous tile's — on a persistent grid while they finish that
+  // tile — unless the block's rows are several heads' (packed).
+  bool q_by_tma() const { return s_.tma && s_.group == 1; }
   static constexpr int kQRing = 2;
   int stages() const { return s_.overlap || s_.tma ? 3 : 2; }
   // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
@@ -216,6 +236,7 @@ class AttentionProgram {
         prm.col_major = role == 1;
         prm.group_rows = role == 1 ? s_.d : 0;
         if (s_.tma && role > 0) prm.tma_rows = role == 1 ? s_.d : s_.n_kv;  // a K/V head's stored rows
+        if (role == 0 && q_by_tma()) prm.tma_rows = s_.n_q;                 // a query head's
         *role_param[role] = static_cast<int>(p_.params.size());
         p_.params.push_back(prm);
       }
@@ -300,7 +321,6 @@ class AttentionProgram {
   // tile's group and read from it each step.
   void load_q(Builder& b) {
     if (q_shared() || q_in_ring()) {
-      p_.shared.push_back({"q_tile", s_.dtype, 1, {s_.block_m, dp()}, false, q_in_ring()});
       // (On a persistent grid, once both warpgroups are past their last products on the previous
       // tile's Q.)
       if (persistent()) b.barrier();
@@ -336,10 +356,16 @@ class AttentionProgram {
             b.tile_const(0, DType::F32, rows, Frag::Acc)};
   }
 
-  // The producer: key tile j's K (its head's d stored rows of keys key0 on) and V (keys key0 on,
-  // all of d) by TMA into its stage, once the consumers have emptied it. The tensor maps' bounds
-  // zero what lies past the head's keys or d.
-  void produce_keys(Builder& b, int lo, int hi, int first_step) {
+  // The producer: the tile's Q, once the consumers have released the last one; then key tile j's
+  // K (its head's d stored rows of keys key0 on) and V (keys key0 on, all of d) by TMA into its
+  // stage, once the consumers have emptied it. The tensor maps' bounds zero what lies past the
+  // head's queries, keys or d.
+  void produce_keys(Builder& b, int lo, int hi, int first_step, int tiles_before) {
+    if (q_by_tma()) {
+      const auto [stage, parity] = b.ring_stage(tiles_before, 1, true);
+      b.wait_empty(kQRing, stage, parity);
+      b.tma_load(q_param_, bh_, query0_, zero_, kQRing, stage);
+    }
     b.for_loop(lo, hi, b.index(1), {}, [&](Builder& in, int j, const std::vector<int>&) {
       const auto [stage, parity] = in.ring_stage(in.add(first_step, in.sub(j, lo)), stages(), true);
       in.wait_empty(0, stage, parity);
@@ -354,7 +380,8 @@ class AttentionProgram {
   // for inside), the stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
-    return over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c, bool masked) {
+    const std::vector<int> out = over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c,
+                                                                     bool masked) {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
@@ -364,6 +391,8 @@ class AttentionProgram {
       in.release(1, stage);
       return out;
     });
+    release_q(b);
+    return out;
   }
 
   // The loop over key tiles [lo, hi) as up to three: those a window's mask reaches (its lower
@@ -430,6 +459,7 @@ class AttentionProgram {
       });
       return out;
     });
+    release_q(b);  // (P·V is all that is left)
     const int last = b.ring_stage(b.add(first_step, b.sub(hi, b.min(hi, b.add(lo, one)))), stages(), false).first;
     const int o = b.dot_wait({b.dot_async(carried_p(out), 1, last, out[0])}, 0)[0];
     const int visited = b.less(lo, hi);
