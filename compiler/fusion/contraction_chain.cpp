@@ -442,20 +442,22 @@ static bool adds_a_score_tile(const Graph& g, const ContractionChain& c) {
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, const Graph& g, DType dt,
                                    const ScheduleHints& hints, bool bound_by_products) {
   const int64_t d = padded_head_dim(c.d);
-  s.tma = s.wgmma && d <= 128 && hints.attention_tma != 0 && (hints.attention_tma == 1 || bound_by_products);
+  s.tma = s.wgmma && hints.attention_tma != 0 && (hints.attention_tma == 1 || bound_by_products);
   s.block_m = s.wgmma && (hints.attention_block_m == 128 || s.tma) ? 128 : 64;
   // 128 keys a step on TMA, unless f(S) adds a tile of its own: beside S's that spilled (ALiBi
   // at d 128: 288 bytes at 128 keys, none at 64).
-  s.block_n = d > 128                   ? 32
+  s.block_n = d > 128                   ? (s.tma ? 64 : 32)
               : hints.attention_block_n ? hints.attention_block_n
               : s.tma && !adds_a_score_tile(g, c) ? 128
                                                   : 64;
   s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
-  s.warpgroup_turns = s.tma && hints.attention_pingpong == 1;
+  // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
+  // accumulator their bookkeeping spilled (8 bytes).
+  s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;
   s.warps_m = static_cast<int>(s.block_m / 16);
   s.warps_n = 1;
   s.threads_per_row = 32 * s.warps_m;
-  s.stages = s.tma || s.overlap ? 3 : 2;
+  s.stages = (s.tma || s.overlap) && d <= 128 ? 3 : 2;
   // A K and a V tile, their rows padded to a power of two of 16-byte chunks (d 96 as 128).
   s.stage_bytes = 2 * s.block_n * d * static_cast<int64_t>(dtype_size(dt));
 }
@@ -470,7 +472,8 @@ static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfil
   const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
   s.kv_splits = (tiles + per_split - 1) / per_split;
   const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count;
-  s.tile_blocks = s.tma && s.kv_splits == 1 && !s.key_limit && hints.attention_persistent == 1
+  s.tile_blocks = s.tma && padded_head_dim(s.k) <= 128 && s.kv_splits == 1 && !s.key_limit &&
+                          hints.attention_persistent == 1
                       ? std::min(query_tiles, sms)
                       : 0;
 }

@@ -281,8 +281,8 @@ struct ScheduleHints {
   // TMA matmuls' outputs stored by TMA through shared memory (TileSchedule::tma_store): 1 or -1
   // (the default); 0 by every thread's stores from its accumulators.
   int gemm_tma_store = -1;
-  // Attention on wgmma (d ≤ 128) warp-specialized: 128-row blocks of two consumer warpgroups fed
-  // K and V tiles by TMA from a producer warpgroup (TileSchedule::tma, AttentionShape::tma): 1;
+  // Attention on wgmma warp-specialized: 128-row blocks of two consumer warpgroups fed Q, K and
+  // V tiles by TMA from a producer warpgroup (TileSchedule::tma, AttentionShape::tma): 1;
   // 0 every thread's cp.async; -1 (the default) TMA where the products bound the kernel
   // (prefill, not decode). (bench/NOTES.md, "Attention's default is FlashAttention-3's".)
   int attention_tma = -1;

@@ -163,8 +163,9 @@ class AttentionProgram {
     if (s_.kv_splits < 1 || s_.kv_splits > steps())
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
-    if (s_.tma && (!s_.wgmma || q_shared()))
-      throw Error(fmt::format("attention: TMA key tiles need wgmma at d ≤ 128, not {}", s_.d));
+    if (s_.tma && !s_.wgmma) throw Error("attention: TMA key tiles need wgmma");
+    if (s_.overlap && dp() > 128)
+      throw Error(fmt::format("attention: the overlapped loop's three stages hold d ≤ 128, not {}", s_.d));
     if (s_.persistent_blocks < 0 || (persistent() && (!s_.tma || s_.kv_splits > 1 || s_.key_limit)))
       throw Error(fmt::format("attention: a persistent grid ({} blocks) is TMA's without split keys or a key limit",
                               s_.persistent_blocks));
@@ -190,7 +191,8 @@ class AttentionProgram {
   int64_t m_blocks() const { return (head_rows() + s_.block_m - 1) / s_.block_m; }
   // Past d 128 Q's fragments would take d/2 registers of each thread beside the output's d: Q
   // stays in shared memory and each step reads its fragments (ldmatrix), as FA2 does at d 256.
-  bool q_shared() const { return s_.d > 128; }
+  // (On TMA, Q in its ring is read by wgmma there.)
+  bool q_shared() const { return s_.d > 128 && !s_.tma; }
   // On TMA blocks Q waits in a ring of its own, laid out for wgmma, which reads it there as S's A
   // operand (FlashAttention-3's): the d/2 registers its fragments would take go to S, P and O,
   // which at 128 keys a step with the softmax overlapped do not fit beside them.
@@ -200,7 +202,8 @@ class AttentionProgram {
   // tile — unless the block's rows are several heads' (packed).
   bool q_by_tma() const { return s_.tma && s_.group == 1; }
   static constexpr int kQRing = 2;
-  int stages() const { return s_.overlap || s_.tma ? 3 : 2; }
+  // Three stages overlapped or on TMA, but two past d 128 (64 KiB each at d 256, beside Q's 64).
+  int stages() const { return (s_.overlap || s_.tma) && dp() <= 128 ? 3 : 2; }
   // An A fragment of zeros: Q past the head dimension where it is padded (d 96 in 128).
   int zero_fragment(Builder& b) { return b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A); }
   // A score tile of zeros: the overlapped loop's P before its first step.

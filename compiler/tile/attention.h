@@ -45,11 +45,12 @@ struct AttentionShape {
   // softmax while P·V is in flight (FlashAttention-3's overlap within a warpgroup); the K and V
   // tiles through three stages then, a stage refilled once the P·V that read it is done.
   bool overlap = false;
-  // On wgmma at d ≤ 128, warp-specialized: a producer warpgroup's one thread copies each key
-  // tile's K and V by TMA into rings of three stages with a full and an empty mbarrier each,
+  // On wgmma, warp-specialized: a producer warpgroup's one thread copies each key tile's K and V
+  // by TMA into rings of three stages (two past d 128) with a full and an empty mbarrier each,
   // while the block's warpgroups (the consumers) wait for a stage to be full, run the step on it
   // and release it — no thread copies or waits at a block barrier in the loop. Q waits in a ring
-  // of its own, S's A operand read there by wgmma.
+  // of its own, copied there by the producer too (unless the rows are several heads'), S's A
+  // operand read there by wgmma, released once the tile's last S is done.
   bool tma = false;
   // On TMA without split keys or a key limit, > 0: a persistent grid of this many blocks, block
   // b taking query tiles b, b + persistent_blocks, … (causal: groups of 8 heads, each group's

@@ -131,11 +131,12 @@ common options:
   --attention-rows 64|128      schedule override: query rows per attention block on wgmma; 128
                                runs two warpgroups over one K/V ring, one block per SM (default 64;
                                128 measured 10% slower: the two blocks of 64 interleave freely)
-  --attention-tma 0|1|auto     schedule override: 1 feeds attention's K and V tiles on wgmma
-                               (d ≤ 128) by TMA from a producer warpgroup to two consumer
-                               warpgroups of 64 query rows each (FlashAttention-3's block); 0
-                               every thread's cp.async; auto (the default): TMA where the
-                               products bound the kernel (prefill, not decode)
+  --attention-tma 0|1|auto     schedule override: 1 feeds attention's Q, K and V tiles on wgmma
+                               by TMA from a producer warpgroup to two consumer warpgroups of
+                               64 query rows each (FlashAttention-3's block; past d 128 two
+                               stages, not overlapped); 0 every thread's cp.async; auto (the
+                               default): TMA where the products bound the kernel (prefill, not
+                               decode)
   --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default
                                128 on TMA, 64 otherwise)
   --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
@@ -145,9 +146,9 @@ common options:
                                tile is in
   --attention-persistent 0|1   schedule override: 1 runs TMA attention (without split keys) on a
                                persistent grid of a block per SM taking the query tiles in turn
-                               (causal: longest first), the next tile's K and V copied while this
-                               one finishes (measured as fast without a mask, 6% slower causal);
-                               0 (the default) a block per query tile
+                               (causal: longest first), the next tile's Q, K and V copied while
+                               this one finishes (d ≤ 128); 0 (the default) a block per query
+                               tile
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
