@@ -1085,7 +1085,8 @@ TEST(GpuAttention, DecodeGridMatchesFloat64AndThePrefillSchedule) {
 // The default prefill schedule (FlashAttention-3's block: TMA, 128 keys a step, the softmax
 // overlapped) at full sequence lengths against an independent path on the GPU: the plan without
 // the contraction-chain rule, which writes the scores and runs the softmax and both products as
-// kernels of their own. Causal and not, GQA, a sliding window, an odd length, d 64.
+// kernels of their own. Causal and not, GQA, a sliding window, an odd length, d 64, and causal on
+// the persistent grid (each block about 4 of the 512 query tiles).
 TEST(GpuAttention, PrefillScheduleMatchesTheUnfusedPlan) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   struct Case {
@@ -1093,19 +1094,24 @@ TEST(GpuAttention, PrefillScheduleMatchesTheUnfusedPlan) {
     int64_t batch, q_heads, kv_heads, n, d;
     bool causal;
     int64_t window = 0;  // > 0: a causal sliding window of this many keys
+    bool persistent = false;  // --attention-persistent 1
   };
   const uint64_t seed = testing::test_seed();
   for (const Case& c : {Case{"attention", 1, 8, 8, 4096, 128, false}, Case{"causal", 1, 8, 8, 4096, 128, true},
                         Case{"gqa", 1, 8, 2, 4096, 128, false}, Case{"odd_causal", 1, 8, 8, 4097, 128, true},
                         Case{"odd", 1, 8, 8, 4097, 128, false}, Case{"d64", 2, 8, 8, 2048, 64, true},
-                        Case{"window", 1, 8, 8, 4096, 128, true, 1000}}) {
+                        Case{"window", 1, 8, 8, 4096, 128, true, 1000},
+                        Case{"causal_persistent", 2, 8, 8, 4096, 128, true, 0, true}}) {
     SCOPED_TRACE(c.name);
     const Graph g = c.window ? attention_window_graph(c.name, c.batch, c.q_heads, c.n, c.d, c.window)
                              : attention_grouped_graph(c.name, c.batch, c.q_heads, c.kv_heads, c.n, c.n, c.d, c.causal);
-    Executable fused(plan_fusion(g));
+    FusionOptions options;
+    options.schedule.attention_persistent = c.persistent ? 1 : 0;
+    Executable fused(plan_fusion(g, options));
     const Kernel* k = attention_kernel_of(fused.plan());
     ASSERT_NE(k, nullptr) << plan_report_text(fused.plan());
     EXPECT_TRUE(k->schedule.tma && k->schedule.overlap) << k->schedule.describe();
+    EXPECT_EQ(k->schedule.tile_blocks > 0, c.persistent);
     FusionOptions unfused;
     unfused.contraction_chains = false;
     Executable materialized(plan_fusion(g, unfused));
