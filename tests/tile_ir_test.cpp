@@ -295,7 +295,7 @@ TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
   ASSERT_EQ(p->shared.size(), 2u);
   for (size_t r = 0; r < 2; ++r) EXPECT_EQ(p->ring_offset(r) % 1024, 0);
   EXPECT_EQ(p->shared_bytes(), s.dynamic_shared_bytes());
-  for (const std::string want : {fmt::format("wait_group {}", s.stages - 3), std::string("fence_async"),
+  for (const std::string& want : {fmt::format("wait_group {}", s.stages - 3), std::string("fence_async"),
                                  std::string("= dot_async @a_ring["), std::string("pending 1 :"),
                                  std::string("pending 0 :"), std::string("wgmma]")})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
@@ -336,9 +336,15 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
   // The weight is shared by both batches: its tensor map has one.
   int operands = 0;
   for (const Param& prm : p->params) {
-    if (prm.name == "a") EXPECT_EQ(prm.tma_rows, 100);
-    if (prm.name == "w") EXPECT_EQ(prm.tma_rows, 200);
-    if (prm.output) EXPECT_EQ(prm.tma_rows, 100);  // stored by TMA, a batch's rows at a time
+    if (prm.name == "a") {
+      EXPECT_EQ(prm.tma_rows, 100);
+    }
+    if (prm.name == "w") {
+      EXPECT_EQ(prm.tma_rows, 200);
+    }
+    if (prm.output) {
+      EXPECT_EQ(prm.tma_rows, 100);  // stored by TMA, a batch's rows at a time
+    }
     operands += prm.name == "a" || prm.name == "w";
   }
   EXPECT_EQ(operands, 2);
@@ -367,7 +373,10 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
   moved.ring = 0;
   const int zero = wrong_side.add_value(Type::index());
   moved.args = {zero, zero, zero, zero};
-  wrong_side.body.body.insert(wrong_side.body.body.begin(), Inst{Opcode::Const, {zero}});
+  Inst constant;
+  constant.opcode = Opcode::Const;
+  constant.results = {zero};
+  wrong_side.body.body.insert(wrong_side.body.body.begin(), constant);
   EXPECT_TRUE(named(wrong_side, "runs in the producer region only"))
       << fmt::format("{}", fmt::join(program_problems(wrong_side), "; "));
 }
