@@ -654,7 +654,9 @@ TEST(FusionMatMul, OddRowsAreCopiedIntoAPaddedPitch) {
       EXPECT_NE(report.find("operand copies into a padded pitch first"), std::string::npos) << report;
       const CompiledKernel cc = compile_kernel(p.graph, chosen);
       EXPECT_NE(cc.ptx.find("cp.async"), std::string::npos);
-      if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(cc.ptx, chosen.name).has_value());
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(cc.ptx, chosen.name).has_value());
+      }
     }
   }
   for (const Shape& a : {Shape{1001, 255}, Shape{2, 1001, 255}}) {  // A stored [K, M]: rows M long
@@ -667,7 +669,9 @@ TEST(FusionMatMul, OddRowsAreCopiedIntoAPaddedPitch) {
     EXPECT_EQ(tk.schedule.operand_pitch[0], batched ? 0 : 256);
     EXPECT_EQ(tk.schedule.stages > 0, !batched);
     const CompiledKernel cc = compile_kernel(t, tk);  // the column-major copy's pitch verified and assembled
-    if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(cc.ptx, tk.name).has_value());
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(cc.ptx, tk.name).has_value());
+    }
   }
 }
 
@@ -694,7 +698,9 @@ TEST(FusionMatMul, FewRowsStreamTheWeightsAndSplitK) {
   const CompiledKernel c = compile_kernel(p.graph, k);
   EXPECT_NE(c.ptx.find("atom.global"), std::string::npos) << "the tile's blocks count in";
   EXPECT_NE(c.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
-  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+  if (!find_ptxas().empty()) {
+    EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+  }
 
   FusionOptions whole = own;
   whole.schedule.gemm_k_splits = 1;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "compiler/fusion/cost_model.h"
 
@@ -462,6 +464,44 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
   s.stage_bytes = 2 * s.block_n * d * static_cast<int64_t>(dtype_size(dt));
 }
 
+// The key tiles [first, end) that query tile mt of a head visits: all, or those the causal mask
+// and a window leave (attention.cpp's key_range, without split keys).
+static std::pair<int64_t, int64_t> key_tiles_of(const TileSchedule& s, int64_t mt) {
+  const int64_t steps = (s.n + s.block_n - 1) / s.block_n;
+  const int64_t query0 = s.heads_per_block > 1 ? 0 : mt * s.block_m, last = s.heads_per_block > 1 ? 0 : s.block_m - 1;
+  const int64_t end =
+      s.causal_offset < 0 ? steps : std::min(steps, (query0 + last + 1 + s.causal_offset + s.block_n - 1) / s.block_n);
+  const int64_t first = s.window_offset ? std::min(end, std::max<int64_t>(0, query0 + *s.window_offset) / s.block_n) : 0;
+  return {first, end};
+}
+
+// A query tile's start (its Q, the first step's products before any overlap, O's store) costs
+// about three key steps: 4.6–5.5 µs a block against 1.73 µs a 128-key step at d 128, from
+// shapes of equal FLOPs (bench/NOTES.md, "The attention family").
+constexpr double kTileStartSteps = 3;
+
+// The persistent grid's static order (attention.cpp's place: blocks take tiles b, b + blocks, …;
+// causal ones in groups of 8 heads, longest first): the most loaded block's work against the
+// mean. At 33 query tiles a head a group holds 264 = 2 × 132 tiles, so every block takes the same
+// places in each group's order: 1.40× at N 4097 causal on 132 SMs, 1.016× at N 4096.
+static double persistent_balance(const TileSchedule& s, int64_t blocks) {
+  const int64_t m_blocks = s.m_blocks(), heads = s.batch, g = std::min<int64_t>(8, heads);
+  std::vector<double> load(static_cast<size_t>(blocks), 0.0);
+  double total = 0;
+  for (int64_t t = 0; t < heads * m_blocks; ++t) {
+    int64_t mt = t % m_blocks;
+    if (s.causal_offset >= 0) {
+      const int64_t group = t / (g * m_blocks), within = t % (g * m_blocks);
+      mt = m_blocks - 1 - within / std::min(g, heads - group * g);
+    }
+    const auto [first, end] = key_tiles_of(s, mt);
+    const double work = static_cast<double>(end - first) + kTileStartSteps;
+    load[static_cast<size_t>(t % blocks)] += work;
+    total += work;
+  }
+  return *std::max_element(load.begin(), load.end()) / (total / static_cast<double>(blocks));
+}
+
 // The grid: split-KV where the blocks of heads and query tiles leave SMs idle. No more splits
 // than key tiles, and none that the static count leaves always empty (5 tiles in 4 splits: 2, 2,
 // 1 and none → 3 splits).
@@ -471,11 +511,15 @@ static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfil
   s.block_slots = hints.kv_splits < 0 ? int64_t{p.sm_count} * attention_blocks_per_sm(s.block_m) : 0;
   const int64_t per_split = (tiles + s.kv_splits - 1) / s.kv_splits;
   s.kv_splits = (tiles + per_split - 1) / per_split;
-  const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count;
-  s.tile_blocks = s.tma && padded_head_dim(s.k) <= 128 && s.kv_splits == 1 && !s.key_limit &&
-                          hints.attention_persistent == 1
-                      ? std::min(query_tiles, sms)
-                      : 0;
+  // A persistent grid hides part of each tile's start under the previous tile (about 1.35 µs
+  // of the ~5 measured: 2.4% at N 4096, 3.8% causal, 6% at d 64), where its static order keeps
+  // the blocks' work within 2% of each other; each block takes a few tiles at least.
+  const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count, blocks = std::min(query_tiles, sms);
+  const bool can = s.tma && padded_head_dim(s.k) <= 128 && s.kv_splits == 1 && !s.key_limit;
+  s.tile_balance = can && hints.attention_persistent != 0 ? persistent_balance(s, blocks) : 0;
+  const bool chosen =
+      hints.attention_persistent == 1 || (hints.attention_persistent < 0 && query_tiles >= 4 * sms && s.tile_balance <= 1.02);
+  s.tile_blocks = can && chosen ? blocks : 0;
 }
 
 bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
@@ -551,13 +595,9 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   // The scores of the key tiles the loops visit (all of them, unless a causal mask ends them or a
   // window starts them).
   double tiles = 0;
-  const int64_t steps = (s.n + s.block_n - 1) / s.block_n;
   for (int64_t mb = 0; mb < s.m_blocks(); ++mb) {
-    const int64_t end = s.causal_offset < 0
-                            ? steps
-                            : std::min(steps, ((mb + 1) * s.block_m + s.causal_offset + s.block_n - 1) / s.block_n);
-    const int64_t begin = s.window_offset ? std::max<int64_t>(0, mb * s.block_m + *s.window_offset) / s.block_n : 0;
-    tiles += static_cast<double>(std::max<int64_t>(0, end - begin));
+    const auto [first, end] = key_tiles_of(s, mb);
+    tiles += static_cast<double>(end - first);
   }
   const double scores = static_cast<double>(s.batch) * tiles * s.block_m * s.block_n *
                         (static_cast<double>(s.m) / static_cast<double>(s.m_blocks() * s.block_m));

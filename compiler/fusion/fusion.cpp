@@ -732,7 +732,7 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--attention-tma", &ScheduleHints::attention_tma, -1},
                                {"--attention-keys", &ScheduleHints::attention_block_n, 0},
                                {"--attention-pingpong", &ScheduleHints::attention_pingpong, 0},
-                               {"--attention-persistent", &ScheduleHints::attention_persistent, 0}};
+                               {"--attention-persistent", &ScheduleHints::attention_persistent, -1}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;
     for (const Kernel& k : p.kernels) out.push_back(k.schedule.describe());

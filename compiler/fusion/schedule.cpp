@@ -61,9 +61,14 @@ std::string TileSchedule::describe() const {
                                      : "read by wgmma")
               : "ldmatrix",
         stage_bytes / 1024,
-        tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}", tile_blocks,
-                                      batch * m_blocks(), causal_offset >= 0 ? " (longest first)" : "")
-                        : fmt::format("{} blocks", grid()),
+        tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}, the most loaded "
+                                      "block {:.3f}× the mean",
+                                      tile_blocks, batch * m_blocks(), causal_offset >= 0 ? " longest first" : "",
+                                      tile_balance)
+        : tile_balance > 1.02 ? fmt::format("{} blocks (a persistent grid's static order would load one block {:.2f}× "
+                                            "the mean)",
+                                            grid(), tile_balance)
+                              : fmt::format("{} blocks", grid()),
         batch,
         (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
                                            heads_per_block)

@@ -134,6 +134,10 @@ struct TileSchedule {
   // over the tiles (pid, pid + tile_blocks, …): the producer fills the next tile's stages during
   // a tile's epilogue. 0: a block per tile.
   int64_t tile_blocks = 0;
+  // Attention on a persistent grid: the most loaded block's work against the mean under the
+  // grid's static order of query tiles (key steps plus a tile's start), as the planner weighed
+  // it; 0 where no persistent grid was weighed.
+  double tile_balance = 0;
   int64_t tiles() const { return batch * m_blocks() * n_blocks(); }
   // Persistent TMA matmuls: 2 (ping-pong) runs two groups of block_threads() consumers, each on
   // tiles of its own (the block's tiles alternately), their k loops taking turns so that one
@@ -295,10 +299,10 @@ struct ScheduleHints {
   // the softmax overlapped, measured 1–2% faster than turns: bench/NOTES.md).
   int attention_pingpong = 0;
   // TMA attention without split keys on a persistent grid of one block per SM looping over the
-  // query tiles (TileSchedule::tile_blocks, AttentionShape::persistent_blocks): 1; 0 (the
-  // default) a block per query tile (measured as fast without a mask and 6% faster causal than
-  // the persistent grid: bench/NOTES.md).
-  int attention_persistent = 0;
+  // query tiles (TileSchedule::tile_blocks, AttentionShape::persistent_blocks): 1; 0 a block per
+  // query tile; -1 (the default) persistent where its static order of tiles balances the blocks'
+  // work within 2% (TileSchedule::tile_balance; bench/NOTES.md, "The attention family").
+  int attention_persistent = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -144,11 +144,13 @@ common options:
                                products (FlashAttention-3's ping-pong; measured 1–2% slower with
                                the softmax overlapped); 0 (the default) each as soon as its key
                                tile is in
-  --attention-persistent 0|1   schedule override: 1 runs TMA attention (without split keys) on a
+  --attention-persistent 0|1|auto
+                               schedule override: 1 runs TMA attention (without split keys) on a
                                persistent grid of a block per SM taking the query tiles in turn
                                (causal: longest first), the next tile's Q, K and V copied while
-                               this one finishes (d ≤ 128); 0 (the default) a block per query
-                               tile
+                               this one finishes (d ≤ 128); 0 a block per query tile; auto (the
+                               default): persistent where that static order balances the blocks'
+                               work within 2%
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
@@ -185,7 +187,7 @@ struct Args {
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = 0, attention_persistent = 0;
+      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -338,7 +340,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--attention-pingpong")
       a.attention_pingpong = parse_int(s, value(), 0, 1);
     else if (s == "--attention-persistent")
-      a.attention_persistent = parse_int(s, value(), 0, 1);
+      a.attention_persistent = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-keys") {
       const std::string v = value();
       if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-keys needs 64 or 128, got '{}'", v));
