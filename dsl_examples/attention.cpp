@@ -63,7 +63,7 @@ void decode_step_lengths(TensorMap& inputs, int64_t batch, int64_t max_len) {
 // The attention family (`tilefuse list` shows them beside the examples): the head dimensions,
 // odd lengths and grouped heads of the prefill bar, and the variants — a softcap, ALiBi, a
 // sliding window — that FlexAttention compiles from the same score function, each at
-// B8 H32 N4096 bf16 (d 128 unless named). scripts/gpu_attention.sh times them beside cuDNN and
+// B8 H32 N4096 bf16 (d 128 unless named). scripts/gpu_attention_family.sh times them beside cuDNN and
 // FlexAttention in the same call.
 namespace {
 

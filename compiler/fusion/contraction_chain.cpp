@@ -96,32 +96,26 @@ bool ordered(const Node& cmp, Op op, NodeId* above, NodeId* below) {
   return true;
 }
 
-// A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
-std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_t n_kv) {
-  NodeId query, key;
-  if (!ordered(g.node(condition), Op::Ge, &query, &key) || !iota_along(g, key, 1)) return std::nullopt;
-  double offset = 0;
-  if (g.node(query).op == Op::Add) {
-    const Node& a = g.node(query);
-    const int c = is_constant(g, a.operands[1]) ? 1 : is_constant(g, a.operands[0]) ? 0 : -1;
-    if (c < 0) return std::nullopt;
-    offset = g.node(a.operands[static_cast<size_t>(c)]).value;
-    query = a.operands[static_cast<size_t>(1 - c)];
-  }
-  // (An offset past the last key hides nothing: no tile to skip.)
-  if (!iota_along(g, query, 2) || !(offset >= 0) || offset != std::floor(offset) || offset >= static_cast<double>(n_kv))
-    return std::nullopt;
-  return static_cast<int64_t>(offset);
-}
-
-// i_q + c (c a constant, or none) as (the iota along the queries, c); nullopt where it is not.
-std::optional<std::pair<NodeId, double>> query_plus_constant(const Graph& g, NodeId id) {
-  if (iota_along(g, id, 2)) return std::pair{id, 0.0};
+// c where `id` is i_q + c (c a constant; 0 for the iota along the queries alone); nullopt where it
+// is not.
+std::optional<double> query_offset(const Graph& g, NodeId id) {
+  if (iota_along(g, id, 2)) return 0.0;
   const Node& a = g.node(id);
   if (a.op != Op::Add) return std::nullopt;
   const int c = is_constant(g, a.operands[1]) ? 1 : is_constant(g, a.operands[0]) ? 0 : -1;
   if (c < 0 || !iota_along(g, a.operands[static_cast<size_t>(1 - c)], 2)) return std::nullopt;
-  return std::pair{a.operands[static_cast<size_t>(1 - c)], g.node(a.operands[static_cast<size_t>(c)]).value};
+  return g.node(a.operands[static_cast<size_t>(c)]).value;
+}
+
+// A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
+std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_t n_kv) {
+  NodeId query, key;
+  if (!ordered(g.node(condition), Op::Ge, &query, &key) || !iota_along(g, key, 1)) return std::nullopt;
+  const std::optional<double> offset = query_offset(g, query);
+  // (An offset past the last key hides nothing: no tile to skip.)
+  if (!offset || !(*offset >= 0) || *offset != std::floor(*offset) || *offset >= static_cast<double>(n_kv))
+    return std::nullopt;
+  return static_cast<int64_t>(*offset);
 }
 
 // A sliding window's mask condition (i_q + c) − i_k < W (or ≤ W, written either way round; c a
@@ -132,11 +126,11 @@ std::optional<int64_t> window_offset_of(const Graph& g, NodeId condition) {
   if (!strict && !ordered(g.node(condition), Op::Ge, &limit, &distance)) return std::nullopt;
   const Node& sub = g.node(distance);
   if (!is_constant(g, limit) || sub.op != Op::Sub || !iota_along(g, sub.operands[1], 1)) return std::nullopt;
-  const std::optional<std::pair<NodeId, double>> query = query_plus_constant(g, sub.operands[0]);
-  const double w = g.node(limit).value, c = query ? query->second : 0;
-  if (!query || !std::isfinite(w) || !std::isfinite(c) || std::fabs(c - w) > 0x1p52) return std::nullopt;
+  const std::optional<double> c = query_offset(g, sub.operands[0]);
+  const double w = g.node(limit).value;
+  if (!c || !std::isfinite(w) || !std::isfinite(*c) || std::fabs(*c - w) > 0x1p52) return std::nullopt;
   // i_k > i_q + c − W: i_k ≥ i_q + ⌊c − W⌋ + 1;  i_k ≥ i_q + c − W: i_k ≥ i_q + ⌈c − W⌉.
-  return static_cast<int64_t>(strict ? std::floor(c - w) + 1 : std::ceil(c - w));
+  return static_cast<int64_t>(strict ? std::floor(*c - w) + 1 : std::ceil(*c - w));
 }
 
 // The first causal mask's offset, and the mask (its where) in *mask.
@@ -417,13 +411,6 @@ int64_t splits_for_device(const TileSchedule& s, int64_t tiles, const DeviceProf
   return splits;
 }
 
-// Where the products bound the kernel (prefill; not decode, whose cache's bytes do) and d ≤
-// 128, by default FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128:
-// bench/NOTES.md): 128 rows, two consumer warpgroups fed K and V by TMA, 128 keys a step, the
-// softmax overlapped with P·V within each warpgroup (the warpgroups taking turns and a
-// persistent grid only where asked for: neither was faster). Elsewhere every thread's cp.async
-// over 64 rows and 64 keys, overlapped where the products bound the kernel (d 256: 32 keys a
-// step, not overlapped — the output takes the registers). Each hint forces its part either way.
 // Whether f(S) combines S with a tile of its own across both the queries and the keys (ALiBi's
 // slope·(i_k − i_q), a bias per query and key), not a mask's −inf: each thread holds that tile's
 // elements beside S's.
@@ -441,6 +428,12 @@ static bool adds_a_score_tile(const Graph& g, const ContractionChain& c) {
   return false;
 }
 
+// Where the products bound the kernel (prefill; not decode, whose cache's bytes do), by default
+// FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128: bench/NOTES.md): 128
+// rows, two consumer warpgroups fed Q, K and V by TMA, 128 keys a step, the softmax overlapped
+// with P·V within each warpgroup (the warpgroups taking turns only where asked for: not faster);
+// past d 128 two stages of 64 keys, not overlapped (the output takes the registers). Elsewhere
+// every thread's cp.async over 64 rows and 64 keys (d 256: 32). Each hint forces its part.
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, const Graph& g, DType dt,
                                    const ScheduleHints& hints, bool bound_by_products) {
   const int64_t d = padded_head_dim(c.d);
