@@ -146,6 +146,7 @@ TEST(CodegenAttention, PtxHasTensorCoreLoopAndAssembles) {
       auto m = run_ptxas(ptx, "attention", opt);
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0);
+      EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
       ::testing::Test::RecordProperty(fmt::format("registers_{}_d{}", sm, d), m->registers);
     }
 }
@@ -603,6 +604,7 @@ TEST(FusionAttention, LogSumExpRowsAreWrittenBesideTheOutput) {
       auto m = run_ptxas(c.ptx, a->name);
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0);
+      EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
     }
   }
 }
@@ -919,6 +921,7 @@ TEST(FusionAttention, SplitKeysMergeInTheLastBlock) {
       const std::optional<MeasuredKernel> m = run_ptxas(compile_kernel(p.graph, *k_split).ptx, k_split->name);
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0) << splits << " splits: " << m->registers << " registers";
+      EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
     }
   }
   // No more splits than key tiles.
@@ -1292,6 +1295,10 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
       auto m = run_ptxas(c.ptx, k->name);
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0);
+      // No wgmma serialized by ptxas, but where the warpgroups take turns with the softmax
+      // overlapped: there ptxas serializes them for want of registers (C7511) — the opt-in
+      // ping-pong that measured slower.
+      if (!(turns && k->schedule.overlap)) EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
     }
   }
   EXPECT_GE(on_wgmma, 20);
@@ -1334,6 +1341,7 @@ TEST(FusionAttention, TheAttentionFamilyIsOneKernelEach) {
       auto m = run_ptxas(c.ptx, k->name);
       ASSERT_TRUE(m.has_value());
       EXPECT_EQ(m->spill_bytes, 0) << m->registers << " registers";
+      EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
     }
   }
   // 1024 of a causal mask's 2048 keys on average, plus the edge tiles.

@@ -376,7 +376,15 @@ std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::strin
       throw CodegenError(fmt::format("ptxas serialized the wgmma of kernel {}:\n{}", kernel, out));
   MeasuredKernel m;
   m.source = "ptxas";
+  // Its performance notes (info lines, not warnings): "(C7514) Potential Performance Loss: wgmma
+  // … serialized …", "(C7517) warpgroup.wait is injected …" — each code and its words up to the
+  // function's name.
+  const std::regex note(R"(\((C75\d\d)\) (.*?)( in (the )?function '.*)?$)");
+  std::istringstream info(out);
   std::smatch match;
+  for (std::string line; std::getline(info, line);)
+    if (std::regex_search(line, match, note))
+      m.notes.push_back(fmt::format("{} {}", match[1].str(), std::regex_replace(match[2].str(), std::regex(" +"), " ")));
   if (std::regex_search(out, match, std::regex(R"(Used (\d+) registers)"))) m.registers = std::stoi(match[1]);
   if (std::regex_search(out, match, std::regex(R"((\d+) bytes spill stores)")))
     m.spill_bytes = std::stoi(match[1]);

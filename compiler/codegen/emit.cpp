@@ -1104,8 +1104,12 @@ class Emitter {
       operands.push_back(i32(from_zero && kk == 0 ? 0 : 1));
       steps.push_back(std::move(operands));
     }
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_fence_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
-    for (const std::vector<Value*>& operands : steps) acc = tied(text, acc, operands, a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
+    // The fence in the first wgmma's asm: the copies LLVM makes of its tied accumulators (of a
+    // constant, or of a value used again) then come before it. A separate fence let them fall
+    // between it and the wgmma, and ptxas serialized the kernel's wgmma (C7511).
+    for (size_t kk = 0; kk < steps.size(); ++kk)
+      acc = tied(kk == 0 ? "wgmma.fence.sync.aligned;\n" + text : text, acc, steps[kk],
+                 a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     std::vector<Value*> out(acc.size());
     for (size_t slot = 0; slot < reg_of.size(); ++slot) out[slot] = acc[reg_of[slot]];
@@ -1119,6 +1123,9 @@ class Emitter {
       const std::vector<Value*>& v = vals_[static_cast<size_t>(a)];
       all.insert(all.end(), v.begin(), v.end());
     }
+    // Pinned: a CTA fence first, which ptxas does not move the wait across (the consumers have
+    // no memory access in flight there: it costs a few cycles).
+    if (i.pinned) asm_call(b_.getVoidTy(), "fence.acq_rel.cta;", "~{memory}", {});
     std::vector<Value*> out = tied(fmt::format("wgmma.wait_group.sync.aligned {};", static_cast<int>(i.value)), all, {}, "");
     size_t at = 0;
     for (size_t k = 0; k < i.args.size(); ++k) {

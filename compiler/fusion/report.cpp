@@ -43,6 +43,7 @@ static std::string registers_line(const Kernel& k, const MeasuredKernels& measur
   if (it != measured.end() && it->second.registers >= 0) {
     s += fmt::format(", {} {}", it->second.source, it->second.registers);
     if (it->second.spill_bytes >= 0) s += fmt::format(" ({} bytes spilled)", it->second.spill_bytes);
+    for (const std::string& note : it->second.notes) s += fmt::format("; ptxas: {}", note);
   } else {
     s += ", ptxas: not run";
   }
@@ -310,7 +311,8 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
     if (it != measured.end()) {
       j.field("registers_measured", it->second.registers)
           .field("spill_bytes", it->second.spill_bytes)
-          .field("registers_source", it->second.source);
+          .field("registers_source", it->second.source)
+          .array("ptxas_notes", it->second.notes);
     }
     j.end_object();
   }

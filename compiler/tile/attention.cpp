@@ -23,6 +23,12 @@ namespace {
 struct Turn {
   int step = -1, steps = -1;
 };
+// How a key step's tile lies: whether a mask may reach it, and whether it is in the block's main
+// loop — its unmasked tiles, or every tile where none is known to be unmasked — rather than at
+// an edge (a window's lower edge, the causal diagonal, the keys' partial last tile).
+struct TileKind {
+  bool masked, main;
+};
 
 class AttentionProgram {
  public:
@@ -384,12 +390,12 @@ class AttentionProgram {
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     const std::vector<int> out = over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c,
-                                                                     bool masked) {
+                                                                     TileKind kind) {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
-      std::vector<int> out = step(in, j, stage, c, masked, turn(t, steps));
+      std::vector<int> out = step(in, j, stage, c, kind.masked, turn(t, steps));
       in.release(0, stage);
       in.release(1, stage);
       return out;
@@ -401,21 +407,21 @@ class AttentionProgram {
   // The loop over key tiles [lo, hi) as up to three: those a window's mask reaches (its lower
   // edge), those no mask reaches — wholly below the causal diagonal, inside every row's window
   // and within the keys, whose scores skip the masks — then the rest. `body` is step j's, given
-  // the carried values and whether a mask may reach its tile.
-  using TileStep = std::function<std::vector<int>(Builder&, int j, const std::vector<int>& c, bool masked)>;
+  // the carried values and how its tile lies (TileKind).
+  using TileStep = std::function<std::vector<int>(Builder&, int j, const std::vector<int>& c, TileKind kind)>;
   std::vector<int> over_key_tiles(Builder& b, int lo, int hi, const std::vector<int>& init, const TileStep& body) {
-    const int one = b.index(1);
-    auto loop = [&](int from, int to, const std::vector<int>& c, bool masked) {
-      return b.for_loop(from, to, one, c,
-                        [&](Builder& in, int j, const std::vector<int>& cj) { return body(in, j, cj, masked); });
+    auto loop = [&](int from, int to, const std::vector<int>& c, TileKind kind) {
+      return b.for_loop(from, to, b.index(1), c,
+                        [&](Builder& in, int j, const std::vector<int>& cj) { return body(in, j, cj, kind); });
     };
+    const TileKind edge = {true, false}, inner = {false, true};
     int mid = unmasked_end(b, lo, hi);
-    if (!s_.window_offset) return mid < 0 ? loop(lo, hi, init, true) : loop(mid, hi, loop(lo, mid, init, false), true);
+    if (!s_.window_offset) return mid < 0 ? loop(lo, hi, init, {true, true}) : loop(mid, hi, loop(lo, mid, init, inner), edge);
     // Tiles from the one holding the last query's first key on are inside every row's window.
     const int inside = b.min(hi, b.max(lo, b.div(b.add(first_key(b, last_query(b)), b.index(s_.block_n - 1)),
                                                  b.index(s_.block_n))));
     mid = mid < 0 ? hi : b.max(inside, mid);
-    return loop(mid, hi, loop(inside, mid, loop(lo, inside, init, true), false), true);
+    return loop(mid, hi, loop(inside, mid, loop(lo, inside, init, edge), inner), edge);
   }
   // The block's last query (within its head; 0 where every row is query 0: heads packed).
   int last_query(Builder& b) { return s_.group > 1 ? zero_ : b.add(query0_, b.index(s_.block_m - 1)); }
@@ -439,23 +445,23 @@ class AttentionProgram {
   }
 
   // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
-  // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O, waits for S alone, runs the softmax while P·V is in
-  // flight, waits for P·V, rescales O by step j's α and releases tile j − 1's stage (both its
-  // products done). At the first step P is zeros against this tile's own V (a full stage: 0·V
+  // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone, runs the softmax
+  // while P·V is in flight, waits for P·V and releases tile j − 1's stage (both its products
+  // done). At the first step P is zeros against this tile's own V (a full stage: 0·V
   // adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
   // released; where the range was empty that product read no tile of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     std::vector<int> carried = init;
-    append_zero_p(b, &carried);
+    append_alpha_and_zero_p(b, &carried);
     const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
-                                                                        bool masked) {
+                                                                        TileKind kind) {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       const int before = in.ring_stage(in.add(first_step, in.sub(t, in.min(t, one))), stages(), false).first;
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c, masked, turn(t, steps));
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps));
       in.when(in.less(zero_, t), [&](Builder& w) {
         w.release(0, before);
         w.release(1, before);
@@ -464,7 +470,7 @@ class AttentionProgram {
     });
     release_q(b);  // (P·V is all that is left)
     const int last = b.ring_stage(b.add(first_step, b.sub(hi, b.min(hi, b.add(lo, one)))), stages(), false).first;
-    const int o = b.dot_wait({b.dot_async(carried_p(out), 1, last, out[0])}, 0)[0];
+    const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     const int visited = b.less(lo, hi);
     b.when(visited, [&](Builder& w) {
       w.release(0, last);
@@ -507,14 +513,14 @@ class AttentionProgram {
     if (s_.overlap) return overlapped_loop(b, lo, hi, loop_init(b));
     const int two = b.index(2);
     copy_keys(b, lo, b.rem(lo, two));
-    return over_key_tiles(b, lo, hi, loop_init(b), [&](Builder& in, int j, const std::vector<int>& c, bool masked) {
+    return over_key_tiles(b, lo, hi, loop_init(b), [&](Builder& in, int j, const std::vector<int>& c, TileKind kind) {
       // Tile j's copies done, and every thread past its reads of the other stage.
       in.wait_group(0);
       if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
       in.barrier();
       const int next = in.add(j, in.index(1));
       copy_keys(in, next, in.rem(next, two));
-      return step(in, j, in.rem(j, two), c, masked);
+      return step(in, j, in.rem(j, two), c, kind.masked);
     });
   }
 
@@ -565,12 +571,25 @@ class AttentionProgram {
     for (int64_t kk = 0; kk < dp() / 16; ++kk) q.push_back(kk < s_.d / 16 ? q_at(b, kk) : zero_fragment(b));
     return q;
   }
-  // The overlapped loops carry P as its A fragments, rounded (half the registers of its f32
-  // tile across the loop's back edge): zeros before the first step, after (O, m, l).
-  void append_zero_p(Builder& b, std::vector<int>* carried) {
+  // The overlapped loops carry, after (O, m, l), the last step's α (O is rescaled by it only
+  // under the next S = Q·Kᵀ, FlashAttention-3's order, not between P·V's wait and the next
+  // products, where the tensor cores would idle for it) and P as its A fragments, rounded (half
+  // the registers of its f32 tile across the loop's back edge): 1 and zeros before the first step.
+  void append_alpha_and_zero_p(Builder& b, std::vector<int>* carried) {
+    carried->push_back(b.tile_const(1, DType::F32, {s_.block_m, 1}, Frag::Acc));
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried->push_back(b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A));
   }
-  static std::vector<int> carried_p(const std::vector<int>& c) { return std::vector<int>(c.begin() + 3, c.end()); }
+  static int carried_alpha(const std::vector<int>& c) { return c[3]; }
+  static std::vector<int> carried_p(const std::vector<int>& c) { return std::vector<int>(c.begin() + 4, c.end()); }
+  // O rescaled by the carried α_{j−1}, `newer` product groups having started since O's (S's in a
+  // step). O was waited for before the back edge; waiting for it again here costs nothing, but
+  // without it ptxas cannot see that across the loop and waits for S before the rescale (C7517).
+  int rescaled_o(Builder& b, const std::vector<int>& c, int newer) {
+    const int o = newer > 0 ? b.dot_wait({c[0]}, newer)[0] : c[0];
+    return b.compute(Op::Mul, {o, carried_alpha(c)}, DType::F32);
+  }
+  // P_{j−1}·V_{j−1} from ring stage `stage` started onto O (rescaled).
+  int p_times_v(Builder& b, const std::vector<int>& c, int stage, int o) { return b.dot_async(carried_p(c), 1, stage, o); }
   // P's tile as A fragments of 16 keys each, rounded to the inputs' dtype.
   std::vector<int> p_fragments(Builder& b, int p) {
     std::vector<int> pa;
@@ -632,10 +651,9 @@ class AttentionProgram {
   }
 
   // The overlapped loop (wgmma, three stages). Step j starts S = Q·Kⱼᵀ, then P_{j−1}·V_{j−1}
-  // onto O (already rescaled for step j − 1), waits for S alone (the older group), runs the
-  // softmax of S while P·V is in flight, waits for P·V, rescales O by step j's α, and refills the
-  // stage of tile j − 1 (its K and V both read now) with tile j + 2. P_{j−1} is carried in
-  // registers; before the first step it is zeros against a stage of zeros (a tile past the keys,
+  // onto O rescaled by α_{j−1}, waits for S alone (the older group), runs the softmax of S while
+  // P·V is in flight, waits for P·V, and refills the stage of tile j − 1 (its K and V both read
+  // now) with tile j + 2. P_{j−1} is carried in registers; before the first step it is zeros against a stage of zeros (a tile past the keys,
   // whose copies read nothing), and after the last the carried P meets its V once more.
   std::vector<int> overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
     const int three = b.index(3), two = b.index(2);
@@ -643,14 +661,14 @@ class AttentionProgram {
     copy_keys(b, b.index(steps()), b.rem(b.add(lo, two), three));  // zeros: keys from n_kv on
     copy_keys(b, b.add(lo, b.index(1)), b.rem(b.add(lo, b.index(1)), three));
     std::vector<int> carried = init;
-    append_zero_p(b, &carried);
+    append_alpha_and_zero_p(b, &carried);
     const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
-                                                                        bool masked) {
+                                                                        TileKind kind) {
       in.wait_group(1);  // tile j's copies (and before the first step the stage of zeros) done
       in.fence_async();
       in.barrier();
       const int stage = in.rem(j, three), before = in.rem(in.add(j, two), three);
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c, masked);
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind);
       copy_keys(in, in.add(j, two), before);
       return out;
     });
@@ -659,25 +677,28 @@ class AttentionProgram {
     b.wait_group(0);
     b.fence_async();
     b.barrier();
-    const int o = b.dot_wait({b.dot_async(carried_p(out), 1, b.rem(b.add(hi, two), three), out[0])}, 0)[0];
+    const int o = b.dot_wait({p_times_v(b, out, b.rem(b.add(hi, two), three), rescaled_o(b, out, 0))}, 0)[0];
     return {o, out[1], out[2]};
   }
 
-  // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} (c[3…])
-  // times stage `before`'s V onto O started together, S waited for alone (the older group), the
-  // softmax run while P·V is in flight, then O waited for and rescaled by step j's α: (O, m, l,
-  // P's fragments).
-  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, bool masked,
+  // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} times
+  // stage `before`'s V onto O·α_{j−1} started together, S waited for alone (the older group), the
+  // softmax run while P·V is in flight, then O waited for: (O, m, l, α, P's fragments). O is
+  // rescaled while S's product runs in the main loop; at the edges and where the warpgroups take
+  // turns it is rescaled first, since ptxas ran out of registers with S in flight there (where an
+  // edge step stands alone — the last of N 4097's keys, a tile LLVM peels — it serialized every
+  // wgmma of the kernel; with turns on the persistent grid it spilled).
+  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, TileKind kind,
                                    Turn turn = {}) {
-    const std::vector<int> p = carried_p(c);
     const int s0 = zero_scores(b);
+    const bool first = !kind.main || turn.step >= 0;
+    const int o_first = first ? rescaled_o(b, c, 0) : -1;
     const auto [scores, o_flight] = in_turn(b, turn, [&] {
       const int s = q_times_k(b, stage, s0);
-      return std::pair{s, b.dot_async(p, 1, before, c[0])};
+      return std::pair{s, p_times_v(b, c, before, first ? o_first : rescaled_o(b, c, 1))};
     });
-    const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2], masked);
-    const int o = b.compute(Op::Mul, {b.dot_wait({o_flight}, 0)[0], on.alpha}, DType::F32);
-    std::vector<int> out = {o, on.m, on.l};
+    const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2], kind.masked);
+    std::vector<int> out = {b.dot_wait({o_flight}, 0, true)[0], on.m, on.l, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
     out.insert(out.end(), pa.begin(), pa.end());
     return out;

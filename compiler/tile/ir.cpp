@@ -372,11 +372,12 @@ int Builder::dot_async(const std::vector<int>& a, int ring_b, int stage, int acc
   return emit(i, p_.types.at(static_cast<size_t>(acc)));
 }
 
-std::vector<int> Builder::dot_wait(const std::vector<int>& accs, int pending) {
+std::vector<int> Builder::dot_wait(const std::vector<int>& accs, int pending, bool pinned) {
   Inst i;
   i.opcode = Opcode::DotWait;
   i.args = accs;
   i.value = pending;
+  i.pinned = pinned;
   for (int a : accs) i.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(a))));
   std::vector<int> out = i.results;
   r_->body.push_back(std::move(i));

@@ -245,6 +245,11 @@ struct Inst {
   // TmaLoad in a cluster: the stage's 128-byte panels are shared out over the cluster's blocks
   // (block r copies panels r, r + cluster, …), each copy written into every block's stage.
   bool multicast = false;
+  // DotWait that stays where it stands (printed `dot_wait … pinned`): the work before it runs
+  // while the products are in flight. Without it ptxas may move the wait up past that work — it
+  // did past an online softmax, to write the next P's fragments into the registers the product
+  // in flight reads — and the work runs after the products instead of under them.
+  bool pinned = false;
   std::vector<Region> regions;
 };
 
@@ -398,7 +403,7 @@ class Builder {
   int dot_async(int ring_a, int ring_b, int stage, int acc);
   // acc + A·B with A the fragments `a` (registers) and B stage `stage` of ring `ring_b`.
   int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc);
-  std::vector<int> dot_wait(const std::vector<int>& accs, int pending);
+  std::vector<int> dot_wait(const std::vector<int>& accs, int pending, bool pinned = false);
   void fence_async();
   // Warp specialization: `producer` and `consumers` fill Specialize's two regions (the
   // consumers' given their group).

@@ -107,8 +107,8 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::DotWait: {
         std::vector<std::string> types;
         for (int v : i.results) types.push_back(type_of(v));
-        *out += fmt::format("{}{}dot_wait {} pending {} : {}\n", pad, lhs, values(i.args), number(i.value),
-                            fmt::join(types, ", "));
+        *out += fmt::format("{}{}dot_wait {} pending {}{} : {}\n", pad, lhs, values(i.args), number(i.value),
+                            i.pinned ? " pinned" : "", fmt::join(types, ", "));
         break;
       }
       case Opcode::AwaitTurn:
@@ -718,6 +718,7 @@ class Parser {
       }
       word("pending");
       i.value = static_cast<double>(integer());
+      i.pinned = take_word("pinned");
       punct(":");
       std::vector<Type> types;
       while (types.size() < i.args.size()) {
