@@ -432,8 +432,9 @@ static bool adds_a_score_tile(const Graph& g, const ContractionChain& c) {
 // FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128: bench/NOTES.md): 128
 // rows, two consumer warpgroups fed Q, K and V by TMA, 128 keys a step, the softmax overlapped
 // with P·V within each warpgroup (the warpgroups taking turns only where asked for: not faster);
-// past d 128 two stages of 64 keys, not overlapped (the output takes the registers). Elsewhere
-// every thread's cp.async over 64 rows and 64 keys (d 256: 32). Each hint forces its part.
+// past d 128 two stages of 64 keys, overlapped too (K's stage released once S is done, V's once
+// P·V is: two stages are enough). Elsewhere every thread's cp.async over 64 rows and 64 keys
+// (d 256: 32), overlapped at d ≤ 128 (three stages). Each hint forces its part.
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, const Graph& g, DType dt,
                                    const ScheduleHints& hints, bool bound_by_products) {
   const int64_t d = padded_head_dim(c.d);
@@ -445,7 +446,8 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
               : hints.attention_block_n ? hints.attention_block_n
               : s.tma && !adds_a_score_tile(g, c) ? 128
                                                   : 64;
-  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
+  s.overlap = s.wgmma && (d <= 128 || s.tma) && hints.attention_overlap != 0 &&
+              (hints.attention_overlap == 1 || bound_by_products);
   // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
   // accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;

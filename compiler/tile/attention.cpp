@@ -170,8 +170,8 @@ class AttentionProgram {
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.tma && !s_.wgmma) throw Error("attention: TMA key tiles need wgmma");
-    if (s_.overlap && dp() > 128)
-      throw Error(fmt::format("attention: the overlapped loop's three stages hold d ≤ 128, not {}", s_.d));
+    if (s_.overlap && dp() > 128 && !s_.tma)
+      throw Error(fmt::format("attention: the overlapped loop's three cp.async stages hold d ≤ 128, not {}", s_.d));
     if (s_.persistent_blocks < 0 || (persistent() && (!s_.tma || s_.kv_splits > 1 || s_.key_limit)))
       throw Error(fmt::format("attention: a persistent grid ({} blocks) is TMA's without split keys or a key limit",
                               s_.persistent_blocks));
@@ -445,11 +445,12 @@ class AttentionProgram {
   }
 
   // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
-  // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone, runs the softmax
-  // while P·V is in flight, waits for P·V and releases tile j − 1's stage (both its products
-  // done). At the first step P is zeros against this tile's own V (a full stage: 0·V
-  // adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
-  // released; where the range was empty that product read no tile of the block's and O stays.
+  // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone and releases Kⱼ's
+  // stage, runs the softmax while P·V is in flight, waits for P·V and releases V_{j−1}'s. (K's
+  // stage goes back a step before V's, so that two stages hold the pipeline at d 256.) At the
+  // first step P is zeros against this tile's own V (a full stage: 0·V adds nothing). After the
+  // loop the carried P meets the last tile's V, whose stage is then released; where the range
+  // was empty that product read no tile of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     std::vector<int> carried = init;
@@ -461,21 +462,15 @@ class AttentionProgram {
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       const int before = in.ring_stage(in.add(first_step, in.sub(t, in.min(t, one))), stages(), false).first;
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps));
-      in.when(in.less(zero_, t), [&](Builder& w) {
-        w.release(0, before);
-        w.release(1, before);
-      });
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps), true);
+      in.when(in.less(zero_, t), [&](Builder& w) { w.release(1, before); });
       return out;
     });
     release_q(b);  // (P·V is all that is left)
     const int last = b.ring_stage(b.add(first_step, b.sub(hi, b.min(hi, b.add(lo, one)))), stages(), false).first;
     const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     const int visited = b.less(lo, hi);
-    b.when(visited, [&](Builder& w) {
-      w.release(0, last);
-      w.release(1, last);
-    });
+    b.when(visited, [&](Builder& w) { w.release(1, last); });
     return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
   }
 
@@ -689,7 +684,7 @@ class AttentionProgram {
   // edge step stands alone — the last of N 4097's keys, a tile LLVM peels — it serialized every
   // wgmma of the kernel; with turns on the persistent grid it spilled).
   std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, TileKind kind,
-                                   Turn turn = {}) {
+                                   Turn turn = {}, bool release_k = false) {
     const int s0 = zero_scores(b);
     const bool first = !kind.main || turn.step >= 0;
     const int o_first = first ? rescaled_o(b, c, 0) : -1;
@@ -697,7 +692,9 @@ class AttentionProgram {
       const int s = q_times_k(b, stage, s0);
       return std::pair{s, p_times_v(b, c, before, first ? o_first : rescaled_o(b, c, 1))};
     });
-    const Online on = online(b, j, b.dot_wait({scores}, 1)[0], c[1], c[2], kind.masked);
+    const int s = b.dot_wait({scores}, 1)[0];
+    if (release_k) b.release(0, stage);  // (TMA stages: S, the only reader of Kⱼ, is done)
+    const Online on = online(b, j, s, c[1], c[2], kind.masked);
     std::vector<int> out = {b.dot_wait({o_flight}, 0, true)[0], on.m, on.l, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
     out.insert(out.end(), pa.begin(), pa.end());
