@@ -5,6 +5,8 @@
 
 #include <functional>
 
+#include "compiler/codegen/compile.h"
+#include "compiler/codegen/target.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/ir.h"
 #include "compiler/dsl/dsl.h"
@@ -762,6 +764,42 @@ TEST(TileIrBuild, AttentionOnWgmmaTakesAFromRegisters) {
   Program plain_ring = p;
   plain_ring.shared[0].wgmma = false;
   EXPECT_FALSE(program_problems(plain_ring).empty());
+}
+
+// The overlapped TMA loop: O rescaled by the carried α under S's product (after S is started,
+// before P·V is), K's stage released once S is waited for; where asked, P·V's wait is pinned
+// below the softmax — printed, parsed, and emitted after a CTA fence that ptxas does not move
+// it across.
+TEST(TileIrBuild, OverlappedAttentionPinsPVsWaitBelowTheSoftmax) {
+  for (bool pin : {false, true}) {
+    SCOPED_TRACE(pin);
+    AttentionShape shape;
+    shape.batch_heads = 2;
+    shape.n_q = 256;
+    shape.n_kv = 512;
+    shape.d = 128;
+    shape.block_m = 128;
+    shape.block_n = 128;
+    shape.wgmma = shape.tma = shape.overlap = true;
+    shape.pin_pv_wait = pin;
+    const Program p = attention_program(shape);
+    EXPECT_TRUE(program_problems(p).empty());
+    const std::string text = print_program(p);
+    EXPECT_EQ(print_program(parse_program(text)), text);
+    const size_t step = text.find("dot_async @q_tile", text.find("} consumers"));
+    ASSERT_NE(step, std::string::npos) << text;
+    const size_t rescale = text.find(" = mul ", step), pv = text.find("dot_async", step + 1);
+    EXPECT_LT(rescale, pv);  // O·α between S's start and P·V's
+    const size_t s_wait = text.find("pending 1", pv), k_release = text.find("release @k_ring", s_wait);
+    EXPECT_LT(k_release, text.find("exp2", s_wait));  // K's stage back before the softmax
+    const size_t pv_wait = text.find("pending 0", s_wait);
+    EXPECT_LT(text.find("exp2", s_wait), pv_wait);
+    EXPECT_EQ(text.compare(pv_wait, 16, "pending 0 pinned") == 0, pin) << text.substr(pv_wait, 40);
+    const std::string ptx = program_ptx(p, codegen_options_for("sm_90a"));
+    const size_t wait = ptx.find("wgmma.wait_group.sync.aligned 0;", ptx.find("ex2.approx.ftz"));
+    ASSERT_NE(wait, std::string::npos);
+    EXPECT_EQ(ptx.rfind("fence.acq_rel.cta;", wait) != std::string::npos, pin);
+  }
 }
 
 }  // namespace

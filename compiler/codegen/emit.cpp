@@ -1079,18 +1079,10 @@ class Emitter {
                                               : fmt::format("${}", a_at);
     const std::string trans = a_in_registers ? fmt::format("{}", bo.mn_major ? 1 : 0)
                                              : fmt::format("{}, {}", a->mn_major ? 1 : 0, bo.mn_major ? 1 : 0);
-    // The descriptors of k step kk are the stage's plus an immediate, added inside the asm: as
-    // LLVM values they were hoisted out of the key loop, one 64-bit register pair per step and
-    // operand (at d 256 Q's 16 steps took 32 registers across the loop, and spilled).
-    auto text_at = [&](int64_t kk) {
-      const std::string a_desc = a_in_registers ? a_text : "da";
-      const std::string a_add =
-          a_in_registers ? "" : fmt::format("add.s64 da, ${}, {};\n", a_at, a->k_step(16 * kk));
-      return fmt::format(
-          "{{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, ${}, 0;\n{}add.s64 db, ${}, {};\n"
-          "wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, {}, db, p, 1, 1, {};\n}}",
-          one_at, a_add, b_at, bo.k_step(16 * kk), n, type, type, regs_list, a_desc, trans);
-    };
+    const std::string text = fmt::format(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, {}, ${}, p, 1, 1, "
+        "{};\n}}",
+        one_at, n, type, type, regs_list, a_text, b_at, trans);
     // Every step's operands first (A's registers packed before the fence: registers written
     // between wgmmas make ptxas insert a warpgroup.arrive before each), then the wgmmas.
     // An accumulator of zeros is not read: the first step's scale-d is 0 (D = A·B), and its
@@ -1106,20 +1098,18 @@ class Emitter {
       if (a_in_registers) {
         operands = a_registers(vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])], 0, rb.dtype);
       } else {
-        operands.push_back(a->desc);
+        operands.push_back(b_.CreateAdd(a->desc, b_.getInt64(a->k_step(16 * kk))));
       }
-      operands.push_back(bo.desc);
+      operands.push_back(b_.CreateAdd(bo.desc, b_.getInt64(bo.k_step(16 * kk))));
       operands.push_back(i32(from_zero && kk == 0 ? 0 : 1));
       steps.push_back(std::move(operands));
     }
     // The fence in the first wgmma's asm: the copies LLVM makes of its tied accumulators (of a
     // constant, or of a value used again) then come before it. A separate fence let them fall
     // between it and the wgmma, and ptxas serialized the kernel's wgmma (C7511).
-    for (size_t kk = 0; kk < steps.size(); ++kk) {
-      const std::string text = text_at(static_cast<int64_t>(kk));
+    for (size_t kk = 0; kk < steps.size(); ++kk)
       acc = tied(kk == 0 ? "wgmma.fence.sync.aligned;\n" + text : text, acc, steps[kk],
                  a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
-    }
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     std::vector<Value*> out(acc.size());
     for (size_t slot = 0; slot < reg_of.size(); ++slot) out[slot] = acc[reg_of[slot]];

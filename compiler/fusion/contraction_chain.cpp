@@ -432,9 +432,8 @@ static bool adds_a_score_tile(const Graph& g, const ContractionChain& c) {
 // FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128: bench/NOTES.md): 128
 // rows, two consumer warpgroups fed Q, K and V by TMA, 128 keys a step, the softmax overlapped
 // with P·V within each warpgroup (the warpgroups taking turns only where asked for: not faster);
-// past d 128 two stages of 64 keys, overlapped too (K's stage released once S is done, V's once
-// P·V is: two stages are enough). Elsewhere every thread's cp.async over 64 rows and 64 keys
-// (d 256: 32), overlapped at d ≤ 128 (three stages). Each hint forces its part.
+// past d 128 two stages of 64 keys, not overlapped (the output takes the registers). Elsewhere
+// every thread's cp.async over 64 rows and 64 keys (d 256: 32). Each hint forces its part.
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, const Graph& g, DType dt,
                                    const ScheduleHints& hints, bool bound_by_products) {
   const int64_t d = padded_head_dim(c.d);
@@ -446,8 +445,7 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
               : hints.attention_block_n ? hints.attention_block_n
               : s.tma && !adds_a_score_tile(g, c) ? 128
                                                   : 64;
-  s.overlap = s.wgmma && (d <= 128 || s.tma) && hints.attention_overlap != 0 &&
-              (hints.attention_overlap == 1 || bound_by_products);
+  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
   // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
   // accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;
@@ -613,6 +611,13 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
   c.hidden_s = s.overlap ? (s.tma ? 0.23 : 0.17) * std::min(c.softmax_s, c.tensor_s / 2) : 0;
+  // The one choice the cost makes: where the softmax clearly outweighs the products (a softcap's
+  // tanh), P·V's wait is pinned below it, so that the softmax runs under P·V in the SASS too
+  // (ptxas otherwise waits first, to write the next P where the product reads the last). The CTA
+  // fence that pins it cost 4.5% where the softmax is a third of the products (the headline) and
+  // 5% at two thirds (d 64), and gained 3% on the softcap's at 1.4× (bench/NOTES.md); 1.25× is
+  // between the measured points.
+  k.schedule.pin_pv_wait = s.overlap && s.tma && c.softmax_s > 1.25 * c.tensor_s;
   c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s;
   // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
   // d); 243 at d 256, whose Q fragments stay in shared memory. On wgmma (no K or V fragments in

@@ -170,8 +170,9 @@ class AttentionProgram {
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.tma && !s_.wgmma) throw Error("attention: TMA key tiles need wgmma");
-    if (s_.overlap && dp() > 128 && !s_.tma)
-      throw Error(fmt::format("attention: the overlapped loop's three cp.async stages hold d ≤ 128, not {}", s_.d));
+    if (s_.overlap && dp() > 128)
+      throw Error(fmt::format("attention: the overlapped loop's three stages hold d ≤ 128, not {}", s_.d));
+    if (s_.pin_pv_wait && !(s_.overlap && s_.tma)) throw Error("attention: P·V's wait is pinned in the overlapped TMA loop");
     if (s_.persistent_blocks < 0 || (persistent() && (!s_.tma || s_.kv_splits > 1 || s_.key_limit)))
       throw Error(fmt::format("attention: a persistent grid ({} blocks) is TMA's without split keys or a key limit",
                               s_.persistent_blocks));
@@ -446,9 +447,9 @@ class AttentionProgram {
 
   // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
   // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone and releases Kⱼ's
-  // stage, runs the softmax while P·V is in flight, waits for P·V and releases V_{j−1}'s. (K's
-  // stage goes back a step before V's, so that two stages hold the pipeline at d 256.) At the
-  // first step P is zeros against this tile's own V (a full stage: 0·V adds nothing). After the
+  // stage (the producer may refill it a step before V's), runs the softmax while P·V is in
+  // flight, waits for P·V — pinned below the softmax where it outweighs the products — and
+  // releases V_{j−1}'s. At the first step P is zeros against this tile's own V (a full stage: 0·V adds nothing). After the
   // loop the carried P meets the last tile's V, whose stage is then released; where the range
   // was empty that product read no tile of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
@@ -468,8 +469,8 @@ class AttentionProgram {
     });
     release_q(b);  // (P·V is all that is left)
     const int last = b.ring_stage(b.add(first_step, b.sub(hi, b.min(hi, b.add(lo, one)))), stages(), false).first;
-    const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     const int visited = b.less(lo, hi);
+    const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     b.when(visited, [&](Builder& w) { w.release(1, last); });
     return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
   }
@@ -695,7 +696,7 @@ class AttentionProgram {
     const int s = b.dot_wait({scores}, 1)[0];
     if (release_k) b.release(0, stage);  // (TMA stages: S, the only reader of Kⱼ, is done)
     const Online on = online(b, j, s, c[1], c[2], kind.masked);
-    std::vector<int> out = {b.dot_wait({o_flight}, 0, true)[0], on.m, on.l, on.alpha};
+    std::vector<int> out = {b.dot_wait({o_flight}, 0, s_.pin_pv_wait)[0], on.m, on.l, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
     out.insert(out.end(), pa.begin(), pa.end());
     return out;
@@ -939,6 +940,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.wgmma = k.schedule.wgmma;
   s.tma = k.schedule.wgmma && k.schedule.tma;
   s.overlap = k.schedule.wgmma && k.schedule.overlap;
+  s.pin_pv_wait = s.overlap && k.schedule.tma && k.schedule.pin_pv_wait;
   s.warpgroup_turns = s.tma && k.schedule.warpgroup_turns;
   s.persistent_blocks = s.tma ? k.schedule.tile_blocks : 0;
   s.causal_offset = c->causal_offset;

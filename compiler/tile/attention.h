@@ -45,6 +45,10 @@ struct AttentionShape {
   // softmax while P·V is in flight (FlashAttention-3's overlap within a warpgroup); the K and V
   // tiles through three stages then, a stage refilled once the P·V that read it is done.
   bool overlap = false;
+  // Overlapped on TMA: P·V's wait pinned below the softmax (dot_wait … pinned), so that ptxas
+  // does not move it up to write the next P's fragments early — the softmax then runs under P·V
+  // in the SASS too, at a fence's cost (chosen where the softmax outweighs the products).
+  bool pin_pv_wait = false;
   // On wgmma, warp-specialized: a producer warpgroup's one thread copies each key tile's K and V
   // by TMA into rings of three stages (two past d 128) with a full and an empty mbarrier each,
   // while the block's warpgroups (the consumers) wait for a stage to be full, run the step on it
