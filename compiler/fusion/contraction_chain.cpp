@@ -615,8 +615,8 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   // tanh), P·V's wait is pinned below it, so that the softmax runs under P·V in the SASS too
   // (ptxas otherwise waits first, to write the next P where the product reads the last). The CTA
   // fence that pins it cost 4.5% where the softmax is a third of the products (the headline) and
-  // 5% at two thirds (d 64), and gained 3% on the softcap's at 1.4× (bench/NOTES.md); 1.25× is
-  // between the measured points.
+  // 5% at two thirds (d 64); on the softcap's, at 1.4×, it gained 3% in one build and was level in
+  // another (bench/NOTES.md); 1.25× is between the measured points.
   k.schedule.pin_pv_wait = s.overlap && s.tma && c.softmax_s > 1.25 * c.tensor_s;
   c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s;
   // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
