@@ -155,7 +155,10 @@ CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(cons
       stage("compile");
       Executable exe(std::move(plan), v.codegen);
       r.kernels += static_cast<int>(exe.kernels().size());
-      for (const auto& [name, m] : exe.measured()) r.spilling += m.spill_bytes > 0;
+      for (const auto& [name, m] : exe.measured()) {
+        r.spilling += m.spill_bytes > 0;
+        r.noted += !m.notes.empty();
+      }
       if (!gpu) continue;
       stage("gpu");
       TensorMap inputs = random_inputs(exe.plan().graph, input_seed(seed));

@@ -33,6 +33,7 @@ struct CaseResult {
   std::string variant;  // the options the seed picked
   int kernels = 0;      // compiled, over every plan of the case
   int spilling = 0;     // kernels whose ptxas report shows spills
+  int noted = 0;        // kernels ptxas notes a performance loss in (wgmma serialized, waits injected)
 };
 
 // The plans a case builds: the default options, or — picked by the seed — schedule hints, the

@@ -159,7 +159,7 @@ int run_batch(const Args& a) {
   std::atomic<uint64_t> next{0};
   std::mutex mu;
   std::map<Outcome, int> counts;
-  int kernels = 0, spilling = 0;
+  int kernels = 0, spilling = 0, noted = 0;
   std::vector<uint64_t> failed;
   std::atomic<uint64_t> done{0};
   auto out_of_time = [&] {
@@ -176,6 +176,7 @@ int run_batch(const Args& a) {
       counts[r.outcome]++;
       kernels += r.kernels;
       spilling += r.spilling;
+      noted += r.noted;
       if (r.outcome == Outcome::Failed) {
         failed.push_back(r.seed);
         report_failure(r);
@@ -206,9 +207,10 @@ int run_batch(const Args& a) {
                      : "";
   fmt::print(
       "fuzz: seeds {}..{}{}{}: {} passed, {} refused (typed errors), {} unjudged (ill-conditioned), {} failed; "
-      "{} kernels compiled, {} with spills; {:.1f} s on {} threads\n",
+      "{} kernels compiled, {} with spills, {} with wgmma serialized or waits injected by ptxas; {:.1f} s on {} "
+      "threads\n",
       a.first, a.first + done.load() - 1, stopped, g_options.gpu ? " on the GPU" : "", counts[Outcome::Passed],
-      counts[Outcome::Refused], counts[Outcome::Unjudged], counts[Outcome::Failed], kernels, spilling, seconds,
+      counts[Outcome::Refused], counts[Outcome::Unjudged], counts[Outcome::Failed], kernels, spilling, noted, seconds,
       a.jobs);
   if (!failed.empty()) fmt::print("failed seeds: {}\n", fmt::join(failed, " "));
   return failed.empty() ? 0 : 1;
