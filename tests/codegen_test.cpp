@@ -87,6 +87,29 @@ TEST(Codegen, OffBenchmarkFamilyPlansAndAssembles) {
   }
 }
 
+// ptxas -v's report read: registers, spills, and its performance notes — info lines, not
+// warnings — each as its code and words without the function's name (spaces collapsed).
+TEST(Codegen, PtxasReportKeepsItsPerformanceNotes) {
+  const MeasuredKernel m = ptxas_report(
+      "ptxas info    : Compiling entry function 'k0' for 'sm_90a'\n"
+      "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+      "wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage in "
+      "the function 'k0'\n"
+      "ptxas info    : (C7517) warpgroup.wait is injected in around line 599 by compiler to allow use of registers "
+      "defined by GMMA in function 'k0'\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem\n"
+      "    48 bytes stack frame, 40 bytes spill stores, 40 bytes spill loads\n");
+  EXPECT_EQ(m.registers, 168);
+  EXPECT_EQ(m.spill_bytes, 40);
+  ASSERT_EQ(m.notes.size(), 2u);
+  EXPECT_EQ(m.notes[0],
+            "C7514 Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma "
+            "instructions reading accumulator registers of a wgmma between start and end of the pipeline stage");
+  EXPECT_EQ(m.notes[1],
+            "C7517 warpgroup.wait is injected in around line 599 by compiler to allow use of registers defined by GMMA");
+  EXPECT_TRUE(ptxas_report("ptxas info    : Used 40 registers\n    0 bytes spill stores\n").notes.empty());
+}
+
 TEST(Codegen, BiasGeluUses16ByteAccessesAndReadsBiasOncePerThread) {
   Plan p = plan_fusion(find_example("bias_gelu").build());
   CompiledKernel c = compile_kernel(p.graph, p.kernels[0]);

@@ -346,6 +346,23 @@ class PtxFile {
 
 }  // namespace
 
+MeasuredKernel ptxas_report(const std::string& out) {
+  MeasuredKernel m;
+  m.source = "ptxas";
+  // Its performance notes (info lines, not warnings): "(C7514) Potential Performance Loss: wgmma
+  // … serialized …", "(C7517) warpgroup.wait is injected …" — each code and its words up to the
+  // function's name.
+  const std::regex note(R"(\((C75\d\d)\) (.*?)( in (the )?function '.*)?$)");
+  std::istringstream info(out);
+  std::smatch match;
+  for (std::string line; std::getline(info, line);)
+    if (std::regex_search(line, match, note))
+      m.notes.push_back(fmt::format("{} {}", match[1].str(), std::regex_replace(match[2].str(), std::regex(" +"), " ")));
+  if (std::regex_search(out, match, std::regex(R"(Used (\d+) registers)"))) m.registers = std::stoi(match[1]);
+  if (std::regex_search(out, match, std::regex(R"((\d+) bytes spill stores)"))) m.spill_bytes = std::stoi(match[1]);
+  return m;
+}
+
 std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::string& kernel,
                                         const CodegenOptions& opt) {
   std::string ptxas = find_ptxas();
@@ -368,27 +385,13 @@ std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::strin
     throw CodegenError(fmt::format("cannot run ptxas ({}):\n{}", cmd, out));
   if (WEXITSTATUS(status) != 0)
     throw CodegenError(fmt::format("ptxas rejected the PTX of kernel {}:\n{}", kernel, out));
-  // ptxas serializes wgmma it cannot prove safe (warning C7515 and kin): correct but slow, and
-  // always a codegen defect here.
+  // A warning that ptxas serialized wgmma is a codegen defect here: thrown. Its info-level notes
+  // of the same (C75xx: registers, injected waits) are kept in the report (ptxas_report).
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);)
     if (line.find("warning") != std::string::npos && line.find("wgmma") != std::string::npos)
       throw CodegenError(fmt::format("ptxas serialized the wgmma of kernel {}:\n{}", kernel, out));
-  MeasuredKernel m;
-  m.source = "ptxas";
-  // Its performance notes (info lines, not warnings): "(C7514) Potential Performance Loss: wgmma
-  // … serialized …", "(C7517) warpgroup.wait is injected …" — each code and its words up to the
-  // function's name.
-  const std::regex note(R"(\((C75\d\d)\) (.*?)( in (the )?function '.*)?$)");
-  std::istringstream info(out);
-  std::smatch match;
-  for (std::string line; std::getline(info, line);)
-    if (std::regex_search(line, match, note))
-      m.notes.push_back(fmt::format("{} {}", match[1].str(), std::regex_replace(match[2].str(), std::regex(" +"), " ")));
-  if (std::regex_search(out, match, std::regex(R"(Used (\d+) registers)"))) m.registers = std::stoi(match[1]);
-  if (std::regex_search(out, match, std::regex(R"((\d+) bytes spill stores)")))
-    m.spill_bytes = std::stoi(match[1]);
-  return m;
+  return ptxas_report(out);
 }
 
 }  // namespace tilefuse

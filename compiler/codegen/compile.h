@@ -76,6 +76,9 @@ std::string program_ptx(const tir::Program& p, const CodegenOptions& opt = {});
 // TILEFUSE_PTXAS, else /usr/local/cuda/bin/ptxas, else ptxas on PATH; empty when there is none.
 std::string find_ptxas();
 
+// What ptxas -v printed for a kernel: its registers, spilled bytes and performance notes.
+MeasuredKernel ptxas_report(const std::string& ptxas_output);
+
 // ptxas -arch=<sm> -v on the PTX, when find_ptxas() finds one. Returns nullopt when there is none; throws
 // CodegenError with ptxas's message when it rejects the PTX.
 std::optional<MeasuredKernel> run_ptxas(const std::string& ptx, const std::string& kernel,
