@@ -1332,7 +1332,9 @@ TEST(FusionAttention, TheAttentionFamilyIsOneKernelEach) {
     EXPECT_EQ(k->schedule.window_offset.has_value(), e.name == "attention_window");
     // P·V's wait pinned below the softmax only where the softmax clearly outweighs the products
     // (the softcap's tanh); the pin is a CTA fence just before that wait.
-    EXPECT_EQ(k->schedule.pin_pv_wait, e.name == "attention_softcap") << k->cost.softmax_s << " " << k->cost.tensor_s;
+    const bool pinned = attention_pins_pv_wait(*k);
+    EXPECT_EQ(pinned, e.name == "attention_softcap") << k->cost.softmax_s << " " << k->cost.tensor_s;
+    EXPECT_EQ(plan_report_text(p).find("its wait pinned below the softmax") != std::string::npos, pinned);
     if (e.name == "attention_window") {
       EXPECT_EQ(*k->schedule.window_offset, -1023);
       window_flops = k->cost.flops;
@@ -1340,8 +1342,8 @@ TEST(FusionAttention, TheAttentionFamilyIsOneKernelEach) {
     }
     if (e.name == "attention_gqa_causal") causal_flops = k->cost.flops;
     const CompiledKernel c = compile_kernel(p.graph, *k);
-    EXPECT_EQ(c.tile_ir.find(" pinned :") != std::string::npos, k->schedule.pin_pv_wait);
-    EXPECT_EQ(c.ptx.find("fence.acq_rel.cta;") != std::string::npos, k->schedule.pin_pv_wait);
+    EXPECT_EQ(c.tile_ir.find(" pinned :") != std::string::npos, pinned);
+    EXPECT_EQ(c.ptx.find("fence.acq_rel.cta;") != std::string::npos, pinned);
     if (!find_ptxas().empty()) {
       auto m = run_ptxas(c.ptx, k->name);
       ASSERT_TRUE(m.has_value());

@@ -577,6 +577,16 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   return true;
 }
 
+// Where the softmax clearly outweighs the products (a softcap's tanh), P·V's wait is pinned below
+// it, so that the softmax runs under P·V in the SASS too (ptxas otherwise waits first, to write
+// the next P where the product reads the last). The CTA fence that pins it cost 4.5% where the
+// softmax is a third of the products (the headline) and 5% at two thirds (d 64); on the softcap's,
+// at 1.4×, it gained 3% in one build and was level in another (bench/NOTES.md); 1.25× is between
+// the measured points.
+bool attention_pins_pv_wait(const Kernel& k) {
+  return k.schedule.overlap && k.schedule.tma && k.cost.softmax_s > 1.25 * k.cost.tensor_s;
+}
+
 void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   const TileSchedule& s = k.schedule;
   KernelCost& c = k.cost;
@@ -611,13 +621,6 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
   c.hidden_s = s.overlap ? (s.tma ? 0.23 : 0.17) * std::min(c.softmax_s, c.tensor_s / 2) : 0;
-  // The one choice the cost makes: where the softmax clearly outweighs the products (a softcap's
-  // tanh), P·V's wait is pinned below it, so that the softmax runs under P·V in the SASS too
-  // (ptxas otherwise waits first, to write the next P where the product reads the last). The CTA
-  // fence that pins it cost 4.5% where the softmax is a third of the products (the headline) and
-  // 5% at two thirds (d 64); on the softcap's, at 1.4×, it gained 3% in one build and was level in
-  // another (bench/NOTES.md); 1.25× is between the measured points.
-  k.schedule.pin_pv_wait = s.overlap && s.tma && c.softmax_s > 1.25 * c.tensor_s;
   c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s;
   // ptxas on mma.sync: 167 registers at d 64, 240 at d 128 (the output accumulator grows with
   // d); 243 at d 256, whose Q fragments stay in shared memory. On wgmma (no K or V fragments in

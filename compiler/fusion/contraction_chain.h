@@ -109,4 +109,8 @@ int64_t heads_per_group(const Graph& g, const ContractionChain& c);
 // plus the softmax's instructions per score (not overlapped on this schedule), and a launch.
 void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p);
 
+// Whether an overlapped TMA attention kernel pins P·V's wait below the softmax (dot_wait …
+// pinned): where its cost has the softmax over 1.25× the products.
+bool attention_pins_pv_wait(const Kernel& k);
+
 }  // namespace tilefuse

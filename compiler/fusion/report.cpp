@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/iteration_space.h"
 #include "compiler/fusion/library_gemm.h"
@@ -148,7 +149,10 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
                        occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
     if (k.kind == ScheduleKind::Attention) {
       std::vector<std::string> hiding;
-      if (k.schedule.overlap) hiding.push_back("each step's softmax under the previous step's P·V");
+      if (k.schedule.overlap)
+        hiding.push_back(attention_pins_pv_wait(k)
+                             ? "each step's softmax under the previous step's P·V, its wait pinned below the softmax"
+                             : "each step's softmax under the previous step's P·V");
       if (k.schedule.warpgroup_turns) hiding.push_back("the two warpgroups take turns: ping-pong");
       if (hiding.empty()) hiding.push_back("each product waited for before the softmax");
       s += fmt::format("    arithmetic: the products {} on the tensor cores, the softmax {} ({}-bound), {} of it hidden "

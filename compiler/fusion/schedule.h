@@ -121,9 +121,6 @@ struct TileSchedule {
   // Attention on wgmma: each step's softmax run while the previous step's P·V is in flight
   // (three K/V stages; AttentionShape::overlap).
   bool overlap = false;
-  // Overlapped TMA attention whose softmax outweighs its products: P·V's wait pinned below the
-  // softmax (AttentionShape::pin_pv_wait; set with the kernel's cost).
-  bool pin_pv_wait = false;
   // TMA attention: the two consumer warpgroups issue each step's products in turns (ping-pong;
   // AttentionShape::warpgroup_turns).
   bool warpgroup_turns = false;

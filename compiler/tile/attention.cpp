@@ -449,9 +449,9 @@ class AttentionProgram {
   // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone and releases Kⱼ's
   // stage (the producer may refill it a step before V's), runs the softmax while P·V is in
   // flight, waits for P·V — pinned below the softmax where it outweighs the products — and
-  // releases V_{j−1}'s. At the first step P is zeros against this tile's own V (a full stage: 0·V adds nothing). After the
-  // loop the carried P meets the last tile's V, whose stage is then released; where the range
-  // was empty that product read no tile of the block's and O stays.
+  // releases V_{j−1}'s. At the first step P is zeros against this tile's own V (a full stage:
+  // 0·V adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
+  // released; where the range was empty that product read no tile of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     std::vector<int> carried = init;
@@ -463,7 +463,7 @@ class AttentionProgram {
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
       const int before = in.ring_stage(in.add(first_step, in.sub(t, in.min(t, one))), stages(), false).first;
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps), true);
+      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps));
       in.when(in.less(zero_, t), [&](Builder& w) { w.release(1, before); });
       return out;
     });
@@ -649,8 +649,9 @@ class AttentionProgram {
   // The overlapped loop (wgmma, three stages). Step j starts S = Q·Kⱼᵀ, then P_{j−1}·V_{j−1}
   // onto O rescaled by α_{j−1}, waits for S alone (the older group), runs the softmax of S while
   // P·V is in flight, waits for P·V, and refills the stage of tile j − 1 (its K and V both read
-  // now) with tile j + 2. P_{j−1} is carried in registers; before the first step it is zeros against a stage of zeros (a tile past the keys,
-  // whose copies read nothing), and after the last the carried P meets its V once more.
+  // now) with tile j + 2. P_{j−1} is carried in registers; before the first step it is zeros
+  // against a stage of zeros (a tile past the keys, whose copies read nothing), and after the
+  // last the carried P meets its V once more.
   std::vector<int> overlapped_loop(Builder& b, int lo, int hi, const std::vector<int>& init) {
     const int three = b.index(3), two = b.index(2);
     copy_keys(b, lo, b.rem(lo, three));
@@ -685,7 +686,7 @@ class AttentionProgram {
   // edge step stands alone — the last of N 4097's keys, a tile LLVM peels — it serialized every
   // wgmma of the kernel; with turns on the persistent grid it spilled).
   std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, TileKind kind,
-                                   Turn turn = {}, bool release_k = false) {
+                                   Turn turn = {}) {
     const int s0 = zero_scores(b);
     const bool first = !kind.main || turn.step >= 0;
     const int o_first = first ? rescaled_o(b, c, 0) : -1;
@@ -694,7 +695,7 @@ class AttentionProgram {
       return std::pair{s, p_times_v(b, c, before, first ? o_first : rescaled_o(b, c, 1))};
     });
     const int s = b.dot_wait({scores}, 1)[0];
-    if (release_k) b.release(0, stage);  // (TMA stages: S, the only reader of Kⱼ, is done)
+    if (s_.tma) b.release(0, stage);  // S, the only reader of Kⱼ, is done
     const Online on = online(b, j, s, c[1], c[2], kind.masked);
     std::vector<int> out = {b.dot_wait({o_flight}, 0, s_.pin_pv_wait)[0], on.m, on.l, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
@@ -940,7 +941,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.wgmma = k.schedule.wgmma;
   s.tma = k.schedule.wgmma && k.schedule.tma;
   s.overlap = k.schedule.wgmma && k.schedule.overlap;
-  s.pin_pv_wait = s.overlap && k.schedule.tma && k.schedule.pin_pv_wait;
+  s.pin_pv_wait = attention_pins_pv_wait(k);
   s.warpgroup_turns = s.tma && k.schedule.warpgroup_turns;
   s.persistent_blocks = s.tma ? k.schedule.tile_blocks : 0;
   s.causal_offset = c->causal_offset;
