@@ -289,6 +289,10 @@ TEST(Gpu, OddWidthsRunFlat) {
     output("y", gelu(x + input(g, "b", {1001}, dt)) * input(g, "r", {64, 1}, dt));
     Tensor z = input(g, "z", {6, 104, 4099}, dt);
     output("w", z * input(g, "s", {6, 1, 4099}, dt) + input(g, "c", {104, 1}, dt));
+    // A last dimension shorter than a vector, and one a vector's width apart from a multiple of it.
+    Tensor u = input(g, "u", {50, 37, 6}, dt);
+    output("v", u * input(g, "h", {37, 1}, dt) + input(g, "m", {50, 1, 6}, dt));
+    output("q", input(g, "t", {9, 11, 13}, dt) - input(g, "n", {11, 13}, dt));
     Plan p = plan_fusion(g);
     for (const Kernel& k : p.kernels) EXPECT_FALSE(k.schedule.elem_dims.empty()) << k.name;
     testing::check_on_gpu(p, seed);

@@ -203,16 +203,13 @@ class Emitter {
       return b_.CreateAdd(group, b_.CreateAdd(c, b_.CreateURem(r, g)));
     }
     if (!prm.elem_dims.empty()) {
-      // The element's position in the domain, split into its dimensions (in the index type: 32
-      // bits unless the domain passes 2^31), then the parameter's offset.
+      // The element's position in the domain (in the index type: 32 bits unless the domain passes
+      // 2^31): its row of the domain's last dimension, and its place along that row.
       Value* e = b_.CreateAdd(b_.CreateMul(row, index(prm.view[1])), col);
-      Value* off = index(0);
-      int64_t stride = 1;
-      for (size_t d = prm.elem_dims.size(); d-- > 0;) {
-        if (prm.elem_view[d] != 1) off = b_.CreateAdd(off, b_.CreateMul(b_.CreateURem(e, index(prm.elem_dims[d])), index(stride)));
-        if (d > 0) e = b_.CreateUDiv(e, index(prm.elem_dims[d]));
-        stride *= prm.elem_view[d];
-      }
+      const int64_t inner = prm.elem_dims.back();
+      Value* r = b_.CreateUDiv(e, index(inner));
+      Value* off = outer_offset(prm, r);
+      if (prm.elem_view.back() != 1) off = b_.CreateAdd(off, b_.CreateSub(e, b_.CreateMul(r, index(inner))));
       return b_.CreateZExt(off, b_.getInt64Ty());
     }
     Value* off = b_.getInt64(0);
@@ -232,6 +229,106 @@ class Emitter {
     }
     if (prm.view[1] != 1) off = b_.CreateAdd(off, b_.CreateZExt(col, b_.getInt64Ty()), "", true, true);
     return off;
+  }
+
+  // A parameter indexed element by element (Param::elem_dims): the offset of the start of row r
+  // of the domain's last dimension, r split into the domain's other dimensions. Every dimension's
+  // index is taken modulo its extent, so a row past the domain's end still lands in the parameter.
+  Value* outer_offset(const tir::Param& prm, Value* r) {
+    Value* off = index(0);
+    int64_t stride = prm.elem_view.back();
+    for (size_t d = prm.elem_dims.size() - 1; d-- > 0;) {
+      if (prm.elem_view[d] != 1) off = b_.CreateAdd(off, b_.CreateMul(b_.CreateURem(r, index(prm.elem_dims[d])), index(stride)));
+      if (d > 0) r = b_.CreateUDiv(r, index(prm.elem_dims[d]));
+      stride *= prm.elem_view[d];
+    }
+    return off;
+  }
+
+  // A load of a parameter indexed element by element, a run of the thread's consecutive
+  // elements at a time: the run's first element is split into the domain's dimensions once, and
+  // the others step along the last dimension, wrapping at most once into its next row (that
+  // dimension is at least the run long). A parameter broadcast along the last dimension reads the
+  // two rows' elements once and selects between them. One that runs along it reads the run's
+  // elements at consecutive offsets from where the run starts, or from the row's last `width`
+  // elements where the run passes the row's end; every run is read so first, and only then do
+  // the runs that wrap (rarely) read again, each element from its own row, in a branch of their
+  // own — so that no branch stands between the tile's loads. An element past the domain's end
+  // reads an element in bounds (outer_offset wraps); its store is masked.
+  void load_elements(const Inst& i) {
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const Type& t = type(i.results[0]);
+    llvm::Type* ty = storage_type(b_, prm.dtype);
+    const int64_t inner = prm.elem_dims.back();
+    const bool along = prm.elem_view.back() != 1;
+    size_t axis;
+    int width = run(t, &axis);
+    if (axis != 1 || inner < width) width = 1;
+    // (A run starts at a multiple of its width: the tile's columns start at multiples of it.)
+    const bool wraps = inner % width != 0 || prm.view[1] % width != 0;
+    Value* base = args_[static_cast<size_t>(i.param)];
+    auto read = [&](Value* off) {
+      return b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, b_.CreateZExt(off, b_.getInt64Ty())),
+                                  llvm::Align(dtype_size(prm.dtype)));
+    };
+    auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
+    struct Run {
+      Value *here, *next, *c, *v;
+      int slot;
+    };
+    std::vector<Run> runs;
+    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    for (int e0 = 0; e0 < n0; ++e0)
+      for (int e1 = 0; e1 < n1; e1 += width) {
+        Value *ok0, *ok1;
+        Value* row = coordinate(i, t, 0, e0, &ok0);
+        Value* col = coordinate(i, t, 1, e1, &ok1);
+        Value* e = b_.CreateAdd(b_.CreateMul(row, index(prm.view[1])), col);
+        Value* r = b_.CreateUDiv(e, index(inner));
+        Run run{outer_offset(prm, r), nullptr, b_.CreateSub(e, b_.CreateMul(r, index(inner))), llvm::PoisonValue::get(vty),
+                e0 * n1 + e1};
+        if (wraps) run.next = outer_offset(prm, b_.CreateAdd(r, index(1)));
+        if (!along) {
+          Value *x = read(run.here), *y = run.next ? read(run.next) : nullptr;
+          for (int w = 0; w < width; ++w) {
+            Value* wrapped = y && w > 0 ? b_.CreateICmpUGE(b_.CreateAdd(run.c, index(w)), index(inner)) : nullptr;
+            run.v = b_.CreateInsertElement(run.v, wrapped ? b_.CreateSelect(wrapped, y, x) : x, static_cast<uint64_t>(w));
+          }
+        } else {
+          Value* first = run.next ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, run.c, index(inner - width)) : run.c;
+          first = b_.CreateAdd(run.here, first);
+          for (int w = 0; w < width; ++w)
+            run.v = b_.CreateInsertElement(run.v, read(w == 0 ? first : b_.CreateAdd(first, index(w))), static_cast<uint64_t>(w));
+        }
+        runs.push_back(run);
+      }
+    for (Run& run : runs) {
+      if (along && run.next) {
+        auto* split = llvm::BasicBlock::Create(ctx_, "run_wraps", fn_);
+        auto* done = llvm::BasicBlock::Create(ctx_, "run_gathered", fn_);
+        llvm::BasicBlock* straight = b_.GetInsertBlock();
+        b_.CreateCondBr(b_.CreateICmpUGT(run.c, index(inner - width)), split, done);
+        b_.SetInsertPoint(split);
+        Value* v = llvm::PoisonValue::get(vty);
+        for (int w = 0; w < width; ++w) {
+          Value* cw = b_.CreateAdd(run.c, index(w));
+          Value* off = b_.CreateSelect(b_.CreateICmpUGE(cw, index(inner)), b_.CreateAdd(run.next, b_.CreateSub(cw, index(inner))),
+                                       b_.CreateAdd(run.here, cw));
+          v = b_.CreateInsertElement(v, read(off), static_cast<uint64_t>(w));
+        }
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+        llvm::PHINode* phi = b_.CreatePHI(vty, 2);
+        phi->addIncoming(run.v, straight);
+        phi->addIncoming(v, split);
+        run.v = phi;
+      }
+    }
+    std::vector<Value*> out(static_cast<size_t>(n0 * n1));
+    for (const Run& run : runs)
+      for (int w = 0; w < width; ++w)
+        out[static_cast<size_t>(run.slot + w)] = to_compute(b_, b_.CreateExtractElement(run.v, static_cast<uint64_t>(w)), prm.dtype);
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
   // Each run of contiguous elements along the last axis is one vector access.
@@ -280,6 +377,7 @@ class Emitter {
 
   void load(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    if (!prm.elem_dims.empty()) return load_elements(i);
     const Type& t = type(i.results[0]);
     llvm::Type* ty = storage_type(b_, prm.dtype);
     std::vector<Value*> out;

@@ -569,6 +569,17 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   for (NodeId t : k.outputs)
     if (dtype_size(g.node(t).dtype) == 2)
       c.instructions += static_cast<double>(num_elements(g.node(t).shape));
+  // A flat domain's broadcast operands are read an element at a time (emit.cpp, load_elements):
+  // a load (and for 16 bits its unpacking) per element where the operand runs along the last
+  // dimension; a choice between two rows' values where it is broadcast along it.
+  if (!s.elem_dims.empty()) {
+    const std::vector<Shape> along = element_views(s, k.domain, shapes);
+    for (size_t i = 0; i < k.inputs.size(); ++i)
+      if (num_elements(along[i]) != 1 && along[i] != s.elem_dims) {
+        const bool half = dtype_size(g.node(k.inputs[i]).dtype) == 2;
+        c.instructions += (along[i].back() == 1 ? 1.0 : half ? 3.0 : 2.0) * static_cast<double>(domain_elems);
+      }
+  }
   // Index and pointer arithmetic, every loaded operand held at once (loads are issued before
   // the first use), the thread's results, and the temporaries of a few elements in evaluation.
   c.registers = std::min(p.max_registers_per_thread, 12 + loaded_regs + s.elems_per_thread() + 4 * scratch +

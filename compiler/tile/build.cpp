@@ -92,12 +92,16 @@ Program pointwise(const Graph& g, const Kernel& k) {
   auto masks = [&](const Param& prm) {
     return std::vector<bool>{masked[0] && prm.view[0] != 1, masked[1] && prm.view[1] != 1};
   };
-  // Every input is loaded first, so that all its bytes are in flight at once.
+  // Every input is loaded first, so that all its bytes are in flight at once: the tiles read a
+  // vector at a time before those read an element at a time (a flat domain's broadcast operands,
+  // whose loads branch where a run wraps into the next row).
   std::map<NodeId, int> value_of;
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
-    const Param& prm = p.params[i];
-    value_of[k.inputs[i]] = b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
-  }
+  for (bool gathered : {false, true})
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      const Param& prm = p.params[i];
+      if (prm.elem_dims.empty() == !gathered)
+        value_of[k.inputs[i]] = b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
+    }
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
     if (n.op == Op::Iota) {  // the element's index along the axis, from its index in the domain
