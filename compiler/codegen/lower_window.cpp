@@ -20,14 +20,25 @@ void Lowering::window_columns(Value* col0) {
   window0_ = col0;
   if (s_.chunks_per_thread * s_.vec > 32)
     throw CodegenError(fmt::format("kernel {}: a windowed row holds at most 32 elements per thread", p_.name));
+  // Chunk k's elements in the row are one run, [lo, hi) with lo = clamp(shift − window(k)) and
+  // hi = clamp(shift + cols − window(k)), clamped to [0, vec): its bits are 2^hi − 2^lo.
   window_bits_ = b_.getInt32(0);
-  for (int k = 0; k < s_.chunks_per_thread; ++k)
-    for (int e = 0; e < s_.vec; ++e) {
-      // Wraps below 0 for the window's elements before the row: one unsigned compare.
-      Value* c = b_.CreateSub(b_.CreateAdd(window(k), index(e)), row_shift_);
-      Value* bit = b_.CreateZExt(b_.CreateICmpULT(c, index(s_.cols)), b_.getInt32Ty());
-      window_bits_ = b_.CreateOr(window_bits_, b_.CreateShl(bit, k * s_.vec + e));
-    }
+  auto clamped = [&](Value* x) {
+    Value* in = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, index(0)),
+                                         index(s_.vec));
+    return b_.CreateTrunc(in, b_.getInt32Ty());
+  };
+  for (int k = 0; k < s_.chunks_per_thread; ++k) {
+    Value* lo = clamped(b_.CreateSub(row_shift_, window(k)));
+    Value* hi = clamped(b_.CreateSub(b_.CreateAdd(row_shift_, index(s_.cols)), window(k)));
+    Value* run = b_.CreateSub(b_.CreateShl(b_.getInt32(1), hi), b_.CreateShl(b_.getInt32(1), lo));
+    window_bits_ = b_.CreateOr(window_bits_, b_.CreateShl(run, static_cast<uint64_t>(k * s_.vec)));
+  }
+}
+
+Value* Lowering::whole_window() {
+  const int n = s_.chunks_per_thread * s_.vec;
+  return b_.CreateICmpEQ(window_bits_, b_.getInt32(n == 32 ? 0xffffffffu : (1u << n) - 1));
 }
 
 Value* Lowering::in_row(int k, int e) {

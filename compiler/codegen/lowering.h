@@ -84,6 +84,8 @@ class Lowering {
   // Whether chunk k's vector holds any of the row.
   Value* window_any(int k) { return b_.CreateICmpULT(window(k), b_.CreateAdd(row_shift_, index(s_.cols))); }
   Value* in_row(int k, int e);
+  // Whether all the thread's elements lie in the row (all but the threads at its two ends).
+  Value* whole_window();
   // Element e of chunk k's column in the row (0 where it is outside).
   Value* row_column(int k, int e) {
     return b_.CreateSelect(in_row(k, e), b_.CreateSub(b_.CreateAdd(window(k), index(e)), row_shift_), index(0));
