@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Verifier.h>
@@ -302,13 +303,18 @@ class Emitter {
         }
         runs.push_back(run);
       }
-    for (Run& run : runs) {
-      if (along && run.next) {
-        auto* split = llvm::BasicBlock::Create(ctx_, "run_wraps", fn_);
-        auto* done = llvm::BasicBlock::Create(ctx_, "run_gathered", fn_);
-        llvm::BasicBlock* straight = b_.GetInsertBlock();
-        b_.CreateCondBr(b_.CreateICmpUGT(run.c, index(inner - width)), split, done);
-        b_.SetInsertPoint(split);
+    if (along && wraps) {
+      // One branch for all the thread's runs (taken where any of them wraps): a block large
+      // enough that ptxas keeps it a branch rather than predicating it into every thread's path.
+      auto* split = llvm::BasicBlock::Create(ctx_, "run_wraps", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "run_gathered", fn_);
+      llvm::BasicBlock* straight = b_.GetInsertBlock();
+      Value* any = b_.getFalse();
+      for (const Run& run : runs) any = b_.CreateOr(any, b_.CreateICmpUGT(run.c, index(inner - width)));
+      b_.CreateCondBr(any, split, done, llvm::MDBuilder(ctx_).createUnlikelyBranchWeights());
+      b_.SetInsertPoint(split);
+      std::vector<Value*> split_v;
+      for (const Run& run : runs) {
         Value* v = llvm::PoisonValue::get(vty);
         for (int w = 0; w < width; ++w) {
           Value* cw = b_.CreateAdd(run.c, index(w));
@@ -316,12 +322,15 @@ class Emitter {
                                        b_.CreateAdd(run.here, cw));
           v = b_.CreateInsertElement(v, read(off), static_cast<uint64_t>(w));
         }
-        b_.CreateBr(done);
-        b_.SetInsertPoint(done);
+        split_v.push_back(v);
+      }
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      for (size_t j = 0; j < runs.size(); ++j) {
         llvm::PHINode* phi = b_.CreatePHI(vty, 2);
-        phi->addIncoming(run.v, straight);
-        phi->addIncoming(v, split);
-        run.v = phi;
+        phi->addIncoming(runs[j].v, straight);
+        phi->addIncoming(split_v[j], split);
+        runs[j].v = phi;
       }
     }
     std::vector<Value*> out(static_cast<size_t>(n0 * n1));

@@ -218,18 +218,29 @@ Value* Lowering::combine(Op op, Value* a, Value* b) {
   }
 }
 
+bool Lowering::used_only_by(int v, int user) const {
+  for (size_t k = 0; k < p_.body.size(); ++k)
+    if (static_cast<int>(k) != user && std::count(p_.body[k].args.begin(), p_.body[k].args.end(), v)) return false;
+  return true;
+}
+
 Value* Lowering::thread_partial(Op op, int v, int r) {
-  const TileType& t = types_[v];
+  const TileType& t = inst_of(v).type;
   double identity = identity_of(op);
-  auto partial = [&](bool masked) {
+  // Each element's mask (none where every element counts). A windowed row's masks are its
+  // elements'; a value constant along the row has none.
+  auto masks = [&] {
+    std::vector<Value*> ok(static_cast<size_t>(cols_of(t)));
+    for (int c = 0; c < cols_of(t); ++c)
+      ok[static_cast<size_t>(c)] = s_.window ? (t.cols ? in_row(c / s_.vec, c % s_.vec) : nullptr)
+                                  : col_ok_.empty() ? nullptr : col_ok_[c / s_.vec];
+    return ok;
+  };
+  auto partial = [&](const std::vector<Value*>& ok) {
     Value* acc = f32(identity);
     for (int c = 0; c < cols_of(t); ++c) {
       Value* x = at(v, r, c);
-      // (A windowed row's masks are its elements'; a value constant along the row has none.)
-      Value* ok = !masked ? nullptr
-                  : s_.window ? (t.cols ? in_row(c / s_.vec, c % s_.vec) : nullptr)
-                  : col_ok_.empty() ? nullptr : col_ok_[c / s_.vec];
-      if (ok) x = b_.CreateSelect(ok, x, f32(identity));
+      if (!ok.empty() && ok[static_cast<size_t>(c)]) x = b_.CreateSelect(ok[static_cast<size_t>(c)], x, f32(identity));
       acc = combine(op, acc, x);
     }
     return acc;
@@ -241,13 +252,51 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
     auto* whole = llvm::BasicBlock::Create(ctx_, "partial_whole", fn_);
     auto* ends = llvm::BasicBlock::Create(ctx_, "partial_masked", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "partial_done", fn_);
+    // A value only this reduction reads (log_softmax's exps; lower_resident leaves it) is
+    // computed inside each path, from the loads and the row's earlier reductions: each element is
+    // combined as soon as it is computed, and holds no register across the branch. One read
+    // elsewhere too (softmax's exps) was computed before the branch.
+    std::vector<int> chain;
+    for (std::vector<int> todo = {v}; values_[v].empty() && !todo.empty();) {
+      const int id = todo.back();
+      todo.pop_back();
+      if (inst_of(id).opcode != TileOpcode::Compute || std::count(chain.begin(), chain.end(), id)) continue;
+      chain.push_back(id);
+      todo.insert(todo.end(), inst_of(id).args.begin(), inst_of(id).args.end());
+    }
+    // The masked path computes from its row-long inputs zeroed outside the row: had both paths
+    // computed the same values, LLVM would hoist them above the branch.
+    std::vector<int> inputs;
+    for (int id : chain)
+      for (int a : inst_of(id).args)
+        if (inst_of(a).opcode == TileOpcode::Load && inst_of(a).type.cols && !std::count(inputs.begin(), inputs.end(), a))
+          inputs.push_back(a);
+    auto in_path = [&](bool masked) {
+      std::vector<Regs> before;
+      for (int id : chain) before.push_back(std::exchange(values_[id], {}));
+      std::vector<Value*> ok = masked ? masks() : std::vector<Value*>{};
+      std::vector<Regs> loaded;
+      for (int a : masked && !chain.empty() ? inputs : std::vector<int>{}) {
+        loaded.push_back(values_[a]);
+        for (int c = 0; c < cols_of(t); ++c)
+          for (int rr = 0; rr < rows_of(inst_of(a).type); ++rr) {
+            Value*& x = values_[a][static_cast<size_t>(rr * cols_of(t) + c)];
+            x = b_.CreateSelect(ok[static_cast<size_t>(c)], x, llvm::Constant::getNullValue(x->getType()));
+          }
+      }
+      ensure(v);
+      Value* acc = partial(ok);
+      for (size_t j = 0; j < loaded.size(); ++j) values_[inputs[j]] = std::move(loaded[j]);
+      for (size_t j = 0; j < chain.size(); ++j) values_[chain[j]] = std::move(before[j]);
+      return acc;
+    };
     b_.CreateCondBr(whole_window(), whole, ends, llvm::MDBuilder(ctx_).createLikelyBranchWeights());
     b_.SetInsertPoint(whole);
-    Value* unmasked = partial(false);
+    Value* unmasked = in_path(false);
     llvm::BasicBlock* whole_end = b_.GetInsertBlock();
     b_.CreateBr(done);
     b_.SetInsertPoint(ends);
-    Value* masked = partial(true);
+    Value* masked = in_path(true);
     llvm::BasicBlock* ends_end = b_.GetInsertBlock();
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
@@ -256,7 +305,7 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
     phi->addIncoming(masked, ends_end);
     acc = phi;
   } else {
-    acc = partial(true);
+    acc = partial(masks());
   }
   // A value constant along the row (broadcast) stands for every column.
   if (!t.cols && op == Op::ReduceSum) {
@@ -346,7 +395,11 @@ void Lowering::lower_resident(size_t begin, size_t end) {
   for (size_t k = begin; k < std::min(end, p_.body.size()); ++k) {
     const TileInst& i = p_.body[k];
     if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
-    for (int a : i.args) ensure(a);
+    // A windowed row computes elementwise values where they are used: a value only a reduction
+    // reads is computed inside its partial's paths (thread_partial), not before them.
+    if (s_.window && i.opcode == TileOpcode::Compute) continue;
+    for (int a : i.args)
+      if (!(s_.window && i.opcode == TileOpcode::Reduce && used_only_by(a, static_cast<int>(k)))) ensure(a);
     if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with))
       online_sum(i);
     else if (i.opcode == TileOpcode::Reduce && pairs_path(i.result))
@@ -391,6 +444,7 @@ void Lowering::online_sum(const TileInst& r) {
     std::vector<Value*> slots = cluster_exchange({m_row, s_row});
     std::tie(m_row, s_row) = merge_pairs(m, c, slots[0], slots[1], s_.cluster_blocks);
   }
+  ensure(c);  // c(m_w), with the warp's max
   settle_online_sum(r, values_[c][0], s_warp, m_row, s_row);
 }
 

@@ -126,6 +126,9 @@ class Lowering {
 
   Value* combine(Op op, Value* a, Value* b);
 
+  // Whether no instruction of the body but `user` reads value v.
+  bool used_only_by(int v, int user) const;
+
   // This thread's share of row r of value v (masked columns contribute the identity).
   Value* thread_partial(Op op, int v, int r);
 

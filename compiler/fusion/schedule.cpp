@@ -583,14 +583,15 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.vec = vector_width(s.cols, dtypes);
   // A width that is not a multiple of the vector width (4097, a 50257 vocabulary): windowed rows
   // keep 16-byte accesses where the row is held in registers (one block or a cluster; the staged,
-  // split and looped schedules take whole vectors or elements). Not by default where a tensor
-  // along the row is laid out otherwise (a weight shared by the rows): its shifted vectors cost
-  // registers, and such rows ran slower windowed (layernorm over 2999 bf16 columns 0.095 ms
-  // against 0.066; bench/NOTES.md, "Odd widths measured").
+  // split and looped schedules take whole vectors or elements). Not by default where more than
+  // one tensor along the row is laid out otherwise (weights shared by the rows): each is read
+  // as two vectors shifted in registers, and layernorm's w and b ran slower windowed (2999 bf16
+  // columns: 0.076 ms against 0.066 element by element), RMSNorm's one w faster (5003 bf16
+  // columns: 0.097 against 0.105; bench/NOTES.md, "Odd widths: fewer instructions").
   const int full = vector_width(int64_t{1} << 20, dtypes);
-  bool weight_along_row = false;
-  for (const Shape& v : views) weight_along_row |= v.back() != 1 && v != s.dims;
-  if (s.vec < full && s.cols >= 4 * full && (hints.window == 1 || (hints.window < 0 && !weight_along_row))) {
+  int weights_along_row = 0;
+  for (const Shape& v : views) weights_along_row += v.back() != 1 && v != s.dims;
+  if (s.vec < full && s.cols >= 4 * full && (hints.window == 1 || (hints.window < 0 && weights_along_row <= 1))) {
     s.vec = full;
     s.window = true;
   }

@@ -233,8 +233,8 @@ struct ScheduleHints {
   int gemm_group = 0;
   // Rows whose width is not a multiple of the vector width, and pointwise domains of an odd
   // element count: 1 reads them as aligned windows (TileSchedule::window), 0 element by element;
-  // -1 (the default) windows except rows that read a tensor along the row laid out otherwise
-  // than the domain (a weight), which measured slower windowed.
+  // -1 (the default) windows except rows that read more than one tensor along the row laid out
+  // otherwise than the domain (layernorm's w and b), which measured slower windowed.
   int window = -1;
   // 1: attention with one query per head and K/V heads broadcast over a group of query heads
   // (GQA or MQA decode) holds a group's query heads as one block's rows

@@ -91,8 +91,8 @@ common options:
   --window 0|1                 schedule override: 1 reads rows whose width is not a multiple
                                of the vector width (and pointwise domains of an odd element
                                count) as aligned 16-byte windows with masked ends, 0 element by
-                               element (default: windows, except rows that read a weight along
-                               the row)
+                               element (default: windows, except rows that read two or more
+                               weights along the row)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
