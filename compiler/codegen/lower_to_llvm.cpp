@@ -246,7 +246,7 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
     return acc;
   };
   Value* acc;
-  if (s_.window && t.cols) {
+  if (unmasked_partials() && t.cols) {
     // A thread whose elements all lie in the row (all but those at its two ends) combines them
     // without a mask test each: a branch per reduction instead of a test and select per element.
     auto* whole = llvm::BasicBlock::Create(ctx_, "partial_whole", fn_);
@@ -395,11 +395,11 @@ void Lowering::lower_resident(size_t begin, size_t end) {
   for (size_t k = begin; k < std::min(end, p_.body.size()); ++k) {
     const TileInst& i = p_.body[k];
     if (i.opcode == TileOpcode::Load && !values_[i.result].empty()) continue;  // staged
-    // A windowed row computes elementwise values where they are used: a value only a reduction
-    // reads is computed inside its partial's paths (thread_partial), not before them.
-    if (s_.window && i.opcode == TileOpcode::Compute) continue;
+    // Such rows compute elementwise values where they are used: a value only a reduction reads is
+    // computed inside its partial's paths (thread_partial), not before them.
+    if (unmasked_partials() && i.opcode == TileOpcode::Compute) continue;
     for (int a : i.args)
-      if (!(s_.window && i.opcode == TileOpcode::Reduce && used_only_by(a, static_cast<int>(k)))) ensure(a);
+      if (!(unmasked_partials() && i.opcode == TileOpcode::Reduce && used_only_by(a, static_cast<int>(k)))) ensure(a);
     if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with))
       online_sum(i);
     else if (i.opcode == TileOpcode::Reduce && pairs_path(i.result))

@@ -86,6 +86,12 @@ class Lowering {
   Value* in_row(int k, int e);
   // Whether all the thread's elements lie in the row (all but the threads at its two ends).
   Value* whole_window();
+  // Whether the threads whose elements all lie in the row take their reductions' partials without
+  // masks (thread_partial): windowed 16-bit rows (8 elements a vector), whose instructions weigh
+  // twice what f32 rows' do per byte. There the mask tests cost 12–18% (softmax over 4097 bf16
+  // columns 0.086 → 0.070 ms without them); f32 rows gained nothing and the vocabulary's lost
+  // 4% (bench/NOTES.md, "Odd widths: fewer instructions").
+  bool unmasked_partials() const { return s_.window && s_.vec >= 8; }
   // Element e of chunk k's column in the row (0 where it is outside).
   Value* row_column(int k, int e) {
     return b_.CreateSelect(in_row(k, e), b_.CreateSub(b_.CreateAdd(window(k), index(e)), row_shift_), index(0));
