@@ -334,6 +334,12 @@ TEST(Codegen, OddWidthsRunFlatInVectors) {
   EXPECT_NE(c.tile_ir.find(" elements [64, 1001] as [64, 1]"), std::string::npos) << c.tile_ir;    // r
   EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "x in vectors";
   EXPECT_GT(count(c.ptx, R"(st\.global\.v4\.(b32|f32))"), 0) << "y in vectors";
+  // b and r are indexed through the domain's dimensions once per run of a thread's consecutive
+  // elements, not once per element (each split is a multiply-high by a constant, or more).
+  const int elements = p.kernels[0].schedule.elems_per_thread();
+  EXPECT_LT(count(c.ptx, R"(mul\.hi|div\.|rem\.)"), elements) << c.ptx;
+  // b's elements of a run at consecutive offsets from one address.
+  EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.(b32|f32)\s+%r\d+, \[%rd\d+\+4\])"), 0) << c.ptx;
   if (!find_ptxas().empty()) {
     EXPECT_TRUE(run_ptxas(c.ptx, p.kernels[0].name).has_value());
   }
