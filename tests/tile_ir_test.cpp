@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/codegen/target.h"
@@ -14,6 +15,8 @@
 #include "compiler/tile/attention.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/ir_verify.h"
+#include "runtime/cuda_driver.h"
+#include "tests/test_util.h"
 #include "tools/fuzz/random_graph.h"
 
 namespace tilefuse::tir {
@@ -799,6 +802,100 @@ TEST(TileIrBuild, OverlappedAttentionPinsPVsWaitBelowTheSoftmax) {
     const size_t wait = ptx.find("wgmma.wait_group.sync.aligned 0;", ptx.find("ex2.approx.ftz"));
     ASSERT_NE(wait, std::string::npos);
     EXPECT_EQ(ptx.rfind("fence.acq_rel.cta;", wait) != std::string::npos, pin);
+  }
+}
+
+// Sums and maxima of rows spread over a block's threads: `threads` lanes a row (whole warps, one
+// warp, or part of one), the columns past 1000 masked to the op's identity before each reduce.
+std::string row_reduction_text(int row_threads, int rows_per_block, int rows) {
+  const int block = row_threads * rows_per_block, per_thread = 4;
+  const int reps = (1000 + per_thread * row_threads - 1) / (per_thread * row_threads), width = per_thread * row_threads * reps;
+  return fmt::format(
+      "tile.func @row_reduction(%arg0 \"x\": f32[{rows}, 1000], %arg1 \"s\": f32[{rows}, 1] out, "
+      "%arg2 \"m\": f32[{rows}, 1] out)\n"
+      "    grid [{grid}] threads {block} layout blocked<per_thread [1, {pt}], threads [{rb}, {rt}], reps [1, {reps}]> {{\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const {rb} : index\n"
+      "  %2 = muli %0, %1 : index\n"
+      "  %3 = const 0 : index\n"
+      "  %4 = load %arg0[%2, %3] masked [1] : tile<{rb}x{w}xf32>\n"
+      "  %5 = const 1000 : index\n"
+      "  %6 = in_bounds %3, %5 axis 1 : tile<1x{w}xbool>\n"
+      "  %7 = const 0 : f32\n"
+      "  %8 = where %6, %4, %7 : tile<{rb}x{w}xf32>\n"
+      "  %9 = reduce_sum %8 axis 1 : tile<{rb}x1xf32>\n"
+      "  %10 = const -inf : f32\n"
+      "  %11 = where %6, %4, %10 : tile<{rb}x{w}xf32>\n"
+      "  %12 = reduce_max %11 axis 1 : tile<{rb}x1xf32>\n"
+      "  store %arg1[%2, %3], %9 : tile<{rb}x1xf32>\n"
+      "  store %arg2[%2, %3], %12 : tile<{rb}x1xf32>\n"
+      "}}\n",
+      fmt::arg("rows", rows), fmt::arg("grid", rows / rows_per_block), fmt::arg("block", block),
+      fmt::arg("pt", per_thread), fmt::arg("rb", rows_per_block), fmt::arg("rt", row_threads), fmt::arg("reps", reps),
+      fmt::arg("w", width));
+}
+
+// A row reduction over the threads that share the row: a butterfly over the row's lanes, and for
+// rows of several warps their values through shared memory after one block barrier.
+TEST(TileIr, RowReductionsAcrossThreads) {
+  struct Case {
+    int row_threads, rows_per_block, shuffles_per_reduction;
+    bool barrier;
+  };
+  for (const Case& c : std::vector<Case>{{128, 2, 5, true}, {32, 4, 5, false}, {8, 16, 3, false}}) {
+    SCOPED_TRACE(c.row_threads);
+    const Program p = parse_program(row_reduction_text(c.row_threads, c.rows_per_block, 96));
+    EXPECT_TRUE(program_problems(p).empty());
+    const std::string ptx = program_ptx(p);
+    size_t shuffles = 0;
+    for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
+    EXPECT_EQ(shuffles, 2u * c.shuffles_per_reduction);  // two reductions, one row a thread
+    EXPECT_EQ(ptx.find("bar.sync") != std::string::npos, c.barrier) << ptx;
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
+    }
+  }
+  // Neither a power of two up to a warp nor whole warps: refused, not wrong.
+  const Program odd = parse_program(row_reduction_text(12, 8, 96));
+  EXPECT_TRUE(program_problems(odd).empty());
+  EXPECT_THROW(program_ptx(odd), CodegenError);
+}
+
+TEST(GpuTileIr, RowReductionsAcrossThreadsMatchTheRows) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const int rows = 96;
+  std::mt19937_64 rng(testing::test_seed());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * 1000);
+  for (float& v : x) v = normal(rng);
+  for (auto [row_threads, rows_per_block] : std::vector<std::pair<int, int>>{{128, 2}, {256, 1}, {32, 4}, {8, 16}}) {
+    SCOPED_TRACE(row_threads);
+    const Program p = parse_program(row_reduction_text(row_threads, rows_per_block, rows));
+    cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
+    CUfunction f = module.function(p.name);
+    const unsigned threads = static_cast<unsigned>(p.block_threads());
+    cuda::DeviceBuffer dx(x.size() * 4), ds(rows * 4), dm(rows * 4);
+    dx.upload(x.data(), x.size() * 4);
+    ds.fill_u32(0x7fc00001u);  // NaN: a row left unwritten shows
+    dm.fill_u32(0x7fc00001u);
+    CUdeviceptr args[] = {dx.ptr(), ds.ptr(), dm.ptr()};
+    void* params[] = {&args[0], &args[1], &args[2]};
+    cuda::Stream stream;
+    cuda::launch(f, {static_cast<unsigned>(p.grid[0])}, {threads}, 0, stream.get(), params, p.name);
+    stream.synchronize();
+    std::vector<float> s(rows), m(rows);
+    ds.download(s.data(), rows * 4);
+    dm.download(m.data(), rows * 4);
+    for (int r = 0; r < rows; ++r) {
+      double sum = 0;
+      float most = -INFINITY;
+      for (int c = 0; c < 1000; ++c) {
+        sum += x[static_cast<size_t>(r * 1000 + c)];
+        most = std::max(most, x[static_cast<size_t>(r * 1000 + c)]);
+      }
+      EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-4 * 1000) << "row " << r;
+      EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
+    }
   }
 }
 

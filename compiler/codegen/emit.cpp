@@ -205,7 +205,8 @@ class Emitter {
     }
     if (!prm.elem_dims.empty()) {
       // The element's position in the domain (in the index type: 32 bits unless the domain passes
-      // 2^31): its row of the domain's last dimension, and its place along that row.
+      // 2^31): its row of the domain's last dimension, and its place along that row. (Loads take
+      // load_elements; this serves a store to such a parameter, which only hand-written Tile IR has.)
       Value* e = b_.CreateAdd(b_.CreateMul(row, index(prm.view[1])), col);
       const int64_t inner = prm.elem_dims.back();
       Value* r = b_.CreateUDiv(e, index(inner));
@@ -249,13 +250,14 @@ class Emitter {
   // A load of a parameter indexed element by element, a run of the thread's consecutive
   // elements at a time: the run's first element is split into the domain's dimensions once, and
   // the others step along the last dimension, wrapping at most once into its next row (that
-  // dimension is at least the run long). A parameter broadcast along the last dimension reads the
-  // two rows' elements once and selects between them. One that runs along it reads the run's
+  // dimension is at least four runs long). A parameter broadcast along the last dimension reads
+  // the two rows' elements once and selects between them. One that runs along it reads the run's
   // elements at consecutive offsets from where the run starts, or from the row's last `width`
-  // elements where the run passes the row's end; every run is read so first, and only then do
-  // the runs that wrap (rarely) read again, each element from its own row, in a branch of their
-  // own — so that no branch stands between the tile's loads. An element past the domain's end
-  // reads an element in bounds (outer_offset wraps); its store is masked.
+  // elements where the run passes the row's end; every run is read so first, and only then, in
+  // one branch per thread taken where any of its runs wraps (about (width − 1) / inner of the
+  // runs), are those runs read again, each element from its own row — so that no branch stands
+  // between the tile's loads. An element past the domain's end reads an element in bounds
+  // (outer_offset wraps); its store is masked.
   void load_elements(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const Type& t = type(i.results[0]);
@@ -264,8 +266,9 @@ class Emitter {
     const bool along = prm.elem_view.back() != 1;
     size_t axis;
     int width = run(t, &axis);
-    if (axis != 1 || inner < width) width = 1;
-    // (A run starts at a multiple of its width: the tile's columns start at multiples of it.)
+    // (Where the last dimension is under four runs long, many runs would wrap: element by
+    // element. A run starts at a multiple of its width: the tile's columns start at multiples.)
+    if (axis != 1 || inner < 4 * width) width = 1;
     const bool wraps = inner % width != 0 || prm.view[1] % width != 0;
     Value* base = args_[static_cast<size_t>(i.param)];
     auto read = [&](Value* off) {
@@ -700,15 +703,18 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
-  // Along an axis no two threads share (threads[axis] == 1): the thread's own elements combined
-  // in order; an accumulator's rows (the verifier allows axis 1 with warps_n 1): each thread's
-  // elements of a row, then its quad's (the four lanes holding that row) by butterfly shuffles.
-  // (Other reductions across threads stay with the first Tile IR until they move here.)
+  // The thread's own elements combined in order along the axis; where threads share the axis
+  // (a row of the blocked layout spread over lanes or warps: axis 1), then the threads' values
+  // (reduce_across). An accumulator's rows (the verifier allows axis 1 with warps_n 1): each
+  // thread's elements of a row, then its quad's (the four lanes holding that row) by butterfly
+  // shuffles. Every element of the tile counts, those past the view's edge too: a program masks
+  // them first (`where` with the op's identity).
   void reduce(const Inst& i) {
     const size_t d = static_cast<size_t>(i.axis);
     const Type& in = type(i.args[0]);
     if (in.frag == Frag::Acc) return reduce_rows(i);
-    if (l_.threads[d] != 1)
+    const bool across = l_.threads[d] != 1 && in.shape[d] != 1;  // (one element along it: every thread's the same)
+    if (across && d != 1)
       throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
                                      p_.name, d));
     const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
@@ -725,7 +731,53 @@ class Emitter {
       }
       out.push_back(acc);
     }
+    if (across) reduce_across(combine, out);
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // Each of the thread's per-row values combined over the threads that share its row (axis 1:
+  // threads[1] consecutive threads, a power of two up to a warp, or whole warps): a butterfly over
+  // the row's lanes; for rows of whole warps, then each warp's value through shared memory (lane 0
+  // writes it, a block barrier, every thread combines its row's warps in warp order, so all get
+  // the same bits). Each reduction has slots of its own, so no write waits for earlier reads —
+  // except inside a loop, where a second barrier ends the reads before the next iteration writes.
+  void reduce_across(Op combine, std::vector<Value*>& rows) {
+    const int t = l_.threads[1];
+    const bool whole_warps = t % 32 == 0;
+    if (!whole_warps && (t > 32 || (t & (t - 1)) != 0))
+      throw CodegenError(fmt::format("kernel {}: a row reduction over {} threads (neither a power of two up to a warp "
+                                     "nor whole warps)",
+                                     p_.name, t));
+    for (Value*& acc : rows)
+      for (int lanes = std::min(t, 32) / 2; lanes >= 1; lanes /= 2) {
+        Value* other = b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                          {b_.getInt32(0xffffffffu), acc, i32(lanes), i32(0x1f)});
+        acc = element(b_, combine, DType::F32, {acc, other}, p_.name);
+      }
+    if (!whole_warps || t == 32) return;
+    const int warps = t / 32, n = static_cast<int>(rows.size());
+    auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(l_.threads[0] * n * warps));
+    auto* slots = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                           "row_warp_values", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    slots->setAlignment(llvm::Align(16));
+    Value* warp = b_.CreateUDiv(thread_[1], i32(32));
+    auto slot = [&](int a, Value* w) {
+      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(n)), i32(a)), i32(warps)), w);
+      return b_.CreateInBoundsGEP(b_.getFloatTy(), slots, at);
+    };
+    guarded(b_.CreateICmpEQ(b_.CreateURem(thread_[1], i32(32)), i32(0)), [&] {
+      for (int a = 0; a < n; ++a) b_.CreateAlignedStore(rows[static_cast<size_t>(a)], slot(a, warp), llvm::Align(4));
+    });
+    block_barrier();
+    for (int a = 0; a < n; ++a) {
+      Value* acc = nullptr;
+      for (int w = 0; w < warps; ++w) {
+        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(a, i32(w)), llvm::Align(4));
+        acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
+      }
+      rows[static_cast<size_t>(a)] = acc;
+    }
+    if (loop_depth_ > 0) block_barrier();
   }
 
   void reduce_rows(const Inst& i) {
@@ -802,8 +854,10 @@ class Emitter {
     }
     b_.CreateCondBr(b_.CreateICmpULT(iv, hi), body, exit);
     b_.SetInsertPoint(body);
+    ++loop_depth_;
     for (const Inst& inner : r.body)
       if (inner.opcode != Opcode::Yield) inst(inner);
+    --loop_depth_;
     const Inst& yield = r.body.back();
     llvm::BasicBlock* latch = b_.GetInsertBlock();
     iv->addIncoming(b_.CreateAdd(iv, step), latch);
@@ -1544,6 +1598,7 @@ class Emitter {
   std::vector<llvm::Argument*> tensor_map_;  // param → its tensor map (TMA), or null
   std::vector<llvm::GlobalVariable*> stage_barriers_;  // ring → its stages' full, then empty, mbarriers
   bool in_consumers_ = false;              // emitting a Specialize's consumer region
+  int loop_depth_ = 0;                     // For regions being emitted around the current instruction
   Value* consumer_group_ = nullptr;        // there: the thread's consumer group (i32)
 };
 

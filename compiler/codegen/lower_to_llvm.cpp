@@ -260,7 +260,8 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
     for (std::vector<int> todo = {v}; values_[v].empty() && !todo.empty();) {
       const int id = todo.back();
       todo.pop_back();
-      if (inst_of(id).opcode != TileOpcode::Compute || std::count(chain.begin(), chain.end(), id)) continue;
+      if (inst_of(id).opcode != TileOpcode::Compute || !values_[id].empty() || std::count(chain.begin(), chain.end(), id))
+        continue;  // (what was computed before stays as it is)
       chain.push_back(id);
       todo.insert(todo.end(), inst_of(id).args.begin(), inst_of(id).args.end());
     }
@@ -305,6 +306,7 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
     phi->addIncoming(masked, ends_end);
     acc = phi;
   } else {
+    ensure(v);
     acc = partial(masks());
   }
   // A value constant along the row (broadcast) stands for every column.
@@ -399,7 +401,9 @@ void Lowering::lower_resident(size_t begin, size_t end) {
     // computed inside its partial's paths (thread_partial), not before them.
     if (unmasked_partials() && i.opcode == TileOpcode::Compute) continue;
     for (int a : i.args)
-      if (!(unmasked_partials() && i.opcode == TileOpcode::Reduce && used_only_by(a, static_cast<int>(k)))) ensure(a);
+      if (!(unmasked_partials() && i.opcode == TileOpcode::Reduce && inst_of(a).type.cols &&
+            used_only_by(a, static_cast<int>(k))))
+        ensure(a);
     if (i.opcode == TileOpcode::Reduce && i.online_with >= 0 && pairs_path(i.online_with))
       online_sum(i);
     else if (i.opcode == TileOpcode::Reduce && pairs_path(i.result))

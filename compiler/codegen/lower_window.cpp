@@ -21,7 +21,7 @@ void Lowering::window_columns(Value* col0) {
   if (s_.chunks_per_thread * s_.vec > 32)
     throw CodegenError(fmt::format("kernel {}: a windowed row holds at most 32 elements per thread", p_.name));
   // Chunk k's elements in the row are one run, [lo, hi) with lo = clamp(shift − window(k)) and
-  // hi = clamp(shift + cols − window(k)), clamped to [0, vec): its bits are 2^hi − 2^lo.
+  // hi = shift + cols − window(k), both clamped to [0, vec]: its bits are 2^hi − 2^lo.
   window_bits_ = b_.getInt32(0);
   auto clamped = [&](Value* x) {
     Value* in = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, index(0)),

@@ -139,7 +139,10 @@ enum class Opcode {
               // with two offsets, the linear index (see Inst::iota_stride)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
   Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
-              // an accumulator fragment along its columns (warps_n 1): the warp's quads combine
+              // every element counts (mask those past the view with `where` first); a blocked
+              // tile's rows also over the threads sharing them (a power of two up to a warp, or
+              // whole warps); an accumulator fragment along its columns (warps_n 1): the warp's
+              // quads combine
   // An accumulator's 16 columns from column 16·`value` on, rounded to the result's dtype, as an
   // A fragment: a product's tile fed to the next dot as its left operand (P·V in attention)
   // without leaving registers — the m16n8 accumulator layout of two adjacent column pieces is
