@@ -5,7 +5,9 @@
 # (bench/NOTES.md, 2026-12-03): compare both, and only within a call.
 #   OLD=dir with the other build's tilefuse and libtilefuse.so (or libtilefuse.so.gz, unpacked here)
 #   NAMES="attention attention_causal"  ROUNDS=2  ITERS=30
-#   FLAGS="…"      options for both builds;  NEW_ENV / OLD_ENV: environment for one side only
+#   FLAGS="…"      options for both builds;  NEW_FLAGS / OLD_FLAGS: options for one side only
+#   (OLD=bundle with NEW_FLAGS="--row-ir 2": one build, two schedules);  NEW_ENV / OLD_ENV:
+#   environment for one side only
 # Needs bundle/ (scripts/build_bundle.sh); logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +19,11 @@ echo "new $(cat $B/COMMIT 2>/dev/null) old $(cat "$OLD/COMMIT" 2>/dev/null); $(n
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for n in ${NAMES:-attention attention_causal}; do
     for side in old new; do
-      bin=$B/tilefuse env=${NEW_ENV:-}
-      [ $side = old ] && bin=$OLD/tilefuse env=${OLD_ENV:-}
+      bin=$B/tilefuse env=${NEW_ENV:-} flags=${NEW_FLAGS:-}
+      [ $side = old ] && bin=$OLD/tilefuse env=${OLD_ENV:-} flags=${OLD_FLAGS:-}
       # shellcheck disable=SC2086
-      env $env timeout 60 "$bin" run "$n" --bench --iters "${ITERS:-30}" ${FLAGS:-} 2>&1 | grep -E "median|rror" | sed "s/^/$side $n /"
+      env $env timeout 60 "$bin" run "$n" --bench --iters "${ITERS:-30}" ${FLAGS:-} $flags 2>&1 | grep -E "median|rror" |
+        sed "s/^/$side $n /"
     done
   done
 done | tee "$OUT/ab.log"

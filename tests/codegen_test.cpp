@@ -400,6 +400,50 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   EXPECT_THROW(plan_fusion(g, bad), Error);
 }
 
+// Row kernels held in one block's registers built on Tile IR v2 (`--row-ir 2`): their rows'
+// reductions over the block's threads (shuffles, and a block barrier for rows of several warps),
+// the columns past the row masked with the op's identity before each reduction; through ptxas
+// without spills. Windowed rows stay on the first Tile IR.
+TEST(Codegen, RowKernelsOnTileIrV2) {
+  FusionOptions v2;
+  v2.schedule.row_ir = 2;
+  int kernels = 0;
+  Graph rows1000("rows1000");
+  output("y", softmax(input(rows1000, "x", {64, 1000}), -1));
+  for (const char* name : {"softmax", "softmax_bf16", "layernorm", "rmsnorm_bf16", "log_softmax", "rows1000"}) {
+    SCOPED_TRACE(name);
+    Plan p = plan_fusion(std::string(name) == "rows1000" ? rows1000 : find_example(name).build(), v2);
+    for (const Kernel& k : p.kernels) {
+      if (k.kind != ScheduleKind::RowReduce) continue;
+      ++kernels;
+      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
+      EXPECT_NE(k.schedule.describe().find("Tile IR v2"), std::string::npos);
+      CompiledKernel c = compile_kernel(p.graph, k);
+      EXPECT_NE(c.tile_ir.find("tile.func"), std::string::npos) << "a Tile IR v2 program";
+      EXPECT_GT(count(c.tile_ir, R"(reduce_(sum|max) %\d+ axis 1)"), 0) << c.tile_ir;
+      EXPECT_GT(count(c.ptx, R"(shfl\.sync\.bfly)"), 0);
+      if (k.schedule.threads_per_row > 32) EXPECT_GT(count(c.ptx, R"(bar\.sync)"), 0);
+      if (!find_ptxas().empty()) {
+        std::optional<MeasuredKernel> m = run_ptxas(c.ptx, k.name);
+        ASSERT_TRUE(m.has_value());
+        EXPECT_EQ(m->spill_bytes, 0) << k.name;
+      }
+    }
+  }
+  EXPECT_GE(kernels, 6);
+  // Rows of 1000: the columns past them masked before the reductions.
+  Plan odd = plan_fusion(rows1000, v2);
+  EXPECT_NE(compile_kernel(odd.graph, odd.kernels[0]).tile_ir.find("in_bounds"), std::string::npos);
+  // The default stays on the first Tile IR; windowed rows do under `--row-ir 2` too.
+  EXPECT_FALSE(plan_fusion(find_example("softmax").build()).kernels[0].schedule.ir_v2);
+  Graph rows4097("rows4097");
+  output("y", softmax(input(rows4097, "x", {64, 4097}), -1));
+  EXPECT_FALSE(plan_fusion(rows4097, v2).kernels[0].schedule.ir_v2);
+  FusionOptions bad;
+  bad.schedule.row_ir = 3;
+  EXPECT_THROW(plan_fusion(find_example("softmax").build(), bad), Error);
+}
+
 // An element count that is not a whole number of vectors (an odd count), by default: one
 // row of every element, read and written in 16-byte vectors, its last vector element by element.
 TEST(Codegen, OddElementCountsRunAsOneRowOfVectors) {

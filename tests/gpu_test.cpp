@@ -310,6 +310,34 @@ TEST(Gpu, OddWidthsRunFlat) {
   }
 }
 
+// Row kernels on Tile IR v2 (`--row-ir 2`) against float64: softmax, log_softmax, layernorm and
+// RMSNorm rows of whole vectors and of a width a tile does not fill, a row count the blocks do
+// not divide, sums written as outputs (keepdim or not, of a per-row operand times the row); f32
+// and bf16.
+TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  FusionOptions v2;
+  v2.schedule.row_ir = 2;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("rows_v2_") + dtype_name(dt));
+    output("p", softmax(input(g, "x", {37, 1000}, dt), -1));
+    output("l", log_softmax(input(g, "u", {64, 4096}, dt), -1));
+    Tensor z = input(g, "z", {33, 768}, dt);
+    output("n", layernorm(z, input(g, "w", {768}, dt), input(g, "b", {768}, dt)));
+    output("r", rmsnorm(input(g, "v", {100, 96}, dt), input(g, "rw", {96}, dt)));
+    Tensor a = input(g, "a", {50, 200}, dt);
+    output("s", sum(a, {-1}));
+    output("c", sum(input(g, "h", {50, 1}, dt) * a, {-1}, true));
+    Plan p = plan_fusion(g, v2);
+    int on_v2 = 0;
+    for (const Kernel& k : p.kernels) on_v2 += k.schedule.ir_v2;
+    EXPECT_GE(on_v2, 5);
+    testing::check_on_gpu(p, seed);
+  }
+}
+
 TEST(Gpu, WrongInputsAreRejectedBeforeLaunch) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   Executable exe(plan_fusion(find_example("gelu_two_consumers").build()));

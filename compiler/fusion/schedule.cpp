@@ -140,6 +140,7 @@ std::string TileSchedule::describe() const {
   if (!elem_dims.empty())
     loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
                         shape_str(elem_dims), elem_dims.back());
+  if (ir_v2) loop += ", built on Tile IR v2";
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
@@ -674,6 +675,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
+  s.ir_v2 = hints.row_ir == 2 && !s.window;
   return s;
 }
 

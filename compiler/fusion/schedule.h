@@ -58,6 +58,7 @@ struct TileSchedule {
   // vectors whatever the width; the window's elements outside the row are masked in registers
   // and not stored (the vectors at the row's ends are written element by element).
   bool window = false;
+  bool ir_v2 = false;  // a row kernel built on Tile IR v2 (ScheduleHints::row_ir)
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
@@ -303,6 +304,10 @@ struct ScheduleHints {
   // query tile; -1 (the default) persistent where its static order of tiles balances the blocks'
   // work within 2% (TileSchedule::tile_balance; bench/NOTES.md, "The attention family").
   int attention_persistent = -1;
+  // Which Tile IR row kernels held in one block's registers are built on (TileSchedule::ir_v2):
+  // 1, the default: the first (its whole-kernel lowerers); 2: Tile IR v2, the rows' reductions
+  // over the block's threads, each reduction its own barrier (not yet measured against the first).
+  int row_ir = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

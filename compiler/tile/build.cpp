@@ -138,6 +138,93 @@ Program pointwise(const Graph& g, const Kernel& k) {
   return p;
 }
 
+double identity_of(Op op);
+
+// A row kernel held in one block's registers (TileSchedule::ir_v2): block b holds rows
+// [b·tile_rows, (b + 1)·tile_rows), each spread over threads_per_row threads. The tensors along
+// the rows are loaded first; a tensor shared by every row (layernorm's w) where it is first used.
+// Each reduction masks the columns past the row with its identity and reduces along axis 1 over
+// the row's threads; what uses it broadcasts the [rows, 1] result. Kinds it does not take (the
+// first Tile IR's schedules: windows, clusters, staged, split or looped rows; iotas) give nullopt.
+std::optional<Program> row_reduction(const Graph& g, const Kernel& k) {
+  const TileSchedule& s = k.schedule;
+  if (s.window || s.cluster_blocks > 1 || s.stages > 0 || s.split_blocks > 1 || s.col_iters > 1 || s.col_blocks() != 1 ||
+      !s.elem_dims.empty())
+    return std::nullopt;
+  for (NodeId id : k.nodes)
+    if (g.node(id).op == Op::Iota) return std::nullopt;
+  Program p;
+  p.name = k.name;
+  p.layout = layout_of(s);
+  p.grid = {s.grid()};
+  p.wide_indices = s.wide_indices();
+  std::vector<Shape> shapes;
+  for (NodeId id : k.inputs) shapes.push_back(g.node(id).shape);
+  for (NodeId id : k.outputs) shapes.push_back(aligned_shape(g, id, k));
+  std::vector<Shape> views = operand_views(s, k.domain, k.split, shapes);
+  for (size_t i = 0; i < k.inputs.size(); ++i) p.params.push_back(param_of(g, k.inputs[i], false, views[i], s));
+  for (size_t i = 0; i < k.outputs.size(); ++i)
+    p.params.push_back(param_of(g, k.outputs[i], true, views[k.inputs.size() + i], s));
+
+  Builder b(p, p.body);
+  const int row0 = b.mul(b.program_id(0), b.index(s.tile_rows()));
+  const int zero = b.index(0);
+  const std::vector<bool> masked = {s.rows % s.tile_rows() != 0, s.cols % s.tile_cols() != 0};
+  auto tile_shape = [&](const Param& prm) {
+    return Shape{prm.view[0] == 1 ? 1 : s.tile_rows(), prm.view[1] == 1 ? 1 : s.tile_cols()};
+  };
+  auto offsets = [&](const Param& prm) { return std::vector<int>{prm.view[0] == 1 ? zero : row0, zero}; };
+  auto masks = [&](const Param& prm) {
+    return std::vector<bool>{masked[0] && prm.view[0] != 1, masked[1] && prm.view[1] != 1};
+  };
+  std::map<NodeId, int> value_of;
+  auto load = [&](size_t i) {
+    const Param& prm = p.params[i];
+    value_of[k.inputs[i]] = b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
+  };
+  for (size_t i = 0; i < k.inputs.size(); ++i)
+    if (p.params[i].view[0] != 1) load(i);
+  int in_row = -1;  // the tile's columns inside the row
+  for (NodeId id : k.nodes) {
+    const Node& n = g.node(id);
+    std::vector<int> args;
+    for (NodeId o : n.operands) {
+      if (!value_of.count(o))
+        for (size_t i = 0; i < k.inputs.size(); ++i)
+          if (k.inputs[i] == o) load(i);  // shared by every row: loaded where first used
+      if (!value_of.count(o)) value_of[o] = b.scalar(g.node(o).value, g.node(o).dtype);  // constants
+      args.push_back(value_of.at(o));
+    }
+    if (op_info(n.op).kind == OpKind::Reduce) {
+      int x = args.at(0);
+      const Type& t = p.types[static_cast<size_t>(x)];
+      if (!t.is_tile()) return std::nullopt;
+      if (t.shape[1] == 1) {  // constant along the row: a sum counts it once per column
+        value_of[id] = n.op == Op::ReduceSum ? b.compute(Op::Mul, {x, b.scalar(static_cast<double>(s.cols), t.dtype)}, n.dtype) : x;
+        continue;
+      }
+      if (masked[1]) {
+        if (in_row < 0) in_row = b.in_bounds(zero, b.index(s.cols), 1, {1, s.tile_cols()});
+        x = b.compute(Op::Where, {in_row, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
+      }
+      value_of[id] = b.reduce(n.op, x, 1);
+    } else {
+      value_of[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
+    }
+    if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
+  }
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const size_t param = k.inputs.size() + i;
+    const Param& prm = p.params[param];
+    int v = value_of.at(k.outputs[i]);
+    if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
+    if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return std::nullopt;
+    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
+  }
+  verify_program(p);
+  return p;
+}
+
 double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
 Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
 
@@ -866,6 +953,7 @@ class MatMulProgram {
 
 std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
+  if (k.kind == ScheduleKind::RowReduce && k.schedule.ir_v2) return row_reduction(g, k);
   if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
   if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();
   if (k.kind == ScheduleKind::Attention) return attention_kernel_program(g, k);

@@ -1,6 +1,8 @@
 #pragma once
-// Plan kernel → Tile IR v2. Pointwise kernels are built here; row-reduction kernels still take
-// the first Tile IR (compiler/tile/tile_ir.h) until their schedules move to v2.
+// Plan kernel → Tile IR v2: pointwise, column-reduction, matmul, attention and write kernels,
+// and — under `--row-ir 2` (TileSchedule::ir_v2) — row kernels held in one block's registers.
+// Other row-reduction kernels still take the first Tile IR (compiler/tile/tile_ir.h) until their
+// schedules move to v2.
 #include <optional>
 
 #include "compiler/fusion/plan.h"
