@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 10)) {
+  switch (pick(0, 11)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
@@ -111,6 +111,10 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = std::string("--library-gemm never ") + names[which];
       break;
     }
+    case 10:  // row kernels one block holds, on Tile IR v2
+      v.name = "--row-ir 2";
+      v.fusion.schedule.row_ir = 2;
+      break;
     default:
       break;
   }
