@@ -46,6 +46,24 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
   return p;
 }
 
+// Each output's value stored at its view's offsets (splat first where it was computed from
+// constants alone); the first output whose value is not a tile of its view stops it: its node,
+// or -1 when every one was stored.
+template <typename TileShape, typename Offsets, typename Masks>
+NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& value_of, TileShape tile_shape,
+                     Offsets offsets, Masks masks) {
+  const Program& p = b.program();
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const size_t param = k.inputs.size() + i;
+    const Param& prm = p.params[param];
+    int v = value_of.at(k.outputs[i]);
+    if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
+    if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return k.outputs[i];
+    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
+  }
+  return -1;
+}
+
 Program pointwise(const Graph& g, const Kernel& k) {
   const TileSchedule& s = k.schedule;
   Program p;
@@ -125,15 +143,8 @@ Program pointwise(const Graph& g, const Kernel& k) {
     value_of[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
     if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
   }
-  for (size_t i = 0; i < k.outputs.size(); ++i) {
-    const size_t param = k.inputs.size() + i;
-    const Param& prm = p.params[param];
-    int v = value_of.at(k.outputs[i]);
-    if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));  // computed from constants
-    if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm))
-      throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k.name, k.outputs[i]));
-    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
-  }
+  if (NodeId bad = store_outputs(b, k, value_of, tile_shape, offsets, masks); bad >= 0)
+    throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k.name, bad));
   verify_program(p);
   return p;
 }
@@ -213,14 +224,7 @@ std::optional<Program> row_reduction(const Graph& g, const Kernel& k) {
     }
     if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
   }
-  for (size_t i = 0; i < k.outputs.size(); ++i) {
-    const size_t param = k.inputs.size() + i;
-    const Param& prm = p.params[param];
-    int v = value_of.at(k.outputs[i]);
-    if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
-    if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return std::nullopt;
-    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
-  }
+  if (store_outputs(b, k, value_of, tile_shape, offsets, masks) >= 0) return std::nullopt;
   verify_program(p);
   return p;
 }
