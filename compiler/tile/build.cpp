@@ -46,6 +46,19 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
   return p;
 }
 
+// A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
+// the element's index along the iota's axis, from its index in the domain.
+int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {
+  const TileSchedule& s = k.schedule;
+  const size_t axis = static_cast<size_t>(n.axes.at(0));
+  if (n.shape[axis] == 1) return b.scalar(0, n.dtype);
+  const size_t domain_axis = axis + k.domain.size() - n.shape.size();
+  int64_t below = 1;  // the domain's elements per step along the axis
+  for (size_t d = domain_axis + 1; d < k.domain.size(); ++d) below *= k.domain[d];
+  const int v = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()});
+  return n.dtype == DType::F32 ? v : b.compute(Op::Cast, {v}, n.dtype);
+}
+
 // Each output's value stored at its view's offsets (splat first where it was computed from
 // constants alone); the first output whose value is not a tile of its view stops it: its node,
 // or -1 when every one was stored.
@@ -122,17 +135,8 @@ Program pointwise(const Graph& g, const Kernel& k) {
     }
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
-    if (n.op == Op::Iota) {  // the element's index along the axis, from its index in the domain
-      const size_t axis = static_cast<size_t>(n.axes.at(0));
-      if (n.shape[axis] == 1) {
-        value_of[id] = b.scalar(0, n.dtype);
-        continue;
-      }
-      const size_t domain_axis = axis + k.domain.size() - n.shape.size();
-      int64_t below = 1;  // the domain's elements per step along the axis
-      for (size_t d = domain_axis + 1; d < k.domain.size(); ++d) below *= k.domain[d];
-      value_of[id] = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()});
-      if (n.dtype != DType::F32) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
+    if (n.op == Op::Iota) {
+      value_of[id] = iota_of(b, k, n, row0, col0);
       continue;
     }
     std::vector<int> args;
@@ -156,14 +160,13 @@ double identity_of(Op op);
 // the rows are loaded first; a tensor shared by every row (layernorm's w) where it is first used.
 // Each reduction masks the columns past the row with its identity and reduces along axis 1 over
 // the row's threads; what uses it broadcasts the [rows, 1] result. Kinds it does not take (the
-// first Tile IR's schedules: windows, clusters, staged, split or looped rows; iotas) give nullopt.
-std::optional<Program> row_reduction(const Graph& g, const Kernel& k) {
+// first Tile IR's schedules: windows, clusters, staged, split or looped rows) are refused: the
+// scheduler sets ir_v2 only on rows one block holds.
+Program row_reduction(const Graph& g, const Kernel& k) {
   const TileSchedule& s = k.schedule;
   if (s.window || s.cluster_blocks > 1 || s.stages > 0 || s.split_blocks > 1 || s.col_iters > 1 || s.col_blocks() != 1 ||
       !s.elem_dims.empty())
-    return std::nullopt;
-  for (NodeId id : k.nodes)
-    if (g.node(id).op == Op::Iota) return std::nullopt;
+    throw CodegenError(fmt::format("kernel {}: Tile IR v2 builds only rows one block holds, not {}", k.name, s.describe()));
   Program p;
   p.name = k.name;
   p.layout = layout_of(s);
@@ -198,6 +201,10 @@ std::optional<Program> row_reduction(const Graph& g, const Kernel& k) {
   int in_row = -1;  // the tile's columns inside the row
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
+    if (n.op == Op::Iota) {
+      value_of[id] = iota_of(b, k, n, row0, zero);
+      continue;
+    }
     std::vector<int> args;
     for (NodeId o : n.operands) {
       if (!value_of.count(o))
@@ -209,8 +216,7 @@ std::optional<Program> row_reduction(const Graph& g, const Kernel& k) {
     if (op_info(n.op).kind == OpKind::Reduce) {
       int x = args.at(0);
       const Type& t = p.types[static_cast<size_t>(x)];
-      if (!t.is_tile()) return std::nullopt;
-      if (t.shape[1] == 1) {  // constant along the row: a sum counts it once per column
+      if (!t.is_tile() || t.shape[1] == 1) {  // constant along the row: a sum counts it once per column
         value_of[id] = n.op == Op::ReduceSum ? b.compute(Op::Mul, {x, b.scalar(static_cast<double>(s.cols), t.dtype)}, n.dtype) : x;
         continue;
       }
@@ -224,7 +230,8 @@ std::optional<Program> row_reduction(const Graph& g, const Kernel& k) {
     }
     if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
   }
-  if (store_outputs(b, k, value_of, tile_shape, offsets, masks) >= 0) return std::nullopt;
+  if (NodeId bad = store_outputs(b, k, value_of, tile_shape, offsets, masks); bad >= 0)
+    throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k.name, bad));
   verify_program(p);
   return p;
 }
