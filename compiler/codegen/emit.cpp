@@ -761,12 +761,7 @@ class Emitter {
       throw CodegenError(fmt::format("kernel {}: a row reduction over {} threads (neither a power of two up to a warp "
                                      "nor whole warps)",
                                      p_.name, t));
-    for (Value*& acc : rows)
-      for (int lanes = std::min(t, 32) / 2; lanes >= 1; lanes /= 2) {
-        Value* other = b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
-                                          {b_.getInt32(0xffffffffu), acc, i32(lanes), i32(0x1f)});
-        acc = element(b_, combine, DType::F32, {acc, other}, p_.name);
-      }
+    for (Value*& acc : rows) acc = butterfly(combine, acc, std::min(t, 32));
     if (!whole_warps || t == 32) return;
     const int warps = t / 32, n = static_cast<int>(rows.size());
     auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(l_.threads[0] * n * warps));
@@ -793,6 +788,17 @@ class Emitter {
     if (loop_depth_ > 0) block_barrier();
   }
 
+  // acc combined over each aligned group of `lanes` lanes (a power of two up to 32): butterfly
+  // shuffles at offsets 1, 2, …, lanes / 2; every lane of a group gets the same bits.
+  Value* butterfly(Op combine, Value* acc, int lanes) {
+    for (int offset = 1; offset < lanes; offset *= 2) {
+      Value* other = b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
+                                        {b_.getInt32(0xffffffffu), acc, i32(offset), i32(0x1f)});
+      acc = element(b_, combine, DType::F32, {acc, other}, p_.name);
+    }
+    return acc;
+  }
+
   void reduce_rows(const Inst& i) {
     const Type& in = type(i.args[0]);
     const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
@@ -806,12 +812,7 @@ class Emitter {
         out.push_back(acc);
         continue;
       }
-      for (int lanes : {1, 2}) {
-        Value* other = b_.CreateIntrinsic(b_.getFloatTy(), llvm::Intrinsic::nvvm_shfl_sync_bfly_f32,
-                                          {b_.getInt32(0xffffffffu), acc, i32(lanes), i32(0x1f)});
-        acc = element(b_, combine, DType::F32, {acc, other}, p_.name);
-      }
-      out.push_back(acc);
+      out.push_back(butterfly(combine, acc, 4));
     }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }

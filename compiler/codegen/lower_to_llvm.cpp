@@ -277,7 +277,7 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
       for (int id : chain) before.push_back(std::exchange(values_[id], {}));
       std::vector<Value*> ok = masked ? masks() : std::vector<Value*>{};
       std::vector<Regs> loaded;
-      for (int a : masked && !chain.empty() ? inputs : std::vector<int>{}) {
+      for (int a : masked ? inputs : std::vector<int>{}) {
         loaded.push_back(values_[a]);
         for (int c = 0; c < cols_of(t); ++c)
           for (int rr = 0; rr < rows_of(inst_of(a).type); ++rr) {

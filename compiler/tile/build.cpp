@@ -46,6 +46,9 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
   return p;
 }
 
+double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
+Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
+
 // A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
 // the element's index along the iota's axis, from its index in the domain.
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {
@@ -153,8 +156,6 @@ Program pointwise(const Graph& g, const Kernel& k) {
   return p;
 }
 
-double identity_of(Op op);
-
 // A row kernel held in one block's registers (TileSchedule::ir_v2): block b holds rows
 // [b·tile_rows, (b + 1)·tile_rows), each spread over threads_per_row threads. The tensors along
 // the rows are loaded first; a tensor shared by every row (layernorm's w) where it is first used.
@@ -235,9 +236,6 @@ Program row_reduction(const Graph& g, const Kernel& k) {
   verify_program(p);
   return p;
 }
-
-double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
-Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
 
 // A column reduction of [P, R, C] (R reduced): block (p, part, column tile) loops over its part
 // of the rows a tile at a time, carrying one f32 partial tile per reduction; the tile's rows are
