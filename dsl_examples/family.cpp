@@ -164,6 +164,8 @@ const std::vector<Example>& family_examples() {
     }
     add([] { return bias_gelu(16384, 3001, DType::F32); }, "gelu(x + b), width 3001");
     add([] { return bias_gelu(4096, 12289, DType::BF16); }, "gelu(x + b), width 12289");
+    add([] { return rmsnorm_w(4096, 12288, DType::BF16); }, "RMSNorm at a model's hidden width, 12288");
+    add([] { return rmsnorm_w(2048, 16384, DType::BF16); }, "RMSNorm at a model's hidden width, 16384");
     add([] { return cross_entropy_vocab(2048, DType::F32); }, "−Σ t·log_softmax(x) over a 50257 vocabulary");
     return out;
   }();

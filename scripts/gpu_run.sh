@@ -5,7 +5,7 @@
 # (scripts/build_bundle.sh) and writes everything under $OUT. BENCH, PEER_CASES and NCU
 # (example lists; each may be empty to skip that part) narrow a run to what changed; FUZZ is the
 # number of fuzz graphs (default 500; 0 skips it; FUZZ_SECONDS, default 240, ends it sooner), TESTS=0 skips the test suite, FAMILY=1 adds the
-# off-benchmark family (37 graphs beside eager and torch.compile; minutes of device time; FAMILY_OPTIONS
+# off-benchmark family (39 graphs beside eager and torch.compile; minutes of device time; FAMILY_OPTIONS
 # passes planning options to tilefuse there, e.g. "--window 1"). VARIANTS ("name options; ...") times schedules other than
 # the chosen ones, NCU_DETAIL (examples) adds Nsight Compute's occupancy and stall sections,
 # SANITIZE=1 runs compute-sanitizer's memcheck, racecheck and synccheck over the whole test

@@ -626,6 +626,19 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device))
     return s;
+  // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded
+  // after the reductions) holds 32 elements a thread, as staged rows do: one block of up to 512
+  // threads then holds a row that 16 a thread would spread over a cluster, whose blocks hold
+  // one row an SM between them and expose each row's load (4096 × 12288 bf16 RMSNorm: 0.093 ms
+  // in clusters of two 512-thread blocks, 0.082 in one 1024-thread block, against 0.047 for
+  // its bytes; bench/NOTES.md, "Long RMSNorm rows in one block").
+  if (per_row > 512 && staged_elems > max_elems) {
+    const int64_t wider = std::max(1, staged_elems / s.vec);
+    if (const int64_t threads = pow2_ceil((vecs + wider - 1) / wider); threads <= 512) {
+      per_thread = wider;
+      per_row = threads;
+    }
+  }
   if (per_row > 512 && max_cluster > 1) {
     // A row that wants more than half an SM's threads: blocks of 512 threads holding 32 elements
     // each (two blocks per SM, so one loads while the other reduces), as many as the row needs,
