@@ -400,13 +400,12 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   EXPECT_THROW(plan_fusion(g, bad), Error);
 }
 
-// Row kernels held in one block's registers built on Tile IR v2 (`--row-ir 2`): their rows'
+// Row kernels held in one block's registers built on Tile IR v2 (the default): their rows'
 // reductions over the block's threads (shuffles, and a block barrier for rows of several warps),
 // the columns past the row masked with the op's identity before each reduction; through ptxas
 // without spills. Windowed rows stay on the first Tile IR.
 TEST(Codegen, RowKernelsOnTileIrV2) {
-  FusionOptions v2;
-  v2.schedule.row_ir = 2;
+  const FusionOptions v2;
   int kernels = 0;
   Graph rows1000("rows1000");
   output("y", softmax(input(rows1000, "x", {64, 1000}), -1));
@@ -434,8 +433,10 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   // Rows of 1000: the columns past them masked before the reductions.
   Plan odd = plan_fusion(rows1000, v2);
   EXPECT_NE(compile_kernel(odd.graph, odd.kernels[0]).tile_ir.find("in_bounds"), std::string::npos);
-  // The default stays on the first Tile IR; windowed rows do under `--row-ir 2` too.
-  EXPECT_FALSE(plan_fusion(find_example("softmax").build()).kernels[0].schedule.ir_v2);
+  // `--row-ir 1` puts them on the first Tile IR; windowed rows stay there either way.
+  FusionOptions first;
+  first.schedule.row_ir = 1;
+  EXPECT_FALSE(plan_fusion(find_example("softmax").build(), first).kernels[0].schedule.ir_v2);
   Graph rows4097("rows4097");
   output("y", softmax(input(rows4097, "x", {64, 4097}), -1));
   EXPECT_FALSE(plan_fusion(rows4097, v2).kernels[0].schedule.ir_v2);

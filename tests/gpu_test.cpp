@@ -310,15 +310,14 @@ TEST(Gpu, OddWidthsRunFlat) {
   }
 }
 
-// Row kernels on Tile IR v2 (`--row-ir 2`) against float64: softmax, log_softmax, layernorm and
+// Row kernels on Tile IR v2 (the default) against float64: softmax, log_softmax, layernorm and
 // RMSNorm rows of whole vectors and of a width a tile does not fill, a row count the blocks do
 // not divide, sums written as outputs (keepdim or not, of a per-row operand times the row); f32
 // and bf16.
 TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
-  FusionOptions v2;
-  v2.schedule.row_ir = 2;
+  const FusionOptions v2;
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
     Graph g(std::string("rows_v2_") + dtype_name(dt));

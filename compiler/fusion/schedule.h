@@ -305,9 +305,10 @@ struct ScheduleHints {
   // work within 2% (TileSchedule::tile_balance; bench/NOTES.md, "The attention family").
   int attention_persistent = -1;
   // Which Tile IR row kernels held in one block's registers are built on (TileSchedule::ir_v2):
-  // 1, the default: the first (its whole-kernel lowerers); 2: Tile IR v2, the rows' reductions
-  // over the block's threads, each reduction its own barrier (not yet measured against the first).
-  int row_ir = 1;
+  // 2, the default: Tile IR v2, the rows' reductions over the block's threads, each reduction its
+  // own barrier (level with the first on the H200: bench/NOTES.md, "Row kernels on Tile IR v2
+  // measured"); 1: the first Tile IR's whole-kernel lowerer, until its other schedules move.
+  int row_ir = 2;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

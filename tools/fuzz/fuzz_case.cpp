@@ -111,9 +111,9 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = std::string("--library-gemm never ") + names[which];
       break;
     }
-    case 10:  // row kernels one block holds, on Tile IR v2
-      v.name = "--row-ir 2";
-      v.fusion.schedule.row_ir = 2;
+    case 10:  // row kernels one block holds, on the first Tile IR's lowerer
+      v.name = "--row-ir 1";
+      v.fusion.schedule.row_ir = 1;
       break;
     default:
       break;

@@ -93,9 +93,9 @@ common options:
                                count) as aligned 16-byte windows with masked ends, 0 element by
                                element (default: windows, except rows that read two or more
                                weights along the row)
-  --row-ir 1|2                 row kernels held in one block's registers built on the first Tile
-                               IR (1, the default) or on Tile IR v2 (2: not yet measured against
-                               the first; `tilefuse tile` prints it)
+  --row-ir 1|2                 row kernels held in one block's registers built on Tile IR v2 (2,
+                               the default; `tilefuse tile` prints it) or on the first Tile IR
+                               (1: its whole-kernel lowerer, for comparison)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -190,7 +190,7 @@ struct Args {
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 1;
+      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2;
   std::optional<uint64_t> seed;
 };
 
