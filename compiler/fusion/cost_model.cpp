@@ -619,6 +619,16 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     // that SM's bytes in flight alone).
     c.busy_share = static_cast<double>(s.grid()) / p.sm_count;
   }
+  if (s.cluster_blocks > 1 && s.stages == 0) {
+    // Rows held in a cluster's registers, not staged: the cluster's blocks load, reduce,
+    // exchange and store each row in lockstep, and an SM's one or two blocks do not cover one
+    // another's exchanges, so every round of blocks pays the staged rows' step and exchange
+    // (the 50257 vocabularies ran 1.5 µs a round over their bytes' time; bench/NOTES.md,
+    // "Long RMSNorm rows in one block").
+    const int64_t slots = int64_t{p.sm_count} * c.blocks_per_sm;
+    const int64_t rounds = (s.grid() + slots - 1) / slots;
+    c.row_steps_s = static_cast<double>(rounds) * (p.row_step_s + p.cluster_exchange_s);
+  }
   double needed = p.hbm_bytes_per_s * p.memory_latency_s / p.sm_count;
   // A kernel that loads no full tile only streams stores, which need no latency cover.
   double cover = inflight_per_thread == 0 ? 1.0 : std::min(1.0, c.bytes_in_flight_per_sm / needed);
