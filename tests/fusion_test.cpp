@@ -16,6 +16,8 @@
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/error.h"
+#include "compiler/tile/build.h"
+#include "compiler/tile/ir.h"
 #include "dsl_examples/examples.h"
 #include "tests/test_util.h"
 
@@ -64,12 +66,12 @@ TEST(Fusion, CostModelIsARoofline) {
   EXPECT_GE(k.schedule.rows_per_thread, 2);
 }
 
-// A kernel of fewer blocks than SMs streams through those SMs only (fuzz seed 409: the mean of a
-// [16, 262144] tensor, one block of the looped row schedule): its bandwidth is their share of
-// the device's, and the report says so, where the model had put all SMs behind it.
+// A kernel of fewer blocks than SMs streams through those SMs only (eight rows, a block each):
+// its bandwidth is their share of the device's, and the report says so, where the model had put
+// all SMs behind it.
 TEST(Fusion, CostModelChargesTheSmsAGridLeavesIdle) {
-  Graph g("whole_mean");
-  output("m", mean(input(g, "x", {16, 262144}), {0, 1}, true));
+  Graph g("few_rows");
+  output("m", mean(input(g, "x", {8, 4096}), {-1}, true));
   const Plan p = plan_fusion(g);
   ASSERT_EQ(p.kernels.size(), 1u);
   const Kernel& k = p.kernels[0];
@@ -230,6 +232,58 @@ TEST(FusionReduce, LongRowsLoopAndCountTheReread) {
   // 1 MB rows in flight on every SM do not fit in L2: the second pass re-reads x from HBM.
   EXPECT_EQ(k.cost.reread_bytes, 2048LL * 262144 * 4);
   EXPECT_EQ(k.cost.bytes(), 3LL * 2048 * 262144 * 4);
+}
+
+// A whole tensor's reductions (fuzz seed 409: the mean of a [16, 262144] tensor, once one block
+// looping over all of it) and a few long rows' are split into parts of the column-tile loop, a
+// block each, enough to fill the device, meeting in the workspace; their per-row values after
+// the reductions are computed by each row's last block. Kernels with an online sum or outputs
+// along the row keep one block per row.
+TEST(FusionReduce, FewLongRowsLoopInPartsThatFillTheDevice) {
+  const DeviceProfile h200;
+  Graph g("whole");
+  Tensor x = input(g, "x", {16, 262144});
+  output("m", mean(x, {0, 1}, true));
+  Tensor y = input(g, "y", {3, 1000003}, DType::BF16);
+  output("n", sqrt(mean(y * y, {-1}, true) + 1e-6) * input(g, "r", {3, 1}, DType::BF16));
+  Plan p = plan_fusion(g);
+  testing::check_plan_invariants(p);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  for (const Kernel& k : p.kernels) {
+    SCOPED_TRACE(k.name);
+    const TileSchedule& s = k.schedule;
+    EXPECT_TRUE(s.looped_parts()) << s.describe();
+    EXPECT_TRUE(s.ir_v2);
+    EXPECT_GE(s.grid(), h200.sm_count);
+    EXPECT_GE(s.col_iters, 4);
+    EXPECT_EQ(s.workspace_bytes(), (k.schedule.partial_sums * s.rows * s.col_blocks() + s.rows) * 4);
+    EXPECT_DOUBLE_EQ(k.cost.busy_share, 1.0);
+    EXPECT_NE(s.describe().find("parts"), std::string::npos);
+    const std::optional<tir::Program> prog = tir::build_program(p.graph, k);
+    ASSERT_TRUE(prog.has_value());
+    const std::string text = tir::print_program(*prog);
+    EXPECT_NE(text.find("last_arrival"), std::string::npos) << text;
+    EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
+  }
+  // A part cannot finish an online sum or write along the row: four softmax rows of 2^20 without
+  // split rows or clusters are planned as kernels of plain reductions in parts and a pointwise
+  // one, not as four blocks looping over a row each.
+  Graph soft("soft");
+  output("s", softmax(input(soft, "x", {4, 1 << 20}), -1));
+  FusionOptions plain;
+  plain.schedule.split = 0;
+  plain.schedule.max_cluster_blocks = 1;
+  const Plan sp = plan_fusion(soft, plain);
+  testing::check_plan_invariants(sp);
+  int in_parts = 0;
+  for (const Kernel& k : sp.kernels) {
+    if (!k.schedule.looped_parts()) continue;
+    ++in_parts;
+    EXPECT_EQ(k.totals.online_sums, 0) << k.name;
+    EXPECT_EQ(k.passes, 1) << k.name;
+    for (NodeId o : k.outputs) EXPECT_EQ(num_elements(sp.graph.node(o).shape), 4) << k.name;
+  }
+  EXPECT_GE(in_parts, 1);
 }
 
 TEST(FusionReduce, LongRowsAreSplitIntoPartsAndReadOnce) {

@@ -306,7 +306,14 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     // the online sum of its exps and every output is whole rows (written by each part).
     bool splittable = k.totals.reductions == 2 && k.totals.online_sums == 1;
     for (NodeId t : k.outputs) splittable &= num_elements(g.node(t).shape) == num_elements(k.domain);
-    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, hints,
+    // A long row's column tiles may be split into parts whose reductions meet in the workspace
+    // when one pass over the row computes them all and every output is one value per row.
+    bool per_row_outputs = k.passes == 1 && k.totals.online_sums == 0;
+    const int64_t row = num_elements(Shape(k.domain.begin() + k.split, k.domain.end()));
+    for (NodeId t : k.outputs) per_row_outputs &= num_elements(g.node(t).shape) * row <= num_elements(k.domain);
+    for (NodeId n : k.nodes) per_row_outputs &= g.node(n).op != Op::Iota;
+    const int part_sums = per_row_outputs ? k.totals.reductions : 0;
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, part_sums, hints,
                                  profile, why);
     if (!s) return false;
     k.schedule = *s;

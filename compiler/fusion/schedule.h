@@ -175,6 +175,9 @@ struct TileSchedule {
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
+  // A looped row split into col_blocks() parts of col_iters column tiles, a block each, meeting in
+  // the workspace (Tile IR v2's row_parts).
+  bool looped_parts() const { return col_iters > 1 && col_blocks() > 1 && !reduces_columns && !contracts; }
   bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1 && !contracts; }
   // Global memory the kernel keeps between launches (codegen): split rows, each part's (max,
   // sum) pair as two 8-byte words; claimed rows, the row counter and the count of finished blocks.
@@ -187,6 +190,8 @@ struct TileSchedule {
       return (k_splits * batch * m * n + batch * m_blocks() * n_blocks()) * 4;
     if (reduces_columns)
       return split_blocks > 1 ? (partial_sums * outer * split_blocks * cols + outer * col_blocks()) * 4 : 0;
+    if (looped_parts())  // each part's f32 result of each reduction; a counter per row
+      return (partial_sums * rows * col_blocks() + rows) * 4;
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
   }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
@@ -350,16 +355,20 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the
 // device's `max_cluster_blocks` blocks, staged through shared memory where the device has bulk
 // copies and the row's parts are whole 16-byte multiples — else one row per block visited by a
-// loop over column tiles.
+// loop over column tiles, or, where the rows are too few to fill the device and the kernel
+// allows it (`part_sums`), each row's column tiles split into parts, a block each, whose partial
+// reductions meet in the workspace (Tile IR v2).
 // `operands` are the kernel's inputs (the first `num_inputs`), then its outputs. `splittable`:
 // the kernel's reductions are one max and the online sum of its exps and it writes whole rows,
-// so a long row may be split into parts that meet once through global memory.
+// so a long row may be split into parts that meet once through global memory. `part_sums`: the
+// number of reductions of a kernel with one pass over its rows, no online sum and only per-row
+// outputs (0: not such a kernel).
 // Returns nullopt (with the reason) when the reduced axes do not collapse to one contiguous row
 // in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, size_t num_inputs,
-                                                bool splittable, const ScheduleHints& hints,
+                                                bool splittable, int part_sums, const ScheduleHints& hints,
                                                 const DeviceProfile& device, std::string* why);
 
 }  // namespace tilefuse
