@@ -311,7 +311,6 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     bool per_row_outputs = k.passes == 1 && k.totals.online_sums == 0;
     const int64_t row = num_elements(Shape(k.domain.begin() + k.split, k.domain.end()));
     for (NodeId t : k.outputs) per_row_outputs &= num_elements(g.node(t).shape) * row <= num_elements(k.domain);
-    for (NodeId n : k.nodes) per_row_outputs &= g.node(n).op != Op::Iota;
     const int part_sums = per_row_outputs ? k.totals.reductions : 0;
     auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, part_sums, hints,
                                  profile, why);

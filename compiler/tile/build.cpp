@@ -12,73 +12,13 @@
 #include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/attention.h"
+#include "compiler/tile/build_support.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/write_at.h"
 
 namespace tilefuse::tir {
 
 namespace {
-
-// The kernel's schedule as a layout: each thread holds rows_per_thread rows thread_rows apart
-// and, in each, chunks of vec contiguous columns threads_per_row·vec apart.
-Layout layout_of(const TileSchedule& s) {
-  return {{1, s.vec}, {s.thread_rows, s.threads_per_row}, {s.rows_per_thread, s.chunks_per_thread}};
-}
-
-// A parameter seen through the schedule's [rows, cols] view: its extents along the collapsed
-// domain (view_of), merged to two axes; split along the row dimensions where it is broadcast
-// along some of them but not others.
-Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s) {
-  Param p;
-  const Node& n = g.node(id);
-  p.name = tensor_name(n);
-  if (output)
-    for (const GraphOutput& o : g.outputs())
-      if (o.node == id) p.name = o.name;
-  p.dtype = n.dtype;
-  p.output = output;
-  const Shape rows(view.begin(), view.end() - 1), domain_rows(s.dims.begin(), s.dims.end() - 1);
-  p.view = {num_elements(rows), view.back()};
-  if (rows != domain_rows && num_elements(rows) != 1) {
-    p.row_dims = domain_rows;
-    p.row_view = rows;
-  }
-  return p;
-}
-
-double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
-Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
-
-// A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
-// the element's index along the iota's axis, from its index in the domain.
-int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {
-  const TileSchedule& s = k.schedule;
-  const size_t axis = static_cast<size_t>(n.axes.at(0));
-  if (n.shape[axis] == 1) return b.scalar(0, n.dtype);
-  const size_t domain_axis = axis + k.domain.size() - n.shape.size();
-  int64_t below = 1;  // the domain's elements per step along the axis
-  for (size_t d = domain_axis + 1; d < k.domain.size(); ++d) below *= k.domain[d];
-  const int v = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()});
-  return n.dtype == DType::F32 ? v : b.compute(Op::Cast, {v}, n.dtype);
-}
-
-// Each output's value stored at its view's offsets (splat first where it was computed from
-// constants alone); the first output whose value is not a tile of its view stops it: its node,
-// or -1 when every one was stored.
-template <typename TileShape, typename Offsets, typename Masks>
-NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& value_of, TileShape tile_shape,
-                     Offsets offsets, Masks masks) {
-  const Program& p = b.program();
-  for (size_t i = 0; i < k.outputs.size(); ++i) {
-    const size_t param = k.inputs.size() + i;
-    const Param& prm = p.params[param];
-    int v = value_of.at(k.outputs[i]);
-    if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
-    if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return k.outputs[i];
-    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
-  }
-  return -1;
-}
 
 Program pointwise(const Graph& g, const Kernel& k) {
   const TileSchedule& s = k.schedule;
@@ -236,203 +176,6 @@ Program row_reduction(const Graph& g, const Kernel& k) {
   verify_program(p);
   return p;
 }
-
-// A looped row split into parts (TileSchedule::looped_parts: rows too few to fill the device, one
-// pass over them, only per-row outputs): block (row, part) loops over its part's column tiles,
-// carrying one f32 partial tile per reduction, and reduces it along the row's threads. With
-// several parts each part's results go to the workspace ([reduction·rows + row, part]), and the
-// row's last block to arrive reduces them — one load of a row of parts — and computes and
-// stores the per-row values after the reductions.
-class RowParts {
- public:
-  RowParts(const Graph& g, const Kernel& k) : g_(g), k_(k), s_(k.schedule) {}
-
-  Program build() {
-    p_.name = k_.name;
-    p_.layout = layout_of(s_);
-    p_.grid = {s_.grid()};
-    p_.wide_indices = s_.wide_indices();
-    add_params();
-    Builder b(p_, p_.body);
-    const int pid = b.program_id(0);
-    const int parts = b.index(s_.col_blocks());
-    row_ = b.div(pid, parts);
-    zero_ = b.index(0);
-    const int part = b.rem(pid, parts);
-    const int c0 = b.mul(part, b.index(s_.tile_cols()));
-    const int c1 = b.min(b.add(c0, b.index(s_.tile_cols())), b.index(s_.cols));
-    std::map<NodeId, int> per_row = per_row_values(b);
-    std::vector<int> sums = sum_columns(b, per_row, c0, c1);
-    if (s_.col_blocks() == 1) {
-      after_reductions(b, per_row, sums);
-    } else {
-      for (size_t i = 0; i < sums.size(); ++i) b.store(workspace_, {slot_row(b, i), part}, sums[i]);
-      const int last = b.last_arrival(workspace_, row_, parts);
-      b.when(last, [&](Builder& in) {
-        after_reductions(in, per_row, add_parts(in));
-        in.reset_count(workspace_, row_);
-      });
-    }
-    verify_program(p_);
-    return std::move(p_);
-  }
-
- private:
-  Shape loop_tile() const { return {1, s_.iter_cols()}; }
-  bool spans_cols(NodeId id) const { return spans_.count(id) > 0; }
-
-  void add_params() {
-    std::vector<Shape> shapes;
-    for (NodeId id : k_.inputs) shapes.push_back(g_.node(id).shape);
-    for (NodeId id : k_.outputs) shapes.push_back(aligned_shape(g_, id, k_));
-    std::vector<Shape> views = operand_views(s_, k_.domain, k_.split, shapes);
-    for (size_t i = 0; i < k_.inputs.size(); ++i) {
-      p_.params.push_back(param_of(g_, k_.inputs[i], false, views[i], s_));
-      if (views[i].back() != 1) spans_.insert(k_.inputs[i]);
-    }
-    for (size_t i = 0; i < k_.outputs.size(); ++i)
-      p_.params.push_back(param_of(g_, k_.outputs[i], true, views[k_.inputs.size() + i], s_));
-    for (NodeId id : k_.nodes) {
-      const Node& n = g_.node(id);
-      if (op_info(n.op).kind == OpKind::Reduce) continue;
-      for (NodeId o : n.operands)
-        if (spans_cols(o)) spans_.insert(id);
-    }
-    for (NodeId id : k_.nodes)
-      if (op_info(g_.node(id).op).kind == OpKind::Reduce && spans_cols(g_.node(id).operands[0])) reductions_.push_back(id);
-    if (s_.col_blocks() > 1) {
-      Param ws;
-      ws.name = "workspace";
-      ws.view = {static_cast<int64_t>(reductions_.size()) * s_.rows, s_.col_blocks()};
-      ws.workspace = true;
-      workspace_ = static_cast<int>(p_.params.size());
-      p_.params.push_back(ws);
-    }
-  }
-
-  int slot_row(Builder& b, size_t i) { return b.add(b.index(static_cast<int64_t>(i) * s_.rows), row_); }
-  int constant(Builder& b, NodeId c) { return b.scalar(g_.node(c).value, g_.node(c).dtype); }
-  int param_index(NodeId input) const {
-    return static_cast<int>(std::find(k_.inputs.begin(), k_.inputs.end(), input) - k_.inputs.begin());
-  }
-
-  // The inputs constant along the row (per-row values, scalars) and the nodes computed from them
-  // alone, before the loop.
-  std::map<NodeId, int> per_row_values(Builder& b) {
-    std::map<NodeId, int> value;
-    for (NodeId id : k_.inputs) {
-      if (spans_cols(id)) continue;
-      const Param& prm = p_.params[static_cast<size_t>(param_index(id))];
-      value[id] = b.load(param_index(id), {prm.view[0] == 1 ? zero_ : row_, zero_}, {1, 1});
-    }
-    for (NodeId id : k_.nodes) {
-      const Node& n = g_.node(id);
-      if (spans_cols(id) || op_info(n.op).kind == OpKind::Reduce) continue;
-      std::vector<int> args;
-      bool ready = true;
-      for (NodeId o : n.operands) {
-        if (!value.count(o) && g_.node(o).op != Op::Constant) ready = false;
-        if (ready) args.push_back(value.count(o) ? value.at(o) : constant(b, o));
-      }
-      if (!ready) continue;  // after a reduction
-      value[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
-      if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
-    }
-    return value;
-  }
-
-  // The loop over the part's column tiles [c0, c1): loads, the nodes that run along the row, and
-  // each reduction's partial (columns past the row contribute its identity); then the tile
-  // reduced along the row's threads.
-  std::vector<int> sum_columns(Builder& b, const std::map<NodeId, int>& per_row, int c0, int c1) {
-    std::vector<int> inits;
-    for (NodeId r : reductions_) inits.push_back(b.tile_const(identity_of(g_.node(r).op), DType::F32, loop_tile()));
-    const bool cols_masked = s_.cols % s_.iter_cols() != 0;
-    const int cols = b.index(s_.cols);
-    std::vector<int> partial = b.for_loop(c0, c1, b.index(s_.iter_cols()), inits, [&](Builder& in, int col, const std::vector<int>& acc) {
-      std::map<NodeId, int> value = per_row;
-      for (NodeId id : k_.inputs) {
-        if (!spans_cols(id)) continue;
-        const Param& prm = p_.params[static_cast<size_t>(param_index(id))];
-        value[id] = in.load(param_index(id), {prm.view[0] == 1 ? zero_ : row_, col}, loop_tile(), {false, cols_masked});
-      }
-      std::vector<int> next = acc;
-      for (NodeId id : k_.nodes) {
-        const Node& n = g_.node(id);
-        if (!spans_cols(id) && op_info(n.op).kind != OpKind::Reduce) continue;
-        std::vector<int> args;
-        for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(in, o));
-        if (op_info(n.op).kind != OpKind::Reduce) {
-          value[id] = in.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
-          if (rounds_where_computed(g_, k_, id)) value[id] = in.compute(Op::Cast, {value[id]}, n.dtype);
-          continue;
-        }
-        const auto at = std::find(reductions_.begin(), reductions_.end(), id);
-        if (at == reductions_.end()) continue;  // of a per-row value: after the loop
-        const size_t i = static_cast<size_t>(at - reductions_.begin());
-        int v = args[0];
-        if (g_.node(n.operands[0]).dtype != DType::F32) v = in.compute(Op::Cast, {v}, DType::F32);
-        if (cols_masked)
-          v = in.compute(Op::Where, {in.in_bounds(col, cols, 1, loop_tile()), v, in.scalar(identity_of(n.op), DType::F32)},
-                         DType::F32);
-        next[i] = in.compute(combine_of(n.op), {acc[i], v}, DType::F32);
-      }
-      return next;
-    });
-    std::vector<int> sums;
-    for (size_t i = 0; i < reductions_.size(); ++i) sums.push_back(b.reduce(g_.node(reductions_[i]).op, partial[i], 1));
-    return sums;
-  }
-
-  // The row's last block: each reduction's parts, one load of the row of them, reduced.
-  std::vector<int> add_parts(Builder& b) {
-    std::vector<int> sums;
-    const int parts = b.index(s_.col_blocks());
-    for (size_t i = 0; i < reductions_.size(); ++i) {
-      const Op op = g_.node(reductions_[i]).op;
-      int v = b.load(workspace_, {slot_row(b, i), zero_}, loop_tile(), {false, true});
-      v = b.compute(Op::Where, {b.in_bounds(zero_, parts, 1, loop_tile()), v, b.scalar(identity_of(op), DType::F32)},
-                    DType::F32);
-      sums.push_back(b.reduce(op, v, 1));
-    }
-    return sums;
-  }
-
-  // Each reduction's result (rounded to its dtype), the reductions of per-row values (a sum
-  // counts one once per column), the nodes after them, and the per-row outputs.
-  void after_reductions(Builder& b, std::map<NodeId, int> value, const std::vector<int>& sums) {
-    for (size_t i = 0; i < reductions_.size(); ++i) {
-      const DType dt = g_.node(reductions_[i]).dtype;
-      value[reductions_[i]] = dt == DType::F32 ? sums[i] : b.compute(Op::Cast, {sums[i]}, dt);
-    }
-    for (NodeId id : k_.nodes) {
-      const Node& n = g_.node(id);
-      if (value.count(id) || spans_cols(id)) continue;
-      std::vector<int> args;
-      for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(b, o));
-      if (op_info(n.op).kind == OpKind::Reduce)  // of a value constant along the row
-        value[id] = n.op == Op::ReduceSum
-                        ? b.compute(Op::Mul, {args[0], b.scalar(static_cast<double>(s_.cols), n.dtype)}, n.dtype)
-                        : args[0];
-      else
-        value[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
-      if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
-    }
-    auto shape = [](const Param&) { return Shape{1, 1}; };
-    auto offsets = [&](const Param& prm) { return std::vector<int>{prm.view[0] == 1 ? zero_ : row_, zero_}; };
-    auto masks = [](const Param&) { return std::vector<bool>{false, false}; };
-    if (NodeId bad = store_outputs(b, k_, value, shape, offsets, masks); bad >= 0)
-      throw CodegenError(fmt::format("kernel {}: output %{} is not one value per row", k_.name, bad));
-  }
-
-  const Graph& g_;
-  const Kernel& k_;
-  const TileSchedule& s_;
-  Program p_;
-  std::set<NodeId> spans_;  // inputs and nodes that run along the row
-  std::vector<NodeId> reductions_;  // of values that run along the row
-  int workspace_ = -1, row_ = -1, zero_ = -1;
-};
 
 // A column reduction of [P, R, C] (R reduced): block (p, part, column tile) loops over its part
 // of the rows a tile at a time, carrying one f32 partial tile per reduction; the tile's rows are
@@ -1159,7 +902,7 @@ class MatMulProgram {
 
 std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
-  if (k.kind == ScheduleKind::RowReduce && k.schedule.looped_parts()) return RowParts(g, k).build();
+  if (k.kind == ScheduleKind::RowReduce && k.schedule.col_iters > 1) return row_loop(g, k);
   if (k.kind == ScheduleKind::RowReduce && k.schedule.ir_v2) return row_reduction(g, k);
   if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
   if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();

@@ -1,0 +1,43 @@
+#include "compiler/tile/build_support.h"
+
+#include <cmath>
+
+namespace tilefuse::tir {
+
+Layout layout_of(const TileSchedule& s) {
+  return {{1, s.vec}, {s.thread_rows, s.threads_per_row}, {s.rows_per_thread, s.chunks_per_thread}};
+}
+
+Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s) {
+  Param p;
+  const Node& n = g.node(id);
+  p.name = tensor_name(n);
+  if (output)
+    for (const GraphOutput& o : g.outputs())
+      if (o.node == id) p.name = o.name;
+  p.dtype = n.dtype;
+  p.output = output;
+  const Shape rows(view.begin(), view.end() - 1), domain_rows(s.dims.begin(), s.dims.end() - 1);
+  p.view = {num_elements(rows), view.back()};
+  if (rows != domain_rows && num_elements(rows) != 1) {
+    p.row_dims = domain_rows;
+    p.row_view = rows;
+  }
+  return p;
+}
+
+double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
+Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
+
+int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {
+  const TileSchedule& s = k.schedule;
+  const size_t axis = static_cast<size_t>(n.axes.at(0));
+  if (n.shape[axis] == 1) return b.scalar(0, n.dtype);
+  const size_t domain_axis = axis + k.domain.size() - n.shape.size();
+  int64_t below = 1;  // the domain's elements per step along the axis
+  for (size_t d = domain_axis + 1; d < k.domain.size(); ++d) below *= k.domain[d];
+  const int v = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()});
+  return n.dtype == DType::F32 ? v : b.compute(Op::Cast, {v}, n.dtype);
+}
+
+}  // namespace tilefuse::tir

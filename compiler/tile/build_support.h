@@ -1,0 +1,48 @@
+#pragma once
+// What the builders of Tile IR v2 programs from plan kernels share (build.cpp, row_loop.cpp):
+// the schedule's layout, parameters through their views, reductions' identities, iotas, and
+// the output stores.
+#include <map>
+
+#include "compiler/fusion/plan.h"
+#include "compiler/tile/ir.h"
+
+namespace tilefuse::tir {
+
+// The kernel's schedule as a layout: each thread holds rows_per_thread rows thread_rows apart
+// and, in each, chunks of vec contiguous columns threads_per_row·vec apart.
+Layout layout_of(const TileSchedule& s);
+// A parameter seen through the schedule's [rows, cols] view: its extents along the collapsed
+// domain (view_of), merged to two axes; split along the row dimensions where it is broadcast
+// along some of them but not others.
+Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s);
+// A reduction's identity (0, −inf, inf) and the elementwise op that combines two partials.
+double identity_of(Op op);
+Op combine_of(Op op);
+// A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
+// the element's index along the iota's axis, from its index in the domain.
+int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0);
+// A row kernel whose rows are visited by a loop over column tiles (TileSchedule::col_iters > 1):
+// row_loop.cpp.
+Program row_loop(const Graph& g, const Kernel& k);
+
+// Each output's value stored at its view's offsets (splat first where it was computed from
+// constants alone); the first output whose value is not a tile of its view stops it: its node,
+// or -1 when every one was stored.
+template <typename TileShape, typename Offsets, typename Masks>
+NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& value_of, TileShape tile_shape,
+                     Offsets offsets, Masks masks) {
+  const Program& p = b.program();
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const size_t param = k.inputs.size() + i;
+    const Param& prm = p.params[param];
+    int v = value_of.at(k.outputs[i]);
+    if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
+    if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return k.outputs[i];
+    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
+  }
+  return -1;
+}
+
+
+}  // namespace tilefuse::tir
