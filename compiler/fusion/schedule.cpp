@@ -586,6 +586,7 @@ static void split_loop_into_parts(TileSchedule& s, int part_sums, const DevicePr
   if (parts < 2) return;
   s.col_iters = (s.col_iters + parts - 1) / parts;
   s.partial_sums = part_sums;
+  s.ir_v2 = true;  // (Tile IR v2's row_loop)
 }
 
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
@@ -698,13 +699,9 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       s.vec = vector_width(s.cols, dtypes);
       vecs = (s.cols + s.vec - 1) / s.vec;
     }
-    // Each reduction carries a tile of partials through the loop (Tile IR v2's row_loop), an
-    // online sum two (its max's running tile beside its own): four vectors a thread where the
-    // reductions are plain and one pass finds them all, two otherwise (four spilled in bf16).
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
-    s.chunks_per_thread = part_sums > 0 ? 4 : 2;
+    s.chunks_per_thread = 4;
     s.col_iters = (vecs + s.threads_per_row * s.chunks_per_thread - 1) / (s.threads_per_row * s.chunks_per_thread);
-    s.ir_v2 = true;  // (Tile IR v2's row_loop: the first IR's loop is gone)
     if (part_sums > 0) split_loop_into_parts(s, part_sums, device);
     return s;
   }

@@ -1,7 +1,8 @@
-// Row kernels whose rows are visited by a loop over column tiles (TileSchedule::col_iters > 1):
-// rows too long for a block's registers where there are no clusters, staged or split rows
-// (sm_80; --max-cluster 1 --split 0), and few long rows split into parts that fill the device
-// (TileSchedule::looped_parts).
+// Few long rows visited by a loop over column tiles in parts, a block each, enough to fill the
+// device (TileSchedule::looped_parts: a whole tensor's sum is one row of all its elements). Rows
+// looped whole, one block each, are still the first Tile IR's (codegen/lower_looped.cpp): built
+// here, an online sum's running max and sum per lane ran 7–37% slower than its pair per thread
+// (bench/NOTES.md, "Few long rows in parts").
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
-#include "compiler/fusion/row_passes.h"
 #include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build_support.h"
@@ -19,25 +19,20 @@ namespace tilefuse::tir {
 
 namespace {
 
-// Block (row, part) visits its part of the row — the whole row where there is one part — a
-// column tile at a time, once per pass over the row (fusion/row_passes.h). Each pass is a `for`
-// loop carrying, per reduction it completes, an f32 tile of partials (each lane's own columns
-// combined), reduced along the row's threads after the loop. A sum of exp(u − c(m)) completed
-// in its max m's pass (an online sum) carries m's running tile beside its own and rescales its
-// partials by exp(c(m_old) − c(m_new)) as the max grows; after the loop each lane's sum is
-// brought to the row's max before the lanes are added. Full-size outputs are stored in the last
-// pass, per-row outputs after it. With several parts (one pass, plain reductions, per-row
-// outputs) each part's results go to the workspace ([reduction·rows + row, part]), and the
-// row's last block to arrive reduces them — one load of the row of parts — and finishes the row.
+// Block (row, part) visits its part of the row a column tile at a time in a `for` loop carrying,
+// per reduction, an f32 tile of partials (each lane's own columns combined), reduced along the
+// row's threads after the loop. The kernel has one pass over its rows, plain reductions and
+// per-row outputs (the scheduler's condition): each part's results go to the workspace
+// ([reduction·rows + row, part]), and the row's last block to arrive reduces them — one load of
+// the row of parts — and computes and stores the per-row values after the reductions.
 class RowLoop {
  public:
-  RowLoop(const Graph& g, const Kernel& k)
-      : g_(g), k_(k), s_(k.schedule), passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
+  RowLoop(const Graph& g, const Kernel& k) : g_(g), k_(k), s_(k.schedule) {}
 
   Program build() {
-    if (s_.tile_rows() != 1)
-      throw CodegenError(fmt::format("kernel {}: a loop over column tiles takes one row per block, not {}", k_.name,
-                                     s_.tile_rows()));
+    if (s_.tile_rows() != 1 || !s_.looped_parts())
+      throw CodegenError(fmt::format("kernel {}: Tile IR v2 loops over column tiles only in parts of one row, not {}",
+                                     k_.name, s_.describe()));
     p_.name = k_.name;
     p_.layout = layout_of(s_);
     p_.grid = {s_.grid()};
@@ -52,26 +47,19 @@ class RowLoop {
     const int c0 = b.mul(part, b.index(s_.tile_cols()));
     const int c1 = b.min(b.add(c0, b.index(s_.tile_cols())), b.index(s_.cols));
     load_per_row_inputs(b);
-    std::map<NodeId, int> results;  // each reduction's f32 result ([1, 1])
-    for (int pass = 1; pass <= passes_.passes; ++pass) {
-      for (const auto& [r, v] : run_pass(b, pass, c0, c1)) results[r] = v;
-      if (s_.col_blocks() == 1) know(b, results);
-    }
-    if (s_.col_blocks() == 1) {
-      store_per_row_outputs(b, known_);
-    } else {
-      for (size_t i = 0; i < reductions_.size(); ++i)
-        b.store(workspace_, {slot_row(b, i), part}, results.at(reductions_[i]));
-      const int last = b.last_arrival(workspace_, row_, parts);
-      b.when(last, [&](Builder& in) {
-        std::map<NodeId, int> merged = add_parts(in);
-        std::map<NodeId, int> saved = known_;
-        know(in, merged);
-        store_per_row_outputs(in, known_);
-        known_ = std::move(saved);
-        in.reset_count(workspace_, row_);
-      });
-    }
+    const std::vector<int> partials = sum_columns(b, c0, c1);
+    for (size_t i = 0; i < reductions_.size(); ++i) b.store(workspace_, {slot_row(b, i), part}, partials[i]);
+    const int last = b.last_arrival(workspace_, row_, parts);
+    b.when(last, [&](Builder& in) {
+      std::map<NodeId, int> v = known_;
+      const std::vector<int> sums = add_parts(in);
+      for (size_t i = 0; i < reductions_.size(); ++i) {
+        const DType dt = g_.node(reductions_[i]).dtype;
+        v[reductions_[i]] = dt == DType::F32 ? sums[i] : in.compute(Op::Cast, {sums[i]}, dt);
+      }
+      store_per_row_outputs(in, v);
+      in.reset_count(workspace_, row_);
+    });
     verify_program(p_);
     return std::move(p_);
   }
@@ -110,16 +98,15 @@ class RowLoop {
     }
     for (NodeId id : k_.nodes)
       if (reduces_along_row(id)) reductions_.push_back(id);
-    if (s_.col_blocks() > 1) {
-      if (passes_.passes != 1 || !passes_.online_with.empty())
-        throw CodegenError(fmt::format("kernel {}: a row in parts needs one pass and plain reductions", k_.name));
-      Param ws;
-      ws.name = "workspace";
-      ws.view = {static_cast<int64_t>(reductions_.size()) * s_.rows, s_.col_blocks()};
-      ws.workspace = true;
-      workspace_ = static_cast<int>(p_.params.size());
-      p_.params.push_back(ws);
-    }
+    for (NodeId o : k_.outputs)
+      if (spans_cols(o))
+        throw CodegenError(fmt::format("kernel {}: a row in parts writes one value per row, not %{}", k_.name, o));
+    Param ws;
+    ws.name = "workspace";
+    ws.view = {static_cast<int64_t>(reductions_.size()) * s_.rows, s_.col_blocks()};
+    ws.workspace = true;
+    workspace_ = static_cast<int>(p_.params.size());
+    p_.params.push_back(ws);
   }
 
   int slot_row(Builder& b, size_t i) { return b.add(b.index(static_cast<int64_t>(i) * s_.rows), row_); }
@@ -154,43 +141,16 @@ class RowLoop {
     if (n.op != Op::Constant && rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
     return v[id] = out;
   }
-  // Node `id` with the max reduction m taking the value `m_value` (an f32 running max or the
-  // row's), from `v`'s values that do not depend on m.
-  int eval_with(Builder& b, NodeId id, NodeId m, int m_value, const std::map<NodeId, int>& v) {
-    std::map<NodeId, int> with = v;
-    const DType dt = g_.node(m).dtype;
-    with[m] = dt == DType::F32 ? m_value : b.compute(Op::Cast, {m_value}, dt);
-    return eval(b, id, with);
-  }
   int as_f32(Builder& b, int x) {
     return b.program().types[static_cast<size_t>(x)].dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
   }
-  // The per-row value c(m) an online sum of exp(u − c(m)) subtracts.
-  NodeId shift_of(NodeId sum) const { return g_.node(g_.node(g_.node(sum).operands[0]).operands[0]).operands[1]; }
-  // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0).
-  int rescaled(Builder& b, int s, int c_from, int c_to) {
-    const int factor = b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
-    const int zero = b.scalar(0.0, DType::F32);
-    return b.compute(Op::Where, {b.compute(Op::Gt, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
-                     DType::F32);
-  }
 
-  // One pass: the loop over [c0, c1), then the row's threads' partials of each reduction it
-  // completes (f32 [1, 1]).
-  std::map<NodeId, int> run_pass(Builder& b, int pass, int c0, int c1) {
-    std::vector<NodeId> reds;
-    for (NodeId r : reductions_)
-      if (passes_.pass_of.at(r) == pass) reds.push_back(r);
-    std::vector<NodeId> stores;
-    for (NodeId o : k_.outputs)
-      if (spans_cols(o) && pass == passes_.passes) stores.push_back(o);
-    if (reds.empty() && stores.empty()) return {};
-    auto index_of = [&](NodeId r) { return static_cast<size_t>(std::find(reds.begin(), reds.end(), r) - reds.begin()); };
-    // (A sum whose max reduces a value constant along the row is a plain one: that max is known.)
-    auto online = [&](NodeId r) { return passes_.online_with.count(r) > 0 && reduces_along_row(passes_.online_with.at(r)); };
+  // The loop over the part's column tiles [c0, c1): loads, the nodes that run along the row, and
+  // each reduction's partial (columns past the row contribute its identity); then each
+  // reduction's tile reduced along the row's threads (f32 [1, 1]).
+  std::vector<int> sum_columns(Builder& b, int c0, int c1) {
     std::vector<int> inits;
-    for (NodeId r : reds)
-      inits.push_back(b.tile_const(online(r) ? 0.0 : identity_of(g_.node(r).op), DType::F32, loop_tile()));
+    for (NodeId r : reductions_) inits.push_back(b.tile_const(identity_of(g_.node(r).op), DType::F32, loop_tile()));
     const int cols = b.index(s_.cols);
     std::vector<int> carried = b.for_loop(c0, c1, b.index(s_.iter_cols()), inits, [&](Builder& in, int col, const std::vector<int>& acc) {
       std::map<NodeId, int> v = known_;
@@ -200,66 +160,32 @@ class RowLoop {
           v[id] = in.load(param_index(id), {offset_row(prm), col}, loop_tile(), {false, cols_masked()});
         }
       const int ok = cols_masked() ? in.in_bounds(col, cols, 1, loop_tile()) : -1;
-      auto masked = [&](int x, double identity) {
-        return ok < 0 ? x : in.compute(Op::Where, {ok, x, in.scalar(identity, DType::F32)}, DType::F32);
-      };
       std::vector<int> next = acc;
-      for (NodeId r : reds)
-        if (!online(r)) {
-          const Op op = g_.node(r).op;
-          const size_t i = index_of(r);
-          next[i] = in.compute(combine_of(op), {acc[i], masked(as_f32(in, eval(in, g_.node(r).operands[0], v)), identity_of(op))},
-                               DType::F32);
-        }
-      for (NodeId r : reds)
-        if (online(r)) {
-          const NodeId m = passes_.online_with.at(r), c = shift_of(r);
-          const size_t i = index_of(r), j = index_of(m);
-          const int term = masked(as_f32(in, eval_with(in, g_.node(r).operands[0], m, next[j], v)), 0.0);
-          const int c_old = eval_with(in, c, m, acc[j], v), c_new = eval_with(in, c, m, next[j], v);
-          next[i] = in.compute(Op::Add, {rescaled(in, acc[i], c_old, c_new), term}, DType::F32);
-        }
-      for (NodeId o : stores) {
-        const size_t param = k_.inputs.size() + static_cast<size_t>(std::find(k_.outputs.begin(), k_.outputs.end(), o) -
-                                                                    k_.outputs.begin());
-        in.store(static_cast<int>(param), {offset_row(p_.params[param]), col}, eval(in, o, v), {false, cols_masked()});
+      for (size_t i = 0; i < reductions_.size(); ++i) {
+        const Op op = g_.node(reductions_[i]).op;
+        int x = as_f32(in, eval(in, g_.node(reductions_[i]).operands[0], v));
+        if (ok >= 0) x = in.compute(Op::Where, {ok, x, in.scalar(identity_of(op), DType::F32)}, DType::F32);
+        next[i] = in.compute(combine_of(op), {acc[i], x}, DType::F32);
       }
       return next;
     });
-    std::map<NodeId, int> out;
-    for (NodeId r : reds)
-      if (!online(r)) out[r] = b.reduce(g_.node(r).op, carried[index_of(r)], 1);
-    for (NodeId r : reds)
-      if (online(r)) {  // each lane's sum brought to the row's max
-        const NodeId m = passes_.online_with.at(r), c = shift_of(r);
-        const int c_lane = eval_with(b, c, m, carried[index_of(m)], known_);
-        const int c_row = eval_with(b, c, m, out.at(m), known_);
-        out[r] = b.reduce(Op::ReduceSum, rescaled(b, carried[index_of(r)], c_lane, c_row), 1);
-      }
+    std::vector<int> out;
+    for (size_t i = 0; i < reductions_.size(); ++i) out.push_back(b.reduce(g_.node(reductions_[i]).op, carried[i], 1));
     return out;
   }
 
   // The row's last block: each reduction's parts, one load of the row of them, reduced.
-  std::map<NodeId, int> add_parts(Builder& b) {
-    std::map<NodeId, int> out;
+  std::vector<int> add_parts(Builder& b) {
+    std::vector<int> out;
     const int parts = b.index(s_.col_blocks());
     for (size_t i = 0; i < reductions_.size(); ++i) {
       const Op op = g_.node(reductions_[i]).op;
       int v = b.load(workspace_, {slot_row(b, i), zero_}, loop_tile(), {false, true});
       v = b.compute(Op::Where, {b.in_bounds(zero_, parts, 1, loop_tile()), v, b.scalar(identity_of(op), DType::F32)},
                     DType::F32);
-      out[reductions_[i]] = b.reduce(op, v, 1);
+      out.push_back(b.reduce(op, v, 1));
     }
     return out;
-  }
-
-  // Reductions' results as the values their uses read (rounded to their dtype).
-  void know(Builder& b, const std::map<NodeId, int>& results) {
-    for (const auto& [r, v] : results)
-      if (!known_.count(r)) {
-        const DType dt = g_.node(r).dtype;
-        known_[r] = dt == DType::F32 ? v : b.compute(Op::Cast, {v}, dt);
-      }
   }
 
   void store_per_row_outputs(Builder& b, std::map<NodeId, int> v) {
@@ -276,11 +202,10 @@ class RowLoop {
   const Graph& g_;
   const Kernel& k_;
   const TileSchedule& s_;
-  const RowPasses passes_;
   Program p_;
   std::set<NodeId> spans_;          // inputs and nodes that run along the row
   std::vector<NodeId> reductions_;  // of values that run along the row
-  std::map<NodeId, int> known_;     // per-row inputs and the reductions' results so far
+  std::map<NodeId, int> known_;     // per-row inputs
   int workspace_ = -1, row_ = -1, zero_ = -1;
 };
 
