@@ -414,7 +414,7 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // With split rows (the default for rows longer than a block holds), the parts are tasks of
 // blocks that meet only through their published pairs: the same special rows, across parts.
 // `looped`: planned for a device without clusters or bulk copies (sm_80), so each row is visited
-// by a loop over column tiles carrying its running max and sum (Tile IR v2's row_loop).
+// by a loop over column tiles carrying each thread's running max and sum (lower_looped.cpp).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
                         int parts, DType dt = DType::F32, bool looped = false) {
   Graph g("cluster_special");
@@ -707,6 +707,7 @@ TEST(GpuReduce, ClusterSizes) {
       int looped = 0;
       for (const Kernel& k : p.kernels) {
         EXPECT_EQ(k.schedule.cluster_blocks, 1);
+        if (k.kind == ScheduleKind::RowReduce) EXPECT_GT(k.schedule.col_iters, 1) << k.schedule.describe();
         looped += k.schedule.col_iters > 1;
       }
       EXPECT_GE(looped, 1);

@@ -158,7 +158,7 @@ TEST(TileIrBuild, FuzzKernelsVerifyAndRoundTrip) {
     }
     for (const Kernel& k : plan.kernels) {
       std::optional<Program> p = build_program(plan.graph, k);
-      // Rows that are windowed, clustered, staged, split or looped: the first Tile IR.
+      // Rows that are windowed, clustered, staged, split or looped whole: the first Tile IR.
       EXPECT_EQ(p.has_value(), k.kind != ScheduleKind::RowReduce || k.schedule.ir_v2) << k.name;
       if (!p) continue;
       SCOPED_TRACE(fmt::format("seed {} kernel {}", seed, k.name));

@@ -651,7 +651,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   // one row an SM between them and expose each row's load (4096 × 12288 bf16 RMSNorm: 0.093 ms
   // in clusters of two 512-thread blocks, 0.082 in one 1024-thread block, against 0.047 for
   // its bytes; bench/NOTES.md, "Long RMSNorm rows in one block").
-  if (per_row > 512 && staged_elems > max_elems) {
+  if (per_row > 512 && staged_elems > max_elems && !hints.block_threads) {
     const int64_t wider = std::max(1, staged_elems / s.vec);
     if (const int64_t threads = pow2_ceil((vecs + wider - 1) / wider); threads <= 512) {
       per_thread = wider;

@@ -176,7 +176,7 @@ struct TileSchedule {
   }
   int64_t dynamic_shared_bytes() const { return stages * stage_bytes; }
   // A looped row split into col_blocks() parts of col_iters column tiles, a block each, meeting in
-  // the workspace (Tile IR v2's row_parts).
+  // the workspace (Tile IR v2's row_loop).
   bool looped_parts() const { return col_iters > 1 && col_blocks() > 1 && !reduces_columns && !contracts; }
   bool claims_rows() const { return stages > 0 && split_blocks == 1 && cluster_blocks == 1 && !contracts; }
   // Global memory the kernel keeps between launches (codegen): split rows, each part's (max,

@@ -158,7 +158,7 @@ Program row_reduction(const Graph& g, const Kernel& k) {
       int x = args.at(0);
       const Type& t = p.types[static_cast<size_t>(x)];
       if (!t.is_tile() || t.shape[1] == 1) {  // constant along the row: a sum counts it once per column
-        value_of[id] = n.op == Op::ReduceSum ? b.compute(Op::Mul, {x, b.scalar(static_cast<double>(s.cols), t.dtype)}, n.dtype) : x;
+        value_of[id] = n.op == Op::ReduceSum ? times_width(b, x, s.cols, n.dtype) : x;
         continue;
       }
       if (masked[1]) {

@@ -29,6 +29,12 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
 double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
 Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
 
+int times_width(Builder& b, int x, int64_t cols, DType dtype) {
+  if (b.program().types[static_cast<size_t>(x)].dtype != DType::F32) x = b.compute(Op::Cast, {x}, DType::F32);
+  const int sum = b.compute(Op::Mul, {x, b.scalar(static_cast<double>(cols), DType::F32)}, DType::F32);
+  return dtype == DType::F32 ? sum : b.compute(Op::Cast, {sum}, dtype);
+}
+
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {
   const TileSchedule& s = k.schedule;
   const size_t axis = static_cast<size_t>(n.axes.at(0));

@@ -19,6 +19,9 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
 // A reduction's identity (0, −inf, inf) and the elementwise op that combines two partials.
 double identity_of(Op op);
 Op combine_of(Op op);
+// The sum over a row of `cols` columns of a value x constant along it, as `dtype`: x · cols in
+// f32 (a 16-bit width would be rounded: 4097 in bf16 is 4096).
+int times_width(Builder& b, int x, int64_t cols, DType dtype);
 // A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
 // the element's index along the iota's axis, from its index in the domain.
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0);

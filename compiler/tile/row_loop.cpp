@@ -105,6 +105,9 @@ class RowLoop {
     ws.name = "workspace";
     ws.view = {static_cast<int64_t>(reductions_.size()) * s_.rows, s_.col_blocks()};
     ws.workspace = true;
+    if ((num_elements(ws.view) + s_.rows) * 4 > s_.workspace_bytes())  // the parts, then a counter per row
+      throw CodegenError(fmt::format("kernel {}: {} reductions' parts and {} counters outgrow its workspace of {} bytes",
+                                     k_.name, reductions_.size(), s_.rows, s_.workspace_bytes()));
     workspace_ = static_cast<int>(p_.params.size());
     p_.params.push_back(ws);
   }
@@ -132,7 +135,7 @@ class RowLoop {
       throw CodegenError(fmt::format("kernel {}: %{} is used where it is not yet known", k_.name, id));
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       const int x = eval(b, n.operands[0], v);
-      out = n.op == Op::ReduceSum ? b.compute(Op::Mul, {x, b.scalar(static_cast<double>(s_.cols), n.dtype)}, n.dtype) : x;
+      out = n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
     } else {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(eval(b, o, v));
