@@ -900,5 +900,120 @@ TEST(GpuTileIr, RowReductionsAcrossThreadsMatchTheRows) {
   }
 }
 
+// A row's online max and sum of exp(x − max) carried through a loop over column tiles one pair
+// per thread (lanes tiles): each step reduces the thread's own elements (no shuffles), spreads
+// the thread's running max over them, and rescales the thread's sum; after the loop the lanes'
+// pairs meet over the row's threads.
+std::string online_lanes_text(int rows) {
+  return fmt::format(
+      "tile.func @online_lanes(%arg0 \"x\": f32[{rows}, 4000], %arg1 \"m\": f32[{rows}, 1] out, "
+      "%arg2 \"s\": f32[{rows}, 1] out)\n"
+      "    grid [{rows}] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {{\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = const 4000 : index\n"
+      "  %3 = const 1024 : index\n"
+      "  %4 = const -inf : tile<1x128xf32, lanes>\n"
+      "  %5 = const 0 : tile<1x128xf32, lanes>\n"
+      "  %6, %7 = for %8 = %1 to %2 step %3 iter_args(%9 = %4, %10 = %5) : tile<1x128xf32, lanes>, "
+      "tile<1x128xf32, lanes> {{\n"
+      "    %11 = load %arg0[%0, %8] masked [1] : tile<1x1024xf32>\n"
+      "    %12 = in_bounds %8, %2 axis 1 : tile<1x1024xbool>\n"
+      "    %13 = const -inf : f32\n"
+      "    %14 = where %12, %11, %13 : tile<1x1024xf32>\n"
+      "    %15 = reduce_max %14 axis 1 : tile<1x128xf32, lanes>\n"
+      "    %16 = max %9, %15 : tile<1x128xf32, lanes>\n"
+      "    %17 = spread %16 : tile<1x1024xf32>\n"
+      "    %18 = sub %14, %17 : tile<1x1024xf32>\n"
+      "    %19 = exp %18 : tile<1x1024xf32>\n"
+      "    %20 = reduce_sum %19 axis 1 : tile<1x128xf32, lanes>\n"
+      "    %21 = sub %9, %16 : tile<1x128xf32, lanes>\n"
+      "    %22 = exp %21 : tile<1x128xf32, lanes>\n"
+      "    %23 = mul %10, %22 : tile<1x128xf32, lanes>\n"
+      "    %24 = add %23, %20 : tile<1x128xf32, lanes>\n"
+      "    yield %16, %24\n"
+      "  }}\n"
+      "  %25 = reduce_max %6 axis 1 : tile<1x1xf32>\n"
+      "  %26 = sub %6, %25 : tile<1x128xf32, lanes>\n"
+      "  %27 = exp %26 : tile<1x128xf32, lanes>\n"
+      "  %28 = mul %7, %27 : tile<1x128xf32, lanes>\n"
+      "  %29 = reduce_sum %28 axis 1 : tile<1x1xf32>\n"
+      "  store %arg1[%0, %1], %25 : tile<1x1xf32>\n"
+      "  store %arg2[%0, %1], %29 : tile<1x1xf32>\n"
+      "}}\n",
+      fmt::arg("rows", rows));
+}
+
+TEST(TileIr, LanesTilesCarryAPartialPerThread) {
+  const Program p = parse_program(online_lanes_text(64));
+  EXPECT_TRUE(program_problems(p).empty());
+  const std::string text = print_program(p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  EXPECT_NE(text.find("tile<1x128xf32, lanes>"), std::string::npos);
+  // The loop's reductions stay within each thread: the only shuffles are the two reductions of
+  // the lanes after it (a butterfly over a warp each), the only barriers theirs.
+  const std::string ptx = program_ptx(p);
+  size_t shuffles = 0, barriers = 0;
+  for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
+  for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++barriers;
+  EXPECT_EQ(shuffles, 10u) << ptx;
+  EXPECT_EQ(barriers, 2u);
+  if (!find_ptxas().empty()) {
+    std::optional<MeasuredKernel> m = run_ptxas(ptx, p.name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->spill_bytes, 0);
+  }
+  // A lanes tile is not loaded or stored, spreads only over its rows' blocked tile, and meets
+  // blocked tiles only of one column.
+  const std::string header =
+      "tile.func @bad(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1024] out)\n"
+      "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {\n"
+      "  %0 = const 0 : index\n"
+      "  %1 = load %arg0[%0, %0] : tile<1x1024xf32>\n"
+      "  %2 = reduce_sum %1 axis 1 : tile<1x128xf32, lanes>\n";
+  for (const std::string& bad : {std::string("  store %arg1[%0, %0], %2 : tile<1x128xf32, lanes>\n"),
+                                 std::string("  %3 = spread %2 : tile<1x512xf32>\n"),
+                                 std::string("  %3 = add %2, %1 : tile<1x128xf32, lanes>\n"),
+                                 std::string("  %3 = reduce_sum %2 axis 0 : tile<1x128xf32>\n")}) {
+    SCOPED_TRACE(bad);
+    try {
+      EXPECT_FALSE(program_problems(parse_program(header + bad + "}\n")).empty());
+    } catch (const Error&) {  // (or refused by the parser)
+    }
+  }
+}
+
+TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const int rows = 64, cols = 4000;
+  std::mt19937_64 rng(testing::test_seed());
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = normal(rng);
+  const Program p = parse_program(online_lanes_text(rows));
+  cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
+  CUfunction f = module.function(p.name);
+  cuda::DeviceBuffer dx(x.size() * 4), dm(rows * 4), ds(rows * 4);
+  dx.upload(x.data(), x.size() * 4);
+  dm.fill_u32(0x7fc00001u);  // NaN: a row left unwritten shows
+  ds.fill_u32(0x7fc00001u);
+  CUdeviceptr args[] = {dx.ptr(), dm.ptr(), ds.ptr()};
+  void* params[] = {&args[0], &args[1], &args[2]};
+  cuda::Stream stream;
+  cuda::launch(f, {static_cast<unsigned>(rows)}, {128}, 0, stream.get(), params, p.name);
+  stream.synchronize();
+  std::vector<float> m(rows), s(rows);
+  dm.download(m.data(), rows * 4);
+  ds.download(s.data(), rows * 4);
+  for (int r = 0; r < rows; ++r) {
+    float most = -INFINITY;
+    for (int c = 0; c < cols; ++c) most = std::max(most, x[static_cast<size_t>(r * cols + c)]);
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(x[static_cast<size_t>(r * cols + c)]) - most);
+    EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
+    EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-5 * sum) << "row " << r;
+  }
+}
+
 }  // namespace
 }  // namespace tilefuse::tir

@@ -140,8 +140,8 @@ class Emitter {
   //   k of A (columns) and of B (rows): slot (kk, c) → 8kk + 2·tig + c;
   //   columns of B: slot j → warp column + 8j + group.
   int slots(const Type& t, size_t d) const {
-    if (t.shape[d] == 1) return 1;
-    if (t.frag == Frag::None) return l_.reps[d] * l_.per_thread[d];
+    if (t.shape[d] == 1 || (t.frag == Frag::Lanes && d == 1)) return 1;
+    if (t.frag == Frag::None || t.frag == Frag::Lanes) return l_.reps[d] * l_.per_thread[d];
     const bool k_axis = (t.frag == Frag::A && d == 1) || (t.frag == Frag::B && d == 0);
     if (k_axis) return 4;
     if (d == 0) return p_.mma->warp_m / 16 * 2;
@@ -607,6 +607,8 @@ class Emitter {
         return in_bounds(i);
       case Opcode::Reduce:
         return reduce(i);
+      case Opcode::Spread:
+        return spread(i);
       case Opcode::For:
         return loop(i);
       case Opcode::If:
@@ -726,7 +728,15 @@ class Emitter {
     const size_t d = static_cast<size_t>(i.axis);
     const Type& in = type(i.args[0]);
     if (in.frag == Frag::Acc) return reduce_rows(i);
-    const bool across = l_.threads[d] != 1 && in.shape[d] != 1;  // (one element along it: every thread's the same)
+    if (in.frag == Frag::Lanes) {  // a value per thread of each row: over the row's threads
+      std::vector<Value*> rows = vals_[static_cast<size_t>(i.args[0])];
+      reduce_across(combine_of(i.op), rows);
+      vals_[static_cast<size_t>(i.results[0])] = std::move(rows);
+      return;
+    }
+    // Into a lanes tile: each thread's own elements only. (One element along the axis: every
+    // thread's the same.)
+    const bool across = l_.threads[d] != 1 && in.shape[d] != 1 && type(i.results[0]).frag != Frag::Lanes;
     if (across && d != 1)
       throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
                                      p_.name, d));
@@ -734,7 +744,7 @@ class Emitter {
     if (in.frag != Frag::None)
       throw CodegenError(fmt::format("kernel {}: reducing a {} tile is not in Tile IR v2 yet", p_.name, frag_name(in.frag)));
     const int n0 = slots(in, 0), n1 = slots(in, 1);
-    const Op combine = i.op == Op::ReduceSum ? Op::Add : i.op == Op::ReduceMax ? Op::Max : Op::Min;
+    const Op combine = combine_of(i.op);
     std::vector<Value*> out;
     for (int a = 0; a < (d == 0 ? n1 : n0); ++a) {
       Value* acc = nullptr;
@@ -745,6 +755,21 @@ class Emitter {
       out.push_back(acc);
     }
     if (across) reduce_across(combine, out);
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  static Op combine_of(Op reduction) {
+    return reduction == Op::ReduceSum ? Op::Add : reduction == Op::ReduceMax ? Op::Max : Op::Min;
+  }
+
+  // A lanes tile over a blocked tile's elements: each takes its thread's value of its row.
+  void spread(const Inst& i) {
+    const Type& t = type(i.results[0]);
+    const Type& in = type(i.args[0]);
+    const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
+    std::vector<Value*> out;
+    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+      for (int e1 = 0; e1 < slots(t, 1); ++e1) out.push_back(v[static_cast<size_t>(in.shape[0] == 1 ? 0 : e0)]);
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
@@ -802,7 +827,7 @@ class Emitter {
   void reduce_rows(const Inst& i) {
     const Type& in = type(i.args[0]);
     const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
-    const Op combine = i.op == Op::ReduceSum ? Op::Add : i.op == Op::ReduceMax ? Op::Max : Op::Min;
+    const Op combine = combine_of(i.op);
     const int n0 = slots(in, 0), n1 = slots(in, 1);
     std::vector<Value*> out;
     for (int r = 0; r < n0; ++r) {

@@ -18,6 +18,8 @@ const char* frag_name(Frag f) {
       return "mma_b";
     case Frag::Acc:
       return "mma_acc";
+    case Frag::Lanes:
+      return "lanes";
   }
   return "?";
 }
@@ -125,6 +127,8 @@ const char* opcode_name(Opcode o) {
       return "compute";
     case Opcode::Reduce:
       return "reduce";
+    case Opcode::Spread:
+      return "spread";
     case Opcode::Convert:
       return "convert";
     case Opcode::For:
@@ -512,7 +516,8 @@ int Builder::compute(Op op, const std::vector<int>& args, DType dtype, bool nonp
   Shape shape = broadcast_of(p_, args);
   Frag frag = Frag::None;  // the operands' layout (the verifier checks they agree)
   for (int a : args)
-    if (p_.types.at(static_cast<size_t>(a)).is_tile()) frag = p_.types.at(static_cast<size_t>(a)).frag;
+    if (p_.types.at(static_cast<size_t>(a)).is_tile() && p_.types.at(static_cast<size_t>(a)).frag != Frag::None)
+      frag = p_.types.at(static_cast<size_t>(a)).frag;
   return emit(i, shape.empty() ? Type::scalar(dtype) : Type::tile(dtype, shape, Space::Reg, frag));
 }
 
@@ -524,7 +529,27 @@ int Builder::reduce(Op op, int tile, int axis) {
   i.args = {tile};
   Type t = p_.types.at(static_cast<size_t>(tile));
   t.shape.at(static_cast<size_t>(axis)) = 1;
+  if (t.frag == Frag::Lanes) t.frag = Frag::None;  // (one column: blocked and lanes alike)
   return emit(i, t);
+}
+
+int Builder::reduce_lanes(Op op, int tile) {
+  Inst i;
+  i.opcode = Opcode::Reduce;
+  i.op = op;
+  i.axis = 1;
+  i.args = {tile};
+  Type t = p_.types.at(static_cast<size_t>(tile));
+  t.shape.at(1) = p_.layout.threads.at(1);
+  t.frag = Frag::Lanes;
+  return emit(i, t);
+}
+
+int Builder::spread(int lanes, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::Spread;
+  i.args = {lanes};
+  return emit(i, Type::tile(p_.types.at(static_cast<size_t>(lanes)).dtype, shape));
 }
 
 int Builder::convert(int acc, int chunk, DType dtype) {

@@ -62,7 +62,11 @@ struct MmaConfig {
     return warps_m == o.warps_m && warps_n == o.warps_n && warp_m == o.warp_m && warp_n == o.warp_n;
   }
 };
-enum class Frag { None, A, B, Acc };  // None: the program's blocked layout
+// Lanes: one value per thread along the columns — a [rows, threads[1]] tile whose rows are laid
+// out as the blocked layout's and whose column t is thread t's of its row (a thread's partial of
+// its own elements: `reduce` within the thread). A tile of extent 1 along the columns is the same
+// blocked or lanes.
+enum class Frag { None, A, B, Acc, Lanes };  // None: the program's blocked layout
 const char* frag_name(Frag f);
 
 struct Type {
@@ -142,7 +146,11 @@ enum class Opcode {
               // every element counts (mask those past the view with `where` first); a blocked
               // tile's rows also over the threads sharing them (a power of two up to a warp, or
               // whole warps); an accumulator fragment along its columns (warps_n 1): the warp's
-              // quads combine
+              // quads combine. Along axis 1 into a lanes tile (the result's type says so): each
+              // thread's own elements of a row only, one value per thread; a lanes tile's rows
+              // reduce over their threads as a blocked tile's do.
+  Spread,     // a lanes tile (arg 0) as a blocked tile of the result's type: each of a thread's
+              // elements of a row takes the thread's value of that row
   // An accumulator's 16 columns from column 16·`value` on, rounded to the result's dtype, as an
   // A fragment: a product's tile fed to the next dot as its left operand (P·V in attention)
   // without leaving registers — the m16n8 accumulator layout of two adjacent column pieces is
@@ -435,6 +443,10 @@ class Builder {
   // 2^x (f32) for an online softmax's term, subnormal results flushed (Inst::flush_subnormal).
   int softmax_exp2(int x);
   int reduce(Op op, int tile, int axis);
+  // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.
+  int reduce_lanes(Op op, int tile);
+  // A lanes tile spread over the blocked tile of `shape` (each thread's value over its elements).
+  int spread(int lanes, const Shape& shape);
   // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.
   int convert(int acc, int chunk, DType dtype);
   // A loop over [lo, hi) by `step` carrying `inits`: `body` fills the loop's region, given a

@@ -211,6 +211,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::IndexLess:
       case Opcode::IndexCeil:
       case Opcode::Splat:
+      case Opcode::Spread:
       case Opcode::Dot:
       case Opcode::Compute:
         *out += fmt::format("{}{}{} {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args),
@@ -494,6 +495,8 @@ class Parser {
         frag = Frag::B;
       else if (w == frag_name(Frag::Acc))
         frag = Frag::Acc;
+      else if (w == frag_name(Frag::Lanes))
+        frag = Frag::Lanes;
       else
         fail(fmt::format("unknown tile attribute '{}'", w));
     }
@@ -753,8 +756,8 @@ class Parser {
       i.args = uses_until_colon();
       punct(":");
       results({type()});
-    } else if (op == "splat") {
-      i.opcode = Opcode::Splat;
+    } else if (op == "splat" || op == "spread") {
+      i.opcode = op == "splat" ? Opcode::Splat : Opcode::Spread;
       i.args = uses_until_colon();
       punct(":");
       results({type()});

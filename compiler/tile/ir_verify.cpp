@@ -80,6 +80,13 @@ class Verifier {
   // A register tile must cover the layout's tile along each axis, or be 1 (the same along it).
   void check_tile_shape(const Inst& i, const Type& t) {
     if (!t.is_tile()) return;
+    if (t.frag == Frag::Lanes) {  // rows as the blocked layout's, a column per thread
+      if (t.shape.size() != 2 || (t.shape[0] != 1 && t.shape[0] != p_.layout.extent(0)) ||
+          t.shape[1] != p_.layout.threads.at(1) || t.space != Space::Reg)
+        problem(fmt::format("{}: {} is not a lanes tile of the layout ([1 or {}, {}])", where(i), type_str(t),
+                            p_.layout.extent(0), p_.layout.threads.at(1)));
+      return;
+    }
     if (t.frag != Frag::None) return check_fragment(i, t);
     if (t.shape.size() != p_.layout.threads.size()) {
       problem(fmt::format("{}: {} is not of the layout's rank", where(i), type_str(t)));
@@ -368,8 +375,12 @@ class Verifier {
       const Type& t = type(a);
       if (t.kind == Type::Kind::Index) problem(fmt::format("{}: operand %{} is an index", where(i), a));
       if (!t.is_tile()) continue;
-      if (r.is_tile() && t.frag != r.frag)
+      const bool one_column = t.shape.size() == 2 && t.shape[1] == 1;  // the same blocked or lanes
+      const bool lanes_pair = (t.frag == Frag::Lanes && r.frag == Frag::None) || (t.frag == Frag::None && r.frag == Frag::Lanes);
+      if (r.is_tile() && t.frag != r.frag && !(lanes_pair && one_column))
         problem(fmt::format("{}: operand %{} is {}, the result {}", where(i), a, frag_name(t.frag), frag_name(r.frag)));
+      if (r.is_tile() && r.frag == Frag::Lanes && t.frag == Frag::None && !one_column && t.shape.size() == 2)
+        problem(fmt::format("{}: a blocked operand %{} of a lanes result spans the columns", where(i), a));
       try {
         shape = shape.empty() ? t.shape : broadcast_shapes(shape, t.shape, "tile op");
       } catch (const ShapeError& e) {
@@ -485,11 +496,23 @@ class Verifier {
           break;
         }
         case Opcode::Load:
-          memory(i, false);
+        case Opcode::Store: {
+          memory(i, i.opcode == Opcode::Store);
+          const int tile = i.opcode == Opcode::Store ? i.args.back() : i.results.at(0);
+          if (type(tile).frag == Frag::Lanes)
+            problem(fmt::format("{}: a lanes tile is not loaded or stored (spread or reduce it first)", where(i)));
           break;
-        case Opcode::Store:
-          memory(i, true);
+        }
+        case Opcode::Spread: {
+          const Type& out = type(i.results.at(0));
+          const Type& in = type(i.args.at(0));
+          if (in.frag != Frag::Lanes || !out.is_tile() || out.frag != Frag::None || out.dtype != in.dtype ||
+              out.shape.size() != 2 || out.shape[0] != in.shape[0] || out.shape[1] != p_.layout.extent(1))
+            problem(fmt::format("{}: spreads a lanes tile over the blocked tile of its rows, not {} into {}", where(i),
+                                type_str(in), type_str(out)));
+          check_tile_shape(i, out);
           break;
+        }
         case Opcode::Splat: {
           const Type& out = type(i.results.at(0));
           if (i.args.size() != 1 || type(i.args[0]).kind != Type::Kind::Scalar || !out.is_tile() ||
@@ -506,9 +529,15 @@ class Verifier {
           const Type& out = type(i.results.at(0));
           Shape expect = t.shape;
           if (i.axis >= 0 && static_cast<size_t>(i.axis) < expect.size()) expect[static_cast<size_t>(i.axis)] = 1;
-          if (!t.is_tile() || !out.is_tile() || out.shape != expect || out.dtype != t.dtype || out.frag != t.frag ||
-              op_info(i.op).kind != OpKind::Reduce)
+          // Within each thread (a blocked tile's rows into a lanes tile), or a lanes tile's rows over
+          // their threads (into one column, blocked).
+          const bool within = out.frag == Frag::Lanes && t.frag == Frag::None && i.axis == 1;
+          if (within) expect[1] = p_.layout.threads.at(1);
+          const Frag frag = within ? Frag::Lanes : t.frag == Frag::Lanes ? Frag::None : t.frag;
+          if (!t.is_tile() || !out.is_tile() || out.shape != expect || out.dtype != t.dtype || out.frag != frag ||
+              op_info(i.op).kind != OpKind::Reduce || (t.frag == Frag::Lanes && i.axis != 1))
             problem(fmt::format("{}: {} along axis {} does not give {}", where(i), type_str(t), i.axis, type_str(out)));
+          if (within) check_tile_shape(i, out);
           if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
             problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
           break;
@@ -535,6 +564,7 @@ class Verifier {
           if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]) || !out.is_tile() ||
               out.dtype != DType::Bool || i.axis < 0 || static_cast<size_t>(i.axis) >= out.shape.size())
             problem(fmt::format("{}: needs an offset, a limit and a bool tile along one of its axes", where(i)));
+          if (out.frag == Frag::Lanes) problem(fmt::format("{}: positions of a lanes tile are not elements'", where(i)));
           check_tile_shape(i, out);
           break;
         }
@@ -549,6 +579,7 @@ class Verifier {
             problem(fmt::format("{}: needs an offset and an f32 tile along one of its axes, or row and column offsets "
                                 "with a stride, a divisor and a modulus of at least 1",
                                 where(i)));
+          if (out.frag == Frag::Lanes) problem(fmt::format("{}: positions of a lanes tile are not elements'", where(i)));
           check_tile_shape(i, out);
           break;
         }
