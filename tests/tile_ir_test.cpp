@@ -862,6 +862,28 @@ TEST(TileIr, RowReductionsAcrossThreads) {
   EXPECT_THROW(program_ptx(odd), CodegenError);
 }
 
+// Runs program `p` over input `x`, its two outputs one value per row (`rows` each, poisoned with
+// NaN so that a row left unwritten shows): the two outputs as read back.
+std::pair<std::vector<float>, std::vector<float>> run_row_program(const Program& p, const std::vector<float>& x,
+                                                                  int rows) {
+  cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
+  CUfunction f = module.function(p.name);
+  cuda::DeviceBuffer dx(x.size() * 4), d1(static_cast<size_t>(rows) * 4), d2(static_cast<size_t>(rows) * 4);
+  dx.upload(x.data(), x.size() * 4);
+  d1.fill_u32(0x7fc00001u);
+  d2.fill_u32(0x7fc00001u);
+  CUdeviceptr args[] = {dx.ptr(), d1.ptr(), d2.ptr()};
+  void* params[] = {&args[0], &args[1], &args[2]};
+  cuda::Stream stream;
+  cuda::launch(f, {static_cast<unsigned>(p.grid[0])}, {static_cast<unsigned>(p.block_threads())}, 0, stream.get(),
+               params, p.name);
+  stream.synchronize();
+  std::vector<float> a(static_cast<size_t>(rows)), b(static_cast<size_t>(rows));
+  d1.download(a.data(), a.size() * 4);
+  d2.download(b.data(), b.size() * 4);
+  return {a, b};
+}
+
 TEST(GpuTileIr, RowReductionsAcrossThreadsMatchTheRows) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const int rows = 96;
@@ -871,22 +893,7 @@ TEST(GpuTileIr, RowReductionsAcrossThreadsMatchTheRows) {
   for (float& v : x) v = normal(rng);
   for (auto [row_threads, rows_per_block] : std::vector<std::pair<int, int>>{{128, 2}, {256, 1}, {32, 4}, {8, 16}}) {
     SCOPED_TRACE(row_threads);
-    const Program p = parse_program(row_reduction_text(row_threads, rows_per_block, rows));
-    cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
-    CUfunction f = module.function(p.name);
-    const unsigned threads = static_cast<unsigned>(p.block_threads());
-    cuda::DeviceBuffer dx(x.size() * 4), ds(rows * 4), dm(rows * 4);
-    dx.upload(x.data(), x.size() * 4);
-    ds.fill_u32(0x7fc00001u);  // NaN: a row left unwritten shows
-    dm.fill_u32(0x7fc00001u);
-    CUdeviceptr args[] = {dx.ptr(), ds.ptr(), dm.ptr()};
-    void* params[] = {&args[0], &args[1], &args[2]};
-    cuda::Stream stream;
-    cuda::launch(f, {static_cast<unsigned>(p.grid[0])}, {threads}, 0, stream.get(), params, p.name);
-    stream.synchronize();
-    std::vector<float> s(rows), m(rows);
-    ds.download(s.data(), rows * 4);
-    dm.download(m.data(), rows * 4);
+    const auto [s, m] = run_row_program(parse_program(row_reduction_text(row_threads, rows_per_block, rows)), x, rows);
     for (int r = 0; r < rows; ++r) {
       double sum = 0;
       float most = -INFINITY;
@@ -990,21 +997,7 @@ TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (float& v : x) v = normal(rng);
-  const Program p = parse_program(online_lanes_text(rows));
-  cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
-  CUfunction f = module.function(p.name);
-  cuda::DeviceBuffer dx(x.size() * 4), dm(rows * 4), ds(rows * 4);
-  dx.upload(x.data(), x.size() * 4);
-  dm.fill_u32(0x7fc00001u);  // NaN: a row left unwritten shows
-  ds.fill_u32(0x7fc00001u);
-  CUdeviceptr args[] = {dx.ptr(), dm.ptr(), ds.ptr()};
-  void* params[] = {&args[0], &args[1], &args[2]};
-  cuda::Stream stream;
-  cuda::launch(f, {static_cast<unsigned>(rows)}, {128}, 0, stream.get(), params, p.name);
-  stream.synchronize();
-  std::vector<float> m(rows), s(rows);
-  dm.download(m.data(), rows * 4);
-  ds.download(s.data(), rows * 4);
+  const auto [m, s] = run_row_program(parse_program(online_lanes_text(rows)), x, rows);
   for (int r = 0; r < rows; ++r) {
     float most = -INFINITY;
     for (int c = 0; c < cols; ++c) most = std::max(most, x[static_cast<size_t>(r * cols + c)]);
