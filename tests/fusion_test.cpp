@@ -265,8 +265,11 @@ TEST(FusionReduce, FewLongRowsLoopInPartsThatFillTheDevice) {
     EXPECT_NE(text.find("last_arrival"), std::string::npos) << text;
     EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
     // Its workspace holds every reduction's parts and a counter per row.
-    for (const tir::Param& prm : prog->params)
-      if (prm.workspace) EXPECT_LE((num_elements(prm.view) + s.rows) * 4, s.workspace_bytes());
+    for (const tir::Param& prm : prog->params) {
+      if (prm.workspace) {
+        EXPECT_LE((num_elements(prm.view) + s.rows) * 4, s.workspace_bytes());
+      }
+    }
     CompiledKernel c = compile_kernel(p.graph, k);
     if (!find_ptxas().empty()) {
       std::optional<MeasuredKernel> m = run_ptxas(c.ptx, k.name);

@@ -30,6 +30,7 @@ using tir::Program;
 using tir::Region;
 using tir::Frag;
 using tir::Type;
+using tir::combine_of;
 
 class Emitter {
  public:
@@ -756,10 +757,6 @@ class Emitter {
     }
     if (across) reduce_across(combine, out);
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
-  }
-
-  static Op combine_of(Op reduction) {
-    return reduction == Op::ReduceSum ? Op::Add : reduction == Op::ReduceMax ? Op::Max : Op::Min;
   }
 
   // A lanes tile over a blocked tile's elements: each takes its thread's value of its row.

@@ -87,8 +87,7 @@ Program pointwise(const Graph& g, const Kernel& k) {
       if (!value_of.count(o)) value_of[o] = b.scalar(g.node(o).value, g.node(o).dtype);  // constants
       args.push_back(value_of.at(o));
     }
-    value_of[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
-    if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
+    value_of[id] = compute_node(b, g, k, id, args);
   }
   if (NodeId bad = store_outputs(b, k, value_of, tile_shape, offsets, masks); bad >= 0)
     throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k.name, bad));
@@ -303,8 +302,7 @@ class ColumnReduction {
         std::vector<int> args;
         for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(in, o));
         if (op_info(n.op).kind != OpKind::Reduce) {
-          value[id] = in.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
-          if (rounds_where_computed(g_, k_, id)) value[id] = in.compute(Op::Cast, {value[id]}, n.dtype);
+          value[id] = compute_node(in, g_, k_, id, args);
           continue;
         }
         const size_t i = static_cast<size_t>(std::find(reductions_.begin(), reductions_.end(), id) - reductions_.begin());
@@ -363,8 +361,7 @@ class ColumnReduction {
       if (!after_.count(id) || op_info(n.op).kind == OpKind::Reduce) continue;
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(value.count(o) ? value.at(o) : constant(b, o));
-      value[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
-      if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
+      value[id] = compute_node(b, g_, k_, id, args);
     }
     for (NodeId o : k_.outputs) {
       if (!after_.count(o)) continue;
@@ -838,8 +835,7 @@ class MatMulProgram {
                                           "computes", k_.name, id, o));
         args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
       }
-      value[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
-      if (rounds_where_computed(g_, k_, id)) value[id] = b.compute(Op::Cast, {value[id]}, n.dtype);
+      value[id] = compute_node(b, g_, k_, id, args);
     }
     // Outputs span the product (a view one wide along an axis is M or N of 1, masked there).
     for (NodeId id : k_.outputs) {

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "compiler/fusion/cost_model.h"
+#include "compiler/graph/sign.h"
+
 namespace tilefuse::tir {
 
 Layout layout_of(const TileSchedule& s) {
@@ -26,12 +29,18 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
   return p;
 }
 
-double identity_of(Op op) { return op == Op::ReduceSum ? 0.0 : op == Op::ReduceMax ? -INFINITY : INFINITY; }
-Op combine_of(Op op) { return op == Op::ReduceSum ? Op::Add : op == Op::ReduceMax ? Op::Max : Op::Min; }
+int as_f32(Builder& b, int x) {
+  return b.program().types[static_cast<size_t>(x)].dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
+}
+
+int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args) {
+  const Node& n = g.node(id);
+  const int v = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
+  return rounds_where_computed(g, k, id) ? b.compute(Op::Cast, {v}, n.dtype) : v;
+}
 
 int times_width(Builder& b, int x, int64_t cols, DType dtype) {
-  if (b.program().types[static_cast<size_t>(x)].dtype != DType::F32) x = b.compute(Op::Cast, {x}, DType::F32);
-  const int sum = b.compute(Op::Mul, {x, b.scalar(static_cast<double>(cols), DType::F32)}, DType::F32);
+  const int sum = b.compute(Op::Mul, {as_f32(b, x), b.scalar(static_cast<double>(cols), DType::F32)}, DType::F32);
   return dtype == DType::F32 ? sum : b.compute(Op::Cast, {sum}, dtype);
 }
 

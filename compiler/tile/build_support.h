@@ -1,7 +1,7 @@
 #pragma once
 // What the builders of Tile IR v2 programs from plan kernels share (build.cpp, row_loop.cpp):
-// the schedule's layout, parameters through their views, reductions' identities, iotas, and
-// the output stores.
+// the schedule's layout, parameters through their views, elementwise nodes, iotas, and the
+// output stores.
 #include <map>
 
 #include "compiler/fusion/plan.h"
@@ -16,9 +16,11 @@ Layout layout_of(const TileSchedule& s);
 // domain (view_of), merged to two axes; split along the row dimensions where it is broadcast
 // along some of them but not others.
 Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s);
-// A reduction's identity (0, −inf, inf) and the elementwise op that combines two partials.
-double identity_of(Op op);
-Op combine_of(Op op);
+// x as f32 (cast unless it is).
+int as_f32(Builder& b, int x);
+// Node `id` (elementwise) of its args' values, rounded to its dtype where its uses in the kernel
+// see the value that reaches memory (rounds_where_computed).
+int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args);
 // The sum over a row of `cols` columns of a value x constant along it, as `dtype`: x · cols in
 // f32 (a 16-bit width would be rounded: 4097 in bf16 is 4096).
 int times_width(Builder& b, int x, int64_t cols, DType dtype);

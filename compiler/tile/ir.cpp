@@ -24,6 +24,13 @@ const char* frag_name(Frag f) {
   return "?";
 }
 
+double identity_of(Op reduction) {
+  return reduction == Op::ReduceSum ? 0.0 : reduction == Op::ReduceMax ? -INFINITY : INFINITY;
+}
+Op combine_of(Op reduction) {
+  return reduction == Op::ReduceSum ? Op::Add : reduction == Op::ReduceMax ? Op::Max : Op::Min;
+}
+
 int Layout::block_threads() const {
   int n = 1;
   for (int t : threads) n *= t;

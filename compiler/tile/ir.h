@@ -229,6 +229,10 @@ enum class Opcode {
   WaitStores,
 };
 const char* opcode_name(Opcode o);
+// A reduction's (ReduceSum, ReduceMax, ReduceMin) identity — 0, −inf, inf — and the elementwise
+// op that combines two of its partials.
+double identity_of(Op reduction);
+Op combine_of(Op reduction);
 
 struct Region;
 

@@ -136,18 +136,14 @@ class RowLoop {
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       const int x = eval(b, n.operands[0], v);
       out = n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
+      if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
     } else {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(eval(b, o, v));
-      out = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g_, n));
+      out = compute_node(b, g_, k_, id, args);
     }
-    if (n.op != Op::Constant && rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
     return v[id] = out;
   }
-  int as_f32(Builder& b, int x) {
-    return b.program().types[static_cast<size_t>(x)].dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
-  }
-
   // The loop over the part's column tiles [c0, c1): loads, the nodes that run along the row, and
   // each reduction's partial (columns past the row contribute its identity); then each
   // reduction's tile reduced along the row's threads (f32 [1, 1]).
