@@ -30,7 +30,9 @@ using namespace dsl;
 // L = Σᵢ Σ yᵢ · dyᵢ with dyᵢ random inputs of yᵢ's shape; its gradient with respect to each of
 // `wrt` (graph inputs) from grad(), against (L(x + h) − L(x − h)) / 2h at up to 8 elements of
 // each, h 1e-3 and 2.5e-4 (an element whose two differences disagree sits on a kink — a relu's 0,
-// a max's tie — and is skipped; most must be checked). Returns the elements checked.
+// a max's tie — and is skipped; most must be checked; where the two agree but the gradient does
+// not, a kink within the step may hide between them, and the gradient must be one side's
+// derivative). Returns the elements checked.
 int check_gradients(Graph& g, const std::vector<Tensor>& ys, const std::vector<Tensor>& wrt, uint64_t seed) {
   std::vector<Tensor> dys;
   for (size_t i = 0; i < ys.size(); ++i) {
@@ -78,11 +80,32 @@ int check_gradients(Graph& g, const std::vector<Tensor>& ys, const std::vector<T
         in[name] = original;
         return (l_hi - l_lo) / (hi - lo);
       };
+      // (L(x + s·h) − L(x)) / s·h, extrapolated to h → 0 (2·D(h/2) − D(h): the error O(h²)).
+      auto one_sided = [&](double h, double side) {
+        auto quotient = [&](double step) {
+          std::vector<double> v = x;
+          v[e] = x[e] + side * step;
+          in[name] = TensorData::from_doubles(original.dtype, original.shape, v);
+          const double moved = in[name].to_doubles()[e], l = loss(in);
+          in[name] = original;
+          return (l - loss(in)) / (moved - original.to_doubles()[e]);
+        };
+        return 2 * quotient(h / 2) - quotient(h);
+      };
       const double coarse = difference(1e-3), fine = difference(2.5e-4);
       ++sampled;
       if (std::abs(coarse - fine) > 1e-3 * (1 + std::abs(fine))) continue;  // a kink between
       ++checked;
-      EXPECT_NEAR(analytic[e], fine, 2e-4 * (1 + std::abs(fine))) << "d/d " << name << "[" << e << "]";
+      const double tolerance = 2e-4 * (1 + std::abs(fine));
+      if (std::abs(analytic[e] - fine) <= tolerance) continue;
+      // A kink within the step that the two central differences hide (a min against a statistic
+      // of every element moves with each of them: the kink may be another element's): the
+      // gradient is then one side's derivative, which a one-sided difference of the other side
+      // does not see.
+      const double left = one_sided(1e-4, -1), right = one_sided(1e-4, 1);
+      EXPECT_TRUE(std::abs(analytic[e] - left) <= tolerance || std::abs(analytic[e] - right) <= tolerance)
+          << "d/d " << name << "[" << e << "]: " << analytic[e] << ", differences: central " << fine << ", left "
+          << left << ", right " << right;
     }
   }
   EXPECT_GE(checked, sampled * 3 / 4) << "most elements lie on no kink";

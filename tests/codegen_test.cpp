@@ -8,6 +8,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "compiler/codegen/compile.h"
 #include "compiler/codegen/disk_cache.h"
@@ -156,7 +157,9 @@ TEST(Codegen, PitchCopyReadsElementsAndWritesVectors) {
   EXPECT_EQ(count(ptx, R"(ld\.global[.a-z]*\.v\d)"), 0) << ptx;
   EXPECT_EQ(count(ptx, R"(ld\.global[.a-z]*\.[bu]16)"), 8) << ptx;
   EXPECT_EQ(count(ptx, R"(st\.global[.a-z]*\.v4\.b32)"), 1) << ptx;
-  if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, "copy_a").has_value());
+  if (!find_ptxas().empty()) {
+    EXPECT_TRUE(run_ptxas(ptx, "copy_a").has_value());
+  }
 }
 
 TEST(Codegen, MatMulIsWgmmaOnSm90a) {
@@ -421,7 +424,9 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
       EXPECT_NE(c.tile_ir.find("tile.func"), std::string::npos) << "a Tile IR v2 program";
       EXPECT_GT(count(c.tile_ir, R"(reduce_(sum|max) %\d+ axis 1)"), 0) << c.tile_ir;
       EXPECT_GT(count(c.ptx, R"(shfl\.sync\.bfly)"), 0);
-      if (k.schedule.threads_per_row > 32) EXPECT_GT(count(c.ptx, R"(bar\.sync)"), 0);
+      if (k.schedule.threads_per_row > 32) {
+        EXPECT_GT(count(c.ptx, R"(bar\.sync)"), 0);
+      }
       if (!find_ptxas().empty()) {
         std::optional<MeasuredKernel> m = run_ptxas(c.ptx, k.name);
         ASSERT_TRUE(m.has_value());
@@ -443,6 +448,67 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   FusionOptions bad;
   bad.schedule.row_ir = 3;
   EXPECT_THROW(plan_fusion(find_example("softmax").build(), bad), Error);
+}
+
+// Rows too long for a block's registers on sm_80 (no clusters or bulk copies, no split rows)
+// loop over column tiles; under `--loop-ir 2` on Tile IR v2, each reduction's running value one
+// partial per thread (a lanes tile): inside a loop every reduction stays within its thread — no
+// cross-thread reduction, so no shuffle or barrier per step — and softmax's online sum spreads
+// the thread's running max over its elements. Three passes (layernorm), masked ends (an odd
+// width), bf16; through ptxas without spills. `--loop-ir 1` keeps the first IR's loop.
+TEST(Codegen, LoopedRowsOnTileIrV2CarryAPartialPerThread) {
+  Graph g("looped_rows");
+  output("y", softmax(input(g, "x", {300, 65536}), -1));
+  output("l", log_softmax(input(g, "z", {300, 65544}, DType::BF16), -1));
+  output("n", layernorm(input(g, "u", {300, 40000}), input(g, "w", {40000}), input(g, "b", {40000})));
+  FusionOptions o;
+  o.profile.max_cluster_blocks = 1;
+  o.profile.bulk_copies = false;
+  o.profile.wgmma = false;
+  o.schedule.split = 0;
+  o.schedule.loop_ir = 2;
+  Plan p = plan_fusion(g, o);
+  int looped = 0;
+  for (const Kernel& k : p.kernels) {
+    SCOPED_TRACE(k.name);
+    if (k.kind != ScheduleKind::RowReduce) continue;
+    ASSERT_GT(k.schedule.col_iters, 1) << k.schedule.describe();
+    ++looped;
+    EXPECT_TRUE(k.schedule.ir_v2 && k.schedule.loop_lanes);
+    EXPECT_NE(k.schedule.describe().find("one partial a thread"), std::string::npos);
+    CompiledKernel c = compile_kernel(p.graph, k, codegen_options_for("sm_80"));
+    EXPECT_GT(count(c.tile_ir, R"(= for )"), 0) << c.tile_ir;
+    EXPECT_GT(count(c.tile_ir, R"(reduce_(sum|max) %\d+ axis 1 : tile<1x\d+xf32, lanes>)"), 0) << c.tile_ir;
+    // The loops' bodies: from each `for` to its region's end.
+    std::istringstream lines(c.tile_ir);
+    bool in_loop = false;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("= for ") != std::string::npos) {
+        in_loop = true;
+      } else if (line == "  }") {
+        in_loop = false;
+      } else if (in_loop && line.find(" = reduce_") != std::string::npos) {
+        EXPECT_EQ(line.find(": tile<1x1xf32>"), std::string::npos) << "reduced across threads in a loop: " << line;
+      }
+    }
+    if (k.schedule.cols == 65536) {
+      EXPECT_GT(count(c.tile_ir, R"(= spread )"), 0) << "the online sum's max";
+    }
+    if (!find_ptxas().empty()) {
+      std::optional<MeasuredKernel> m = run_ptxas(c.ptx, k.name, codegen_options_for("sm_80"));
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0);
+    }
+  }
+  EXPECT_EQ(looped, 3);
+  o.schedule.loop_ir = 1;
+  for (const Kernel& k : plan_fusion(g, o).kernels) {
+    if (k.kind == ScheduleKind::RowReduce) {
+      EXPECT_FALSE(k.schedule.ir_v2 || k.schedule.loop_lanes) << k.schedule.describe();
+    }
+  }
+  o.schedule.loop_ir = 3;
+  EXPECT_THROW(plan_fusion(g, o), Error);
 }
 
 // An element count that is not a whole number of vectors (an odd count), by default: one

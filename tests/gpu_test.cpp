@@ -416,7 +416,7 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // `looped`: planned for a device without clusters or bulk copies (sm_80), so each row is visited
 // by a loop over column tiles carrying each thread's running max and sum (lower_looped.cpp).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
-                        int parts, DType dt = DType::F32, bool looped = false) {
+                        int parts, DType dt = DType::F32, bool looped = false, int loop_ir = 1) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -427,6 +427,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     o.profile.max_cluster_blocks = 1;
     o.profile.bulk_copies = false;
   }
+  o.schedule.loop_ir = loop_ir;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
     // The schedule kind the case is meant to cover (clusters, parts, stages, loops), not its sizes.
@@ -434,6 +435,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.split_blocks > 1, parts > 1);
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
     EXPECT_EQ(k.schedule.col_iters > 1, looped);
+    EXPECT_EQ(k.schedule.loop_lanes, looped && loop_ir == 2);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
@@ -484,6 +486,9 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   // plan keeps one kernel), the last tile masked in the odd width.
   check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true);
   check_special_rows(300, 65544, 100, 0, 0, 1, 1, DType::BF16, true);
+  // The same loops on Tile IR v2, a partial per thread carried (--loop-ir 2).
+  check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true, 2);
+  check_special_rows(300, 65544, 100, 0, 0, 1, 1, DType::BF16, true, 2);
 }
 
 // More rows than the persistent grid has groups: each block (cluster) takes several rounds, so
@@ -630,16 +635,21 @@ TEST(GpuReduce, FewLongRowsInParts) {
   Tensor y = input(g, "y", {3, 1000003}, DType::BF16);
   output("rms", sqrt(mean(y * y, {-1}, true) + 1e-6) * input(g, "r", {3, 1}, DType::BF16));
   output("min", amin(input(g, "z", {2, 5, 300007}), {1, 2}));
-  Plan p = plan_fusion(g);
-  int parts = 0;
-  for (const Kernel& k : p.kernels) parts += k.schedule.looped_parts();
-  EXPECT_GE(parts, 3);
-  const uint64_t seed = testing::test_seed();
-  Executable exe(p);
-  for (uint64_t run = 0; run < 2; ++run) {  // the second launch finds the counters reset by the first
-    TensorMap inputs = random_inputs(p.graph, seed + run);
-    CheckReport check = check_against_reference(p, inputs, exe.run(inputs));
-    EXPECT_TRUE(check.ok) << "inputs seeded " << seed + run << ":\n" << check.text();
+  for (int loop_ir : {1, 2}) {  // each part's partials per element of its tile, or per thread
+    SCOPED_TRACE("--loop-ir " + std::to_string(loop_ir));
+    FusionOptions o;
+    o.schedule.loop_ir = loop_ir;
+    Plan p = plan_fusion(g, o);
+    int parts = 0;
+    for (const Kernel& k : p.kernels) parts += k.schedule.looped_parts();
+    EXPECT_GE(parts, 3);
+    const uint64_t seed = testing::test_seed();
+    Executable exe(p);
+    for (uint64_t run = 0; run < 2; ++run) {  // the second launch finds the counters reset by the first
+      TensorMap inputs = random_inputs(p.graph, seed + run);
+      CheckReport check = check_against_reference(p, inputs, exe.run(inputs));
+      EXPECT_TRUE(check.ok) << "inputs seeded " << seed + run << ":\n" << check.text();
+    }
   }
 }
 

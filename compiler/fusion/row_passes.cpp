@@ -55,6 +55,7 @@ RowPasses analyze_row_passes(const Graph& g, const std::vector<NodeId>& nodes,
           if (m >= 0) {
             d = 1;
             rp.online_with[n] = m;
+            rp.shift_of[n] = diff.operands[1];
           }
         }
       }

@@ -17,6 +17,7 @@ struct RowPasses {
   int passes = 1;
   std::map<NodeId, int> pass_of;         // reduction → the pass (1-based) that completes it
   std::map<NodeId, NodeId> online_with;  // sum of exp(u − c(m)) → the max reduction m
+  std::map<NodeId, NodeId> shift_of;     // sum of exp(u − c(m)) → the per-row value c(m)
 };
 
 RowPasses analyze_row_passes(const Graph& g, const std::vector<NodeId>& nodes,

@@ -143,7 +143,7 @@ std::string TileSchedule::describe() const {
   if (!elem_dims.empty())
     loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
                         shape_str(elem_dims), elem_dims.back());
-  if (ir_v2) loop += ", built on Tile IR v2";
+  if (ir_v2) loop += loop_lanes ? ", built on Tile IR v2 (one partial a thread carried)" : ", built on Tile IR v2";
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
@@ -702,6 +702,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
     s.chunks_per_thread = 4;
     s.col_iters = (vecs + s.threads_per_row * s.chunks_per_thread - 1) / (s.threads_per_row * s.chunks_per_thread);
+    s.loop_lanes = s.ir_v2 = hints.loop_ir == 2;
     if (part_sums > 0) split_loop_into_parts(s, part_sums, device);
     return s;
   }

@@ -59,6 +59,9 @@ struct TileSchedule {
   // and not stored (the vectors at the row's ends are written element by element).
   bool window = false;
   bool ir_v2 = false;  // a row kernel built on Tile IR v2 (ScheduleHints::row_ir)
+  // A loop over column tiles carries one partial per thread of each reduction (Tile IR v2's
+  // lanes tiles; ScheduleHints::loop_ir), not one per element of the loop's tile.
+  bool loop_lanes = false;
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
@@ -314,6 +317,13 @@ struct ScheduleHints {
   // own barrier (level with the first on the H200: bench/NOTES.md, "Row kernels on Tile IR v2
   // measured"); 1: the first Tile IR's whole-kernel lowerer, until its other schedules move.
   int row_ir = 2;
+  // Which Tile IR rows visited by a loop over column tiles are built on: 1, the default, the
+  // first Tile IR's loop for whole rows (one (max, sum) pair per thread) and, for few long rows
+  // in parts, Tile IR v2 carrying a tile of partials; 2: Tile IR v2 carrying one partial per
+  // thread (lanes tiles) for both — an online sum rescaled once a step per thread, not per
+  // element (the per-element form ran 7–37% slower: bench/NOTES.md, "Rows looped whole on Tile
+  // IR v2"). Not yet measured on a GPU.
+  int loop_ir = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

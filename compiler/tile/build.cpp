@@ -898,7 +898,7 @@ class MatMulProgram {
 
 std::optional<Program> build_program(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
-  if (k.kind == ScheduleKind::RowReduce && k.schedule.looped_parts()) return row_loop(g, k);
+  if (k.kind == ScheduleKind::RowReduce && k.schedule.col_iters > 1 && k.schedule.ir_v2) return row_loop(g, k);
   if (k.kind == ScheduleKind::RowReduce && k.schedule.ir_v2) return row_reduction(g, k);
   if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
   if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();

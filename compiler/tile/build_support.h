@@ -27,8 +27,9 @@ int times_width(Builder& b, int x, int64_t cols, DType dtype);
 // A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
 // the element's index along the iota's axis, from its index in the domain.
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0);
-// A row kernel whose few long rows are visited by a loop over column tiles in parts, a block
-// each (TileSchedule::looped_parts): row_loop.cpp.
+// A row kernel whose rows are visited by a loop over column tiles: few long rows in parts, a
+// block each (TileSchedule::looped_parts), or whole rows carrying a partial per thread
+// (TileSchedule::loop_lanes): row_loop.cpp.
 Program row_loop(const Graph& g, const Kernel& k);
 
 // Each output's value stored at its view's offsets (splat first where it was computed from

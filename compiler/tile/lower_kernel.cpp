@@ -82,8 +82,7 @@ TileProgram lower_kernel(const Graph& g, const Kernel& k) {
       if (rp.online_with.count(id)) {
         // A sum of exp(u − c(m)) with m the max it shares a pass with (fusion/row_passes.h).
         c.online_with = computed.at(rp.online_with.at(id));
-        const Node& e = g.node(n.operands[0]);
-        c.online_shift = value_of.at(g.node(e.operands[0]).operands[1]);
+        c.online_shift = value_of.at(rp.shift_of.at(id));
       }
     }
     value_of[id] = computed[id] = emit(c);

@@ -1,8 +1,9 @@
-// Few long rows visited by a loop over column tiles in parts, a block each, enough to fill the
-// device (TileSchedule::looped_parts: a whole tensor's sum is one row of all its elements). Rows
-// looped whole, one block each, are still the first Tile IR's (codegen/lower_looped.cpp): built
-// here, an online sum's running max and sum per lane ran 7–37% slower than its pair per thread
-// (bench/NOTES.md, "Few long rows in parts").
+// Row kernels whose rows are visited by a loop over column tiles (TileSchedule::col_iters > 1):
+// few long rows in parts, a block each, enough to fill the device (TileSchedule::looped_parts: a
+// whole tensor's sum is one row of all its elements), and — under `--loop-ir 2`
+// (TileSchedule::loop_lanes) — rows too long for a block's registers where there are no
+// clusters, staged or split rows (sm_80). By default whole rows still loop on the first Tile
+// IR's lowerer (codegen/lower_looped.cpp) until this one is measured against it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/row_passes.h"
 #include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build_support.h"
@@ -19,19 +21,29 @@ namespace tilefuse::tir {
 
 namespace {
 
-// Block (row, part) visits its part of the row a column tile at a time in a `for` loop carrying,
-// per reduction, an f32 tile of partials (each lane's own columns combined), reduced along the
-// row's threads after the loop. The kernel has one pass over its rows, plain reductions and
-// per-row outputs (the scheduler's condition): each part's results go to the workspace
-// ([reduction·rows + row, part]), and the row's last block to arrive reduces them — one load of
-// the row of parts — and computes and stores the per-row values after the reductions.
+// Block (row, part) visits its part of the row — the whole row where there is one part — a
+// column tile at a time, once per pass over the row (fusion/row_passes.h). Each pass is a `for`
+// loop carrying the partials of each reduction it completes, in f32: with loop_lanes one value
+// per thread (a lanes tile: each thread's elements of the step reduced within the thread, then
+// combined with its running value), otherwise one per element of the loop's tile. After the
+// loop the partials are reduced along the row's threads. A sum of exp(u − c(m)) completed in
+// its max m's pass (an online sum; lanes only) carries m's running value beside its own: each
+// step computes c of the thread's new running max once, spreads it over the thread's elements
+// for the step's terms, and rescales the running sum by exp(c(m_old) − c(m_new)); after the loop
+// each thread's sum is brought to the row's max before they are added. Full-size outputs are
+// stored in the last pass, per-row outputs after it. With several parts (one pass, plain
+// reductions, per-row outputs) each part's results go to the workspace ([reduction·rows + row,
+// part]), and the row's last block to arrive reduces them — one load of the row of parts — and
+// finishes the row.
 class RowLoop {
  public:
-  RowLoop(const Graph& g, const Kernel& k) : g_(g), k_(k), s_(k.schedule) {}
+  RowLoop(const Graph& g, const Kernel& k)
+      : g_(g), k_(k), s_(k.schedule), passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if (s_.tile_rows() != 1 || !s_.looped_parts())
-      throw CodegenError(fmt::format("kernel {}: Tile IR v2 loops over column tiles only in parts of one row, not {}",
+    if (s_.tile_rows() != 1 || s_.col_iters < 2 || (!s_.loop_lanes && !s_.looped_parts()))
+      throw CodegenError(fmt::format("kernel {}: Tile IR v2 loops over column tiles of one row a block, whole rows "
+                                     "carrying a partial per thread, not {}",
                                      k_.name, s_.describe()));
     p_.name = k_.name;
     p_.layout = layout_of(s_);
@@ -47,30 +59,44 @@ class RowLoop {
     const int c0 = b.mul(part, b.index(s_.tile_cols()));
     const int c1 = b.min(b.add(c0, b.index(s_.tile_cols())), b.index(s_.cols));
     load_per_row_inputs(b);
-    const std::vector<int> partials = sum_columns(b, c0, c1);
-    for (size_t i = 0; i < reductions_.size(); ++i) b.store(workspace_, {slot_row(b, i), part}, partials[i]);
-    const int last = b.last_arrival(workspace_, row_, parts);
-    b.when(last, [&](Builder& in) {
-      std::map<NodeId, int> v = known_;
-      const std::vector<int> sums = add_parts(in);
-      for (size_t i = 0; i < reductions_.size(); ++i) {
-        const DType dt = g_.node(reductions_[i]).dtype;
-        v[reductions_[i]] = dt == DType::F32 ? sums[i] : in.compute(Op::Cast, {sums[i]}, dt);
-      }
-      store_per_row_outputs(in, v);
-      in.reset_count(workspace_, row_);
-    });
+    std::map<NodeId, int> results;  // each reduction's f32 result ([1, 1])
+    for (int pass = 1; pass <= passes_.passes; ++pass) {
+      for (const auto& [r, v] : run_pass(b, pass, c0, c1)) results[r] = v;
+      if (s_.col_blocks() == 1) know(b, results);
+    }
+    if (s_.col_blocks() == 1) {
+      store_per_row_outputs(b, known_);
+    } else {
+      for (size_t i = 0; i < reductions_.size(); ++i)
+        b.store(workspace_, {slot_row(b, i), part}, results.at(reductions_[i]));
+      const int last = b.last_arrival(workspace_, row_, parts);
+      b.when(last, [&](Builder& in) {
+        std::map<NodeId, int> saved = known_;
+        know(in, add_parts(in));
+        store_per_row_outputs(in, known_);
+        known_ = std::move(saved);
+        in.reset_count(workspace_, row_);
+      });
+    }
     verify_program(p_);
     return std::move(p_);
   }
 
  private:
   Shape loop_tile() const { return {1, s_.iter_cols()}; }
+  // The carried partials: one per thread (lanes) or one per element of the loop's tile.
+  Shape carried_tile() const { return s_.loop_lanes ? Shape{1, p_.layout.threads.at(1)} : loop_tile(); }
+  Frag carried_frag() const { return s_.loop_lanes ? Frag::Lanes : Frag::None; }
   bool spans_cols(NodeId id) const { return spans_.count(id) > 0; }
   bool cols_masked() const { return s_.cols % s_.iter_cols() != 0; }
   bool reduces_along_row(NodeId id) const {
     const Node& n = g_.node(id);
     return op_info(n.op).kind == OpKind::Reduce && spans_cols(n.operands[0]);
+  }
+  // A sum of exp(u − c(m)) completed in its max's pass, that max running along the row (one of a
+  // value constant along the row is known: the sum is a plain one).
+  bool online(NodeId r) const {
+    return passes_.online_with.count(r) > 0 && reduces_along_row(passes_.online_with.at(r));
   }
   int param_index(NodeId input) const {
     return static_cast<int>(std::find(k_.inputs.begin(), k_.inputs.end(), input) - k_.inputs.begin());
@@ -98,6 +124,13 @@ class RowLoop {
     }
     for (NodeId id : k_.nodes)
       if (reduces_along_row(id)) reductions_.push_back(id);
+    for (NodeId r : reductions_)
+      if (online(r) && !s_.loop_lanes)
+        throw CodegenError(fmt::format("kernel {}: an online sum (%{}) in a loop carrying a partial per element",
+                                       k_.name, r));
+    if (s_.col_blocks() == 1) return;
+    if (passes_.passes != 1)
+      throw CodegenError(fmt::format("kernel {}: a row in parts needs one pass over it, not {}", k_.name, passes_.passes));
     for (NodeId o : k_.outputs)
       if (spans_cols(o))
         throw CodegenError(fmt::format("kernel {}: a row in parts writes one value per row, not %{}", k_.name, o));
@@ -137,6 +170,13 @@ class RowLoop {
       const int x = eval(b, n.operands[0], v);
       out = n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
       if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
+    } else if (n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) && !spans_cols(n.operands[1])) {
+      // A 16-bit quotient by a per-row divisor (softmax's e / Σ): one division a row (or a
+      // thread) and a multiply an element, not a division an element.
+      const int x = eval(b, n.operands[0], v);
+      const int inverse = b.compute(Op::Div, {b.scalar(1.0, n.dtype), eval(b, n.operands[1], v)}, n.dtype);
+      out = b.compute(Op::Mul, {x, inverse}, n.dtype);
+      if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
     } else {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(eval(b, o, v));
@@ -144,12 +184,63 @@ class RowLoop {
     }
     return v[id] = out;
   }
-  // The loop over the part's column tiles [c0, c1): loads, the nodes that run along the row, and
-  // each reduction's partial (columns past the row contribute its identity); then each
-  // reduction's tile reduced along the row's threads (f32 [1, 1]).
-  std::vector<int> sum_columns(Builder& b, int c0, int c1) {
+  // e^(u − c) of a 16-bit result, u along the row and c per row (softmax's exps).
+  bool shifted_exp(const Node& n) const {
+    if (n.op != Op::Exp || n.dtype == DType::F32) return false;
+    const Node& d = g_.node(n.operands[0]);
+    return d.op == Op::Sub && spans_cols(d.operands[0]) && !spans_cols(d.operands[1]);
+  }
+  // A shifted exp's f32 value, 2^(u·log2 e − c·log2 e) from u and c in f32: one fma and one ex2
+  // an element, c·log2 e once a row (or a thread: the spread's elements are one value), the
+  // difference not rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most
+  // 1 + |c|·2^-24·ln 2 (1e-3 at |c| = 1e4, under half a bf16 ulp).
+  int shifted_exp2(Builder& b, const Node& n, std::map<NodeId, int>& v) {
+    constexpr double kLog2e = 1.4426950408889634;
+    const Node& d = g_.node(n.operands[0]);
+    const int u = as_f32(b, eval(b, d.operands[0], v)), c = as_f32(b, eval(b, d.operands[1], v));
+    const int minus_c2 = b.compute(Op::Mul, {c, b.scalar(-kLog2e, DType::F32)}, DType::F32);
+    return b.softmax_exp2(b.compute(Op::Fma, {u, b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
+  }
+  // Node `id` as f32 where a reduction adds it up: a shifted exp unrounded (the sum of the f32
+  // terms, as the first IR's loop adds them).
+  int eval_f32(Builder& b, NodeId id, std::map<NodeId, int>& v) {
+    return shifted_exp(g_.node(id)) ? shifted_exp2(b, g_.node(id), v) : as_f32(b, eval(b, id, v));
+  }
+  // Node `id` with the max reduction m taking the f32 value `m_value` (a thread's running max or
+  // the row's), from `v`'s values that do not depend on m.
+  int eval_with(Builder& b, NodeId id, NodeId m, int m_value, const std::map<NodeId, int>& v) {
+    std::map<NodeId, int> with = v;
+    const DType dt = g_.node(m).dtype;
+    with[m] = dt == DType::F32 ? m_value : b.compute(Op::Cast, {m_value}, dt);
+    return eval(b, id, with);
+  }
+  // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0).
+  static int rescaled(Builder& b, int s, int c_from, int c_to) {
+    const int factor = b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
+    const int zero = b.scalar(0.0, DType::F32);
+    return b.compute(Op::Where, {b.compute(Op::Gt, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
+                     DType::F32);
+  }
+  // The running partial `acc` of reduction `op` combined with the step's values x (f32, the
+  // loop's tile).
+  int combined(Builder& b, Op op, int acc, int x) const {
+    return b.compute(combine_of(op), {acc, s_.loop_lanes ? b.reduce_lanes(op, x) : x}, DType::F32);
+  }
+
+  // One pass: the loop over [c0, c1), then the row's threads' partials of each reduction it
+  // completes (f32 [1, 1]).
+  std::map<NodeId, int> run_pass(Builder& b, int pass, int c0, int c1) {
+    std::vector<NodeId> reds;
+    for (NodeId r : reductions_)
+      if (passes_.pass_of.at(r) == pass) reds.push_back(r);
+    std::vector<NodeId> stores;
+    for (NodeId o : k_.outputs)
+      if (spans_cols(o) && pass == passes_.passes) stores.push_back(o);
+    if (reds.empty() && stores.empty()) return {};
+    auto index_of = [&](NodeId r) { return static_cast<size_t>(std::find(reds.begin(), reds.end(), r) - reds.begin()); };
     std::vector<int> inits;
-    for (NodeId r : reductions_) inits.push_back(b.tile_const(identity_of(g_.node(r).op), DType::F32, loop_tile()));
+    for (NodeId r : reds)
+      inits.push_back(b.tile_const(online(r) ? 0.0 : identity_of(g_.node(r).op), DType::F32, carried_tile(), carried_frag()));
     const int cols = b.index(s_.cols);
     std::vector<int> carried = b.for_loop(c0, c1, b.index(s_.iter_cols()), inits, [&](Builder& in, int col, const std::vector<int>& acc) {
       std::map<NodeId, int> v = known_;
@@ -159,32 +250,68 @@ class RowLoop {
           v[id] = in.load(param_index(id), {offset_row(prm), col}, loop_tile(), {false, cols_masked()});
         }
       const int ok = cols_masked() ? in.in_bounds(col, cols, 1, loop_tile()) : -1;
+      auto masked = [&](int x, double identity) {
+        return ok < 0 ? x : in.compute(Op::Where, {ok, x, in.scalar(identity, DType::F32)}, DType::F32);
+      };
       std::vector<int> next = acc;
-      for (size_t i = 0; i < reductions_.size(); ++i) {
-        const Op op = g_.node(reductions_[i]).op;
-        int x = as_f32(in, eval(in, g_.node(reductions_[i]).operands[0], v));
-        if (ok >= 0) x = in.compute(Op::Where, {ok, x, in.scalar(identity_of(op), DType::F32)}, DType::F32);
-        next[i] = in.compute(combine_of(op), {acc[i], x}, DType::F32);
+      for (NodeId r : reds)
+        if (!online(r)) {
+          const Op op = g_.node(r).op;
+          const size_t i = index_of(r);
+          next[i] = combined(in, op, acc[i], masked(eval_f32(in, g_.node(r).operands[0], v), identity_of(op)));
+        }
+      for (NodeId r : reds)
+        if (online(r)) {
+          const NodeId m = passes_.online_with.at(r), c = passes_.shift_of.at(r);
+          const size_t i = index_of(r), j = index_of(m);
+          const int c_old = eval_with(in, c, m, acc[j], v), c_new = eval_with(in, c, m, next[j], v);
+          std::map<NodeId, int> with = v;  // the step's terms exp(u − c(m_new))
+          with[c] = in.spread(c_new, loop_tile());
+          const int term = masked(eval_f32(in, g_.node(r).operands[0], with), 0.0);
+          next[i] = in.compute(Op::Add, {rescaled(in, acc[i], c_old, c_new), in.reduce_lanes(Op::ReduceSum, term)},
+                               DType::F32);
+        }
+      for (NodeId o : stores) {
+        const size_t param = k_.inputs.size() + static_cast<size_t>(std::find(k_.outputs.begin(), k_.outputs.end(), o) -
+                                                                    k_.outputs.begin());
+        in.store(static_cast<int>(param), {offset_row(p_.params[param]), col}, eval(in, o, v), {false, cols_masked()});
       }
       return next;
     });
-    std::vector<int> out;
-    for (size_t i = 0; i < reductions_.size(); ++i) out.push_back(b.reduce(g_.node(reductions_[i]).op, carried[i], 1));
+    std::map<NodeId, int> out;
+    for (NodeId r : reds)
+      if (!online(r)) out[r] = b.reduce(g_.node(r).op, carried[index_of(r)], 1);
+    for (NodeId r : reds)
+      if (online(r)) {  // each thread's sum brought to the row's max
+        const NodeId m = passes_.online_with.at(r), c = passes_.shift_of.at(r);
+        const int c_thread = eval_with(b, c, m, carried[index_of(m)], known_);
+        const int c_row = eval_with(b, c, m, out.at(m), known_);
+        out[r] = b.reduce(Op::ReduceSum, rescaled(b, carried[index_of(r)], c_thread, c_row), 1);
+      }
     return out;
   }
 
   // The row's last block: each reduction's parts, one load of the row of them, reduced.
-  std::vector<int> add_parts(Builder& b) {
-    std::vector<int> out;
+  std::map<NodeId, int> add_parts(Builder& b) {
+    std::map<NodeId, int> out;
     const int parts = b.index(s_.col_blocks());
     for (size_t i = 0; i < reductions_.size(); ++i) {
       const Op op = g_.node(reductions_[i]).op;
       int v = b.load(workspace_, {slot_row(b, i), zero_}, loop_tile(), {false, true});
       v = b.compute(Op::Where, {b.in_bounds(zero_, parts, 1, loop_tile()), v, b.scalar(identity_of(op), DType::F32)},
                     DType::F32);
-      out.push_back(b.reduce(op, v, 1));
+      out[reductions_[i]] = b.reduce(op, v, 1);
     }
     return out;
+  }
+
+  // Reductions' results as the values their uses read (rounded to their dtype).
+  void know(Builder& b, const std::map<NodeId, int>& results) {
+    for (const auto& [r, v] : results)
+      if (!known_.count(r)) {
+        const DType dt = g_.node(r).dtype;
+        known_[r] = dt == DType::F32 ? v : b.compute(Op::Cast, {v}, dt);
+      }
   }
 
   void store_per_row_outputs(Builder& b, std::map<NodeId, int> v) {
@@ -201,10 +328,11 @@ class RowLoop {
   const Graph& g_;
   const Kernel& k_;
   const TileSchedule& s_;
+  const RowPasses passes_;
   Program p_;
   std::set<NodeId> spans_;          // inputs and nodes that run along the row
   std::vector<NodeId> reductions_;  // of values that run along the row
-  std::map<NodeId, int> known_;     // per-row inputs
+  std::map<NodeId, int> known_;     // per-row inputs and the reductions' results so far
   int workspace_ = -1, row_ = -1, zero_ = -1;
 };
 

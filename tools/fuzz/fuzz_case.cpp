@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 11)) {
+  switch (pick(0, 12)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
@@ -114,6 +114,16 @@ std::vector<Variant> variants_of(uint64_t seed) {
     case 10:  // row kernels one block holds, on the first Tile IR's lowerer
       v.name = "--row-ir 1";
       v.fusion.schedule.row_ir = 1;
+      break;
+    case 11:  // rows looped over column tiles carrying a partial per thread (sm_80: no clusters,
+              // bulk copies or split rows, so long rows loop)
+      v.name = "--target sm_80 --split 0 --loop-ir 2";
+      v.fusion.profile.max_cluster_blocks = 1;
+      v.fusion.profile.bulk_copies = false;
+      v.fusion.profile.wgmma = false;
+      v.fusion.schedule.split = 0;
+      v.fusion.schedule.loop_ir = 2;
+      v.codegen = codegen_options_for("sm_80");
       break;
     default:
       break;
