@@ -16,6 +16,8 @@
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
+#include "compiler/tile/ir.h"
+#include "compiler/tile/ir_verify.h"
 #include "compiler/tile/pitch_copy.h"
 #include "runtime/device_probe.h"
 #include "compiler/support/error.h"
@@ -509,6 +511,58 @@ TEST(Codegen, LoopedRowsOnTileIrV2CarryAPartialPerThread) {
   }
   o.schedule.loop_ir = 3;
   EXPECT_THROW(plan_fusion(g, o), Error);
+}
+
+// Rows held in a cluster's registers (no staging or split rows) on Tile IR v2 under
+// `--cluster-ir 2`: the program is launched in clusters, each block holds its rank's columns,
+// and every reduction runs over the block's threads and then the cluster's blocks (`reduce …
+// axis 1 cluster`: each exchange a write into every block's shared memory and a cluster
+// barrier); through ptxas without spills. A reduction over a cluster in a program not launched
+// in clusters is refused.
+TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
+  Graph g("cluster_rows");
+  output("y", softmax(input(g, "x", {64, 65536}), -1));
+  output("r", rmsnorm(input(g, "u", {64, 40000}, DType::BF16), input(g, "w", {40000}, DType::BF16)));
+  FusionOptions o;
+  o.schedule.stages = 0;
+  o.schedule.split = 0;
+  o.schedule.cluster_ir = 2;
+  Plan p = plan_fusion(g, o);
+  int clusters = 0;
+  for (const Kernel& k : p.kernels) {
+    SCOPED_TRACE(k.name);
+    ASSERT_GT(k.schedule.cluster_blocks, 1) << k.schedule.describe();
+    ++clusters;
+    EXPECT_TRUE(k.schedule.ir_v2);
+    CompiledKernel c = compile_kernel(p.graph, k);
+    EXPECT_NE(c.tile_ir.find(fmt::format(" cluster {} {{", k.schedule.cluster_blocks)), std::string::npos) << c.tile_ir;
+    EXPECT_GT(count(c.tile_ir, R"(reduce_(sum|max) %\d+ axis 1 cluster : tile<1x1x)"), 0) << c.tile_ir;
+    EXPECT_EQ(count(c.tile_ir, R"(reduce_(sum|max) %\d+ axis 1 :)"), 0) << "every reduction spans the cluster";
+    EXPECT_GT(count(c.ptx, R"(mapa\.shared::cluster)"), 0);
+    EXPECT_GT(count(c.ptx, R"(barrier\.cluster\.wait)"), 0);
+    if (!find_ptxas().empty()) {
+      std::optional<MeasuredKernel> m = run_ptxas(c.ptx, k.name);
+      ASSERT_TRUE(m.has_value());
+      EXPECT_EQ(m->spill_bytes, 0);
+    }
+    const tir::Program parsed = tir::parse_program(c.tile_ir);
+    EXPECT_EQ(tir::print_program(parsed), c.tile_ir);
+  }
+  EXPECT_EQ(clusters, 2);
+  const std::string alone =
+      "tile.func @alone(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1] out)\n"
+      "    grid [4] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = load %arg0[%0, %1] : tile<1x1024xf32>\n"
+      "  %3 = reduce_sum %2 axis 1 cluster : tile<1x1xf32>\n"
+      "  store %arg1[%0, %1], %3 : tile<1x1xf32>\n"
+      "}\n";
+  EXPECT_FALSE(tir::program_problems(tir::parse_program(alone)).empty());
+  o.schedule.cluster_ir = 1;
+  for (const Kernel& k : plan_fusion(g, o).kernels) {
+    EXPECT_FALSE(k.schedule.ir_v2) << k.schedule.describe();
+  }
 }
 
 // An element count that is not a whole number of vectors (an odd count), by default: one

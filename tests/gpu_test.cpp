@@ -416,7 +416,8 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // `looped`: planned for a device without clusters or bulk copies (sm_80), so each row is visited
 // by a loop over column tiles carrying each thread's running max and sum (lower_looped.cpp).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
-                        int parts, DType dt = DType::F32, bool looped = false, int loop_ir = 1) {
+                        int parts, DType dt = DType::F32, bool looped = false, int loop_ir = 1,
+                        int cluster_ir = 1) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -428,6 +429,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     o.profile.bulk_copies = false;
   }
   o.schedule.loop_ir = loop_ir;
+  o.schedule.cluster_ir = cluster_ir;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
     // The schedule kind the case is meant to cover (clusters, parts, stages, loops), not its sizes.
@@ -436,6 +438,9 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
     EXPECT_EQ(k.schedule.col_iters > 1, looped);
     EXPECT_EQ(k.schedule.loop_lanes, looped && loop_ir == 2);
+    if (cluster_ir == 2 && stages == 0) {
+      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
+    }
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
@@ -481,6 +486,9 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 65536, 4, -1, 0, 2, 1);                // staged, clusters of 2 × 1024 threads
   check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16);  // staged, one block per row
   check_special_rows(4, 65536, 4, 0, -1, 4, 1);                // registers only, clusters of 4 × 512 threads
+  // The same clusters on Tile IR v2 (--cluster-ir 2), f32 and bf16.
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1, 2);
+  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1, 2);
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.

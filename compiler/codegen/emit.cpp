@@ -88,6 +88,9 @@ class Emitter {
     uses_.assign(p_.types.size(), 0);
     count_uses(p_.body);
     set_thread(b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}));
+    // Another block's shared memory may be written only once every block of the cluster runs:
+    // each arrives here, and the first exchange waits (reduce_over_cluster).
+    if (reduces_over_cluster(p_.body)) cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_relaxed_aligned);
     if (!p_.shared.empty()) {  // the rings, one after another in the block's dynamic shared memory
       auto* bytes = llvm::ArrayType::get(b_.getInt8Ty(), 0);
       shared_ = new llvm::GlobalVariable(*m_, bytes, false, llvm::GlobalValue::ExternalLinkage, nullptr,
@@ -732,6 +735,7 @@ class Emitter {
     if (in.frag == Frag::Lanes) {  // a value per thread of each row: over the row's threads
       std::vector<Value*> rows = vals_[static_cast<size_t>(i.args[0])];
       reduce_across(combine_of(i.op), rows);
+      if (i.cluster) reduce_over_cluster(combine_of(i.op), rows);
       vals_[static_cast<size_t>(i.results[0])] = std::move(rows);
       return;
     }
@@ -756,7 +760,63 @@ class Emitter {
       out.push_back(acc);
     }
     if (across) reduce_across(combine, out);
+    if (i.cluster) reduce_over_cluster(combine, out);
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  void cluster_barrier(llvm::Intrinsic::ID id) {
+    b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
+  }
+
+  static bool reduces_over_cluster(const Region& r) {
+    for (const Inst& i : r.body) {
+      if (i.cluster) return true;
+      for (const Region& inner : i.regions)
+        if (reduces_over_cluster(inner)) return true;
+    }
+    return false;
+  }
+
+  // Each of the thread's per-row values, which every thread of its row in the block holds, combined
+  // over the cluster's blocks: the row's first `cluster` threads each write it into the slot of
+  // this block's rank in one block's shared memory (thread t into block t's, through mapa), a
+  // cluster barrier (release, acquire), then every thread combines its row's slots in rank
+  // order, so every block gets the same bits. Each reduction has slots of its own, so no write
+  // waits for earlier reads.
+  void reduce_over_cluster(Op combine, std::vector<Value*>& rows) {
+    const int n = p_.cluster_blocks, values = static_cast<int>(rows.size());
+    if (l_.threads[1] < n)
+      throw CodegenError(fmt::format("kernel {}: a row over a cluster of {} blocks has {} threads a block", p_.name, n,
+                                     l_.threads[1]));
+    auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(l_.threads[0] * values * n));
+    auto* slots = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                           "cluster_values", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    slots->setAlignment(llvm::Align(16));
+    auto slot = [&](int a, Value* block) {
+      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(values)), i32(a)), i32(n)), block);
+      return b_.CreateInBoundsGEP(b_.getFloatTy(), slots, at);
+    };
+    if (!cluster_joined_) {  // pairs with the arrival on entry
+      cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+      cluster_joined_ = true;
+    }
+    Value* rank = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_cluster_ctarank, {});
+    guarded(b_.CreateICmpULT(thread_[1], i32(n)), [&] {
+      for (int a = 0; a < values; ++a) {
+        Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {slot(a, rank), thread_[1]});
+        b_.CreateAlignedStore(rows[static_cast<size_t>(a)], theirs, llvm::Align(4));
+      }
+    });
+    cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
+    cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+    for (int a = 0; a < values; ++a) {
+      Value* acc = nullptr;
+      for (int w = 0; w < n; ++w) {
+        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(a, i32(w)), llvm::Align(4));
+        acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
+      }
+      rows[static_cast<size_t>(a)] = acc;
+    }
   }
 
   // A lanes tile over a blocked tile's elements: each takes its thread's value of its row.
@@ -1635,6 +1695,7 @@ class Emitter {
   std::vector<llvm::GlobalVariable*> stage_barriers_;  // ring → its stages' full, then empty, mbarriers
   bool in_consumers_ = false;              // emitting a Specialize's consumer region
   int loop_depth_ = 0;                     // For regions being emitted around the current instruction
+  bool cluster_joined_ = false;            // the wait for the cluster's blocks to run is behind us
   Value* consumer_group_ = nullptr;        // there: the thread's consumer group (i32)
 };
 

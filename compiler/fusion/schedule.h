@@ -324,6 +324,11 @@ struct ScheduleHints {
   // element (the per-element form ran 7–37% slower: bench/NOTES.md, "Rows looped whole on Tile
   // IR v2"). Not yet measured on a GPU.
   int loop_ir = 1;
+  // Which Tile IR rows held in a cluster's registers (without windows or staging) are built on:
+  // 1, the default, the first Tile IR's lowerer (a softmax's max and sum merged in one exchange);
+  // 2: Tile IR v2, each reduction over the block's threads and then the cluster's blocks
+  // (`reduce … axis 1 cluster`, one exchange each). Not yet measured on a GPU.
+  int cluster_ir = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -96,22 +96,28 @@ Program pointwise(const Graph& g, const Kernel& k) {
 }
 
 // A row kernel held in one block's registers (TileSchedule::ir_v2): block b holds rows
-// [b·tile_rows, (b + 1)·tile_rows), each spread over threads_per_row threads. The tensors along
-// the rows are loaded first; a tensor shared by every row (layernorm's w) where it is first used.
-// Each reduction masks the columns past the row with its identity and reduces along axis 1 over
-// the row's threads; what uses it broadcasts the [rows, 1] result. Kinds it does not take (the
-// first Tile IR's schedules: windows, clusters, staged, split or looped rows) are refused: the
-// scheduler sets ir_v2 only on rows one block holds.
+// [b·tile_rows, (b + 1)·tile_rows), each spread over threads_per_row threads — or, in a cluster
+// (TileSchedule::cluster_blocks), block b holds columns [rank·tile_cols, (rank + 1)·tile_cols)
+// of row b / cluster_blocks, rank = b mod cluster_blocks. The tensors along the rows are loaded
+// first; a tensor shared by every row (layernorm's w) where it is first used. Each reduction
+// masks the columns past the row with its identity and reduces along axis 1 over the row's
+// threads (and the cluster's blocks); what uses it broadcasts the [rows, 1] result. Kinds it does
+// not take (the first Tile IR's schedules: windows, staged, split or looped rows) are refused:
+// the scheduler sets ir_v2 only on rows one block or one cluster holds.
 Program row_reduction(const Graph& g, const Kernel& k) {
   const TileSchedule& s = k.schedule;
-  if (s.window || s.cluster_blocks > 1 || s.stages > 0 || s.split_blocks > 1 || s.col_iters > 1 || s.col_blocks() != 1 ||
-      !s.elem_dims.empty())
-    throw CodegenError(fmt::format("kernel {}: Tile IR v2 builds only rows one block holds, not {}", k.name, s.describe()));
+  const bool cluster = s.cluster_blocks > 1;
+  if (s.window || s.stages > 0 || s.split_blocks > 1 || s.col_iters > 1 || s.col_blocks() != s.cluster_blocks ||
+      (cluster && s.tile_rows() != 1) || !s.elem_dims.empty())
+    throw CodegenError(
+        fmt::format("kernel {}: Tile IR v2 builds only rows one block or cluster holds, not {}", k.name, s.describe()));
   Program p;
   p.name = k.name;
   p.layout = layout_of(s);
   p.grid = {s.grid()};
   p.wide_indices = s.wide_indices();
+  p.cluster_blocks = s.cluster_blocks;
+  p.min_blocks_per_sm = s.min_blocks_per_sm;
   std::vector<Shape> shapes;
   for (NodeId id : k.inputs) shapes.push_back(g.node(id).shape);
   for (NodeId id : k.outputs) shapes.push_back(aligned_shape(g, id, k));
@@ -121,13 +127,24 @@ Program row_reduction(const Graph& g, const Kernel& k) {
     p.params.push_back(param_of(g, k.outputs[i], true, views[k.inputs.size() + i], s));
 
   Builder b(p, p.body);
-  const int row0 = b.mul(b.program_id(0), b.index(s.tile_rows()));
+  const int pid = b.program_id(0);
+  int row0, col0;
+  if (cluster) {
+    const int blocks = b.index(s.cluster_blocks);
+    row0 = b.div(pid, blocks);
+    col0 = b.mul(b.rem(pid, blocks), b.index(s.tile_cols()));
+  } else {
+    row0 = b.mul(pid, b.index(s.tile_rows()));
+  }
   const int zero = b.index(0);
+  if (!cluster) col0 = zero;
   const std::vector<bool> masked = {s.rows % s.tile_rows() != 0, s.cols % s.tile_cols() != 0};
   auto tile_shape = [&](const Param& prm) {
     return Shape{prm.view[0] == 1 ? 1 : s.tile_rows(), prm.view[1] == 1 ? 1 : s.tile_cols()};
   };
-  auto offsets = [&](const Param& prm) { return std::vector<int>{prm.view[0] == 1 ? zero : row0, zero}; };
+  auto offsets = [&](const Param& prm) {
+    return std::vector<int>{prm.view[0] == 1 ? zero : row0, prm.view[1] == 1 ? zero : col0};
+  };
   auto masks = [&](const Param& prm) {
     return std::vector<bool>{masked[0] && prm.view[0] != 1, masked[1] && prm.view[1] != 1};
   };
@@ -142,7 +159,7 @@ Program row_reduction(const Graph& g, const Kernel& k) {
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
     if (n.op == Op::Iota) {
-      value_of[id] = iota_of(b, k, n, row0, zero);
+      value_of[id] = iota_of(b, k, n, row0, col0);
       continue;
     }
     std::vector<int> args;
@@ -161,10 +178,10 @@ Program row_reduction(const Graph& g, const Kernel& k) {
         continue;
       }
       if (masked[1]) {
-        if (in_row < 0) in_row = b.in_bounds(zero, b.index(s.cols), 1, {1, s.tile_cols()});
+        if (in_row < 0) in_row = b.in_bounds(col0, b.index(s.cols), 1, {1, s.tile_cols()});
         x = b.compute(Op::Where, {in_row, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
       }
-      value_of[id] = b.reduce(n.op, x, 1);
+      value_of[id] = cluster ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1);
     } else {
       value_of[id] = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
     }

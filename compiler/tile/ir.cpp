@@ -540,6 +540,12 @@ int Builder::reduce(Op op, int tile, int axis) {
   return emit(i, t);
 }
 
+int Builder::reduce_cluster(Op op, int tile) {
+  const int r = reduce(op, tile, 1);
+  r_->body.back().cluster = true;
+  return r;
+}
+
 int Builder::reduce_lanes(Op op, int tile) {
   Inst i;
   i.opcode = Opcode::Reduce;

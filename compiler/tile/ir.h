@@ -265,6 +265,10 @@ struct Inst {
   // did past an online softmax, to write the next P's fragments into the registers the product
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
+  // Reduce along axis 1 of a row spread over a cluster's blocks (printed `reduce_… axis 1
+  // cluster`): each block's value of the row, then the cluster's blocks' values combined in rank
+  // order (through distributed shared memory; every block gets the same bits).
+  bool cluster = false;
   std::vector<Region> regions;
 };
 
@@ -449,6 +453,9 @@ class Builder {
   int reduce(Op op, int tile, int axis);
   // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.
   int reduce_lanes(Op op, int tile);
+  // Each row of a blocked or lanes tile reduced over the block's threads and then over the
+  // cluster's blocks (Inst::cluster): a row whose columns the cluster's blocks share.
+  int reduce_cluster(Op op, int tile);
   // A lanes tile spread over the blocked tile of `shape` (each thread's value over its elements).
   int spread(int lanes, const Shape& shape);
   // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.

@@ -165,8 +165,8 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         [[fallthrough]];
       case Opcode::Reduce:
       case Opcode::InBounds:
-        *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
-                            type_of(i.results[0]));
+        *out += fmt::format("{}{}{} {} axis {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
+                            i.cluster ? " cluster" : "", type_of(i.results[0]));
         break;
       case Opcode::LastArrival:
         *out += fmt::format("{}{}last_arrival %arg{}[{}] of {} : bool\n", pad, lhs, i.param, value(i.args[0]),
@@ -324,6 +324,9 @@ class Parser {
       p.min_blocks_per_sm = static_cast<int>(integer());
     }
     p.wide_indices = take_word("wide_indices");
+    if (take_word("cluster")) {  // (a specialized program's follows its registers)
+      p.cluster_blocks = static_cast<int>(integer());
+    }
     if (take_word("registers")) {
       word("producer");
       p.producer_registers = static_cast<int>(integer());
@@ -855,6 +858,7 @@ class Parser {
       i.args = {use("the reduced tile")};
       word("axis");
       i.axis = static_cast<int>(integer());
+      i.cluster = take_word("cluster");
       punct(":");
       results({type()});
     } else {
@@ -902,11 +906,12 @@ std::string print_program(const Program& p) {
                                 std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "") + (r.tma ? " tma" : "") +
                                     (r.staging ? " staging" : "")));
   if (!rings.empty()) mma += fmt::format("\n    shared [{}]", fmt::join(rings, ", "));
-  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{}{} {{\n", p.name,
+  std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),
                                 layout_str(p.layout), mma,
                                 p.min_blocks_per_sm ? fmt::format(" min_blocks_per_sm {}", p.min_blocks_per_sm) : "",
                                 p.wide_indices ? " wide_indices" : "",
+                                !p.specialized() && p.cluster_blocks > 1 ? fmt::format(" cluster {}", p.cluster_blocks) : "",
                                 p.specialized() ? fmt::format(" registers producer {} consumers {}{}", p.producer_registers,
                                                               p.consumer_registers,
                                                               (p.consumer_groups > 1

@@ -191,9 +191,11 @@ class Verifier {
     for (const SharedRing& r : p_.shared)
       if (r.staging && (r.tma || r.wgmma || r.col_major || !p_.specialized()))
         problem(fmt::format("@{}: a staging ring is only TmaStore's, in a warp-specialized program", r.name));
-    if (p_.cluster_blocks < 1 || p_.cluster_blocks > 8 || (p_.cluster_blocks > 1 && !p_.specialized()) ||
+    // (A row shared by a cluster's blocks: up to 16, the non-portable size the H200 allows.)
+    if (p_.cluster_blocks < 1 || p_.cluster_blocks > (p_.specialized() ? 8 : 16) ||
         (p_.cluster_blocks > 1 && !p_.grid.empty() && p_.grid[0] % p_.cluster_blocks != 0))
-      problem(fmt::format("clusters of {} blocks: a specialized program's, 2 to 8 dividing its grid", p_.cluster_blocks));
+      problem(fmt::format("clusters of {} blocks: 2 to 8 (a specialized program's) or 16 dividing its grid",
+                          p_.cluster_blocks));
     if (p_.consumer_groups > 1 && p_.cluster_blocks > 1)
       problem("ping-pong consumer groups in clusters: not supported (the groups' tiles are the block's, not the cluster's)");
     if (p_.consumer_groups != 1 && (p_.consumer_groups != 2 || !p_.specialized()))
@@ -540,6 +542,10 @@ class Verifier {
           if (within) check_tile_shape(i, out);
           if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
             problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
+          if (i.cluster && (i.axis != 1 || p_.cluster_blocks < 2 || p_.specialized() || within || t.frag == Frag::Acc))
+            problem(fmt::format("{}: a reduction over a cluster's blocks takes a blocked or lanes tile's rows (axis 1) "
+                                "in a program launched in clusters",
+                                where(i)));
           break;
         }
         case Opcode::Convert: {
