@@ -565,6 +565,61 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   }
 }
 
+// Windowed rows (a width that is not a multiple of the vector width) on Tile IR v2 under
+// `--window-ir 2` (clusters with `--cluster-ir 2`): the tensors along the row are seen flat, read
+// in whole vectors from the aligned window start (masked only at the tensor's end), each element's
+// place in its row tested (`in_bounds` with a lower bound) before the reductions, and the output
+// stored between the row's ends (`masked [1 from …]`); through ptxas. A row with a weight along
+// it (RMSNorm) stays on the first IR; a lower bound on the rows' axis is refused.
+TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("windows_v2_") + dtype_name(dt));
+    output("sm", softmax(input(g, "x", {37, 4097}, dt) * 2.0, -1));
+    Tensor v = input(g, "v", {3, 50257}, dt);
+    output("ce", -sum(input(g, "t", {3, 50257}, dt) * log_softmax(v, -1), {-1}, true));
+    output("rms", rmsnorm(input(g, "r", {5, 5003}, dt), input(g, "rw", {5003}, dt)));
+    FusionOptions o;
+    o.schedule.window_ir = 2;
+    o.schedule.cluster_ir = 2;
+    Plan p = plan_fusion(g, o);
+    int on_v2 = 0;
+    for (const Kernel& k : p.kernels) {
+      SCOPED_TRACE(k.name);
+      ASSERT_TRUE(k.schedule.window) << k.schedule.describe();
+      bool weight = false;  // (RMSNorm's w runs along its row)
+      for (NodeId in : k.inputs) weight |= p.graph.node(in).name == "rw";
+      EXPECT_EQ(k.schedule.ir_v2, !weight) << k.schedule.describe();
+      if (!k.schedule.ir_v2) continue;
+      ++on_v2;
+      CompiledKernel c = compile_kernel(p.graph, k);
+      EXPECT_GT(count(c.tile_ir, R"(in_bounds %\d+, %\d+, %\d+ axis 1)"), 0) << c.tile_ir;
+      EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "inputs in vectors";
+      bool writes_rows = false;  // (cross-entropy writes one value a row)
+      for (NodeId o : k.outputs) writes_rows |= p.graph.node(o).shape.back() != 1;
+      if (writes_rows) {
+        EXPECT_GT(count(c.tile_ir, R"(masked \[1 from %\d+ < %\d+\])"), 0) << c.tile_ir;
+        EXPECT_GT(count(c.ptx, R"(st\.global\.v4\.(b32|f32))"), 0) << "the row's whole vectors stored whole";
+      }
+      EXPECT_EQ(tir::print_program(tir::parse_program(c.tile_ir)), c.tile_ir);
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
+      }
+    }
+    EXPECT_GE(on_v2, 2);
+  }
+  const std::string rows_bound =
+      "tile.func @rows_bound(%arg0 \"y\": f32[4, 1024] out)\n"
+      "    grid [4] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = const 1 : f32\n"
+      "  %3 = splat %2 : tile<1x1024xf32>\n"
+      "  store %arg0[%0, %1], %3 masked [0 from %1 < %0] : tile<1x1024xf32>\n"
+      "}\n";
+  EXPECT_FALSE(tir::program_problems(tir::parse_program(rows_bound)).empty());
+}
+
 // An element count that is not a whole number of vectors (an odd count), by default: one
 // row of every element, read and written in 16-byte vectors, its last vector element by element.
 TEST(Codegen, OddElementCountsRunAsOneRowOfVectors) {

@@ -679,7 +679,7 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (int window : {1, 0}) {
+    for (int window : {1, 0, 2}) {  // 2: windows on Tile IR v2 (--window-ir 2 --cluster-ir 2)
       SCOPED_TRACE(std::string(dtype_name(dt)) + " window " + std::to_string(window));
       Graph g(std::string("windows_") + dtype_name(dt));
       Tensor x = input(g, "x", {37, 4097}, dt);
@@ -693,12 +693,22 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
       Tensor v = input(g, "v", {3, 50257}, dt);
       output("ce", -sum(input(g, "t", {3, 50257}, dt) * log_softmax(v, -1), {-1}, true));
       FusionOptions o;
-      o.schedule.window = window;
+      o.schedule.window = std::min(window, 1);
+      o.schedule.window_ir = o.schedule.cluster_ir = window == 2 ? 2 : 1;
       Plan p = plan_fusion(g, o);
-      int windowed = 0;
-      for (const Kernel& k : p.kernels) windowed += k.schedule.window;
-      if (window == 0) EXPECT_EQ(windowed, 0);
-      else EXPECT_GE(windowed, 5);
+      int windowed = 0, on_v2 = 0;
+      for (const Kernel& k : p.kernels) {
+        windowed += k.schedule.window;
+        on_v2 += k.schedule.window && k.schedule.ir_v2;
+      }
+      if (window == 0) {
+        EXPECT_EQ(windowed, 0);
+      } else {
+        EXPECT_GE(windowed, 5);
+      }
+      if (window == 2) {  // (not the rows with weights along them)
+        EXPECT_GE(on_v2, 3) << plan_report_text(p);
+      }
       testing::check_on_gpu(p, seed);
     }
 }

@@ -180,16 +180,27 @@ class Emitter {
   }
   // Element index along axis d: the offset plus the element's position (unless the tile is one
   // element wide there), clamped to 0 where masked and out of the view; `ok` gets the mask.
-  Value* coordinate(const Inst& i, const Type& t, size_t d, int slot, Value** ok) {
+  // (A run along an axis with a lower bound is checked by its ends and element by element where
+  // it straddles, `runs_checked`: its first element's index is neither clamped nor a mask.)
+  Value* coordinate(const Inst& i, const Type& t, size_t d, int slot, Value** ok, bool runs_checked = false) {
     Value* at = one(i.args[d]);
     if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, slot), index_ty()), "", true, true);
     *ok = nullptr;
-    if (d < i.masked.size() && i.masked[d]) {
-      const int limit = d < i.limits.size() ? i.limits[d] : -1;
-      *ok = b_.CreateICmpULT(at, limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d)));
+    if (d < i.masked.size() && i.masked[d] && !(runs_checked && has_lower(i, d))) {
+      *ok = inside(i, d, at);
       at = b_.CreateSelect(*ok, at, index(0));
     }
     return at;
+  }
+  static bool has_lower(const Inst& i, size_t d) { return d < i.lower.size() && i.lower[d] >= 0; }
+  // Whether index x along masked axis d lies in its bounds: below its limit (a value, or the
+  // view's extent) and, where it has one, not below its lower bound.
+  Value* inside(const Inst& i, size_t d, Value* x) {
+    const int limit = d < i.limits.size() ? i.limits[d] : -1;
+    Value* hi = limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d));
+    if (!has_lower(i, d)) return b_.CreateICmpULT(x, hi);
+    Value* lo = one(i.lower[d]);
+    return b_.CreateICmpULT(b_.CreateSub(x, lo), b_.CreateSub(hi, lo));
   }
 
   // How far indices into a parameter run along axis d: its view's extent, or — where its rows are
@@ -367,8 +378,8 @@ class Emitter {
     for (int e0 = 0; e0 < n0; e0 += axis == 0 ? width : 1)
       for (int e1 = 0; e1 < n1; e1 += axis == 1 ? width : 1) {
         Value *ok0, *ok1;
-        Value* row = coordinate(i, t, 0, e0, &ok0);
-        Value* col = coordinate(i, t, 1, e1, &ok1);
+        Value* row = coordinate(i, t, 0, e0, &ok0, width > 1 && axis == 0);
+        Value* col = coordinate(i, t, 1, e1, &ok1, width > 1 && axis == 1);
         Value* ok = !ok0 ? ok1 : !ok1 ? ok0 : b_.CreateAnd(ok0, ok1);
         std::vector<int> elems;
         for (int w = 0; w < width; ++w) elems.push_back(axis == 0 ? (e0 + w) * n1 + e1 : e0 * n1 + e1 + w);
@@ -381,6 +392,7 @@ class Emitter {
   // where it does not.
   bool straddles(const Inst& i, size_t axis, int width) const {
     if (width == 1 || axis >= i.masked.size() || !i.masked[axis]) return false;
+    if (has_lower(i, axis)) return true;  // (the verifier keeps lower bounds to the columns)
     const bool limited = axis < i.limits.size() && i.limits[axis] >= 0;
     if (limited || index_extent(p_.params[static_cast<size_t>(i.param)], axis) % width == 0) return false;
     if (axis != 1)
@@ -388,6 +400,8 @@ class Emitter {
     return true;
   }
   Value* fits(Value* start, const Inst& i, size_t axis, int width) {
+    if (has_lower(i, axis))  // both ends inside: bounds are one interval
+      return b_.CreateAnd(inside(i, axis, start), inside(i, axis, b_.CreateAdd(start, index(width - 1))));
     const int64_t end = index_extent(p_.params[static_cast<size_t>(i.param)], axis);
     return b_.CreateICmpULE(b_.CreateAdd(start, index(width)), index(end));
   }
@@ -411,7 +425,7 @@ class Emitter {
         out[static_cast<size_t>(elems[0])] = to_compute(b_, b_.CreateAlignedLoad(ty, ptr, align), prm.dtype);
         return;
       }
-      Value* v = whole ? straddling_load(prm, args_[static_cast<size_t>(i.param)], ty, row, col, width, whole)
+      Value* v = whole ? straddling_load(i, args_[static_cast<size_t>(i.param)], ty, row, col, width, whole)
                        : b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)), ptr, align);
       for (int c = 0; c < width; ++c) {
         Value* x = to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
@@ -473,9 +487,8 @@ class Emitter {
         b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
         b_.CreateBr(done);
         b_.SetInsertPoint(tail);
-        const int64_t end = index_extent(prm, 1);
         for (int e = 0; e < width; ++e)
-          guarded(b_.CreateICmpULT(b_.CreateAdd(col, index(e)), index(end)), [&] {
+          guarded(inside(i, 1, b_.CreateAdd(col, index(e))), [&] {
             b_.CreateAlignedStore(b_.CreateExtractElement(data, static_cast<uint64_t>(e)),
                                   b_.CreateInBoundsGEP(ty, ptr, b_.getInt64(e)), llvm::Align(dtype_size(prm.dtype)));
           });
@@ -488,8 +501,8 @@ class Emitter {
   // A run that may pass the view's end along its columns: one vector load where it fits, else
   // its elements inside the view (the rest 0), met as one vector value (a load used only by
   // extracts would be split into element loads and sunk into the join).
-  Value* straddling_load(const tir::Param& prm, Value* base, llvm::Type* ty, Value* row, Value* col, int width,
-                         Value* whole) {
+  Value* straddling_load(const Inst& i, Value* base, llvm::Type* ty, Value* row, Value* col, int width, Value* whole) {
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
     auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "run_load", fn_);
     auto* tail = llvm::BasicBlock::Create(b_.getContext(), "tail_load", fn_);
@@ -501,10 +514,9 @@ class Emitter {
     b_.CreateBr(done);
     b_.SetInsertPoint(tail);
     Value* parts = llvm::Constant::getNullValue(vty);
-    const int64_t end = index_extent(prm, 1);
     for (int e = 0; e < width; ++e) {
       Value* c = b_.CreateAdd(col, index(e));
-      Value* in = b_.CreateICmpULT(c, index(end));
+      Value* in = inside(i, 1, c);
       Value* x = b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, offset(prm, row, b_.CreateSelect(in, c, col))),
                                       llvm::Align(dtype_size(prm.dtype)));
       parts = b_.CreateInsertElement(parts, b_.CreateSelect(in, x, llvm::Constant::getNullValue(ty)), static_cast<uint64_t>(e));
@@ -683,20 +695,29 @@ class Emitter {
   // The offset (arg 0) plus each of the result's elements' position along `axis`, as `f` makes
   // it an element.
   template <typename F>
-  void positions(const Inst& i, F f) {
+  void positions(const Inst& i, F f, Value* offset = nullptr) {
     const Type& t = type(i.results[0]);
     const size_t d = static_cast<size_t>(i.axis);
     std::vector<Value*> out;
     for (int e0 = 0; e0 < slots(t, 0); ++e0)
       for (int e1 = 0; e1 < slots(t, 1); ++e1) {
-        Value* at = one(i.args[0]);
+        Value* at = offset ? offset : one(i.args[0]);
         if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
         out.push_back(f(at));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
-  // Whether offset + each element's position along the axis is below the limit.
+  // Whether offset + each element's position along the axis is below the limit (and not below
+  // the lower bound, where given: one unsigned compare of (offset − lo) + position against
+  // hi − lo).
   void in_bounds(const Inst& i) {
+    if (i.args.size() == 3) {
+      Value* lo = one(i.args[2]);
+      Value* span = b_.CreateSub(one(i.args[1]), lo);
+      Value* from = b_.CreateSub(one(i.args[0]), lo);
+      positions(i, [&](Value* at) { return b_.CreateICmpULT(at, span); }, from);
+      return;
+    }
     positions(i, [&](Value* at) { return b_.CreateICmpULT(at, one(i.args[1])); });
   }
   // offset + each element's position along the axis, as f32 (exact below 2^24); the linear form:

@@ -681,7 +681,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
-      s.ir_v2 = hints.cluster_ir == 2 && !s.window;
+      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_along_row == 0));
       return s;
     }
   }
@@ -710,7 +710,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  s.ir_v2 = hints.row_ir == 2 && !s.window;
+  // (A windowed row on Tile IR v2 is one block's: each row's window starts elsewhere.)
+  s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_along_row == 0 && s.tile_rows() == 1));
   return s;
 }
 

@@ -101,14 +101,21 @@ Program pointwise(const Graph& g, const Kernel& k) {
 // of row b / cluster_blocks, rank = b mod cluster_blocks. The tensors along the rows are loaded
 // first; a tensor shared by every row (layernorm's w) where it is first used. Each reduction
 // masks the columns past the row with its identity and reduces along axis 1 over the row's
-// threads (and the cluster's blocks); what uses it broadcasts the [rows, 1] result. Kinds it does
-// not take (the first Tile IR's schedules: windows, staged, split or looped rows) are refused:
-// the scheduler sets ir_v2 only on rows one block or one cluster holds.
+// threads (and the cluster's blocks); what uses it broadcasts the [rows, 1] result.
+// Windowed rows (TileSchedule::window: a width that is not a multiple of the vector width) see
+// the tensors laid out like the domain flat: row r is the elements [r·W, (r + 1)·W), read as the
+// tile from the aligned window start r·W − (r·W mod vec) (plus the rank's columns in a cluster),
+// so every access is a whole vector but at the tensor's end; an element is the row's where its
+// index lies in [r·W, (r + 1)·W) (`in_bounds` with a lower bound): reductions mask the others,
+// and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A tensor along such a row
+// laid out otherwise (a weight shared by the rows) is the first Tile IR's still. Kinds it does not
+// take (the first Tile IR's schedules: staged, split or looped rows) are refused: the scheduler
+// sets ir_v2 only on rows one block or one cluster holds.
 Program row_reduction(const Graph& g, const Kernel& k) {
   const TileSchedule& s = k.schedule;
-  const bool cluster = s.cluster_blocks > 1;
-  if (s.window || s.stages > 0 || s.split_blocks > 1 || s.col_iters > 1 || s.col_blocks() != s.cluster_blocks ||
-      (cluster && s.tile_rows() != 1) || !s.elem_dims.empty())
+  const bool cluster = s.cluster_blocks > 1, window = s.window;
+  if (s.stages > 0 || s.split_blocks > 1 || s.col_iters > 1 || s.col_blocks() != s.cluster_blocks ||
+      ((cluster || window) && s.tile_rows() != 1) || !s.elem_dims.empty())
     throw CodegenError(
         fmt::format("kernel {}: Tile IR v2 builds only rows one block or cluster holds, not {}", k.name, s.describe()));
   Program p;
@@ -125,6 +132,19 @@ Program row_reduction(const Graph& g, const Kernel& k) {
   for (size_t i = 0; i < k.inputs.size(); ++i) p.params.push_back(param_of(g, k.inputs[i], false, views[i], s));
   for (size_t i = 0; i < k.outputs.size(); ++i)
     p.params.push_back(param_of(g, k.outputs[i], true, views[k.inputs.size() + i], s));
+  std::vector<bool> flat(p.params.size(), false);  // windowed: seen as one row of all its elements
+  if (window) {
+    for (size_t i = 0; i < p.params.size(); ++i) {
+      Param& prm = p.params[i];
+      if (prm.view[1] == 1) continue;
+      if (prm.view != Shape{s.rows, s.cols} || !prm.row_dims.empty())
+        throw CodegenError(fmt::format("kernel {}: {} runs along a windowed row laid out unlike the rows", k.name,
+                                       prm.name));
+      prm.view = {1, s.rows * s.cols};
+      flat[i] = true;
+    }
+    p.wide_indices |= s.rows * s.cols + s.col_blocks() * s.tile_cols() > INT32_MAX;
+  }
 
   Builder b(p, p.body);
   const int pid = b.program_id(0);
@@ -138,7 +158,14 @@ Program row_reduction(const Graph& g, const Kernel& k) {
   }
   const int zero = b.index(0);
   if (!cluster) col0 = zero;
-  const std::vector<bool> masked = {s.rows % s.tile_rows() != 0, s.cols % s.tile_cols() != 0};
+  int row_lo = -1, row_hi = -1;  // windowed: the row's elements [row_lo, row_hi), read from col0
+  if (window) {
+    row_lo = b.mul(row0, b.index(s.cols));
+    row_hi = b.add(row_lo, b.index(s.cols));
+    const int start = b.sub(row_lo, b.rem(row_lo, b.index(s.vec)));
+    col0 = cluster ? b.add(start, col0) : start;
+  }
+  const std::vector<bool> masked = {s.rows % s.tile_rows() != 0, window || s.cols % s.tile_cols() != 0};
   auto tile_shape = [&](const Param& prm) {
     return Shape{prm.view[0] == 1 ? 1 : s.tile_rows(), prm.view[1] == 1 ? 1 : s.tile_cols()};
   };
@@ -154,12 +181,12 @@ Program row_reduction(const Graph& g, const Kernel& k) {
     value_of[k.inputs[i]] = b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
   };
   for (size_t i = 0; i < k.inputs.size(); ++i)
-    if (p.params[i].view[0] != 1) load(i);
+    if (p.params[i].view[0] != 1 || flat[i]) load(i);
   int in_row = -1;  // the tile's columns inside the row
   for (NodeId id : k.nodes) {
     const Node& n = g.node(id);
-    if (n.op == Op::Iota) {
-      value_of[id] = iota_of(b, k, n, row0, col0);
+    if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
+      value_of[id] = window ? iota_of(b, k, n, zero, col0) : iota_of(b, k, n, row0, col0);
       continue;
     }
     std::vector<int> args;
@@ -177,8 +204,10 @@ Program row_reduction(const Graph& g, const Kernel& k) {
         value_of[id] = n.op == Op::ReduceSum ? times_width(b, x, s.cols, n.dtype) : x;
         continue;
       }
+      if (masked[1] && in_row < 0)
+        in_row = window ? b.in_range(col0, row_lo, row_hi, 1, {1, s.tile_cols()})
+                        : b.in_bounds(col0, b.index(s.cols), 1, {1, s.tile_cols()});
       if (masked[1]) {
-        if (in_row < 0) in_row = b.in_bounds(col0, b.index(s.cols), 1, {1, s.tile_cols()});
         x = b.compute(Op::Where, {in_row, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
       }
       value_of[id] = cluster ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1);
@@ -187,8 +216,19 @@ Program row_reduction(const Graph& g, const Kernel& k) {
     }
     if (rounds_where_computed(g, k, id)) value_of[id] = b.compute(Op::Cast, {value_of[id]}, n.dtype);
   }
-  if (NodeId bad = store_outputs(b, k, value_of, tile_shape, offsets, masks); bad >= 0)
+  if (window) {  // the row's elements only; one value per row as usual
+    for (size_t i = 0; i < k.outputs.size(); ++i) {
+      const size_t param = k.inputs.size() + i;
+      int v = value_of.at(k.outputs[i]);
+      if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(p.params[param]));
+      if (flat[param])
+        b.store_between(static_cast<int>(param), offsets(p.params[param]), v, 1, row_lo, row_hi);
+      else
+        b.store(static_cast<int>(param), offsets(p.params[param]), v, masks(p.params[param]));
+    }
+  } else if (NodeId bad = store_outputs(b, k, value_of, tile_shape, offsets, masks); bad >= 0) {
     throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k.name, bad));
+  }
   verify_program(p);
   return p;
 }

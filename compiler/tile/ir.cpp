@@ -255,6 +255,12 @@ int Builder::in_bounds(int offset, int limit, int axis, const Shape& shape, Frag
   return emit(i, Type::tile(DType::Bool, shape, Space::Reg, frag));
 }
 
+int Builder::in_range(int offset, int lo, int hi, int axis, const Shape& shape) {
+  const int ok = in_bounds(offset, hi, axis, shape);
+  r_->body.back().args.push_back(lo);
+  return ok;
+}
+
 int Builder::iota(int offset, int axis, const Shape& shape, Frag frag) {
   Inst i;
   i.opcode = Opcode::Iota;
@@ -488,6 +494,16 @@ void Builder::store(int param, const std::vector<int>& offsets, int tile, const 
   i.args.push_back(tile);
   set_masks(i, offsets.size(), masked, limits);
   emit(i, std::nullopt);
+}
+
+void Builder::store_between(int param, const std::vector<int>& offsets, int tile, int axis, int lo, int hi) {
+  std::vector<bool> masked(offsets.size(), false);
+  std::vector<int> limits(offsets.size(), -1);
+  masked.at(static_cast<size_t>(axis)) = true;
+  limits[static_cast<size_t>(axis)] = hi;
+  store(param, offsets, tile, masked, limits);
+  r_->body.back().lower.assign(offsets.size(), -1);
+  r_->body.back().lower[static_cast<size_t>(axis)] = lo;
 }
 
 // The numpy broadcast of the tile arguments' shapes (scalars broadcast to anything).

@@ -139,6 +139,7 @@ enum class Opcode {
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
   InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
+              // (and ≥ arg 2, where given)
   Iota,       // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota);
               // with two offsets, the linear index (see Inst::iota_stride)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
@@ -244,6 +245,9 @@ struct Inst {
   int param = -1;            // Load, Store
   std::vector<bool> masked;  // Load, Store: the axes whose offsets may pass the view's extent
   std::vector<int> limits;   // Load, Store: per masked axis, the bound (a value; -1: the view's extent)
+  // Load, Store: per masked axis, a value below which indices are masked too (-1: none): a
+  // window's elements outside the row it holds.
+  std::vector<int> lower;
   int axis = 0;              // ProgramId, Reduce
   int ring = -1;             // CopyAsync, LoadShared, DotAsync (A): the shared ring
   int ring_b = -1;           // DotAsync: B's ring
@@ -401,6 +405,8 @@ class Builder {
   int broadcast_index(int flat, const Shape& dims, const Shape& own);
   int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
+  // offset + each element's position along `axis` in [lo, hi).
+  int in_range(int offset, int lo, int hi, int axis, const Shape& shape);
   int iota(int offset, int axis, const Shape& shape, Frag frag = Frag::None);
   // (row0 + row)·stride + col0 + col of each element, / div, % mod, as f32.
   int linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape);
@@ -445,6 +451,8 @@ class Builder {
   void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
+  // A store of the elements whose index along `axis` lies in [lo, hi) only (a window's row).
+  void store_between(int param, const std::vector<int>& offsets, int tile, int axis, int lo, int hi);
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);
   // `nonpositive_arg`: an exp whose argument is never positive (printed `exp %x nonpositive`).
   int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);

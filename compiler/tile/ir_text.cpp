@@ -46,13 +46,17 @@ class Names {
   int next_ = 0;
 };
 
-// " masked [0 < %5, 1]": the axes a load or store checks, against a value or its view's extent.
+// " masked [0 < %5, 1, 1 from %7 < %8]": the axes a load or store checks, against a value or its
+// view's extent (and from a lower bound, where it has one).
 std::string masked(const Inst& i, const Names& value) {
   std::vector<std::string> axes;
   for (size_t d = 0; d < i.masked.size(); ++d)
-    if (i.masked[d])
-      axes.push_back(d < i.limits.size() && i.limits[d] >= 0 ? fmt::format("{} < {}", d, value(i.limits[d]))
-                                                            : std::to_string(d));
+    if (i.masked[d]) {
+      std::string axis = std::to_string(d);
+      if (d < i.lower.size() && i.lower[d] >= 0) axis += fmt::format(" from {}", value(i.lower[d]));
+      if (d < i.limits.size() && i.limits[d] >= 0) axis += fmt::format(" < {}", value(i.limits[d]));
+      axes.push_back(axis);
+    }
   return axes.empty() ? "" : fmt::format(" masked [{}]", fmt::join(axes, ", "));
 }
 
@@ -535,6 +539,10 @@ class Parser {
       const int64_t d = integer();
       if (d < 0 || d >= static_cast<int64_t>(rank)) fail("a masked axis out of range");
       i.masked[static_cast<size_t>(d)] = true;
+      if (take_word("from")) {
+        i.lower.resize(rank, -1);
+        i.lower[static_cast<size_t>(d)] = use("a lower bound");
+      }
       if (at_punct("<")) {
         next();
         i.limits[static_cast<size_t>(d)] = use("a limit");
@@ -805,6 +813,10 @@ class Parser {
       i.args = {use("an offset")};
       punct(",");
       i.args.push_back(use("a limit"));
+      if (at_punct(",")) {  // and a lower bound
+        next();
+        i.args.push_back(use("a lower bound"));
+      }
       word("axis");
       i.axis = static_cast<int>(integer());
       punct(":");

@@ -108,6 +108,11 @@ class Verifier {
       problem(fmt::format("{}: %arg{} is {}", where(i), i.param, prm.output ? "an output" : "an input"));
     for (int limit : i.limits)
       if (limit >= 0 && !is_index(limit)) problem(fmt::format("{}: a mask's limit %{} is not an index", where(i), limit));
+    for (int lower : i.lower)
+      if (lower >= 0 && !is_index(lower)) problem(fmt::format("{}: a mask's lower bound %{} is not an index", where(i), lower));
+    for (size_t d = 0; d < i.lower.size(); ++d)
+      if (i.lower[d] >= 0 && (d >= i.masked.size() || !i.masked[d] || d != 1))
+        problem(fmt::format("{}: a lower bound on axis {}, which is not masked or not the columns", where(i), d));
     const size_t offsets = i.args.size() - (store ? 1 : 0);
     if (!i.masked.empty() && i.masked.size() != offsets)
       problem(fmt::format("{}: masks {} axes of {}", where(i), i.masked.size(), offsets));
@@ -458,6 +463,8 @@ class Verifier {
         if (!scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
       for (int a : i.limits)
         if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
+      for (int a : i.lower)
+        if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
       switch (i.opcode) {
         case Opcode::ProgramId:
           if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))
@@ -567,7 +574,8 @@ class Verifier {
           break;
         case Opcode::InBounds: {
           const Type& out = type(i.results.at(0));
-          if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]) || !out.is_tile() ||
+          if (i.args.size() < 2 || i.args.size() > 3 || !is_index(i.args[0]) || !is_index(i.args[1]) ||
+              (i.args.size() == 3 && !is_index(i.args[2])) || !out.is_tile() ||
               out.dtype != DType::Bool || i.axis < 0 || static_cast<size_t>(i.axis) >= out.shape.size())
             problem(fmt::format("{}: needs an offset, a limit and a bool tile along one of its axes", where(i)));
           if (out.frag == Frag::Lanes) problem(fmt::format("{}: positions of a lanes tile are not elements'", where(i)));

@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 13)) {
+  switch (pick(0, 14)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
@@ -126,10 +126,16 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.codegen = codegen_options_for("sm_80");
       break;
     case 12:  // rows held in clusters (no staging or split rows), on Tile IR v2
-      v.name = "--stages 0 --split 0 --cluster-ir 2";
+      v.name = "--stages 0 --split 0 --cluster-ir 2 --window-ir 2";
       v.fusion.schedule.stages = 0;
       v.fusion.schedule.split = 0;
       v.fusion.schedule.cluster_ir = 2;
+      v.fusion.schedule.window_ir = 2;
+      break;
+    case 13:  // odd row widths in windows, on Tile IR v2
+      v.name = "--window 1 --window-ir 2";
+      v.fusion.schedule.window = 1;
+      v.fusion.schedule.window_ir = 2;
       break;
     default:
       break;
