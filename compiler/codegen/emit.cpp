@@ -193,6 +193,23 @@ class Emitter {
     return at;
   }
   static bool has_lower(const Inst& i, size_t d) { return d < i.lower.size() && i.lower[d] >= 0; }
+  // The elements e < width of a run from index `start` with lo ≤ start + e < hi, as bits (i32):
+  // one interval, so 2^min(max(hi − start, 0), width) − 2^min(max(lo − start, 0), width).
+  Value* run_bits(Value* start, Value* lo, Value* hi, int width) {
+    auto clamped = [&](Value* x) {
+      Value* in = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                           b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, index(0)), index(width));
+      return b_.CreateTrunc(in, b_.getInt32Ty());
+    };
+    return b_.CreateSub(b_.CreateShl(i32(1), clamped(b_.CreateSub(hi, start))),
+                        b_.CreateShl(i32(1), clamped(b_.CreateSub(lo, start))));
+  }
+  // A run's bits against a masked axis's bounds (one with a lower bound).
+  Value* run_bits(const Inst& i, size_t d, Value* start, int width) {
+    const int limit = d < i.limits.size() ? i.limits[d] : -1;
+    Value* hi = limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d));
+    return run_bits(start, one(i.lower[d]), hi, width);
+  }
   // Whether index x along masked axis d lies in its bounds: below its limit (a value, or the
   // view's extent) and, where it has one, not below its lower bound.
   Value* inside(const Inst& i, size_t d, Value* x) {
@@ -400,8 +417,8 @@ class Emitter {
     return true;
   }
   Value* fits(Value* start, const Inst& i, size_t axis, int width) {
-    if (has_lower(i, axis))  // both ends inside: bounds are one interval
-      return b_.CreateAnd(inside(i, axis, start), inside(i, axis, b_.CreateAdd(start, index(width - 1))));
+    if (has_lower(i, axis))  // every element's bit
+      return b_.CreateICmpEQ(run_bits(i, axis, start, width), i32((1 << width) - 1));
     const int64_t end = index_extent(p_.params[static_cast<size_t>(i.param)], axis);
     return b_.CreateICmpULE(b_.CreateAdd(start, index(width)), index(end));
   }
@@ -487,8 +504,9 @@ class Emitter {
         b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
         b_.CreateBr(done);
         b_.SetInsertPoint(tail);
+        Value* bits = has_lower(i, 1) ? run_bits(i, 1, col, width) : nullptr;
         for (int e = 0; e < width; ++e)
-          guarded(inside(i, 1, b_.CreateAdd(col, index(e))), [&] {
+          guarded(bits ? b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << e)), i32(0)) : inside(i, 1, b_.CreateAdd(col, index(e))), [&] {
             b_.CreateAlignedStore(b_.CreateExtractElement(data, static_cast<uint64_t>(e)),
                                   b_.CreateInBoundsGEP(ty, ptr, b_.getInt64(e)), llvm::Align(dtype_size(prm.dtype)));
           });
@@ -710,12 +728,30 @@ class Emitter {
   // Whether offset + each element's position along the axis is below the limit (and not below
   // the lower bound, where given: one unsigned compare of (offset − lo) + position against
   // hi − lo).
+  // Along a blocked tile's columns (a window's row) each run of the thread's consecutive elements
+  // takes its bits at once (run_bits), and each element its bit: a register a run held, where the
+  // elements' columns held to the last use were a register each (and spilled at 64).
   void in_bounds(const Inst& i) {
+    const Type& t = type(i.results[0]);
+    if (i.args.size() == 3 && i.axis == 1 && t.frag == Frag::None) {
+      Value *lo = one(i.args[2]), *hi = one(i.args[1]);
+      const int pt = l_.per_thread[1];
+      std::vector<Value*> out;
+      for (int e0 = 0; e0 < slots(t, 0); ++e0)
+        for (int e1 = 0; e1 < slots(t, 1); e1 += pt) {
+          Value* start = b_.CreateAdd(one(i.args[0]), b_.CreateZExt(position(t, 1, e1), index_ty()));
+          Value* bits = t.shape[1] == 1 ? nullptr : run_bits(start, lo, hi, pt);
+          for (int j = 0; j < std::min(pt, slots(t, 1)); ++j)
+            out.push_back(bits ? b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << j)), i32(0))
+                               : b_.CreateICmpULT(b_.CreateSub(start, lo), b_.CreateSub(hi, lo)));
+        }
+      vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+      return;
+    }
     if (i.args.size() == 3) {
       Value* lo = one(i.args[2]);
       Value* span = b_.CreateSub(one(i.args[1]), lo);
-      Value* from = b_.CreateSub(one(i.args[0]), lo);
-      positions(i, [&](Value* at) { return b_.CreateICmpULT(at, span); }, from);
+      positions(i, [&](Value* at) { return b_.CreateICmpULT(at, span); }, b_.CreateSub(one(i.args[0]), lo));
       return;
     }
     positions(i, [&](Value* at) { return b_.CreateICmpULT(at, one(i.args[1])); });
