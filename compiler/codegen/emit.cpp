@@ -845,14 +845,7 @@ class Emitter {
     if (l_.threads[1] < n)
       throw CodegenError(fmt::format("kernel {}: a row over a cluster of {} blocks has {} threads a block", p_.name, n,
                                      l_.threads[1]));
-    auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(l_.threads[0] * values * n));
-    auto* slots = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
-                                           "cluster_values", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-    slots->setAlignment(llvm::Align(16));
-    auto slot = [&](int a, Value* block) {
-      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(values)), i32(a)), i32(n)), block);
-      return b_.CreateInBoundsGEP(b_.getFloatTy(), slots, at);
-    };
+    const RowSlots slots = row_slots("cluster_values", values, n);
     if (!cluster_joined_) {  // pairs with the arrival on entry
       cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
       cluster_joined_ = true;
@@ -860,16 +853,39 @@ class Emitter {
     Value* rank = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_cluster_ctarank, {});
     guarded(b_.CreateICmpULT(thread_[1], i32(n)), [&] {
       for (int a = 0; a < values; ++a) {
-        Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {slot(a, rank), thread_[1]});
+        Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {slot(slots, a, rank), thread_[1]});
         b_.CreateAlignedStore(rows[static_cast<size_t>(a)], theirs, llvm::Align(4));
       }
     });
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
-    for (int a = 0; a < values; ++a) {
+    combine_slots(combine, slots, rows);
+  }
+
+  // Shared f32 slots for `count` values of each of a thread's `values` per-row values, one set
+  // per row of threads: slot (a, w) of the thread's row at ((row·values + a)·count + w).
+  struct RowSlots {
+    llvm::GlobalVariable* array;
+    int values, count;
+  };
+  RowSlots row_slots(const char* name, int values, int count) {
+    auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(l_.threads[0] * values * count));
+    auto* array = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                           name, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    array->setAlignment(llvm::Align(16));
+    return {array, values, count};
+  }
+  Value* slot(const RowSlots& s, int a, Value* w) {
+    Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(s.values)), i32(a)), i32(s.count)), w);
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), s.array, at);
+  }
+  // Each of the thread's per-row values: its row's slots combined in order (every thread of the
+  // row gets the same bits).
+  void combine_slots(Op combine, const RowSlots& slots, std::vector<Value*>& rows) {
+    for (int a = 0; a < slots.values; ++a) {
       Value* acc = nullptr;
-      for (int w = 0; w < n; ++w) {
-        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(a, i32(w)), llvm::Align(4));
+      for (int w = 0; w < slots.count; ++w) {
+        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, i32(w)), llvm::Align(4));
         acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
       }
       rows[static_cast<size_t>(a)] = acc;
@@ -903,27 +919,13 @@ class Emitter {
     for (Value*& acc : rows) acc = butterfly(combine, acc, std::min(t, 32));
     if (!whole_warps || t == 32) return;
     const int warps = t / 32, n = static_cast<int>(rows.size());
-    auto* ty = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(l_.threads[0] * n * warps));
-    auto* slots = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
-                                           "row_warp_values", nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-    slots->setAlignment(llvm::Align(16));
+    const RowSlots slots = row_slots("row_warp_values", n, warps);
     Value* warp = b_.CreateUDiv(thread_[1], i32(32));
-    auto slot = [&](int a, Value* w) {
-      Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(n)), i32(a)), i32(warps)), w);
-      return b_.CreateInBoundsGEP(b_.getFloatTy(), slots, at);
-    };
     guarded(b_.CreateICmpEQ(b_.CreateURem(thread_[1], i32(32)), i32(0)), [&] {
-      for (int a = 0; a < n; ++a) b_.CreateAlignedStore(rows[static_cast<size_t>(a)], slot(a, warp), llvm::Align(4));
+      for (int a = 0; a < n; ++a) b_.CreateAlignedStore(rows[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
     });
     block_barrier();
-    for (int a = 0; a < n; ++a) {
-      Value* acc = nullptr;
-      for (int w = 0; w < warps; ++w) {
-        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(a, i32(w)), llvm::Align(4));
-        acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
-      }
-      rows[static_cast<size_t>(a)] = acc;
-    }
+    combine_slots(combine, slots, rows);
     if (loop_depth_ > 0) block_barrier();
   }
 
