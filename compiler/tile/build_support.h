@@ -1,7 +1,7 @@
 #pragma once
-// What the builders of Tile IR v2 programs from plan kernels share (build.cpp, row_loop.cpp):
-// the schedule's layout, parameters through their views, elementwise nodes, iotas, and the
-// output stores.
+// What the builders of Tile IR v2 programs from plan kernels share (build.cpp, row_reduction.cpp,
+// row_loop.cpp): the schedule's layout, parameters through their views, elementwise nodes,
+// iotas, and the output stores.
 #include <map>
 
 #include "compiler/fusion/plan.h"
@@ -27,6 +27,9 @@ int times_width(Builder& b, int x, int64_t cols, DType dtype);
 // A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
 // the element's index along the iota's axis, from its index in the domain.
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0);
+// A row kernel held in one block's or one cluster's registers (TileSchedule::ir_v2; windowed
+// too): row_reduction.cpp.
+Program row_reduction(const Graph& g, const Kernel& k);
 // A row kernel whose rows are visited by a loop over column tiles: few long rows in parts, a
 // block each (TileSchedule::looped_parts), or whole rows carrying a partial per thread
 // (TileSchedule::loop_lanes): row_loop.cpp.

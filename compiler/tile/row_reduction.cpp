@@ -1,0 +1,188 @@
+// Row kernels held in one block's or one cluster's registers (TileSchedule::ir_v2 without a loop
+// over column tiles): block b holds rows [b·tile_rows, (b + 1)·tile_rows), each spread over
+// threads_per_row threads — or, in a cluster (TileSchedule::cluster_blocks), block b holds columns
+// [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks.
+// The tensors along the rows are loaded first; a tensor shared by every row (layernorm's w) where
+// it is first used. Each reduction masks the columns past the row with its identity and reduces
+// along axis 1 over the row's threads (and the cluster's blocks); what uses it broadcasts the
+// [rows, 1] result.
+//
+// Windowed rows (TileSchedule::window: a width that is not a multiple of the vector width) see
+// the tensors laid out like the domain flat: row r is the elements [r·W, (r + 1)·W), read as the
+// tile from the aligned window start r·W − (r·W mod vec) (plus the rank's columns in a cluster),
+// so every access is a whole vector but at the tensor's end; an element is the row's where its
+// index lies in [r·W, (r + 1)·W) (`in_bounds` with a lower bound): reductions mask the others,
+// and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A tensor along such a row
+// laid out otherwise (a weight shared by the rows) is the first Tile IR's still. Kinds it does not
+// take (the first Tile IR's schedules: staged and split rows) are refused: the scheduler sets
+// ir_v2 only on rows one block or one cluster holds.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "compiler/fusion/cost_model.h"
+#include "compiler/support/error.h"
+#include "compiler/tile/build_support.h"
+#include "compiler/tile/ir_verify.h"
+
+namespace tilefuse::tir {
+
+namespace {
+
+class RowReduction {
+ public:
+  RowReduction(const Graph& g, const Kernel& k)
+      : g_(g), k_(k), s_(k.schedule), cluster_(s_.cluster_blocks > 1), window_(s_.window) {}
+
+  Program build() {
+    if (s_.stages > 0 || s_.split_blocks > 1 || s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks ||
+        ((cluster_ || window_) && s_.tile_rows() != 1) || !s_.elem_dims.empty())
+      throw CodegenError(fmt::format("kernel {}: Tile IR v2 builds only rows one block or cluster holds, not {}",
+                                     k_.name, s_.describe()));
+    p_.name = k_.name;
+    p_.layout = layout_of(s_);
+    p_.grid = {s_.grid()};
+    p_.wide_indices = s_.wide_indices();
+    p_.cluster_blocks = s_.cluster_blocks;
+    p_.min_blocks_per_sm = s_.min_blocks_per_sm;
+    add_params();
+    Builder b(p_, p_.body);
+    place(b);
+    masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
+    for (size_t i = 0; i < k_.inputs.size(); ++i)
+      if (p_.params[i].view[0] != 1 || flat_[i]) load(b, i);
+    compute_nodes(b);
+    store(b);
+    verify_program(p_);
+    return std::move(p_);
+  }
+
+ private:
+  void add_params() {
+    std::vector<Shape> shapes;
+    for (NodeId id : k_.inputs) shapes.push_back(g_.node(id).shape);
+    for (NodeId id : k_.outputs) shapes.push_back(aligned_shape(g_, id, k_));
+    std::vector<Shape> views = operand_views(s_, k_.domain, k_.split, shapes);
+    for (size_t i = 0; i < k_.inputs.size(); ++i) p_.params.push_back(param_of(g_, k_.inputs[i], false, views[i], s_));
+    for (size_t i = 0; i < k_.outputs.size(); ++i)
+      p_.params.push_back(param_of(g_, k_.outputs[i], true, views[k_.inputs.size() + i], s_));
+    flat_.assign(p_.params.size(), false);
+    if (!window_) return;
+    for (size_t i = 0; i < p_.params.size(); ++i) {
+      Param& prm = p_.params[i];
+      if (prm.view[1] == 1) continue;
+      if (prm.view != Shape{s_.rows, s_.cols} || !prm.row_dims.empty())
+        throw CodegenError(
+            fmt::format("kernel {}: {} runs along a windowed row laid out unlike the rows", k_.name, prm.name));
+      prm.view = {1, s_.rows * s_.cols};
+      flat_[i] = true;
+    }
+    p_.wide_indices |= s_.rows * s_.cols + s_.col_blocks() * s_.tile_cols() > INT32_MAX;
+  }
+
+  // The block's first row and column (a windowed row's: its window start) and, windowed, the
+  // row's elements [row_lo, row_hi).
+  void place(Builder& b) {
+    const int pid = b.program_id(0);
+    if (cluster_) {
+      const int blocks = b.index(s_.cluster_blocks);
+      row0_ = b.div(pid, blocks);
+      col0_ = b.mul(b.rem(pid, blocks), b.index(s_.tile_cols()));
+    } else {
+      row0_ = b.mul(pid, b.index(s_.tile_rows()));
+    }
+    zero_ = b.index(0);
+    if (!cluster_) col0_ = zero_;
+    if (!window_) return;
+    row_lo_ = b.mul(row0_, b.index(s_.cols));
+    row_hi_ = b.add(row_lo_, b.index(s_.cols));
+    const int start = b.sub(row_lo_, b.rem(row_lo_, b.index(s_.vec)));
+    col0_ = cluster_ ? b.add(start, col0_) : start;
+  }
+
+  Shape tile_shape(const Param& prm) const {
+    return Shape{prm.view[0] == 1 ? 1 : s_.tile_rows(), prm.view[1] == 1 ? 1 : s_.tile_cols()};
+  }
+  std::vector<int> offsets(const Param& prm) const {
+    return std::vector<int>{prm.view[0] == 1 ? zero_ : row0_, prm.view[1] == 1 ? zero_ : col0_};
+  }
+  std::vector<bool> masks(const Param& prm) const {
+    return std::vector<bool>{masked_[0] && prm.view[0] != 1, masked_[1] && prm.view[1] != 1};
+  }
+
+  void load(Builder& b, size_t i) {
+    const Param& prm = p_.params[i];
+    value_of_[k_.inputs[i]] = b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
+  }
+
+  void compute_nodes(Builder& b) {
+    for (NodeId id : k_.nodes) {
+      const Node& n = g_.node(id);
+      if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
+        value_of_[id] = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
+        continue;
+      }
+      std::vector<int> args;
+      for (NodeId o : n.operands) {
+        if (!value_of_.count(o))
+          for (size_t i = 0; i < k_.inputs.size(); ++i)
+            if (k_.inputs[i] == o) load(b, i);  // shared by every row: loaded where first used
+        if (!value_of_.count(o)) value_of_[o] = b.scalar(g_.node(o).value, g_.node(o).dtype);  // constants
+        args.push_back(value_of_.at(o));
+      }
+      value_of_[id] = op_info(n.op).kind == OpKind::Reduce ? reduce(b, id, args.at(0)) : compute_node(b, g_, k_, id, args);
+    }
+  }
+
+  // Reduction `id` of x along the row: the columns past the row (or outside a window's row)
+  // masked with its identity first; rounded to its dtype where its uses see memory. A value
+  // constant along the row is its own reduction (a sum counts it once per column).
+  int reduce(Builder& b, NodeId id, int x) {
+    const Node& n = g_.node(id);
+    const Type& t = p_.types[static_cast<size_t>(x)];
+    if (!t.is_tile() || t.shape[1] == 1) return n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
+    if (masked_[1] && in_row_ < 0)
+      in_row_ = window_ ? b.in_range(col0_, row_lo_, row_hi_, 1, {1, s_.tile_cols()})
+                        : b.in_bounds(col0_, b.index(s_.cols), 1, {1, s_.tile_cols()});
+    if (masked_[1]) x = b.compute(Op::Where, {in_row_, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
+    const int r = cluster_ ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1);
+    return rounds_where_computed(g_, k_, id) ? b.compute(Op::Cast, {r}, n.dtype) : r;
+  }
+
+  void store(Builder& b) {
+    if (!window_) {
+      auto shape = [&](const Param& prm) { return tile_shape(prm); };
+      auto at = [&](const Param& prm) { return offsets(prm); };
+      auto mask = [&](const Param& prm) { return masks(prm); };
+      if (NodeId bad = store_outputs(b, k_, value_of_, shape, at, mask); bad >= 0)
+        throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k_.name, bad));
+      return;
+    }
+    for (size_t i = 0; i < k_.outputs.size(); ++i) {  // the row's elements only; a value per row as usual
+      const size_t param = k_.inputs.size() + i;
+      int v = value_of_.at(k_.outputs[i]);
+      if (!p_.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(p_.params[param]));
+      if (flat_[param])
+        b.store_between(static_cast<int>(param), offsets(p_.params[param]), v, 1, row_lo_, row_hi_);
+      else
+        b.store(static_cast<int>(param), offsets(p_.params[param]), v, masks(p_.params[param]));
+    }
+  }
+
+  const Graph& g_;
+  const Kernel& k_;
+  const TileSchedule& s_;
+  const bool cluster_, window_;
+  Program p_;
+  std::vector<bool> flat_;  // windowed: seen as one row of all its elements
+  std::vector<bool> masked_;
+  std::map<NodeId, int> value_of_;
+  int row0_ = -1, col0_ = -1, zero_ = -1, in_row_ = -1;
+  int row_lo_ = -1, row_hi_ = -1;  // windowed: the row's elements
+};
+
+}  // namespace
+
+Program row_reduction(const Graph& g, const Kernel& k) { return RowReduction(g, k).build(); }
+
+}  // namespace tilefuse::tir
