@@ -569,8 +569,9 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
 // `--window-ir 2` (clusters with `--cluster-ir 2`): the tensors along the row are seen flat, read
 // in whole vectors from the aligned window start (masked only at the tensor's end), each element's
 // place in its row tested (`in_bounds` with a lower bound) before the reductions, and the output
-// stored between the row's ends (`masked [1 from …]`); through ptxas. A row with a weight along
-// it (RMSNorm) stays on the first IR; a lower bound on the rows' axis is refused.
+// stored between the row's ends (`masked [1 from …]`); a weight along the row (RMSNorm's) read
+// `shifted` by the row's start's place in its vector; through ptxas. A lower bound on the rows'
+// axis is refused.
 TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
@@ -589,10 +590,10 @@ TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
       ASSERT_TRUE(k.schedule.window) << k.schedule.describe();
       bool weight = false;  // (RMSNorm's w runs along its row)
       for (NodeId in : k.inputs) weight |= p.graph.node(in).name == "rw";
-      EXPECT_EQ(k.schedule.ir_v2, !weight) << k.schedule.describe();
-      if (!k.schedule.ir_v2) continue;
+      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
       ++on_v2;
       CompiledKernel c = compile_kernel(p.graph, k);
+      EXPECT_EQ(count(c.tile_ir, R"(load %arg\d+\[%\d+, %\d+\] shifted %\d+ masked \[1\])") > 0, weight) << c.tile_ir;
       EXPECT_GT(count(c.tile_ir, R"(in_bounds %\d+, %\d+, %\d+ axis 1)"), 0) << c.tile_ir;
       EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "inputs in vectors";
       bool writes_rows = false;  // (cross-entropy writes one value a row)
@@ -606,7 +607,7 @@ TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
         EXPECT_TRUE(run_ptxas(c.ptx, k.name).has_value());
       }
     }
-    EXPECT_GE(on_v2, 2);
+    EXPECT_EQ(on_v2, 3);
   }
   const std::string rows_bound =
       "tile.func @rows_bound(%arg0 \"y\": f32[4, 1024] out)\n"

@@ -706,8 +706,8 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
       } else {
         EXPECT_GE(windowed, 5);
       }
-      if (window == 2) {  // (not the rows with weights along them)
-        EXPECT_GE(on_v2, 3) << plan_report_text(p);
+      if (window == 2) {  // (not the rows of several a block: the 1001-wide ones)
+        EXPECT_GE(on_v2, 5) << plan_report_text(p);
       }
       testing::check_on_gpu(p, seed);
     }

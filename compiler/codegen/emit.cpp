@@ -423,9 +423,38 @@ class Emitter {
     return b_.CreateICmpULE(b_.CreateAdd(start, index(width)), index(end));
   }
 
+  // A shifted load (Inst::shift): each run of the thread's consecutive elements from column c is
+  // the view's elements [c − shift, c − shift + width): the two aligned vectors around them
+  // joined and shifted (unaligned_vector; element by element at the view's ends, zero outside).
+  void load_shifted(const Inst& i) {
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const Type& t = type(i.results[0]);
+    size_t axis;
+    const int width = run(t, &axis);
+    const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
+    if (axis != 1 || width * size % 4 != 0)
+      throw CodegenError(fmt::format("kernel {}: a shifted load of runs of {} {} elements", p_.name, width,
+                                     dtype_name(prm.dtype)));
+    Value* shift = b_.CreateZExt(one(i.shift), b_.getInt64Ty());
+    const int n1 = slots(t, 1);
+    std::vector<Value*> out(static_cast<size_t>(slots(t, 0) * n1));
+    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+      for (int e1 = 0; e1 < n1; e1 += width) {
+        Value* col = b_.CreateAdd(one(i.args[1]), b_.CreateZExt(position(t, 1, e1), index_ty()));
+        Value* first = b_.CreateSub(b_.CreateZExt(col, b_.getInt64Ty()), shift);
+        Value* v = unaligned_vector(b_, fn_, args_[static_cast<size_t>(i.param)], storage_type(b_, prm.dtype), size,
+                                    prm.view[1], first, width, prm.name);
+        for (int c = 0; c < width; ++c)
+          out[static_cast<size_t>(e0 * n1 + e1 + c)] =
+              to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
+      }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
   void load(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     if (!prm.elem_dims.empty()) return load_elements(i);
+    if (i.shift >= 0) return load_shifted(i);
     const Type& t = type(i.results[0]);
     llvm::Type* ty = storage_type(b_, prm.dtype);
     std::vector<Value*> out;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/InlineAsm.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -12,6 +13,73 @@ namespace tilefuse {
 llvm::Value* own_register(llvm::IRBuilder<>& b, llvm::Value* x) {
   auto* ty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
   return b.CreateCall(llvm::InlineAsm::get(ty, "mov.b32 $0, $1;", "=f,f", false), {x});
+}
+
+llvm::Value* unaligned_vector(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* base, llvm::Type* ty,
+                              int64_t size, int64_t total, llvm::Value* first, int64_t vec, const std::string& name) {
+  using llvm::Value;
+  llvm::LLVMContext& ctx = b.getContext();
+  auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(vec));
+  const int words = static_cast<int>(vec * size / 4);
+  auto* wty = llvm::FixedVectorType::get(b.getInt32Ty(), static_cast<unsigned>(words));
+  Value* aligned = b.CreateAnd(first, b.getInt64(-vec));
+  Value* inside = b.CreateAnd(b.CreateICmpSGE(aligned, b.getInt64(0)),
+                               b.CreateICmpSLE(aligned, b.getInt64(total - 2 * vec)));
+  Value* at = b.CreateGEP(ty, base, aligned);  // may lie before the tensor: only the vectors' start
+  auto* whole = llvm::BasicBlock::Create(ctx, "shifted_vectors", fn);
+  auto* parts = llvm::BasicBlock::Create(ctx, "shifted_elements", fn);
+  auto* done = llvm::BasicBlock::Create(ctx, "shifted_loaded", fn);
+  auto* pair_ty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(2 * vec));
+  b.CreateCondBr(inside, whole, parts, llvm::MDBuilder(ctx).createLikelyBranchWeights());
+  b.SetInsertPoint(whole);
+  Value* lo = b.CreateAlignedLoad(vty, at, llvm::Align(size * vec), name);
+  Value* hi = b.CreateAlignedLoad(vty, b.CreateGEP(ty, at, b.getInt64(vec)), llvm::Align(size * vec), name);
+  std::vector<int> both_halves(static_cast<size_t>(2 * vec));
+  for (size_t j = 0; j < both_halves.size(); ++j) both_halves[j] = static_cast<int>(j);
+  Value* from_vectors = b.CreateShuffleVector(lo, hi, both_halves);
+  b.CreateBr(done);
+  // At the row's ends: each element that lies in the tensor, a predicated load at an immediate
+  // offset from the one address (zero elsewhere: those are outside the row).
+  b.SetInsertPoint(parts);
+  Value* from_elements = llvm::Constant::getNullValue(pair_ty);
+  for (int64_t j = 0; j < 2 * vec; ++j) {
+    Value* ok = b.CreateICmpULT(b.CreateAdd(aligned, b.getInt64(j)), b.getInt64(total));
+    llvm::BasicBlock* before = b.GetInsertBlock();
+    auto* load_bb = llvm::BasicBlock::Create(ctx, "shifted_element", fn);
+    auto* next = llvm::BasicBlock::Create(ctx, "shifted_element_done", fn);
+    b.CreateCondBr(ok, load_bb, next);
+    b.SetInsertPoint(load_bb);
+    Value* x = b.CreateAlignedLoad(ty, b.CreateGEP(ty, at, b.getInt64(j)), llvm::Align(size), name);
+    Value* with = b.CreateInsertElement(from_elements, x, static_cast<uint64_t>(j));
+    b.CreateBr(next);
+    b.SetInsertPoint(next);
+    llvm::PHINode* phi = b.CreatePHI(pair_ty, 2);
+    phi->addIncoming(from_elements, before);
+    phi->addIncoming(with, load_bb);
+    from_elements = phi;
+  }
+  llvm::BasicBlock* parts_end = b.GetInsertBlock();
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+  llvm::PHINode* pair = b.CreatePHI(pair_ty, 2);
+  pair->addIncoming(from_vectors, whole);
+  pair->addIncoming(from_elements, parts_end);
+  Value* as_words = b.CreateBitCast(pair, llvm::FixedVectorType::get(b.getInt32Ty(), static_cast<unsigned>(2 * words)));
+  std::vector<Value*> w;  // the two vectors' words, lowest address first
+  for (int j = 0; j < 2 * words; ++j) w.push_back(b.CreateExtractElement(as_words, static_cast<uint64_t>(j)));
+  // The shift in bytes: whole words by a barrel of selects, then the rest by a funnel shift.
+  Value* bytes = b.CreateMul(b.CreateTrunc(b.CreateSub(first, aligned), b.getInt32Ty()),
+                              b.getInt32(static_cast<uint32_t>(size)));
+  Value* word_shift = b.CreateLShr(bytes, b.getInt32(2));
+  for (size_t step = 1; step < static_cast<size_t>(words); step *= 2) {
+    Value* take = b.CreateICmpNE(b.CreateAnd(word_shift, b.getInt32(static_cast<uint32_t>(step))), b.getInt32(0));
+    for (size_t j = 0; j + step < w.size(); ++j) w[j] = b.CreateSelect(take, w[j + step], w[j]);
+  }
+  Value* bits = b.CreateShl(b.CreateAnd(bytes, b.getInt32(3)), b.getInt32(3));
+  Value* out = llvm::PoisonValue::get(wty);
+  for (size_t j = 0; j < static_cast<size_t>(words); ++j)
+    out = b.CreateInsertElement(out, b.CreateIntrinsic(b.getInt32Ty(), llvm::Intrinsic::fshr, {w[j + 1], w[j], bits}), j);
+  return b.CreateBitCast(out, vty);
 }
 
 std::unique_ptr<llvm::Module> verified(std::unique_ptr<llvm::Module> m, const std::string& kernel) {

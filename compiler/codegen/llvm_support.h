@@ -29,6 +29,15 @@ void guarded(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* cond, F body
 // move gives the element one register of its own; ptxas removes the move.
 llvm::Value* own_register(llvm::IRBuilder<>& b, llvm::Value* f32);
 
+// A tensor's vec elements (of type ty, `size` bytes each; `total` in the tensor) from element
+// `first` on, at any alignment (an i64 that is negative or past the tensor only for elements the
+// caller does not use): the two aligned vectors at and after first's, joined and shifted in
+// 32-bit words (a funnel shift for a 16-bit element's half word), instead of a 2-byte load per
+// element, each of which costs a warp four L1 wavefronts. Where the two vectors do not both lie
+// in the tensor, their elements that do, one by one (zero elsewhere). vec·size a multiple of 4.
+llvm::Value* unaligned_vector(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* base, llvm::Type* ty,
+                              int64_t size, int64_t total, llvm::Value* first, int64_t vec, const std::string& name);
+
 // The module of kernel `kernel` once LLVM's verifier accepts it; CodegenError otherwise.
 std::unique_ptr<llvm::Module> verified(std::unique_ptr<llvm::Module> m, const std::string& kernel);
 

@@ -49,77 +49,11 @@ Value* Lowering::in_row(int k, int e) {
   return b_.CreateICmpNE(b_.CreateAnd(bits, b_.getInt32(1u << (k * s_.vec + e))), b_.getInt32(0));
 }
 
-// A parameter's vec elements from element `first` on (any alignment; an i64 that is negative or
-// past the tensor only for elements outside the row): the two aligned vectors at and after
-// first's, joined and shifted in 32-bit words (a funnel shift for a 16-bit element's half word),
-// instead of a 2-byte load per element, each of which costs a warp four L1 wavefronts. Where the
-// two vectors do not both lie in the tensor (the row's ends), their elements that do, one by one.
 Value* Lowering::unaligned_vector(int param, Value* first, const std::string& name) {
   const TileParam& prm = p_.params[static_cast<size_t>(param)];
-  llvm::Type* ty = storage_type(prm.dtype);
-  Value* base = fn_->getArg(static_cast<unsigned>(param));
-  const int64_t vec = s_.vec, size = dtype_size(prm.dtype), total = num_elements(prm.view);
-  auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(vec));
-  const int words = static_cast<int>(vec * size / 4);
-  auto* wty = llvm::FixedVectorType::get(b_.getInt32Ty(), static_cast<unsigned>(words));
-  Value* aligned = b_.CreateAnd(first, b_.getInt64(-vec));
-  Value* inside = b_.CreateAnd(b_.CreateICmpSGE(aligned, b_.getInt64(0)),
-                               b_.CreateICmpSLE(aligned, b_.getInt64(total - 2 * vec)));
-  Value* at = b_.CreateGEP(ty, base, aligned);  // may lie before the tensor: only the vectors' start
-  auto* whole = llvm::BasicBlock::Create(ctx_, "shifted_vectors", fn_);
-  auto* parts = llvm::BasicBlock::Create(ctx_, "shifted_elements", fn_);
-  auto* done = llvm::BasicBlock::Create(ctx_, "shifted_loaded", fn_);
-  auto* pair_ty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(2 * vec));
-  b_.CreateCondBr(inside, whole, parts, llvm::MDBuilder(ctx_).createLikelyBranchWeights());
-  b_.SetInsertPoint(whole);
-  Value* lo = b_.CreateAlignedLoad(vty, at, llvm::Align(size * vec), name);
-  Value* hi = b_.CreateAlignedLoad(vty, b_.CreateGEP(ty, at, b_.getInt64(vec)), llvm::Align(size * vec), name);
-  std::vector<int> both_halves(static_cast<size_t>(2 * vec));
-  for (size_t j = 0; j < both_halves.size(); ++j) both_halves[j] = static_cast<int>(j);
-  Value* from_vectors = b_.CreateShuffleVector(lo, hi, both_halves);
-  b_.CreateBr(done);
-  // At the row's ends: each element that lies in the tensor, a predicated load at an immediate
-  // offset from the one address (zero elsewhere: those are outside the row).
-  b_.SetInsertPoint(parts);
-  Value* from_elements = llvm::Constant::getNullValue(pair_ty);
-  for (int64_t j = 0; j < 2 * vec; ++j) {
-    Value* ok = b_.CreateICmpULT(b_.CreateAdd(aligned, b_.getInt64(j)), b_.getInt64(total));
-    llvm::BasicBlock* before = b_.GetInsertBlock();
-    auto* load_bb = llvm::BasicBlock::Create(ctx_, "shifted_element", fn_);
-    auto* next = llvm::BasicBlock::Create(ctx_, "shifted_element_done", fn_);
-    b_.CreateCondBr(ok, load_bb, next);
-    b_.SetInsertPoint(load_bb);
-    Value* x = b_.CreateAlignedLoad(ty, b_.CreateGEP(ty, at, b_.getInt64(j)), llvm::Align(size), name);
-    Value* with = b_.CreateInsertElement(from_elements, x, static_cast<uint64_t>(j));
-    b_.CreateBr(next);
-    b_.SetInsertPoint(next);
-    llvm::PHINode* phi = b_.CreatePHI(pair_ty, 2);
-    phi->addIncoming(from_elements, before);
-    phi->addIncoming(with, load_bb);
-    from_elements = phi;
-  }
-  llvm::BasicBlock* parts_end = b_.GetInsertBlock();
-  b_.CreateBr(done);
-  b_.SetInsertPoint(done);
-  llvm::PHINode* pair = b_.CreatePHI(pair_ty, 2);
-  pair->addIncoming(from_vectors, whole);
-  pair->addIncoming(from_elements, parts_end);
-  Value* as_words = b_.CreateBitCast(pair, llvm::FixedVectorType::get(b_.getInt32Ty(), static_cast<unsigned>(2 * words)));
-  std::vector<Value*> w;  // the two vectors' words, lowest address first
-  for (int j = 0; j < 2 * words; ++j) w.push_back(b_.CreateExtractElement(as_words, static_cast<uint64_t>(j)));
-  // The shift in bytes: whole words by a barrel of selects, then the rest by a funnel shift.
-  Value* bytes = b_.CreateMul(b_.CreateTrunc(b_.CreateSub(first, aligned), b_.getInt32Ty()),
-                              b_.getInt32(static_cast<uint32_t>(size)));
-  Value* word_shift = b_.CreateLShr(bytes, b_.getInt32(2));
-  for (size_t step = 1; step < static_cast<size_t>(words); step *= 2) {
-    Value* take = b_.CreateICmpNE(b_.CreateAnd(word_shift, b_.getInt32(static_cast<uint32_t>(step))), b_.getInt32(0));
-    for (size_t j = 0; j + step < w.size(); ++j) w[j] = b_.CreateSelect(take, w[j + step], w[j]);
-  }
-  Value* bits = b_.CreateShl(b_.CreateAnd(bytes, b_.getInt32(3)), b_.getInt32(3));
-  Value* out = llvm::PoisonValue::get(wty);
-  for (size_t j = 0; j < static_cast<size_t>(words); ++j)
-    out = b_.CreateInsertElement(out, b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::fshr, {w[j + 1], w[j], bits}), j);
-  return b_.CreateBitCast(out, vty);
+  return tilefuse::unaligned_vector(b_, fn_, fn_->getArg(static_cast<unsigned>(param)), storage_type(prm.dtype),
+                                    static_cast<int64_t>(dtype_size(prm.dtype)), num_elements(prm.view), first, s_.vec,
+                                    name);
 }
 
 void Lowering::load_window(const TileInst& i) {

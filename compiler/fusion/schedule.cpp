@@ -610,7 +610,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   // columns: 0.097 against 0.105; bench/NOTES.md, "Odd widths: fewer instructions").
   const int full = vector_width(int64_t{1} << 20, dtypes);
   int weights_along_row = 0;
-  for (const Shape& v : views) weights_along_row += v.back() != 1 && v != s.dims;
+  bool weights_shared = true;  // every weight along the row is one row that every row shares
+  for (const Shape& v : views) {
+    weights_along_row += v.back() != 1 && v != s.dims;
+    weights_shared &= v.back() == 1 || v == s.dims || num_elements(v) == v.back();
+  }
   if (s.vec < full && s.cols >= 4 * full && (hints.window == 1 || (hints.window < 0 && weights_along_row <= 1))) {
     s.vec = full;
     s.window = true;
@@ -681,7 +685,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
-      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_along_row == 0));
+      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared));
       return s;
     }
   }
@@ -711,7 +715,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
   // (A windowed row on Tile IR v2 is one block's: each row's window starts elsewhere.)
-  s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_along_row == 0 && s.tile_rows() == 1));
+  s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared && s.tile_rows() == 1));
   return s;
 }
 

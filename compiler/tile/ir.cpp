@@ -324,6 +324,12 @@ int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape
   return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape, Space::Reg, frag));
 }
 
+int Builder::load_shifted(int param, int row, int col, int shift, const Shape& shape) {
+  const int v = load(param, {row, col}, shape, {false, true});
+  r_->body.back().shift = shift;
+  return v;
+}
+
 int Builder::dot(int a, int b, int acc) {
   Inst i;
   i.opcode = Opcode::Dot;

@@ -248,6 +248,10 @@ struct Inst {
   // Load, Store: per masked axis, a value below which indices are masked too (-1: none): a
   // window's elements outside the row it holds.
   std::vector<int> lower;
+  // Load of a row view (one row, a weight shared by the rows): element j along the columns is
+  // column offset + j − shift (a value, 0 ≤ shift < the run's width; -1: none) — a windowed row's
+  // columns, which start `shift` elements before its aligned window. Masked along the columns.
+  int shift = -1;
   int axis = 0;              // ProgramId, Reduce
   int ring = -1;             // CopyAsync, LoadShared, DotAsync (A): the shared ring
   int ring_b = -1;           // DotAsync: B's ring
@@ -451,6 +455,9 @@ class Builder {
   void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
+  // A load of row view `param` (its one row) whose element j along the columns is column
+  // col + j − shift, zero outside the view (a weight along a windowed row).
+  int load_shifted(int param, int row, int col, int shift, const Shape& shape);
   // A store of the elements whose index along `axis` lies in [lo, hi) only (a window's row).
   void store_between(int param, const std::vector<int>& offsets, int tile, int axis, int lo, int hi);
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);

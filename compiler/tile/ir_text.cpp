@@ -80,7 +80,8 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}const {} : {}\n", pad, lhs, number(i.value), type_of(i.results[0]));
         break;
       case Opcode::Load: {
-        *out += fmt::format("{}{}load %arg{}[{}]{} : {}\n", pad, lhs, i.param, values(i.args), masked(i, value),
+        *out += fmt::format("{}{}load %arg{}[{}]{}{} : {}\n", pad, lhs, i.param, values(i.args),
+                            i.shift >= 0 ? fmt::format(" shifted {}", value(i.shift)) : "", masked(i, value),
                             type_of(i.results[0]));
         break;
       }
@@ -747,6 +748,7 @@ class Parser {
       i.opcode = op == "load" ? Opcode::Load : Opcode::Store;
       param_at(p, i);
       const size_t rank = i.args.size();
+      if (i.opcode == Opcode::Load && take_word("shifted")) i.shift = use("a shift");
       if (i.opcode == Opcode::Store) {
         punct(",");
         i.args.push_back(use("the stored tile"));

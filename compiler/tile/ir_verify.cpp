@@ -465,6 +465,7 @@ class Verifier {
         if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
       for (int a : i.lower)
         if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
+      if (i.shift >= 0 && !scope.count(i.shift)) problem(fmt::format("{}: %{} is used before it is defined", where(i), i.shift));
       switch (i.opcode) {
         case Opcode::ProgramId:
           if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))
@@ -510,6 +511,15 @@ class Verifier {
           const int tile = i.opcode == Opcode::Store ? i.args.back() : i.results.at(0);
           if (type(tile).frag == Frag::Lanes)
             problem(fmt::format("{}: a lanes tile is not loaded or stored (spread or reduce it first)", where(i)));
+          if (i.shift >= 0) {
+            const bool row_view = i.param >= 0 && i.param < static_cast<int>(p_.params.size()) &&
+                                  p_.params[static_cast<size_t>(i.param)].view.size() == 2 &&
+                                  p_.params[static_cast<size_t>(i.param)].view[0] == 1;
+            if (i.opcode != Opcode::Load || !is_index(i.shift) || !row_view || i.masked.size() != 2 || !i.masked[1] ||
+                type(tile).frag != Frag::None)
+              problem(fmt::format("{}: a shifted load reads a blocked tile of a one-row view, masked along its columns",
+                                  where(i)));
+          }
           break;
         }
         case Opcode::Spread: {

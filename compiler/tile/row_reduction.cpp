@@ -12,8 +12,10 @@
 // tile from the aligned window start r·W − (r·W mod vec) (plus the rank's columns in a cluster),
 // so every access is a whole vector but at the tensor's end; an element is the row's where its
 // index lies in [r·W, (r + 1)·W) (`in_bounds` with a lower bound): reductions mask the others,
-// and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A tensor along such a row
-// laid out otherwise (a weight shared by the rows) is the first Tile IR's still. Kinds it does not
+// and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A weight shared by the rows
+// is read `shifted` by the row's start's place in its vector (two aligned vectors joined and
+// shifted in registers); one laid out otherwise (broadcast along some rows) is the first Tile
+// IR's still. Kinds it does not
 // take (the first Tile IR's schedules: staged and split rows) are refused: the scheduler sets
 // ir_v2 only on rows one block or one cluster holds.
 #include <fmt/format.h>
@@ -71,6 +73,7 @@ class RowReduction {
     for (size_t i = 0; i < p_.params.size(); ++i) {
       Param& prm = p_.params[i];
       if (prm.view[1] == 1) continue;
+      if (prm.view == Shape{1, s_.cols} && prm.row_dims.empty() && !prm.output) continue;  // a weight: shifted
       if (prm.view != Shape{s_.rows, s_.cols} || !prm.row_dims.empty())
         throw CodegenError(
             fmt::format("kernel {}: {} runs along a windowed row laid out unlike the rows", k_.name, prm.name));
@@ -96,7 +99,9 @@ class RowReduction {
     if (!window_) return;
     row_lo_ = b.mul(row0_, b.index(s_.cols));
     row_hi_ = b.add(row_lo_, b.index(s_.cols));
-    const int start = b.sub(row_lo_, b.rem(row_lo_, b.index(s_.vec)));
+    shift_ = b.rem(row_lo_, b.index(s_.vec));
+    const int start = b.sub(row_lo_, shift_);
+    rank_col_ = col0_;
     col0_ = cluster_ ? b.add(start, col0_) : start;
   }
 
@@ -110,9 +115,12 @@ class RowReduction {
     return std::vector<bool>{masked_[0] && prm.view[0] != 1, masked_[1] && prm.view[1] != 1};
   }
 
+  // (A weight along a windowed row: its columns from the block's first, `shift` before its window.)
   void load(Builder& b, size_t i) {
     const Param& prm = p_.params[i];
-    value_of_[k_.inputs[i]] = b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
+    value_of_[k_.inputs[i]] = window_ && !flat_[i] && prm.view[1] != 1
+                                  ? b.load_shifted(static_cast<int>(i), zero_, rank_col_, shift_, tile_shape(prm))
+                                  : b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
   }
 
   void compute_nodes(Builder& b) {
@@ -178,7 +186,8 @@ class RowReduction {
   std::vector<bool> masked_;
   std::map<NodeId, int> value_of_;
   int row0_ = -1, col0_ = -1, zero_ = -1, in_row_ = -1;
-  int row_lo_ = -1, row_hi_ = -1;  // windowed: the row's elements
+  int row_lo_ = -1, row_hi_ = -1;  // windowed: the row's elements,
+  int shift_ = -1, rank_col_ = -1;  // their start's place in its vector, the block's first column
 };
 
 }  // namespace
