@@ -559,6 +559,22 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
       "  store %arg1[%0, %1], %3 : tile<1x1xf32>\n"
       "}\n";
   EXPECT_FALSE(tir::program_problems(tir::parse_program(alone)).empty());
+  // Nor inside a loop: every block must take each exchange once.
+  const std::string looped =
+      "tile.func @looped(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1] out)\n"
+      "    grid [8] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> cluster 2 {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = const 2 : index\n"
+      "  %3 = const 1 : index\n"
+      "  for %4 = %1 to %2 step %3 {\n"
+      "    %5 = load %arg0[%1, %1] : tile<1x1024xf32>\n"
+      "    %6 = reduce_sum %5 axis 1 cluster : tile<1x1xf32>\n"
+      "    store %arg1[%1, %1], %6 : tile<1x1xf32>\n"
+      "    yield \n"
+      "  }\n"
+      "}\n";
+  EXPECT_FALSE(tir::program_problems(tir::parse_program(looped)).empty());
   o.schedule.cluster_ir = 1;
   for (const Kernel& k : plan_fusion(g, o).kernels) {
     EXPECT_FALSE(k.schedule.ir_v2) << k.schedule.describe();
@@ -619,6 +635,18 @@ TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
       "  store %arg0[%0, %1], %3 masked [0 from %1 < %0] : tile<1x1024xf32>\n"
       "}\n";
   EXPECT_FALSE(tir::program_problems(tir::parse_program(rows_bound)).empty());
+  // Only stores take lower bounds (a load's elements outside them are the reductions' to mask).
+  const std::string load_bound =
+      "tile.func @load_bound(%arg0 \"x\": f32[1, 4096], %arg1 \"y\": f32[1, 4096] out)\n"
+      "    grid [4] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = load %arg0[%1, %0] masked [1 from %1 < %0] : tile<1x1024xf32>\n"
+      "  store %arg1[%1, %0], %2 masked [1 from %1 < %0] : tile<1x1024xf32>\n"
+      "}\n";
+  const std::vector<std::string> problems = tir::program_problems(tir::parse_program(load_bound));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("load"), std::string::npos) << problems[0];
 }
 
 // An element count that is not a whole number of vectors (an odd count), by default: one

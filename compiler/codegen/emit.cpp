@@ -768,7 +768,8 @@ class Emitter {
       std::vector<Value*> out;
       for (int e0 = 0; e0 < slots(t, 0); ++e0)
         for (int e1 = 0; e1 < slots(t, 1); e1 += pt) {
-          Value* start = b_.CreateAdd(one(i.args[0]), b_.CreateZExt(position(t, 1, e1), index_ty()));
+          Value* start = t.shape[1] == 1 ? one(i.args[0])
+                                          : b_.CreateAdd(one(i.args[0]), b_.CreateZExt(position(t, 1, e1), index_ty()));
           Value* bits = t.shape[1] == 1 ? nullptr : run_bits(start, lo, hi, pt);
           for (int j = 0; j < std::min(pt, slots(t, 1)); ++j)
             out.push_back(bits ? b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << j)), i32(0))

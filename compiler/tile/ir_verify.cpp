@@ -111,8 +111,8 @@ class Verifier {
     for (int lower : i.lower)
       if (lower >= 0 && !is_index(lower)) problem(fmt::format("{}: a mask's lower bound %{} is not an index", where(i), lower));
     for (size_t d = 0; d < i.lower.size(); ++d)
-      if (i.lower[d] >= 0 && (d >= i.masked.size() || !i.masked[d] || d != 1))
-        problem(fmt::format("{}: a lower bound on axis {}, which is not masked or not the columns", where(i), d));
+      if (i.lower[d] >= 0 && (d >= i.masked.size() || !i.masked[d] || d != 1 || !store))
+        problem(fmt::format("{}: a lower bound on axis {}: only a store's, on its masked columns", where(i), d));
     const size_t offsets = i.args.size() - (store ? 1 : 0);
     if (!i.masked.empty() && i.masked.size() != offsets)
       problem(fmt::format("{}: masks {} axes of {}", where(i), i.masked.size(), offsets));
@@ -456,6 +456,7 @@ class Verifier {
   }
 
   void region(const Region& r, std::set<int>& scope, bool in_loop) {
+    ++depth_;
     for (size_t n = 0; n < r.body.size(); ++n) {
       const Inst& i = r.body[n];
       if (role_ == Role::Producer) producer_inst(i);
@@ -559,9 +560,12 @@ class Verifier {
           if (within) check_tile_shape(i, out);
           if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
             problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
-          if (i.cluster && (i.axis != 1 || p_.cluster_blocks < 2 || p_.specialized() || within || t.frag == Frag::Acc))
+          // (In the program's body, not a loop's or a branch's: every block of the cluster takes
+          // each exchange once, its slots are its own, and the first waits for the blocks to run.)
+          if (i.cluster && (i.axis != 1 || p_.cluster_blocks < 2 || p_.specialized() || within || t.frag == Frag::Acc ||
+                            depth_ > 1))
             problem(fmt::format("{}: a reduction over a cluster's blocks takes a blocked or lanes tile's rows (axis 1) "
-                                "in a program launched in clusters",
+                                "in the body of a program launched in clusters (not in a loop or a branch)",
                                 where(i)));
           break;
         }
@@ -700,6 +704,7 @@ class Verifier {
         if (!scope.insert(v).second) problem(fmt::format("{}: %{} is defined twice", where(i), v));
       }
     }
+    --depth_;
   }
 
   // wgmma reads whole stages of 16-bit rings laid out for it: B [k, n] (n a multiple of 8 up to
@@ -745,6 +750,7 @@ class Verifier {
   const Program& p_;
   std::vector<std::string> problems_;
   Role role_ = Role::Block;
+  int depth_ = 0;  // regions entered (1: the program's body)
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -170,7 +171,8 @@ class RowLoop {
       const int x = eval(b, n.operands[0], v);
       out = n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
       if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
-    } else if (n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) && !spans_cols(n.operands[1])) {
+    } else if (s_.loop_lanes && n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) &&
+               !spans_cols(n.operands[1])) {
       // A 16-bit quotient by a per-row divisor (softmax's e / Σ): one division a row (or a
       // thread) and a multiply an element, not a division an element.
       const int x = eval(b, n.operands[0], v);
@@ -185,8 +187,9 @@ class RowLoop {
     return v[id] = out;
   }
   // e^(u − c) of a 16-bit result, u along the row and c per row (softmax's exps).
+  // (Under --loop-ir 2 only, as the division's multiply: the parts' default form is unchanged.)
   bool shifted_exp(const Node& n) const {
-    if (n.op != Op::Exp || n.dtype == DType::F32) return false;
+    if (!s_.loop_lanes || n.op != Op::Exp || n.dtype == DType::F32) return false;
     const Node& d = g_.node(n.operands[0]);
     return d.op == Op::Sub && spans_cols(d.operands[0]) && !spans_cols(d.operands[1]);
   }
@@ -214,11 +217,11 @@ class RowLoop {
     with[m] = dt == DType::F32 ? m_value : b.compute(Op::Cast, {m_value}, dt);
     return eval(b, id, with);
   }
-  // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0).
+  // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0; a NaN stays NaN).
   static int rescaled(Builder& b, int s, int c_from, int c_to) {
     const int factor = b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
     const int zero = b.scalar(0.0, DType::F32);
-    return b.compute(Op::Where, {b.compute(Op::Gt, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
+    return b.compute(Op::Where, {b.compute(Op::Ne, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
                      DType::F32);
   }
   // The running partial `acc` of reduction `op` combined with the step's values x (f32, the
@@ -268,8 +271,12 @@ class RowLoop {
           std::map<NodeId, int> with = v;  // the step's terms exp(u − c(m_new))
           with[c] = in.spread(c_new, loop_tile());
           const int term = masked(eval_f32(in, g_.node(r).operands[0], with), 0.0);
-          next[i] = in.compute(Op::Add, {rescaled(in, acc[i], c_old, c_new), in.reduce_lanes(Op::ReduceSum, term)},
-                               DType::F32);
+          const int sum = in.compute(Op::Add, {rescaled(in, acc[i], c_old, c_new), in.reduce_lanes(Op::ReduceSum, term)},
+                                     DType::F32);
+          // A thread whose elements so far are all −inf adds nothing to the row's sum, whatever
+          // its terms' −inf − (−inf) make of them (the row's max is at least theirs).
+          const int seen = in.compute(Op::Ne, {next[j], in.scalar(-INFINITY, DType::F32)}, DType::Bool);
+          next[i] = in.compute(Op::Where, {seen, sum, in.scalar(0.0, DType::F32)}, DType::F32);
         }
       for (NodeId o : stores) {
         const size_t param = k_.inputs.size() + static_cast<size_t>(std::find(k_.outputs.begin(), k_.outputs.end(), o) -

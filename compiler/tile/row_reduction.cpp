@@ -170,6 +170,8 @@ class RowReduction {
       const size_t param = k_.inputs.size() + i;
       int v = value_of_.at(k_.outputs[i]);
       if (!p_.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(p_.params[param]));
+      if (p_.types[static_cast<size_t>(v)].shape != tile_shape(p_.params[param]))
+        throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k_.name, k_.outputs[i]));
       if (flat_[param])
         b.store_between(static_cast<int>(param), offsets(p_.params[param]), v, 1, row_lo_, row_hi_);
       else
