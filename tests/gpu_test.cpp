@@ -633,6 +633,43 @@ TEST(GpuReduce, MergedRmsnorm) {
 // (fuzz seed 409's mean among them), bf16 rows whose width leaves the last part short and its
 // last tile masked, an epilogue with a per-row input; run twice, so the workspace's counters
 // are seen reset.
+// A looped online sum Σ exp(x − max) (sm_80's schedule), on both IRs: a row holding +inf sums to
+// NaN as the reference does (the rescaling must not turn a NaN sum into 0), a row whose first
+// half is −inf (its threads' first steps see only −inf) sums as the reference, and the other rows
+// within 1e-6.
+TEST(GpuReduce, LoopedOnlineSumsAtInfinities) {
+  Graph g("online_infinities");
+  Tensor x = input(g, "x", {300, 65536});
+  output("s", sum(exp(x - amax(x, {-1}, true)), {-1}, true));
+  for (int loop_ir : {1, 2}) {
+    SCOPED_TRACE("--loop-ir " + std::to_string(loop_ir));
+    FusionOptions o;
+    o.profile.max_cluster_blocks = 1;
+    o.profile.bulk_copies = false;
+    o.schedule.split = 0;
+    o.schedule.loop_ir = loop_ir;
+    Plan p = plan_fusion(g, o);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_GT(p.kernels[0].schedule.col_iters, 1) << p.kernels[0].schedule.describe();
+    if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+    std::vector<double> v = random_inputs(g, testing::test_seed()).at("x").to_doubles();
+    v[static_cast<size_t>(7 * 65536 + 40000)] = INFINITY;
+    for (int64_t j = 0; j < 32768; ++j) v[static_cast<size_t>(11 * 65536 + j)] = -INFINITY;
+    TensorMap in;
+    in["x"] = TensorData::from_doubles(DType::F32, {300, 65536}, v);
+    Executable exe(p);
+    const std::vector<double> s = exe.run(in).at("s").to_doubles();
+    const std::vector<double> ref = reference_run(g, in).at("s");
+    ASSERT_TRUE(std::isnan(ref[7]));
+    EXPECT_TRUE(std::isnan(s[7])) << s[7];
+    for (size_t r = 0; r < s.size(); ++r) {
+      if (r != 7) {
+        EXPECT_NEAR(s[r], ref[r], 1e-6 * ref[r]) << "row " << r;
+      }
+    }
+  }
+}
+
 TEST(GpuReduce, FewLongRowsInParts) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   Graph g("parts");
@@ -735,7 +772,9 @@ TEST(GpuReduce, ClusterSizes) {
       int looped = 0;
       for (const Kernel& k : p.kernels) {
         EXPECT_EQ(k.schedule.cluster_blocks, 1);
-        if (k.kind == ScheduleKind::RowReduce) EXPECT_GT(k.schedule.col_iters, 1) << k.schedule.describe();
+        if (k.kind == ScheduleKind::RowReduce) {
+          EXPECT_GT(k.schedule.col_iters, 1) << k.schedule.describe();
+        }
         looped += k.schedule.col_iters > 1;
       }
       EXPECT_GE(looped, 1);

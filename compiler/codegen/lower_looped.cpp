@@ -1,4 +1,6 @@
 // Rows too long for registers: each pass over the row is a loop over column tiles.
+#include <cmath>
+
 #include "compiler/codegen/lowering.h"
 #include "compiler/codegen/math.h"
 
@@ -74,7 +76,10 @@ void Lowering::lower_looped() {
       reset(keep);
       Value* scaled = guard_zero(acc[r->result],
                                  b_.CreateFMul(acc[r->result], math::exp(b_, b_.CreateFSub(c_old, c_new))));
-      next[r->result] = b_.CreateFAdd(scaled, part);
+      // A thread whose elements so far are all −inf adds nothing to the row's sum, whatever its
+      // terms' −inf − (−inf) make of them (the row's max is at least theirs).
+      Value* seen = b_.CreateFCmpUNE(next[m], f32(-INFINITY));
+      next[r->result] = b_.CreateSelect(seen, b_.CreateFAdd(scaled, part), f32(0.0));
     }
     Value* it_next = b_.CreateAdd(it, b_.getInt32(1));
     llvm::BasicBlock* latch = b_.GetInsertBlock();
