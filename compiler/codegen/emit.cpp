@@ -204,17 +204,19 @@ class Emitter {
     return b_.CreateSub(b_.CreateShl(i32(1), clamped(b_.CreateSub(hi, start))),
                         b_.CreateShl(i32(1), clamped(b_.CreateSub(lo, start))));
   }
+  // A masked axis's bound: its limit (a value) or the view's extent.
+  Value* upper(const Inst& i, size_t d) {
+    const int limit = d < i.limits.size() ? i.limits[d] : -1;
+    return limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d));
+  }
   // A run's bits against a masked axis's bounds (one with a lower bound).
   Value* run_bits(const Inst& i, size_t d, Value* start, int width) {
-    const int limit = d < i.limits.size() ? i.limits[d] : -1;
-    Value* hi = limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d));
-    return run_bits(start, one(i.lower[d]), hi, width);
+    return run_bits(start, one(i.lower[d]), upper(i, d), width);
   }
-  // Whether index x along masked axis d lies in its bounds: below its limit (a value, or the
-  // view's extent) and, where it has one, not below its lower bound.
+  // Whether index x along masked axis d lies in its bounds: below upper(i, d) and, where it has
+  // one, not below its lower bound.
   Value* inside(const Inst& i, size_t d, Value* x) {
-    const int limit = d < i.limits.size() ? i.limits[d] : -1;
-    Value* hi = limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d));
+    Value* hi = upper(i, d);
     if (!has_lower(i, d)) return b_.CreateICmpULT(x, hi);
     Value* lo = one(i.lower[d]);
     return b_.CreateICmpULT(b_.CreateSub(x, lo), b_.CreateSub(hi, lo));
@@ -754,12 +756,12 @@ class Emitter {
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
-  // Whether offset + each element's position along the axis is below the limit (and not below
-  // the lower bound, where given: one unsigned compare of (offset − lo) + position against
-  // hi − lo).
-  // Along a blocked tile's columns (a window's row) each run of the thread's consecutive elements
-  // takes its bits at once (run_bits), and each element its bit: a register a run held, where the
-  // elements' columns held to the last use were a register each (and spilled at 64).
+  // Whether offset + each element's position along the axis is below the limit (arg 1) and, where
+  // given, not below the lower bound (arg 2). With a lower bound, along a blocked tile's columns
+  // (a window's row) each run of the thread's consecutive elements takes its bits at once
+  // (run_bits) and each element its bit — a register a run, where the elements' columns held to
+  // the last use were a register each (and spilled at 64); elsewhere one unsigned compare of
+  // (offset − lo) + position against hi − lo.
   void in_bounds(const Inst& i) {
     const Type& t = type(i.results[0]);
     if (i.args.size() == 3 && i.axis == 1 && t.frag == Frag::None) {

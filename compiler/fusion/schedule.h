@@ -329,12 +329,12 @@ struct ScheduleHints {
   // 2: Tile IR v2, each reduction over the block's threads and then the cluster's blocks
   // (`reduce … axis 1 cluster`, one exchange each). Not yet measured on a GPU.
   int cluster_ir = 1;
-  // Which Tile IR windowed rows (a width that is not a multiple of the vector width, held in one
-  // block's or a cluster's registers, with no weight along the row) are built on: 1, the default,
-  // the first Tile IR's lowerer (each chunk's in-row bits as its run's two ends; 16-bit rows'
-  // interior threads unmasked); 2: Tile IR v2, the tensors seen flat, each element's place in its
-  // row tested, stores between the row's ends (`masked [1 from …]`), under `row_ir` / `cluster_ir`
-  // as the rows' other kernels. Not yet measured on a GPU.
+  // Which Tile IR windowed rows (a width that is not a multiple of the vector width, one a block
+  // or a cluster, any weight along the row shared by every row) are built on: 1, the default, the
+  // first Tile IR's lowerer (each chunk's in-row bits as its run's two ends; 16-bit rows'
+  // interior threads unmasked); 2: Tile IR v2, the tensors seen flat, each run's in-row bits,
+  // weights read `shifted`, stores between the row's ends (`masked [1 from …]`), under `row_ir` /
+  // `cluster_ir` as the rows' other kernels. Not yet measured on a GPU.
   int window_ir = 1;
 };
 

@@ -35,12 +35,12 @@ Program row_reduction(const Graph& g, const Kernel& k);
 // (TileSchedule::loop_lanes): row_loop.cpp.
 Program row_loop(const Graph& g, const Kernel& k);
 
-// Each output's value stored at its view's offsets (splat first where it was computed from
+// Each output's value stored by store(param, tile) (splat first where it was computed from
 // constants alone); the first output whose value is not a tile of its view stops it: its node,
 // or -1 when every one was stored.
-template <typename TileShape, typename Offsets, typename Masks>
+template <typename TileShape, typename Store>
 NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& value_of, TileShape tile_shape,
-                     Offsets offsets, Masks masks) {
+                     Store store) {
   const Program& p = b.program();
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const size_t param = k.inputs.size() + i;
@@ -48,9 +48,19 @@ NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& v
     int v = value_of.at(k.outputs[i]);
     if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
     if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return k.outputs[i];
-    b.store(static_cast<int>(param), offsets(prm), v, masks(prm));
+    store(static_cast<int>(param), v);
   }
   return -1;
+}
+// The same, each at its view's offsets with its masks.
+template <typename TileShape, typename Offsets, typename Masks>
+NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& value_of, TileShape tile_shape,
+                     Offsets offsets, Masks masks) {
+  const Program& p = b.program();
+  return store_outputs(b, k, value_of, tile_shape, [&](int param, int v) {
+    const Param& prm = p.params[static_cast<size_t>(param)];
+    b.store(param, offsets(prm), v, masks(prm));
+  });
 }
 
 

@@ -460,13 +460,12 @@ class Verifier {
     for (size_t n = 0; n < r.body.size(); ++n) {
       const Inst& i = r.body[n];
       if (role_ == Role::Producer) producer_inst(i);
-      for (int a : i.args)
-        if (!scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
-      for (int a : i.limits)
+      auto defined = [&](int a) {  // (-1: no value)
         if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
-      for (int a : i.lower)
-        if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
-      if (i.shift >= 0 && !scope.count(i.shift)) problem(fmt::format("{}: %{} is used before it is defined", where(i), i.shift));
+      };
+      for (const std::vector<int>* uses : {&i.args, &i.limits, &i.lower})
+        for (int a : *uses) defined(a);
+      defined(i.shift);
       switch (i.opcode) {
         case Opcode::ProgramId:
           if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))

@@ -15,9 +15,8 @@
 // and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A weight shared by the rows
 // is read `shifted` by the row's start's place in its vector (two aligned vectors joined and
 // shifted in registers); one laid out otherwise (broadcast along some rows) is the first Tile
-// IR's still. Kinds it does not
-// take (the first Tile IR's schedules: staged and split rows) are refused: the scheduler sets
-// ir_v2 only on rows one block or one cluster holds.
+// IR's still. Kinds it does not take (the first Tile IR's schedules: staged and split rows) are
+// refused: the scheduler sets ir_v2 only on rows one block or one cluster holds.
 #include <fmt/format.h>
 
 #include <map>
@@ -157,26 +156,18 @@ class RowReduction {
     return rounds_where_computed(g_, k_, id) ? b.compute(Op::Cast, {r}, n.dtype) : r;
   }
 
+  // Each output at its offsets; a windowed row's elements only (one value per row as usual).
   void store(Builder& b) {
-    if (!window_) {
-      auto shape = [&](const Param& prm) { return tile_shape(prm); };
-      auto at = [&](const Param& prm) { return offsets(prm); };
-      auto mask = [&](const Param& prm) { return masks(prm); };
-      if (NodeId bad = store_outputs(b, k_, value_of_, shape, at, mask); bad >= 0)
-        throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k_.name, bad));
-      return;
-    }
-    for (size_t i = 0; i < k_.outputs.size(); ++i) {  // the row's elements only; a value per row as usual
-      const size_t param = k_.inputs.size() + i;
-      int v = value_of_.at(k_.outputs[i]);
-      if (!p_.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(p_.params[param]));
-      if (p_.types[static_cast<size_t>(v)].shape != tile_shape(p_.params[param]))
-        throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k_.name, k_.outputs[i]));
-      if (flat_[param])
-        b.store_between(static_cast<int>(param), offsets(p_.params[param]), v, 1, row_lo_, row_hi_);
+    auto shape = [&](const Param& prm) { return tile_shape(prm); };
+    auto one = [&](int param, int v) {
+      const Param& prm = p_.params[static_cast<size_t>(param)];
+      if (flat_[static_cast<size_t>(param)])
+        b.store_between(param, offsets(prm), v, 1, row_lo_, row_hi_);
       else
-        b.store(static_cast<int>(param), offsets(p_.params[param]), v, masks(p_.params[param]));
-    }
+        b.store(param, offsets(prm), v, masks(prm));
+    };
+    if (NodeId bad = store_outputs(b, k_, value_of_, shape, one); bad >= 0)
+      throw CodegenError(fmt::format("kernel {}: output %{} is not a tile of its view", k_.name, bad));
   }
 
   const Graph& g_;

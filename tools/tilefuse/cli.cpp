@@ -104,10 +104,10 @@ common options:
                                on Tile IR v2, each reduction over the cluster's blocks through
                                distributed shared memory (2), or on the first Tile IR (1, the
                                default)
-  --window-ir 1|2              windowed rows (odd widths in aligned vectors) with no weight along
-                               the row built on Tile IR v2 (2: the tensors seen flat, stores
-                               between the row's ends; clusters with --cluster-ir 2), or on the
-                               first Tile IR (1, the default)
+  --window-ir 1|2              windowed rows (odd widths in aligned vectors), one a block, built
+                               on Tile IR v2 (2: the tensors seen flat, weights read shifted,
+                               stores between the row's ends; clusters with --cluster-ir 2), or
+                               on the first Tile IR (1, the default)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
