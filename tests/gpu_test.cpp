@@ -670,6 +670,24 @@ TEST(GpuReduce, LoopedOnlineSumsAtInfinities) {
   }
 }
 
+// A reduction of a value constant along the row (a row of width 1 here) is the value times the
+// width, kept unrounded like every reduction inside a kernel: t − mean(t) of a 16-bit t is then
+// exactly 0, as in the reference, where a result rounded to f16 left t's rounding error (up to
+// 2^-12 of t, times 1024 here).
+TEST(GpuReduce, ReductionsOfRowConstantsAreNotRounded) {
+  for (DType dt : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("row_constants");
+    Tensor t = tanh(input(g, "x", {300, 1}, dt));
+    output("d", cast((t - mean(t, {-1}, true)) * 1024.0, DType::F32));
+    Plan p = plan_fusion(g);
+    if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+    TensorMap in = random_inputs(g, testing::test_seed());
+    const std::vector<double> d = Executable(p).run(in).at("d").to_doubles();
+    for (size_t r = 0; r < d.size(); ++r) ASSERT_EQ(d[r], 0.0) << "row " << r;
+  }
+}
+
 TEST(GpuReduce, FewLongRowsInParts) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   Graph g("parts");

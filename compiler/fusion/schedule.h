@@ -317,24 +317,27 @@ struct ScheduleHints {
   // own barrier (level with the first on the H200: bench/NOTES.md, "Row kernels on Tile IR v2
   // measured"); 1: the first Tile IR's whole-kernel lowerer, until its other schedules move.
   int row_ir = 2;
-  // Which Tile IR rows visited by a loop over column tiles are built on: 1, the default, the
-  // first Tile IR's loop for whole rows (one (max, sum) pair per thread) and, for few long rows
-  // in parts, Tile IR v2 carrying a tile of partials; 2: Tile IR v2 carrying one partial per
-  // thread (lanes tiles) for both — an online sum rescaled once a step per thread, not per
-  // element (the per-element form ran 7–37% slower: bench/NOTES.md, "Rows looped whole on Tile
-  // IR v2"). Not yet measured on a GPU.
-  int loop_ir = 1;
+  // Which Tile IR rows visited by a loop over column tiles are built on: 2, the default, Tile IR
+  // v2 carrying one partial per thread (lanes tiles) — an online sum rescaled once a step per
+  // thread, not per element (the per-element form ran 7–37% slower: bench/NOTES.md, "Rows
+  // looped whole on Tile IR v2"); level with the first IR's loop on the H200 (within 1% but
+  // cross-entropy's 2%: bench/NOTES.md, "Tile IR v2 row schedules measured"); 1: the first
+  // Tile IR's loop for whole rows (one (max, sum) pair per thread) and, for few long rows in
+  // parts, Tile IR v2 carrying a tile of partials.
+  int loop_ir = 2;
   // Which Tile IR rows held in a cluster's registers (without windows or staging) are built on:
-  // 1, the default, the first Tile IR's lowerer (a softmax's max and sum merged in one exchange);
-  // 2: Tile IR v2, each reduction over the block's threads and then the cluster's blocks
-  // (`reduce … axis 1 cluster`, one exchange each). Not yet measured on a GPU.
-  int cluster_ir = 1;
+  // 2, the default, Tile IR v2, each reduction over the block's threads and then the cluster's
+  // blocks (`reduce … axis 1 cluster`, one exchange each; level with the first IR on the H200);
+  // 1: the first Tile IR's lowerer (a softmax's max and sum merged in one exchange).
+  int cluster_ir = 2;
   // Which Tile IR windowed rows (a width that is not a multiple of the vector width, one a block
   // or a cluster, any weight along the row shared by every row) are built on: 1, the default, the
   // first Tile IR's lowerer (each chunk's in-row bits as its run's two ends; 16-bit rows'
   // interior threads unmasked); 2: Tile IR v2, the tensors seen flat, each run's in-row bits,
   // weights read `shifted`, stores between the row's ends (`masked [1 from …]`), under `row_ir` /
-  // `cluster_ir` as the rows' other kernels. Not yet measured on a GPU.
+  // `cluster_ir` as the rows' other kernels: 16-bit rows ran 5–12% slower on the H200 (every
+  // element masked where the first IR's interior threads are not; bench/NOTES.md, "Tile IR v2
+  // row schedules measured"), f32 rows level.
   int window_ir = 1;
 };
 

@@ -40,8 +40,7 @@ int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const s
 }
 
 int times_width(Builder& b, int x, int64_t cols, DType dtype) {
-  const int sum = b.compute(Op::Mul, {as_f32(b, x), b.scalar(static_cast<double>(cols), DType::F32)}, DType::F32);
-  return dtype == DType::F32 ? sum : b.compute(Op::Cast, {sum}, dtype);
+  return b.compute(Op::Mul, {x, b.scalar(static_cast<double>(cols), DType::F32)}, dtype);
 }
 
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {

@@ -21,8 +21,10 @@ int as_f32(Builder& b, int x);
 // Node `id` (elementwise) of its args' values, rounded to its dtype where its uses in the kernel
 // see the value that reaches memory (rounds_where_computed).
 int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args);
-// The sum over a row of `cols` columns of a value x constant along it, as `dtype`: x · cols in
-// f32 (a 16-bit width would be rounded: 4097 in bf16 is 4096).
+// The sum over a row of `cols` columns of a value x (of `dtype`) constant along it: x · cols, the
+// width an f32 scalar (a 16-bit one would be rounded: 4097 in bf16 is 4096) and the product not
+// rounded to `dtype` — a reduction's result is rounded only where its uses see memory
+// (rounds_where_computed), as the callers do for every reduction.
 int times_width(Builder& b, int x, int64_t cols, DType dtype);
 // A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
 // the element's index along the iota's axis, from its index in the domain.

@@ -397,13 +397,16 @@ class Verifier {
     if ((shape.empty() ? !(r.kind == Type::Kind::Scalar) : !(r.is_tile() && r.shape == shape)))
       problem(fmt::format("{}: result {} is not the broadcast of its operands", where(i), type_str(r)));
     auto dt = [&](size_t k) { return type(i.args[k]).dtype; };
+    auto exact_scalar = [&](size_t k) {
+      return dtype_size(r.dtype) == 2 && dt(k) == DType::F32 && type(i.args[k]).kind == Type::Kind::Scalar;
+    };
     bool ok = true;
     switch (info.kind) {
       case OpKind::Unary:
         ok = i.op == Op::Cast || dt(0) == r.dtype;
         break;
-      case OpKind::Binary:
-        ok = dt(0) == r.dtype && dt(1) == r.dtype;
+      case OpKind::Binary:  // (16-bit arithmetic runs in f32: an f32 scalar operand is taken as it is)
+        ok = (dt(0) == r.dtype || exact_scalar(0)) && (dt(1) == r.dtype || exact_scalar(1));
         break;
       case OpKind::Compare:
         ok = dt(0) == dt(1) && r.dtype == DType::Bool;

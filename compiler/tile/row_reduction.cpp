@@ -147,13 +147,13 @@ class RowReduction {
   int reduce(Builder& b, NodeId id, int x) {
     const Node& n = g_.node(id);
     const Type& t = p_.types[static_cast<size_t>(x)];
-    if (!t.is_tile() || t.shape[1] == 1) return n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
+    auto rounded = [&](int r) { return rounds_where_computed(g_, k_, id) ? b.compute(Op::Cast, {r}, n.dtype) : r; };
+    if (!t.is_tile() || t.shape[1] == 1) return rounded(n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
     if (masked_[1] && in_row_ < 0)
       in_row_ = window_ ? b.in_range(col0_, row_lo_, row_hi_, 1, {1, s_.tile_cols()})
                         : b.in_bounds(col0_, b.index(s_.cols), 1, {1, s_.tile_cols()});
     if (masked_[1]) x = b.compute(Op::Where, {in_row_, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
-    const int r = cluster_ ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1);
-    return rounds_where_computed(g_, k_, id) ? b.compute(Op::Cast, {r}, n.dtype) : r;
+    return rounded(cluster_ ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1));
   }
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).

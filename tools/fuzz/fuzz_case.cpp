@@ -117,19 +117,17 @@ std::vector<Variant> variants_of(uint64_t seed) {
       break;
     case 11:  // rows looped over column tiles carrying a partial per thread (sm_80: no clusters,
               // bulk copies or split rows, so long rows loop)
-      v.name = "--target sm_80 --split 0 --loop-ir 2";
+      v.name = "--target sm_80 --split 0";
       v.fusion.profile.max_cluster_blocks = 1;
       v.fusion.profile.bulk_copies = false;
       v.fusion.profile.wgmma = false;
       v.fusion.schedule.split = 0;
-      v.fusion.schedule.loop_ir = 2;
       v.codegen = codegen_options_for("sm_80");
       break;
     case 12:  // rows held in clusters (no staging or split rows), on Tile IR v2
-      v.name = "--stages 0 --split 0 --cluster-ir 2 --window-ir 2";
+      v.name = "--stages 0 --split 0 --window-ir 2";
       v.fusion.schedule.stages = 0;
       v.fusion.schedule.split = 0;
-      v.fusion.schedule.cluster_ir = 2;
       v.fusion.schedule.window_ir = 2;
       break;
     case 13:  // odd row widths in windows, on Tile IR v2

@@ -97,13 +97,13 @@ common options:
                                the default; `tilefuse tile` prints it) or on the first Tile IR
                                (1: its whole-kernel lowerer, for comparison)
   --loop-ir 1|2                rows visited by a loop over column tiles built on Tile IR v2
-                               carrying one partial per thread (2) or, the default, on the first
-                               Tile IR's loop (whole rows) and Tile IR v2 carrying a tile of
-                               partials (few long rows in parts)
+                               carrying one partial per thread (2, the default) or on the first
+                               Tile IR's loop (1: whole rows; few long rows in parts then carry a
+                               tile of partials on Tile IR v2)
   --cluster-ir 1|2             rows held in a cluster's registers (not windowed or staged) built
                                on Tile IR v2, each reduction over the cluster's blocks through
-                               distributed shared memory (2), or on the first Tile IR (1, the
-                               default)
+                               distributed shared memory (2, the default), or on the first Tile
+                               IR (1)
   --window-ir 1|2              windowed rows (odd widths in aligned vectors), one a block, built
                                on Tile IR v2 (2: the tensors seen flat, weights read shifted,
                                stores between the row's ends; clusters with --cluster-ir 2), or
@@ -202,7 +202,7 @@ struct Args {
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, loop_ir = 1, cluster_ir = 1, window_ir = 1;
+      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, loop_ir = 2, cluster_ir = 2, window_ir = 1;
   std::optional<uint64_t> seed;
 };
 
