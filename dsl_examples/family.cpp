@@ -134,6 +134,15 @@ Graph mean_shift(DType dt) {
   return g;
 }
 
+// Few long rows: each row's sum of squares and max (16 rows of 2^20).
+Graph few_long_rows(DType dt) {
+  Graph g(named("few_long_rows", dt));
+  Tensor x = input(g, "x", {16, 1048576}, dt);
+  output("ss", sum(x * x, {-1}));
+  output("m", amax(x, {-1}));
+  return g;
+}
+
 }  // namespace
 
 const std::vector<Example>& family_examples() {
@@ -167,6 +176,7 @@ const std::vector<Example>& family_examples() {
     add([] { return rmsnorm_w(4096, 12288, DType::BF16); }, "RMSNorm at a model's hidden width, 12288");
     add([] { return rmsnorm_w(2048, 16384, DType::BF16); }, "RMSNorm at a model's hidden width, 16384");
     add([] { return cross_entropy_vocab(2048, DType::F32); }, "−Σ t·log_softmax(x) over a 50257 vocabulary");
+    add([] { return few_long_rows(DType::F32); }, "Σ x² and max over 16 rows of 2^20");
     return out;
   }();
   return all;

@@ -34,7 +34,7 @@ expect split-plan 0 "rows split into [0-9]+ parts that meet in global memory, 1 
 expect claimed-plan 0 "persistent: [0-9]+ rows? ahead in shared memory by bulk copies \([0-9]+ KiB per stage\), rows after the first [0-9]+ rounds claimed from a counter" -- "$tf" plan softmax_32k_bf16
 expect cluster-plan 0 "clusters of [0-9]+ blocks per row, 1 blocks per SM, persistent: [0-9]+ rows? ahead in shared memory" -- "$tf" plan softmax_256k --split 0
 expect bad-split 2 "--split needs an integer from 0 to 1, got '2'" -- "$tf" plan softmax_256k --split 2
-expect register-cluster-plan 0 "clusters of [0-9]+ blocks per row, 2 blocks per SM, 4-wide" -- "$tf" plan softmax_256k --stages 0
+expect register-cluster-plan 0 "clusters of [0-9]+ blocks per row, 2 blocks per SM, built on Tile IR v2, 4-wide" -- "$tf" plan softmax_256k --stages 0
 expect bad-stages 2 "--stages needs an integer from 0 to 4, got '5'" -- "$tf" plan softmax_256k --stages 5
 expect negative-stages 2 "--stages needs an integer from 0 to 4, got '-1'" -- "$tf" plan softmax_256k --stages -1
 expect bad-overlap 2 "--attention-overlap needs an integer from 0 to 1 or auto, got 'x'" -- "$tf" plan attention --attention-overlap x

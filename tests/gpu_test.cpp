@@ -414,10 +414,10 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // With split rows (the default for rows longer than a block holds), the parts are tasks of
 // blocks that meet only through their published pairs: the same special rows, across parts.
 // `looped`: planned for a device without clusters or bulk copies (sm_80), so each row is visited
-// by a loop over column tiles carrying each thread's running max and sum (lower_looped.cpp).
+// by a loop over column tiles carrying each thread's running max and sum (Tile IR v2's
+// row_loop.cpp). `cluster_ir`: which IR builds rows a cluster holds (ScheduleHints::cluster_ir).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
-                        int parts, DType dt = DType::F32, bool looped = false, int loop_ir = 1,
-                        int cluster_ir = 1) {
+                        int parts, DType dt = DType::F32, bool looped = false, int cluster_ir = 2) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -428,7 +428,6 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     o.profile.max_cluster_blocks = 1;
     o.profile.bulk_copies = false;
   }
-  o.schedule.loop_ir = loop_ir;
   o.schedule.cluster_ir = cluster_ir;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
@@ -437,8 +436,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.split_blocks > 1, parts > 1);
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
     EXPECT_EQ(k.schedule.col_iters > 1, looped);
-    EXPECT_EQ(k.schedule.loop_lanes, looped && loop_ir == 2);
-    if (cluster_ir == 2 && stages == 0) {
+    if (looped || (cluster_ir == 2 && stages == 0)) {
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     }
   }
@@ -485,18 +483,16 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 65536, 4, -1, -1, 1, 2, DType::BF16);
   check_special_rows(4, 65536, 4, -1, 0, 2, 1);                // staged, clusters of 2 × 1024 threads
   check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16);  // staged, one block per row
-  check_special_rows(4, 65536, 4, 0, -1, 4, 1);                // registers only, clusters of 4 × 512 threads
-  // The same clusters on Tile IR v2 (--cluster-ir 2), f32 and bf16.
-  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1, 2);
-  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1, 2);
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads (Tile IR v2)
+  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16);
+  // The same clusters on the first Tile IR (--cluster-ir 1), which windowed cluster rows still use.
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1);
+  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1);
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.
   check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true);
   check_special_rows(300, 65544, 100, 0, 0, 1, 1, DType::BF16, true);
-  // The same loops on Tile IR v2, a partial per thread carried (--loop-ir 2).
-  check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true, 2);
-  check_special_rows(300, 65544, 100, 0, 0, 1, 1, DType::BF16, true, 2);
 }
 
 // More rows than the persistent grid has groups: each block (cluster) takes several rounds, so
@@ -633,7 +629,7 @@ TEST(GpuReduce, MergedRmsnorm) {
 // (fuzz seed 409's mean among them), bf16 rows whose width leaves the last part short and its
 // last tile masked, an epilogue with a per-row input; run twice, so the workspace's counters
 // are seen reset.
-// A looped online sum Σ exp(x − max) (sm_80's schedule), on both IRs: a row holding +inf sums to
+// A looped online sum Σ exp(x − max) (sm_80's schedule): a row holding +inf sums to
 // NaN as the reference does (the rescaling must not turn a NaN sum into 0), a row whose first
 // half is −inf (its threads' first steps see only −inf) sums as the reference, and the other rows
 // within 1e-6.
@@ -641,31 +637,27 @@ TEST(GpuReduce, LoopedOnlineSumsAtInfinities) {
   Graph g("online_infinities");
   Tensor x = input(g, "x", {300, 65536});
   output("s", sum(exp(x - amax(x, {-1}, true)), {-1}, true));
-  for (int loop_ir : {1, 2}) {
-    SCOPED_TRACE("--loop-ir " + std::to_string(loop_ir));
-    FusionOptions o;
-    o.profile.max_cluster_blocks = 1;
-    o.profile.bulk_copies = false;
-    o.schedule.split = 0;
-    o.schedule.loop_ir = loop_ir;
-    Plan p = plan_fusion(g, o);
-    ASSERT_EQ(p.kernels.size(), 1u);
-    EXPECT_GT(p.kernels[0].schedule.col_iters, 1) << p.kernels[0].schedule.describe();
-    if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-    std::vector<double> v = random_inputs(g, testing::test_seed()).at("x").to_doubles();
-    v[static_cast<size_t>(7 * 65536 + 40000)] = INFINITY;
-    for (int64_t j = 0; j < 32768; ++j) v[static_cast<size_t>(11 * 65536 + j)] = -INFINITY;
-    TensorMap in;
-    in["x"] = TensorData::from_doubles(DType::F32, {300, 65536}, v);
-    Executable exe(p);
-    const std::vector<double> s = exe.run(in).at("s").to_doubles();
-    const std::vector<double> ref = reference_run(g, in).at("s");
-    ASSERT_TRUE(std::isnan(ref[7]));
-    EXPECT_TRUE(std::isnan(s[7])) << s[7];
-    for (size_t r = 0; r < s.size(); ++r) {
-      if (r != 7) {
-        EXPECT_NEAR(s[r], ref[r], 1e-6 * ref[r]) << "row " << r;
-      }
+  FusionOptions o;
+  o.profile.max_cluster_blocks = 1;
+  o.profile.bulk_copies = false;
+  o.schedule.split = 0;
+  Plan p = plan_fusion(g, o);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_GT(p.kernels[0].schedule.col_iters, 1) << p.kernels[0].schedule.describe();
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  std::vector<double> v = random_inputs(g, testing::test_seed()).at("x").to_doubles();
+  v[static_cast<size_t>(7 * 65536 + 40000)] = INFINITY;
+  for (int64_t j = 0; j < 32768; ++j) v[static_cast<size_t>(11 * 65536 + j)] = -INFINITY;
+  TensorMap in;
+  in["x"] = TensorData::from_doubles(DType::F32, {300, 65536}, v);
+  Executable exe(p);
+  const std::vector<double> s = exe.run(in).at("s").to_doubles();
+  const std::vector<double> ref = reference_run(g, in).at("s");
+  ASSERT_TRUE(std::isnan(ref[7]));
+  EXPECT_TRUE(std::isnan(s[7])) << s[7];
+  for (size_t r = 0; r < s.size(); ++r) {
+    if (r != 7) {
+      EXPECT_NEAR(s[r], ref[r], 1e-6 * ref[r]) << "row " << r;
     }
   }
 }
@@ -698,21 +690,16 @@ TEST(GpuReduce, FewLongRowsInParts) {
   Tensor y = input(g, "y", {3, 1000003}, DType::BF16);
   output("rms", sqrt(mean(y * y, {-1}, true) + 1e-6) * input(g, "r", {3, 1}, DType::BF16));
   output("min", amin(input(g, "z", {2, 5, 300007}), {1, 2}));
-  for (int loop_ir : {1, 2}) {  // each part's partials per element of its tile, or per thread
-    SCOPED_TRACE("--loop-ir " + std::to_string(loop_ir));
-    FusionOptions o;
-    o.schedule.loop_ir = loop_ir;
-    Plan p = plan_fusion(g, o);
-    int parts = 0;
-    for (const Kernel& k : p.kernels) parts += k.schedule.looped_parts();
-    EXPECT_GE(parts, 3);
-    const uint64_t seed = testing::test_seed();
-    Executable exe(p);
-    for (uint64_t run = 0; run < 2; ++run) {  // the second launch finds the counters reset by the first
-      TensorMap inputs = random_inputs(p.graph, seed + run);
-      CheckReport check = check_against_reference(p, inputs, exe.run(inputs));
-      EXPECT_TRUE(check.ok) << "inputs seeded " << seed + run << ":\n" << check.text();
-    }
+  Plan p = plan_fusion(g);
+  int parts = 0;
+  for (const Kernel& k : p.kernels) parts += k.schedule.looped_parts();
+  EXPECT_GE(parts, 3);
+  const uint64_t seed = testing::test_seed();
+  Executable exe(p);
+  for (uint64_t run = 0; run < 2; ++run) {  // the second launch finds the counters reset by the first
+    TensorMap inputs = random_inputs(p.graph, seed + run);
+    CheckReport check = check_against_reference(p, inputs, exe.run(inputs));
+    EXPECT_TRUE(check.ok) << "inputs seeded " << seed + run << ":\n" << check.text();
   }
 }
 

@@ -109,7 +109,9 @@ TEST(TileIr, VerifierNamesTheProblem) {
            {"is broadcast along axis 0", "  %2 = load %arg1[%0, %1] : tile<4x256xf32>\n"},
            {"is an input", "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n  store %arg0[%0, %1], %2 : tile<4x256xf32>\n"},
            {"not a tile of %arg0's dtype f32", "  %2 = load %arg0[%0, %1] : tile<4x256xbf16>\n"},
-           {"operand dtypes do not fit", "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n  %3 = add %2, %2 : tile<4x256xbf16>\n"},
+           {"operand dtypes do not fit",  // (an f32 operand of a 16-bit result is taken; not the reverse)
+            "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n  %3 = cast %2 : tile<4x256xbf16>\n"
+            "  %4 = add %3, %2 : tile<4x256xf32>\n"},
            {"yields f32 for carried value 0",
             "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n"
             "  %3 = for %4 = %1 to %0 step %0 iter_args(%5 = %2) : tile<4x256xf32> {\n"

@@ -40,16 +40,16 @@ std::unique_ptr<llvm::Module> Lowering::run() {
   prologue();
   values_.resize(p_.num_values);
   types_.resize(p_.num_values);
-  if ((s_.cluster_blocks > 1 || s_.stages > 0) && (s_.col_iters > 1 || s_.tile_rows() > 1))
-    throw CodegenError(
-        fmt::format("kernel {}: clusters and staged rows hold one row per block in registers; this "
-                    "schedule has {} rows per block and {} column tiles",
-                    p_.name, s_.tile_rows(), s_.col_iters));
-  if (s_.window && (s_.rows_per_thread != 1 || s_.col_iters > 1 || s_.split_blocks > 1 || s_.stages > 0))
+  if (s_.col_iters > 1)  // (Tile IR v2's row_loop.cpp builds rows looped over column tiles)
+    throw CodegenError(fmt::format("kernel {}: the first Tile IR holds rows in registers, not a loop over {} column tiles",
+                                   p_.name, s_.col_iters));
+  if ((s_.cluster_blocks > 1 || s_.stages > 0) && s_.tile_rows() > 1)
+    throw CodegenError(fmt::format("kernel {}: clusters and staged rows hold one row per block in registers; this "
+                                   "schedule has {} rows per block",
+                                   p_.name, s_.tile_rows()));
+  if (s_.window && (s_.rows_per_thread != 1 || s_.split_blocks > 1 || s_.stages > 0))
     throw CodegenError(fmt::format("kernel {}: windowed rows are held in registers, one row per thread", p_.name));
-  if (s_.col_iters > 1)
-    lower_looped();
-  else if (s_.split_blocks > 1)
+  if (s_.split_blocks > 1)
     lower_split();
   else if (s_.claims_rows())
     lower_claimed();
@@ -311,11 +311,6 @@ Value* Lowering::thread_partial(Op op, int v, int r) {
   }
   // A value constant along the row (broadcast) stands for every column.
   if (!t.cols && op == Op::ReduceSum) {
-    if (s_.col_iters > 1)
-      throw CodegenError(
-          fmt::format("kernel {}: summing a value that is constant along a row longer than "
-                      "the registers hold is not supported; multiply by the row length instead",
-                      p_.name));
     acc = b_.CreateFMul(acc, f32(static_cast<double>(s_.cols)));
     if (s_.cluster_blocks > 1)  // the whole row's share, counted once in the cluster
       acc = b_.CreateSelect(b_.CreateICmpEQ(rank_, b_.getInt32(0)), acc, f32(0.0));

@@ -2,7 +2,8 @@
 // The state and helpers of the Tile IR → LLVM IR lowering (lower_to_llvm.h), shared by its
 // files: the common parts and rows held in registers (lower_to_llvm.cpp), persistent rows
 // staged through shared memory (lower_staged.cpp), rows split into parts that meet in global
-// memory (lower_split.cpp), and rows visited by a loop over column tiles (lower_looped.cpp).
+// memory (lower_split.cpp). (Rows visited by a loop over column tiles are Tile IR v2's:
+// compiler/tile/row_loop.cpp.)
 // Internal to compiler/codegen.
 #include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
@@ -349,19 +350,6 @@ class Lowering {
   Value* element(const TileInst& i, const std::vector<Value*>& a);
 
   static std::string sanitize(const std::string& s);
-
-  // ---- rows too long for registers: each pass is a loop over column tiles (lower_looped.cpp) ----
-
-  // Forgets every value that is not a completed per-row result.
-  void reset(const std::vector<bool>& keep) {
-    for (size_t v = 0; v < values_.size(); ++v)
-      if (!keep[v]) values_[v].clear();
-  }
-
-  // Value `id` (one per row: the thread's row) with reduction `m` taken to be `m_value`.
-  Value* with_max(int id, int m, Value* m_value, const std::vector<bool>& keep);
-
-  void lower_looped();
 
   const TileProgram& p_;
   const TileSchedule& s_;

@@ -316,10 +316,6 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
                                  profile, why);
     if (!s) return false;
     k.schedule = *s;
-    // (Tile IR v2's loop over whole rows reads no iota yet: such rows keep the first IR's.)
-    bool iota = false;
-    for (NodeId n : k.nodes) iota |= g.node(n).op == Op::Iota;
-    if (iota && k.schedule.loop_lanes && !k.schedule.looped_parts()) k.schedule.ir_v2 = k.schedule.loop_lanes = false;
   } else {
     k.schedule = choose_pointwise_schedule(k.domain, shapes, dtypes, hints);
   }

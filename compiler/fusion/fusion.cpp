@@ -641,7 +641,6 @@ void check_fusion_options(const FusionOptions& o) {
   if (h.split < -1 || h.split > 1) throw bad_hint("split", "--split", h.split, "0 or 1");
   if (h.window < -1 || h.window > 1) throw bad_hint("window", "--window", h.window, "0 or 1");
   if (h.row_ir < 1 || h.row_ir > 2) throw bad_hint("row_ir", "--row-ir", h.row_ir, "1 or 2");
-  if (h.loop_ir < 1 || h.loop_ir > 2) throw bad_hint("loop_ir", "--loop-ir", h.loop_ir, "1 or 2");
   if (h.cluster_ir < 1 || h.cluster_ir > 2) throw bad_hint("cluster_ir", "--cluster-ir", h.cluster_ir, "1 or 2");
   if (h.window_ir < 1 || h.window_ir > 2) throw bad_hint("window_ir", "--window-ir", h.window_ir, "1 or 2");
   for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})

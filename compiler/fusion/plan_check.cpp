@@ -56,6 +56,8 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
       problem(fmt::format("writes %{} of shape {} in a domain {}", o, shape_str(s), shape_str(k.domain)));
   }
   for (const std::string& s : space_problems(g, k, iteration_space(g, k))) problem("iteration space: " + s);
+  if (k.schedule.block_threads() > 1024)
+    problem(fmt::format("its blocks of {} threads pass a block's 1024", k.schedule.block_threads()));
   int64_t read = 0, written = 0;
   for (NodeId in : k.inputs) read += tensor_bytes(g, in);
   for (NodeId o : k.outputs) written += written_bytes(g, o);

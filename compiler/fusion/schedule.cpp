@@ -143,7 +143,7 @@ std::string TileSchedule::describe() const {
   if (!elem_dims.empty())
     loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
                         shape_str(elem_dims), elem_dims.back());
-  if (ir_v2) loop += loop_lanes ? ", built on Tile IR v2 (one partial a thread carried)" : ", built on Tile IR v2";
+  if (ir_v2) loop += col_iters > 1 ? ", built on Tile IR v2 (one partial a thread carried)" : ", built on Tile IR v2";
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
@@ -586,7 +586,6 @@ static void split_loop_into_parts(TileSchedule& s, int part_sums, const DevicePr
   if (parts < 2) return;
   s.col_iters = (s.col_iters + parts - 1) / parts;
   s.partial_sums = part_sums;
-  s.ir_v2 = true;  // (Tile IR v2's row_loop)
 }
 
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
@@ -698,7 +697,9 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     // columns in 160 threads of 4 are 5120, in 192 of 3 4608), the larger on a tie.
     int best = static_cast<int>(per_thread);
     for (int c = best - 1; c >= std::max(1, static_cast<int>(per_thread) / 2); --c)
-      if (int64_t{warps_covering(vecs, 1, c)} * c < int64_t{warps_covering(vecs, 1, best)} * best) best = c;
+      if (const int64_t threads = warps_covering(vecs, 1, c);
+          threads <= 1024 && threads * c < int64_t{warps_covering(vecs, 1, best)} * best)
+        best = c;
     s.chunks_per_thread = best;
     s.threads_per_row = warps_covering(vecs, 1, best);
   }
@@ -713,7 +714,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
     s.chunks_per_thread = 4;
     s.col_iters = (vecs + s.threads_per_row * s.chunks_per_thread - 1) / (s.threads_per_row * s.chunks_per_thread);
-    s.loop_lanes = s.ir_v2 = hints.loop_ir == 2;
+    s.ir_v2 = true;  // (Tile IR v2's row_loop.cpp)
     if (part_sums > 0) split_loop_into_parts(s, part_sums, device);
     return s;
   }

@@ -58,10 +58,9 @@ struct TileSchedule {
   // vectors whatever the width; the window's elements outside the row are masked in registers
   // and not stored (the vectors at the row's ends are written element by element).
   bool window = false;
-  bool ir_v2 = false;  // a row kernel built on Tile IR v2 (ScheduleHints::row_ir)
-  // A loop over column tiles carries one partial per thread of each reduction (Tile IR v2's
-  // lanes tiles; ScheduleHints::loop_ir), not one per element of the loop's tile.
-  bool loop_lanes = false;
+  // A row kernel built on Tile IR v2 (ScheduleHints::row_ir; rows looped over column tiles
+  // always: each reduction one partial per thread carried, a lanes tile).
+  bool ir_v2 = false;
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
@@ -317,14 +316,6 @@ struct ScheduleHints {
   // own barrier (level with the first on the H200: bench/NOTES.md, "Row kernels on Tile IR v2
   // measured"); 1: the first Tile IR's whole-kernel lowerer, until its other schedules move.
   int row_ir = 2;
-  // Which Tile IR rows visited by a loop over column tiles are built on: 2, the default, Tile IR
-  // v2 carrying one partial per thread (lanes tiles) — an online sum rescaled once a step per
-  // thread, not per element (the per-element form ran 7–37% slower: bench/NOTES.md, "Rows
-  // looped whole on Tile IR v2"); level with the first IR's loop on the H200 (within 1% but
-  // cross-entropy's 2%: bench/NOTES.md, "Tile IR v2 row schedules measured"); 1: the first
-  // Tile IR's loop for whole rows (one (max, sum) pair per thread) and, for few long rows in
-  // parts, Tile IR v2 carrying a tile of partials.
-  int loop_ir = 2;
   // Which Tile IR rows held in a cluster's registers (without windows or staging) are built on:
   // 2, the default, Tile IR v2, each reduction over the block's threads and then the cluster's
   // blocks (`reduce … axis 1 cluster`, one exchange each; level with the first IR on the H200);

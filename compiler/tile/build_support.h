@@ -33,8 +33,8 @@ int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0);
 // too): row_reduction.cpp.
 Program row_reduction(const Graph& g, const Kernel& k);
 // A row kernel whose rows are visited by a loop over column tiles: few long rows in parts, a
-// block each (TileSchedule::looped_parts), or whole rows carrying a partial per thread
-// (TileSchedule::loop_lanes): row_loop.cpp.
+// block each (TileSchedule::looped_parts), or whole rows; each reduction a partial per thread
+// carried: row_loop.cpp.
 Program row_loop(const Graph& g, const Kernel& k);
 
 // Each output's value stored by store(param, tile) (splat first where it was computed from

@@ -397,25 +397,26 @@ class Verifier {
     if ((shape.empty() ? !(r.kind == Type::Kind::Scalar) : !(r.is_tile() && r.shape == shape)))
       problem(fmt::format("{}: result {} is not the broadcast of its operands", where(i), type_str(r)));
     auto dt = [&](size_t k) { return type(i.args[k]).dtype; };
-    auto exact_scalar = [&](size_t k) {
-      return dtype_size(r.dtype) == 2 && dt(k) == DType::F32 && type(i.args[k]).kind == Type::Kind::Scalar;
-    };
+    // 16-bit values are held and computed in f32 (rounded where cast or stored), so an f32
+    // operand of a 16-bit result is taken as it is (a reduction's f32 sum, a row's width).
+    auto held = [](DType d) { return dtype_size(d) == 2 ? DType::F32 : d; };
+    auto fits = [&](size_t k) { return dt(k) == r.dtype || (dt(k) == DType::F32 && held(r.dtype) == DType::F32); };
     bool ok = true;
     switch (info.kind) {
       case OpKind::Unary:
-        ok = i.op == Op::Cast || dt(0) == r.dtype;
+        ok = i.op == Op::Cast || fits(0);
         break;
-      case OpKind::Binary:  // (16-bit arithmetic runs in f32: an f32 scalar operand is taken as it is)
-        ok = (dt(0) == r.dtype || exact_scalar(0)) && (dt(1) == r.dtype || exact_scalar(1));
+      case OpKind::Binary:
+        ok = fits(0) && fits(1);
         break;
       case OpKind::Compare:
-        ok = dt(0) == dt(1) && r.dtype == DType::Bool;
+        ok = held(dt(0)) == held(dt(1)) && r.dtype == DType::Bool;
         break;
       case OpKind::Select:
-        ok = dt(0) == DType::Bool && dt(1) == r.dtype && dt(2) == r.dtype;
+        ok = dt(0) == DType::Bool && fits(1) && fits(2);
         break;
       case OpKind::Ternary:
-        ok = dt(0) == r.dtype && dt(1) == r.dtype && dt(2) == r.dtype;
+        ok = fits(0) && fits(1) && fits(2);
         break;
       default:
         break;

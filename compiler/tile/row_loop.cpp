@@ -1,9 +1,7 @@
 // Row kernels whose rows are visited by a loop over column tiles (TileSchedule::col_iters > 1):
 // few long rows in parts, a block each, enough to fill the device (TileSchedule::looped_parts: a
-// whole tensor's sum is one row of all its elements), and — under `--loop-ir 2`
-// (TileSchedule::loop_lanes) — rows too long for a block's registers where there are no
-// clusters, staged or split rows (sm_80). By default whole rows still loop on the first Tile
-// IR's lowerer (codegen/lower_looped.cpp) until this one is measured against it.
+// whole tensor's sum is one row of all its elements), and rows too long for a block's registers
+// where there are no clusters, staged or split rows (sm_80).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,11 +22,11 @@ namespace {
 
 // Block (row, part) visits its part of the row — the whole row where there is one part — a
 // column tile at a time, once per pass over the row (fusion/row_passes.h). Each pass is a `for`
-// loop carrying the partials of each reduction it completes, in f32: with loop_lanes one value
-// per thread (a lanes tile: each thread's elements of the step reduced within the thread, then
-// combined with its running value), otherwise one per element of the loop's tile. After the
-// loop the partials are reduced along the row's threads. A sum of exp(u − c(m)) completed in
-// its max m's pass (an online sum; lanes only) carries m's running value beside its own: each
+// loop carrying the partials of each reduction it completes, in f32, one value per thread (a
+// lanes tile: each thread's elements of the step reduced within the thread, then combined with
+// its running value). After the loop the partials are reduced along the row's threads. A sum
+// of exp(u − c(m)) completed in its max m's pass (an online sum) carries m's running value
+// beside its own: each
 // step computes c of the thread's new running max once, spreads it over the thread's elements
 // for the step's terms, and rescales the running sum by exp(c(m_old) − c(m_new)); after the loop
 // each thread's sum is brought to the row's max before they are added. Full-size outputs are
@@ -42,9 +40,8 @@ class RowLoop {
       : g_(g), k_(k), s_(k.schedule), passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if (s_.tile_rows() != 1 || s_.col_iters < 2 || (!s_.loop_lanes && !s_.looped_parts()))
-      throw CodegenError(fmt::format("kernel {}: Tile IR v2 loops over column tiles of one row a block, whole rows "
-                                     "carrying a partial per thread, not {}",
+    if (s_.tile_rows() != 1 || s_.col_iters < 2)
+      throw CodegenError(fmt::format("kernel {}: Tile IR v2 loops over column tiles of one row a block, not {}",
                                      k_.name, s_.describe()));
     p_.name = k_.name;
     p_.layout = layout_of(s_);
@@ -85,9 +82,8 @@ class RowLoop {
 
  private:
   Shape loop_tile() const { return {1, s_.iter_cols()}; }
-  // The carried partials: one per thread (lanes) or one per element of the loop's tile.
-  Shape carried_tile() const { return s_.loop_lanes ? Shape{1, p_.layout.threads.at(1)} : loop_tile(); }
-  Frag carried_frag() const { return s_.loop_lanes ? Frag::Lanes : Frag::None; }
+  // The carried partials: one per thread (a lanes tile).
+  Shape carried_tile() const { return Shape{1, p_.layout.threads.at(1)}; }
   bool spans_cols(NodeId id) const { return spans_.count(id) > 0; }
   bool cols_masked() const { return s_.cols % s_.iter_cols() != 0; }
   bool reduces_along_row(NodeId id) const {
@@ -117,7 +113,7 @@ class RowLoop {
       p_.params.push_back(param_of(g_, k_.outputs[i], true, views[k_.inputs.size() + i], s_));
     for (NodeId id : k_.nodes) {
       const Node& n = g_.node(id);
-      if (n.op == Op::Iota)
+      if (n.op == Op::Iota)  // (planning keeps iotas to pointwise and attention kernels)
         throw CodegenError(fmt::format("kernel {}: an iota in rows visited by a loop over column tiles", k_.name));
       if (op_info(n.op).kind != OpKind::Reduce)
         for (NodeId o : n.operands)
@@ -125,10 +121,6 @@ class RowLoop {
     }
     for (NodeId id : k_.nodes)
       if (reduces_along_row(id)) reductions_.push_back(id);
-    for (NodeId r : reductions_)
-      if (online(r) && !s_.loop_lanes)
-        throw CodegenError(fmt::format("kernel {}: an online sum (%{}) in a loop carrying a partial per element",
-                                       k_.name, r));
     if (s_.col_blocks() == 1) return;
     if (passes_.passes != 1)
       throw CodegenError(fmt::format("kernel {}: a row in parts needs one pass over it, not {}", k_.name, passes_.passes));
@@ -171,7 +163,7 @@ class RowLoop {
       const int x = eval(b, n.operands[0], v);
       out = n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
       if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
-    } else if (s_.loop_lanes && n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) &&
+    } else if (n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) &&
                !spans_cols(n.operands[1])) {
       // A 16-bit quotient by a per-row divisor (softmax's e / Σ): one division a row (or a
       // thread) and a multiply an element, not a division an element. (The emitter does this for
@@ -189,9 +181,8 @@ class RowLoop {
     return v[id] = out;
   }
   // e^(u − c) of a 16-bit result, u along the row and c per row (softmax's exps).
-  // (Under --loop-ir 2 only, as the division's multiply: the parts' default form is unchanged.)
   bool shifted_exp(const Node& n) const {
-    if (!s_.loop_lanes || n.op != Op::Exp || n.dtype == DType::F32) return false;
+    if (n.op != Op::Exp || n.dtype == DType::F32) return false;
     const Node& d = g_.node(n.operands[0]);
     return d.op == Op::Sub && spans_cols(d.operands[0]) && !spans_cols(d.operands[1]);
   }
@@ -215,8 +206,7 @@ class RowLoop {
   // the row's), from `v`'s values that do not depend on m.
   int eval_with(Builder& b, NodeId id, NodeId m, int m_value, const std::map<NodeId, int>& v) {
     std::map<NodeId, int> with = v;
-    const DType dt = g_.node(m).dtype;
-    with[m] = dt == DType::F32 ? m_value : b.compute(Op::Cast, {m_value}, dt);
+    with[m] = rounds_where_computed(g_, k_, m) ? b.compute(Op::Cast, {m_value}, g_.node(m).dtype) : m_value;  // (as know())
     return eval(b, id, with);
   }
   // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0; a NaN stays NaN).
@@ -229,7 +219,7 @@ class RowLoop {
   // The running partial `acc` of reduction `op` combined with the step's values x (f32, the
   // loop's tile).
   int combined(Builder& b, Op op, int acc, int x) const {
-    return b.compute(combine_of(op), {acc, s_.loop_lanes ? b.reduce_lanes(op, x) : x}, DType::F32);
+    return b.compute(combine_of(op), {acc, b.reduce_lanes(op, x)}, DType::F32);
   }
 
   // One pass: the loop over [c0, c1), then the row's threads' partials of each reduction it
@@ -245,7 +235,7 @@ class RowLoop {
     auto index_of = [&](NodeId r) { return static_cast<size_t>(std::find(reds.begin(), reds.end(), r) - reds.begin()); };
     std::vector<int> inits;
     for (NodeId r : reds)
-      inits.push_back(b.tile_const(online(r) ? 0.0 : identity_of(g_.node(r).op), DType::F32, carried_tile(), carried_frag()));
+      inits.push_back(b.tile_const(online(r) ? 0.0 : identity_of(g_.node(r).op), DType::F32, carried_tile(), Frag::Lanes));
     const int cols = b.index(s_.cols);
     std::vector<int> carried = b.for_loop(c0, c1, b.index(s_.iter_cols()), inits, [&](Builder& in, int col, const std::vector<int>& acc) {
       std::map<NodeId, int> v = known_;
@@ -314,13 +304,11 @@ class RowLoop {
     return out;
   }
 
-  // Reductions' results as the values their uses read (rounded to their dtype).
+  // Reductions' results as the values their uses read: f32, rounded to a 16-bit dtype only where
+  // their uses see memory (an f32 operand of 16-bit arithmetic is taken as it is).
   void know(Builder& b, const std::map<NodeId, int>& results) {
     for (const auto& [r, v] : results)
-      if (!known_.count(r)) {
-        const DType dt = g_.node(r).dtype;
-        known_[r] = dt == DType::F32 ? v : b.compute(Op::Cast, {v}, dt);
-      }
+      if (!known_.count(r)) known_[r] = rounds_where_computed(g_, k_, r) ? b.compute(Op::Cast, {v}, g_.node(r).dtype) : v;
   }
 
   void store_per_row_outputs(Builder& b, std::map<NodeId, int> v) {
@@ -329,8 +317,10 @@ class RowLoop {
       if (spans_cols(o)) continue;
       const int param = static_cast<int>(k_.inputs.size() + i);
       int x = eval(b, o, v);
+      const Param& prm = p_.params[static_cast<size_t>(param)];
+      if (p_.types[static_cast<size_t>(x)].dtype != prm.dtype) x = b.compute(Op::Cast, {x}, prm.dtype);
       if (!p_.types[static_cast<size_t>(x)].is_tile()) x = b.splat(x, {1, 1});
-      b.store(param, {offset_row(p_.params[static_cast<size_t>(param)]), zero_}, x);
+      b.store(param, {offset_row(prm), zero_}, x);
     }
   }
 

@@ -96,10 +96,6 @@ common options:
   --row-ir 1|2                 row kernels held in one block's registers built on Tile IR v2 (2,
                                the default; `tilefuse tile` prints it) or on the first Tile IR
                                (1: its whole-kernel lowerer, for comparison)
-  --loop-ir 1|2                rows visited by a loop over column tiles built on Tile IR v2
-                               carrying one partial per thread (2, the default) or on the first
-                               Tile IR's loop (1: whole rows; few long rows in parts then carry a
-                               tile of partials on Tile IR v2)
   --cluster-ir 1|2             rows held in a cluster's registers (not windowed or staged) built
                                on Tile IR v2, each reduction over the cluster's blocks through
                                distributed shared memory (2, the default), or on the first Tile
@@ -202,7 +198,7 @@ struct Args {
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, loop_ir = 2, cluster_ir = 2, window_ir = 1;
+      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, cluster_ir = 2, window_ir = 1;
   std::optional<uint64_t> seed;
 };
 
@@ -273,7 +269,7 @@ FusionOptions fusion_options(const Args& a) {
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
                  a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster,
                  a.gemm_tma_store, a.attention_tma, a.attention_block_n, a.attention_pingpong, a.attention_persistent,
-                 a.row_ir, a.loop_ir, a.cluster_ir, a.window_ir};
+                 a.row_ir, a.cluster_ir, a.window_ir};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -349,8 +345,6 @@ Args parse(int argc, char** argv) {
       a.window = parse_int(s, value(), 0, 1);
     else if (s == "--row-ir")
       a.row_ir = parse_int(s, value(), 1, 2);
-    else if (s == "--loop-ir")
-      a.loop_ir = parse_int(s, value(), 1, 2);
     else if (s == "--cluster-ir")
       a.cluster_ir = parse_int(s, value(), 1, 2);
     else if (s == "--window-ir")
