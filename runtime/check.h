@@ -8,7 +8,8 @@
 // the graph's op-by-op semantics). A graph may amplify rounding so
 // much that no f32 kernel matches the float64 result to the dtype's tolerance — x − mean(x) of a
 // row whose values are all equal, a cast to bf16 of values near a rounding boundary, a sum that
-// cancels: the check measures how far noise of a few f32 ulps per operation moves each output
+// cancels: the check measures how far noise of a few f32 ulps per operation (more for the short
+// forms of 16-bit results: codegen/accuracy.h) moves each output
 // and allows a multiple of that, and calls an output it cannot judge so.
 #include <string>
 #include <vector>
@@ -22,7 +23,7 @@ struct OutputCheck {
   std::string name;
   DType dtype = DType::F32;
   double rel_err = 0;       // ‖out − ref‖ / ‖ref‖ against the float64 reference
-  double sensitivity = 0;   // how far noise of 2^-21 per operation moves the reference
+  double sensitivity = 0;   // how far noise of 2^-21 per operation (or a short form's) moves the reference
   double tolerance = 0;     // 1e-6 for f32, 1e-2 for 16-bit and bool outputs
   double allowed = 0;       // max(tolerance, 16 × sensitivity)
   int64_t unwritten = 0;    // elements still holding the poison

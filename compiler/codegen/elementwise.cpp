@@ -4,6 +4,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include "compiler/codegen/accuracy.h"
 #include "compiler/codegen/math.h"
 #include "compiler/support/error.h"
 
@@ -42,6 +43,22 @@ Value* to_storage(llvm::IRBuilder<>& b, Value* v, DType t) {
 Value* compute_constant(llvm::IRBuilder<>& b, double v, DType t) {
   if (t == DType::Bool) return b.getInt1(v != 0);
   return to_compute(b, to_storage(b, f32(b, v), t), t);
+}
+
+double short_form_error(Op op, DType dtype) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return 0;
+  switch (op) {
+    case Op::Tanh:  // tanh.approx.f32
+      return 0x1.0p-11;
+    case Op::Exp:  // exp_16bit: 2^-22 + |x|·2^-24, |x| ≤ 89 where a 16-bit result is finite and normal
+    case Op::Sigmoid:
+    case Op::GeluTanh:  // (sigmoid_16bit: exp_16bit and a reciprocal)
+      return 0x1.0p-22 + 89 * 0x1.0p-24;
+    case Op::Gelu:  // gelu_16bit's fit
+      return 4e-6;
+    default:
+      return 0;
+  }
 }
 
 Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a, const std::string& kernel,

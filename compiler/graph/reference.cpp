@@ -195,8 +195,11 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
       if (last_use[o] == n.id && !g.is_output(o)) std::vector<double>().swap(val[o]);
   };
   auto rounds = [&](const Node& n) { return options.rounded.empty() || options.rounded.at(n.id); };
+  auto noise_of = [&](NodeId n) {
+    return options.node_noise.empty() ? options.noise : std::max(options.noise, options.node_noise.at(n));
+  };
   auto noisy = [&](NodeId n, int64_t i, double v) {
-    return options.noise == 0 ? v : v * (1 + options.noise * unit_noise(options.noise_seed, n, i));
+    return options.noise == 0 ? v : v * (1 + noise_of(n) * unit_noise(options.noise_seed, n, i));
   };
   for (const Node& n : g.nodes()) {
     int64_t count = num_elements(n.shape);
@@ -280,7 +283,7 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           v = reference_binary(n.op, arg(0, i), arg(1, i));
         if (n.op == Op::Gelu && options.noise != 0)
           // x·(1 + erf(x/√2))/2: f32's 1 + erf cancels for x ≪ 0, so its noise is absolute, in |x|.
-          v += 0.5 * std::abs(arg(0, i)) * options.noise * unit_noise(options.noise_seed, n.id, i);
+          v += 0.5 * std::abs(arg(0, i)) * noise_of(n.id) * unit_noise(options.noise_seed, n.id, i);
         else if (kind != OpKind::Compare && kind != OpKind::Select && n.op != Op::Max && n.op != Op::Min &&
                  n.op != Op::Abs && n.op != Op::Neg && n.op != Op::Relu && n.op != Op::Cast)
           v = noisy(n.id, i, v);  // the ops f32 computes exactly stay exact

@@ -17,6 +17,9 @@ struct ReferenceOptions {
   // uniformly from [−noise, noise] (deterministic in noise_seed): a model of f32 arithmetic's
   // rounding and approximations, to measure how far a graph amplifies them.
   double noise = 0;
+  // Per node, where it strays further (a short form for a 16-bit result: codegen/accuracy.h): its
+  // own noise, at least `noise` (empty: `noise` everywhere).
+  std::vector<double> node_noise;
   uint64_t noise_seed = 0;
 };
 
