@@ -473,6 +473,38 @@ TEST(FusionReduce, KernelsSharingAnInputAreMergedAfterwards) {
   EXPECT_GE(merges, 3);  // 12288 f32, 16384 f32 and bf16 (12288 bf16 fuses edge by edge)
 }
 
+// Two reductions of one tensor that no edge joins — a row's Σx² and max, a whole tensor's sum
+// and max — are merged afterwards into one kernel reading the tensor once; the decision names
+// the tensor and each kernel's reader. Reductions over different axes of x cannot share a
+// kernel (their domains differ) and stay two.
+TEST(FusionReduce, IndependentReductionsOfOneTensorShareAKernel) {
+  for (const Shape& shape : {Shape{16, 1048576}, Shape{4096, 4096}}) {
+    SCOPED_TRACE(shape_str(shape));
+    Graph g("siblings");
+    Tensor x = input(g, "x", shape);
+    output("ss", sum(x * x, {-1}));
+    output("m", amax(x, {-1}));
+    Plan p = plan_fusion(g);
+    testing::check_plan_invariants(p);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_EQ(p.kernels[0].cost.bytes_read, num_elements(shape) * 4);
+    const FusionDecision& d = p.decisions.back();
+    EXPECT_EQ(d.verdict, Verdict::Merged);
+    EXPECT_EQ(p.graph.node(d.producer).op, Op::Input);
+    EXPECT_EQ(d.consumers.size(), 2u);
+    EXPECT_NE(d.reason.find("no kernel lies between them"), std::string::npos) << d.reason;
+    EXPECT_EQ(d.launches_saved, 1);
+    EXPECT_LT(d.predicted_after_s, d.predicted_before_s);
+  }
+  Graph g("two_axes");
+  Tensor x = input(g, "x", {4096, 4096});
+  output("rows", sum(x, {-1}));
+  output("cols", sum(x, {0}));
+  Plan p = plan_fusion(g);
+  testing::check_plan_invariants(p);
+  EXPECT_EQ(p.kernels.size(), 2u);
+}
+
 TEST(FusionReduce, KeepdimFalseResultIsNotBroadcastBackInKernel) {
   Graph g("nokeep");
   Tensor x = input(g, "x", {64, 64});

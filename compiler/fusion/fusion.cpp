@@ -500,34 +500,51 @@ class FusionPass {
 
   // The edge-by-edge decisions above see one producer at a time, so they can leave a kernel
   // and its consumer kernel both reading the same tensor — RMSNorm's sum of squares and its
-  // scaling both read x when the reduction was weighed before x·x joined it. Afterwards, a
-  // producer kernel and a consumer kernel that read a tensor in common are merged when the
-  // merged kernel is legal, fits, and is predicted faster; each merge is a decision.
+  // scaling both read x when the reduction was weighed before x·x joined it — and they never
+  // weigh two kernels that no edge joins: a row's Σx² and max of one x. Afterwards, a producer
+  // kernel and a consumer kernel that read a tensor in common are merged, and then kernels
+  // that read a tensor in common with no path of kernels between them, when the merged kernel
+  // is legal, fits, and is predicted faster; each merge is a decision.
   void merge_sharing_kernels(std::vector<FusionDecision>* decisions) {
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t a = 0; a < groups_.size() && !changed; ++a) {
-        if (groups_[a].empty() || !kernel(static_cast<int>(a)).kernel) continue;
-        const std::vector<NodeId> reads_a = kernel(static_cast<int>(a)).kernel->inputs;
-        for (int b : successors(static_cast<int>(a))) {
-          if (!kernel(b).kernel) continue;
-          const std::vector<NodeId>& reads_b = kernel(b).kernel->inputs;
-          std::vector<NodeId> shared;
-          std::set_intersection(reads_a.begin(), reads_a.end(), reads_b.begin(), reads_b.end(),
-                                std::back_inserter(shared));
-          if (shared.empty()) continue;
-          if (try_merge(static_cast<int>(a), b, shared, decisions)) {
-            changed = true;
-            break;
+    for (bool siblings : {false, true})
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t a = 0; a < groups_.size() && !changed; ++a) {
+          if (groups_[a].empty() || !kernel(static_cast<int>(a)).kernel) continue;
+          const std::set<int> after_a = siblings ? std::set<int>{} : successors(static_cast<int>(a));
+          for (size_t b = siblings ? a + 1 : 0; b < groups_.size() && !changed; ++b) {
+            if (siblings ? groups_[b].empty() : !after_a.count(static_cast<int>(b))) continue;
+            if (!kernel(static_cast<int>(b)).kernel) continue;
+            if (siblings && (reaches(static_cast<int>(a), static_cast<int>(b)) || reaches(static_cast<int>(b), static_cast<int>(a))))
+              continue;
+            std::vector<NodeId> shared;
+            const std::vector<NodeId>& reads_a = kernel(static_cast<int>(a)).kernel->inputs;
+            const std::vector<NodeId>& reads_b = kernel(static_cast<int>(b)).kernel->inputs;
+            std::set_intersection(reads_a.begin(), reads_a.end(), reads_b.begin(), reads_b.end(),
+                                  std::back_inserter(shared));
+            if (!shared.empty()) changed = try_merge(static_cast<int>(a), static_cast<int>(b), shared, decisions);
           }
         }
       }
+  }
+
+  // Whether a path of kernels leads from group a to group b.
+  bool reaches(int a, int b) const {
+    std::set<int> seen;
+    std::vector<int> stack(1, a);
+    while (!stack.empty()) {
+      const int h = stack.back();
+      stack.pop_back();
+      if (h == b) return true;
+      if (!seen.insert(h).second) continue;
+      for (int s : successors(h)) stack.push_back(s);
     }
+    return false;
   }
 
   bool try_merge(int a, int b, const std::vector<NodeId>& shared, std::vector<FusionDecision>* decisions) {
     const std::set<int> touched = {a, b};
-    const std::set<NodeId> members_b = groups_[b];
+    const std::set<NodeId> members_a = groups_[a], members_b = groups_[b];
     FusionOption before = evaluate({Verdict::Materialized, -1, {}}, touched, nullptr);
     Move merge{Verdict::Merged, -1, {a, b}};
     Undo u = apply(merge);
@@ -542,21 +559,34 @@ class FusionPass {
     FusionDecision d;
     for (NodeId n : members_b)
       for (NodeId o : g_.node(n).operands)
-        if (groups_[a].count(o) && !members_b.count(o)) {
+        if (members_a.count(o) && !members_b.count(o)) {
           if (d.producer < 0) d.producer = o;
           if (o == d.producer && std::find(d.consumers.begin(), d.consumers.end(), n) == d.consumers.end())
             d.consumers.push_back(n);
         }
+    const bool edge = d.producer >= 0;
+    if (!edge) {  // two kernels no edge joins: the decision is about the tensor they share
+      d.producer = shared[0];
+      for (const std::set<NodeId>* members : {&members_a, &members_b})
+        for (NodeId n : *members)
+          if (std::count(g_.node(n).operands.begin(), g_.node(n).operands.end(), shared[0])) {
+            d.consumers.push_back(n);
+            break;
+          }
+    }
     d.options = {before, after};
     record_outcome(d, before, after);
     std::vector<std::string> names, cons;
     for (NodeId n : shared) names.push_back(tensor_name(g_.node(n)));
     for (NodeId c : d.consumers) cons.push_back(describe(c));
-    d.reason = fmt::format(
-        "{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; merged, one kernel "
-        "reads {} once",
-        describe(d.producer), fmt::join(cons, ", "), describe(d.producer), fmt::join(names, ", "),
-        names.size() == 1 ? "it" : "them");
+    d.reason = edge ? fmt::format("{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; "
+                                  "merged, one kernel reads {} once",
+                                  describe(d.producer), fmt::join(cons, ", "), describe(d.producer),
+                                  fmt::join(names, ", "), names.size() == 1 ? "it" : "them")
+                    : fmt::format("{} → {}: afterwards, the kernels computing {} and {} both read {}, and no kernel "
+                                  "lies between them; merged, one kernel reads {} once",
+                                  describe(d.producer), fmt::join(cons, ", "), describe(d.consumers.at(0)),
+                                  describe(d.consumers.at(1)), fmt::join(names, ", "), names.size() == 1 ? "it" : "them");
     decisions->push_back(d);
     return true;
   }
