@@ -478,7 +478,7 @@ std::pair<Value*, Value*> Lowering::merge_pairs(int m, int c, Value* max_slots, 
 }
 
 bool Lowering::pairs_path(int m) const {
-  if (s_.tile_rows() != 1 || s_.threads_per_row % 32 != 0 || s_.col_iters != 1) return false;
+  if (s_.tile_rows() != 1 || s_.threads_per_row % 32 != 0) return false;
   for (size_t k = static_cast<size_t>(m) + 1; k < p_.body.size(); ++k) {
     const TileInst& i = p_.body[k];
     if (i.opcode != TileOpcode::Reduce) continue;

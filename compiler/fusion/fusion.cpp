@@ -257,20 +257,29 @@ class FusionPass {
     return out;
   }
 
-  // Whether a path of kernels leads from group t back to itself.
-  bool on_cycle(int t) const {
+  // The groups after group a that hold nodes.
+  std::set<int> later_groups(int a) const {
+    std::set<int> out;
+    for (int b = a + 1; b < static_cast<int>(groups_.size()); ++b)
+      if (!groups_[b].empty()) out.insert(b);
+    return out;
+  }
+  // Whether a path of one or more kernels leads from group a to group b.
+  bool reaches(int a, int b) const {
     std::set<int> seen;
-    std::vector<int> stack;
-    for (int s : successors(t)) stack.push_back(s);
+    std::vector<int> stack(1, a);
     while (!stack.empty()) {
-      int h = stack.back();
+      const int h = stack.back();
       stack.pop_back();
-      if (h == t) return true;
-      if (!seen.insert(h).second) continue;
-      for (int s : successors(h)) stack.push_back(s);
+      for (int s : successors(h)) {
+        if (s == b) return true;
+        if (seen.insert(s).second) stack.push_back(s);
+      }
     }
     return false;
   }
+  // Whether a path of kernels leads from group t back to itself.
+  bool on_cycle(int t) const { return reaches(t, t); }
 
   // ---- weighing options ----
 
@@ -507,37 +516,25 @@ class FusionPass {
   // is legal, fits, and is predicted faster; each merge is a decision.
   void merge_sharing_kernels(std::vector<FusionDecision>* decisions) {
     for (bool siblings : {false, true})
-      for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t a = 0; a < groups_.size() && !changed; ++a) {
-          if (groups_[a].empty() || !kernel(static_cast<int>(a)).kernel) continue;
-          const std::set<int> after_a = siblings ? std::set<int>{} : successors(static_cast<int>(a));
-          for (size_t b = siblings ? a + 1 : 0; b < groups_.size() && !changed; ++b) {
-            if (siblings ? groups_[b].empty() : !after_a.count(static_cast<int>(b))) continue;
-            if (!kernel(static_cast<int>(b)).kernel) continue;
-            if (siblings && (reaches(static_cast<int>(a), static_cast<int>(b)) || reaches(static_cast<int>(b), static_cast<int>(a))))
-              continue;
-            std::vector<NodeId> shared;
-            const std::vector<NodeId>& reads_a = kernel(static_cast<int>(a)).kernel->inputs;
-            const std::vector<NodeId>& reads_b = kernel(static_cast<int>(b)).kernel->inputs;
-            std::set_intersection(reads_a.begin(), reads_a.end(), reads_b.begin(), reads_b.end(),
-                                  std::back_inserter(shared));
-            if (!shared.empty()) changed = try_merge(static_cast<int>(a), static_cast<int>(b), shared, decisions);
-          }
-        }
+      while (merge_one(siblings, decisions)) {
       }
   }
 
-  // Whether a path of kernels leads from group a to group b.
-  bool reaches(int a, int b) const {
-    std::set<int> seen;
-    std::vector<int> stack(1, a);
-    while (!stack.empty()) {
-      const int h = stack.back();
-      stack.pop_back();
-      if (h == b) return true;
-      if (!seen.insert(h).second) continue;
-      for (int s : successors(h)) stack.push_back(s);
+  // The first pair of kernels that read a tensor in common — group a and one it feeds, or
+  // (`siblings`) a and a later group with no path of kernels either way — that merges.
+  bool merge_one(bool siblings, std::vector<FusionDecision>* decisions) {
+    for (int a = 0; a < static_cast<int>(groups_.size()); ++a) {
+      if (groups_[a].empty() || !kernel(a).kernel) continue;
+      for (int b : siblings ? later_groups(a) : successors(a)) {
+        if (!kernel(b).kernel) continue;
+        const std::vector<NodeId>& reads_a = kernel(a).kernel->inputs;
+        const std::vector<NodeId>& reads_b = kernel(b).kernel->inputs;
+        std::vector<NodeId> shared;
+        std::set_intersection(reads_a.begin(), reads_a.end(), reads_b.begin(), reads_b.end(),
+                              std::back_inserter(shared));
+        if (shared.empty() || (siblings && (reaches(a, b) || reaches(b, a)))) continue;
+        if (try_merge(a, b, shared, decisions)) return true;
+      }
     }
     return false;
   }

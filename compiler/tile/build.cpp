@@ -22,11 +22,7 @@ namespace {
 
 Program pointwise(const Graph& g, const Kernel& k) {
   const TileSchedule& s = k.schedule;
-  Program p;
-  p.name = k.name;
-  p.layout = layout_of(s);
-  p.grid = {s.grid()};
-  p.wide_indices = s.wide_indices();
+  Program p = program_of(k);
   for (NodeId id : k.nodes)  // an iota's linear index runs over the domain's elements
     p.wide_indices |= g.node(id).op == Op::Iota && num_elements(k.domain) > INT32_MAX;
   std::vector<Shape> shapes;
@@ -105,10 +101,7 @@ class ColumnReduction {
   ColumnReduction(const Graph& g, const Kernel& k) : g_(g), k_(k), s_(k.schedule) {}
 
   Program build() {
-    p_.name = k_.name;
-    p_.layout = layout_of(s_);
-    p_.grid = {s_.grid()};
-    p_.wide_indices = s_.wide_indices();
+    p_ = program_of(k_);
     classify();
     add_params();
     Builder b(p_, p_.body);

@@ -29,14 +29,26 @@ Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const 
   return p;
 }
 
+Program program_of(const Kernel& k) {
+  Program p;
+  p.name = k.name;
+  p.layout = layout_of(k.schedule);
+  p.grid = {k.schedule.grid()};
+  p.wide_indices = k.schedule.wide_indices();
+  return p;
+}
+
+int as_used(Builder& b, const Graph& g, const Kernel& k, NodeId id, int v) {
+  return rounds_where_computed(g, k, id) ? b.compute(Op::Cast, {v}, g.node(id).dtype) : v;
+}
+
 int as_f32(Builder& b, int x) {
   return b.program().types[static_cast<size_t>(x)].dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
 }
 
 int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args) {
   const Node& n = g.node(id);
-  const int v = b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n));
-  return rounds_where_computed(g, k, id) ? b.compute(Op::Cast, {v}, n.dtype) : v;
+  return as_used(b, g, k, id, b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n)));
 }
 
 int times_width(Builder& b, int x, int64_t cols, DType dtype) {

@@ -16,8 +16,14 @@ Layout layout_of(const TileSchedule& s);
 // domain (view_of), merged to two axes; split along the row dimensions where it is broadcast
 // along some of them but not others.
 Param param_of(const Graph& g, NodeId id, bool output, const Shape& view, const TileSchedule& s);
+// A program for kernel k: its name, the schedule's layout and grid, and whether its indices
+// need 64 bits.
+Program program_of(const Kernel& k);
 // x as f32 (cast unless it is).
 int as_f32(Builder& b, int x);
+// Node id's value v as its uses in the kernel see it: rounded to id's dtype where they see the
+// value that reaches memory (rounds_where_computed), v as it is elsewhere.
+int as_used(Builder& b, const Graph& g, const Kernel& k, NodeId id, int v);
 // Node `id` (elementwise) of its args' values, rounded to its dtype where its uses in the kernel
 // see the value that reaches memory (rounds_where_computed).
 int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args);

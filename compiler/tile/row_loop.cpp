@@ -26,14 +26,13 @@ namespace {
 // lanes tile: each thread's elements of the step reduced within the thread, then combined with
 // its running value). After the loop the partials are reduced along the row's threads. A sum
 // of exp(u − c(m)) completed in its max m's pass (an online sum) carries m's running value
-// beside its own: each
-// step computes c of the thread's new running max once, spreads it over the thread's elements
-// for the step's terms, and rescales the running sum by exp(c(m_old) − c(m_new)); after the loop
-// each thread's sum is brought to the row's max before they are added. Full-size outputs are
-// stored in the last pass, per-row outputs after it. With several parts (one pass, plain
-// reductions, per-row outputs) each part's results go to the workspace ([reduction·rows + row,
-// part]), and the row's last block to arrive reduces them — one load of the row of parts — and
-// finishes the row.
+// beside its own: each step computes c of the thread's new running max once, spreads it over
+// the thread's elements for the step's terms, and rescales the running sum by
+// exp(c(m_old) − c(m_new)); after the loop each thread's sum is brought to the row's max before
+// they are added. Full-size outputs are stored in the last pass, per-row outputs after it. With
+// several parts (one pass, plain reductions, per-row outputs) each part's results go to the
+// workspace ([reduction·rows + row, part]), and the row's last block to arrive reduces them —
+// one load of the row of parts — and finishes the row.
 class RowLoop {
  public:
   RowLoop(const Graph& g, const Kernel& k)
@@ -43,10 +42,7 @@ class RowLoop {
     if (s_.tile_rows() != 1 || s_.col_iters < 2)
       throw CodegenError(fmt::format("kernel {}: Tile IR v2 loops over column tiles of one row a block, not {}",
                                      k_.name, s_.describe()));
-    p_.name = k_.name;
-    p_.layout = layout_of(s_);
-    p_.grid = {s_.grid()};
-    p_.wide_indices = s_.wide_indices();
+    p_ = program_of(k_);
     add_params();
     Builder b(p_, p_.body);
     const int pid = b.program_id(0);
@@ -161,8 +157,7 @@ class RowLoop {
       throw CodegenError(fmt::format("kernel {}: %{} is used where it is not yet known", k_.name, id));
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       const int x = eval(b, n.operands[0], v);
-      out = n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x;
-      if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
+      out = as_used(b, g_, k_, id, n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
     } else if (n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) &&
                !spans_cols(n.operands[1])) {
       // A 16-bit quotient by a per-row divisor (softmax's e / Σ): one division a row (or a
@@ -171,8 +166,7 @@ class RowLoop {
       // kernels too, so it waits for a GPU run, and this goes then.)
       const int x = eval(b, n.operands[0], v);
       const int inverse = b.compute(Op::Div, {b.scalar(1.0, n.dtype), eval(b, n.operands[1], v)}, n.dtype);
-      out = b.compute(Op::Mul, {x, inverse}, n.dtype);
-      if (rounds_where_computed(g_, k_, id)) out = b.compute(Op::Cast, {out}, n.dtype);
+      out = as_used(b, g_, k_, id, b.compute(Op::Mul, {x, inverse}, n.dtype));
     } else {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(eval(b, o, v));
@@ -206,7 +200,7 @@ class RowLoop {
   // the row's), from `v`'s values that do not depend on m.
   int eval_with(Builder& b, NodeId id, NodeId m, int m_value, const std::map<NodeId, int>& v) {
     std::map<NodeId, int> with = v;
-    with[m] = rounds_where_computed(g_, k_, m) ? b.compute(Op::Cast, {m_value}, g_.node(m).dtype) : m_value;  // (as know())
+    with[m] = as_used(b, g_, k_, m, m_value);  // (as know())
     return eval(b, id, with);
   }
   // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0; a NaN stays NaN).
@@ -308,7 +302,7 @@ class RowLoop {
   // their uses see memory (an f32 operand of 16-bit arithmetic is taken as it is).
   void know(Builder& b, const std::map<NodeId, int>& results) {
     for (const auto& [r, v] : results)
-      if (!known_.count(r)) known_[r] = rounds_where_computed(g_, k_, r) ? b.compute(Op::Cast, {v}, g_.node(r).dtype) : v;
+      if (!known_.count(r)) known_[r] = as_used(b, g_, k_, r, v);
   }
 
   void store_per_row_outputs(Builder& b, std::map<NodeId, int> v) {

@@ -40,10 +40,7 @@ class RowReduction {
         ((cluster_ || window_) && s_.tile_rows() != 1) || !s_.elem_dims.empty())
       throw CodegenError(fmt::format("kernel {}: Tile IR v2 builds only rows one block or cluster holds, not {}",
                                      k_.name, s_.describe()));
-    p_.name = k_.name;
-    p_.layout = layout_of(s_);
-    p_.grid = {s_.grid()};
-    p_.wide_indices = s_.wide_indices();
+    p_ = program_of(k_);
     p_.cluster_blocks = s_.cluster_blocks;
     p_.min_blocks_per_sm = s_.min_blocks_per_sm;
     add_params();
@@ -147,13 +144,13 @@ class RowReduction {
   int reduce(Builder& b, NodeId id, int x) {
     const Node& n = g_.node(id);
     const Type& t = p_.types[static_cast<size_t>(x)];
-    auto rounded = [&](int r) { return rounds_where_computed(g_, k_, id) ? b.compute(Op::Cast, {r}, n.dtype) : r; };
-    if (!t.is_tile() || t.shape[1] == 1) return rounded(n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
+    if (!t.is_tile() || t.shape[1] == 1)
+      return as_used(b, g_, k_, id, n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
     if (masked_[1] && in_row_ < 0)
       in_row_ = window_ ? b.in_range(col0_, row_lo_, row_hi_, 1, {1, s_.tile_cols()})
                         : b.in_bounds(col0_, b.index(s_.cols), 1, {1, s_.tile_cols()});
     if (masked_[1]) x = b.compute(Op::Where, {in_row_, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
-    return rounded(cluster_ ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1));
+    return as_used(b, g_, k_, id, cluster_ ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1));
   }
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).
