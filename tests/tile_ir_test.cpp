@@ -15,6 +15,7 @@
 #include "compiler/tile/attention.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/ir_verify.h"
+#include "compiler/tile/sink.h"
 #include "runtime/cuda_driver.h"
 #include "tests/test_util.h"
 #include "tools/fuzz/random_graph.h"
@@ -112,6 +113,8 @@ TEST(TileIr, VerifierNamesTheProblem) {
            {"operand dtypes do not fit",  // (an f32 operand of a 16-bit result is taken; not the reverse)
             "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n  %3 = cast %2 : tile<4x256xbf16>\n"
             "  %4 = add %3, %2 : tile<4x256xf32>\n"},
+           {"mask tile<4x256xf32> does not broadcast to tile<4x256xf32>",
+            "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n  %3 = reduce_sum %2 axis 1 where %2 : tile<4x1xf32>\n"},
            {"yields f32 for carried value 0",
             "  %2 = load %arg0[%0, %1] : tile<4x256xf32>\n"
             "  %3 = for %4 = %1 to %0 step %0 iter_args(%5 = %2) : tile<4x256xf32> {\n"
@@ -142,6 +145,61 @@ TEST(TileIr, ParserNamesTheLine) {
   }
   EXPECT_THROW(parse_program("tile.func @k() grid [1] threads 32 layout blocked<per_thread [1], threads [64], reps [1]> {}"),
                Error);  // 64 threads in the layout, 32 in the function
+}
+
+// Sinking moves an elementwise value down to its first use (x − max of a log_softmax, built
+// before the row's sum, to after it), a chain behind its last link, and leaves loads, reductions
+// and stores where they are; the program still verifies and computes the same values.
+TEST(TileIr, SinkingMovesValuesToTheirFirstUse) {
+  const std::string text =
+      "tile.func @k(%arg0 \"x\": f32[64, 256], %arg1 \"y\": f32[64, 256] out)\n"
+      "    grid [64] threads 64 layout blocked<per_thread [1, 4], threads [1, 64], reps [1, 1]> {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = load %arg0[%0, %1] : tile<1x256xf32>\n"
+      "  %3 = reduce_max %2 axis 1 : tile<1x1xf32>\n"
+      "  %4 = sub %2, %3 : tile<1x256xf32>\n"
+      "  %5 = exp %4 : tile<1x256xf32>\n"
+      "  %6 = reduce_sum %5 axis 1 : tile<1x1xf32>\n"
+      "  %7 = log %6 : tile<1x1xf32>\n"
+      "  %8 = sub %4, %7 : tile<1x256xf32>\n"
+      "  store %arg1[%0, %1], %8 : tile<1x256xf32>\n"
+      "}\n";
+  Program p = parse_program(text);
+  sink_to_uses(p);
+  EXPECT_TRUE(program_problems(p).empty()) << print_program(p);
+  auto mnemonics = [](const Program& q) {
+    std::vector<std::string> out;
+    for (const Inst& i : q.body.body) {
+      const bool graph_op = i.opcode == Opcode::Compute || i.opcode == Opcode::Reduce;
+      out.push_back(graph_op ? op_info(i.op).name : opcode_name(i.opcode));
+    }
+    return out;
+  };
+  // (The max's exp chain stays where the sum reads it; x − max moves only as far as the exp.)
+  EXPECT_EQ(fmt::format("{}", fmt::join(mnemonics(p), " ")),
+            "program_id const load reduce_max sub exp reduce_sum log sub store");
+  const std::string moved =
+      "tile.func @k(%arg0 \"x\": f32[64, 256], %arg1 \"y\": f32[64, 256] out)\n"
+      "    grid [64] threads 64 layout blocked<per_thread [1, 4], threads [1, 64], reps [1, 1]> {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = load %arg0[%0, %1] : tile<1x256xf32>\n"
+      "  %3 = reduce_max %2 axis 1 : tile<1x1xf32>\n"
+      "  %4 = sub %2, %3 : tile<1x256xf32>\n"
+      "  %5 = const 1 : f32\n"
+      "  %6 = add %3, %5 : tile<1x1xf32>\n"
+      "  %7 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
+      "  %8 = sub %4, %7 : tile<1x256xf32>\n"
+      "  %9 = mul %8, %6 : tile<1x256xf32>\n"
+      "  store %arg1[%0, %1], %9 : tile<1x256xf32>\n"
+      "}\n";
+  Program q = parse_program(moved);
+  sink_to_uses(q);
+  EXPECT_TRUE(program_problems(q).empty()) << print_program(q);
+  EXPECT_EQ(fmt::format("{}", fmt::join(mnemonics(q), " ")),
+            "program_id const load reduce_max reduce_sum sub sub const add mul store")
+      << print_program(q);
 }
 
 // Every pointwise, column-reduction and resident row kernel of the fuzzer's graphs builds a
@@ -809,8 +867,9 @@ TEST(TileIrBuild, OverlappedAttentionPinsPVsWaitBelowTheSoftmax) {
 }
 
 // Sums and maxima of rows spread over a block's threads: `threads` lanes a row (whole warps, one
-// warp, or part of one), the columns past 1000 masked to the op's identity before each reduce.
-std::string row_reduction_text(int row_threads, int rows_per_block, int rows) {
+// warp, or part of one), the columns past 1000 masked to the op's identity before each reduce
+// (`where`) or by the reduce's mask (`mask_operand`).
+std::string row_reduction_text(int row_threads, int rows_per_block, int rows, bool mask_operand = false) {
   const int block = row_threads * rows_per_block, per_thread = 4;
   const int reps = (1000 + per_thread * row_threads - 1) / (per_thread * row_threads), width = per_thread * row_threads * reps;
   return fmt::format(
@@ -824,15 +883,19 @@ std::string row_reduction_text(int row_threads, int rows_per_block, int rows) {
       "  %4 = load %arg0[%2, %3] masked [1] : tile<{rb}x{w}xf32>\n"
       "  %5 = const 1000 : index\n"
       "  %6 = in_bounds %3, %5 axis 1 : tile<1x{w}xbool>\n"
-      "  %7 = const 0 : f32\n"
-      "  %8 = where %6, %4, %7 : tile<{rb}x{w}xf32>\n"
-      "  %9 = reduce_sum %8 axis 1 : tile<{rb}x1xf32>\n"
-      "  %10 = const -inf : f32\n"
-      "  %11 = where %6, %4, %10 : tile<{rb}x{w}xf32>\n"
-      "  %12 = reduce_max %11 axis 1 : tile<{rb}x1xf32>\n"
+      "{reductions}"
       "  store %arg1[%2, %3], %9 : tile<{rb}x1xf32>\n"
       "  store %arg2[%2, %3], %12 : tile<{rb}x1xf32>\n"
       "}}\n",
+      fmt::arg("reductions", fmt::format(mask_operand ? "  %9 = reduce_sum %4 axis 1 where %6 : tile<{rb}x1xf32>\n"
+                                                      "  %12 = reduce_max %4 axis 1 where %6 : tile<{rb}x1xf32>\n"
+                                                    : "  %7 = const 0 : f32\n"
+                                                      "  %8 = where %6, %4, %7 : tile<{rb}x{w}xf32>\n"
+                                                      "  %9 = reduce_sum %8 axis 1 : tile<{rb}x1xf32>\n"
+                                                      "  %10 = const -inf : f32\n"
+                                                      "  %11 = where %6, %4, %10 : tile<{rb}x{w}xf32>\n"
+                                                      "  %12 = reduce_max %11 axis 1 : tile<{rb}x1xf32>\n",
+                                         fmt::arg("rb", rows_per_block), fmt::arg("w", width))),
       fmt::arg("rows", rows), fmt::arg("grid", rows / rows_per_block), fmt::arg("block", block),
       fmt::arg("pt", per_thread), fmt::arg("rb", rows_per_block), fmt::arg("rt", row_threads), fmt::arg("reps", reps),
       fmt::arg("w", width));
@@ -845,19 +908,21 @@ TEST(TileIr, RowReductionsAcrossThreads) {
     int row_threads, rows_per_block, shuffles_per_reduction;
     bool barrier;
   };
-  for (const Case& c : std::vector<Case>{{128, 2, 5, true}, {32, 4, 5, false}, {8, 16, 3, false}}) {
-    SCOPED_TRACE(c.row_threads);
-    const Program p = parse_program(row_reduction_text(c.row_threads, c.rows_per_block, 96));
-    EXPECT_TRUE(program_problems(p).empty());
-    const std::string ptx = program_ptx(p);
-    size_t shuffles = 0;
-    for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
-    EXPECT_EQ(shuffles, 2u * c.shuffles_per_reduction);  // two reductions, one row a thread
-    EXPECT_EQ(ptx.find("bar.sync") != std::string::npos, c.barrier) << ptx;
-    if (!find_ptxas().empty()) {
-      EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
+  for (const Case& c : std::vector<Case>{{128, 2, 5, true}, {32, 4, 5, false}, {8, 16, 3, false}})
+    for (bool mask_operand : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} threads a row, mask operand {}", c.row_threads, mask_operand));
+      const Program p = parse_program(row_reduction_text(c.row_threads, c.rows_per_block, 96, mask_operand));
+      EXPECT_TRUE(program_problems(p).empty());
+      EXPECT_EQ(print_program(parse_program(print_program(p))), print_program(p));
+      const std::string ptx = program_ptx(p);
+      size_t shuffles = 0;
+      for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
+      EXPECT_EQ(shuffles, 2u * c.shuffles_per_reduction);  // two reductions, one row a thread
+      EXPECT_EQ(ptx.find("bar.sync") != std::string::npos, c.barrier) << ptx;
+      if (!find_ptxas().empty()) {
+        EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
+      }
     }
-  }
   // Neither a power of two up to a warp nor whole warps: refused, not wrong.
   const Program odd = parse_program(row_reduction_text(12, 8, 96));
   EXPECT_TRUE(program_problems(odd).empty());
@@ -893,20 +958,22 @@ TEST(GpuTileIr, RowReductionsAcrossThreadsMatchTheRows) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(rows * 1000);
   for (float& v : x) v = normal(rng);
-  for (auto [row_threads, rows_per_block] : std::vector<std::pair<int, int>>{{128, 2}, {256, 1}, {32, 4}, {8, 16}}) {
-    SCOPED_TRACE(row_threads);
-    const auto [s, m] = run_row_program(parse_program(row_reduction_text(row_threads, rows_per_block, rows)), x, rows);
-    for (int r = 0; r < rows; ++r) {
-      double sum = 0;
-      float most = -INFINITY;
-      for (int c = 0; c < 1000; ++c) {
-        sum += x[static_cast<size_t>(r * 1000 + c)];
-        most = std::max(most, x[static_cast<size_t>(r * 1000 + c)]);
+  for (auto [row_threads, rows_per_block] : std::vector<std::pair<int, int>>{{128, 2}, {256, 1}, {32, 4}, {8, 16}})
+    for (bool mask_operand : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} threads a row, mask operand {}", row_threads, mask_operand));
+      const auto [s, m] =
+          run_row_program(parse_program(row_reduction_text(row_threads, rows_per_block, rows, mask_operand)), x, rows);
+      for (int r = 0; r < rows; ++r) {
+        double sum = 0;
+        float most = -INFINITY;
+        for (int c = 0; c < 1000; ++c) {
+          sum += x[static_cast<size_t>(r * 1000 + c)];
+          most = std::max(most, x[static_cast<size_t>(r * 1000 + c)]);
+        }
+        EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-4 * 1000) << "row " << r;
+        EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
       }
-      EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-4 * 1000) << "row " << r;
-      EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
     }
-  }
 }
 
 // A row's online max and sum of exp(x − max) carried through a loop over column tiles one pair

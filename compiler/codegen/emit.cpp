@@ -583,16 +583,18 @@ class Emitter {
     tilefuse::guarded(b_, fn_, cond, body);
   }
 
-  // Elementwise over the result's elements; operands that are one element wide along an axis
-  // (or scalars) are broadcast.
   // Elementwise, broadcasting tiles of extent 1 and scalars. A division by a divisor broadcast
-  // over the result (softmax's x / Σ, one value per row) takes one correctly rounded reciprocal
-  // per divisor element and a multiply per element (≤ 1.5 ulp) instead of a division per element.
+  // over the result (softmax's x / Σ, one value per row) takes one reciprocal per divisor element
+  // — correctly rounded for an f32 result (≤ 1.5 ulp with the multiply), a 16-bit division's
+  // div.full for a 16-bit one (no IEEE sequence: its slow path is a call, at which ptxas held 55
+  // registers where the kernel needs 40, a 4097-wide bf16 softmax) — and a multiply per element
+  // instead of a division per element.
   void compute(const Inst& i) {
     const Type& t = type(i.results[0]);
+    computed_by_[i.results[0]] = &i;
     std::vector<Value*> out;
     const int n0 = t.is_tile() ? slots(t, 0) : 1, n1 = t.is_tile() ? slots(t, 1) : 1;
-    const bool broadcast_divisor = i.op == Op::Div && t.is_tile() && t.dtype == DType::F32 &&
+    const bool broadcast_divisor = i.op == Op::Div && t.is_tile() &&
                                    (!type(i.args[1]).is_tile() || elements(type(i.args[1])) < elements(t));
     std::map<Value*, Value*> reciprocal;
     for (int e0 = 0; e0 < n0; ++e0)
@@ -609,7 +611,8 @@ class Emitter {
         }
         if (broadcast_divisor) {
           Value*& inv = reciprocal[args[1]];
-          if (!inv) inv = b_.CreateFDiv(llvm::ConstantFP::get(b_.getFloatTy(), 1.0), args[1]);
+          if (!inv)
+            inv = element(b_, Op::Div, t.dtype, {llvm::ConstantFP::get(b_.getFloatTy(), 1.0), args[1]}, p_.name);
           out.push_back(b_.CreateFMul(args[0], inv));
           continue;
         }
@@ -764,15 +767,23 @@ class Emitter {
   // (offset − lo) + position against hi − lo.
   void in_bounds(const Inst& i) {
     const Type& t = type(i.results[0]);
+    bounds_of_[i.results[0]] = &i;
     if (i.args.size() == 3 && i.axis == 1 && t.frag == Frag::None) {
       Value *lo = one(i.args[2]), *hi = one(i.args[1]);
       const int pt = l_.per_thread[1];
+      if (32 % pt != 0) throw CodegenError(fmt::format("kernel {}: runs of {} in words of 32 bits", p_.name, pt));
       std::vector<Value*> out;
       for (int e0 = 0; e0 < slots(t, 0); ++e0)
         for (int e1 = 0; e1 < slots(t, 1); e1 += pt) {
           Value* start = t.shape[1] == 1 ? one(i.args[0])
                                           : b_.CreateAdd(one(i.args[0]), b_.CreateZExt(position(t, 1, e1), index_ty()));
           Value* bits = t.shape[1] == 1 ? nullptr : run_bits(start, lo, hi, pt);
+          if (bits) {  // (a row's runs packed in words of 32 bits, as the masked partials take them)
+            std::vector<Value*>& words = run_bits_of_[i.results[0]];
+            const int bit = e1 % 32, word = e0 * ((slots(t, 1) + 31) / 32) + e1 / 32;
+            if (static_cast<int>(words.size()) <= word) words.resize(static_cast<size_t>(word) + 1, i32(0));
+            words[static_cast<size_t>(word)] = b_.CreateOr(words[static_cast<size_t>(word)], b_.CreateShl(bits, bit));
+          }
           for (int j = 0; j < std::min(pt, slots(t, 1)); ++j)
             out.push_back(bits ? b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << j)), i32(0))
                                : b_.CreateICmpULT(b_.CreateSub(start, lo), b_.CreateSub(hi, lo)));
@@ -815,8 +826,8 @@ class Emitter {
   // (a row of the blocked layout spread over lanes or warps: axis 1), then the threads' values
   // (reduce_across). An accumulator's rows (the verifier allows axis 1 with warps_n 1): each
   // thread's elements of a row, then its quad's (the four lanes holding that row) by butterfly
-  // shuffles. Every element of the tile counts, those past the view's edge too: a program masks
-  // them first (`where` with the op's identity).
+  // shuffles. Every element of the tile counts, or with a mask those where it holds
+  // (thread_partials).
   void reduce(const Inst& i) {
     const size_t d = static_cast<size_t>(i.axis);
     const Type& in = type(i.args[0]);
@@ -834,23 +845,152 @@ class Emitter {
     if (across && d != 1)
       throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
                                      p_.name, d));
-    const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
     if (in.frag != Frag::None)
       throw CodegenError(fmt::format("kernel {}: reducing a {} tile is not in Tile IR v2 yet", p_.name, frag_name(in.frag)));
-    const int n0 = slots(in, 0), n1 = slots(in, 1);
     const Op combine = combine_of(i.op);
+    std::vector<Value*> out = thread_partials(i);
+    if (across) reduce_across(combine, out);
+    if (i.cluster) reduce_over_cluster(combine, out);
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // The thread's elements of the reduced tile (arg 0) combined along the axis, each of its rows
+  // (axis 1) or columns (axis 0) into one value; with a mask (arg 1), the elements where it fails
+  // are the op's identity. A mask of positions in bounds along the reduced columns (in_bounds: a
+  // row's edge, a window's row) is one interval, so a thread whose first and last positions lie
+  // in it has all its elements in it: such threads (all but those at the edges) take a path
+  // without a test or select per element (masked_partials).
+  std::vector<Value*> thread_partials(const Inst& i) {
+    const size_t d = static_cast<size_t>(i.axis);
+    const Type& in = type(i.args[0]);
+    const int n1 = slots(in, 1);
+    if (i.args.size() < 2) return partials(i, nullptr);
+    const int mask = i.args[1];
+    const Type& mt = type(mask);
+    auto bounds = bounds_of_.find(mask);
+    if (d != 1 || n1 < 2 || mt.shape[1] == 1 || bounds == bounds_of_.end())
+      return partials(i, [&](int e0, int e1) {
+        const int m0 = mt.shape[0] == 1 ? 0 : e0, m1 = mt.shape[1] == 1 ? 0 : e1;
+        return vals_[static_cast<size_t>(mask)][static_cast<size_t>(m0 * slots(mt, 1) + m1)];
+      });
+    return masked_partials(i, *bounds->second);
+  }
+  // Each row's (axis 1) or column's (axis 0) partial of the thread's elements of arg 0, those
+  // where `ok` fails (where given) taken as the op's identity.
+  std::vector<Value*> partials(const Inst& i, const std::function<Value*(int e0, int e1)>& ok) {
+    const size_t d = static_cast<size_t>(i.axis);
+    const std::vector<Value*>& v = vals_[static_cast<size_t>(i.args[0])];
+    const Type& in = type(i.args[0]);
+    const int n0 = slots(in, 0), n1 = slots(in, 1);
+    Value* identity = llvm::ConstantFP::get(b_.getFloatTy(), tir::identity_of(i.op));
     std::vector<Value*> out;
     for (int a = 0; a < (d == 0 ? n1 : n0); ++a) {
       Value* acc = nullptr;
       for (int e = 0; e < (d == 0 ? n0 : n1); ++e) {
-        Value* x = v[static_cast<size_t>(d == 0 ? e * n1 + a : a * n1 + e)];
-        acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
+        const int e0 = d == 0 ? e : a, e1 = d == 0 ? a : e;
+        Value* x = v[static_cast<size_t>(e0 * n1 + e1)];
+        if (Value* m = ok ? ok(e0, e1) : nullptr) x = b_.CreateSelect(m, x, identity);
+        acc = acc ? element(b_, combine_of(i.op), DType::F32, {acc, x}, p_.name) : x;
       }
       out.push_back(acc);
     }
-    if (across) reduce_across(combine, out);
-    if (i.cluster) reduce_over_cluster(combine, out);
-    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+    return out;
+  }
+  // A reduction masked by in_bounds `ib` along the columns, in two paths: threads whose elements
+  // all lie in bounds combine them as they are; the others test each element — a window's row
+  // (a lower bound) by its bit of the row's words in_bounds packed, else by its position afresh (from
+  // an opaque copy of the offset: LLVM would otherwise hold one predicate per element from the
+  // mask's definition on). In a window's row, what only this reduction reads (log_softmax's
+  // exps: its own chain) is computed again inside each path, each element combined as soon as it
+  // is computed, so that none is held over the branch (a 50257-wide bf16 log_softmax: 64
+  // registers, not 70; the cross-entropy's f32 rows: none spilled, not 8 bytes); in the masked
+  // path from its inputs along the row zeroed outside it (had both paths computed the same
+  // values, LLVM would hoist them above the branch). Not for rows masked at their end only: a
+  // 2999-wide f32 layernorm's squares computed again held 32 registers, not 44, and ran 6%
+  // slower on the H200 (0.105 ms against 0.099).
+  std::vector<Value*> masked_partials(const Inst& i, const Inst& ib) {
+    const int mask = i.args[1];
+    const Type& mt = type(mask);
+    const int n1 = slots(type(i.args[0]), 1), pt = l_.per_thread[1];
+    Value* lo = ib.args.size() == 3 ? one(ib.args[2]) : index(0);
+    Value* span = b_.CreateSub(one(ib.args[1]), lo);
+    auto inside = [&](Value* offset, int e1) {
+      Value* at = b_.CreateAdd(offset, b_.CreateZExt(position(mt, 1, e1), index_ty()));
+      return b_.CreateICmpULT(b_.CreateSub(at, lo), span);
+    };
+    Value* offset = one(ib.args[0]);
+    Value* all_inside = b_.CreateAnd(inside(offset, 0), inside(offset, n1 - 1));
+    const auto runs = run_bits_of_.find(mask);
+    const std::vector<const Inst*> chain =
+        runs != run_bits_of_.end() ? own_chain(i.args[0]) : std::vector<const Inst*>{};
+    auto* whole = llvm::BasicBlock::Create(b_.getContext(), "partial_whole", fn_);
+    auto* edge = llvm::BasicBlock::Create(b_.getContext(), "partial_masked", fn_);
+    auto* done = llvm::BasicBlock::Create(b_.getContext(), "partial_done", fn_);
+    b_.CreateCondBr(all_inside, whole, edge, llvm::MDBuilder(b_.getContext()).createLikelyBranchWeights());
+    b_.SetInsertPoint(whole);
+    for (const Inst* c : chain) compute(*c);
+    std::vector<Value*> unmasked = partials(i, nullptr);
+    llvm::BasicBlock* whole_end = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(edge);
+    Value* fresh = opaque(offset);
+    std::map<int, Value*> bits_of;
+    auto test = [&](int e0, int e1) {
+      if (runs == run_bits_of_.end()) return inside(fresh, e1);
+      const int word = (mt.shape[0] == 1 ? 0 : e0) * ((slots(mt, 1) + 31) / 32) + e1 / 32;
+      Value*& bits = bits_of[word];
+      if (!bits) bits = opaque(runs->second[static_cast<size_t>(word)]);
+      return b_.CreateICmpNE(b_.CreateAnd(bits, i32(static_cast<int>(1u << (e1 % 32)))), i32(0));
+    };
+    std::map<int, std::vector<Value*>> inputs;  // the chain's inputs along the row, as they were
+    for (const Inst* c : chain)
+      for (int a : c->args)
+        if (type(a).is_tile() && type(a).shape[1] != 1 && !inputs.count(a) &&
+            std::none_of(chain.begin(), chain.end(), [&](const Inst* m) { return m->results[0] == a; })) {
+          std::vector<Value*>& xs = vals_[static_cast<size_t>(a)];
+          inputs[a] = xs;
+          for (int a0 = 0; a0 < slots(type(a), 0); ++a0)
+            for (int a1 = 0; a1 < slots(type(a), 1); ++a1) {
+              Value*& x = xs[static_cast<size_t>(a0 * slots(type(a), 1) + a1)];
+              x = b_.CreateSelect(test(a0, a1), x, llvm::Constant::getNullValue(x->getType()));
+            }
+        }
+    for (const Inst* c : chain) compute(*c);
+    for (auto& [a, before] : inputs) vals_[static_cast<size_t>(a)] = std::move(before);
+    std::vector<Value*> masked = partials(i, test);
+    llvm::BasicBlock* edge_end = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    std::vector<Value*> out;
+    for (size_t a = 0; a < unmasked.size(); ++a) {
+      llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
+      phi->addIncoming(unmasked[a], whole_end);
+      phi->addIncoming(masked[a], edge_end);
+      out.push_back(phi);
+    }
+    return out;
+  }
+  // The elementwise instructions whose values only value v's chain reads, v's own included
+  // where only one instruction reads it (the reduction), each after those it reads.
+  std::vector<const Inst*> own_chain(int v) {
+    std::vector<const Inst*> chain;
+    std::function<void(int)> visit = [&](int x) {
+      auto def = computed_by_.find(x);
+      if (def == computed_by_.end() || uses_[static_cast<size_t>(x)] != 1 ||
+          std::count(chain.begin(), chain.end(), def->second))
+        return;
+      for (int a : def->second->args) visit(a);
+      chain.push_back(def->second);
+    };
+    visit(v);
+    return chain;
+  }
+  // v through a move LLVM cannot see through (what is computed from it is not merged with what
+  // was computed from v).
+  Value* opaque(Value* v) {
+    llvm::Type* t = v->getType();
+    const char* c = t->isFloatTy() ? "=f,f" : t->isIntegerTy(64) ? "=l,l" : "=r,r";
+    return asm_call(t, t->isIntegerTy(64) ? "mov.b64 $0, $1;" : "mov.b32 $0, $1;", c, {v});
   }
 
   void cluster_barrier(llvm::Intrinsic::ID id) {
@@ -1781,6 +1921,9 @@ class Emitter {
   std::vector<int64_t> ring_at_;           // each ring's first byte in it
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it
+  std::map<int, const Inst*> bounds_of_;   // an in_bounds tile's value id → its instruction
+  std::map<int, std::vector<Value*>> run_bits_of_;  // one with a lower bound → its rows' bits (words)
+  std::map<int, const Inst*> computed_by_;           // an elementwise value's id → its instruction
   std::vector<llvm::Argument*> args_;      // param → its kernel argument
   std::vector<llvm::Argument*> tensor_map_;  // param → its tensor map (TMA), or null
   std::vector<llvm::GlobalVariable*> stage_barriers_;  // ring → its stages' full, then empty, mbarriers

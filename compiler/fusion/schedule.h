@@ -323,12 +323,12 @@ struct ScheduleHints {
   int cluster_ir = 2;
   // Which Tile IR windowed rows (a width that is not a multiple of the vector width, one a block
   // or a cluster, any weight along the row shared by every row) are built on: 1, the default, the
-  // first Tile IR's lowerer (each chunk's in-row bits as its run's two ends; 16-bit rows'
-  // interior threads unmasked); 2: Tile IR v2, the tensors seen flat, each run's in-row bits,
-  // weights read `shifted`, stores between the row's ends (`masked [1 from …]`), under `row_ir` /
-  // `cluster_ir` as the rows' other kernels: 16-bit rows ran 5–12% slower on the H200 (every
-  // element masked where the first IR's interior threads are not; bench/NOTES.md, "Tile IR v2
-  // row schedules measured"), f32 rows level.
+  // first Tile IR's lowerer; 2: Tile IR v2, the tensors seen flat, each run's in-row bits,
+  // reductions masked by them (`reduce … where %in_row`: threads whose elements all lie in the
+  // row combine them unmasked), weights read `shifted`, stores between the row's ends
+  // (`masked [1 from …]`), under `row_ir` / `cluster_ir` as the rows' other kernels. On the H200
+  // 16-bit rows still ran 4–6% slower than the first IR's (a 4097-wide softmax, a 50257-wide
+  // log_softmax), the others level or faster (bench/NOTES.md, "Windowed rows on Tile IR v2").
   int window_ir = 1;
 };
 

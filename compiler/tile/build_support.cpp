@@ -51,6 +51,18 @@ int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const s
   return as_used(b, g, k, id, b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n)));
 }
 
+const Node* shifted_exp_arg(const Graph& g, const Node& n, const std::function<bool(NodeId)>& spans_row) {
+  if (n.op != Op::Exp || dtype_size(n.dtype) != 2) return nullptr;
+  const Node& d = g.node(n.operands[0]);
+  return d.op == Op::Sub && spans_row(d.operands[0]) && !spans_row(d.operands[1]) ? &d : nullptr;
+}
+
+int shifted_exp2(Builder& b, int u, int c) {
+  constexpr double kLog2e = 1.4426950408889634;
+  const int minus_c2 = b.compute(Op::Mul, {as_f32(b, c), b.scalar(-kLog2e, DType::F32)}, DType::F32);
+  return b.softmax_exp2(b.compute(Op::Fma, {as_f32(b, u), b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
+}
+
 int times_width(Builder& b, int x, int64_t cols, DType dtype) {
   return b.compute(Op::Mul, {x, b.scalar(static_cast<double>(cols), DType::F32)}, dtype);
 }

@@ -2,6 +2,7 @@
 // What the builders of Tile IR v2 programs from plan kernels share (build.cpp, row_reduction.cpp,
 // row_loop.cpp): the schedule's layout, parameters through their views, elementwise nodes,
 // iotas, and the output stores.
+#include <functional>
 #include <map>
 
 #include "compiler/fusion/plan.h"
@@ -27,6 +28,14 @@ int as_used(Builder& b, const Graph& g, const Kernel& k, NodeId id, int v);
 // Node `id` (elementwise) of its args' values, rounded to its dtype where its uses in the kernel
 // see the value that reaches memory (rounds_where_computed).
 int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args);
+// The difference u − c of a 16-bit exp node e^(u − c) whose u runs along the row and c is one
+// value per row (`spans_row` says which run along it): softmax's exps. Null for other nodes.
+const Node* shifted_exp_arg(const Graph& g, const Node& n, const std::function<bool(NodeId)>& spans_row);
+// Such an exp's f32 value from u's and c's: 2^(u·log2 e − c·log2 e), one fma and one ex2 (flushing
+// subnormal results, as a 16-bit exp's) an element and c·log2 e once a row, the difference not
+// rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most
+// 1 + |c|·2^-24·ln 2 (1e-3 at |c| = 1e4, under half a bf16 ulp).
+int shifted_exp2(Builder& b, int u, int c);
 // The sum over a row of `cols` columns of a value x (of `dtype`) constant along it: x · cols, the
 // width an f32 scalar (a 16-bit one would be rounded: 4097 in bf16 is 4096) and the product not
 // rounded to `dtype` — a reduction's result is rounded only where its uses see memory
@@ -44,8 +53,9 @@ Program row_reduction(const Graph& g, const Kernel& k);
 Program row_loop(const Graph& g, const Kernel& k);
 
 // Each output's value stored by store(param, tile) (splat first where it was computed from
-// constants alone); the first output whose value is not a tile of its view stops it: its node,
-// or -1 when every one was stored.
+// constants alone; cast to the output's dtype where it was computed in f32: a shifted exp); the
+// first output whose value is not a tile of its view stops it: its node, or -1 when every one
+// was stored.
 template <typename TileShape, typename Store>
 NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& value_of, TileShape tile_shape,
                      Store store) {
@@ -56,6 +66,7 @@ NodeId store_outputs(Builder& b, const Kernel& k, const std::map<NodeId, int>& v
     int v = value_of.at(k.outputs[i]);
     if (!p.types[static_cast<size_t>(v)].is_tile()) v = b.splat(v, tile_shape(prm));
     if (p.types[static_cast<size_t>(v)].shape != tile_shape(prm)) return k.outputs[i];
+    if (p.types[static_cast<size_t>(v)].dtype != prm.dtype) v = b.compute(Op::Cast, {v}, prm.dtype);  // (f32-held)
     store(static_cast<int>(param), v);
   }
   return -1;

@@ -550,30 +550,32 @@ int Builder::compute(Op op, const std::vector<int>& args, DType dtype, bool nonp
   return emit(i, shape.empty() ? Type::scalar(dtype) : Type::tile(dtype, shape, Space::Reg, frag));
 }
 
-int Builder::reduce(Op op, int tile, int axis) {
+int Builder::reduce(Op op, int tile, int axis, int mask) {
   Inst i;
   i.opcode = Opcode::Reduce;
   i.op = op;
   i.axis = axis;
   i.args = {tile};
+  if (mask >= 0) i.args.push_back(mask);
   Type t = p_.types.at(static_cast<size_t>(tile));
   t.shape.at(static_cast<size_t>(axis)) = 1;
   if (t.frag == Frag::Lanes) t.frag = Frag::None;  // (one column: blocked and lanes alike)
   return emit(i, t);
 }
 
-int Builder::reduce_cluster(Op op, int tile) {
-  const int r = reduce(op, tile, 1);
+int Builder::reduce_cluster(Op op, int tile, int mask) {
+  const int r = reduce(op, tile, 1, mask);
   r_->body.back().cluster = true;
   return r;
 }
 
-int Builder::reduce_lanes(Op op, int tile) {
+int Builder::reduce_lanes(Op op, int tile, int mask) {
   Inst i;
   i.opcode = Opcode::Reduce;
   i.op = op;
   i.axis = 1;
   i.args = {tile};
+  if (mask >= 0) i.args.push_back(mask);
   Type t = p_.types.at(static_cast<size_t>(tile));
   t.shape.at(1) = p_.layout.threads.at(1);
   t.frag = Frag::Lanes;

@@ -144,7 +144,8 @@ enum class Opcode {
               // with two offsets, the linear index (see Inst::iota_stride)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
   Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
-              // every element counts (mask those past the view with `where` first); a blocked
+              // every element counts, or — with a mask (arg 1: a bool tile broadcast to the
+              // input's shape; printed `where %m`) — those where it holds (a blocked tile's); a blocked
               // tile's rows also over the threads sharing them (a power of two up to a warp, or
               // whole warps); an accumulator fragment along its columns (warps_n 1): the warp's
               // quads combine. Along axis 1 into a lanes tile (the result's type says so): each
@@ -465,12 +466,13 @@ class Builder {
   int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);
   // 2^x (f32) for an online softmax's term, subnormal results flushed (Inst::flush_subnormal).
   int softmax_exp2(int x);
-  int reduce(Op op, int tile, int axis);
+  // (`mask` ≥ 0: only the elements where that bool tile holds count; see Opcode::Reduce.)
+  int reduce(Op op, int tile, int axis, int mask = -1);
   // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.
-  int reduce_lanes(Op op, int tile);
+  int reduce_lanes(Op op, int tile, int mask = -1);
   // Each row of a blocked or lanes tile reduced over the block's threads and then over the
   // cluster's blocks (Inst::cluster): a row whose columns the cluster's blocks share.
-  int reduce_cluster(Op op, int tile);
+  int reduce_cluster(Op op, int tile, int mask = -1);
   // A lanes tile spread over the blocked tile of `shape` (each thread's value over its elements).
   int spread(int lanes, const Shape& shape);
   // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.

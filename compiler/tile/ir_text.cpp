@@ -169,6 +169,10 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         }
         [[fallthrough]];
       case Opcode::Reduce:
+        *out += fmt::format("{}{}{} {} axis {}{}{} : {}\n", pad, lhs, mnemonic(i), value(i.args[0]), i.axis,
+                            i.cluster ? " cluster" : "", i.args.size() > 1 ? " where " + value(i.args[1]) : "",
+                            type_of(i.results[0]));
+        break;
       case Opcode::InBounds:
         *out += fmt::format("{}{}{} {} axis {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
                             i.cluster ? " cluster" : "", type_of(i.results[0]));
@@ -873,6 +877,7 @@ class Parser {
       word("axis");
       i.axis = static_cast<int>(integer());
       i.cluster = take_word("cluster");
+      if (take_word("where")) i.args.push_back(use("a mask"));
       punct(":");
       results({type()});
     } else {

@@ -361,6 +361,15 @@ class Verifier {
         problem(fmt::format("{}: {} is larger than @{}'s tile {}", where(i), type_str(t), r->name, shape_str(r->tile)));
   }
 
+  // A reduction's mask: a blocked bool tile broadcast to the reduced (blocked) tile's shape.
+  void reduce_mask(const Inst& i, const Type& t) {
+    const Type& m = type(i.args[1]);
+    bool ok = m.is_tile() && m.dtype == DType::Bool && m.frag == Frag::None && t.frag == Frag::None &&
+              m.shape.size() == t.shape.size();
+    for (size_t d = 0; ok && d < m.shape.size(); ++d) ok = m.shape[d] == t.shape[d] || m.shape[d] == 1;
+    if (!ok) problem(fmt::format("{}: mask {} does not broadcast to {}", where(i), type_str(m), type_str(t)));
+  }
+
   void compute(const Inst& i) {
     const Type& r = type(i.results.at(0));
     const OpInfo& info = op_info(i.op);
@@ -561,6 +570,8 @@ class Verifier {
               op_info(i.op).kind != OpKind::Reduce || (t.frag == Frag::Lanes && i.axis != 1))
             problem(fmt::format("{}: {} along axis {} does not give {}", where(i), type_str(t), i.axis, type_str(out)));
           if (within) check_tile_shape(i, out);
+          if (i.args.size() > 2) problem(fmt::format("{}: takes a tile and at most a mask", where(i)));
+          if (i.args.size() == 2) reduce_mask(i, t);
           if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
             problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
           // (In the program's body, not a loop's or a branch's: every block of the cluster takes

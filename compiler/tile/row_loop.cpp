@@ -158,15 +158,6 @@ class RowLoop {
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       const int x = eval(b, n.operands[0], v);
       out = as_used(b, g_, k_, id, n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
-    } else if (n.op == Op::Div && n.dtype != DType::F32 && spans_cols(n.operands[0]) &&
-               !spans_cols(n.operands[1])) {
-      // A 16-bit quotient by a per-row divisor (softmax's e / Σ): one division a row (or a
-      // thread) and a multiply an element, not a division an element. (The emitter does this for
-      // f32 quotients; extended there to 16-bit ones it would change the measured softmax_bf16
-      // kernels too, so it waits for a GPU run, and this goes then.)
-      const int x = eval(b, n.operands[0], v);
-      const int inverse = b.compute(Op::Div, {b.scalar(1.0, n.dtype), eval(b, n.operands[1], v)}, n.dtype);
-      out = as_used(b, g_, k_, id, b.compute(Op::Mul, {x, inverse}, n.dtype));
     } else {
       std::vector<int> args;
       for (NodeId o : n.operands) args.push_back(eval(b, o, v));
@@ -174,27 +165,16 @@ class RowLoop {
     }
     return v[id] = out;
   }
-  // e^(u − c) of a 16-bit result, u along the row and c per row (softmax's exps).
-  bool shifted_exp(const Node& n) const {
-    if (n.op != Op::Exp || n.dtype == DType::F32) return false;
-    const Node& d = g_.node(n.operands[0]);
-    return d.op == Op::Sub && spans_cols(d.operands[0]) && !spans_cols(d.operands[1]);
-  }
-  // A shifted exp's f32 value, 2^(u·log2 e − c·log2 e) from u and c in f32: one fma and one ex2
-  // an element, c·log2 e once a row (or a thread: the spread's elements are one value), the
-  // difference not rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most
-  // 1 + |c|·2^-24·ln 2 (1e-3 at |c| = 1e4, under half a bf16 ulp).
-  int shifted_exp2(Builder& b, const Node& n, std::map<NodeId, int>& v) {
-    constexpr double kLog2e = 1.4426950408889634;
-    const Node& d = g_.node(n.operands[0]);
-    const int u = as_f32(b, eval(b, d.operands[0], v)), c = as_f32(b, eval(b, d.operands[1], v));
-    const int minus_c2 = b.compute(Op::Mul, {c, b.scalar(-kLog2e, DType::F32)}, DType::F32);
-    return b.softmax_exp2(b.compute(Op::Fma, {u, b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
+  // e^(u − c) of a 16-bit result, u along the row and c per row (softmax's exps): the difference
+  // u − c, or null.
+  const Node* shifted(const Node& n) const {
+    return shifted_exp_arg(g_, n, [&](NodeId o) { return spans_cols(o); });
   }
   // Node `id` as f32 where a reduction adds it up: a shifted exp unrounded (the sum of the f32
   // terms, as the first IR's loop adds them).
   int eval_f32(Builder& b, NodeId id, std::map<NodeId, int>& v) {
-    return shifted_exp(g_.node(id)) ? shifted_exp2(b, g_.node(id), v) : as_f32(b, eval(b, id, v));
+    const Node* d = shifted(g_.node(id));
+    return d ? shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)) : as_f32(b, eval(b, id, v));
   }
   // Node `id` with the max reduction m taking the f32 value `m_value` (a thread's running max or
   // the row's), from `v`'s values that do not depend on m.

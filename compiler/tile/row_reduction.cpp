@@ -3,9 +3,9 @@
 // threads_per_row threads — or, in a cluster (TileSchedule::cluster_blocks), block b holds columns
 // [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks.
 // The tensors along the rows are loaded first; a tensor shared by every row (layernorm's w) where
-// it is first used. Each reduction masks the columns past the row with its identity and reduces
-// along axis 1 over the row's threads (and the cluster's blocks); what uses it broadcasts the
-// [rows, 1] result.
+// it is first used. Each reduction reduces along axis 1 over the row's threads (and the cluster's
+// blocks), only the row's columns counting (a mask); what uses it broadcasts the [rows, 1] result.
+// A 16-bit exp of u − c (softmax's exps) is one fma and one ex2 an element (shifted_exp2).
 //
 // Windowed rows (TileSchedule::window: a width that is not a multiple of the vector width) see
 // the tensors laid out like the domain flat: row r is the elements [r·W, (r + 1)·W), read as the
@@ -19,12 +19,15 @@
 // refused: the scheduler sets ir_v2 only on rows one block or one cluster holds.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build_support.h"
 #include "compiler/tile/ir_verify.h"
+#include "compiler/tile/sink.h"
 
 namespace tilefuse::tir {
 
@@ -51,6 +54,7 @@ class RowReduction {
       if (p_.params[i].view[0] != 1 || flat_[i]) load(b, i);
     compute_nodes(b);
     store(b);
+    sink_to_uses(p_);
     verify_program(p_);
     return std::move(p_);
   }
@@ -119,28 +123,60 @@ class RowReduction {
                                   : b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
   }
 
+  // A 16-bit exp of u − c, u along the row and c per row (softmax's exps), or null; the difference
+  // is not computed where nothing else uses it (only_shifts).
+  const Node* shifted(const Node& n) const {
+    return shifted_exp_arg(g_, n, [&](NodeId o) {
+      const Shape& sh = g_.node(o).shape;
+      return !sh.empty() && sh.back() != 1;
+    });
+  }
+  std::set<NodeId> only_shifts() const {
+    std::set<NodeId> out;
+    const std::vector<std::vector<NodeId>> users = g_.users();
+    for (NodeId id : k_.nodes) {
+      const std::vector<NodeId>& us = users[static_cast<size_t>(id)];
+      const bool output = std::count(k_.outputs.begin(), k_.outputs.end(), id) > 0;
+      auto shifts = [&](NodeId u) {
+        return std::count(k_.nodes.begin(), k_.nodes.end(), u) && shifted(g_.node(u)) == &g_.node(id);
+      };
+      if (!output && !us.empty() && std::all_of(us.begin(), us.end(), shifts)) out.insert(id);
+    }
+    return out;
+  }
+
   void compute_nodes(Builder& b) {
+    const std::set<NodeId> skipped = only_shifts();
     for (NodeId id : k_.nodes) {
       const Node& n = g_.node(id);
+      if (skipped.count(id)) continue;
+      if (const Node* d = shifted(n)) {
+        value_of_[id] = as_used(b, g_, k_, id, shifted_exp2(b, operand(b, d->operands[0]), operand(b, d->operands[1])));
+        continue;
+      }
       if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
         value_of_[id] = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
         continue;
       }
       std::vector<int> args;
-      for (NodeId o : n.operands) {
-        if (!value_of_.count(o))
-          for (size_t i = 0; i < k_.inputs.size(); ++i)
-            if (k_.inputs[i] == o) load(b, i);  // shared by every row: loaded where first used
-        if (!value_of_.count(o)) value_of_[o] = b.scalar(g_.node(o).value, g_.node(o).dtype);  // constants
-        args.push_back(value_of_.at(o));
-      }
+      for (NodeId o : n.operands) args.push_back(operand(b, o));
       value_of_[id] = op_info(n.op).kind == OpKind::Reduce ? reduce(b, id, args.at(0)) : compute_node(b, g_, k_, id, args);
     }
   }
 
-  // Reduction `id` of x along the row: the columns past the row (or outside a window's row)
-  // masked with its identity first; rounded to its dtype where its uses see memory. A value
-  // constant along the row is its own reduction (a sum counts it once per column).
+  // Node o's value where an op uses it: a tensor shared by every row is loaded where first used,
+  // a constant is a scalar.
+  int operand(Builder& b, NodeId o) {
+    if (!value_of_.count(o))
+      for (size_t i = 0; i < k_.inputs.size(); ++i)
+        if (k_.inputs[i] == o) load(b, i);
+    if (!value_of_.count(o)) value_of_[o] = b.scalar(g_.node(o).value, g_.node(o).dtype);
+    return value_of_.at(o);
+  }
+
+  // Reduction `id` of x along the row: only the columns in the row (or in a window's row) count
+  // (a mask); rounded to its dtype where its uses see memory. A value constant along the row is
+  // its own reduction (a sum counts it once per column).
   int reduce(Builder& b, NodeId id, int x) {
     const Node& n = g_.node(id);
     const Type& t = p_.types[static_cast<size_t>(x)];
@@ -149,8 +185,8 @@ class RowReduction {
     if (masked_[1] && in_row_ < 0)
       in_row_ = window_ ? b.in_range(col0_, row_lo_, row_hi_, 1, {1, s_.tile_cols()})
                         : b.in_bounds(col0_, b.index(s_.cols), 1, {1, s_.tile_cols()});
-    if (masked_[1]) x = b.compute(Op::Where, {in_row_, x, b.scalar(identity_of(n.op), t.dtype)}, t.dtype);
-    return as_used(b, g_, k_, id, cluster_ ? b.reduce_cluster(n.op, x) : b.reduce(n.op, x, 1));
+    const int mask = masked_[1] ? in_row_ : -1;
+    return as_used(b, g_, k_, id, cluster_ ? b.reduce_cluster(n.op, x, mask) : b.reduce(n.op, x, 1, mask));
   }
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).
