@@ -723,6 +723,14 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
   // (A windowed row on Tile IR v2 is one block's: each row's window starts elsewhere.)
   s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared && s.tile_rows() == 1));
+  if (s.ir_v2 && s.window && weights_along_row == 0) {
+    // ptxas left alone gave a 4097-wide bf16 softmax 56 registers (6 blocks of 192 an SM); asked
+    // for the blocks that a thread's elements and 16 more registers allow, it fits in 40 unspilled
+    // (8 blocks), as the first IR's lowerer does by itself. (Not with weights along the row: their
+    // shifted loads' pairs of vectors spilled an RMSNorm's 5003-wide f32 rows at that cap.)
+    const int regs = (s.elems_per_thread() + 16 + 7) / 8 * 8;
+    s.min_blocks_per_sm = std::max(1, device.registers_per_sm / (regs * s.block_threads()));
+  }
   return s;
 }
 
