@@ -3,7 +3,7 @@
 # IR's lowerers still selectable, in one call — their GPU tests, then for each one build timed
 # both ways in interleaved rounds (scripts/gpu_ab.sh, OLD=bundle):
 #   cluster  rows a cluster holds (--stages 0 --split 0): --cluster-ir 1 against the default 2
-#   window   windowed rows (odd widths): --window-ir 1, the default, against 2
+#   window   windowed rows (odd widths): --window-ir 1 against 2 (one-block rows: 2 is the default)
 # A schedule whose new/old medians hold within ~2% on its graphs can become the default, and the
 # first IR's lowerer it replaces be deleted. Logs under $OUT/{tests,cluster,window}.
 #   TESTS=0 skips the tests;  MOVES="cluster window" (the default: both) picks the A/Bs;

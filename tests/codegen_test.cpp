@@ -440,17 +440,26 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   // Rows of 1000: the columns past them masked before the reductions.
   Plan odd = plan_fusion(rows1000, v2);
   EXPECT_NE(compile_kernel(odd.graph, odd.kernels[0]).tile_ir.find("in_bounds"), std::string::npos);
-  // `--row-ir 1` puts them on the first Tile IR; windowed rows stay there but with `--window-ir 2`.
+  // `--row-ir 1` puts them on the first Tile IR. Windowed rows one block holds are on Tile IR v2
+  // but with `--window-ir 1`; those a cluster holds only with `--window-ir 2`.
   FusionOptions first;
   first.schedule.row_ir = 1;
   EXPECT_FALSE(plan_fusion(find_example("softmax").build(), first).kernels[0].schedule.ir_v2);
   Graph rows4097("rows4097");
   output("y", softmax(input(rows4097, "x", {64, 4097}), -1));
   EXPECT_TRUE(plan_fusion(rows4097, v2).kernels[0].schedule.window);
-  EXPECT_FALSE(plan_fusion(rows4097, v2).kernels[0].schedule.ir_v2);
-  FusionOptions window_v2 = v2;
+  EXPECT_TRUE(plan_fusion(rows4097, v2).kernels[0].schedule.ir_v2);
+  FusionOptions window_first = v2, window_v2 = v2;
+  window_first.schedule.window_ir = 1;
   window_v2.schedule.window_ir = 2;
-  EXPECT_TRUE(plan_fusion(rows4097, window_v2).kernels[0].schedule.ir_v2);
+  EXPECT_FALSE(plan_fusion(rows4097, window_first).kernels[0].schedule.ir_v2);
+  Graph vocab("vocab");
+  output("y", log_softmax(input(vocab, "x", {64, 50257}, DType::BF16), -1));
+  const Kernel cluster_rows = plan_fusion(vocab, v2).kernels[0];
+  ASSERT_GT(cluster_rows.schedule.cluster_blocks, 1) << cluster_rows.schedule.describe();
+  EXPECT_TRUE(cluster_rows.schedule.window);
+  EXPECT_FALSE(cluster_rows.schedule.ir_v2);
+  EXPECT_TRUE(plan_fusion(vocab, window_v2).kernels[0].schedule.ir_v2);
   FusionOptions bad;
   bad.schedule.row_ir = 3;
   EXPECT_THROW(plan_fusion(find_example("softmax").build(), bad), Error);

@@ -722,7 +722,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
   // (A windowed row on Tile IR v2 is one block's: each row's window starts elsewhere.)
-  s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared && s.tile_rows() == 1));
+  s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir != 1 && weights_shared && s.tile_rows() == 1));
   if (s.ir_v2 && s.window && weights_along_row == 0) {
     // ptxas left alone gave a 4097-wide bf16 softmax 56 registers (6 blocks of 192 an SM); asked
     // for the blocks that a thread's elements and 16 more registers allow, it fits in 40 unspilled

@@ -322,14 +322,17 @@ struct ScheduleHints {
   // 1: the first Tile IR's lowerer (a softmax's max and sum merged in one exchange).
   int cluster_ir = 2;
   // Which Tile IR windowed rows (a width that is not a multiple of the vector width, one a block
-  // or a cluster, any weight along the row shared by every row) are built on: 1, the default, the
-  // first Tile IR's lowerer; 2: Tile IR v2, the tensors seen flat, each run's in-row bits,
-  // reductions masked by them (`reduce … where %in_row`: threads whose elements all lie in the
-  // row combine them unmasked), weights read `shifted`, stores between the row's ends
-  // (`masked [1 from …]`), under `row_ir` / `cluster_ir` as the rows' other kernels. On the H200
-  // 16-bit rows still ran 4–6% slower than the first IR's (a 4097-wide softmax, a 50257-wide
-  // log_softmax), the others level or faster (bench/NOTES.md, "Windowed rows on Tile IR v2").
-  int window_ir = 1;
+  // or a cluster, any weight along the row shared by every row) are built on. Tile IR v2: the
+  // tensors seen flat, each run's in-row bits, reductions masked by them (`reduce … where
+  // %in_row`: threads whose elements all lie in the row combine them unmasked), weights read
+  // `shifted`, stores between the row's ends (`masked [1 from …]`), under `row_ir` / `cluster_ir`
+  // as the rows' other kernels; or the first Tile IR's lowerer. 0, the default: Tile IR v2 for
+  // rows one block holds (level with the first IR on the H200, or faster: 0.963 on RMSNorm's
+  // 5003-wide bf16 rows), the first IR for rows a cluster holds (Tile IR v2 ran 1.057 on a
+  // 50257-wide bf16 log_softmax, one cluster exchange per reduction where the first IR merges
+  // the max's and the sum's); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md,
+  // "Windowed rows on Tile IR v2").
+  int window_ir = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -100,10 +100,11 @@ common options:
                                on Tile IR v2, each reduction over the cluster's blocks through
                                distributed shared memory (2, the default), or on the first Tile
                                IR (1)
-  --window-ir 1|2              windowed rows (odd widths in aligned vectors), one a block, built
-                               on Tile IR v2 (2: the tensors seen flat, weights read shifted,
-                               stores between the row's ends; clusters with --cluster-ir 2), or
-                               on the first Tile IR (1, the default)
+  --window-ir 0|1|2            windowed rows (odd widths in aligned vectors) built on Tile IR v2
+                               (the tensors seen flat, weights read shifted, stores between the
+                               row's ends) or on the first Tile IR: 0, the default, v2 for rows
+                               one block holds and the first IR for rows a cluster holds; 1 the
+                               first IR for all; 2 v2 for all (clusters with --cluster-ir 2)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -198,7 +199,7 @@ struct Args {
       split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, cluster_ir = 2, window_ir = 1;
+      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, cluster_ir = 2, window_ir = 0;
   std::optional<uint64_t> seed;
 };
 
@@ -348,7 +349,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--cluster-ir")
       a.cluster_ir = parse_int(s, value(), 1, 2);
     else if (s == "--window-ir")
-      a.window_ir = parse_int(s, value(), 1, 2);
+      a.window_ir = parse_int(s, value(), 0, 2);
     else if (s == "--wgmma")
       a.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
