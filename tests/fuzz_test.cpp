@@ -13,6 +13,7 @@
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
 #include "compiler/support/error.h"
+#include "compiler/tile/ir.h"
 #include "tests/test_util.h"
 #include "tools/fuzz/fuzz_case.h"
 #include "tools/fuzz/random_graph.h"
@@ -100,6 +101,34 @@ TEST(FuzzRegressions, ReductionOverASizeOneAxisBesideARowReduction) {
     for (NodeId n : k.nodes)
       if (op_info(p.graph.node(n).op).kind == OpKind::Reduce) blocks.insert(p.graph.node(n).axes);
     EXPECT_LE(blocks.size(), 1u) << k.name << " reduces different blocks of axes";
+  }
+  check_graph(g);
+}
+
+// A 16-bit exp of x − max(x) in a row kernel that reads the difference from memory (written by
+// the kernel before, whose rows are the last axis where this one's are the last two): the exp
+// was taken in its shifted form from the difference's operands, which that kernel does not have
+// — a constant in their place, the loaded difference unused (seed 7895 on the H200: 2.14 against
+// 1). Every tensor a kernel loads is used.
+TEST(FuzzRegressions, ShiftedExpOfADifferenceReadFromMemory) {
+  Graph g("exp_of_a_read_difference");
+  Tensor x = input(g, "x", {64, 13, 8}, DType::BF16);
+  Tensor d = x - amax(x, {2}, true);
+  output("s", sum(exp(d), {1, 2}, true));
+  Plan p = plan_fusion(g);
+  EXPECT_GE(p.kernels.size(), 2u) << plan_report_text(p);
+  for (const Kernel& k : p.kernels) {
+    const tir::Program prog = tir::parse_program(compile_kernel(p.graph, k).tile_ir);
+    std::set<int> used;
+    std::function<void(const tir::Region&)> uses = [&](const tir::Region& r) {
+      for (const tir::Inst& i : r.body) {
+        used.insert(i.args.begin(), i.args.end());
+        for (const tir::Region& inner : i.regions) uses(inner);
+      }
+    };
+    uses(prog.body);
+    for (const tir::Inst& i : prog.body.body)
+      if (i.opcode == tir::Opcode::Load) EXPECT_TRUE(used.count(i.results[0])) << k.name << "\n" << print_program(prog);
   }
   check_graph(g);
 }

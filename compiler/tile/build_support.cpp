@@ -1,5 +1,6 @@
 #include "compiler/tile/build_support.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "compiler/fusion/cost_model.h"
@@ -51,8 +52,11 @@ int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const s
   return as_used(b, g, k, id, b.compute(n.op, args, n.dtype, exp_of_nonpositive(g, n)));
 }
 
-const Node* shifted_exp_arg(const Graph& g, const Node& n, const std::function<bool(NodeId)>& spans_row) {
-  if (n.op != Op::Exp || dtype_size(n.dtype) != 2) return nullptr;
+const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
+                            const std::function<bool(NodeId)>& spans_row) {
+  if (n.op != Op::Exp || dtype_size(n.dtype) != 2 ||
+      std::find(k.nodes.begin(), k.nodes.end(), n.operands[0]) == k.nodes.end())
+    return nullptr;
   const Node& d = g.node(n.operands[0]);
   return d.op == Op::Sub && spans_row(d.operands[0]) && !spans_row(d.operands[1]) ? &d : nullptr;
 }

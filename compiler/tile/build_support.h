@@ -29,8 +29,10 @@ int as_used(Builder& b, const Graph& g, const Kernel& k, NodeId id, int v);
 // see the value that reaches memory (rounds_where_computed).
 int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const std::vector<int>& args);
 // The difference u − c of a 16-bit exp node e^(u − c) whose u runs along the row and c is one
-// value per row (`spans_row` says which run along it): softmax's exps. Null for other nodes.
-const Node* shifted_exp_arg(const Graph& g, const Node& n, const std::function<bool(NodeId)>& spans_row);
+// value per row (`spans_row` says which run along it), the difference computed in kernel k (not
+// read from memory): softmax's exps. Null for other nodes.
+const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
+                            const std::function<bool(NodeId)>& spans_row);
 // Such an exp's f32 value from u's and c's: 2^(u·log2 e − c·log2 e), one fma and one ex2 (flushing
 // subnormal results, as a 16-bit exp's) an element and c·log2 e once a row, the difference not
 // rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most

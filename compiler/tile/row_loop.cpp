@@ -168,7 +168,7 @@ class RowLoop {
   // e^(u − c) of a 16-bit result, u along the row and c per row (softmax's exps): the difference
   // u − c, or null.
   const Node* shifted(const Node& n) const {
-    return shifted_exp_arg(g_, n, [&](NodeId o) { return spans_cols(o); });
+    return shifted_exp_arg(g_, k_, n, [&](NodeId o) { return spans_cols(o); });
   }
   // Node `id` as f32 where a reduction adds it up: a shifted exp unrounded (the sum of the f32
   // terms, as the first IR's loop adds them).

@@ -126,7 +126,7 @@ class RowReduction {
   // A 16-bit exp of u − c, u along the row and c per row (softmax's exps), or null; the difference
   // is not computed where nothing else uses it (only_shifts).
   const Node* shifted(const Node& n) const {
-    return shifted_exp_arg(g_, n, [&](NodeId o) {
+    return shifted_exp_arg(g_, k_, n, [&](NodeId o) {
       const Shape& sh = g_.node(o).shape;
       return !sh.empty() && sh.back() != 1;
     });
