@@ -147,18 +147,21 @@ TEST(TileIr, ParserNamesTheLine) {
                Error);  // 64 threads in the layout, 32 in the function
 }
 
-// Sinking moves an elementwise value down to its first use (x − max of a log_softmax, built
-// before the row's sum, to after it), a chain behind its last link, and leaves loads, reductions
-// and stores where they are; the program still verifies and computes the same values.
+// Sinking moves an elementwise value down to its first use — past a reduction that does not
+// read it (x − max, used only after a row's sum of x), a chain behind its last link — and leaves
+// loads, reductions and stores where they are; the program still verifies.
 TEST(TileIr, SinkingMovesValuesToTheirFirstUse) {
-  const std::string text =
+  // x, its row's max m and x − m
+  const std::string head =
       "tile.func @k(%arg0 \"x\": f32[64, 256], %arg1 \"y\": f32[64, 256] out)\n"
       "    grid [64] threads 64 layout blocked<per_thread [1, 4], threads [1, 64], reps [1, 1]> {\n"
       "  %0 = program_id 0 : index\n"
       "  %1 = const 0 : index\n"
       "  %2 = load %arg0[%0, %1] : tile<1x256xf32>\n"
       "  %3 = reduce_max %2 axis 1 : tile<1x1xf32>\n"
-      "  %4 = sub %2, %3 : tile<1x256xf32>\n"
+      "  %4 = sub %2, %3 : tile<1x256xf32>\n";
+  const std::string text =
+      head +
       "  %5 = exp %4 : tile<1x256xf32>\n"
       "  %6 = reduce_sum %5 axis 1 : tile<1x1xf32>\n"
       "  %7 = log %6 : tile<1x1xf32>\n"
@@ -180,13 +183,7 @@ TEST(TileIr, SinkingMovesValuesToTheirFirstUse) {
   EXPECT_EQ(fmt::format("{}", fmt::join(mnemonics(p), " ")),
             "program_id const load reduce_max sub exp reduce_sum log sub store");
   const std::string moved =
-      "tile.func @k(%arg0 \"x\": f32[64, 256], %arg1 \"y\": f32[64, 256] out)\n"
-      "    grid [64] threads 64 layout blocked<per_thread [1, 4], threads [1, 64], reps [1, 1]> {\n"
-      "  %0 = program_id 0 : index\n"
-      "  %1 = const 0 : index\n"
-      "  %2 = load %arg0[%0, %1] : tile<1x256xf32>\n"
-      "  %3 = reduce_max %2 axis 1 : tile<1x1xf32>\n"
-      "  %4 = sub %2, %3 : tile<1x256xf32>\n"
+      head +
       "  %5 = const 1 : f32\n"
       "  %6 = add %3, %5 : tile<1x1xf32>\n"
       "  %7 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
