@@ -148,8 +148,9 @@ TEST(TileIr, ParserNamesTheLine) {
 }
 
 // Sinking moves an elementwise value down to its first use — past a reduction that does not
-// read it (x − max, used only after a row's sum of x), a chain behind its last link — and leaves
-// loads, reductions and stores where they are; the program still verifies.
+// read it (x − max, used only after a row's sum of x), a chain behind its last link — drops one
+// nothing uses, and leaves loads, reductions and stores where they are; the program still
+// verifies.
 TEST(TileIr, SinkingMovesValuesToTheirFirstUse) {
   // x, its row's max m and x − m
   const std::string head =
@@ -189,6 +190,7 @@ TEST(TileIr, SinkingMovesValuesToTheirFirstUse) {
       "  %7 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
       "  %8 = sub %4, %7 : tile<1x256xf32>\n"
       "  %9 = mul %8, %6 : tile<1x256xf32>\n"
+      "  %10 = exp %9 : tile<1x256xf32>\n"
       "  store %arg1[%0, %1], %9 : tile<1x256xf32>\n"
       "}\n";
   Program q = parse_program(moved);

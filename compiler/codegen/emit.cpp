@@ -911,7 +911,7 @@ class Emitter {
   std::vector<Value*> masked_partials(const Inst& i, const Inst& ib) {
     const int mask = i.args[1];
     const Type& mt = type(mask);
-    const int n1 = slots(type(i.args[0]), 1), pt = l_.per_thread[1];
+    const int n1 = slots(type(i.args[0]), 1);
     Value* lo = ib.args.size() == 3 ? one(ib.args[2]) : index(0);
     Value* span = b_.CreateSub(one(ib.args[1]), lo);
     auto inside = [&](Value* offset, int e1) {
@@ -933,13 +933,13 @@ class Emitter {
     llvm::BasicBlock* whole_end = b_.GetInsertBlock();
     b_.CreateBr(done);
     b_.SetInsertPoint(edge);
-    Value* fresh = opaque(offset);
+    Value* fresh = own_register(b_, offset);
     std::map<int, Value*> bits_of;
     auto test = [&](int e0, int e1) {
       if (runs == run_bits_of_.end()) return inside(fresh, e1);
       const int word = (mt.shape[0] == 1 ? 0 : e0) * ((slots(mt, 1) + 31) / 32) + e1 / 32;
       Value*& bits = bits_of[word];
-      if (!bits) bits = opaque(runs->second[static_cast<size_t>(word)]);
+      if (!bits) bits = own_register(b_, runs->second[static_cast<size_t>(word)]);
       return b_.CreateICmpNE(b_.CreateAnd(bits, i32(static_cast<int>(1u << (e1 % 32)))), i32(0));
     };
     std::map<int, std::vector<Value*>> inputs;  // the chain's inputs along the row, as they were
@@ -985,14 +985,6 @@ class Emitter {
     visit(v);
     return chain;
   }
-  // v through a move LLVM cannot see through (what is computed from it is not merged with what
-  // was computed from v).
-  Value* opaque(Value* v) {
-    llvm::Type* t = v->getType();
-    const char* c = t->isFloatTy() ? "=f,f" : t->isIntegerTy(64) ? "=l,l" : "=r,r";
-    return asm_call(t, t->isIntegerTy(64) ? "mov.b64 $0, $1;" : "mov.b32 $0, $1;", c, {v});
-  }
-
   void cluster_barrier(llvm::Intrinsic::ID id) {
     b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
   }

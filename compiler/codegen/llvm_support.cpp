@@ -11,8 +11,12 @@
 namespace tilefuse {
 
 llvm::Value* own_register(llvm::IRBuilder<>& b, llvm::Value* x) {
-  auto* ty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
-  return b.CreateCall(llvm::InlineAsm::get(ty, "mov.b32 $0, $1;", "=f,f", false), {x});
+  llvm::Type* t = x->getType();
+  const bool wide = t->isIntegerTy(64);
+  auto* ty = llvm::FunctionType::get(t, {t}, false);
+  return b.CreateCall(llvm::InlineAsm::get(ty, wide ? "mov.b64 $0, $1;" : "mov.b32 $0, $1;",
+                                           t->isFloatTy() ? "=f,f" : wide ? "=l,l" : "=r,r", false),
+                      {x});
 }
 
 llvm::Value* unaligned_vector(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* base, llvm::Type* ty,

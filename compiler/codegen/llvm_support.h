@@ -26,8 +26,10 @@ void guarded(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* cond, F body
 // quadratically: its FP combines ask whether each operand has one use, which walks the
 // multi-result load's whole use list, and MachineCSE then clears kill flags over every use of
 // each copy it merges (a 4,000-node chain compiled in 2.8 s; a freeze still took 1.0). An opaque
-// move gives the element one register of its own; ptxas removes the move.
-llvm::Value* own_register(llvm::IRBuilder<>& b, llvm::Value* f32);
+// move gives the element one register of its own; ptxas removes the move. The same move keeps
+// LLVM from merging what is computed from x with what was computed from x itself (an f32, i32
+// or i64 value).
+llvm::Value* own_register(llvm::IRBuilder<>& b, llvm::Value* x);
 
 // A tensor's vec elements (of type ty, `size` bytes each; `total` in the tensor) from element
 // `first` on, at any alignment (an i64 that is negative or past the tensor only for elements the

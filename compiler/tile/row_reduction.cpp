@@ -19,9 +19,7 @@
 // refused: the scheduler sets ir_v2 only on rows one block or one cluster holds.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <map>
-#include <set>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/error.h"
@@ -123,33 +121,18 @@ class RowReduction {
                                   : b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
   }
 
-  // A 16-bit exp of u − c, u along the row and c per row (softmax's exps), or null; the difference
-  // is not computed where nothing else uses it (only_shifts).
+  // A 16-bit exp of u − c, u along the row and c per row (softmax's exps), or null; the difference,
+  // where nothing else uses it, is dropped by sinking.
   const Node* shifted(const Node& n) const {
     return shifted_exp_arg(g_, k_, n, [&](NodeId o) {
       const Shape& sh = g_.node(o).shape;
       return !sh.empty() && sh.back() != 1;
     });
   }
-  std::set<NodeId> only_shifts() const {
-    std::set<NodeId> out;
-    const std::vector<std::vector<NodeId>> users = g_.users();
-    for (NodeId id : k_.nodes) {
-      const std::vector<NodeId>& us = users[static_cast<size_t>(id)];
-      const bool output = std::count(k_.outputs.begin(), k_.outputs.end(), id) > 0;
-      auto shifts = [&](NodeId u) {
-        return std::count(k_.nodes.begin(), k_.nodes.end(), u) && shifted(g_.node(u)) == &g_.node(id);
-      };
-      if (!output && !us.empty() && std::all_of(us.begin(), us.end(), shifts)) out.insert(id);
-    }
-    return out;
-  }
 
   void compute_nodes(Builder& b) {
-    const std::set<NodeId> skipped = only_shifts();
     for (NodeId id : k_.nodes) {
       const Node& n = g_.node(id);
-      if (skipped.count(id)) continue;
       if (const Node* d = shifted(n)) {
         value_of_[id] = as_used(b, g_, k_, id, shifted_exp2(b, operand(b, d->operands[0]), operand(b, d->operands[1])));
         continue;

@@ -46,7 +46,11 @@ void sink(Region& r) {
            std::none_of(r.body[k].results.begin(), r.body[k].results.end(),
                         [&](int v) { return uses(r.body[first], v); }))
       ++first;
-    if (first == r.body.size() || first == k + 1) continue;  // unused (left as it is) or already there
+    if (first == r.body.size()) {  // nothing uses it
+      r.body.erase(r.body.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    if (first == k + 1) continue;  // already there
     Inst moved = std::move(r.body[k]);
     r.body.erase(r.body.begin() + static_cast<std::ptrdiff_t>(k));
     r.body.insert(r.body.begin() + static_cast<std::ptrdiff_t>(first - 1), std::move(moved));
