@@ -485,9 +485,13 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16);  // staged, one block per row
   check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads (Tile IR v2)
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16);
-  // The same clusters on the first Tile IR (--cluster-ir 1), which windowed cluster rows still use.
+  // The same clusters on the first Tile IR (--cluster-ir 1).
   check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1);
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1);
+  // Windowed rows (an odd width) a cluster holds, on Tile IR v2: each block's max and its sum
+  // in one exchange, whole blocks' parts −inf in row 0.
+  check_special_rows(4, 50257, 4, 0, -1, 4, 1);
+  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16);
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.

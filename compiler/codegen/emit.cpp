@@ -89,8 +89,8 @@ class Emitter {
     count_uses(p_.body);
     set_thread(b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}));
     // Another block's shared memory may be written only once every block of the cluster runs:
-    // each arrives here, and the first exchange waits (reduce_over_cluster).
-    if (reduces_over_cluster(p_.body)) cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_relaxed_aligned);
+    // each arrives here, and the first exchange waits (cluster_values).
+    if (exchanges_over_cluster(p_.body)) cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_relaxed_aligned);
     if (!p_.shared.empty()) {  // the rings, one after another in the block's dynamic shared memory
       auto* bytes = llvm::ArrayType::get(b_.getInt8Ty(), 0);
       shared_ = new llvm::GlobalVariable(*m_, bytes, false, llvm::GlobalValue::ExternalLinkage, nullptr,
@@ -677,6 +677,8 @@ class Emitter {
         return reduce(i);
       case Opcode::Spread:
         return spread(i);
+      case Opcode::ClusterValues:
+        return cluster_values(i);
       case Opcode::For:
         return loop(i);
       case Opcode::If:
@@ -835,7 +837,6 @@ class Emitter {
     if (in.frag == Frag::Lanes) {  // a value per thread of each row: over the row's threads
       std::vector<Value*> rows = vals_[static_cast<size_t>(i.args[0])];
       reduce_across(combine_of(i.op), rows);
-      if (i.cluster) reduce_over_cluster(combine_of(i.op), rows);
       vals_[static_cast<size_t>(i.results[0])] = std::move(rows);
       return;
     }
@@ -850,7 +851,6 @@ class Emitter {
     const Op combine = combine_of(i.op);
     std::vector<Value*> out = thread_partials(i);
     if (across) reduce_across(combine, out);
-    if (i.cluster) reduce_over_cluster(combine, out);
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
@@ -989,41 +989,54 @@ class Emitter {
     b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
   }
 
-  static bool reduces_over_cluster(const Region& r) {
+  static bool exchanges_over_cluster(const Region& r) {
     for (const Inst& i : r.body) {
-      if (i.cluster) return true;
+      if (i.opcode == Opcode::ClusterValues) return true;
       for (const Region& inner : i.regions)
-        if (reduces_over_cluster(inner)) return true;
+        if (exchanges_over_cluster(inner)) return true;
     }
     return false;
   }
 
-  // Each of the thread's per-row values, which every thread of its row in the block holds, combined
-  // over the cluster's blocks: the row's first `cluster` threads each write it into the slot of
+  // The cluster's blocks' values of per-row tiles, which every thread of a row in the block
+  // holds: the row's first `cluster` threads each write the thread's values into the slots of
   // this block's rank in one block's shared memory (thread t into block t's, through mapa), a
-  // cluster barrier (release, acquire), then every thread combines its row's slots in rank
-  // order, so every block gets the same bits. Each reduction has slots of its own, so no write
-  // waits for earlier reads.
-  void reduce_over_cluster(Op combine, std::vector<Value*>& rows) {
-    const int n = p_.cluster_blocks, values = static_cast<int>(rows.size());
+  // cluster barrier (release, acquire), then every thread reads its row's slots. Each exchange
+  // has slots of its own, so no write waits for earlier reads.
+  void cluster_values(const Inst& i) {
+    const int n = p_.cluster_blocks;
     if (l_.threads[1] < n)
       throw CodegenError(fmt::format("kernel {}: a row over a cluster of {} blocks has {} threads a block", p_.name, n,
                                      l_.threads[1]));
-    const RowSlots slots = row_slots("cluster_values", values, n);
+    std::vector<Value*> mine;  // each arg's values of the thread's rows, one after another
+    for (int a : i.args) {
+      const std::vector<Value*>& v = vals_.at(static_cast<size_t>(a));
+      mine.insert(mine.end(), v.begin(), v.end());
+    }
+    const int per_arg = static_cast<int>(mine.size() / i.args.size());
+    const RowSlots slots = row_slots("cluster_values", static_cast<int>(mine.size()), n);
     if (!cluster_joined_) {  // pairs with the arrival on entry
       cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
       cluster_joined_ = true;
     }
     Value* rank = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_cluster_ctarank, {});
     guarded(b_.CreateICmpULT(thread_[1], i32(n)), [&] {
-      for (int a = 0; a < values; ++a) {
-        Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {slot(slots, a, rank), thread_[1]});
-        b_.CreateAlignedStore(rows[static_cast<size_t>(a)], theirs, llvm::Align(4));
+      for (size_t v = 0; v < mine.size(); ++v) {
+        Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {},
+                                           {slot(slots, static_cast<int>(v), rank), thread_[1]});
+        b_.CreateAlignedStore(mine[v], theirs, llvm::Align(4));
       }
     });
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
-    combine_slots(combine, slots, rows);
+    for (size_t a = 0; a < i.args.size(); ++a)
+      for (int r = 0; r < n; ++r) {
+        std::vector<Value*> theirs;
+        for (int e = 0; e < per_arg; ++e)
+          theirs.push_back(b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, i32(r)),
+                                                llvm::Align(4)));
+        vals_[static_cast<size_t>(i.results[a * static_cast<size_t>(n) + static_cast<size_t>(r)])] = std::move(theirs);
+      }
   }
 
   // Shared f32 slots for `count` values of each of a thread's `values` per-row values, one set

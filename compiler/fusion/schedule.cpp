@@ -684,7 +684,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
-      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared));
+      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir != 1 && weights_shared));
       return s;
     }
   }

@@ -67,6 +67,13 @@ int shifted_exp2(Builder& b, int u, int c) {
   return b.softmax_exp2(b.compute(Op::Fma, {as_f32(b, u), b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
 }
 
+int rescaled(Builder& b, int s, int c_from, int c_to) {
+  const int factor = b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
+  const int zero = b.scalar(0.0, DType::F32);
+  return b.compute(Op::Where, {b.compute(Op::Ne, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
+                   DType::F32);
+}
+
 int times_width(Builder& b, int x, int64_t cols, DType dtype) {
   return b.compute(Op::Mul, {x, b.scalar(static_cast<double>(cols), DType::F32)}, dtype);
 }

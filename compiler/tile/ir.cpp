@@ -136,6 +136,8 @@ const char* opcode_name(Opcode o) {
       return "reduce";
     case Opcode::Spread:
       return "spread";
+    case Opcode::ClusterValues:
+      return "cluster_values";
     case Opcode::Convert:
       return "convert";
     case Opcode::For:
@@ -563,10 +565,14 @@ int Builder::reduce(Op op, int tile, int axis, int mask) {
   return emit(i, t);
 }
 
-int Builder::reduce_cluster(Op op, int tile, int mask) {
-  const int r = reduce(op, tile, 1, mask);
-  r_->body.back().cluster = true;
-  return r;
+std::vector<int> Builder::cluster_values(const std::vector<int>& per_row) {
+  Inst i;
+  i.opcode = Opcode::ClusterValues;
+  i.args = per_row;
+  for (int v : per_row)
+    for (int r = 0; r < p_.cluster_blocks; ++r) i.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
+  r_->body.push_back(i);
+  return i.results;
 }
 
 int Builder::reduce_lanes(Op op, int tile, int mask) {

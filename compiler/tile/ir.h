@@ -153,6 +153,13 @@ enum class Opcode {
               // reduce over their threads as a blocked tile's do.
   Spread,     // a lanes tile (arg 0) as a blocked tile of the result's type: each of a thread's
               // elements of a row takes the thread's value of that row
+  // The cluster's blocks' values of per-row tiles (args: blocked f32, bf16 or f16 tiles of one
+  // column, which every thread of a row holds): result a·n + r is block r's value of arg a (n the
+  // program's cluster_blocks), every block getting the same values. One exchange through
+  // distributed shared memory for all its args; in the program's body only (printed
+  // `cluster_values %m, %s : …`). A reduction over a row the cluster's blocks share is each
+  // block's reduction, these, and the combine in rank order.
+  ClusterValues,
   // An accumulator's 16 columns from column 16·`value` on, rounded to the result's dtype, as an
   // A fragment: a product's tile fed to the next dot as its left operand (P·V in attention)
   // without leaving registers — the m16n8 accumulator layout of two adjacent column pieces is
@@ -274,10 +281,6 @@ struct Inst {
   // did past an online softmax, to write the next P's fragments into the registers the product
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
-  // Reduce along axis 1 of a row spread over a cluster's blocks (printed `reduce_… axis 1
-  // cluster`): each block's value of the row, then the cluster's blocks' values combined in rank
-  // order (through distributed shared memory; every block gets the same bits).
-  bool cluster = false;
   std::vector<Region> regions;
 };
 
@@ -470,9 +473,9 @@ class Builder {
   int reduce(Op op, int tile, int axis, int mask = -1);
   // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.
   int reduce_lanes(Op op, int tile, int mask = -1);
-  // Each row of a blocked or lanes tile reduced over the block's threads and then over the
-  // cluster's blocks (Inst::cluster): a row whose columns the cluster's blocks share.
-  int reduce_cluster(Op op, int tile, int mask = -1);
+  // The cluster's blocks' values of each of `per_row` (Opcode::ClusterValues): [a·n + r] is
+  // block r's of per_row[a].
+  std::vector<int> cluster_values(const std::vector<int>& per_row);
   // A lanes tile spread over the blocked tile of `shape` (each thread's value over its elements).
   int spread(int lanes, const Shape& shape);
   // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.

@@ -169,14 +169,19 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         }
         [[fallthrough]];
       case Opcode::Reduce:
-        *out += fmt::format("{}{}{} {} axis {}{}{} : {}\n", pad, lhs, mnemonic(i), value(i.args[0]), i.axis,
-                            i.cluster ? " cluster" : "", i.args.size() > 1 ? " where " + value(i.args[1]) : "",
-                            type_of(i.results[0]));
+        *out += fmt::format("{}{}{} {} axis {}{} : {}\n", pad, lhs, mnemonic(i), value(i.args[0]), i.axis,
+                            i.args.size() > 1 ? " where " + value(i.args[1]) : "", type_of(i.results[0]));
         break;
       case Opcode::InBounds:
-        *out += fmt::format("{}{}{} {} axis {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
-                            i.cluster ? " cluster" : "", type_of(i.results[0]));
+        *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
+                            type_of(i.results[0]));
         break;
+      case Opcode::ClusterValues: {
+        std::vector<std::string> types;
+        for (int v : i.args) types.push_back(type_of(v));
+        *out += fmt::format("{}{}cluster_values {} : {}\n", pad, lhs, values(i.args), fmt::join(types, ", "));
+        break;
+      }
       case Opcode::LastArrival:
         *out += fmt::format("{}{}last_arrival %arg{}[{}] of {} : bool\n", pad, lhs, i.param, value(i.args[0]),
                             value(i.args[1]));
@@ -745,6 +750,18 @@ class Parser {
         types.push_back(type());
       }
       results(types);
+    } else if (op == "cluster_values") {
+      i.opcode = Opcode::ClusterValues;
+      i.args = uses_until_colon();
+      punct(":");
+      std::vector<Type> types;
+      while (types.size() < i.args.size()) {
+        if (!types.empty()) punct(",");
+        types.push_back(type());
+      }
+      std::vector<Type> each;  // each block's value of each arg
+      for (const Type& t : types) each.insert(each.end(), static_cast<size_t>(std::max(p.cluster_blocks, 1)), t);
+      results(each);
     } else if (op == "wait_group") {
       i.opcode = Opcode::WaitGroup;
       i.value = static_cast<double>(integer());
@@ -876,7 +893,6 @@ class Parser {
       i.args = {use("the reduced tile")};
       word("axis");
       i.axis = static_cast<int>(integer());
-      i.cluster = take_word("cluster");
       if (take_word("where")) i.args.push_back(use("a mask"));
       punct(":");
       results({type()});

@@ -468,6 +468,32 @@ class Verifier {
                             type_str(type(r.args[1 + k]))));
   }
 
+  // Per-row floating-point tiles of the blocked layout (one column), a value of each per block,
+  // in the body of a program launched in clusters: every block of the cluster takes each
+  // exchange once, its slots are its own, and the first waits for the blocks to run.
+  void cluster_values(const Inst& i) {
+    const size_t n = static_cast<size_t>(std::max(p_.cluster_blocks, 1));
+    if (p_.cluster_blocks < 2 || p_.specialized() || depth_ > 1)
+      problem(fmt::format("{}: exchanges values in the body of a program launched in clusters (not in a loop, a "
+                          "branch or a specialized program)",
+                          where(i)));
+    if (i.args.empty() || i.results.size() != i.args.size() * n) {
+      problem(fmt::format("{}: gives each of the cluster's {} blocks' values of each of its {} args, not {} values",
+                          where(i), n, i.args.size(), i.results.size()));
+      return;
+    }
+    for (size_t a = 0; a < i.args.size(); ++a) {
+      const Type& t = type(i.args[a]);
+      if (!t.is_tile() || t.frag != Frag::None || t.space != Space::Reg || t.shape.size() != 2 || t.shape[1] != 1 ||
+          !(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16))
+        problem(fmt::format("{}: %{} is {}, not a floating-point tile of one column", where(i), i.args[a], type_str(t)));
+      for (size_t r = 0; r < n; ++r)
+        if (type(i.results[a * n + r]) != t)
+          problem(fmt::format("{}: block {}'s value of %{} is {}, not its {}", where(i), r, i.args[a],
+                              type_str(type(i.results[a * n + r])), type_str(t)));
+    }
+  }
+
   void region(const Region& r, std::set<int>& scope, bool in_loop) {
     ++depth_;
     for (size_t n = 0; n < r.body.size(); ++n) {
@@ -574,15 +600,11 @@ class Verifier {
           if (i.args.size() == 2) reduce_mask(i, t);
           if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
             problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
-          // (In the program's body, not a loop's or a branch's: every block of the cluster takes
-          // each exchange once, its slots are its own, and the first waits for the blocks to run.)
-          if (i.cluster && (i.axis != 1 || p_.cluster_blocks < 2 || p_.specialized() || within || t.frag == Frag::Acc ||
-                            depth_ > 1))
-            problem(fmt::format("{}: a reduction over a cluster's blocks takes a blocked or lanes tile's rows (axis 1) "
-                                "in the body of a program launched in clusters (not in a loop or a branch)",
-                                where(i)));
           break;
         }
+        case Opcode::ClusterValues:
+          cluster_values(i);
+          break;
         case Opcode::Convert: {
           const Type& t = type(i.args.at(0));
           const Type& out = type(i.results.at(0));

@@ -183,13 +183,6 @@ class RowLoop {
     with[m] = as_used(b, g_, k_, m, m_value);  // (as know())
     return eval(b, id, with);
   }
-  // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0; a NaN stays NaN).
-  static int rescaled(Builder& b, int s, int c_from, int c_to) {
-    const int factor = b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
-    const int zero = b.scalar(0.0, DType::F32);
-    return b.compute(Op::Where, {b.compute(Op::Ne, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
-                     DType::F32);
-  }
   // The running partial `acc` of reduction `op` combined with the step's values x (f32, the
   // loop's tile).
   int combined(Builder& b, Op op, int acc, int x) const {

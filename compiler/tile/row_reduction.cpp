@@ -19,9 +19,13 @@
 // refused: the scheduler sets ir_v2 only on rows one block or one cluster holds.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 
 #include "compiler/fusion/cost_model.h"
+#include "compiler/fusion/row_passes.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build_support.h"
 #include "compiler/tile/ir_verify.h"
@@ -34,7 +38,12 @@ namespace {
 class RowReduction {
  public:
   RowReduction(const Graph& g, const Kernel& k)
-      : g_(g), k_(k), s_(k.schedule), cluster_(s_.cluster_blocks > 1), window_(s_.window) {}
+      : g_(g),
+        k_(k),
+        s_(k.schedule),
+        cluster_(s_.cluster_blocks > 1),
+        window_(s_.window),
+        passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
     if (s_.stages > 0 || s_.split_blocks > 1 || s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks ||
@@ -131,45 +140,157 @@ class RowReduction {
   }
 
   void compute_nodes(Builder& b) {
-    for (NodeId id : k_.nodes) {
-      const Node& n = g_.node(id);
-      if (const Node* d = shifted(n)) {
-        value_of_[id] = as_used(b, g_, k_, id, shifted_exp2(b, operand(b, d->operands[0]), operand(b, d->operands[1])));
-        continue;
-      }
-      if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
-        value_of_[id] = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
-        continue;
-      }
-      std::vector<int> args;
-      for (NodeId o : n.operands) args.push_back(operand(b, o));
-      value_of_[id] = op_info(n.op).kind == OpKind::Reduce ? reduce(b, id, args.at(0)) : compute_node(b, g_, k_, id, args);
-    }
+    for (NodeId id : k_.nodes) eval(b, id, value_of_);
   }
 
-  // Node o's value where an op uses it: a tensor shared by every row is loaded where first used,
-  // a constant is a scalar.
-  int operand(Builder& b, NodeId o) {
-    if (!value_of_.count(o))
-      for (size_t i = 0; i < k_.inputs.size(); ++i)
-        if (k_.inputs[i] == o) load(b, i);
-    if (!value_of_.count(o)) value_of_[o] = b.scalar(g_.node(o).value, g_.node(o).dtype);
-    return value_of_.at(o);
-  }
-
-  // Reduction `id` of x along the row: only the columns in the row (or in a window's row) count
-  // (a mask); rounded to its dtype where its uses see memory. A value constant along the row is
-  // its own reduction (a sum counts it once per column).
-  int reduce(Builder& b, NodeId id, int x) {
+  // Node id's value in `v` (value_of_, or a copy in which a max reduction takes a block's value),
+  // computing what it needs there. A tensor shared by every row is loaded where first used, a
+  // constant is a scalar; a reduction over a cluster completes its pass (over_cluster).
+  int eval(Builder& b, NodeId id, std::map<NodeId, int>& v) {
+    if (auto it = v.find(id); it != v.end()) return it->second;
     const Node& n = g_.node(id);
-    const Type& t = p_.types[static_cast<size_t>(x)];
-    if (!t.is_tile() || t.shape[1] == 1)
-      return as_used(b, g_, k_, id, n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
-    if (masked_[1] && in_row_ < 0)
+    int out;
+    if (n.op == Op::Input) {
+      if (!value_of_.count(id)) load(b, static_cast<size_t>(std::find(k_.inputs.begin(), k_.inputs.end(), id) - k_.inputs.begin()));
+      out = value_of_.at(id);
+    } else if (n.op == Op::Constant) {
+      out = b.scalar(n.value, n.dtype);
+    } else if (const Node* d = shifted(n)) {
+      out = as_used(b, g_, k_, id, shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)));
+    } else if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
+      out = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
+    } else if (op_info(n.op).kind == OpKind::Reduce && cluster_) {
+      if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
+      out = value_of_.at(id);
+    } else if (op_info(n.op).kind == OpKind::Reduce) {
+      out = reduce(b, id, eval(b, n.operands[0], v));
+    } else {
+      std::vector<int> args;
+      for (NodeId o : n.operands) args.push_back(eval(b, o, v));
+      out = compute_node(b, g_, k_, id, args);
+    }
+    return v[id] = out;
+  }
+
+  // Node id with max reduction m taking the value m_value (a block's max, or a cluster block's);
+  // what does not depend on m is kept for later uses.
+  int eval_with(Builder& b, NodeId id, NodeId m, int m_value) {
+    std::map<NodeId, int> with = value_of_;
+    with[m] = as_used(b, g_, k_, m, m_value);
+    const int out = eval(b, id, with);
+    const std::set<NodeId> after = dependents(m);
+    for (const auto& [n, x] : with)
+      if (!after.count(n)) value_of_.emplace(n, x);
+    return out;
+  }
+  // m and the kernel's nodes computed from it.
+  std::set<NodeId> dependents(NodeId m) const {
+    std::set<NodeId> out = {m};
+    for (NodeId id : k_.nodes)
+      for (NodeId o : g_.node(id).operands)
+        if (out.count(o)) out.insert(id);
+    return out;
+  }
+
+  // The mask of the row's columns (or a window's row's), where the tile runs past them.
+  int row_mask(Builder& b) {
+    if (!masked_[1]) return -1;
+    if (in_row_ < 0)
       in_row_ = window_ ? b.in_range(col0_, row_lo_, row_hi_, 1, {1, s_.tile_cols()})
                         : b.in_bounds(col0_, b.index(s_.cols), 1, {1, s_.tile_cols()});
-    const int mask = masked_[1] ? in_row_ : -1;
-    return as_used(b, g_, k_, id, cluster_ ? b.reduce_cluster(n.op, x, mask) : b.reduce(n.op, x, 1, mask));
+    return in_row_;
+  }
+  // x constant along the row (not a tile along it): its own reduction's value.
+  static bool along_row(const Program& p, int x) {
+    const Type& t = p.types[static_cast<size_t>(x)];
+    return t.is_tile() && t.shape[1] != 1;
+  }
+  int own_reduction(Builder& b, NodeId id, int x) {
+    const Node& n = g_.node(id);
+    return as_used(b, g_, k_, id, n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
+  }
+
+  // Reduction `id` of x along the row (one block's): only the columns in the row (or in a
+  // window's row) count; rounded to its dtype where its uses see memory.
+  int reduce(Builder& b, NodeId id, int x) {
+    if (!along_row(p_, x)) return own_reduction(b, id, x);
+    return as_used(b, g_, k_, id, b.reduce(g_.node(id).op, x, 1, row_mask(b)));
+  }
+
+  // The reductions of pass `pass` (fusion/row_passes.h) over a row the cluster's blocks share, in
+  // one exchange: each block reduces its columns, cluster_values gives every block each block's
+  // values, and each reduction combines them in rank order (every block gets the same bits). A
+  // sum of exp(u − c(m)) completed in its max m's pass is online: each block sums its terms
+  // exp(u − c(m_b)) with its own max m_b (0 where m_b is −inf: nothing of the block's counts),
+  // and the blocks' sums are brought to the row's max M by exp(c(m_b) − c(M)) before they are
+  // added — the max's exchange and the sum's are one.
+  void over_cluster(Builder& b, int pass) {
+    std::vector<NodeId> plain, online;
+    for (NodeId id : k_.nodes)
+      if (op_info(g_.node(id).op).kind == OpKind::Reduce && passes_.pass_of.at(id) == pass)
+        (passes_.online_with.count(id) ? online : plain).push_back(id);
+    std::vector<NodeId> exchanged;
+    std::vector<int> partials;
+    auto block_partial = [&](NodeId id, int x) {
+      exchanged.push_back(id);
+      partials.push_back(b.reduce(g_.node(id).op, x, 1, row_mask(b)));
+    };
+    for (NodeId id : plain) {
+      const int x = eval(b, g_.node(id).operands[0], value_of_);
+      if (along_row(p_, x)) {
+        block_partial(id, x);
+      } else {
+        value_of_[id] = own_reduction(b, id, x);
+      }
+    }
+    auto partial_of = [&](NodeId id) {
+      return partials[static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin())];
+    };
+    std::vector<NodeId> rescale;  // online sums whose max is exchanged
+    for (NodeId id : online) {
+      const NodeId m = passes_.online_with.at(id);
+      if (value_of_.count(m)) {  // (its max is its own: a plain sum)
+        const int x = eval(b, g_.node(id).operands[0], value_of_);
+        along_row(p_, x) ? block_partial(id, x) : void(value_of_[id] = own_reduction(b, id, x));
+        continue;
+      }
+      const int m_b = partial_of(m);
+      const int s_b = b.reduce(Op::ReduceSum, as_f32(b, eval_with(b, g_.node(id).operands[0], m, m_b)), 1, row_mask(b));
+      const int seen = b.compute(Op::Ne, {as_f32(b, m_b), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
+      exchanged.push_back(id);
+      partials.push_back(b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32));
+      rescale.push_back(id);
+    }
+    if (exchanged.empty()) return;
+    const size_t n = static_cast<size_t>(s_.cluster_blocks);
+    const std::vector<int> all = b.cluster_values(partials);
+    auto values_of = [&](NodeId id) {
+      const size_t a = static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin());
+      return std::vector<int>(all.begin() + static_cast<std::ptrdiff_t>(a * n),
+                              all.begin() + static_cast<std::ptrdiff_t>((a + 1) * n));
+    };
+    std::map<NodeId, int> row;  // each exchanged reduction's combined value, before rounding
+    for (NodeId id : exchanged) {
+      if (std::count(rescale.begin(), rescale.end(), id)) continue;
+      const std::vector<int> v = values_of(id);
+      const Op combine = combine_of(g_.node(id).op);
+      int acc = v[0];
+      for (size_t r = 1; r < n; ++r)
+        acc = b.compute(combine, {acc, v[r]}, p_.types[static_cast<size_t>(acc)].dtype);
+      row[id] = acc;
+      value_of_[id] = as_used(b, g_, k_, id, acc);
+    }
+    for (NodeId id : rescale) {
+      const NodeId m = passes_.online_with.at(id), c = passes_.shift_of.at(id);
+      const std::vector<int> maxes = values_of(m), sums = values_of(id);
+      const int c_row = as_f32(b, eval_with(b, c, m, row.at(m)));
+      int acc = -1;
+      for (size_t r = 0; r < n; ++r) {
+        const int term = rescaled(b, sums[r], eval_with(b, c, m, maxes[r]), c_row);
+        acc = acc < 0 ? term : b.compute(Op::Add, {acc, term}, DType::F32);
+      }
+      value_of_[id] = as_used(b, g_, k_, id, acc);
+    }
   }
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).
@@ -190,6 +311,7 @@ class RowReduction {
   const Kernel& k_;
   const TileSchedule& s_;
   const bool cluster_, window_;
+  const RowPasses passes_;
   Program p_;
   std::vector<bool> flat_;  // windowed: seen as one row of all its elements
   std::vector<bool> masked_;
