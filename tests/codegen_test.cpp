@@ -440,8 +440,8 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   // Rows of 1000: the columns past them masked before the reductions.
   Plan odd = plan_fusion(rows1000, v2);
   EXPECT_NE(compile_kernel(odd.graph, odd.kernels[0]).tile_ir.find("in_bounds"), std::string::npos);
-  // `--row-ir 1` puts them on the first Tile IR. Windowed rows one block holds are on Tile IR v2
-  // but with `--window-ir 1`; those a cluster holds only with `--window-ir 2`.
+  // `--row-ir 1` puts them on the first Tile IR. Windowed rows one block or a cluster holds are on
+  // Tile IR v2 but with `--window-ir 1`.
   FusionOptions first;
   first.schedule.row_ir = 1;
   EXPECT_FALSE(plan_fusion(find_example("softmax").build(), first).kernels[0].schedule.ir_v2);
@@ -458,8 +458,9 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   const Kernel cluster_rows = plan_fusion(vocab, v2).kernels[0];
   ASSERT_GT(cluster_rows.schedule.cluster_blocks, 1) << cluster_rows.schedule.describe();
   EXPECT_TRUE(cluster_rows.schedule.window);
-  EXPECT_FALSE(cluster_rows.schedule.ir_v2);
+  EXPECT_TRUE(cluster_rows.schedule.ir_v2);
   EXPECT_TRUE(plan_fusion(vocab, window_v2).kernels[0].schedule.ir_v2);
+  EXPECT_FALSE(plan_fusion(vocab, window_first).kernels[0].schedule.ir_v2);
   FusionOptions bad;
   bad.schedule.row_ir = 3;
   EXPECT_THROW(plan_fusion(find_example("softmax").build(), bad), Error);

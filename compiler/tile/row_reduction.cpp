@@ -150,8 +150,8 @@ class RowReduction {
     if (auto it = v.find(id); it != v.end()) return it->second;
     const Node& n = g_.node(id);
     int out;
-    if (n.op == Op::Input) {
-      if (!value_of_.count(id)) load(b, static_cast<size_t>(std::find(k_.inputs.begin(), k_.inputs.end(), id) - k_.inputs.begin()));
+    if (const auto in = std::find(k_.inputs.begin(), k_.inputs.end(), id); in != k_.inputs.end()) {
+      if (!value_of_.count(id)) load(b, static_cast<size_t>(in - k_.inputs.begin()));
       out = value_of_.at(id);
     } else if (n.op == Op::Constant) {
       out = b.scalar(n.value, n.dtype);
@@ -175,13 +175,20 @@ class RowReduction {
   // Node id with max reduction m taking the value m_value (a block's max, or a cluster block's);
   // what does not depend on m is kept for later uses.
   int eval_with(Builder& b, NodeId id, NodeId m, int m_value) {
+    std::map<NodeId, int> with = with_max(b, m, m_value);
+    const int out = eval(b, id, with);
+    keep_independent(with, m);
+    return out;
+  }
+  std::map<NodeId, int> with_max(Builder& b, NodeId m, int m_value) {
     std::map<NodeId, int> with = value_of_;
     with[m] = as_used(b, g_, k_, m, m_value);
-    const int out = eval(b, id, with);
+    return with;
+  }
+  void keep_independent(const std::map<NodeId, int>& with, NodeId m) {
     const std::set<NodeId> after = dependents(m);
     for (const auto& [n, x] : with)
       if (!after.count(n)) value_of_.emplace(n, x);
-    return out;
   }
   // m and the kernel's nodes computed from it.
   std::set<NodeId> dependents(NodeId m) const {
@@ -223,7 +230,8 @@ class RowReduction {
   // sum of exp(u − c(m)) completed in its max m's pass is online: each block sums its terms
   // exp(u − c(m_b)) with its own max m_b (0 where m_b is −inf: nothing of the block's counts),
   // and the blocks' sums are brought to the row's max M by exp(c(m_b) − c(M)) before they are
-  // added — the max's exchange and the sum's are one.
+  // added — the max's exchange and the sum's are one. What uses the terms (softmax's quotient)
+  // takes the block's, times the block's factor.
   void over_cluster(Builder& b, int pass) {
     std::vector<NodeId> plain, online;
     for (NodeId id : k_.nodes)
@@ -246,7 +254,7 @@ class RowReduction {
     auto partial_of = [&](NodeId id) {
       return partials[static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin())];
     };
-    std::vector<NodeId> rescale;  // online sums whose max is exchanged
+    std::vector<Online> rescale;  // online sums whose max is exchanged
     for (NodeId id : online) {
       const NodeId m = passes_.online_with.at(id);
       if (value_of_.count(m)) {  // (its max is its own: a plain sum)
@@ -254,12 +262,9 @@ class RowReduction {
         along_row(p_, x) ? block_partial(id, x) : void(value_of_[id] = own_reduction(b, id, x));
         continue;
       }
-      const int m_b = partial_of(m);
-      const int s_b = b.reduce(Op::ReduceSum, as_f32(b, eval_with(b, g_.node(id).operands[0], m, m_b)), 1, row_mask(b));
-      const int seen = b.compute(Op::Ne, {as_f32(b, m_b), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
+      rescale.push_back(block_online_sum(b, id, partial_of(m)));
       exchanged.push_back(id);
-      partials.push_back(b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32));
-      rescale.push_back(id);
+      partials.push_back(rescale.back().sum);
     }
     if (exchanged.empty()) return;
     const size_t n = static_cast<size_t>(s_.cluster_blocks);
@@ -271,7 +276,7 @@ class RowReduction {
     };
     std::map<NodeId, int> row;  // each exchanged reduction's combined value, before rounding
     for (NodeId id : exchanged) {
-      if (std::count(rescale.begin(), rescale.end(), id)) continue;
+      if (std::any_of(rescale.begin(), rescale.end(), [&](const Online& o) { return o.id == id; })) continue;
       const std::vector<int> v = values_of(id);
       const Op combine = combine_of(g_.node(id).op);
       int acc = v[0];
@@ -280,17 +285,49 @@ class RowReduction {
       row[id] = acc;
       value_of_[id] = as_used(b, g_, k_, id, acc);
     }
-    for (NodeId id : rescale) {
-      const NodeId m = passes_.online_with.at(id), c = passes_.shift_of.at(id);
-      const std::vector<int> maxes = values_of(m), sums = values_of(id);
+    for (const Online& o : rescale) {
+      const NodeId m = passes_.online_with.at(o.id), c = passes_.shift_of.at(o.id);
+      const std::vector<int> maxes = values_of(m), sums = values_of(o.id);
       const int c_row = as_f32(b, eval_with(b, c, m, row.at(m)));
       int acc = -1;
       for (size_t r = 0; r < n; ++r) {
         const int term = rescaled(b, sums[r], eval_with(b, c, m, maxes[r]), c_row);
         acc = acc < 0 ? term : b.compute(Op::Add, {acc, term}, DType::F32);
       }
-      value_of_[id] = as_used(b, g_, k_, id, acc);
+      value_of_[o.id] = as_used(b, g_, k_, o.id, acc);
+      // The block's terms brought to the row's max for the uses of exp(u − c(m)): one multiply an
+      // element (0 where none of the block's elements counted).
+      const int zero = b.scalar(0.0, DType::F32);
+      const int factor = b.compute(
+          Op::Where,
+          {o.seen, b.compute(Op::Exp, {b.compute(Op::Sub, {o.shift, c_row}, DType::F32)}, DType::F32), zero},
+          DType::F32);
+      const NodeId e = g_.node(o.id).operands[0];
+      const int terms = b.compute(Op::Mul, {o.terms, factor}, p_.types[static_cast<size_t>(o.terms)].dtype);
+      value_of_[e] = as_used(b, g_, k_, e, terms);
     }
+  }
+
+  // A block's part of online sum `id` (of exp(u − c(m))) with its max m_b: the terms
+  // exp(u − c(m_b)), their sum (0 where m_b is −inf: nothing of the block's counts), whether
+  // m_b is finite, and c(m_b) as f32. A block whose max is −inf takes the terms with m 0 in its
+  // place: they are 0, not −inf − (−inf), where the block's elements are −inf.
+  struct Online {
+    NodeId id;
+    int terms, sum, seen, shift;
+  };
+  Online block_online_sum(Builder& b, NodeId id, int m_b) {
+    const NodeId m = passes_.online_with.at(id), e = g_.node(id).operands[0], c = passes_.shift_of.at(id);
+    const int seen = b.compute(Op::Ne, {as_f32(b, m_b), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
+    const Type& mt = p_.types[static_cast<size_t>(m_b)];
+    const int finite = b.compute(Op::Where, {seen, m_b, b.scalar(0.0, mt.dtype)}, mt.dtype);
+    std::map<NodeId, int> with = with_max(b, m, finite);
+    Online o{id, eval(b, e, with), -1, seen, -1};
+    o.shift = as_f32(b, eval(b, c, with));
+    keep_independent(with, m);
+    const int s_b = b.reduce(Op::ReduceSum, as_f32(b, o.terms), 1, row_mask(b));
+    o.sum = b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32);
+    return o;
   }
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).
