@@ -416,8 +416,11 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // `looped`: planned for a device without clusters or bulk copies (sm_80), so each row is visited
 // by a loop over column tiles carrying each thread's running max and sum (Tile IR v2's
 // row_loop.cpp). `cluster_ir`: which IR builds rows a cluster holds (ScheduleHints::cluster_ir).
+// `window_ir`, `cluster_online`: ScheduleHints' (windowed rows a cluster holds on Tile IR v2 with
+// window_ir 2; cluster_online 1: each pass's reductions in one exchange).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
-                        int parts, DType dt = DType::F32, bool looped = false, int cluster_ir = 2) {
+                        int parts, DType dt = DType::F32, bool looped = false, int cluster_ir = 2,
+                        int window_ir = 0, int cluster_online = 0) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -429,6 +432,8 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     o.profile.bulk_copies = false;
   }
   o.schedule.cluster_ir = cluster_ir;
+  o.schedule.window_ir = window_ir;
+  o.schedule.cluster_online = cluster_online;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
     // The schedule kind the case is meant to cover (clusters, parts, stages, loops), not its sizes.
@@ -436,9 +441,10 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.split_blocks > 1, parts > 1);
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
     EXPECT_EQ(k.schedule.col_iters > 1, looped);
-    if (looped || (cluster_ir == 2 && stages == 0)) {
+    if (looped || (cluster_ir == 2 && stages == 0 && (!k.schedule.window || window_ir == 2))) {
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     }
+    EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && k.schedule.ir_v2 && cluster > 1);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
@@ -488,10 +494,14 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   // The same clusters on the first Tile IR (--cluster-ir 1).
   check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1);
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1);
-  // Windowed rows (an odd width) a cluster holds, on Tile IR v2: each block's max and its sum
-  // in one exchange, whole blocks' parts −inf in row 0.
-  check_special_rows(4, 50257, 4, 0, -1, 4, 1);
-  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16);
+  // An exchange a pass (--cluster-online 1): each block's max and its sum exchanged together,
+  // whole blocks' parts −inf in row 0; on rows of an odd width too (windowed, Tile IR v2).
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 2, 0, 1);
+  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 2, 0, 1);
+  for (int online : {0, 1}) {
+    check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, 2, 2, online);
+    check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 2, 2, online);
+  }
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.

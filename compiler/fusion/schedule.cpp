@@ -21,7 +21,8 @@ std::string TileSchedule::describe() const {
   if (looped_parts())
     loop += fmt::format(", each row in {} parts of that loop, a block each, their reductions meeting in the workspace",
                         col_blocks());
-  if (cluster_blocks > 1) loop += fmt::format(", clusters of {} blocks per row", cluster_blocks);
+  if (cluster_blocks > 1)
+    loop += fmt::format(", clusters of {} blocks per row{}", cluster_blocks, cluster_online ? " (an exchange a pass)" : "");
   if (split_blocks > 1)
     loop += fmt::format(", rows split into {} parts that meet in global memory", split_blocks);
   if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
@@ -684,7 +685,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
-      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir != 1 && weights_shared));
+      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared));
+      s.cluster_online = s.ir_v2 && hints.cluster_online == 1;
       return s;
     }
   }

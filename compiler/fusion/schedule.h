@@ -67,6 +67,10 @@ struct TileSchedule {
   int chunks_per_thread = 1;
   int64_t col_iters = 1;      // > 1: a row too long for registers, visited in column tiles by a loop
   int cluster_blocks = 1;     // > 1: the col_blocks() blocks of a row form one thread-block cluster
+  // Tile IR v2 rows a cluster holds: each pass over the row one exchange of the blocks' values,
+  // an online sum of exp(u − c(max)) exchanged with its max and each block's sum rescaled
+  // (ScheduleHints::cluster_online); otherwise an exchange per reduction.
+  bool cluster_online = false;
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
   int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
   int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
@@ -333,6 +337,14 @@ struct ScheduleHints {
   // the max's and the sum's); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md,
   // "Windowed rows on Tile IR v2").
   int window_ir = 0;
+  // Tile IR v2 rows a cluster holds: 1, each pass over the row in one exchange of the cluster's
+  // blocks' values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and
+  // what uses its terms rescaled by exp(c(m_b) − c(M)) to the row's max M; 0, the default, an
+  // exchange per reduction, in order. Measured on the H200 (bench/NOTES.md, "One exchange a
+  // pass"): the single exchange ran 2–5% slower on f32 and 16-bit softmaxes and f32 vocabulary
+  // rows (the rescale's instructions cost more than the cluster barrier it saves), 4.5% faster
+  // on a 50257-wide bf16 log_softmax.
+  int cluster_online = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

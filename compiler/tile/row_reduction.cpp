@@ -1,7 +1,10 @@
 // Row kernels held in one block's or one cluster's registers (TileSchedule::ir_v2 without a loop
 // over column tiles): block b holds rows [b·tile_rows, (b + 1)·tile_rows), each spread over
 // threads_per_row threads — or, in a cluster (TileSchedule::cluster_blocks), block b holds columns
-// [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks.
+// [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks,
+// each reduction reduced over the block's threads, then exchanged (`cluster_values`) and
+// combined in rank order — one exchange a reduction, or one a pass over the row with online
+// sums rescaled (TileSchedule::cluster_online, over_cluster).
 // The tensors along the rows are loaded first; a tensor shared by every row (layernorm's w) where
 // it is first used. Each reduction reduces along axis 1 over the row's threads (and the cluster's
 // blocks), only the row's columns counting (a mask); what uses it broadcasts the [rows, 1] result.
@@ -159,9 +162,17 @@ class RowReduction {
       out = as_used(b, g_, k_, id, shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)));
     } else if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
       out = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
-    } else if (op_info(n.op).kind == OpKind::Reduce && cluster_) {
+    } else if (op_info(n.op).kind == OpKind::Reduce && s_.cluster_online) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
+    } else if (op_info(n.op).kind == OpKind::Reduce && cluster_) {
+      const int x = eval(b, n.operands[0], v);
+      if (!along_row(p_, x)) {
+        out = own_reduction(b, id, x);
+      } else {
+        const int partial = b.reduce(n.op, x, 1, row_mask(b));
+        out = as_used(b, g_, k_, id, in_rank_order(b, n.op, b.cluster_values({partial})));
+      }
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       out = reduce(b, id, eval(b, n.operands[0], v));
     } else {
@@ -224,7 +235,17 @@ class RowReduction {
     return as_used(b, g_, k_, id, b.reduce(g_.node(id).op, x, 1, row_mask(b)));
   }
 
-  // The reductions of pass `pass` (fusion/row_passes.h) over a row the cluster's blocks share, in
+  // The cluster's blocks' values of a reduction combined in rank order (every block gets the same
+  // bits).
+  int in_rank_order(Builder& b, Op reduction, const std::vector<int>& blocks) {
+    int acc = blocks[0];
+    for (size_t r = 1; r < blocks.size(); ++r)
+      acc = b.compute(combine_of(reduction), {acc, blocks[r]}, p_.types[static_cast<size_t>(acc)].dtype);
+    return acc;
+  }
+
+  // (TileSchedule::cluster_online.) The reductions of pass `pass` (fusion/row_passes.h) over a
+  // row the cluster's blocks share, in
   // one exchange: each block reduces its columns, cluster_values gives every block each block's
   // values, and each reduction combines them in rank order (every block gets the same bits). A
   // sum of exp(u − c(m)) completed in its max m's pass is online: each block sums its terms
@@ -277,13 +298,8 @@ class RowReduction {
     std::map<NodeId, int> row;  // each exchanged reduction's combined value, before rounding
     for (NodeId id : exchanged) {
       if (std::any_of(rescale.begin(), rescale.end(), [&](const Online& o) { return o.id == id; })) continue;
-      const std::vector<int> v = values_of(id);
-      const Op combine = combine_of(g_.node(id).op);
-      int acc = v[0];
-      for (size_t r = 1; r < n; ++r)
-        acc = b.compute(combine, {acc, v[r]}, p_.types[static_cast<size_t>(acc)].dtype);
-      row[id] = acc;
-      value_of_[id] = as_used(b, g_, k_, id, acc);
+      row[id] = in_rank_order(b, g_.node(id).op, values_of(id));
+      value_of_[id] = as_used(b, g_, k_, id, row[id]);
     }
     for (const Online& o : rescale) {
       const NodeId m = passes_.online_with.at(o.id), c = passes_.shift_of.at(o.id);
