@@ -334,8 +334,9 @@ struct ScheduleHints {
   // rows one block holds (level with the first IR on the H200, or faster: 0.963 on RMSNorm's
   // 5003-wide bf16 rows), the first IR for rows a cluster holds (Tile IR v2 ran 1.057 on a
   // 50257-wide bf16 log_softmax, one cluster exchange per reduction where the first IR merges
-  // the max's and the sum's); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md,
-  // "Windowed rows on Tile IR v2").
+  // the max's and the sum's; 1.011 with cluster_online, which was slower on the f32 rows); 1: the
+  // first IR for all; 2: Tile IR v2 for all (bench/NOTES.md, "Windowed rows on Tile IR v2", "One
+  // exchange a pass").
   int window_ir = 0;
   // Tile IR v2 rows a cluster holds: 1, each pass over the row in one exchange of the cluster's
   // blocks' values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and

@@ -105,6 +105,10 @@ common options:
                                row's ends) or on the first Tile IR: 0, the default, v2 for rows
                                one block holds and the first IR for rows a cluster holds; 1 the
                                first IR for all; 2 v2 for all (clusters with --cluster-ir 2)
+  --cluster-online 0|1         rows a cluster holds on Tile IR v2: 1, one exchange of the blocks'
+                               values a pass over the row (a softmax's max and sum together, each
+                               block's sum rescaled to the row's max); 0, the default, one a
+                               reduction
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
