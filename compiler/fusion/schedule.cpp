@@ -674,6 +674,17 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     const int held = s.window && inputs_along_row >= 2 ? 24 : max_elems;
     int64_t chunks = std::max(1, held / s.vec);
     int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
+    // Windowed rows: blocks of 256 threads where a cluster of at most 8 (the portable size) holds
+    // the row — four blocks an SM where two of 512 were: a 50257-wide log_softmax ran 0.961 (bf16)
+    // and 0.976 (f32) of its time in 7 blocks of 256; the cross-entropy's pair of rows would need
+    // 9 and ran 1.077 (bench/NOTES.md, "Vocabulary rows in blocks of 256").
+    if (s.window && !hints.block_threads) {
+      const int64_t smaller = (vecs + 256 * chunks - 1) / (256 * chunks);
+      if (smaller <= std::min(8, max_cluster)) {
+        threads = 256;
+        blocks = smaller;
+      }
+    }
     // As few blocks as hold the row at 32 elements per thread: a thread's elements are the SM's
     // bytes in flight (1024 threads each), so more blocks of fewer elements starve it (a 50257
     // bf16 vocabulary: 0.352 ms in 4 blocks of 25 elements per thread, 116 bytes spilled, against
