@@ -130,6 +130,44 @@ TEST(TileIr, VerifierNamesTheProblem) {
   }
 }
 
+// cluster_values: each block's values of per-row tiles in one exchange, [a·n + r] block r's of
+// arg a; printed and parsed back, and refused for a tile that is not one floating-point column.
+TEST(TileIr, ClusterValuesGiveEachBlocksValues) {
+  const std::string head =
+      "tile.func @k(%arg0 \"x\": f32[64, 256], %arg1 \"y\": f32[64, 1] out)\n"
+      "    grid [128] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> cluster 2 {\n"
+      "  %0 = program_id 0 : index\n  %1 = const 2 : index\n  %2 = divui %0, %1 : index\n"
+      "  %3 = remui %0, %1 : index\n  %4 = const 1024 : index\n  %5 = muli %3, %4 : index\n"
+      "  %6 = const 0 : index\n"
+      "  %7 = load %arg0[%2, %6] : tile<1x1024xf32>\n"
+      "  %8 = reduce_max %7 axis 1 : tile<1x1xf32>\n"
+      "  %9 = reduce_sum %7 axis 1 : tile<1x1xf32>\n";
+  const std::string good = head +
+                           "  %10, %11, %12, %13 = cluster_values %8, %9 : tile<1x1xf32>, tile<1x1xf32>\n"
+                           "  %14 = max %10, %11 : tile<1x1xf32>\n"
+                           "  %15 = add %12, %13 : tile<1x1xf32>\n"
+                           "  %16 = div %15, %14 : tile<1x1xf32>\n"
+                           "  store %arg1[%2, %6], %16 : tile<1x1xf32>\n}\n";
+  const Program p = parse_program(good);
+  EXPECT_TRUE(program_problems(p).empty()) << program_problems(p)[0];
+  EXPECT_EQ(print_program(p), good);
+  const Inst& x = p.body.body.at(10);
+  ASSERT_EQ(x.opcode, Opcode::ClusterValues);
+  EXPECT_EQ(x.results.size(), 4u);  // two args, two blocks
+  // The wrong number of values defined for the cluster's blocks is the parser's to name.
+  EXPECT_THROW(parse_program(head + "  %10, %11 = cluster_values %8, %9 : tile<1x1xf32>, tile<1x1xf32>\n}\n"), Error);
+  for (const auto& [what, text] : std::vector<std::pair<std::string, std::string>>{
+           {"not a floating-point tile of one column", "  %10, %11 = cluster_values %7 : tile<1x1024xf32>\n"},
+           {"not a floating-point tile of one column",
+            "  %10 = ne %8, %9 : tile<1x1xbool>\n  %11, %12 = cluster_values %10 : tile<1x1xbool>\n"},
+       }) {
+    SCOPED_TRACE(text);
+    const std::vector<std::string> problems = program_problems(parse_program(head + text + "}\n"));
+    ASSERT_FALSE(problems.empty());
+    EXPECT_NE(problems[0].find(what), std::string::npos) << problems[0];
+  }
+}
+
 TEST(TileIr, ParserNamesTheLine) {
   const std::string text =
       "tile.func @k(%arg0 \"x\": f32[64], %arg1 \"y\": f32[64] out)\n"
