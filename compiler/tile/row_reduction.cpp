@@ -165,14 +165,6 @@ class RowReduction {
     } else if (op_info(n.op).kind == OpKind::Reduce && s_.cluster_online) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
-    } else if (op_info(n.op).kind == OpKind::Reduce && cluster_) {
-      const int x = eval(b, n.operands[0], v);
-      if (!along_row(p_, x)) {
-        out = own_reduction(b, id, x);
-      } else {
-        const int partial = b.reduce(n.op, x, 1, row_mask(b));
-        out = as_used(b, g_, k_, id, in_rank_order(b, n.op, b.cluster_values({partial})));
-      }
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       out = reduce(b, id, eval(b, n.operands[0], v));
     } else {
@@ -228,11 +220,15 @@ class RowReduction {
     return as_used(b, g_, k_, id, n.op == Op::ReduceSum ? times_width(b, x, s_.cols, n.dtype) : x);
   }
 
-  // Reduction `id` of x along the row (one block's): only the columns in the row (or in a
-  // window's row) count; rounded to its dtype where its uses see memory.
+  // Reduction `id` of x along the row: only the columns in the row (or in a window's row) count;
+  // in a cluster, the block's value and then the blocks' in rank order. Rounded to its dtype where
+  // its uses see memory.
   int reduce(Builder& b, NodeId id, int x) {
     if (!along_row(p_, x)) return own_reduction(b, id, x);
-    return as_used(b, g_, k_, id, b.reduce(g_.node(id).op, x, 1, row_mask(b)));
+    const Op op = g_.node(id).op;
+    int r = b.reduce(op, x, 1, row_mask(b));
+    if (cluster_) r = in_rank_order(b, op, b.cluster_values({r}));
+    return as_used(b, g_, k_, id, r);
   }
 
   // The cluster's blocks' values of a reduction combined in rank order (every block gets the same
@@ -245,8 +241,7 @@ class RowReduction {
   }
 
   // (TileSchedule::cluster_online.) The reductions of pass `pass` (fusion/row_passes.h) over a
-  // row the cluster's blocks share, in
-  // one exchange: each block reduces its columns, cluster_values gives every block each block's
+  // row the cluster's blocks share, in one exchange: each block reduces its columns, cluster_values gives every block each block's
   // values, and each reduction combines them in rank order (every block gets the same bits). A
   // sum of exp(u − c(m)) completed in its max m's pass is online: each block sums its terms
   // exp(u − c(m_b)) with its own max m_b (0 where m_b is −inf: nothing of the block's counts),
