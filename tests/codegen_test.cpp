@@ -593,6 +593,27 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   }
 }
 
+// A row the cluster schedule holds in one block (10000 f32 columns: one block of 512 threads at
+// 32 elements each) is not a cluster: `--cluster-online 1` leaves it alone, and its program
+// exchanges nothing (an exchange in a program not launched in clusters is invalid; fuzz seed 571
+// at fcc0f98).
+TEST(Codegen, OneBlockOfTheClusterScheduleExchangesNothing) {
+  Graph g("one_block_cluster_schedule");
+  output("y", softmax(input(g, "x", {64, 10000}), -1));
+  FusionOptions o;
+  o.schedule.stages = 0;
+  o.schedule.split = 0;
+  o.schedule.cluster_online = 1;
+  Plan p = plan_fusion(g, o);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Kernel& k = p.kernels[0];
+  EXPECT_EQ(k.schedule.cluster_blocks, 1) << k.schedule.describe();
+  EXPECT_GT(k.schedule.threads_per_row, 512 / 2) << k.schedule.describe();
+  EXPECT_FALSE(k.schedule.cluster_online);
+  CompiledKernel c = compile_kernel(p.graph, k);
+  EXPECT_EQ(c.tile_ir.find("cluster_values"), std::string::npos) << c.tile_ir;
+}
+
 // Windowed rows (a width that is not a multiple of the vector width) on Tile IR v2 under
 // `--window-ir 2` (clusters with `--cluster-ir 2`): the tensors along the row are seen flat, read
 // in whole vectors from the aligned window start (masked only at the tensor's end), each element's

@@ -697,7 +697,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
       s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared));
-      s.cluster_online = s.ir_v2 && hints.cluster_online == 1;
+      s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
       return s;
     }
   }

@@ -162,7 +162,7 @@ class RowReduction {
       out = as_used(b, g_, k_, id, shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)));
     } else if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
       out = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
-    } else if (op_info(n.op).kind == OpKind::Reduce && s_.cluster_online) {
+    } else if (op_info(n.op).kind == OpKind::Reduce && cluster_ && s_.cluster_online) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
     } else if (op_info(n.op).kind == OpKind::Reduce) {
