@@ -322,7 +322,8 @@ struct ScheduleHints {
   int row_ir = 2;
   // Which Tile IR rows held in a cluster's registers (without windows or staging) are built on:
   // 2, the default, Tile IR v2, each reduction over the block's threads and then the cluster's
-  // blocks (`reduce … axis 1 cluster`, one exchange each; level with the first IR on the H200);
+  // blocks (`reduce … axis 1` then `cluster_values`, one exchange each, or one a pass with
+  // `cluster_online`; level with the first IR on the H200);
   // 1: the first Tile IR's lowerer (a softmax's max and sum merged in one exchange).
   int cluster_ir = 2;
   // Which Tile IR windowed rows (a width that is not a multiple of the vector width, one a block
