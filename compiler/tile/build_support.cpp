@@ -67,8 +67,12 @@ int shifted_exp2(Builder& b, int u, int c) {
   return b.softmax_exp2(b.compute(Op::Fma, {as_f32(b, u), b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
 }
 
+int shift_factor(Builder& b, int c_from, int c_to) {
+  return b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
+}
+
 int rescaled(Builder& b, int s, int c_from, int c_to) {
-  const int factor = b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
+  const int factor = shift_factor(b, c_from, c_to);
   const int zero = b.scalar(0.0, DType::F32);
   return b.compute(Op::Where, {b.compute(Op::Ne, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
                    DType::F32);

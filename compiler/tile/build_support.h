@@ -38,6 +38,8 @@ const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
 // rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most
 // 1 + |c|·2^-24·ln 2 (1e-3 at |c| = 1e4, under half a bf16 ulp).
 int shifted_exp2(Builder& b, int u, int c);
+// exp(c_from − c_to) in f32: what brings terms exp(u − c_from) to exp(u − c_to).
+int shift_factor(Builder& b, int c_from, int c_to);
 // An online sum's partial s (f32) of terms exp(u − c_from) brought to the shift c_to:
 // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0; a NaN stays NaN).
 int rescaled(Builder& b, int s, int c_from, int c_to);

@@ -259,14 +259,11 @@ class RowReduction {
       exchanged.push_back(id);
       partials.push_back(b.reduce(g_.node(id).op, x, 1, row_mask(b)));
     };
-    for (NodeId id : plain) {
+    auto partial_or_own = [&](NodeId id) {  // (a value constant along the row is its own)
       const int x = eval(b, g_.node(id).operands[0], value_of_);
-      if (along_row(p_, x)) {
-        block_partial(id, x);
-      } else {
-        value_of_[id] = own_reduction(b, id, x);
-      }
-    }
+      along_row(p_, x) ? block_partial(id, x) : void(value_of_[id] = own_reduction(b, id, x));
+    };
+    for (NodeId id : plain) partial_or_own(id);
     auto partial_of = [&](NodeId id) {
       return partials[static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin())];
     };
@@ -274,8 +271,7 @@ class RowReduction {
     for (NodeId id : online) {
       const NodeId m = passes_.online_with.at(id);
       if (value_of_.count(m)) {  // (its max is its own: a plain sum)
-        const int x = eval(b, g_.node(id).operands[0], value_of_);
-        along_row(p_, x) ? block_partial(id, x) : void(value_of_[id] = own_reduction(b, id, x));
+        partial_or_own(id);
         continue;
       }
       rescale.push_back(block_online_sum(b, id, partial_of(m)));
@@ -308,11 +304,8 @@ class RowReduction {
       value_of_[o.id] = as_used(b, g_, k_, o.id, acc);
       // The block's terms brought to the row's max for the uses of exp(u − c(m)): one multiply an
       // element (0 where none of the block's elements counted).
-      const int zero = b.scalar(0.0, DType::F32);
-      const int factor = b.compute(
-          Op::Where,
-          {o.seen, b.compute(Op::Exp, {b.compute(Op::Sub, {o.shift, c_row}, DType::F32)}, DType::F32), zero},
-          DType::F32);
+      const int factor =
+          b.compute(Op::Where, {o.seen, shift_factor(b, o.shift, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
       const NodeId e = g_.node(o.id).operands[0];
       const int terms = b.compute(Op::Mul, {o.terms, factor}, p_.types[static_cast<size_t>(o.terms)].dtype);
       value_of_[e] = as_used(b, g_, k_, e, terms);
