@@ -593,6 +593,32 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   }
 }
 
+// Row kernels on Tile IR v2 whose weight along the row an earlier kernel wrote (w·2, an output
+// too, read back rather than computed again) load it where it is first used, like any tensor —
+// also windowed, read shifted (GPU fuzz seeds 8945, 8999 and 163 more at 5530d69 stopped at
+// compile: map::at).
+TEST(Codegen, RowKernelsLoadWeightsEarlierKernelsWrote) {
+  Graph g("row_weights_from_a_kernel");
+  for (auto [name, cols, dt] : {std::tuple{"a", int64_t{1000}, DType::F32}, std::tuple{"b", int64_t{5003}, DType::BF16}}) {
+    Tensor w = exp(input(g, std::string("w") + name, {cols}, dt));
+    output(std::string("w2") + name, w);
+    output(std::string("r") + name, rmsnorm(input(g, std::string("x") + name, {64, cols}, dt), w));
+  }
+  Plan p = plan_fusion(g);
+  int rows = 0;
+  for (const Kernel& k : p.kernels) {
+    if (k.kind != ScheduleKind::RowReduce) continue;
+    SCOPED_TRACE(k.name);
+    EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
+    bool computed = false;  // an input that is not the graph's
+    for (NodeId in : k.inputs) computed |= p.graph.node(in).op != Op::Input;
+    EXPECT_TRUE(computed) << plan_report_text(p);
+    CompiledKernel c = compile_kernel(p.graph, k);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << plan_report_text(p);
+}
+
 // A row the cluster schedule holds in one block (10000 f32 columns: one block of 512 threads at
 // 32 elements each) is not a cluster: `--cluster-online 1` leaves it alone, and its program
 // exchanges nothing (an exchange in a program not launched in clusters is invalid; fuzz seed 571
