@@ -417,10 +417,11 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // by a loop over column tiles carrying each thread's running max and sum (Tile IR v2's
 // row_loop.cpp). `cluster_ir`: which IR builds rows a cluster holds (ScheduleHints::cluster_ir).
 // `window_ir`, `cluster_online`: ScheduleHints' (windowed rows a cluster holds on Tile IR v2 with
-// window_ir 2; cluster_online 1: each pass's reductions in one exchange).
+// window_ir 2; cluster_online 1: each pass's reductions in one exchange). `staged_ir` 2: claimed
+// rows staged on Tile IR v2.
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
                         int parts, DType dt = DType::F32, bool looped = false, int cluster_ir = 2,
-                        int window_ir = 0, int cluster_online = 0) {
+                        int window_ir = 0, int cluster_online = 0, int staged_ir = 1) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -434,6 +435,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
   o.schedule.cluster_ir = cluster_ir;
   o.schedule.window_ir = window_ir;
   o.schedule.cluster_online = cluster_online;
+  o.schedule.staged_ir = staged_ir;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
     // The schedule kind the case is meant to cover (clusters, parts, stages, loops), not its sizes.
@@ -445,6 +447,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     }
     EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && k.schedule.ir_v2 && cluster > 1);
+    if (k.schedule.claims_rows()) EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
@@ -489,6 +492,11 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 65536, 4, -1, -1, 1, 2, DType::BF16);
   check_special_rows(4, 65536, 4, -1, 0, 2, 1);                // staged, clusters of 2 × 1024 threads
   check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16);  // staged, one block per row
+  // The same claimed rows on Tile IR v2, and more rows than the grid's blocks (claimed from the
+  // counter, the special rows met again in later rounds).
+  check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2);
+  check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 2);
+  check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2);
   check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads (Tile IR v2)
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16);
   // The same clusters on the first Tile IR (--cluster-ir 1).

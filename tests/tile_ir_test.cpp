@@ -377,6 +377,86 @@ TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
   EXPECT_TRUE(build_program(q.graph, q.kernels[0])->shared.empty());
 }
 
+// Claimed rows staged on Tile IR v2 (--staged-ir 2): each tensor along the rows has a bulk ring
+// of the schedule's stages and bytes; the stages are filled before a `while` whose condition
+// waits for the next stage and reads the row it holds; its body reads the row from the stage
+// before its first reduction, and refills the stage with the claimed row (and claims the next)
+// after it, before any store; the last block zeroes the counters. The text round-trips. The
+// verifier refuses a ticket where threads other than the first would read it.
+TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
+  using namespace dsl;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("claimed");
+    Tensor x = input(g, "x", {300, 16384}, dt);
+    Tensor r = input(g, "r", {300, 16384}, dt);
+    Tensor z = x + r;
+    output("y", z - mean(z, {1}, true));
+    FusionOptions o;
+    o.schedule.staged_ir = 2;
+    Plan plan = plan_fusion(g, o);
+    ASSERT_EQ(plan.kernels.size(), 1u);
+    const TileSchedule& s = plan.kernels[0].schedule;
+    ASSERT_TRUE(s.claims_rows()) << s.describe();
+    ASSERT_TRUE(s.ir_v2) << s.describe();
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    ASSERT_EQ(p->shared.size(), 2u);  // x's and r's rows
+    for (const SharedRing& ring : p->shared) {
+      EXPECT_TRUE(ring.bulk);
+      EXPECT_EQ(ring.stages, s.stages);
+    }
+    EXPECT_EQ(p->shared_bytes(), s.dynamic_shared_bytes());
+    const auto loop = std::find_if(p->body.body.begin(), p->body.body.end(),
+                                   [](const Inst& i) { return i.opcode == Opcode::While; });
+    ASSERT_NE(loop, p->body.body.end());
+    // Before it: the first stages' fills and a claim; after it, the count of finished blocks.
+    auto count = [](const std::vector<Inst>& body, Opcode o) {
+      return std::count_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == o; });
+    };
+    const std::vector<Inst> before(p->body.body.begin(), loop), after(loop + 1, p->body.body.end());
+    EXPECT_EQ(count(before, Opcode::FillStage), 2 * s.stages);
+    EXPECT_EQ(count(before, Opcode::Claim), 1);
+    EXPECT_EQ(count(after, Opcode::LastArrival), 1);
+    const std::vector<Inst>& head = loop->regions.at(0).body;
+    EXPECT_EQ(count(head, Opcode::WaitFull), 1);
+    EXPECT_EQ(count(head, Opcode::StageRow), 1);
+    const std::vector<Inst>& body = loop->regions.at(1).body;
+    auto first = [&](Opcode o) {
+      return std::find_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == o; }) - body.begin();
+    };
+    EXPECT_EQ(count(body, Opcode::WaitFull), 1);  // r's ring (x's waited for in the condition)
+    EXPECT_EQ(count(body, Opcode::LoadShared), 2);
+    EXPECT_EQ(count(body, Opcode::Load), 0);
+    EXPECT_EQ(count(body, Opcode::FillStage), 2);
+    EXPECT_EQ(count(body, Opcode::Claim), 1);
+    EXPECT_LT(first(Opcode::LoadShared), first(Opcode::Reduce));
+    EXPECT_LT(first(Opcode::Reduce), first(Opcode::FillStage));
+    EXPECT_LT(first(Opcode::FillStage), first(Opcode::Claim));
+    EXPECT_LT(first(Opcode::Claim), first(Opcode::Store));
+    // In PTX: the rows by bulk copies completing on the stages' mbarriers, claimed by atomics.
+    const std::string ptx = program_ptx(*p);
+    for (const char* want : {"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+                             "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "atom.global.add.u32"})
+      EXPECT_NE(ptx.find(want), std::string::npos) << want;
+    if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+  }
+  // A ticket is the block's first thread's: not an index for the block's arithmetic.
+  const std::string text =
+      "tile.func @k(%arg0 \"x\": f32[64, 1024], %arg1 \"workspace\": f32[0, 0] workspace)\n"
+      "    grid [8] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]>\n"
+      "    shared [@rows0: f32[1, 1, 1024] bulk] {\n"
+      "  %0 = const 0 : index\n  %1 = const 64 : index\n"
+      "  %2 = claim %arg1[%0] after %1 : ticket\n"
+      "  fill_stage %arg0[%2, %0] into @rows0[%0] rows %1\n"
+      "  %3 = addi %2, %1 : index\n}\n";
+  const Program bad = parse_program(text);
+  EXPECT_EQ(print_program(bad), text);
+  const std::vector<std::string> problems = program_problems(bad);
+  ASSERT_EQ(problems.size(), 2u);  // the addi's, not the fill_stage's
+  EXPECT_NE(problems[0].find("only the block's first thread holds"), std::string::npos) << problems[0];
+}
+
 // On wgmma the rings are 1024-byte aligned panels, each step fences the copies for the async
 // proxy before its barrier, refills the stage two steps back (stages − 2 ahead), starts its
 // dot_async and waits for all but it; the last is waited for after the loop. The text round-trips

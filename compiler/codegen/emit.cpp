@@ -732,6 +732,18 @@ class Emitter {
         return compute(i);
       case Opcode::Convert:
         return convert(i);
+      case Opcode::NumPrograms:
+        return set(b_.CreateZExt(b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x, {}),
+                                 index_ty()));
+      case Opcode::FillStage:
+        return fill_stage(i);
+      case Opcode::StageRow:
+        return set(b_.CreateZExt(b_.CreateAlignedLoad(b_.getInt32Ty(), stage_row_slot(i.ring, one(i.args[0])), llvm::Align(4)),
+                                 index_ty()));
+      case Opcode::Claim:
+        return set(claim(i));
+      case Opcode::While:
+        return while_loop(i);
       case Opcode::Yield:
         break;
     }
@@ -1058,11 +1070,14 @@ class Emitter {
   }
   // Each of the thread's per-row values: its row's slots combined in order (every thread of the
   // row gets the same bits).
-  void combine_slots(Op combine, const RowSlots& slots, std::vector<Value*>& rows) {
+  // (Slots [first, first + count) of each value, where given: one half of doubled slots.)
+  void combine_slots(Op combine, const RowSlots& slots, std::vector<Value*>& rows, Value* first = nullptr,
+                     int count = 0) {
     for (int a = 0; a < slots.values; ++a) {
       Value* acc = nullptr;
-      for (int w = 0; w < slots.count; ++w) {
-        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, i32(w)), llvm::Align(4));
+      for (int w = 0; w < (count ? count : slots.count); ++w) {
+        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, first ? b_.CreateAdd(first, i32(w)) : i32(w)),
+                                        llvm::Align(4));
         acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
       }
       rows[static_cast<size_t>(a)] = acc;
@@ -1096,14 +1111,66 @@ class Emitter {
     for (Value*& acc : rows) acc = butterfly(combine, acc, std::min(t, 32));
     if (!whole_warps || t == 32) return;
     const int warps = t / 32, n = static_cast<int>(rows.size());
-    const RowSlots slots = row_slots("row_warp_values", n, warps);
+    // In a loop, the slots are written again in the next iteration: past another block barrier
+    // of this iteration (one follows in the loop's body, which every thread reaches after its
+    // reads), or into the other half of slots doubled by the iteration's parity (the reduction
+    // straight in the loop's body: each iteration reduces once), or after a barrier of its own.
+    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
+    const RowSlots slots = row_slots("row_warp_values", n, doubled ? 2 * warps : warps);
+    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(warps)) : nullptr;
     Value* warp = b_.CreateUDiv(thread_[1], i32(32));
+    if (first) warp = b_.CreateAdd(warp, first);
     guarded(b_.CreateICmpEQ(b_.CreateURem(thread_[1], i32(32)), i32(0)), [&] {
       for (int a = 0; a < n; ++a) b_.CreateAlignedStore(rows[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
     });
     block_barrier();
-    combine_slots(combine, slots, rows);
-    if (loop_depth_ > 0) block_barrier();
+    combine_slots(combine, slots, rows, first, warps);
+    if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
+  }
+  // Whether an instruction (straight in a region, not in its own regions) has a block barrier
+  // that every thread reaches: a reduction of a row over whole warps, a barrier, a counting in.
+  bool has_block_barrier(const Inst& i) const {
+    const int t = l_.threads.size() == 2 ? l_.threads[1] : 1;
+    switch (i.opcode) {
+      case Opcode::Reduce: {
+        const Type& in = type(i.args[0]);
+        const bool whole_warps = t % 32 == 0 && t > 32 && i.axis == 1 && in.shape[1] != 1;
+        return whole_warps && (in.frag == Frag::Lanes || (in.frag == Frag::None && type(i.results[0]).frag != Frag::Lanes));
+      }
+      case Opcode::Barrier:
+      case Opcode::LastArrival:
+      case Opcode::ClusterValues:
+        return !in_consumers_;
+      default:
+        return false;
+    }
+  }
+  // A loop's body region, each instruction told whether a block barrier follows it there and
+  // that it stands straight in the loop's body; `parity`: the iteration's parity (i32).
+  void loop_body(const Region& r, Value* parity) {
+    const bool outer_after = barrier_after_, outer_top = loop_top_;
+    Value* outer_parity = loop_parity_;
+    loop_parity_ = parity;
+    for (size_t k = 0; k < r.body.size(); ++k) {
+      if (r.body[k].opcode == Opcode::Yield) continue;
+      barrier_after_ = std::any_of(r.body.begin() + static_cast<std::ptrdiff_t>(k) + 1, r.body.end(),
+                                   [&](const Inst& j) { return has_block_barrier(j); });
+      loop_top_ = true;
+      inst(r.body[k]);
+    }
+    barrier_after_ = outer_after;
+    loop_top_ = outer_top;
+    loop_parity_ = outer_parity;
+  }
+  // Emits a region that does not stand straight in a loop's body (a branch's, a loop's condition).
+  void nested_region(const Region& r) {
+    const bool outer_after = barrier_after_, outer_top = loop_top_;
+    barrier_after_ = false;
+    loop_top_ = false;
+    for (const Inst& i : r.body)
+      if (i.opcode != Opcode::Yield) inst(i);
+    barrier_after_ = outer_after;
+    loop_top_ = outer_top;
   }
 
   // acc combined over each aligned group of `lanes` lanes (a power of two up to 32): butterfly
@@ -1184,15 +1251,61 @@ class Emitter {
       vals_[static_cast<size_t>(r.args[k - 2])] = vs;
       phis.push_back(ps);
     }
+    llvm::PHINode* parity = b_.CreatePHI(b_.getInt32Ty(), 2, "parity");
+    parity->addIncoming(i32(0), pre);
     b_.CreateCondBr(b_.CreateICmpULT(iv, hi), body, exit);
     b_.SetInsertPoint(body);
     ++loop_depth_;
-    for (const Inst& inner : r.body)
-      if (inner.opcode != Opcode::Yield) inst(inner);
+    loop_body(r, parity);
     --loop_depth_;
     const Inst& yield = r.body.back();
     llvm::BasicBlock* latch = b_.GetInsertBlock();
+    parity->addIncoming(b_.CreateXor(parity, i32(1)), latch);
     iv->addIncoming(b_.CreateAdd(iv, step), latch);
+    for (size_t k = 0; k < phis.size(); ++k)
+      for (size_t e = 0; e < phis[k].size(); ++e)
+        phis[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+    for (size_t k = 0; k < i.results.size(); ++k)
+      vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(phis[k].begin(), phis[k].end());
+  }
+
+  // A loop while region 0's condition holds: the carried values as phis at its head, region 0
+  // there, region 1 its body.
+  void while_loop(const Inst& i) {
+    const Region& head_r = i.regions.at(0);
+    const Region& body_r = i.regions.at(1);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "while", fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "while.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    std::vector<std::vector<llvm::PHINode*>> phis;
+    for (size_t k = 0; k < i.args.size(); ++k) {
+      std::vector<llvm::PHINode*> ps;
+      std::vector<Value*> vs;
+      for (Value* init : vals_[static_cast<size_t>(i.args[k])]) {
+        llvm::PHINode* phi = b_.CreatePHI(init->getType(), 2);
+        phi->addIncoming(init, pre);
+        ps.push_back(phi);
+        vs.push_back(phi);
+      }
+      vals_[static_cast<size_t>(head_r.args[k])] = vs;
+      phis.push_back(ps);
+    }
+    llvm::PHINode* parity = b_.CreatePHI(b_.getInt32Ty(), 2, "parity");
+    parity->addIncoming(i32(0), pre);
+    ++loop_depth_;
+    nested_region(head_r);
+    b_.CreateCondBr(one(head_r.body.back().args.at(0)), body, exit);
+    b_.SetInsertPoint(body);
+    loop_body(body_r, parity);
+    --loop_depth_;
+    const Inst& yield = body_r.body.back();
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    parity->addIncoming(b_.CreateXor(parity, i32(1)), latch);
     for (size_t k = 0; k < phis.size(); ++k)
       for (size_t e = 0; e < phis[k].size(); ++e)
         phis[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
@@ -1428,6 +1541,7 @@ class Emitter {
   // pieces (k +0, n +0), (+8, +0), (+0, +8), (+8, +8) — b0b1, b2b3 of each. Where the stored rows
   // run along the fragment's pairs (a column-major A, a row-major B) the load transposes.
   void load_shared(const Inst& i) {
+    if (p_.shared[static_cast<size_t>(i.ring)].bulk) return load_stage_row(i);
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const Type& t = type(i.results[0]);
     const bool a = t.frag == Frag::A;
@@ -1630,7 +1744,7 @@ class Emitter {
   }
 
   void when(const Inst& i) {
-    guarded(one(i.args[0]), [&] { region(i.regions.at(0)); });
+    guarded(one(i.args[0]), [&] { nested_region(i.regions.at(0)); });
   }
 
   Value* leader() {
@@ -1650,14 +1764,122 @@ class Emitter {
 
   // ---- warp specialization and TMA rings ----
 
+  // ---- rows staged through bulk rings ----
+
+  // The thread's elements of a row of a bulk ring's stage from column arg 2 on, a run of the
+  // layout's contiguous elements at a time (the stage's row is stored as in memory).
+  void load_stage_row(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const Type& t = type(i.results[0]);
+    llvm::Type* ty = storage_type(b_, r.dtype);
+    const int size = static_cast<int>(dtype_size(r.dtype));
+    Value* base = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, stage_at(i.ring, as_i32(one(i.args[0]))));
+    Value* col0 = as_i32(one(i.args[2]));
+    const int n1 = slots(t, 1);
+    const int width = t.shape[1] == 1 ? 1 : l_.per_thread[1];
+    const bool widely_used = uses_[static_cast<size_t>(i.results[0])] > 64;
+    std::vector<Value*> out(static_cast<size_t>(n1));
+    for (int e1 = 0; e1 < n1; e1 += width) {
+      Value* col = t.shape[1] == 1 ? col0 : b_.CreateAdd(col0, position(t, 1, e1));
+      Value* at = b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateMul(col, i32(size)));
+      const llvm::Align align(static_cast<uint64_t>(std::min(16, size * width)));
+      if (width == 1) {
+        out[static_cast<size_t>(e1)] = to_compute(b_, b_.CreateAlignedLoad(ty, at, align), r.dtype);
+        continue;
+      }
+      Value* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)), at, align);
+      for (int c = 0; c < width; ++c) {
+        Value* x = to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), r.dtype);
+        out[static_cast<size_t>(e1 + c)] = widely_used && x->getType()->isFloatTy() ? own_register(b_, x) : x;
+      }
+    }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+  // The i32 slot beside a bulk ring's stage that holds the stage's row.
+  Value* stage_row_slot(int ring, Value* stage) {
+    return b_.CreateInBoundsGEP(b_.getInt32Ty(), stage_rows_.at(static_cast<size_t>(ring)), as_i32(stage));
+  }
+  // The block's first thread: the row (an index or its ticket) is the stage's, or — at or past
+  // the rows — the end mark (the rows); a row is copied by one bulk copy that the stage's full
+  // barrier expects, the end mark arrives without bytes.
+  void fill_stage(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    Value* row = one(i.args[0]);
+    Value* stage = as_i32(one(i.args[2]));
+    Value* rows = one(i.args[3]);
+    guarded(leader(), [&] {
+      Value* real = b_.CreateICmpULT(row, rows);
+      b_.CreateAlignedStore(as_i32(b_.CreateSelect(real, row, rows)), stage_row_slot(i.ring, stage), llvm::Align(4));
+      Value* full = stage_barrier(i.ring, true, stage);
+      auto* copy = llvm::BasicBlock::Create(ctx_, "fill", fn_);
+      auto* mark = llvm::BasicBlock::Create(ctx_, "end.mark", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "filled", fn_);
+      b_.CreateCondBr(real, copy, mark);
+      b_.SetInsertPoint(copy);
+      const int bytes = static_cast<int>(r.stage_bytes());
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta, {}, {full, i32(bytes)});
+      Value* src = b_.CreateInBoundsGEP(storage_type(b_, prm.dtype), args_[static_cast<size_t>(i.param)],
+                                        offset(prm, row, one(i.args[1])));
+      // The block's own shared memory, addressed in the cluster's window (addrspace 7).
+      Value* dst = b_.CreateAddrSpaceCast(b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, stage_at(i.ring, stage)),
+                                          b_.getPtrTy(7));
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_global_to_shared_cluster, {},
+                         {dst, full, src, i32(bytes), b_.getInt16(0), b_.getInt64(0), b_.getFalse(), b_.getFalse()});
+      b_.CreateBr(done);
+      b_.SetInsertPoint(mark);
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta, {}, {full, i32(1)});
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    });
+  }
+  // The block's first thread's next row: the rows dealt plus the counter's value before its
+  // increment — unless its ticket is already past the rows (kept: every later stage is an end
+  // mark). Other threads hold no ticket (poison).
+  Value* claim(const Inst& i) {
+    llvm::SyncScope::ID device = ctx_.getOrInsertSyncScopeID("device");
+    Value* dealt = one(i.args[1]);
+    const bool keeps = i.args.size() > 2;
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    auto* lead = llvm::BasicBlock::Create(ctx_, "claim.lead", fn_);
+    auto* take = llvm::BasicBlock::Create(ctx_, "claim", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "claimed", fn_);
+    b_.CreateCondBr(leader(), lead, done);
+    b_.SetInsertPoint(lead);
+    if (keeps)
+      b_.CreateCondBr(b_.CreateICmpULT(one(i.args[3]), one(i.args[2])), take, done);
+    else
+      b_.CreateBr(take);
+    b_.SetInsertPoint(take);
+    Value* before = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter(i), b_.getInt32(1), llvm::Align(4),
+                                       llvm::AtomicOrdering::Monotonic, device);
+    Value* claimed = b_.CreateAdd(dealt, b_.CreateZExt(before, index_ty()));
+    llvm::BasicBlock* took = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    llvm::PHINode* t = b_.CreatePHI(index_ty(), 3, "ticket");
+    t->addIncoming(llvm::PoisonValue::get(index_ty()), from);
+    t->addIncoming(claimed, took);
+    if (keeps) t->addIncoming(one(i.args[3]), lead);
+    return t;
+  }
+
   // Each TMA ring's full and empty mbarriers, a stage each: thread 0 sets them up (full: the
   // producer's one arrival with the stage's bytes; empty: every consumer's) before the block's
   // first barrier.
   void init_stage_barriers() {
     stage_barriers_.assign(p_.shared.size(), nullptr);
+    stage_rows_.assign(p_.shared.size(), nullptr);
     bool any = false;
     for (size_t r = 0; r < p_.shared.size(); ++r) {
-      if (!p_.shared[r].tma) continue;
+      if (p_.shared[r].bulk) {  // and the row each stage holds
+        auto* ty = llvm::ArrayType::get(b_.getInt32Ty(), static_cast<uint64_t>(p_.shared[r].stages));
+        stage_rows_[r] = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage,
+                                                  llvm::UndefValue::get(ty), "rows_" + p_.shared[r].name, nullptr,
+                                                  llvm::GlobalValue::NotThreadLocal, 3);
+        stage_rows_[r]->setAlignment(llvm::Align(4));
+      }
+      if (!p_.shared[r].tma && !p_.shared[r].bulk) continue;
       auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(2 * p_.shared[r].stages));
       auto* g = new llvm::GlobalVariable(*m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
                                          "stages_" + p_.shared[r].name, nullptr, llvm::GlobalValue::NotThreadLocal, 3);
@@ -1672,8 +1894,9 @@ class Emitter {
         for (int st = 0; st < p_.shared[r].stages; ++st) {
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
                              {stage_barrier(static_cast<int>(r), true, i32(st)), i32(1)});
-          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
-                             {stage_barrier(static_cast<int>(r), false, i32(st)), i32(empty_arrivals())});
+          if (p_.shared[r].tma)
+            b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_init_shared, {},
+                               {stage_barrier(static_cast<int>(r), false, i32(st)), i32(empty_arrivals())});
         }
       }
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
@@ -1932,8 +2155,12 @@ class Emitter {
   std::vector<llvm::Argument*> args_;      // param → its kernel argument
   std::vector<llvm::Argument*> tensor_map_;  // param → its tensor map (TMA), or null
   std::vector<llvm::GlobalVariable*> stage_barriers_;  // ring → its stages' full, then empty, mbarriers
+  std::vector<llvm::GlobalVariable*> stage_rows_;      // bulk ring → the row each stage holds (i32)
   bool in_consumers_ = false;              // emitting a Specialize's consumer region
   int loop_depth_ = 0;                     // For regions being emitted around the current instruction
+  bool barrier_after_ = false;             // a block barrier follows it in its loop's body
+  bool loop_top_ = false;                  // it stands straight in a loop's body
+  Value* loop_parity_ = nullptr;           // there: the iteration's parity (i32)
   bool cluster_joined_ = false;            // the wait for the cluster's blocks to run is behind us
   Value* consumer_group_ = nullptr;        // there: the thread's consumer group (i32)
 };

@@ -647,8 +647,10 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   for (const Shape& v : views) per_row_tensors += v.back() != 1 && view_spans_rows(v);
   const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
   if (per_row > 512 && persistent_ok && !s.window &&
-      stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device))
+      stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
+    s.ir_v2 = hints.staged_ir == 2 && s.claims_rows();
     return s;
+  }
   // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded
   // after the reductions) holds 32 elements a thread, as staged rows do: one block of up to 512
   // threads then holds a row that 16 a thread would spread over a cluster, whose blocks hold

@@ -347,6 +347,11 @@ struct ScheduleHints {
   // rows (the rescale's instructions cost more than the cluster barrier it saves), 4.5% faster
   // on a 50257-wide bf16 log_softmax.
   int cluster_online = 0;
+  // Which Tile IR persistent rows staged through shared memory and claimed from a counter (one
+  // block a row, TileSchedule::claims_rows) are built on: 2, Tile IR v2 (bulk rings: the block's
+  // first thread fills each stage with a claimed row and records it beside the stage, a `while`
+  // over the stages' rows until an end mark); 1, the default, the first Tile IR's lowerer.
+  int staged_ir = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -46,6 +46,8 @@ std::string type_str(const Type& t) {
   switch (t.kind) {
     case Type::Kind::Index:
       return "index";
+    case Type::Kind::Ticket:
+      return "ticket";
     case Type::Kind::Scalar:
       return dtype_name(t.dtype);
     case Type::Kind::Tile:
@@ -144,6 +146,16 @@ const char* opcode_name(Opcode o) {
       return "for";
     case Opcode::Yield:
       return "yield";
+    case Opcode::NumPrograms:
+      return "num_programs";
+    case Opcode::FillStage:
+      return "fill_stage";
+    case Opcode::StageRow:
+      return "stage_row";
+    case Opcode::Claim:
+      return "claim";
+    case Opcode::While:
+      return "while";
   }
   return "?";
 }
@@ -449,6 +461,47 @@ int Builder::less(int a, int b) {
   return emit(i, Type::scalar(DType::Bool));
 }
 
+int Builder::num_programs(int axis) {
+  Inst i;
+  i.opcode = Opcode::NumPrograms;
+  i.axis = axis;
+  return emit(i, Type::index());
+}
+
+void Builder::fill_stage(int param, int row, int col, int ring, int stage, int rows) {
+  Inst i;
+  i.opcode = Opcode::FillStage;
+  i.param = param;
+  i.ring = ring;
+  i.args = {row, col, stage, rows};
+  emit(i, std::nullopt);
+}
+
+int Builder::stage_row(int ring, int stage) {
+  Inst i;
+  i.opcode = Opcode::StageRow;
+  i.ring = ring;
+  i.args = {stage};
+  return emit(i, Type::index());
+}
+
+int Builder::claim(int workspace_param, int slot, int dealt, int rows, int ticket) {
+  Inst i;
+  i.opcode = Opcode::Claim;
+  i.param = workspace_param;
+  i.args = {slot, dealt};
+  if (ticket >= 0) i.args.insert(i.args.end(), {rows, ticket});
+  return emit(i, Type::ticket());
+}
+
+int Builder::load_stage(int ring, int stage, int col, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::LoadShared;
+  i.ring = ring;
+  i.args = {stage, index(0), col};
+  return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape));
+}
+
 void Builder::tma_load(int param, int batch, int row, int col, int ring, int stage, bool multicast) {
   Inst i;
   i.opcode = Opcode::TmaLoad;
@@ -625,6 +678,33 @@ std::vector<int> Builder::for_loop(int lo, int hi, int step, const std::vector<i
   r.body.push_back(yield);
   for (int v : inits) loop.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
   loop.regions.push_back(std::move(r));
+  r_->body.push_back(std::move(loop));
+  return r_->body.back().results;
+}
+
+std::vector<int> Builder::while_loop(const std::vector<int>& inits, const LoopCondition& cond, const WhileBody& body) {
+  Inst loop;
+  loop.opcode = Opcode::While;
+  loop.args = inits;
+  Region before, after;
+  std::vector<int> carried;
+  for (int v : inits) {
+    carried.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
+    before.args.push_back(carried.back());
+  }
+  Builder head(p_, before);
+  Inst test;
+  test.opcode = Opcode::Yield;
+  test.args = {cond(head, carried)};
+  before.body.push_back(test);
+  Builder inner(p_, after);
+  Inst yield;
+  yield.opcode = Opcode::Yield;
+  yield.args = body(inner, carried);
+  after.body.push_back(yield);
+  for (int v : inits) loop.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
+  loop.regions.push_back(std::move(before));
+  loop.regions.push_back(std::move(after));
   r_->body.push_back(std::move(loop));
   return r_->body.back().results;
 }

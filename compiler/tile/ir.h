@@ -69,8 +69,11 @@ struct MmaConfig {
 enum class Frag { None, A, B, Acc, Lanes };  // None: the program's blocked layout
 const char* frag_name(Frag f);
 
+// Ticket: an index that only the block's first thread holds (a row claimed from a counter by its
+// atomic, `claim`): only ops that thread runs for the block (`fill_stage`, `claim`) and loops
+// carrying it take one.
 struct Type {
-  enum class Kind { Index, Scalar, Tile };
+  enum class Kind { Index, Scalar, Tile, Ticket };
   Kind kind = Kind::Index;
   DType dtype = DType::F32;  // Scalar, Tile
   Shape shape;               // Tile: its extent per axis (1: the same along that axis)
@@ -78,6 +81,7 @@ struct Type {
   Frag frag = Frag::None;    // Tile: a tensor-core fragment layout, or the blocked one
 
   static Type index() { return {}; }
+  static Type ticket() { return {Kind::Ticket, DType::F32, {}, Space::Reg}; }
   static Type scalar(DType t) { return {Kind::Scalar, t, {}, Space::Reg}; }
   static Type tile(DType t, Shape s, Space sp = Space::Reg, Frag f = Frag::None) {
     return {Kind::Tile, t, std::move(s), sp, f};
@@ -85,7 +89,7 @@ struct Type {
   bool is_tile() const { return kind == Kind::Tile; }
   bool operator==(const Type& o) const {
     return kind == o.kind &&
-           (kind == Kind::Index || (dtype == o.dtype && shape == o.shape && space == o.space && frag == o.frag));
+           (kind == Kind::Index || kind == Kind::Ticket || (dtype == o.dtype && shape == o.shape && space == o.space && frag == o.frag));
   }
   bool operator!=(const Type& o) const { return !(*this == o); }
 };
@@ -236,6 +240,26 @@ enum class Opcode {
   // leave.
   TmaStore,
   WaitStores,
+  // Rows staged through shared memory (bulk rings, SharedRing::bulk). NumPrograms: the launch's
+  // blocks along grid axis `axis` (a persistent grid's, chosen at launch). FillStage: the block's
+  // first thread copies the parameter's tile at (row arg 0, column arg 1) — one row of the ring's
+  // tile, contiguous — into stage arg 2 of ring `ring` by one bulk copy, making the stage's full
+  // barrier expect its bytes, and records the row as the stage's; a row at or past `limit` (arg
+  // 3: the rows) is the end mark, recorded as the limit, the barrier arrived at without bytes.
+  // The row may be a ticket. StageRow: the row stage arg 0 of ring `ring` holds (read once its
+  // full barrier's phase is waited for: WaitFull). Claim: the block's first thread takes the
+  // next row from counter slot arg 0 of the workspace `param` — arg 1 (the rows dealt before
+  // the counter) plus the count before its increment — where the ticket arg 3 is below arg 2
+  // (the rows), else keeps it; without arg 3, it claims. A ticket.
+  NumPrograms,
+  FillStage,
+  StageRow,
+  Claim,
+  // A loop while a condition holds: args the initial carried values; region 0 (args: the
+  // carried values) ends with a yield of a bool scalar, the condition; region 1 (no args; it sees
+  // region 0's values) runs where it holds and ends with a yield of the next carried values.
+  // Results: the carried values when the condition fails.
+  While,
 };
 const char* opcode_name(Opcode o);
 // A reduction's (ReduceSum, ReduceMax, ReduceMin) identity — 0, −inf, inf — and the elementwise
@@ -308,6 +332,9 @@ struct SharedRing {
   // per stage (rows of 128 bytes, TMA's 128-byte swizzle), stages/consumer_groups slots per
   // consumer group; each stage 1024-byte aligned.
   bool staging = false;
+  // Filled a row at a time by FillStage (bulk copies, no tensor map), a full mbarrier and the
+  // row it holds per stage; read back by `load` in the program's blocked layout.
+  bool bulk = false;
   int64_t align() const { return wgmma || staging ? 1024 : 128; }
   int64_t stage_bytes() const { return num_elements(tile) * static_cast<int64_t>(dtype_size(dtype)); }
   int64_t bytes() const { return stages * stage_bytes(); }
@@ -447,6 +474,13 @@ class Builder {
   void await_turn(int step = -1);
   void hand_off(int step = -1, int steps = -1);
   int less(int a, int b);  // bool scalar a < b of two indices
+  int num_programs(int axis);
+  // Rows staged through bulk ring `ring` (Opcode::FillStage, StageRow, Claim).
+  void fill_stage(int param, int row, int col, int ring, int stage, int rows);
+  int stage_row(int ring, int stage);
+  int claim(int workspace_param, int slot, int dealt, int rows = -1, int ticket = -1);
+  // A blocked tile of `shape` from stage `stage` of bulk ring `ring`, from column `col` on.
+  int load_stage(int ring, int stage, int col, const Shape& shape);
   void tma_load(int param, int batch, int row, int col, int ring, int stage, bool multicast = false);
   void wait_full(int ring, int stage, int parity);
   void wait_empty(int ring, int stage, int parity);
@@ -485,6 +519,12 @@ class Builder {
   // next iteration carries. Returns the carried values after the loop.
   using LoopBody = std::function<std::vector<int>(Builder&, int iv, const std::vector<int>& carried)>;
   std::vector<int> for_loop(int lo, int hi, int step, const std::vector<int>& inits, const LoopBody& body);
+  // A loop while `cond` (given a builder for region 0 and the carried values) gives true: `body`
+  // (a builder for region 1, which sees region 0's values) returns the next carried values.
+  // Returns the carried values after the loop.
+  using LoopCondition = std::function<int(Builder&, const std::vector<int>& carried)>;
+  using WhileBody = std::function<std::vector<int>(Builder&, const std::vector<int>& carried)>;
+  std::vector<int> while_loop(const std::vector<int>& inits, const LoopCondition& cond, const WhileBody& body);
 
  private:
   int emit(Inst i, std::optional<Type> result);

@@ -209,6 +209,36 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += pad + "}\n";
         break;
       }
+      case Opcode::While: {
+        std::vector<std::string> carried, types;
+        const Region& head = i.regions.at(0);
+        for (size_t k = 0; k < i.args.size(); ++k)
+          carried.push_back(fmt::format("{} = {}", value(head.args.at(k)), value(i.args[k])));
+        for (int v : i.results) types.push_back(type_of(v));
+        *out += fmt::format("{}{}while ({}) : {} {{\n", pad, lhs, fmt::join(carried, ", "), fmt::join(types, ", "));
+        print_region(p, value, head, depth + 1, out);
+        *out += pad + "} do {\n";
+        print_region(p, value, i.regions.at(1), depth + 1, out);
+        *out += pad + "}\n";
+        break;
+      }
+      case Opcode::NumPrograms:
+        *out += fmt::format("{}{}num_programs {} : index\n", pad, lhs, i.axis);
+        break;
+      case Opcode::FillStage:
+        *out += fmt::format("{}fill_stage %arg{}[{}] into @{}[{}] rows {}\n", pad, i.param,
+                            values(std::vector<int>(i.args.begin(), i.args.begin() + 2)),
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args[2]), value(i.args[3]));
+        break;
+      case Opcode::StageRow:
+        *out += fmt::format("{}{}stage_row @{}[{}] : index\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
+                            value(i.args[0]));
+        break;
+      case Opcode::Claim:
+        *out += fmt::format("{}{}claim %arg{}[{}] after {}{} : ticket\n", pad, lhs, i.param, value(i.args[0]),
+                            value(i.args[1]),
+                            i.args.size() > 2 ? fmt::format(" next {} below {}", value(i.args[3]), value(i.args[2])) : "");
+        break;
       case Opcode::Yield:
         *out += fmt::format("{}yield {}\n", pad, values(i.args));
         break;
@@ -330,6 +360,7 @@ class Parser {
         r.wgmma = take_word("wgmma");
         r.tma = take_word("tma");
         r.staging = take_word("staging");
+        r.bulk = take_word("bulk");
         p.shared.push_back(r);
       }
       punct("]");
@@ -482,6 +513,9 @@ class Parser {
   Type type() {
     if (take_word("index")) {
       return Type::index();
+    }
+    if (take_word("ticket")) {
+      return Type::ticket();
     }
     const Token& w = expect(Token::Word, "a type");
     if (w.text != "tile") return Type::scalar(dtype_named(w.text));
@@ -831,6 +865,76 @@ class Parser {
       names_ = outer;  // the region's values are not visible after it
       i.regions.push_back(std::move(r));
       results(types);
+    } else if (op == "while") {
+      i.opcode = Opcode::While;
+      std::vector<std::string> carried;
+      punct("(");
+      while (!at_punct(")")) {
+        if (!carried.empty()) punct(",");
+        carried.push_back(expect(Token::Value, "a carried value").text);
+        punct("=");
+        i.args.push_back(use("an initial value"));
+      }
+      punct(")");
+      punct(":");
+      std::vector<Type> types;
+      while (types.size() < carried.size()) {
+        if (!types.empty()) punct(",");
+        types.push_back(type());
+      }
+      std::map<std::string, int> outer = names_;
+      Region head, body;
+      for (size_t k = 0; k < carried.size(); ++k) head.args.push_back(define(p, carried[k], types[k]));
+      punct("{");
+      region(p, head);
+      punct("}");
+      word("do");  // (the body sees the condition's values)
+      punct("{");
+      region(p, body);
+      punct("}");
+      names_ = outer;
+      i.regions.push_back(std::move(head));
+      i.regions.push_back(std::move(body));
+      results(types);
+    } else if (op == "num_programs") {
+      i.opcode = Opcode::NumPrograms;
+      i.axis = static_cast<int>(integer());
+      punct(":");
+      results({type()});
+    } else if (op == "fill_stage") {
+      i.opcode = Opcode::FillStage;
+      param_at(p, i);
+      word("into");
+      i.ring = ring(p);
+      punct("[");
+      i.args.push_back(use("the stage"));
+      punct("]");
+      word("rows");
+      i.args.push_back(use("the rows"));
+    } else if (op == "stage_row") {
+      i.opcode = Opcode::StageRow;
+      i.ring = ring(p);
+      punct("[");
+      i.args = {use("the stage")};
+      punct("]");
+      punct(":");
+      results({type()});
+    } else if (op == "claim") {
+      i.opcode = Opcode::Claim;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = {use("a counter slot")};
+      punct("]");
+      word("after");
+      i.args.push_back(use("the rows dealt"));
+      if (take_word("next")) {
+        const int ticket = use("the ticket");
+        word("below");
+        i.args.push_back(use("the rows"));
+        i.args.push_back(ticket);
+      }
+      punct(":");
+      results({type()});
     } else if (op == "in_bounds") {
       i.opcode = Opcode::InBounds;
       i.args = {use("an offset")};
@@ -939,7 +1043,7 @@ std::string print_program(const Program& p) {
     rings.push_back(fmt::format("@{}: {}[{}, {}, {}]{}", r.name, dtype_name(r.dtype), r.stages, r.tile.at(0),
                                 r.tile.at(1),
                                 std::string(r.col_major ? " col_major" : "") + (r.wgmma ? " wgmma" : "") + (r.tma ? " tma" : "") +
-                                    (r.staging ? " staging" : "")));
+                                    (r.staging ? " staging" : "") + (r.bulk ? " bulk" : "")));
   if (!rings.empty()) mma += fmt::format("\n    shared [{}]", fmt::join(rings, ", "));
   std::string out = fmt::format("tile.func @{}({})\n    grid [{}] threads {} layout {}{}{}{}{}{} {{\n", p.name,
                                 fmt::join(params, ", "), fmt::join(p.grid, ", "), p.block_threads(),

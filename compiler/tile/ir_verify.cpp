@@ -312,8 +312,14 @@ class Verifier {
       if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
   }
   void stage_sync(const Inst& i) {
-    role(i, i.opcode == Opcode::WaitEmpty ? Role::Producer : Role::Consumers);
-    tma_ring_of(i);
+    const bool bulk = i.opcode == Opcode::WaitFull && i.ring >= 0 && i.ring < static_cast<int>(p_.shared.size()) &&
+                      p_.shared[static_cast<size_t>(i.ring)].bulk;
+    if (bulk) {  // (the block waits for a row its first thread filled)
+      if (p_.specialized()) problem(fmt::format("{}: waits for a bulk ring's row in a specialized program", where(i)));
+    } else {
+      role(i, i.opcode == Opcode::WaitEmpty ? Role::Producer : Role::Consumers);
+      tma_ring_of(i);
+    }
     if (i.args.size() != (i.opcode == Opcode::Release ? 1u : 2u)) {
       problem(fmt::format("{}: needs a stage{}", where(i), i.opcode == Opcode::Release ? "" : " and a parity"));
       return;
@@ -348,6 +354,17 @@ class Verifier {
     const SharedRing* r = ring_of(i);
     const Type& t = type(i.results.at(0));
     if (!r) return;
+    if (r->bulk) {  // a row of the stage in the blocked layout, from a column on
+      if (t.frag != Frag::None || t.space != Space::Reg || t.dtype != r->dtype || t.shape.size() != 2 ||
+          t.shape[0] != 1 || t.shape[1] > r->tile.at(1))
+        problem(fmt::format("{}: {} from @{}'s rows of {} {}", where(i), type_str(t), r->name, r->tile.at(1),
+                            dtype_name(r->dtype)));
+      if (i.args.size() != 3) problem(fmt::format("{}: needs a stage, a row and a column", where(i)));
+      for (int a : i.args)
+        if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
+      check_tile_shape(i, t);
+      return;
+    }
     if (t.frag != Frag::A && t.frag != Frag::B)
       problem(fmt::format("{}: loads mma_a or mma_b fragments from shared memory, not {}", where(i), type_str(t)));
     if (t.dtype != r->dtype || dtype_size(r->dtype) != 2)
@@ -471,6 +488,79 @@ class Verifier {
   // Per-row floating-point tiles of the blocked layout (one column), a value of each per block,
   // in the body of a program launched in clusters: every block of the cluster takes each
   // exchange once, its slots are its own, and the first waits for the blocks to run.
+  // A ticket (the block's first thread's) goes only where that thread runs for the block — the
+  // row of a fill_stage, the ticket a claim keeps — or around a loop.
+  void tickets(const Inst& i) {
+    for (size_t k = 0; k < i.args.size(); ++k) {
+      if (type(i.args[k]).kind != Type::Kind::Ticket) continue;
+      const bool ok = (i.opcode == Opcode::FillStage && k == 0) || (i.opcode == Opcode::Claim && k == 3) ||
+                      i.opcode == Opcode::Yield || i.opcode == Opcode::While || (i.opcode == Opcode::For && k >= 3);
+      if (!ok) problem(fmt::format("{}: takes ticket %{}, which only the block's first thread holds", where(i), i.args[k]));
+    }
+  }
+  bool is_row(int v) const { return is_index(v) || type(v).kind == Type::Kind::Ticket; }
+
+  const SharedRing* bulk_ring_of(const Inst& i) {
+    const SharedRing* r = ring_of(i);
+    if (r && (!r->bulk || r->tile.size() != 2 || r->tile[0] != 1))
+      problem(fmt::format("{}: @{} is not a bulk ring of one row a stage", where(i), r->name));
+    return r && r->bulk ? r : nullptr;
+  }
+  // One row of an input (whole 16-byte chunks) into a bulk ring's stage, outside a specialized
+  // program: a row (an index or a ticket), a column, a stage and the rows.
+  void fill_stage(const Inst& i) {
+    if (p_.specialized()) problem(fmt::format("{}: fills stages in a program that is not specialized", where(i)));
+    const SharedRing* r = bulk_ring_of(i);
+    if (!r) return;
+    const Param* prm = input_of(i, *r);
+    if (i.args.size() != 4 || !is_row(i.args[0])) {
+      problem(fmt::format("{}: needs a row, a column, a stage and the rows", where(i)));
+      return;
+    }
+    for (size_t k = 1; k < 4; ++k)
+      if (!is_index(i.args[k])) problem(fmt::format("{}: %{} is not an index", where(i), i.args[k]));
+    if (r->stage_bytes() % 16 != 0) problem(fmt::format("{}: @{}'s rows are not whole 16-byte chunks", where(i), r->name));
+    if (prm && (prm->view.size() != 2 || prm->view[1] % r->tile[1] != 0 || !prm->row_dims.empty() || !prm->elem_dims.empty()))
+      problem(fmt::format("{}: %arg{}'s rows {} are not whole stages of @{}", where(i), i.param, shape_str(prm->view), r->name));
+  }
+  void claim(const Inst& i) {
+    if (i.param < 0 || i.param >= static_cast<int>(p_.params.size()) || !p_.params[static_cast<size_t>(i.param)].workspace)
+      problem(fmt::format("{}: %arg{} is not the workspace", where(i), i.param));
+    if ((i.args.size() != 2 && i.args.size() != 4) || !is_index(i.args[0]) || !is_index(i.args[1]) ||
+        (i.args.size() == 4 && (!is_index(i.args[2]) || type(i.args[3]).kind != Type::Kind::Ticket)) ||
+        type(i.results.at(0)).kind != Type::Kind::Ticket)
+      problem(fmt::format("{}: needs a counter slot and the rows dealt (then the rows and a ticket); gives a ticket",
+                          where(i)));
+  }
+  // Carried values of one type each from the initial value through region 0's args to the
+  // results; region 0 yields a bool scalar, region 1 (seeing region 0's values) the next values.
+  void while_loop(const Inst& i, std::set<int> scope) {
+    if (i.regions.size() != 2 || i.regions[0].args.size() != i.args.size() || i.results.size() != i.args.size() ||
+        !i.regions[1].args.empty()) {
+      problem(fmt::format("{}: needs two regions and as many carried values as initial values and results", where(i)));
+      return;
+    }
+    const Region& head = i.regions[0];
+    const Region& body = i.regions[1];
+    for (size_t k = 0; k < i.args.size(); ++k)
+      if (type(i.args[k]) != type(head.args[k]) || type(head.args[k]) != type(i.results[k]))
+        problem(fmt::format("{}: carried value {} changes type", where(i), k));
+    for (int a : head.args) scope.insert(a);
+    region(head, scope, true);
+    if (head.body.empty() || head.body.back().opcode != Opcode::Yield || head.body.back().args.size() != 1 ||
+        type(head.body.back().args[0]) != Type::scalar(DType::Bool))
+      problem(fmt::format("{}: its condition region does not end with a yield of a bool scalar", where(i)));
+    region(body, scope, true);
+    if (body.body.empty() || body.body.back().opcode != Opcode::Yield || body.body.back().args.size() != i.args.size()) {
+      problem(fmt::format("{}: its body does not end with a yield of the {} carried values", where(i), i.args.size()));
+      return;
+    }
+    for (size_t k = 0; k < i.args.size(); ++k)
+      if (type(body.body.back().args[k]) != type(head.args[k]))
+        problem(fmt::format("{}: yields {} for carried value {} of {}", where(i),
+                            type_str(type(body.body.back().args[k])), k, type_str(type(head.args[k]))));
+  }
+
   void cluster_values(const Inst& i) {
     const size_t n = static_cast<size_t>(std::max(p_.cluster_blocks, 1));
     if (p_.cluster_blocks < 2 || p_.specialized() || depth_ > 1)
@@ -505,6 +595,7 @@ class Verifier {
       for (const std::vector<int>* uses : {&i.args, &i.limits, &i.lower})
         for (int a : *uses) defined(a);
       defined(i.shift);
+      tickets(i);
       switch (i.opcode) {
         case Opcode::ProgramId:
           if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))
@@ -734,6 +825,24 @@ class Verifier {
           break;
         case Opcode::Yield:
           if (!in_loop || n + 1 != r.body.size()) problem("a yield that does not end a loop's region");
+          break;
+        case Opcode::While:
+          while_loop(i, scope);
+          break;
+        case Opcode::NumPrograms:
+          if (i.axis != 0 || !is_index(i.results.at(0)))
+            problem(fmt::format("{}: gives the blocks along grid axis 0 as an index", where(i)));
+          break;
+        case Opcode::FillStage:
+          fill_stage(i);
+          break;
+        case Opcode::StageRow:
+          bulk_ring_of(i);
+          if (i.args.size() != 1 || !is_index(i.args[0]) || !is_index(i.results.at(0)))
+            problem(fmt::format("{}: gives the row an index stage holds, as an index", where(i)));
+          break;
+        case Opcode::Claim:
+          claim(i);
           break;
       }
       for (int v : i.results) {

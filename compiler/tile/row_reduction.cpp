@@ -18,8 +18,17 @@
 // and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A weight shared by the rows
 // is read `shifted` by the row's start's place in its vector (two aligned vectors joined and
 // shifted in registers); one laid out otherwise (broadcast along some rows) is the first Tile
-// IR's still. Kinds it does not take (the first Tile IR's schedules: staged and split rows) are
-// refused: the scheduler sets ir_v2 only on rows one block or one cluster holds.
+// IR's still.
+//
+// Rows staged through shared memory and claimed from a counter (TileSchedule::claims_rows: one
+// block a row, a persistent grid): each tensor along the rows has a bulk ring of `stages` rows.
+// The block's first thread fills the stages with rows dealt grid-stride (block b: rows b,
+// b + blocks, …), claims a row ahead of need, and the block loops while the row its next stage
+// holds is a row (not the end mark): it waits for the stage, reads its row from it, and, past
+// the first reduction's block barrier (every thread has read the stage), the first thread
+// refills the stage with its claimed row (or the end mark) and claims the next, so that a block
+// takes rows as fast as it finishes them. The last block to finish zeroes the counters.
+// Split rows are the first Tile IR's still.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,30 +55,134 @@ class RowReduction {
         s_(k.schedule),
         cluster_(s_.cluster_blocks > 1),
         window_(s_.window),
+        staged_(s_.stages > 0),
         passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if (s_.stages > 0 || s_.split_blocks > 1 || s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks ||
-        ((cluster_ || window_) && s_.tile_rows() != 1) || !s_.elem_dims.empty())
-      throw CodegenError(fmt::format("kernel {}: Tile IR v2 builds only rows one block or cluster holds, not {}",
-                                     k_.name, s_.describe()));
+    if ((s_.stages > 0 && (!s_.claims_rows() || window_ || s_.tile_rows() != 1)) || s_.split_blocks > 1 ||
+        s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || ((cluster_ || window_) && s_.tile_rows() != 1) ||
+        !s_.elem_dims.empty())
+      throw CodegenError(fmt::format(
+          "kernel {}: Tile IR v2 builds only rows one block or cluster holds, or claimed rows staged, not {}",
+          k_.name, s_.describe()));
     p_ = program_of(k_);
     p_.cluster_blocks = s_.cluster_blocks;
     p_.min_blocks_per_sm = s_.min_blocks_per_sm;
     add_params();
     Builder b(p_, p_.body);
-    place(b);
-    masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
-    for (size_t i = 0; i < k_.inputs.size(); ++i)
-      if (p_.params[i].view[0] != 1 || flat_[i]) load(b, i);
-    compute_nodes(b);
-    store(b);
+    if (staged_) {
+      add_rings();
+      claimed_rows(b);
+    } else {
+      place(b);
+      row(b);
+    }
     sink_to_uses(p_);
     verify_program(p_);
     return std::move(p_);
   }
 
  private:
+  // The block's row (row0_, col0_ placed): its tensors along the rows loaded, its nodes computed,
+  // its outputs stored.
+  void row(Builder& b) {
+    masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
+    for (size_t i = 0; i < k_.inputs.size(); ++i)
+      if (p_.params[i].view[0] != 1 || flat_[i]) load(b, i);
+    compute_nodes(b);
+    store(b);
+  }
+
+  // ---- claimed rows staged through bulk rings ----
+
+  // A bulk ring of `stages` rows for each input along the rows and columns, and the workspace's
+  // two counters (the next row, the blocks finished).
+  void add_rings() {
+    ring_of_.assign(k_.inputs.size(), -1);
+    int64_t bytes = 0;
+    for (size_t i = 0; i < k_.inputs.size(); ++i) {
+      const Param& prm = p_.params[i];
+      if (prm.view[0] == 1 || prm.view[1] == 1) continue;
+      SharedRing r;
+      r.name = fmt::format("rows{}", i);
+      r.dtype = prm.dtype;
+      r.stages = s_.stages;
+      r.tile = {1, s_.tile_cols()};
+      r.bulk = true;
+      bytes += r.stage_bytes();
+      ring_of_[i] = static_cast<int>(p_.shared.size());
+      p_.shared.push_back(r);
+    }
+    if (bytes != s_.stage_bytes || p_.shared.empty() || s_.threads_per_row <= 32)
+      throw CodegenError(fmt::format("kernel {}: its staged rows take {} bytes a stage, the schedule planned {}, in "
+                                     "rows of {} threads",
+                                     k_.name, bytes, s_.stage_bytes, s_.threads_per_row));
+    Param ws;
+    ws.name = "workspace";
+    ws.view = {0, 0};  // (no f32 values: the u32 counters only)
+    ws.workspace = true;
+    workspace_ = static_cast<int>(p_.params.size());
+    p_.params.push_back(ws);
+  }
+
+  // The stages filled with rows dealt grid-stride and a row claimed ahead; then, while the next
+  // stage holds a row, that row (refilled past the first reduction: refill); the last block to
+  // finish zeroes the counters for the next launch.
+  void claimed_rows(Builder& b) {
+    const int block = b.program_id(0), blocks = b.num_programs(0);
+    zero_ = b.index(0);
+    col0_ = zero_;
+    rows_ = b.index(s_.rows);
+    const int stages = b.index(s_.stages);
+    dealt_ = b.mul(blocks, stages);
+    for (int k = 0; k < s_.stages; ++k) {
+      const int dealt = k == 0 ? block : b.add(block, b.mul(blocks, b.index(k)));
+      for (size_t i = 0; i < ring_of_.size(); ++i)
+        if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), dealt, zero_, ring_of_[i], b.index(k), rows_);
+    }
+    const int first = b.claim(workspace_, zero_, dealt_);
+    auto waits = [&](Builder& h, bool first_ring, int it) {
+      stage_ = h.rem(it, stages);
+      const int parity = h.rem(h.div(it, stages), h.index(2));
+      for (int r = 0; r < static_cast<int>(p_.shared.size()); ++r)
+        if ((r == 0) == first_ring) h.wait_full(r, stage_, parity);
+    };
+    b.while_loop(
+        {zero_, first},
+        [&](Builder& h, const std::vector<int>& c) {
+          waits(h, true, c[0]);
+          row0_ = h.stage_row(0, stage_);
+          return h.less(row0_, rows_);
+        },
+        [&](Builder& body, const std::vector<int>& c) {
+          waits(body, false, c[0]);
+          ticket_ = c[1];
+          refilled_ = false;
+          value_of_.clear();
+          in_row_ = -1;
+          row(body);
+          if (!refilled_) {  // (no reduction passed a block barrier)
+            body.barrier();
+            refill(body);
+          }
+          return std::vector<int>{body.add(c[0], body.index(1)), next_ticket_};
+        });
+    const int last = b.last_arrival(workspace_, b.index(1), blocks);
+    b.when(last, [&](Builder& w) {
+      w.reset_count(workspace_, w.index(0));
+      w.reset_count(workspace_, w.index(1));
+    });
+  }
+
+  // The stage just read gets the claimed row (or the end mark), and the next is claimed: after a
+  // block barrier that follows every thread's reads of the stage.
+  void refill(Builder& b) {
+    for (size_t i = 0; i < ring_of_.size(); ++i)
+      if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), ticket_, zero_, ring_of_[i], stage_, rows_);
+    next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, ticket_);
+    refilled_ = true;
+  }
+
   void add_params() {
     std::vector<Shape> shapes;
     for (NodeId id : k_.inputs) shapes.push_back(g_.node(id).shape);
@@ -128,6 +241,10 @@ class RowReduction {
   // (A weight along a windowed row: its columns from the block's first, `shift` before its window.)
   void load(Builder& b, size_t i) {
     const Param& prm = p_.params[i];
+    if (staged_ && ring_of_[i] >= 0) {
+      value_of_[k_.inputs[i]] = b.load_stage(ring_of_[i], stage_, zero_, tile_shape(prm));
+      return;
+    }
     value_of_[k_.inputs[i]] = window_ && !flat_[i] && prm.view[1] != 1
                                   ? b.load_shifted(static_cast<int>(i), zero_, rank_col_, shift_, tile_shape(prm))
                                   : b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
@@ -227,6 +344,7 @@ class RowReduction {
     if (!along_row(p_, x)) return own_reduction(b, id, x);
     const Op op = g_.node(id).op;
     int r = b.reduce(op, x, 1, row_mask(b));
+    if (staged_ && !refilled_) refill(b);  // (the reduction's block barrier follows every read of the stage)
     if (cluster_) r = in_rank_order(b, op, b.cluster_values({r}));
     return as_used(b, g_, k_, id, r);
   }
@@ -351,7 +469,7 @@ class RowReduction {
   const Graph& g_;
   const Kernel& k_;
   const TileSchedule& s_;
-  const bool cluster_, window_;
+  const bool cluster_, window_, staged_;
   const RowPasses passes_;
   Program p_;
   std::vector<bool> flat_;  // windowed: seen as one row of all its elements
@@ -360,6 +478,11 @@ class RowReduction {
   int row0_ = -1, col0_ = -1, zero_ = -1, in_row_ = -1;
   int row_lo_ = -1, row_hi_ = -1;  // windowed: the row's elements,
   int shift_ = -1, rank_col_ = -1;  // their start's place in its vector, the block's first column
+  // Claimed rows: each input's bulk ring (-1: none), the workspace, the rows, the rows dealt
+  // before the counter, the stage of this iteration, the ticket it refills with and the next.
+  std::vector<int> ring_of_;
+  int workspace_ = -1, rows_ = -1, dealt_ = -1, stage_ = -1, ticket_ = -1, next_ticket_ = -1;
+  bool refilled_ = false;
 };
 
 }  // namespace
