@@ -16,7 +16,10 @@
 #include "compiler/tile/build.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/sink.h"
+#include "compiler/graph/tensor_data.h"
+#include "runtime/check.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/executable.h"
 #include "tests/test_util.h"
 #include "tools/fuzz/random_graph.h"
 
@@ -441,6 +444,22 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
       EXPECT_NE(ptx.find(want), std::string::npos) << want;
     if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
   }
+    // A tensor broadcast along some of the row dimensions has rows of its own to stage (GPU fuzz
+  // seed 11197: its rows [17, 16384] were refused as not whole stages).
+  {
+    Graph g("claimed_broadcast");
+    Tensor x = input(g, "x", {5, 17, 16384}, DType::F32);
+    Tensor w = input(g, "w", {1, 17, 16384}, DType::F32);
+    Tensor z = x * w;
+    output("y", z - mean(z, {2}, true));
+    FusionOptions o;
+    o.schedule.staged_ir = 2;
+    Plan plan = plan_fusion(g, o);
+    ASSERT_TRUE(plan.kernels.at(0).schedule.claims_rows() && plan.kernels[0].schedule.ir_v2);
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->shared.size(), 2u);
+  }
   // A ticket is the block's first thread's: not an index for the block's arithmetic.
   const std::string text =
       "tile.func @k(%arg0 \"x\": f32[64, 1024], %arg1 \"workspace\": f32[0, 0] workspace)\n"
@@ -455,6 +474,36 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
   const std::vector<std::string> problems = program_problems(bad);
   ASSERT_EQ(problems.size(), 2u);  // the addi's, not the fill_stage's
   EXPECT_NE(problems[0].find("only the block's first thread holds"), std::string::npos) << problems[0];
+}
+
+// Claimed rows staged on Tile IR v2 against float64 on the GPU: more rows than the grid's blocks
+// (claimed from the counter; two launches, so the counters the last block zeroed are used
+// again), tensors of 16-bit and f32 rows, one broadcast along some of the row dimensions.
+TEST(GpuTileIr, ClaimedRowsMatchFloat64) {
+  using namespace dsl;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("claimed_rows");
+    Tensor x = input(g, "x", {3, 101, 16384}, dt);
+    Tensor w = input(g, "w", {1, 101, 16384}, dt);
+    Tensor z = x * w;
+    output("y", z - mean(z, {2}, true));
+    output("s", softmax(x, -1));
+    FusionOptions o;
+    o.schedule.staged_ir = 2;
+    Plan plan = plan_fusion(g, o);
+    int claimed = 0;
+    for (const Kernel& k : plan.kernels) claimed += k.schedule.claims_rows() && k.schedule.ir_v2;
+    EXPECT_GE(claimed, 1);
+    if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+    Executable exe(plan);
+    const uint64_t seed = testing::test_seed();
+    for (uint64_t launch = 0; launch < 2; ++launch) {  // (the second on the counters the first zeroed)
+      TensorMap inputs = random_inputs(plan.graph, seed + launch);
+      CheckReport check = check_against_reference(plan, inputs, exe.run(inputs));
+      EXPECT_TRUE(check.ok) << "launch " << launch << ", inputs seeded " << seed + launch << ":\n" << check.text();
+    }
+  }
 }
 
 // On wgmma the rings are 1024-byte aligned panels, each step fences the copies for the async

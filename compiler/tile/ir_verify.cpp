@@ -520,7 +520,8 @@ class Verifier {
     for (size_t k = 1; k < 4; ++k)
       if (!is_index(i.args[k])) problem(fmt::format("{}: %{} is not an index", where(i), i.args[k]));
     if (r->stage_bytes() % 16 != 0) problem(fmt::format("{}: @{}'s rows are not whole 16-byte chunks", where(i), r->name));
-    if (prm && (prm->view.size() != 2 || prm->view[1] % r->tile[1] != 0 || !prm->row_dims.empty() || !prm->elem_dims.empty()))
+    // (A row of a tensor broadcast along some of the domain's row dimensions is contiguous too.)
+    if (prm && (prm->view.size() != 2 || prm->view[1] % r->tile[1] != 0 || !prm->elem_dims.empty()))
       problem(fmt::format("{}: %arg{}'s rows {} are not whole stages of @{}", where(i), i.param, shape_str(prm->view), r->name));
   }
   void claim(const Inst& i) {
