@@ -1068,25 +1068,19 @@ class Emitter {
     Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(s.values)), i32(a)), i32(s.count)), w);
     return b_.CreateInBoundsGEP(b_.getFloatTy(), s.array, at);
   }
-  // Each of the thread's per-row values: its row's slots combined pairwise, a tree of ⌈log2 n⌉
-  // levels (n slots: a row's warps), the same order in every thread (every thread of the row gets
-  // the same bits) — not a chain of n dependent operations.
+  // Each of the thread's per-row values: its row's slots combined in order (every thread of the
+  // row gets the same bits).
   // (Slots [first, first + count) of each value, where given: one half of doubled slots.)
   void combine_slots(Op combine, const RowSlots& slots, std::vector<Value*>& rows, Value* first = nullptr,
                      int count = 0) {
     for (int a = 0; a < slots.values; ++a) {
-      std::vector<Value*> level;
-      for (int w = 0; w < (count ? count : slots.count); ++w)
-        level.push_back(b_.CreateAlignedLoad(
-            b_.getFloatTy(), slot(slots, a, first ? b_.CreateAdd(first, i32(w)) : i32(w)), llvm::Align(4)));
-      while (level.size() > 1) {
-        std::vector<Value*> next;
-        for (size_t k = 0; k + 1 < level.size(); k += 2)
-          next.push_back(element(b_, combine, DType::F32, {level[k], level[k + 1]}, p_.name));
-        if (level.size() % 2) next.push_back(level.back());
-        level = std::move(next);
+      Value* acc = nullptr;
+      for (int w = 0; w < (count ? count : slots.count); ++w) {
+        Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, first ? b_.CreateAdd(first, i32(w)) : i32(w)),
+                                        llvm::Align(4));
+        acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
       }
-      rows[static_cast<size_t>(a)] = level.at(0);
+      rows[static_cast<size_t>(a)] = acc;
     }
   }
 
