@@ -447,7 +447,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     }
     EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && k.schedule.ir_v2 && cluster > 1);
-    if (k.schedule.claims_rows()) EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
+    if (k.schedule.stages > 0 && k.schedule.split_blocks == 1) EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
@@ -497,6 +497,9 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2);
   check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 2);
   check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2);
+  // Rows a cluster's blocks stage, taken grid-stride, on Tile IR v2: the exchanges in the loop.
+  check_special_rows(4, 65536, 4, -1, 0, 2, 1, DType::F32, false, 2, 0, 0, 2);
+  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::BF16, false, 2, 0, 0, 2);
   check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads (Tile IR v2)
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16);
   // The same clusters on the first Tile IR (--cluster-ir 1).

@@ -460,6 +460,34 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     ASSERT_TRUE(p.has_value());
     EXPECT_EQ(p->shared.size(), 2u);
   }
+  // Rows a cluster's blocks stage are taken grid-stride: no counter; each block its part's ring,
+  // each reduction exchanged over the cluster inside the loop.
+  {
+    Graph g("staged_cluster");
+    output("y", softmax(input(g, "x", {64, 262144}, DType::F32), -1));
+    FusionOptions o;
+    o.schedule.staged_ir = 2;
+    o.schedule.split = 0;
+    Plan plan = plan_fusion(g, o);
+    const TileSchedule& s = plan.kernels.at(0).schedule;
+    ASSERT_TRUE(s.stages > 0 && s.cluster_blocks > 1 && s.ir_v2) << s.describe();
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->cluster_blocks, s.cluster_blocks);
+    EXPECT_EQ(p->shared.at(0).tile, (Shape{1, s.tile_cols()}));
+    const std::string text = print_program(*p);
+    EXPECT_EQ(text.find("claim"), std::string::npos) << text;
+    EXPECT_EQ(text.find("workspace"), std::string::npos) << text;
+    const auto loop = std::find_if(p->body.body.begin(), p->body.body.end(),
+                                   [](const Inst& i) { return i.opcode == Opcode::While; });
+    ASSERT_NE(loop, p->body.body.end());
+    const std::vector<Inst>& body = loop->regions.at(1).body;
+    EXPECT_EQ(std::count_if(body.begin(), body.end(), [](const Inst& i) { return i.opcode == Opcode::ClusterValues; }),
+              2);  // the max's and the sum's
+    const std::string ptx = program_ptx(*p);
+    EXPECT_NE(ptx.find("barrier.cluster.wait"), std::string::npos);
+    if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+  }
   // A ticket is the block's first thread's: not an index for the block's arithmetic.
   const std::string text =
       "tile.func @k(%arg0 \"x\": f32[64, 1024], %arg1 \"workspace\": f32[0, 0] workspace)\n"

@@ -1026,16 +1026,19 @@ class Emitter {
       mine.insert(mine.end(), v.begin(), v.end());
     }
     const int per_arg = static_cast<int>(mine.size() / i.args.size());
-    const RowSlots slots = row_slots("cluster_values", static_cast<int>(mine.size()), n);
-    if (!cluster_joined_) {  // pairs with the arrival on entry
-      cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
-      cluster_joined_ = true;
-    }
+    // In a loop the other blocks write the slots again in the next iteration: past another
+    // exchange of this iteration (one follows in the loop's body, and no block writes past its
+    // barrier before every block has read), or into the other half of slots doubled by the
+    // iteration's parity (straight in the loop's body), or after a cluster barrier of its own.
+    const bool doubled = loop_depth_ > 0 && !cluster_after_ && loop_top_ && loop_parity_;
+    const RowSlots slots = row_slots("cluster_values", static_cast<int>(mine.size()), doubled ? 2 * n : n);
+    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(n)) : i32(0);
+    join_cluster();
     Value* rank = b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_cluster_ctarank, {});
     guarded(b_.CreateICmpULT(thread_[1], i32(n)), [&] {
       for (size_t v = 0; v < mine.size(); ++v) {
         Value* theirs = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {},
-                                           {slot(slots, static_cast<int>(v), rank), thread_[1]});
+                                           {slot(slots, static_cast<int>(v), b_.CreateAdd(first, rank)), thread_[1]});
         b_.CreateAlignedStore(mine[v], theirs, llvm::Align(4));
       }
     });
@@ -1045,10 +1048,22 @@ class Emitter {
       for (int r = 0; r < n; ++r) {
         std::vector<Value*> theirs;
         for (int e = 0; e < per_arg; ++e)
-          theirs.push_back(b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, i32(r)),
-                                                llvm::Align(4)));
+          theirs.push_back(b_.CreateAlignedLoad(
+              b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, b_.CreateAdd(first, i32(r))), llvm::Align(4)));
         vals_[static_cast<size_t>(i.results[a * static_cast<size_t>(n) + static_cast<size_t>(r)])] = std::move(theirs);
       }
+    if (loop_depth_ > 0 && !cluster_after_ && !doubled) {
+      cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
+      cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+    }
+  }
+  // The wait that pairs with every block's arrival on entry: another block's shared memory is
+  // written only once it runs. Before the first exchange — or before the loop that holds it,
+  // which waits once, not each iteration.
+  void join_cluster() {
+    if (cluster_joined_) return;
+    cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
+    cluster_joined_ = true;
   }
 
   // Shared f32 slots for `count` values of each of a thread's `values` per-row values, one set
@@ -1148,28 +1163,31 @@ class Emitter {
   // A loop's body region, each instruction told whether a block barrier follows it there and
   // that it stands straight in the loop's body; `parity`: the iteration's parity (i32).
   void loop_body(const Region& r, Value* parity) {
-    const bool outer_after = barrier_after_, outer_top = loop_top_;
+    const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_;
     Value* outer_parity = loop_parity_;
     loop_parity_ = parity;
     for (size_t k = 0; k < r.body.size(); ++k) {
       if (r.body[k].opcode == Opcode::Yield) continue;
-      barrier_after_ = std::any_of(r.body.begin() + static_cast<std::ptrdiff_t>(k) + 1, r.body.end(),
-                                   [&](const Inst& j) { return has_block_barrier(j); });
+      const auto later = r.body.begin() + static_cast<std::ptrdiff_t>(k) + 1;
+      barrier_after_ = std::any_of(later, r.body.end(), [&](const Inst& j) { return has_block_barrier(j); });
+      cluster_after_ =
+          std::any_of(later, r.body.end(), [](const Inst& j) { return j.opcode == Opcode::ClusterValues; });
       loop_top_ = true;
       inst(r.body[k]);
     }
     barrier_after_ = outer_after;
+    cluster_after_ = outer_cluster;
     loop_top_ = outer_top;
     loop_parity_ = outer_parity;
   }
   // Emits a region that does not stand straight in a loop's body (a branch's, a loop's condition).
   void nested_region(const Region& r) {
-    const bool outer_after = barrier_after_, outer_top = loop_top_;
-    barrier_after_ = false;
-    loop_top_ = false;
+    const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_;
+    barrier_after_ = cluster_after_ = loop_top_ = false;
     for (const Inst& i : r.body)
       if (i.opcode != Opcode::Yield) inst(i);
     barrier_after_ = outer_after;
+    cluster_after_ = outer_cluster;
     loop_top_ = outer_top;
   }
 
@@ -1226,6 +1244,7 @@ class Emitter {
   // lo ≤ iv < hi by step, the carried values (every element of a carried tile) as PHIs.
   void loop(const Inst& i) {
     const Region& r = i.regions.at(0);
+    if (exchanges_over_cluster(r)) join_cluster();
     Value* lo = one(i.args[0]);
     Value* hi = one(i.args[1]);
     Value* step = one(i.args[2]);
@@ -1276,6 +1295,7 @@ class Emitter {
   void while_loop(const Inst& i) {
     const Region& head_r = i.regions.at(0);
     const Region& body_r = i.regions.at(1);
+    if (exchanges_over_cluster(head_r) || exchanges_over_cluster(body_r)) join_cluster();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, "while", fn_);
     auto* body = llvm::BasicBlock::Create(ctx_, "while.body", fn_);
@@ -1901,7 +1921,9 @@ class Emitter {
       }
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     });
-    if (p_.cluster_blocks == 1) return block_barrier();
+    // (Bulk rings' barriers are the block's own: only its copies complete on them.)
+    const bool tma = std::any_of(p_.shared.begin(), p_.shared.end(), [](const tir::SharedRing& r) { return r.tma; });
+    if (p_.cluster_blocks == 1 || !tma) return block_barrier();
     // The cluster's blocks see each other's barriers set up before any copy or arrival reaches them.
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned, llvm::ArrayRef<llvm::Type*>{},
                        llvm::ArrayRef<Value*>{});
@@ -2159,6 +2181,7 @@ class Emitter {
   bool in_consumers_ = false;              // emitting a Specialize's consumer region
   int loop_depth_ = 0;                     // For regions being emitted around the current instruction
   bool barrier_after_ = false;             // a block barrier follows it in its loop's body
+  bool cluster_after_ = false;             // an exchange over the cluster follows it there
   bool loop_top_ = false;                  // it stands straight in a loop's body
   Value* loop_parity_ = nullptr;           // there: the iteration's parity (i32)
   bool cluster_joined_ = false;            // the wait for the cluster's blocks to run is behind us

@@ -485,9 +485,6 @@ class Verifier {
                             type_str(type(r.args[1 + k]))));
   }
 
-  // Per-row floating-point tiles of the blocked layout (one column), a value of each per block,
-  // in the body of a program launched in clusters: every block of the cluster takes each
-  // exchange once, its slots are its own, and the first waits for the blocks to run.
   // A ticket (the block's first thread's) goes only where that thread runs for the block — the
   // row of a fill_stage, the ticket a claim keeps — or around a loop.
   void tickets(const Inst& i) {
@@ -562,11 +559,16 @@ class Verifier {
                             type_str(type(body.body.back().args[k])), k, type_str(type(head.args[k]))));
   }
 
-  void cluster_values(const Inst& i) {
+  // Per-row floating-point tiles of the blocked layout (one column), a value of each per block,
+  // in the body of a program launched in clusters, or straight in a loop's body there: every
+  // block of the cluster takes each exchange once, its slots are its own (in a loop, written
+  // again past a later exchange, or doubled by the iteration's parity), and the first waits for
+  // the blocks to run.
+  void cluster_values(const Inst& i, bool in_loop) {
     const size_t n = static_cast<size_t>(std::max(p_.cluster_blocks, 1));
-    if (p_.cluster_blocks < 2 || p_.specialized() || depth_ > 1)
-      problem(fmt::format("{}: exchanges values in the body of a program launched in clusters (not in a loop, a "
-                          "branch or a specialized program)",
+    if (p_.cluster_blocks < 2 || p_.specialized() || (depth_ > 1 && !in_loop))
+      problem(fmt::format("{}: exchanges values in the body of a program launched in clusters or of a loop there "
+                          "(not in a branch or a specialized program)",
                           where(i)));
     if (i.args.empty() || i.results.size() != i.args.size() * n) {
       problem(fmt::format("{}: gives each of the cluster's {} blocks' values of each of its {} args, not {} values",
@@ -695,7 +697,7 @@ class Verifier {
           break;
         }
         case Opcode::ClusterValues:
-          cluster_values(i);
+          cluster_values(i, in_loop);
           break;
         case Opcode::Convert: {
           const Type& t = type(i.args.at(0));

@@ -20,15 +20,16 @@
 // shifted in registers); one laid out otherwise (broadcast along some rows) is the first Tile
 // IR's still.
 //
-// Rows staged through shared memory and claimed from a counter (TileSchedule::claims_rows: one
-// block a row, a persistent grid): each tensor along the rows has a bulk ring of `stages` rows.
-// The block's first thread fills the stages with rows dealt grid-stride (block b: rows b,
-// b + blocks, …), claims a row ahead of need, and the block loops while the row its next stage
-// holds is a row (not the end mark): it waits for the stage, reads its row from it, and, past
-// the first reduction's block barrier (every thread has read the stage), the first thread
-// refills the stage with its claimed row (or the end mark) and claims the next, so that a block
-// takes rows as fast as it finishes them. The last block to finish zeroes the counters.
-// Split rows are the first Tile IR's still.
+// Rows staged through shared memory (TileSchedule::stages, a persistent grid): each tensor along
+// the rows has a bulk ring of `stages` rows (in a cluster, of the block's part of a row). The
+// block's first thread fills the stages with rows dealt grid-stride (group g of blocks — a
+// block, or a cluster — rows g, g + groups, …), and the block loops while the row its next
+// stage holds is a row (not the end mark): it waits for the stage, reads its part from it, and,
+// past the first reduction's block barrier (every thread has read the stage), the first thread
+// refills the stage — with the row `stages` ahead, or, claimed (TileSchedule::claims_rows: one
+// block a row), with a row it claimed from a counter ahead of need, and claims the next, so
+// that a block takes rows as fast as it finishes them; the last block to finish zeroes the
+// counters. Split rows are the first Tile IR's still.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -59,7 +60,7 @@ class RowReduction {
         passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if ((s_.stages > 0 && (!s_.claims_rows() || window_ || s_.tile_rows() != 1)) || s_.split_blocks > 1 ||
+    if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || s_.split_blocks > 1 ||
         s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || ((cluster_ || window_) && s_.tile_rows() != 1) ||
         !s_.elem_dims.empty())
       throw CodegenError(fmt::format(
@@ -72,7 +73,7 @@ class RowReduction {
     Builder b(p_, p_.body);
     if (staged_) {
       add_rings();
-      claimed_rows(b);
+      staged_rows(b);
     } else {
       place(b);
       row(b);
@@ -93,10 +94,10 @@ class RowReduction {
     store(b);
   }
 
-  // ---- claimed rows staged through bulk rings ----
+  // ---- rows staged through bulk rings ----
 
-  // A bulk ring of `stages` rows for each input along the rows and columns, and the workspace's
-  // two counters (the next row, the blocks finished).
+  // A bulk ring of `stages` parts of rows for each input along the rows and columns, and —
+  // claimed — the workspace's two counters (the next row, the blocks finished).
   void add_rings() {
     ring_of_.assign(k_.inputs.size(), -1);
     int64_t bytes = 0;
@@ -117,6 +118,7 @@ class RowReduction {
       throw CodegenError(fmt::format("kernel {}: its staged rows take {} bytes a stage, the schedule planned {}, in "
                                      "rows of {} threads",
                                      k_.name, bytes, s_.stage_bytes, s_.threads_per_row));
+    if (!s_.claims_rows()) return;
     Param ws;
     ws.name = "workspace";
     ws.view = {0, 0};  // (no f32 values: the u32 counters only)
@@ -125,22 +127,32 @@ class RowReduction {
     p_.params.push_back(ws);
   }
 
-  // The stages filled with rows dealt grid-stride and a row claimed ahead; then, while the next
-  // stage holds a row, that row (refilled past the first reduction: refill); the last block to
-  // finish zeroes the counters for the next launch.
-  void claimed_rows(Builder& b) {
+  // The stages filled with rows dealt grid-stride (and, claimed, a row claimed ahead); then,
+  // while the next stage holds a row, that row (refilled past the first reduction: refill);
+  // claimed, the last block to finish zeroes the counters for the next launch.
+  void staged_rows(Builder& b) {
+    const bool claimed = s_.claims_rows();
     const int block = b.program_id(0), blocks = b.num_programs(0);
     zero_ = b.index(0);
     col0_ = zero_;
+    int group = block;
+    groups_ = blocks;
+    if (cluster_) {  // block b holds part b mod n of the rows of group b / n
+      const int n = b.index(s_.cluster_blocks);
+      group = b.div(block, n);
+      groups_ = b.div(blocks, n);
+      col0_ = b.mul(b.rem(block, n), b.index(s_.tile_cols()));
+    }
     rows_ = b.index(s_.rows);
     const int stages = b.index(s_.stages);
-    dealt_ = b.mul(blocks, stages);
+    dealt_ = b.mul(groups_, stages);
     for (int k = 0; k < s_.stages; ++k) {
-      const int dealt = k == 0 ? block : b.add(block, b.mul(blocks, b.index(k)));
+      const int dealt = k == 0 ? group : b.add(group, b.mul(groups_, b.index(k)));
       for (size_t i = 0; i < ring_of_.size(); ++i)
-        if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), dealt, zero_, ring_of_[i], b.index(k), rows_);
+        if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), dealt, col0_, ring_of_[i], b.index(k), rows_);
     }
-    const int first = b.claim(workspace_, zero_, dealt_);
+    std::vector<int> carried = {zero_};
+    if (claimed) carried.push_back(b.claim(workspace_, zero_, dealt_));
     auto waits = [&](Builder& h, bool first_ring, int it) {
       stage_ = h.rem(it, stages);
       const int parity = h.rem(h.div(it, stages), h.index(2));
@@ -148,7 +160,7 @@ class RowReduction {
         if ((r == 0) == first_ring) h.wait_full(r, stage_, parity);
     };
     b.while_loop(
-        {zero_, first},
+        carried,
         [&](Builder& h, const std::vector<int>& c) {
           waits(h, true, c[0]);
           row0_ = h.stage_row(0, stage_);
@@ -156,7 +168,7 @@ class RowReduction {
         },
         [&](Builder& body, const std::vector<int>& c) {
           waits(body, false, c[0]);
-          ticket_ = c[1];
+          ticket_ = claimed ? c[1] : body.add(row0_, dealt_);  // (grid-stride: the row `stages` ahead)
           refilled_ = false;
           value_of_.clear();
           in_row_ = -1;
@@ -165,8 +177,11 @@ class RowReduction {
             body.barrier();
             refill(body);
           }
-          return std::vector<int>{body.add(c[0], body.index(1)), next_ticket_};
+          std::vector<int> next = {body.add(c[0], body.index(1))};
+          if (claimed) next.push_back(next_ticket_);
+          return next;
         });
+    if (!claimed) return;
     const int last = b.last_arrival(workspace_, b.index(1), blocks);
     b.when(last, [&](Builder& w) {
       w.reset_count(workspace_, w.index(0));
@@ -174,12 +189,12 @@ class RowReduction {
     });
   }
 
-  // The stage just read gets the claimed row (or the end mark), and the next is claimed: after a
-  // block barrier that follows every thread's reads of the stage.
+  // The stage just read gets its next row (or the end mark) — claimed, the row claimed ahead, and
+  // the next is claimed: after a block barrier that follows every thread's reads of the stage.
   void refill(Builder& b) {
     for (size_t i = 0; i < ring_of_.size(); ++i)
-      if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), ticket_, zero_, ring_of_[i], stage_, rows_);
-    next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, ticket_);
+      if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), ticket_, col0_, ring_of_[i], stage_, rows_);
+    if (s_.claims_rows()) next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, ticket_);
     refilled_ = true;
   }
 
@@ -481,7 +496,8 @@ class RowReduction {
   // Claimed rows: each input's bulk ring (-1: none), the workspace, the rows, the rows dealt
   // before the counter, the stage of this iteration, the ticket it refills with and the next.
   std::vector<int> ring_of_;
-  int workspace_ = -1, rows_ = -1, dealt_ = -1, stage_ = -1, ticket_ = -1, next_ticket_ = -1;
+  // (Grid-stride in a cluster: groups_ of blocks, each a row; ticket_ is the row `stages` ahead.)
+  int workspace_ = -1, rows_ = -1, dealt_ = -1, stage_ = -1, ticket_ = -1, next_ticket_ = -1, groups_ = -1;
   bool refilled_ = false;
 };
 
