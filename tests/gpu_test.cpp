@@ -500,6 +500,7 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   // Rows a cluster's blocks stage, taken grid-stride, on Tile IR v2: the exchanges in the loop.
   check_special_rows(4, 65536, 4, -1, 0, 2, 1, DType::F32, false, 2, 0, 0, 2);
   check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::BF16, false, 2, 0, 0, 2);
+  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 2, 0, 1, 2);  // an exchange a pass
   check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads (Tile IR v2)
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16);
   // The same clusters on the first Tile IR (--cluster-ir 1).

@@ -649,6 +649,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
     s.ir_v2 = hints.staged_ir == 2;  // (one block a row claimed, or a cluster's taken grid-stride)
+    s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
     return s;
   }
   // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded

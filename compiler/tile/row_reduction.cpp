@@ -358,10 +358,18 @@ class RowReduction {
   int reduce(Builder& b, NodeId id, int x) {
     if (!along_row(p_, x)) return own_reduction(b, id, x);
     const Op op = g_.node(id).op;
-    int r = b.reduce(op, x, 1, row_mask(b));
-    if (staged_ && !refilled_) refill(b);  // (the reduction's block barrier follows every read of the stage)
+    int r = block_reduce(b, op, x);
     if (cluster_) r = in_rank_order(b, op, b.cluster_values({r}));
     return as_used(b, g_, k_, id, r);
+  }
+
+  // x reduced along the row over the block's threads (its row's columns only); staged, the first
+  // such reduction is followed by the stage's refill (its block barrier follows every thread's
+  // reads of the stage).
+  int block_reduce(Builder& b, Op op, int x) {
+    const int r = b.reduce(op, x, 1, row_mask(b));
+    if (staged_ && !refilled_) refill(b);
+    return r;
   }
 
   // The cluster's blocks' values of a reduction combined in rank order (every block gets the same
@@ -390,7 +398,7 @@ class RowReduction {
     std::vector<int> partials;
     auto block_partial = [&](NodeId id, int x) {
       exchanged.push_back(id);
-      partials.push_back(b.reduce(g_.node(id).op, x, 1, row_mask(b)));
+      partials.push_back(block_reduce(b, g_.node(id).op, x));
     };
     auto partial_or_own = [&](NodeId id) {  // (a value constant along the row is its own)
       const int x = eval(b, g_.node(id).operands[0], value_of_);
@@ -462,7 +470,7 @@ class RowReduction {
     Online o{id, eval(b, e, with), -1, seen, -1};
     o.shift = as_f32(b, eval(b, c, with));
     keep_independent(with, m);
-    const int s_b = b.reduce(Op::ReduceSum, as_f32(b, o.terms), 1, row_mask(b));
+    const int s_b = block_reduce(b, Op::ReduceSum, as_f32(b, o.terms));
     o.sum = b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32);
     return o;
   }
