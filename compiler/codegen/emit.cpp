@@ -1241,53 +1241,65 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
+  // A loop's head (a For's or a While's), entered from `pre`: each carried value's elements as
+  // phis (carry: the region's args `args` take them), and the iteration's parity (i32).
+  struct LoopHead {
+    llvm::BasicBlock* pre;
+    std::vector<std::vector<llvm::PHINode*>> carried;
+    llvm::PHINode* parity;
+  };
+  LoopHead open_loop(const char* name) {
+    LoopHead h{b_.GetInsertBlock(), {}, nullptr};
+    auto* head = llvm::BasicBlock::Create(ctx_, name, fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    return h;
+  }
+  void carry(LoopHead& h, const std::vector<int>& inits, const std::vector<int>& args) {
+    for (size_t k = 0; k < inits.size(); ++k) {
+      std::vector<llvm::PHINode*> ps;
+      for (Value* init : vals_[static_cast<size_t>(inits[k])]) {
+        ps.push_back(b_.CreatePHI(init->getType(), 2));
+        ps.back()->addIncoming(init, h.pre);
+      }
+      vals_[static_cast<size_t>(args[k])] = std::vector<Value*>(ps.begin(), ps.end());
+      h.carried.push_back(std::move(ps));
+    }
+    h.parity = b_.CreatePHI(b_.getInt32Ty(), 2, "parity");
+    h.parity->addIncoming(i32(0), h.pre);
+  }
+  // The latch (the insertion point): the yielded values into the head's phis, back to the head;
+  // then the loop's results, the phis, after it at `exit`.
+  void close_loop(const LoopHead& h, const Inst& yield, llvm::BasicBlock* exit, const std::vector<int>& results) {
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    h.parity->addIncoming(b_.CreateXor(h.parity, i32(1)), latch);
+    for (size_t k = 0; k < h.carried.size(); ++k)
+      for (size_t e = 0; e < h.carried[k].size(); ++e)
+        h.carried[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
+    b_.CreateBr(h.parity->getParent());
+    b_.SetInsertPoint(exit);
+    for (size_t k = 0; k < results.size(); ++k)
+      vals_[static_cast<size_t>(results[k])] = std::vector<Value*>(h.carried[k].begin(), h.carried[k].end());
+  }
+
   // lo ≤ iv < hi by step, the carried values (every element of a carried tile) as PHIs.
   void loop(const Inst& i) {
     const Region& r = i.regions.at(0);
     if (exchanges_over_cluster(r)) join_cluster();
-    Value* lo = one(i.args[0]);
-    Value* hi = one(i.args[1]);
-    Value* step = one(i.args[2]);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    LoopHead h = open_loop("loop");
+    llvm::PHINode* iv = b_.CreatePHI(index_ty(), 2, "iv");
+    iv->addIncoming(one(i.args[0]), h.pre);
+    vals_[static_cast<size_t>(r.args[0])] = {iv};
+    carry(h, std::vector<int>(i.args.begin() + 3, i.args.end()), std::vector<int>(r.args.begin() + 1, r.args.end()));
     auto* body = llvm::BasicBlock::Create(ctx_, "loop.body", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn_);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    llvm::PHINode* iv = b_.CreatePHI(index_ty(), 2, "iv");
-    iv->addIncoming(lo, pre);
-    vals_[static_cast<size_t>(r.args[0])] = {iv};
-    std::vector<std::vector<llvm::PHINode*>> phis;
-    for (size_t k = 3; k < i.args.size(); ++k) {
-      std::vector<llvm::PHINode*> ps;
-      std::vector<Value*> vs;
-      for (Value* init : vals_[static_cast<size_t>(i.args[k])]) {
-        llvm::PHINode* phi = b_.CreatePHI(init->getType(), 2);
-        phi->addIncoming(init, pre);
-        ps.push_back(phi);
-        vs.push_back(phi);
-      }
-      vals_[static_cast<size_t>(r.args[k - 2])] = vs;
-      phis.push_back(ps);
-    }
-    llvm::PHINode* parity = b_.CreatePHI(b_.getInt32Ty(), 2, "parity");
-    parity->addIncoming(i32(0), pre);
-    b_.CreateCondBr(b_.CreateICmpULT(iv, hi), body, exit);
+    b_.CreateCondBr(b_.CreateICmpULT(iv, one(i.args[1])), body, exit);
     b_.SetInsertPoint(body);
     ++loop_depth_;
-    loop_body(r, parity);
+    loop_body(r, h.parity);
     --loop_depth_;
-    const Inst& yield = r.body.back();
-    llvm::BasicBlock* latch = b_.GetInsertBlock();
-    parity->addIncoming(b_.CreateXor(parity, i32(1)), latch);
-    iv->addIncoming(b_.CreateAdd(iv, step), latch);
-    for (size_t k = 0; k < phis.size(); ++k)
-      for (size_t e = 0; e < phis[k].size(); ++e)
-        phis[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(exit);
-    for (size_t k = 0; k < i.results.size(); ++k)
-      vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(phis[k].begin(), phis[k].end());
+    iv->addIncoming(b_.CreateAdd(iv, one(i.args[2])), b_.GetInsertBlock());
+    close_loop(h, r.body.back(), exit, i.results);
   }
 
   // A loop while region 0's condition holds: the carried values as phis at its head, region 0
@@ -1296,43 +1308,17 @@ class Emitter {
     const Region& head_r = i.regions.at(0);
     const Region& body_r = i.regions.at(1);
     if (exchanges_over_cluster(head_r) || exchanges_over_cluster(body_r)) join_cluster();
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "while", fn_);
+    LoopHead h = open_loop("while");
+    carry(h, i.args, head_r.args);
     auto* body = llvm::BasicBlock::Create(ctx_, "while.body", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    std::vector<std::vector<llvm::PHINode*>> phis;
-    for (size_t k = 0; k < i.args.size(); ++k) {
-      std::vector<llvm::PHINode*> ps;
-      std::vector<Value*> vs;
-      for (Value* init : vals_[static_cast<size_t>(i.args[k])]) {
-        llvm::PHINode* phi = b_.CreatePHI(init->getType(), 2);
-        phi->addIncoming(init, pre);
-        ps.push_back(phi);
-        vs.push_back(phi);
-      }
-      vals_[static_cast<size_t>(head_r.args[k])] = vs;
-      phis.push_back(ps);
-    }
-    llvm::PHINode* parity = b_.CreatePHI(b_.getInt32Ty(), 2, "parity");
-    parity->addIncoming(i32(0), pre);
     ++loop_depth_;
     nested_region(head_r);
     b_.CreateCondBr(one(head_r.body.back().args.at(0)), body, exit);
     b_.SetInsertPoint(body);
-    loop_body(body_r, parity);
+    loop_body(body_r, h.parity);
     --loop_depth_;
-    const Inst& yield = body_r.body.back();
-    llvm::BasicBlock* latch = b_.GetInsertBlock();
-    parity->addIncoming(b_.CreateXor(parity, i32(1)), latch);
-    for (size_t k = 0; k < phis.size(); ++k)
-      for (size_t e = 0; e < phis[k].size(); ++e)
-        phis[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(exit);
-    for (size_t k = 0; k < i.results.size(); ++k)
-      vals_[static_cast<size_t>(i.results[k])] = std::vector<Value*>(phis[k].begin(), phis[k].end());
+    close_loop(h, body_r.body.back(), exit, i.results);
   }
 
   // Two 16-bit elements of a fragment (held in f32, exactly) packed into an i32 register: the

@@ -347,10 +347,12 @@ struct ScheduleHints {
   // rows (the rescale's instructions cost more than the cluster barrier it saves), 4.5% faster
   // on a 50257-wide bf16 log_softmax.
   int cluster_online = 0;
-  // Which Tile IR persistent rows staged through shared memory and claimed from a counter (one
-  // block a row, TileSchedule::claims_rows) are built on: 2, Tile IR v2 (bulk rings: the block's
-  // first thread fills each stage with a claimed row and records it beside the stage, a `while`
-  // over the stages' rows until an end mark); 1, the default, the first Tile IR's lowerer.
+  // Which Tile IR persistent rows staged through shared memory (not split) are built on: 2, Tile
+  // IR v2 (bulk rings: the block's first thread fills each stage with a row — claimed from a
+  // counter where one block holds a row, grid-stride where a cluster does — and records it
+  // beside the stage, a `while` over the stages' rows until an end mark); 1, the default, the
+  // first Tile IR's lowerer (on the H200 v2 ran level on 16-bit claimed rows, 1–1.8% slower on
+  // f32 ones, 1.13–1.45× slower over clusters: bench/NOTES.md, "Staged rows on Tile IR v2").
   int staged_ir = 1;
 };
 

@@ -605,6 +605,25 @@ class Parser {
     return it->second;
   }
   // `%argN[offsets…]`: the instruction's parameter and its offsets (its first args).
+  // "(%a = %init, …) : types": a loop's carried values, their initial values appended to the
+  // loop's args.
+  std::vector<Type> carried_values(Inst& i, std::vector<std::string>* names) {
+    punct("(");
+    while (!at_punct(")")) {
+      if (!names->empty()) punct(",");
+      names->push_back(expect(Token::Value, "a carried value").text);
+      punct("=");
+      i.args.push_back(use("an initial value"));
+    }
+    punct(")");
+    punct(":");
+    std::vector<Type> types;
+    while (types.size() < names->size()) {
+      if (!types.empty()) punct(",");
+      types.push_back(type());
+    }
+    return types;
+  }
   void param_at(const Program& p, Inst& i) {
     i.param = param_ref(p);
     punct("[");
@@ -841,21 +860,7 @@ class Parser {
       i.args.push_back(use("the step"));
       std::vector<std::string> carried;
       std::vector<Type> types;
-      if (take_word("iter_args")) {
-        punct("(");
-        while (!at_punct(")")) {
-          if (!carried.empty()) punct(",");
-          carried.push_back(expect(Token::Value, "a carried value").text);
-          punct("=");
-          i.args.push_back(use("an initial value"));
-        }
-        punct(")");
-        punct(":");
-        while (types.size() < carried.size()) {
-          if (!types.empty()) punct(",");
-          types.push_back(type());
-        }
-      }
+      if (take_word("iter_args")) types = carried_values(i, &carried);
       std::map<std::string, int> outer = names_;
       r.args.push_back(define(p, iv, Type::index()));
       for (size_t k = 0; k < carried.size(); ++k) r.args.push_back(define(p, carried[k], types[k]));
@@ -868,20 +873,7 @@ class Parser {
     } else if (op == "while") {
       i.opcode = Opcode::While;
       std::vector<std::string> carried;
-      punct("(");
-      while (!at_punct(")")) {
-        if (!carried.empty()) punct(",");
-        carried.push_back(expect(Token::Value, "a carried value").text);
-        punct("=");
-        i.args.push_back(use("an initial value"));
-      }
-      punct(")");
-      punct(":");
-      std::vector<Type> types;
-      while (types.size() < carried.size()) {
-        if (!types.empty()) punct(",");
-        types.push_back(type());
-      }
+      const std::vector<Type> types = carried_values(i, &carried);
       std::map<std::string, int> outer = names_;
       Region head, body;
       for (size_t k = 0; k < carried.size(); ++k) head.args.push_back(define(p, carried[k], types[k]));

@@ -42,7 +42,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.fusion.profile.wgmma = false;
       v.codegen = codegen_options_for("sm_80");
       break;
-    case 1:  // long rows staged rather than split; half of them, where claimed, on Tile IR v2
+    case 1:  // long rows staged rather than split; half of them on Tile IR v2
       v.name = "--split 0";
       v.fusion.schedule.split = 0;
       if (pick(0, 1)) {

@@ -109,10 +109,10 @@ common options:
                                values a pass over the row (a softmax's max and sum together, each
                                block's sum rescaled to the row's max); 0, the default, one a
                                reduction
-  --staged-ir 1|2              persistent rows staged through shared memory and claimed from a
-                               counter: on the first Tile IR (1, the default) or on Tile IR v2
-                               (2: bulk rings filled by the block's first thread, a while loop
-                               over the rows the stages hold)
+  --staged-ir 1|2              persistent rows staged through shared memory (claimed from a
+                               counter, or a cluster's taken grid-stride): on the first Tile IR
+                               (1, the default) or on Tile IR v2 (2: bulk rings filled by the
+                               block's first thread, a while loop over the rows the stages hold)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
