@@ -624,6 +624,14 @@ class Parser {
     }
     return types;
   }
+  // " into @ring[%stage]" after a copy's parameter and offsets: the ring, the stage appended.
+  void into_stage(const Program& p, Inst& i) {
+    word("into");
+    i.ring = ring(p);
+    punct("[");
+    i.args.push_back(use("the stage"));
+    punct("]");
+  }
   void param_at(const Program& p, Inst& i) {
     i.param = param_ref(p);
     punct("[");
@@ -704,11 +712,7 @@ class Parser {
       i.opcode = Opcode::CopyAsync;
       param_at(p, i);
       masks(i, i.args.size());
-      word("into");
-      i.ring = ring(p);
-      punct("[");
-      i.args.push_back(use("the stage"));
-      punct("]");
+      into_stage(p, i);
     } else if (op == "specialize") {
       i.opcode = Opcode::Specialize;
       word("producer");
@@ -722,11 +726,7 @@ class Parser {
     } else if (op == "tma_load") {
       i.opcode = Opcode::TmaLoad;
       param_at(p, i);
-      word("into");
-      i.ring = ring(p);
-      punct("[");
-      i.args.push_back(use("the stage"));
-      punct("]");
+      into_stage(p, i);
       i.multicast = take_word("multicast");
     } else if (op == "wait_full" || op == "wait_empty" || op == "release") {
       i.opcode = op == "wait_full" ? Opcode::WaitFull : op == "wait_empty" ? Opcode::WaitEmpty : Opcode::Release;
@@ -896,11 +896,7 @@ class Parser {
     } else if (op == "fill_stage") {
       i.opcode = Opcode::FillStage;
       param_at(p, i);
-      word("into");
-      i.ring = ring(p);
-      punct("[");
-      i.args.push_back(use("the stage"));
-      punct("]");
+      into_stage(p, i);
       word("rows");
       i.args.push_back(use("the rows"));
     } else if (op == "stage_row") {
