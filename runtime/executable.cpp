@@ -132,7 +132,7 @@ void Executable::load() {
     CUfunction f = dev->modules.back().function(c.name);
     dev->functions.push_back(f);
     dev->driver[c.name] = {dev->modules.back().num_registers(f), dev->modules.back().local_bytes(f),
-                           "driver"};
+                           "driver", {}};
     uint64_t grid = c.grid;
     if (c.cluster_blocks > 1 || c.persistent || c.dynamic_shared_bytes > 0) {
       int resident =

@@ -182,7 +182,7 @@ TEST(Fusion, NoFuseGivesOneKernelPerOp) {
 TEST(Report, TextAndJsonCarryTheRecords) {
   Plan p = plan_fusion(find_example("bias_gelu").build());
   MeasuredKernels m;
-  m[p.kernels[0].name] = {30, 0, "ptxas"};
+  m[p.kernels[0].name] = {30, 0, "ptxas", {}};
   std::string text = plan_report_text(p, m);
   EXPECT_NE(text.find("unfused"), std::string::npos);
   EXPECT_NE(text.find("1,073,774,592"), std::string::npos) << text;

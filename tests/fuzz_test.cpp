@@ -128,7 +128,9 @@ TEST(FuzzRegressions, ShiftedExpOfADifferenceReadFromMemory) {
     };
     uses(prog.body);
     for (const tir::Inst& i : prog.body.body)
-      if (i.opcode == tir::Opcode::Load) EXPECT_TRUE(used.count(i.results[0])) << k.name << "\n" << print_program(prog);
+      if (i.opcode == tir::Opcode::Load) {
+        EXPECT_TRUE(used.count(i.results[0])) << k.name << "\n" << print_program(prog);
+      }
   }
   check_graph(g);
 }

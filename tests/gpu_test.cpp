@@ -447,7 +447,9 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     }
     EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && k.schedule.ir_v2 && cluster > 1);
-    if (k.schedule.stages > 0 && k.schedule.split_blocks == 1) EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
+    if (k.schedule.stages > 0 && k.schedule.split_blocks == 1) {
+      EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
+    }
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   std::vector<double> x = random_inputs(g, testing::test_seed()).at("x").to_doubles();
@@ -772,8 +774,9 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
       for (const Kernel& k : p.kernels) {
         windowed += k.schedule.window;
         // (Not the rows of several a block, the 1001-wide ones: the first IR's still.)
-        if (window == 2 && k.schedule.window && k.schedule.tile_rows() == 1)
+        if (window == 2 && k.schedule.window && k.schedule.tile_rows() == 1) {
           EXPECT_TRUE(k.schedule.ir_v2) << k.name << "\n" << plan_report_text(p);
+        }
       }
       EXPECT_EQ(windowed > 0, window > 0) << plan_report_text(p);
       testing::check_on_gpu(p, seed);

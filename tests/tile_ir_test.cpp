@@ -442,7 +442,9 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     for (const char* want : {"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
                              "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "atom.global.add.u32"})
       EXPECT_NE(ptx.find(want), std::string::npos) << want;
-    if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+    }
   }
     // A tensor broadcast along some of the row dimensions has rows of its own to stage (GPU fuzz
   // seed 11197: its rows [17, 16384] were refused as not whole stages).
@@ -486,7 +488,9 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
               2);  // the max's and the sum's
     const std::string ptx = program_ptx(*p);
     EXPECT_NE(ptx.find("barrier.cluster.wait"), std::string::npos);
-    if (!find_ptxas().empty()) EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+    }
   }
   // A ticket is the block's first thread's: not an index for the block's arithmetic.
   const std::string text =
