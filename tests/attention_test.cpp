@@ -69,7 +69,7 @@ TEST(AttentionWalkthrough, EndsAtTheFloat64Result) {
       ASSERT_EQ(w.out.size(), want.size());
       for (int c = 0; c < d; ++c) {
         EXPECT_NEAR(w.out[c], want[c], 1e-5 * (1 + std::fabs(want[c])));
-        if (visible == 0) EXPECT_EQ(w.out[c], 0.0f);  // a row that sees no key gives 0, as softmax does
+        if (visible == 0) { EXPECT_EQ(w.out[c], 0.0f); }  // a row that sees no key gives 0, as softmax does
       }
     }
 }
@@ -967,8 +967,8 @@ TEST(FusionAttention, SplitsFollowTheDevice) {
     EXPECT_NE(s.describe().find("split-KV for the device"), std::string::npos) << s.describe();
     const bool filled = blocks * splits >= slots * 9 / 10, tiles_bound = (splits + 1) * 8 > tiles;
     EXPECT_TRUE(filled || tiles_bound) << splits << " splits of " << blocks << " blocks, " << tiles << " key tiles";
-    if (splits > 1) EXPECT_LT(blocks * (splits - 1), slots * 9 / 10) << "one split fewer would fill the slots too";
-    if (splits > 1) EXPECT_GE(tiles / splits, 8) << "a split of a few key tiles";
+    if (splits > 1) { EXPECT_LT(blocks * (splits - 1), slots * 9 / 10) << "one split fewer would fill the slots too"; }
+    if (splits > 1) { EXPECT_GE(tiles / splits, 8) << "a split of a few key tiles"; }
   }
 }
 
@@ -1192,7 +1192,7 @@ TEST(FusionAttention, FlashAttention3WhereTheProductsBoundTheKernel) {
     EXPECT_EQ(s.overlap, prefill);
     EXPECT_FALSE(s.warpgroup_turns);
     EXPECT_EQ(s.tile_blocks, prefill ? p.options.profile.sm_count : 0);
-    if (prefill) EXPECT_LE(s.tile_balance, 1.02);
+    if (prefill) { EXPECT_LE(s.tile_balance, 1.02); }
     EXPECT_EQ(s.block_m, prefill ? 128 : 64);
     EXPECT_EQ(s.block_n, prefill ? 128 : 64);
     for (int overlap : {0, 1}) {
@@ -1270,7 +1270,7 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
     const bool persistent = tma && small && p.options.schedule.attention_persistent == 1 &&
                             k->schedule.kv_splits == 1 && !k->schedule.key_limit;
     EXPECT_EQ(k->schedule.tile_blocks > 0, persistent);
-    if (persistent) EXPECT_EQ(k->schedule.tile_blocks, std::min<int64_t>(2, k->schedule.batch * k->schedule.m_blocks()));
+    if (persistent) { EXPECT_EQ(k->schedule.tile_blocks, std::min<int64_t>(2, k->schedule.batch * k->schedule.m_blocks())); }
     EXPECT_EQ(k->schedule.block_n, !small ? (tma ? 64 : 32) : p.options.schedule.attention_block_n == 128 ? 128 : 64);
     const CompiledKernel c = compile_kernel(p.graph, *k);
     // Turns: each warpgroup waits at its named barrier and arrives at the other's.
@@ -1298,7 +1298,7 @@ TEST(FusionAttention, WgmmaScheduleCompiles) {
       // No wgmma serialized by ptxas, but where the warpgroups take turns with the softmax
       // overlapped: there ptxas serializes them for want of registers (C7511) — the opt-in
       // ping-pong that measured slower.
-      if (!(turns && k->schedule.overlap)) EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
+      if (!(turns && k->schedule.overlap)) { EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; ")); }
     }
   }
   EXPECT_GE(on_wgmma, 20);
@@ -1413,7 +1413,7 @@ TEST(FusionAttention, TheGridIsOneKernelEach) {
     const Plan p = plan_fusion(grid_graph(c), o);
     const Kernel* k = only_attention(p);
     ASSERT_NE(k, nullptr) << plan_report_text(p);
-    if (c.fa3) EXPECT_TRUE(k->schedule.tma && k->schedule.overlap == (padded_head_dim(c.d) <= 128));
+    if (c.fa3) { EXPECT_TRUE(k->schedule.tma && k->schedule.overlap == (padded_head_dim(c.d) <= 128)); }
     tma += k->schedule.tma;
   }
   // Both of prefill's schedules are well covered: TMA's and every thread's cp.async.
