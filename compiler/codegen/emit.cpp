@@ -1085,12 +1085,11 @@ class Emitter {
   }
   // Each of the thread's per-row values: its row's slots combined in order (every thread of the
   // row gets the same bits).
-  // (Slots [first, first + count) of each value, where given: one half of doubled slots.)
-  void combine_slots(Op combine, const RowSlots& slots, std::vector<Value*>& rows, Value* first = nullptr,
-                     int count = 0) {
+  // (With `first`: the half of doubled slots from first on.)
+  void combine_slots(Op combine, const RowSlots& slots, std::vector<Value*>& rows, Value* first = nullptr) {
     for (int a = 0; a < slots.values; ++a) {
       Value* acc = nullptr;
-      for (int w = 0; w < (count ? count : slots.count); ++w) {
+      for (int w = 0; w < (first ? slots.count / 2 : slots.count); ++w) {
         Value* x = b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, first ? b_.CreateAdd(first, i32(w)) : i32(w)),
                                         llvm::Align(4));
         acc = acc ? element(b_, combine, DType::F32, {acc, x}, p_.name) : x;
@@ -1139,7 +1138,7 @@ class Emitter {
       for (int a = 0; a < n; ++a) b_.CreateAlignedStore(rows[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
     });
     block_barrier();
-    combine_slots(combine, slots, rows, first, warps);
+    combine_slots(combine, slots, rows, first);
     if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
   }
   // Whether an instruction (straight in a region, not in its own regions) has a block barrier
@@ -1166,12 +1165,16 @@ class Emitter {
     const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_;
     Value* outer_parity = loop_parity_;
     loop_parity_ = parity;
+    // Whether a block barrier, or an exchange, follows instruction k: one pass from the end.
+    std::vector<bool> barrier_after(r.body.size(), false), cluster_after(r.body.size(), false);
+    for (size_t k = r.body.size(); k-- > 1;) {
+      barrier_after[k - 1] = barrier_after[k] || has_block_barrier(r.body[k]);
+      cluster_after[k - 1] = cluster_after[k] || r.body[k].opcode == Opcode::ClusterValues;
+    }
     for (size_t k = 0; k < r.body.size(); ++k) {
       if (r.body[k].opcode == Opcode::Yield) continue;
-      const auto later = r.body.begin() + static_cast<std::ptrdiff_t>(k) + 1;
-      barrier_after_ = std::any_of(later, r.body.end(), [&](const Inst& j) { return has_block_barrier(j); });
-      cluster_after_ =
-          std::any_of(later, r.body.end(), [](const Inst& j) { return j.opcode == Opcode::ClusterValues; });
+      barrier_after_ = barrier_after[k];
+      cluster_after_ = cluster_after[k];
       loop_top_ = true;
       inst(r.body[k]);
     }
@@ -1768,8 +1771,6 @@ class Emitter {
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
   }
 
-  // ---- warp specialization and TMA rings ----
-
   // ---- rows staged through bulk rings ----
 
   // The thread's elements of a row of a bulk ring's stage from column arg 2 on, a run of the
@@ -1870,9 +1871,11 @@ class Emitter {
     return t;
   }
 
-  // Each TMA ring's full and empty mbarriers, a stage each: thread 0 sets them up (full: the
-  // producer's one arrival with the stage's bytes; empty: every consumer's) before the block's
-  // first barrier.
+  // ---- warp specialization and TMA rings ----
+
+  // Each TMA ring's full and empty mbarriers, a stage each, and each bulk ring's full ones (and
+  // the rows its stages hold): thread 0 sets them up (full: the producer's or the first thread's
+  // one arrival with the stage's bytes; empty: every consumer's) before the block's first barrier.
   void init_stage_barriers() {
     stage_barriers_.assign(p_.shared.size(), nullptr);
     stage_rows_.assign(p_.shared.size(), nullptr);

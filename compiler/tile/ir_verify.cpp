@@ -506,7 +506,9 @@ class Verifier {
   // One row of an input (whole 16-byte chunks) into a bulk ring's stage, outside a specialized
   // program: a row (an index or a ticket), a column, a stage and the rows.
   void fill_stage(const Inst& i) {
-    if (p_.specialized()) problem(fmt::format("{}: fills stages in a program that is not specialized", where(i)));
+    if (p_.specialized())
+      problem(fmt::format("{}: fills a bulk ring's stage in a specialized program (the block's first thread fills it)",
+                          where(i)));
     const SharedRing* r = bulk_ring_of(i);
     if (!r) return;
     const Param* prm = input_of(i, *r);

@@ -64,7 +64,7 @@ class RowReduction {
         s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || ((cluster_ || window_) && s_.tile_rows() != 1) ||
         !s_.elem_dims.empty())
       throw CodegenError(fmt::format(
-          "kernel {}: Tile IR v2 builds only rows one block or cluster holds, or claimed rows staged, not {}",
+          "kernel {}: Tile IR v2 builds only rows one block or cluster holds, staged or not, not {}",
           k_.name, s_.describe()));
     p_ = program_of(k_);
     p_.cluster_blocks = s_.cluster_blocks;
@@ -135,40 +135,36 @@ class RowReduction {
     const int block = b.program_id(0), blocks = b.num_programs(0);
     zero_ = b.index(0);
     col0_ = zero_;
-    int group = block;
-    groups_ = blocks;
+    int group = block, groups = blocks;
     if (cluster_) {  // block b holds part b mod n of the rows of group b / n
       const int n = b.index(s_.cluster_blocks);
       group = b.div(block, n);
-      groups_ = b.div(blocks, n);
+      groups = b.div(blocks, n);
       col0_ = b.mul(b.rem(block, n), b.index(s_.tile_cols()));
     }
     rows_ = b.index(s_.rows);
     const int stages = b.index(s_.stages);
-    dealt_ = b.mul(groups_, stages);
+    dealt_ = b.mul(groups, stages);
     for (int k = 0; k < s_.stages; ++k) {
-      const int dealt = k == 0 ? group : b.add(group, b.mul(groups_, b.index(k)));
+      const int dealt = k == 0 ? group : b.add(group, b.mul(groups, b.index(k)));
       for (size_t i = 0; i < ring_of_.size(); ++i)
         if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), dealt, col0_, ring_of_[i], b.index(k), rows_);
     }
     std::vector<int> carried = {zero_};
     if (claimed) carried.push_back(b.claim(workspace_, zero_, dealt_));
-    auto waits = [&](Builder& h, bool first_ring, int it) {
-      stage_ = h.rem(it, stages);
-      const int parity = h.rem(h.div(it, stages), h.index(2));
-      for (int r = 0; r < static_cast<int>(p_.shared.size()); ++r)
-        if ((r == 0) == first_ring) h.wait_full(r, stage_, parity);
-    };
+    int parity = -1;
     b.while_loop(
         carried,
-        [&](Builder& h, const std::vector<int>& c) {
-          waits(h, true, c[0]);
+        [&](Builder& h, const std::vector<int>& c) {  // (the body sees the stage and the parity)
+          stage_ = h.rem(c[0], stages);
+          parity = h.rem(h.div(c[0], stages), h.index(2));
+          h.wait_full(0, stage_, parity);
           row0_ = h.stage_row(0, stage_);
           return h.less(row0_, rows_);
         },
         [&](Builder& body, const std::vector<int>& c) {
-          waits(body, false, c[0]);
-          ticket_ = claimed ? c[1] : body.add(row0_, dealt_);  // (grid-stride: the row `stages` ahead)
+          for (int r = 1; r < static_cast<int>(p_.shared.size()); ++r) body.wait_full(r, stage_, parity);
+          refill_row_ = claimed ? c[1] : body.add(row0_, dealt_);  // (grid-stride: the row `stages` ahead)
           refilled_ = false;
           value_of_.clear();
           in_row_ = -1;
@@ -193,8 +189,8 @@ class RowReduction {
   // the next is claimed: after a block barrier that follows every thread's reads of the stage.
   void refill(Builder& b) {
     for (size_t i = 0; i < ring_of_.size(); ++i)
-      if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), ticket_, col0_, ring_of_[i], stage_, rows_);
-    if (s_.claims_rows()) next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, ticket_);
+      if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), refill_row_, col0_, ring_of_[i], stage_, rows_);
+    if (s_.claims_rows()) next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, refill_row_);
     refilled_ = true;
   }
 
@@ -501,11 +497,11 @@ class RowReduction {
   int row0_ = -1, col0_ = -1, zero_ = -1, in_row_ = -1;
   int row_lo_ = -1, row_hi_ = -1;  // windowed: the row's elements,
   int shift_ = -1, rank_col_ = -1;  // their start's place in its vector, the block's first column
-  // Claimed rows: each input's bulk ring (-1: none), the workspace, the rows, the rows dealt
-  // before the counter, the stage of this iteration, the ticket it refills with and the next.
+  // Staged rows: each input's bulk ring (-1: none), the workspace (claimed), the rows, the rows
+  // dealt before the loop (groups × stages), the stage of this iteration, the row its refill puts
+  // there (the claimed ticket, or the row `stages` ahead) and the next ticket (claimed).
   std::vector<int> ring_of_;
-  // (Grid-stride in a cluster: groups_ of blocks, each a row; ticket_ is the row `stages` ahead.)
-  int workspace_ = -1, rows_ = -1, dealt_ = -1, stage_ = -1, ticket_ = -1, next_ticket_ = -1, groups_ = -1;
+  int workspace_ = -1, rows_ = -1, dealt_ = -1, stage_ = -1, refill_row_ = -1, next_ticket_ = -1;
   bool refilled_ = false;
 };
 
