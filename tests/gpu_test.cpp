@@ -314,12 +314,15 @@ TEST(Gpu, OddWidthsRunFlat) {
 // RMSNorm rows of whole vectors and of a width a tile does not fill, a row count the blocks do
 // not divide, sums written as outputs (keepdim or not, of a per-row operand times the row); f32
 // and bf16.
+// (And with --block-online 1: each pass over a row of whole warps behind one block barrier.)
 TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
-  const FusionOptions v2;
+  for (int online : {0, 1})
   for (DType dt : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(dt));
+    SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online" : ""));
+    FusionOptions v2;
+    v2.schedule.block_online = online;
     Graph g(std::string("rows_v2_") + dtype_name(dt));
     output("p", softmax(input(g, "x", {37, 1000}, dt), -1));
     output("l", log_softmax(input(g, "u", {64, 4096}, dt), -1));
@@ -330,9 +333,13 @@ TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
     output("s", sum(a, {-1}));
     output("c", sum(input(g, "h", {50, 1}, dt) * a, {-1}, true));
     Plan p = plan_fusion(g, v2);
-    int on_v2 = 0;
-    for (const Kernel& k : p.kernels) on_v2 += k.schedule.ir_v2;
+    int on_v2 = 0, in_one_barrier = 0;
+    for (const Kernel& k : p.kernels) {
+      on_v2 += k.schedule.ir_v2;
+      in_one_barrier += k.schedule.block_online;
+    }
     EXPECT_GE(on_v2, 5);
+    if (online) EXPECT_GE(in_one_barrier, 2);  // (the 4096 and 768 rows span whole warps)
     testing::check_on_gpu(p, seed);
   }
 }
@@ -418,10 +425,11 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // row_loop.cpp). `cluster_ir`: which IR builds rows a cluster holds (ScheduleHints::cluster_ir).
 // `window_ir`, `cluster_online`: ScheduleHints' (windowed rows a cluster holds on Tile IR v2 with
 // window_ir 2; cluster_online 1: each pass's reductions in one exchange). `staged_ir` 2: claimed
-// rows staged on Tile IR v2.
+// rows staged on Tile IR v2. `block_online` 1: rows one block holds on Tile IR v2, each pass's
+// reductions behind one block barrier (warps whose elements are all −inf in row 0).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
                         int parts, DType dt = DType::F32, bool looped = false, int cluster_ir = 2,
-                        int window_ir = 0, int cluster_online = 0, int staged_ir = 1) {
+                        int window_ir = 0, int cluster_online = 0, int staged_ir = 1, int block_online = 0) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -436,6 +444,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
   o.schedule.window_ir = window_ir;
   o.schedule.cluster_online = cluster_online;
   o.schedule.staged_ir = staged_ir;
+  o.schedule.block_online = block_online;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
     // The schedule kind the case is meant to cover (clusters, parts, stages, loops), not its sizes.
@@ -449,6 +458,9 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && k.schedule.ir_v2 && cluster > 1);
     if (k.schedule.stages > 0 && k.schedule.split_blocks == 1) {
       EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
+    }
+    if (cluster == 1 && parts == 1 && !looped && (k.schedule.stages == 0 || staged_ir == 2)) {
+      EXPECT_EQ(k.schedule.block_online, block_online == 1) << k.schedule.describe();
     }
   }
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
@@ -517,6 +529,12 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
     check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 2, 2, online);
   }
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
+  // A barrier a pass (--block-online 1): each warp's max and sum gathered together, staged
+  // (claimed) and not.
+  check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 1, 1);
+  check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 1, 1);
+  check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 2, 1);
+  check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2, 1);
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.
   check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true);

@@ -511,6 +511,72 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
 // Claimed rows staged on Tile IR v2 against float64 on the GPU: more rows than the grid's blocks
 // (claimed from the counter; two launches, so the counters the last block zeroed are used
 // again), tensors of 16-bit and f32 rows, one broadcast along some of the row dimensions.
+// Rows one block holds over whole warps with --block-online 1: each pass over the row is one
+// gather of the warps' values (a softmax's max and online sum together, a layernorm's two
+// passes one each) and one block barrier in PTX; staged, the gather precedes the stage's refill.
+// A row of one warp has nothing to gather: the hint leaves it alone.
+TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
+  using namespace dsl;
+  auto count = [](const std::vector<Inst>& body, Opcode o) {
+    return std::count_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == o; });
+  };
+  auto barriers = [](const std::string& ptx) {
+    size_t n = 0;
+    for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++n;
+    return n;
+  };
+  FusionOptions o;
+  o.schedule.block_online = 1;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("online_rows");
+    output("y", softmax(input(g, "x", {300, 4096}, dt), -1));
+    Graph n("online_norm");
+    Tensor z = input(n, "z", {300, 4096}, dt);
+    output("y", layernorm(z, input(n, "w", {4096}, dt), input(n, "b", {4096}, dt)));
+    for (auto [graph, passes] : {std::pair<const Graph*, int>{&g, 1}, {&n, 2}}) {
+      Plan plan = plan_fusion(*graph, o);
+      ASSERT_EQ(plan.kernels.size(), 1u);
+      ASSERT_TRUE(plan.kernels[0].schedule.block_online) << plan.kernels[0].schedule.describe();
+      const std::optional<Program> p = round_tripped(plan);
+      ASSERT_TRUE(p.has_value());
+      EXPECT_EQ(count(p->body.body, Opcode::GatherWarps), passes);
+      const std::string ptx = program_ptx(*p);
+      EXPECT_EQ(barriers(ptx), static_cast<size_t>(passes));
+      if (!find_ptxas().empty()) {
+        std::optional<MeasuredKernel> m = run_ptxas(ptx, p->name);
+        ASSERT_TRUE(m.has_value());
+        EXPECT_EQ(m->spill_bytes, 0);
+      }
+    }
+  }
+  {
+    Graph g("online_claimed");
+    output("y", softmax(input(g, "x", {300, 32768}, DType::F32), -1));
+    FusionOptions staged = o;
+    staged.schedule.staged_ir = 2;
+    Plan plan = plan_fusion(g, staged);
+    ASSERT_TRUE(plan.kernels.at(0).schedule.claims_rows() && plan.kernels[0].schedule.block_online);
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    const auto loop = std::find_if(p->body.body.begin(), p->body.body.end(),
+                                   [](const Inst& i) { return i.opcode == Opcode::While; });
+    ASSERT_NE(loop, p->body.body.end());
+    const std::vector<Inst>& body = loop->regions.at(1).body;
+    EXPECT_EQ(count(body, Opcode::GatherWarps), 1);
+    auto first = [&](Opcode op) {
+      return std::find_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == op; }) - body.begin();
+    };
+    EXPECT_LT(first(Opcode::GatherWarps), first(Opcode::FillStage));
+    if (!find_ptxas().empty()) {
+      EXPECT_TRUE(run_ptxas(program_ptx(*p), p->name).has_value());
+    }
+  }
+  Graph one("one_warp_rows");
+  output("y", softmax(input(one, "x", {300, 96}, DType::F32), -1));
+  EXPECT_FALSE(plan_fusion(one, o).kernels.at(0).schedule.block_online);
+}
+
 TEST(GpuTileIr, ClaimedRowsMatchFloat64) {
   using namespace dsl;
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -1265,6 +1331,110 @@ TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (float& v : x) v = normal(rng);
   const auto [m, s] = run_row_program(parse_program(online_lanes_text(rows)), x, rows);
+  for (int r = 0; r < rows; ++r) {
+    float most = -INFINITY;
+    for (int c = 0; c < cols; ++c) most = std::max(most, x[static_cast<size_t>(r * cols + c)]);
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(x[static_cast<size_t>(r * cols + c)]) - most);
+    EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
+    EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-5 * sum) << "row " << r;
+  }
+}
+
+
+// Each row of 1000 (two rows a block of 2 × 128 threads: 4 warps a row) reduced to its max m and
+// its sum of exp(x − m) behind one block barrier: each warp's max and its sum of exp(x − m_w)
+// (warps tiles), both gathered into every warp at once, the row's max over the warps' maxes and
+// each warp's sum brought to it by exp(m_w − m) before they are added.
+std::string warps_online_text(int rows) {
+  return fmt::format(
+      "tile.func @warps_online(%arg0 \"x\": f32[{rows}, 1000], %arg1 \"m\": f32[{rows}, 1] out, "
+      "%arg2 \"s\": f32[{rows}, 1] out)\n"
+      "    grid [{grid}] threads 256 layout blocked<per_thread [1, 4], threads [2, 128], reps [1, 2]> {{\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 2 : index\n"
+      "  %2 = muli %0, %1 : index\n"
+      "  %3 = const 0 : index\n"
+      "  %4 = load %arg0[%2, %3] masked [1] : tile<2x1024xf32>\n"
+      "  %5 = const 1000 : index\n"
+      "  %6 = in_bounds %3, %5 axis 1 : tile<1x1024xbool>\n"
+      "  %7 = reduce_max %4 axis 1 where %6 : tile<2x4xf32, warps>\n"
+      "  %8 = spread %7 : tile<2x1024xf32>\n"
+      "  %9 = sub %4, %8 : tile<2x1024xf32>\n"
+      "  %10 = exp %9 : tile<2x1024xf32>\n"
+      "  %11 = reduce_sum %10 axis 1 where %6 : tile<2x4xf32, warps>\n"
+      "  %12, %13 = gather_warps %7, %11 : tile<2x4xf32, warps>, tile<2x4xf32, warps>\n"
+      "  %14 = reduce_max %12 axis 1 : tile<2x1xf32>\n"
+      "  %15 = sub %12, %14 : tile<2x4xf32, warp_lanes>\n"
+      "  %16 = exp %15 : tile<2x4xf32, warp_lanes>\n"
+      "  %17 = mul %13, %16 : tile<2x4xf32, warp_lanes>\n"
+      "  %18 = reduce_sum %17 axis 1 : tile<2x1xf32>\n"
+      "  store %arg1[%2, %3], %14 : tile<2x1xf32>\n"
+      "  store %arg2[%2, %3], %18 : tile<2x1xf32>\n"
+      "}}\n",
+      fmt::arg("rows", rows), fmt::arg("grid", rows / 2));
+}
+
+TEST(TileIr, WarpsTilesGatherInOneBarrier) {
+  const Program p = parse_program(warps_online_text(64));
+  EXPECT_TRUE(program_problems(p).empty()) << fmt::format("{}", fmt::join(program_problems(p), "\n"));
+  const std::string text = print_program(p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  EXPECT_NE(text.find("gather_warps %7, %11 : tile<2x4xf32, warps>, tile<2x4xf32, warps>"), std::string::npos) << text;
+  // The two reductions within each warp (a butterfly over 32 lanes each) and the two over the
+  // gathered warps' columns (over 4 lanes each); one barrier, the gather's.
+  const std::string ptx = program_ptx(p);
+  size_t shuffles = 0, barriers = 0;
+  for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
+  for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++barriers;
+  EXPECT_EQ(shuffles, 5u + 5u + 2u + 2u) << ptx;
+  EXPECT_EQ(barriers, 1u);
+  if (!find_ptxas().empty()) {
+    std::optional<MeasuredKernel> m = run_ptxas(ptx, p.name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->spill_bytes, 0);
+  }
+  // A warps tile is gathered before it is reduced over the row, is not loaded or stored, meets
+  // blocked tiles only of one column; only warps tiles are gathered, and only a warps tile
+  // spreads; rows of one warp have no warps tiles.
+  const std::string header =
+      "tile.func @bad(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1024] out)\n"
+      "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {\n"
+      "  %0 = const 0 : index\n"
+      "  %1 = load %arg0[%0, %0] : tile<1x1024xf32>\n"
+      "  %2 = reduce_sum %1 axis 1 : tile<1x4xf32, warps>\n"
+      "  %3 = reduce_sum %1 axis 1 : tile<1x128xf32, lanes>\n";
+  for (const std::string& bad : {std::string("  %4 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"),
+                                 std::string("  store %arg1[%0, %0], %2 : tile<1x4xf32, warps>\n"),
+                                 std::string("  %4 = add %2, %1 : tile<1x4xf32, warps>\n"),
+                                 std::string("  %4 = gather_warps %3 : tile<1x128xf32, lanes>\n"),
+                                 std::string("  %4 = gather_warps %2 : tile<1x4xf32, warps>\n"
+                                             "  %5 = spread %4 : tile<1x1024xf32>\n"),
+                                 std::string("  %4 = reduce_sum %1 axis 1 : tile<1x8xf32, warps>\n")}) {
+    SCOPED_TRACE(bad);
+    try {
+      EXPECT_FALSE(program_problems(parse_program(header + bad + "}\n")).empty());
+    } catch (const Error&) {  // (or refused by the parser)
+    }
+  }
+  const std::string one_warp =
+      "tile.func @bad(%arg0 \"x\": f32[4, 256], %arg1 \"y\": f32[4, 1] out)\n"
+      "    grid [4] threads 32 layout blocked<per_thread [1, 4], threads [1, 32], reps [1, 2]> {\n"
+      "  %0 = const 0 : index\n"
+      "  %1 = load %arg0[%0, %0] : tile<1x256xf32>\n"
+      "  %2 = reduce_sum %1 axis 1 : tile<1x1xf32, warps>\n"
+      "}\n";
+  EXPECT_FALSE(program_problems(parse_program(one_warp)).empty());
+}
+
+TEST(GpuTileIr, WarpsTilesGatherAnOnlineSoftmaxRow) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const int rows = 64, cols = 1000;
+  std::mt19937_64 rng(testing::test_seed());
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = normal(rng);
+  const auto [m, s] = run_row_program(parse_program(warps_online_text(rows)), x, rows);
   for (int r = 0; r < rows; ++r) {
     float most = -INFINITY;
     for (int c = 0; c < cols; ++c) most = std::max(most, x[static_cast<size_t>(r * cols + c)]);

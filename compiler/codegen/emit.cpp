@@ -144,8 +144,8 @@ class Emitter {
   //   k of A (columns) and of B (rows): slot (kk, c) → 8kk + 2·tig + c;
   //   columns of B: slot j → warp column + 8j + group.
   int slots(const Type& t, size_t d) const {
-    if (t.shape[d] == 1 || (t.frag == Frag::Lanes && d == 1)) return 1;
-    if (t.frag == Frag::None || t.frag == Frag::Lanes) return l_.reps[d] * l_.per_thread[d];
+    if (t.shape[d] == 1 || (per_thread_columns(t.frag) && d == 1)) return 1;
+    if (t.frag == Frag::None || per_thread_columns(t.frag)) return l_.reps[d] * l_.per_thread[d];
     const bool k_axis = (t.frag == Frag::A && d == 1) || (t.frag == Frag::B && d == 0);
     if (k_axis) return 4;
     if (d == 0) return p_.mma->warp_m / 16 * 2;
@@ -677,6 +677,8 @@ class Emitter {
         return reduce(i);
       case Opcode::Spread:
         return spread(i);
+      case Opcode::GatherWarps:
+        return gather_warps(i);
       case Opcode::ClusterValues:
         return cluster_values(i);
       case Opcode::For:
@@ -846,15 +848,21 @@ class Emitter {
     const size_t d = static_cast<size_t>(i.axis);
     const Type& in = type(i.args[0]);
     if (in.frag == Frag::Acc) return reduce_rows(i);
-    if (in.frag == Frag::Lanes) {  // a value per thread of each row: over the row's threads
+    const Frag to = type(i.results[0]).frag;
+    if (in.frag == Frag::Lanes || in.frag == Frag::WarpLanes) {  // a value per thread of each row
       std::vector<Value*> rows = vals_[static_cast<size_t>(i.args[0])];
-      reduce_across(combine_of(i.op), rows);
+      if (to == Frag::Warps)  // over the warp's lanes
+        for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, 32);
+      else if (in.frag == Frag::WarpLanes)  // over the lanes holding the row's warps' columns
+        for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, l_.threads[1] / 32);
+      else  // over the row's threads
+        reduce_across(combine_of(i.op), rows);
       vals_[static_cast<size_t>(i.results[0])] = std::move(rows);
       return;
     }
     // Into a lanes tile: each thread's own elements only. (One element along the axis: every
     // thread's the same.)
-    const bool across = l_.threads[d] != 1 && in.shape[d] != 1 && type(i.results[0]).frag != Frag::Lanes;
+    const bool across = l_.threads[d] != 1 && in.shape[d] != 1 && to != Frag::Lanes;
     if (across && d != 1)
       throw CodegenError(fmt::format("kernel {}: a reduction across threads along axis {} is not in Tile IR v2 yet",
                                      p_.name, d));
@@ -862,7 +870,10 @@ class Emitter {
       throw CodegenError(fmt::format("kernel {}: reducing a {} tile is not in Tile IR v2 yet", p_.name, frag_name(in.frag)));
     const Op combine = combine_of(i.op);
     std::vector<Value*> out = thread_partials(i);
-    if (across) reduce_across(combine, out);
+    if (to == Frag::Warps)
+      for (Value*& acc : out) acc = butterfly(combine, acc, 32);
+    else if (across)
+      reduce_across(combine, out);
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
@@ -1098,7 +1109,41 @@ class Emitter {
     }
   }
 
-  // A lanes tile over a blocked tile's elements: each takes its thread's value of its row.
+  // Warps tiles gathered into every warp of their rows: lane 0 of each warp writes the warp's
+  // values into the row's slots, a block barrier, then lane l reads column l mod n of its row (n
+  // the row's warps), so that each warp holds every column. Its slots are its own, so no write
+  // waits for earlier reads — in a loop, as reduce_across's are.
+  void gather_warps(const Inst& i) {
+    const int warps = l_.threads[1] / 32;
+    std::vector<Value*> mine;  // each arg's values of the thread's rows, one after another
+    for (int a : i.args) {
+      const std::vector<Value*>& v = vals_.at(static_cast<size_t>(a));
+      mine.insert(mine.end(), v.begin(), v.end());
+    }
+    const int per_arg = static_cast<int>(mine.size() / i.args.size());
+    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
+    const RowSlots slots = row_slots("gathered_warps", static_cast<int>(mine.size()), doubled ? 2 * warps : warps);
+    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(warps)) : i32(0);
+    Value* lane = b_.CreateURem(thread_[1], i32(32));
+    Value* warp = b_.CreateAdd(first, b_.CreateUDiv(thread_[1], i32(32)));
+    guarded(b_.CreateICmpEQ(lane, i32(0)), [&] {
+      for (size_t v = 0; v < mine.size(); ++v)
+        b_.CreateAlignedStore(mine[v], slot(slots, static_cast<int>(v), warp), llvm::Align(4));
+    });
+    block_barrier();
+    Value* column = b_.CreateAdd(first, b_.CreateURem(lane, i32(warps)));
+    for (size_t a = 0; a < i.args.size(); ++a) {
+      std::vector<Value*> theirs;
+      for (int e = 0; e < per_arg; ++e)
+        theirs.push_back(b_.CreateAlignedLoad(b_.getFloatTy(),
+                                              slot(slots, static_cast<int>(a) * per_arg + e, column), llvm::Align(4)));
+      vals_[static_cast<size_t>(i.results[a])] = std::move(theirs);
+    }
+    if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
+  }
+
+  // A lanes or warps tile over a blocked tile's elements: each takes its thread's value of its
+  // row.
   void spread(const Inst& i) {
     const Type& t = type(i.results[0]);
     const Type& in = type(i.args[0]);
@@ -1149,8 +1194,11 @@ class Emitter {
       case Opcode::Reduce: {
         const Type& in = type(i.args[0]);
         const bool whole_warps = t % 32 == 0 && t > 32 && i.axis == 1 && in.shape[1] != 1;
-        return whole_warps && (in.frag == Frag::Lanes || (in.frag == Frag::None && type(i.results[0]).frag != Frag::Lanes));
+        const Frag to = type(i.results[0]).frag;
+        return whole_warps && (in.frag == Frag::Lanes || in.frag == Frag::None) && to != Frag::Lanes && to != Frag::Warps;
       }
+      case Opcode::GatherWarps:
+        return true;
       case Opcode::Barrier:
       case Opcode::LastArrival:
       case Opcode::ClusterValues:

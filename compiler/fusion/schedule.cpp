@@ -23,6 +23,7 @@ std::string TileSchedule::describe() const {
                         col_blocks());
   if (cluster_blocks > 1)
     loop += fmt::format(", clusters of {} blocks per row{}", cluster_blocks, cluster_online ? " (an exchange a pass)" : "");
+  if (block_online) loop += ", a block barrier a pass";
   if (split_blocks > 1)
     loop += fmt::format(", rows split into {} parts that meet in global memory", split_blocks);
   if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
@@ -431,6 +432,14 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // staged input: every input that spans rows and columns is copied in, each part a whole
 // 16-byte multiple. A block gets its share of the SM's shared memory (blocks_per_sm blocks),
 // less the system's 1 KiB and its reductions' slots and mbarriers. False when none fits.
+// Rows one block holds on Tile IR v2 over a power of two of whole warps, at least two: one block
+// barrier a pass where the hint asks for it (TileSchedule::block_online).
+static bool online_in_block(const TileSchedule& s, const ScheduleHints& hints) {
+  const int warps = s.threads_per_row / 32;
+  return hints.block_online == 1 && s.ir_v2 && s.cluster_blocks == 1 && s.threads_per_row % 32 == 0 && warps >= 2 &&
+         (warps & (warps - 1)) == 0;
+}
+
 static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                         size_t num_inputs, int64_t part, int blocks_per_sm, const ScheduleHints& hints,
                         const DeviceProfile& device) {
@@ -650,6 +659,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
     s.ir_v2 = hints.staged_ir == 2;  // (one block a row claimed, or a cluster's taken grid-stride)
     s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
+    s.block_online = online_in_block(s, hints);
     return s;
   }
   // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded
@@ -739,6 +749,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
   // (A windowed row on Tile IR v2 is one block's: each row's window starts elsewhere.)
   s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir != 1 && weights_shared && s.tile_rows() == 1));
+  s.block_online = online_in_block(s, hints);
   if (s.ir_v2 && s.window && weights_along_row == 0) {
     // ptxas left alone gave a 4097-wide bf16 softmax 56 registers (6 blocks of 192 an SM); asked
     // for the blocks that a thread's elements and 16 more registers allow, it fits in 40 unspilled

@@ -20,6 +20,10 @@ const char* frag_name(Frag f) {
       return "mma_acc";
     case Frag::Lanes:
       return "lanes";
+    case Frag::Warps:
+      return "warps";
+    case Frag::WarpLanes:
+      return "warp_lanes";
   }
   return "?";
 }
@@ -138,6 +142,8 @@ const char* opcode_name(Opcode o) {
       return "reduce";
     case Opcode::Spread:
       return "spread";
+    case Opcode::GatherWarps:
+      return "gather_warps";
     case Opcode::ClusterValues:
       return "cluster_values";
     case Opcode::Convert:
@@ -614,8 +620,34 @@ int Builder::reduce(Op op, int tile, int axis, int mask) {
   if (mask >= 0) i.args.push_back(mask);
   Type t = p_.types.at(static_cast<size_t>(tile));
   t.shape.at(static_cast<size_t>(axis)) = 1;
-  if (t.frag == Frag::Lanes) t.frag = Frag::None;  // (one column: blocked and lanes alike)
+  if (per_thread_columns(t.frag)) t.frag = Frag::None;  // (one column: blocked and lanes alike)
   return emit(i, t);
+}
+
+int Builder::reduce_warps(Op op, int tile, int mask) {
+  Inst i;
+  i.opcode = Opcode::Reduce;
+  i.op = op;
+  i.axis = 1;
+  i.args = {tile};
+  if (mask >= 0) i.args.push_back(mask);
+  Type t = p_.types.at(static_cast<size_t>(tile));
+  t.shape.at(1) = p_.layout.threads.at(1) / 32;
+  t.frag = Frag::Warps;
+  return emit(i, t);
+}
+
+std::vector<int> Builder::gather_warps(const std::vector<int>& warps) {
+  Inst i;
+  i.opcode = Opcode::GatherWarps;
+  i.args = warps;
+  for (int v : warps) {
+    Type t = p_.types.at(static_cast<size_t>(v));
+    t.frag = Frag::WarpLanes;
+    i.results.push_back(p_.add_value(t));
+  }
+  r_->body.push_back(i);
+  return i.results;
 }
 
 std::vector<int> Builder::cluster_values(const std::vector<int>& per_row) {

@@ -66,7 +66,17 @@ struct MmaConfig {
 // out as the blocked layout's and whose column t is thread t's of its row (a thread's partial of
 // its own elements: `reduce` within the thread). A tile of extent 1 along the columns is the same
 // blocked or lanes.
-enum class Frag { None, A, B, Acc, Lanes };  // None: the program's blocked layout
+// Warps: one value per warp along the columns — a [rows, threads[1] / 32] tile (rows of whole
+// warps) whose column w is warp w of its row's, which each of the warp's lanes holds (a
+// reduction within the warp). WarpLanes: such a tile gathered into every warp of its row
+// (`gather_warps`, one block barrier): column w is held by lanes w, w + n, … of each warp (n the
+// row's warps), so each warp holds the whole tile and reduces it by shuffles alone. A reduction
+// over a row's warps in these two steps lets values of the warps be worked on between them (an
+// online sum's partials brought to the row's max: one barrier for a max and its sum).
+enum class Frag { None, A, B, Acc, Lanes, Warps, WarpLanes };  // None: the program's blocked layout
+// One value per thread along the columns (Lanes, Warps, WarpLanes): a thread's elements of a row
+// are one.
+inline bool per_thread_columns(Frag f) { return f == Frag::Lanes || f == Frag::Warps || f == Frag::WarpLanes; }
 const char* frag_name(Frag f);
 
 // Ticket: an index that only the block's first thread holds (a row claimed from a counter by its
@@ -154,9 +164,15 @@ enum class Opcode {
               // whole warps); an accumulator fragment along its columns (warps_n 1): the warp's
               // quads combine. Along axis 1 into a lanes tile (the result's type says so): each
               // thread's own elements of a row only, one value per thread; a lanes tile's rows
-              // reduce over their threads as a blocked tile's do.
-  Spread,     // a lanes tile (arg 0) as a blocked tile of the result's type: each of a thread's
-              // elements of a row takes the thread's value of that row
+              // reduce over their threads as a blocked tile's do. Along axis 1 into a warps tile:
+              // a blocked or lanes tile's rows within each warp (shuffles); a warp_lanes tile's
+              // rows into one column (shuffles over the row's warps' columns).
+  Spread,     // a lanes or warps tile (arg 0) as a blocked tile of the result's type: each of a
+              // thread's elements of a row takes the thread's value of that row
+  // Warps tiles (args, floating-point) gathered into every warp of their rows (results: WarpLanes tiles of
+  // the same shapes, printed `gather_warps %m, %s : …`): the warps' lane 0 write their values to
+  // shared memory, a block barrier, each lane reads its column's. One exchange for all its args.
+  GatherWarps,
   // The cluster's blocks' values of per-row tiles (args: blocked f32, bf16 or f16 tiles of one
   // column, which every thread of a row holds): result a·n + r is block r's value of arg a (n the
   // program's cluster_blocks), every block getting the same values. One exchange through
@@ -507,10 +523,16 @@ class Builder {
   int reduce(Op op, int tile, int axis, int mask = -1);
   // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.
   int reduce_lanes(Op op, int tile, int mask = -1);
+  // A blocked or lanes tile's rows reduced within each warp: a warps tile (Frag::Warps).
+  int reduce_warps(Op op, int tile, int mask = -1);
+  // Warps tiles gathered into every warp of their rows (Opcode::GatherWarps): WarpLanes tiles,
+  // which `reduce` takes to one column by shuffles alone.
+  std::vector<int> gather_warps(const std::vector<int>& warps);
   // The cluster's blocks' values of each of `per_row` (Opcode::ClusterValues): [a·n + r] is
   // block r's of per_row[a].
   std::vector<int> cluster_values(const std::vector<int>& per_row);
-  // A lanes tile spread over the blocked tile of `shape` (each thread's value over its elements).
+  // A lanes or warps tile spread over the blocked tile of `shape` (each thread's value over its
+  // elements).
   int spread(int lanes, const Shape& shape);
   // Columns [16·chunk, 16·chunk + 16) of accumulator `acc` as an A fragment of dtype `dtype`.
   int convert(int acc, int chunk, DType dtype);

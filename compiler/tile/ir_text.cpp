@@ -176,10 +176,11 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
                             type_of(i.results[0]));
         break;
-      case Opcode::ClusterValues: {
+      case Opcode::ClusterValues:
+      case Opcode::GatherWarps: {
         std::vector<std::string> types;
         for (int v : i.args) types.push_back(type_of(v));
-        *out += fmt::format("{}{}cluster_values {} : {}\n", pad, lhs, values(i.args), fmt::join(types, ", "));
+        *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), fmt::join(types, ", "));
         break;
       }
       case Opcode::LastArrival:
@@ -548,6 +549,10 @@ class Parser {
         frag = Frag::Acc;
       else if (w == frag_name(Frag::Lanes))
         frag = Frag::Lanes;
+      else if (w == frag_name(Frag::Warps))
+        frag = Frag::Warps;
+      else if (w == frag_name(Frag::WarpLanes))
+        frag = Frag::WarpLanes;
       else
         fail(fmt::format("unknown tile attribute '{}'", w));
     }
@@ -801,6 +806,17 @@ class Parser {
       while (types.size() < i.args.size()) {
         if (!types.empty()) punct(",");
         types.push_back(type());
+      }
+      results(types);
+    } else if (op == "gather_warps") {  // (the arg types; each result its arg's, gathered)
+      i.opcode = Opcode::GatherWarps;
+      i.args = uses_until_colon();
+      punct(":");
+      std::vector<Type> types;
+      while (types.size() < i.args.size()) {
+        if (!types.empty()) punct(",");
+        types.push_back(type());
+        types.back().frag = Frag::WarpLanes;
       }
       results(types);
     } else if (op == "cluster_values") {

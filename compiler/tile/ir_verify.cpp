@@ -80,11 +80,16 @@ class Verifier {
   // A register tile must cover the layout's tile along each axis, or be 1 (the same along it).
   void check_tile_shape(const Inst& i, const Type& t) {
     if (!t.is_tile()) return;
-    if (t.frag == Frag::Lanes) {  // rows as the blocked layout's, a column per thread
-      if (t.shape.size() != 2 || (t.shape[0] != 1 && t.shape[0] != p_.layout.extent(0)) ||
-          t.shape[1] != p_.layout.threads.at(1) || t.space != Space::Reg)
-        problem(fmt::format("{}: {} is not a lanes tile of the layout ([1 or {}, {}])", where(i), type_str(t),
-                            p_.layout.extent(0), p_.layout.threads.at(1)));
+    if (per_thread_columns(t.frag)) {  // rows as the blocked layout's, a column per thread or warp
+      const int threads = p_.layout.threads.size() == 2 ? p_.layout.threads[1] : 0;
+      const bool lanes = t.frag == Frag::Lanes;
+      const int columns = lanes ? threads : threads / 32;
+      const bool warps_ok = threads % 32 == 0 && columns >= 2 && (columns & (columns - 1)) == 0;
+      if (t.shape.size() != 2 || (t.shape[0] != 1 && t.shape[0] != p_.layout.extent(0)) || t.shape[1] != columns ||
+          t.space != Space::Reg || (!lanes && !warps_ok))
+        problem(fmt::format("{}: {} is not a {} tile of the layout ([1 or {}, {}]{})", where(i), type_str(t),
+                            frag_name(t.frag), p_.layout.extent(0), columns,
+                            lanes ? "" : ", rows of a power of two of whole warps, at least two"));
       return;
     }
     if (t.frag != Frag::None) return check_fragment(i, t);
@@ -408,12 +413,15 @@ class Verifier {
       const Type& t = type(a);
       if (t.kind == Type::Kind::Index) problem(fmt::format("{}: operand %{} is an index", where(i), a));
       if (!t.is_tile()) continue;
-      const bool one_column = t.shape.size() == 2 && t.shape[1] == 1;  // the same blocked or lanes
-      const bool lanes_pair = (t.frag == Frag::Lanes && r.frag == Frag::None) || (t.frag == Frag::None && r.frag == Frag::Lanes);
-      if (r.is_tile() && t.frag != r.frag && !(lanes_pair && one_column))
+      // A one-column tile is the same blocked or a value per thread (lanes, warps, warp_lanes).
+      const bool one_column = t.shape.size() == 2 && t.shape[1] == 1;
+      const bool per_thread_pair = (per_thread_columns(t.frag) && r.frag == Frag::None) ||
+                                   (t.frag == Frag::None && per_thread_columns(r.frag));
+      if (r.is_tile() && t.frag != r.frag && !(per_thread_pair && one_column))
         problem(fmt::format("{}: operand %{} is {}, the result {}", where(i), a, frag_name(t.frag), frag_name(r.frag)));
-      if (r.is_tile() && r.frag == Frag::Lanes && t.frag == Frag::None && !one_column && t.shape.size() == 2)
-        problem(fmt::format("{}: a blocked operand %{} of a lanes result spans the columns", where(i), a));
+      if (r.is_tile() && per_thread_columns(r.frag) && t.frag == Frag::None && !one_column && t.shape.size() == 2)
+        problem(fmt::format("{}: a blocked operand %{} of a {} result spans the columns", where(i), a,
+                            frag_name(r.frag)));
       try {
         shape = shape.empty() ? t.shape : broadcast_shapes(shape, t.shape, "tile op");
       } catch (const ShapeError& e) {
@@ -589,6 +597,30 @@ class Verifier {
     }
   }
 
+  // Floating-point warps tiles of the layout, each result its arg gathered into every warp (warp_lanes);
+  // every thread of the block takes the exchange (not in a specialized program's regions).
+  void gather_warps(const Inst& i) {
+    if (p_.specialized()) problem(fmt::format("{}: gathers warps' values outside a specialized program", where(i)));
+    if (i.args.empty() || i.results.size() != i.args.size()) {
+      problem(fmt::format("{}: gives a gathered tile for each of its {} args, not {}", where(i), i.args.size(),
+                          i.results.size()));
+      return;
+    }
+    for (size_t a = 0; a < i.args.size(); ++a) {
+      const Type& t = type(i.args[a]);
+      if (!t.is_tile() || t.frag != Frag::Warps || !(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16)) {
+        problem(fmt::format("{}: %{} is {}, not a floating-point warps tile", where(i), i.args[a], type_str(t)));
+        continue;
+      }
+      check_tile_shape(i, t);
+      Type gathered = t;
+      gathered.frag = Frag::WarpLanes;
+      if (type(i.results[a]) != gathered)
+        problem(fmt::format("{}: %{} gathered is {}, not {}", where(i), i.args[a], type_str(type(i.results[a])),
+                            type_str(gathered)));
+    }
+  }
+
   void region(const Region& r, std::set<int>& scope, bool in_loop) {
     ++depth_;
     for (size_t n = 0; n < r.body.size(); ++n) {
@@ -644,8 +676,9 @@ class Verifier {
         case Opcode::Store: {
           memory(i, i.opcode == Opcode::Store);
           const int tile = i.opcode == Opcode::Store ? i.args.back() : i.results.at(0);
-          if (type(tile).frag == Frag::Lanes)
-            problem(fmt::format("{}: a lanes tile is not loaded or stored (spread or reduce it first)", where(i)));
+          if (per_thread_columns(type(tile).frag))
+            problem(fmt::format("{}: a {} tile is not loaded or stored (spread or reduce it first)", where(i),
+                                frag_name(type(tile).frag)));
           if (i.shift >= 0) {
             const bool row_view = i.param >= 0 && i.param < static_cast<int>(p_.params.size()) &&
                                   p_.params[static_cast<size_t>(i.param)].view.size() == 2 &&
@@ -660,10 +693,11 @@ class Verifier {
         case Opcode::Spread: {
           const Type& out = type(i.results.at(0));
           const Type& in = type(i.args.at(0));
-          if (in.frag != Frag::Lanes || !out.is_tile() || out.frag != Frag::None || out.dtype != in.dtype ||
-              out.shape.size() != 2 || out.shape[0] != in.shape[0] || out.shape[1] != p_.layout.extent(1))
-            problem(fmt::format("{}: spreads a lanes tile over the blocked tile of its rows, not {} into {}", where(i),
-                                type_str(in), type_str(out)));
+          if ((in.frag != Frag::Lanes && in.frag != Frag::Warps) || !out.is_tile() || out.frag != Frag::None ||
+              out.dtype != in.dtype || out.shape.size() != 2 || out.shape[0] != in.shape[0] ||
+              out.shape[1] != p_.layout.extent(1))
+            problem(fmt::format("{}: spreads a lanes or warps tile over the blocked tile of its rows, not {} into {}",
+                                where(i), type_str(in), type_str(out)));
           check_tile_shape(i, out);
           break;
         }
@@ -683,21 +717,33 @@ class Verifier {
           const Type& out = type(i.results.at(0));
           Shape expect = t.shape;
           if (i.axis >= 0 && static_cast<size_t>(i.axis) < expect.size()) expect[static_cast<size_t>(i.axis)] = 1;
-          // Within each thread (a blocked tile's rows into a lanes tile), or a lanes tile's rows over
-          // their threads (into one column, blocked).
+          // Within each thread (a blocked tile's rows into a lanes tile), within each warp (a
+          // blocked or lanes tile's rows into a warps tile), or a lanes or warp_lanes tile's rows
+          // over their threads (into one column, blocked). A warps tile is gathered first.
           const bool within = out.frag == Frag::Lanes && t.frag == Frag::None && i.axis == 1;
+          const bool in_warps =
+              out.frag == Frag::Warps && (t.frag == Frag::None || t.frag == Frag::Lanes) && i.axis == 1;
           if (within) expect[1] = p_.layout.threads.at(1);
-          const Frag frag = within ? Frag::Lanes : t.frag == Frag::Lanes ? Frag::None : t.frag;
+          if (in_warps) expect[1] = p_.layout.threads.at(1) / 32;
+          const Frag frag = within      ? Frag::Lanes
+                            : in_warps  ? Frag::Warps
+                            : (t.frag == Frag::Lanes || t.frag == Frag::WarpLanes) ? Frag::None
+                                                                                   : t.frag;
           if (!t.is_tile() || !out.is_tile() || out.shape != expect || out.dtype != t.dtype || out.frag != frag ||
-              op_info(i.op).kind != OpKind::Reduce || (t.frag == Frag::Lanes && i.axis != 1))
-            problem(fmt::format("{}: {} along axis {} does not give {}", where(i), type_str(t), i.axis, type_str(out)));
-          if (within) check_tile_shape(i, out);
+              op_info(i.op).kind != OpKind::Reduce || (per_thread_columns(t.frag) && i.axis != 1) ||
+              t.frag == Frag::Warps)
+            problem(fmt::format("{}: {} along axis {} does not give {}{}", where(i), type_str(t), i.axis, type_str(out),
+                                t.frag == Frag::Warps ? " (a warps tile is gathered before it is reduced)" : ""));
+          if (within || in_warps) check_tile_shape(i, out);
           if (i.args.size() > 2) problem(fmt::format("{}: takes a tile and at most a mask", where(i)));
           if (i.args.size() == 2) reduce_mask(i, t);
           if (t.frag == Frag::A || t.frag == Frag::B || (t.frag == Frag::Acc && (i.axis != 1 || !p_.mma || p_.mma->warps_n != 1)))
             problem(fmt::format("{}: of fragments, only an accumulator's rows reduce (along axis 1, with warps_n 1)", where(i)));
           break;
         }
+        case Opcode::GatherWarps:
+          gather_warps(i);
+          break;
         case Opcode::ClusterValues:
           cluster_values(i, in_loop);
           break;

@@ -4,7 +4,10 @@
 // [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks,
 // each reduction reduced over the block's threads, then exchanged (`cluster_values`) and
 // combined in rank order — one exchange a reduction, or one a pass over the row with online
-// sums rescaled (TileSchedule::cluster_online, over_cluster).
+// sums rescaled (TileSchedule::cluster_online, over_cluster). Rows one block holds over whole
+// warps take each reduction behind a block barrier of its own, or each pass behind one: the
+// warps' values gathered into every warp, online sums rescaled (TileSchedule::block_online,
+// over_warps).
 // The tensors along the rows are loaded first; a tensor shared by every row (layernorm's w) where
 // it is first used. Each reduction reduces along axis 1 over the row's threads (and the cluster's
 // blocks), only the row's columns counting (a mask); what uses it broadcasts the [rows, 1] result.
@@ -293,6 +296,9 @@ class RowReduction {
     } else if (op_info(n.op).kind == OpKind::Reduce && cluster_ && s_.cluster_online) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
+    } else if (op_info(n.op).kind == OpKind::Reduce && s_.block_online) {
+      if (!value_of_.count(id)) over_warps(b, passes_.pass_of.at(id));
+      out = value_of_.at(id);
     } else if (op_info(n.op).kind == OpKind::Reduce) {
       out = reduce(b, id, eval(b, n.operands[0], v));
     } else {
@@ -386,10 +392,7 @@ class RowReduction {
   // added — the max's exchange and the sum's are one. What uses the terms (softmax's quotient)
   // takes the block's, times the block's factor.
   void over_cluster(Builder& b, int pass) {
-    std::vector<NodeId> plain, online;
-    for (NodeId id : k_.nodes)
-      if (op_info(g_.node(id).op).kind == OpKind::Reduce && passes_.pass_of.at(id) == pass)
-        (passes_.online_with.count(id) ? online : plain).push_back(id);
+    const auto [plain, online] = reductions_of(pass);
     std::vector<NodeId> exchanged;
     std::vector<int> partials;
     auto block_partial = [&](NodeId id, int x) {
@@ -449,6 +452,76 @@ class RowReduction {
     }
   }
 
+  // The reductions of pass `pass` (fusion/row_passes.h): those reduced as they are, and the
+  // online sums (of exp(u − c(m)), completed in their max m's pass).
+  std::pair<std::vector<NodeId>, std::vector<NodeId>> reductions_of(int pass) const {
+    std::vector<NodeId> plain, online;
+    for (NodeId id : k_.nodes)
+      if (op_info(g_.node(id).op).kind == OpKind::Reduce && passes_.pass_of.at(id) == pass)
+        (passes_.online_with.count(id) ? online : plain).push_back(id);
+    return {plain, online};
+  }
+
+  // (TileSchedule::block_online.) The reductions of pass `pass` over a row of the block's whole
+  // warps, behind one block barrier: each warp reduces its part of the row (a warps tile),
+  // `gather_warps` gives every warp all the warps' values, and each warp reduces them by shuffles
+  // (every thread gets the same bits). An online sum of exp(u − c(m)) is each warp's sum of its
+  // terms exp(u − c(m_w)) with its own max m_w (0 where m_w is −inf), brought to the row's max M
+  // by exp(c(m_w) − c(M)) before the warps' sums are added; what uses the terms takes the warp's,
+  // times the warp's factor.
+  void over_warps(Builder& b, int pass) {
+    const auto [plain, online] = reductions_of(pass);
+    std::vector<NodeId> exchanged;
+    std::vector<int> partials;  // each exchanged reduction's warps tile
+    auto partial_or_own = [&](NodeId id) {  // (a value constant along the row is its own)
+      const int x = eval(b, g_.node(id).operands[0], value_of_);
+      if (!along_row(p_, x)) {
+        value_of_[id] = own_reduction(b, id, x);
+        return;
+      }
+      exchanged.push_back(id);
+      partials.push_back(b.reduce_warps(g_.node(id).op, x, row_mask(b)));
+    };
+    auto index_of = [&](NodeId id) {
+      return static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin());
+    };
+    for (NodeId id : plain) partial_or_own(id);
+    std::vector<Online> rescale;  // online sums whose max is exchanged
+    for (NodeId id : online) {
+      if (value_of_.count(passes_.online_with.at(id))) {  // (its max is its own: a plain sum)
+        partial_or_own(id);
+        continue;
+      }
+      rescale.push_back(warp_online_sum(b, id, partials[index_of(passes_.online_with.at(id))]));
+      exchanged.push_back(id);
+      partials.push_back(rescale.back().sum);
+    }
+    if (exchanged.empty()) return;
+    const std::vector<int> gathered = b.gather_warps(partials);
+    if (staged_ && !refilled_) refill(b);  // (every thread has read the stage before the barrier)
+    std::map<NodeId, int> row;  // each reduction's row value, before rounding
+    for (NodeId id : exchanged) {
+      if (std::any_of(rescale.begin(), rescale.end(), [&](const Online& o) { return o.id == id; })) continue;
+      row[id] = b.reduce(g_.node(id).op, gathered[index_of(id)], 1);
+      value_of_[id] = as_used(b, g_, k_, id, row[id]);
+    }
+    for (const Online& o : rescale) {
+      const NodeId m = passes_.online_with.at(o.id), c = passes_.shift_of.at(o.id);
+      const int c_row = as_f32(b, eval_with(b, c, m, row.at(m)));
+      const int c_lane = as_f32(b, eval_with(b, c, m, gathered[index_of(m)]));  // (each lane's warp's)
+      const int sum = b.reduce(Op::ReduceSum, rescaled(b, gathered[index_of(o.id)], c_lane, c_row), 1);
+      value_of_[o.id] = as_used(b, g_, k_, o.id, sum);
+      // The warp's terms brought to the row's max: one multiply an element (0 where none of the
+      // warp's elements counted).
+      const int factor =
+          b.compute(Op::Where, {o.seen, shift_factor(b, o.shift, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
+      const NodeId e = g_.node(o.id).operands[0];
+      const Type& terms = p_.types[static_cast<size_t>(o.terms)];
+      const int scaled = b.compute(Op::Mul, {o.terms, b.spread(factor, terms.shape)}, terms.dtype);
+      value_of_[e] = as_used(b, g_, k_, e, scaled);
+    }
+  }
+
   // A block's part of online sum `id` (of exp(u − c(m))) with its max m_b: the terms
   // exp(u − c(m_b)), their sum (0 where m_b is −inf: nothing of the block's counts), whether
   // m_b is finite, and c(m_b) as f32. A block whose max is −inf takes the terms with m 0 in its
@@ -470,6 +543,23 @@ class RowReduction {
     o.sum = b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32);
     return o;
   }
+  // A warp's part of online sum `id` (of exp(u − c(m))) with its max m_w (a warps tile): as a
+  // block's in a cluster (block_online_sum), the terms with m_w spread over the warp's elements.
+  Online warp_online_sum(Builder& b, NodeId id, int m_w) {
+    const NodeId m = passes_.online_with.at(id), e = g_.node(id).operands[0], c = passes_.shift_of.at(id);
+    const int seen = b.compute(Op::Ne, {as_f32(b, m_w), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
+    const Type& mt = p_.types[static_cast<size_t>(m_w)];
+    const int finite = b.compute(Op::Where, {seen, m_w, b.scalar(0.0, mt.dtype)}, mt.dtype);
+    const int spread = b.spread(finite, {mt.shape[0], s_.tile_cols()});
+    std::map<NodeId, int> with = with_max(b, m, spread);
+    Online o{id, eval(b, e, with), -1, seen, -1};
+    keep_independent(with, m);
+    o.shift = as_f32(b, eval_with(b, c, m, finite));
+    const int s_w = b.reduce_warps(Op::ReduceSum, as_f32(b, o.terms), row_mask(b));
+    o.sum = b.compute(Op::Where, {seen, s_w, b.scalar(0.0, DType::F32)}, DType::F32);
+    return o;
+  }
+
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).
   void store(Builder& b) {

@@ -34,7 +34,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Variant> out;
   Variant v{"default", {}, {}};
-  switch (pick(0, 14)) {
+  switch (pick(0, 15)) {
     case 0:
       v.name = "--target sm_80";
       v.fusion.profile.max_cluster_blocks = 1;
@@ -143,6 +143,16 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = "--window 1 --window-ir 2";
       v.fusion.schedule.window = 1;
       v.fusion.schedule.window_ir = 2;
+      break;
+    case 14:  // rows one block holds over whole warps, a block barrier a pass; half of them long rows
+              // staged and claimed on Tile IR v2
+      v.name = "--block-online 1";
+      v.fusion.schedule.block_online = 1;
+      if (pick(0, 1)) {
+        v.name += " --split 0 --staged-ir 2";
+        v.fusion.schedule.split = 0;
+        v.fusion.schedule.staged_ir = 2;
+      }
       break;
     default:
       break;
