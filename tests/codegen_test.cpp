@@ -522,8 +522,9 @@ TEST(Codegen, LoopedRowsOnTileIrV2CarryAPartialPerThread) {
 // reduces them over its threads, and a `cluster_values` exchange (a write into every block's
 // shared memory and a cluster barrier) gives every block each block's values — of each
 // reduction, or with `--cluster-online 1` of each pass's reductions at once (the softmax's max
-// and its online sum together); through ptxas without spills. An exchange in a program not
-// launched in clusters, or inside a loop, is refused.
+// and its online sum together; with `--block-online 1` too, each block's values of a pass behind
+// one block barrier, its warps' gathered); through ptxas without spills. An exchange in a program
+// not launched in clusters, or under a branch, is refused.
 TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   Graph g("cluster_rows");
   output("y", softmax(input(g, "x", {64, 65536}), -1));
@@ -533,20 +534,28 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   o.schedule.split = 0;
   o.schedule.cluster_ir = 2;
   int clusters = 0;
-  for (int online : {0, 1}) {
-  o.schedule.cluster_online = online;
+  for (int online : {0, 1, 2}) {
+  o.schedule.cluster_online = online > 0;
+  o.schedule.block_online = online == 2;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
-    SCOPED_TRACE(k.name + (online ? " online" : ""));
+    SCOPED_TRACE(k.name + (online ? " online" : "") + (online == 2 ? " in blocks" : ""));
     ASSERT_GT(k.schedule.cluster_blocks, 1) << k.schedule.describe();
     ++clusters;
     EXPECT_TRUE(k.schedule.ir_v2);
+    EXPECT_EQ(k.schedule.block_online, online == 2);
     CompiledKernel c = compile_kernel(p.graph, k);
     EXPECT_NE(c.tile_ir.find(fmt::format(" cluster {} {{", k.schedule.cluster_blocks)), std::string::npos) << c.tile_ir;
     // An exchange for each reduction, or one for each pass over the row (the softmax's max and
     // sum in one).
     const int reductions = count(c.tile_ir, R"(= reduce_(sum|max) )");
-    EXPECT_EQ(count(c.tile_ir, R"(= cluster_values %\d+(, %\d+)? : tile<1x1x)"), online ? 1 : reductions) << c.tile_ir;
+    // (With block_online, a power of two of blocks is gathered over each warp's lanes.)
+    const int n = k.schedule.cluster_blocks;
+    const bool by_lane = online == 2 && (n & (n - 1)) == 0;
+    EXPECT_EQ(count(c.tile_ir, R"(= cluster_values %\d+(, %\d+)? : tile<1x1x)"), by_lane ? 0 : online ? 1 : reductions)
+        << c.tile_ir;
+    EXPECT_EQ(count(c.tile_ir, R"(= gather_blocks %\d+(, %\d+)? : tile<1x1x)"), by_lane ? 1 : 0) << c.tile_ir;
+    EXPECT_EQ(count(c.tile_ir, R"(= gather_warps )"), online == 2 ? 1 : 0) << c.tile_ir;
     EXPECT_GT(count(c.ptx, R"(mapa\.shared::cluster)"), 0);
     EXPECT_GT(count(c.ptx, R"(barrier\.cluster\.wait)"), 0);
     if (!find_ptxas().empty()) {
@@ -558,7 +567,7 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
     EXPECT_EQ(tir::print_program(parsed), c.tile_ir);
   }
   }
-  EXPECT_EQ(clusters, 4);
+  EXPECT_EQ(clusters, 6);
   const std::string alone =
       "tile.func @alone(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1] out)\n"
       "    grid [4] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"

@@ -459,7 +459,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     if (k.schedule.stages > 0 && k.schedule.split_blocks == 1) {
       EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2);
     }
-    if (cluster == 1 && parts == 1 && !looped && (k.schedule.stages == 0 || staged_ir == 2)) {
+    if (parts == 1 && !looped && (k.schedule.stages == 0 || staged_ir == 2) && (cluster == 1 || cluster_online == 1)) {
       EXPECT_EQ(k.schedule.block_online, block_online == 1) << k.schedule.describe();
     }
   }
@@ -535,6 +535,15 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 1, 1);
   check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 2, 1);
   check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2, 1);
+  // A barrier a pass in each block of a cluster, its warps' values gathered, then one exchange
+  // a pass over the cluster, its blocks' values over each warp's lanes: held in registers, and
+  // staged (taken grid-stride).
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 2, 0, 1, 1, 1);
+  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 2, 0, 1, 1, 1);
+  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 2, 0, 1, 2, 1);
+  // Clusters of 7 (not a power of two: the blocks' values in rank order), windowed rows.
+  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, 2, 2, 1, 1, 1);
+  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 2, 2, 1, 1, 1);
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.
   check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true);

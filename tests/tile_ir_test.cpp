@@ -171,6 +171,42 @@ TEST(TileIr, ClusterValuesGiveEachBlocksValues) {
   }
 }
 
+// gather_blocks: the cluster's blocks' values of a row as a warp_lanes tile (lane r of each warp
+// block r's), reduced over the blocks by shuffles alone: each warp combines them itself. It
+// needs a cluster of a power of two of blocks.
+TEST(TileIr, GatherBlocksSpreadsTheBlocksValuesOverLanes) {
+  auto program = [](int cluster) {
+    return fmt::format(
+        "tile.func @k(%arg0 \"x\": f32[64, 4096], %arg1 \"y\": f32[64, 1] out)\n"
+        "    grid [{grid}] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> cluster {n} {{\n"
+        "  %0 = program_id 0 : index\n  %1 = const {n} : index\n  %2 = divui %0, %1 : index\n"
+        "  %3 = remui %0, %1 : index\n  %4 = const 1024 : index\n  %5 = muli %3, %4 : index\n"
+        "  %6 = const 0 : index\n"
+        "  %7 = load %arg0[%2, %5] : tile<1x1024xf32>\n"
+        "  %8 = reduce_sum %7 axis 1 : tile<1x1xf32>\n"
+        "  %9 = gather_blocks %8 : tile<1x1xf32>\n"
+        "  %10 = reduce_sum %9 axis 1 : tile<1x1xf32>\n"
+        "  store %arg1[%2, %6], %10 : tile<1x1xf32>\n"
+        "}}\n",
+        fmt::arg("grid", 64 * cluster), fmt::arg("n", cluster));
+  };
+  const Program p = parse_program(program(4));
+  EXPECT_TRUE(program_problems(p).empty()) << fmt::format("{}", fmt::join(program_problems(p), "\n"));
+  const std::string text = print_program(p);
+  EXPECT_EQ(print_program(parse_program(text)), text);
+  EXPECT_EQ(type_str(p.types.at(static_cast<size_t>(p.body.body.at(9).results.at(0)))), "tile<1x4xf32, warp_lanes>");
+  const std::string ptx = program_ptx(p);
+  size_t shuffles = 0;
+  for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
+  EXPECT_EQ(shuffles, 5u + 2u);  // the block's row over a warp, then its 4 blocks over 4 lanes
+  EXPECT_NE(ptx.find("mapa.shared::cluster"), std::string::npos);
+  EXPECT_NE(ptx.find("barrier.cluster.wait"), std::string::npos);
+  if (!find_ptxas().empty()) {
+    EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
+  }
+  EXPECT_FALSE(program_problems(parse_program(program(3))).empty());  // not a power of two
+}
+
 TEST(TileIr, ParserNamesTheLine) {
   const std::string text =
       "tile.func @k(%arg0 \"x\": f32[64], %arg1 \"y\": f32[64] out)\n"

@@ -680,6 +680,7 @@ class Emitter {
       case Opcode::GatherWarps:
         return gather_warps(i);
       case Opcode::ClusterValues:
+      case Opcode::GatherBlocks:
         return cluster_values(i);
       case Opcode::For:
         return loop(i);
@@ -853,8 +854,8 @@ class Emitter {
       std::vector<Value*> rows = vals_[static_cast<size_t>(i.args[0])];
       if (to == Frag::Warps)  // over the warp's lanes
         for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, 32);
-      else if (in.frag == Frag::WarpLanes)  // over the lanes holding the row's warps' columns
-        for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, l_.threads[1] / 32);
+      else if (in.frag == Frag::WarpLanes)  // over the lanes holding the tile's columns
+        for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, static_cast<int>(in.shape[1]));
       else  // over the row's threads
         reduce_across(combine_of(i.op), rows);
       vals_[static_cast<size_t>(i.results[0])] = std::move(rows);
@@ -1012,9 +1013,10 @@ class Emitter {
     b_.CreateIntrinsic(id, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
   }
 
+  static bool exchanges_over_cluster(Opcode o) { return o == Opcode::ClusterValues || o == Opcode::GatherBlocks; }
   static bool exchanges_over_cluster(const Region& r) {
     for (const Inst& i : r.body) {
-      if (i.opcode == Opcode::ClusterValues) return true;
+      if (exchanges_over_cluster(i.opcode)) return true;
       for (const Region& inner : i.regions)
         if (exchanges_over_cluster(inner)) return true;
     }
@@ -1024,8 +1026,9 @@ class Emitter {
   // The cluster's blocks' values of per-row tiles, which every thread of a row in the block
   // holds: the row's first `cluster` threads each write the thread's values into the slots of
   // this block's rank in one block's shared memory (thread t into block t's, through mapa), a
-  // cluster barrier (release, acquire), then every thread reads its row's slots. Each exchange
-  // has slots of its own, so no write waits for earlier reads.
+  // cluster barrier (release, acquire), then every thread reads its row's slots — all of them
+  // (cluster_values), or lane l the slot of block l mod n (gather_blocks: a warp_lanes tile).
+  // Each exchange has slots of its own, so no write waits for earlier reads.
   void cluster_values(const Inst& i) {
     const int n = p_.cluster_blocks;
     if (l_.threads[1] < n)
@@ -1055,7 +1058,17 @@ class Emitter {
     });
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
-    for (size_t a = 0; a < i.args.size(); ++a)
+    if (i.opcode == Opcode::GatherBlocks) {
+      Value* column = b_.CreateAdd(first, b_.CreateURem(b_.CreateURem(thread_[1], i32(32)), i32(n)));
+      for (size_t a = 0; a < i.args.size(); ++a) {
+        std::vector<Value*> theirs;
+        for (int e = 0; e < per_arg; ++e)
+          theirs.push_back(b_.CreateAlignedLoad(
+              b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, column), llvm::Align(4)));
+        vals_[static_cast<size_t>(i.results[a])] = std::move(theirs);
+      }
+    }
+    for (size_t a = 0; a < i.args.size() && i.opcode == Opcode::ClusterValues; ++a)
       for (int r = 0; r < n; ++r) {
         std::vector<Value*> theirs;
         for (int e = 0; e < per_arg; ++e)
@@ -1202,6 +1215,7 @@ class Emitter {
       case Opcode::Barrier:
       case Opcode::LastArrival:
       case Opcode::ClusterValues:
+      case Opcode::GatherBlocks:
         return !in_consumers_;
       default:
         return false;
@@ -1217,7 +1231,7 @@ class Emitter {
     std::vector<bool> barrier_after(r.body.size(), false), cluster_after(r.body.size(), false);
     for (size_t k = r.body.size(); k-- > 1;) {
       barrier_after[k - 1] = barrier_after[k] || has_block_barrier(r.body[k]);
-      cluster_after[k - 1] = cluster_after[k] || r.body[k].opcode == Opcode::ClusterValues;
+      cluster_after[k - 1] = cluster_after[k] || exchanges_over_cluster(r.body[k].opcode);
     }
     for (size_t k = 0; k < r.body.size(); ++k) {
       if (r.body[k].opcode == Opcode::Yield) continue;

@@ -432,12 +432,13 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // staged input: every input that spans rows and columns is copied in, each part a whole
 // 16-byte multiple. A block gets its share of the SM's shared memory (blocks_per_sm blocks),
 // less the system's 1 KiB and its reductions' slots and mbarriers. False when none fits.
-// Rows one block holds on Tile IR v2 over a power of two of whole warps, at least two: one block
-// barrier a pass where the hint asks for it (TileSchedule::block_online).
+// Rows a block holds on Tile IR v2 (or its parts of a cluster's, exchanged a pass at a time:
+// cluster_online) over a power of two of whole warps, at least two: one block barrier a pass
+// where the hint asks for it (TileSchedule::block_online).
 static bool online_in_block(const TileSchedule& s, const ScheduleHints& hints) {
   const int warps = s.threads_per_row / 32;
-  return hints.block_online == 1 && s.ir_v2 && s.cluster_blocks == 1 && s.threads_per_row % 32 == 0 && warps >= 2 &&
-         (warps & (warps - 1)) == 0;
+  return hints.block_online == 1 && s.ir_v2 && (s.cluster_blocks == 1 || s.cluster_online) &&
+         s.threads_per_row % 32 == 0 && warps >= 2 && (warps & (warps - 1)) == 0;
 }
 
 static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
@@ -711,6 +712,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
       s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared));
       s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
+      s.block_online = online_in_block(s, hints);
       return s;
     }
   }

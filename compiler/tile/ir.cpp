@@ -144,6 +144,8 @@ const char* opcode_name(Opcode o) {
       return "spread";
     case Opcode::GatherWarps:
       return "gather_warps";
+    case Opcode::GatherBlocks:
+      return "gather_blocks";
     case Opcode::ClusterValues:
       return "cluster_values";
     case Opcode::Convert:
@@ -643,6 +645,20 @@ std::vector<int> Builder::gather_warps(const std::vector<int>& warps) {
   i.args = warps;
   for (int v : warps) {
     Type t = p_.types.at(static_cast<size_t>(v));
+    t.frag = Frag::WarpLanes;
+    i.results.push_back(p_.add_value(t));
+  }
+  r_->body.push_back(i);
+  return i.results;
+}
+
+std::vector<int> Builder::gather_blocks(const std::vector<int>& per_row) {
+  Inst i;
+  i.opcode = Opcode::GatherBlocks;
+  i.args = per_row;
+  for (int v : per_row) {
+    Type t = p_.types.at(static_cast<size_t>(v));
+    t.shape.at(1) = p_.cluster_blocks;
     t.frag = Frag::WarpLanes;
     i.results.push_back(p_.add_value(t));
   }

@@ -68,11 +68,13 @@ struct MmaConfig {
 // blocked or lanes.
 // Warps: one value per warp along the columns — a [rows, threads[1] / 32] tile (rows of whole
 // warps) whose column w is warp w of its row's, which each of the warp's lanes holds (a
-// reduction within the warp). WarpLanes: such a tile gathered into every warp of its row
-// (`gather_warps`, one block barrier): column w is held by lanes w, w + n, … of each warp (n the
-// row's warps), so each warp holds the whole tile and reduces it by shuffles alone. A reduction
-// over a row's warps in these two steps lets values of the warps be worked on between them (an
-// online sum's partials brought to the row's max: one barrier for a max and its sum).
+// reduction within the warp). WarpLanes: a [rows, n] tile (n a power of two up to 32, rows of
+// whole warps) whose column c is held by lanes c, c + n, … of every warp of its row, so that each
+// warp holds the whole tile and reduces it by shuffles alone: a warps tile gathered into every
+// warp (`gather_warps`, one block barrier; n the row's warps), or the cluster's blocks' values
+// (`gather_blocks`, one cluster barrier; n the cluster's blocks). A reduction over a row's warps
+// (or blocks) in these two steps lets their values be worked on between them (an online sum's
+// partials brought to the row's max: one barrier for a max and its sum).
 enum class Frag { None, A, B, Acc, Lanes, Warps, WarpLanes };  // None: the program's blocked layout
 // One value per thread along the columns (Lanes, Warps, WarpLanes): a thread's elements of a row
 // are one.
@@ -173,6 +175,12 @@ enum class Opcode {
   // the same shapes, printed `gather_warps %m, %s : …`): the warps' lane 0 write their values to
   // shared memory, a block barrier, each lane reads its column's. One exchange for all its args.
   GatherWarps,
+  // The cluster's blocks' values of per-row tiles (args: one-column floating-point tiles, which
+  // every thread of a row holds) as WarpLanes tiles [rows, n] (n the program's cluster_blocks, a
+  // power of two up to 32): column r is block r's value, held by lanes r, r + n, … of every warp.
+  // One exchange for all its args, where cluster_values may stand (printed `gather_blocks %m, %s
+  // : …`, the args' types).
+  GatherBlocks,
   // The cluster's blocks' values of per-row tiles (args: blocked f32, bf16 or f16 tiles of one
   // column, which every thread of a row holds): result a·n + r is block r's value of arg a (n the
   // program's cluster_blocks), every block getting the same values. One exchange through
@@ -528,6 +536,9 @@ class Builder {
   // Warps tiles gathered into every warp of their rows (Opcode::GatherWarps): WarpLanes tiles,
   // which `reduce` takes to one column by shuffles alone.
   std::vector<int> gather_warps(const std::vector<int>& warps);
+  // The cluster's blocks' values of each of `per_row` (Opcode::GatherBlocks): a WarpLanes tile
+  // each, column r block r's.
+  std::vector<int> gather_blocks(const std::vector<int>& per_row);
   // The cluster's blocks' values of each of `per_row` (Opcode::ClusterValues): [a·n + r] is
   // block r's of per_row[a].
   std::vector<int> cluster_values(const std::vector<int>& per_row);

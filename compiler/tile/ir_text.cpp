@@ -177,7 +177,8 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             type_of(i.results[0]));
         break;
       case Opcode::ClusterValues:
-      case Opcode::GatherWarps: {
+      case Opcode::GatherWarps:
+      case Opcode::GatherBlocks: {
         std::vector<std::string> types;
         for (int v : i.args) types.push_back(type_of(v));
         *out += fmt::format("{}{}{} {} : {}\n", pad, lhs, mnemonic(i), values(i.args), fmt::join(types, ", "));
@@ -808,8 +809,8 @@ class Parser {
         types.push_back(type());
       }
       results(types);
-    } else if (op == "gather_warps") {  // (the arg types; each result its arg's, gathered)
-      i.opcode = Opcode::GatherWarps;
+    } else if (op == "gather_warps" || op == "gather_blocks") {  // (the arg types; each result its arg's, gathered)
+      i.opcode = op == "gather_warps" ? Opcode::GatherWarps : Opcode::GatherBlocks;
       i.args = uses_until_colon();
       punct(":");
       std::vector<Type> types;
@@ -817,6 +818,8 @@ class Parser {
         if (!types.empty()) punct(",");
         types.push_back(type());
         types.back().frag = Frag::WarpLanes;
+        if (i.opcode == Opcode::GatherBlocks && types.back().shape.size() == 2)
+          types.back().shape[1] = std::max(p.cluster_blocks, 1);
       }
       results(types);
     } else if (op == "cluster_values") {

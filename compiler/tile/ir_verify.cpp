@@ -83,13 +83,14 @@ class Verifier {
     if (per_thread_columns(t.frag)) {  // rows as the blocked layout's, a column per thread or warp
       const int threads = p_.layout.threads.size() == 2 ? p_.layout.threads[1] : 0;
       const bool lanes = t.frag == Frag::Lanes;
-      const int columns = lanes ? threads : threads / 32;
-      const bool warps_ok = threads % 32 == 0 && columns >= 2 && (columns & (columns - 1)) == 0;
+      // (A warp_lanes tile's columns: the row's warps, or a cluster's blocks, over a warp's lanes.)
+      const int64_t columns = lanes ? threads : t.frag == Frag::Warps ? threads / 32 : t.shape.size() == 2 ? t.shape[1] : 0;
+      const bool warps_ok = threads % 32 == 0 && columns >= 2 && columns <= 32 && (columns & (columns - 1)) == 0;
       if (t.shape.size() != 2 || (t.shape[0] != 1 && t.shape[0] != p_.layout.extent(0)) || t.shape[1] != columns ||
           t.space != Space::Reg || (!lanes && !warps_ok))
         problem(fmt::format("{}: {} is not a {} tile of the layout ([1 or {}, {}]{})", where(i), type_str(t),
                             frag_name(t.frag), p_.layout.extent(0), columns,
-                            lanes ? "" : ", rows of a power of two of whole warps, at least two"));
+                            lanes ? "" : ", a power of two from 2 to 32 columns, rows of whole warps"));
       return;
     }
     if (t.frag != Frag::None) return check_fragment(i, t);
@@ -575,6 +576,7 @@ class Verifier {
   // again past a later exchange, or doubled by the iteration's parity), and the first waits for
   // the blocks to run.
   void cluster_values(const Inst& i, bool in_loop) {
+    if (i.opcode == Opcode::GatherBlocks) return gather_blocks(i, in_loop);
     const size_t n = static_cast<size_t>(std::max(p_.cluster_blocks, 1));
     if (p_.cluster_blocks < 2 || p_.specialized() || (depth_ > 1 && !in_loop))
       problem(fmt::format("{}: exchanges values in the body of a program launched in clusters or of a loop there "
@@ -594,6 +596,36 @@ class Verifier {
         if (type(i.results[a * n + r]) != t)
           problem(fmt::format("{}: block {}'s value of %{} is {}, not its {}", where(i), r, i.args[a],
                               type_str(type(i.results[a * n + r])), type_str(t)));
+    }
+  }
+
+  // Where cluster_values may stand, its args, each result a warp_lanes tile of the cluster's
+  // blocks' columns (a power of two of them).
+  void gather_blocks(const Inst& i, bool in_loop) {
+    const int n = p_.cluster_blocks;
+    if (n < 2 || p_.specialized() || (depth_ > 1 && !in_loop))
+      problem(fmt::format("{}: exchanges values in the body of a program launched in clusters or of a loop there "
+                          "(not in a branch or a specialized program)",
+                          where(i)));
+    if (i.args.empty() || i.results.size() != i.args.size()) {
+      problem(fmt::format("{}: gives a gathered tile for each of its {} args, not {}", where(i), i.args.size(),
+                          i.results.size()));
+      return;
+    }
+    for (size_t a = 0; a < i.args.size(); ++a) {
+      const Type& t = type(i.args[a]);
+      if (!t.is_tile() || t.frag != Frag::None || t.space != Space::Reg || t.shape.size() != 2 || t.shape[1] != 1 ||
+          !(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16)) {
+        problem(fmt::format("{}: %{} is {}, not a floating-point tile of one column", where(i), i.args[a], type_str(t)));
+        continue;
+      }
+      Type gathered = t;
+      gathered.shape[1] = n;
+      gathered.frag = Frag::WarpLanes;
+      if (type(i.results[a]) != gathered)
+        problem(fmt::format("{}: %{} gathered is {}, not {}", where(i), i.args[a], type_str(type(i.results[a])),
+                            type_str(gathered)));
+      check_tile_shape(i, gathered);
     }
   }
 
@@ -745,6 +777,7 @@ class Verifier {
           gather_warps(i);
           break;
         case Opcode::ClusterValues:
+        case Opcode::GatherBlocks:
           cluster_values(i, in_loop);
           break;
         case Opcode::Convert: {

@@ -4,10 +4,10 @@
 // [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks,
 // each reduction reduced over the block's threads, then exchanged (`cluster_values`) and
 // combined in rank order — one exchange a reduction, or one a pass over the row with online
-// sums rescaled (TileSchedule::cluster_online, over_cluster). Rows one block holds over whole
-// warps take each reduction behind a block barrier of its own, or each pass behind one: the
-// warps' values gathered into every warp, online sums rescaled (TileSchedule::block_online,
-// over_warps).
+// sums rescaled (TileSchedule::cluster_online, over_cluster). A block's rows (or its part of a
+// cluster's, exchanged a pass at a time) over whole warps take each reduction behind a block
+// barrier of its own, or each pass behind one: the warps' values gathered into every warp,
+// online sums rescaled (TileSchedule::block_online, warps_pass).
 // The tensors along the rows are loaded first; a tensor shared by every row (layernorm's w) where
 // it is first used. Each reduction reduces along axis 1 over the row's threads (and the cluster's
 // blocks), only the row's columns counting (a mask); what uses it broadcasts the [rows, 1] result.
@@ -65,7 +65,7 @@ class RowReduction {
   Program build() {
     if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || s_.split_blocks > 1 ||
         s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || ((cluster_ || window_) && s_.tile_rows() != 1) ||
-        !s_.elem_dims.empty())
+        !s_.elem_dims.empty() || (s_.block_online && cluster_ && !s_.cluster_online))
       throw CodegenError(fmt::format(
           "kernel {}: Tile IR v2 builds only rows one block or cluster holds, staged or not, not {}",
           k_.name, s_.describe()));
@@ -296,7 +296,7 @@ class RowReduction {
     } else if (op_info(n.op).kind == OpKind::Reduce && cluster_ && s_.cluster_online) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
-    } else if (op_info(n.op).kind == OpKind::Reduce && s_.block_online) {
+    } else if (op_info(n.op).kind == OpKind::Reduce && !cluster_ && s_.block_online) {
       if (!value_of_.count(id)) over_warps(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
     } else if (op_info(n.op).kind == OpKind::Reduce) {
@@ -383,77 +383,24 @@ class RowReduction {
     return acc;
   }
 
-  // (TileSchedule::cluster_online.) The reductions of pass `pass` (fusion/row_passes.h) over a
-  // row the cluster's blocks share, in one exchange: each block reduces its columns, cluster_values gives every block each block's
-  // values, and each reduction combines them in rank order (every block gets the same bits). A
-  // sum of exp(u − c(m)) completed in its max m's pass is online: each block sums its terms
-  // exp(u − c(m_b)) with its own max m_b (0 where m_b is −inf: nothing of the block's counts),
-  // and the blocks' sums are brought to the row's max M by exp(c(m_b) − c(M)) before they are
-  // added — the max's exchange and the sum's are one. What uses the terms (softmax's quotient)
-  // takes the block's, times the block's factor.
-  void over_cluster(Builder& b, int pass) {
-    const auto [plain, online] = reductions_of(pass);
-    std::vector<NodeId> exchanged;
-    std::vector<int> partials;
-    auto block_partial = [&](NodeId id, int x) {
-      exchanged.push_back(id);
-      partials.push_back(block_reduce(b, g_.node(id).op, x));
+  // A pass's reductions (fusion/row_passes.h) along the row reduced over the block: each one's
+  // block value (before rounding); each online sum's terms, and — reduced over warps — each
+  // warp's factor to the block's max (a warps tile; -1: none).
+  struct BlockPass {
+    std::vector<NodeId> ids;
+    std::vector<int> values;
+    struct Terms {
+      int terms, factor;
     };
-    auto partial_or_own = [&](NodeId id) {  // (a value constant along the row is its own)
-      const int x = eval(b, g_.node(id).operands[0], value_of_);
-      along_row(p_, x) ? block_partial(id, x) : void(value_of_[id] = own_reduction(b, id, x));
-    };
-    for (NodeId id : plain) partial_or_own(id);
-    auto partial_of = [&](NodeId id) {
-      return partials[static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin())];
-    };
-    std::vector<Online> rescale;  // online sums whose max is exchanged
-    for (NodeId id : online) {
-      const NodeId m = passes_.online_with.at(id);
-      if (value_of_.count(m)) {  // (its max is its own: a plain sum)
-        partial_or_own(id);
-        continue;
-      }
-      rescale.push_back(block_online_sum(b, id, partial_of(m)));
-      exchanged.push_back(id);
-      partials.push_back(rescale.back().sum);
+    std::map<NodeId, Terms> online;
+    int value(NodeId id) const {
+      return values[static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin())];
     }
-    if (exchanged.empty()) return;
-    const size_t n = static_cast<size_t>(s_.cluster_blocks);
-    const std::vector<int> all = b.cluster_values(partials);
-    auto values_of = [&](NodeId id) {
-      const size_t a = static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin());
-      return std::vector<int>(all.begin() + static_cast<std::ptrdiff_t>(a * n),
-                              all.begin() + static_cast<std::ptrdiff_t>((a + 1) * n));
-    };
-    std::map<NodeId, int> row;  // each exchanged reduction's combined value, before rounding
-    for (NodeId id : exchanged) {
-      if (std::any_of(rescale.begin(), rescale.end(), [&](const Online& o) { return o.id == id; })) continue;
-      row[id] = in_rank_order(b, g_.node(id).op, values_of(id));
-      value_of_[id] = as_used(b, g_, k_, id, row[id]);
-    }
-    for (const Online& o : rescale) {
-      const NodeId m = passes_.online_with.at(o.id), c = passes_.shift_of.at(o.id);
-      const std::vector<int> maxes = values_of(m), sums = values_of(o.id);
-      const int c_row = as_f32(b, eval_with(b, c, m, row.at(m)));
-      int acc = -1;
-      for (size_t r = 0; r < n; ++r) {
-        const int term = rescaled(b, sums[r], eval_with(b, c, m, maxes[r]), c_row);
-        acc = acc < 0 ? term : b.compute(Op::Add, {acc, term}, DType::F32);
-      }
-      value_of_[o.id] = as_used(b, g_, k_, o.id, acc);
-      // The block's terms brought to the row's max for the uses of exp(u − c(m)): one multiply an
-      // element (0 where none of the block's elements counted).
-      const int factor =
-          b.compute(Op::Where, {o.seen, shift_factor(b, o.shift, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
-      const NodeId e = g_.node(o.id).operands[0];
-      const int terms = b.compute(Op::Mul, {o.terms, factor}, p_.types[static_cast<size_t>(o.terms)].dtype);
-      value_of_[e] = as_used(b, g_, k_, e, terms);
-    }
-  }
+  };
 
-  // The reductions of pass `pass` (fusion/row_passes.h): those reduced as they are, and the
-  // online sums (of exp(u − c(m)), completed in their max m's pass).
+  // The reductions of pass `pass`: those reduced as they are, and the online sums (of
+  // exp(u − c(m)), completed in their max m's pass). (A reduction of a value constant along the
+  // row is its own: along_row_operand. An online sum whose max is its own is reduced as it is.)
   std::pair<std::vector<NodeId>, std::vector<NodeId>> reductions_of(int pass) const {
     std::vector<NodeId> plain, online;
     for (NodeId id : k_.nodes)
@@ -461,105 +408,182 @@ class RowReduction {
         (passes_.online_with.count(id) ? online : plain).push_back(id);
     return {plain, online};
   }
+  // Reduction id's operand along the row, or -1 where it is constant along the row (the
+  // reduction then its own).
+  int along_row_operand(Builder& b, NodeId id) {
+    const int x = eval(b, g_.node(id).operands[0], value_of_);
+    if (along_row(p_, x)) return x;
+    value_of_[id] = own_reduction(b, id, x);
+    return -1;
+  }
 
-  // (TileSchedule::block_online.) The reductions of pass `pass` over a row of the block's whole
-  // warps, behind one block barrier: each warp reduces its part of the row (a warps tile),
-  // `gather_warps` gives every warp all the warps' values, and each warp reduces them by shuffles
-  // (every thread gets the same bits). An online sum of exp(u − c(m)) is each warp's sum of its
-  // terms exp(u − c(m_w)) with its own max m_w (0 where m_w is −inf), brought to the row's max M
-  // by exp(c(m_w) − c(M)) before the warps' sums are added; what uses the terms takes the warp's,
-  // times the warp's factor.
-  void over_warps(Builder& b, int pass) {
+  // Each reduction of the pass its own block barrier (block_reduce). An online sum's terms are
+  // exp(u − c(m_b)) with the block's max m_b (m 0 in its place where m_b is −inf: the terms are
+  // 0, not −inf − (−inf), where the block's elements are −inf), its block value their sum (0
+  // where m_b is −inf).
+  BlockPass block_pass(Builder& b, int pass) {
     const auto [plain, online] = reductions_of(pass);
-    std::vector<NodeId> exchanged;
-    std::vector<int> partials;  // each exchanged reduction's warps tile
-    auto partial_or_own = [&](NodeId id) {  // (a value constant along the row is its own)
-      const int x = eval(b, g_.node(id).operands[0], value_of_);
-      if (!along_row(p_, x)) {
-        value_of_[id] = own_reduction(b, id, x);
-        return;
+    BlockPass bp;
+    auto reduced = [&](NodeId id) {
+      if (const int x = along_row_operand(b, id); x >= 0) {
+        bp.ids.push_back(id);
+        bp.values.push_back(block_reduce(b, g_.node(id).op, x));
       }
-      exchanged.push_back(id);
-      partials.push_back(b.reduce_warps(g_.node(id).op, x, row_mask(b)));
     };
-    auto index_of = [&](NodeId id) {
-      return static_cast<size_t>(std::find(exchanged.begin(), exchanged.end(), id) - exchanged.begin());
-    };
-    for (NodeId id : plain) partial_or_own(id);
-    std::vector<Online> rescale;  // online sums whose max is exchanged
+    for (NodeId id : plain) reduced(id);
     for (NodeId id : online) {
-      if (value_of_.count(passes_.online_with.at(id))) {  // (its max is its own: a plain sum)
-        partial_or_own(id);
+      const NodeId m = passes_.online_with.at(id), e = g_.node(id).operands[0];
+      if (value_of_.count(m)) {
+        reduced(id);
         continue;
       }
-      rescale.push_back(warp_online_sum(b, id, partials[index_of(passes_.online_with.at(id))]));
-      exchanged.push_back(id);
-      partials.push_back(rescale.back().sum);
+      const int m_b = bp.value(m), seen = seen_max(b, m_b);
+      const int terms = eval_with(b, e, m, finite_max(b, m_b, seen));
+      const int s_b = block_reduce(b, Op::ReduceSum, as_f32(b, terms));
+      bp.ids.push_back(id);
+      bp.values.push_back(b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32));
+      bp.online[id] = {terms, -1};
     }
-    if (exchanged.empty()) return;
+    return bp;
+  }
+
+  // (TileSchedule::block_online.) The pass's reductions over the block's whole warps behind one
+  // block barrier: each warp reduces its part of the row (a warps tile), `gather_warps` gives
+  // every warp all the warps' values, and each warp reduces them by shuffles (every thread gets
+  // the same bits). An online sum of exp(u − c(m)) is each warp's sum of its terms with its own
+  // max m_w (as a block's, above), brought to the block's max M_b by exp(c(m_w) − c(M_b))
+  // before the warps' sums are added; that factor is the warp's for what uses the terms.
+  BlockPass warps_pass(Builder& b, int pass) {
+    const auto [plain, online] = reductions_of(pass);
+    BlockPass bp;
+    std::vector<int> partials;  // each reduction's warps tile
+    auto reduced = [&](NodeId id) {
+      if (const int x = along_row_operand(b, id); x >= 0) {
+        bp.ids.push_back(id);
+        partials.push_back(b.reduce_warps(g_.node(id).op, x, row_mask(b)));
+      }
+    };
+    for (NodeId id : plain) reduced(id);
+    struct Warps {
+      int seen, shift;  // whether m_w is finite; c(m_w) (f32)
+    };
+    std::map<NodeId, Warps> warps;
+    for (NodeId id : online) {
+      const NodeId m = passes_.online_with.at(id), e = g_.node(id).operands[0], c = passes_.shift_of.at(id);
+      if (value_of_.count(m)) {
+        reduced(id);
+        continue;
+      }
+      const int m_w = partials[static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), m) - bp.ids.begin())];
+      const int seen = seen_max(b, m_w), finite = finite_max(b, m_w, seen);
+      const Type& mt = p_.types[static_cast<size_t>(m_w)];
+      const int terms = eval_with(b, e, m, b.spread(finite, {mt.shape[0], s_.tile_cols()}));
+      const int s_w = b.reduce_warps(Op::ReduceSum, as_f32(b, terms), row_mask(b));
+      bp.ids.push_back(id);
+      partials.push_back(b.compute(Op::Where, {seen, s_w, b.scalar(0.0, DType::F32)}, DType::F32));
+      bp.online[id] = {terms, -1};
+      warps[id] = {seen, as_f32(b, eval_with(b, c, m, finite))};
+    }
+    if (bp.ids.empty()) return bp;
     const std::vector<int> gathered = b.gather_warps(partials);
     if (staged_ && !refilled_) refill(b);  // (every thread has read the stage before the barrier)
-    std::map<NodeId, int> row;  // each reduction's row value, before rounding
-    for (NodeId id : exchanged) {
-      if (std::any_of(rescale.begin(), rescale.end(), [&](const Online& o) { return o.id == id; })) continue;
-      row[id] = b.reduce(g_.node(id).op, gathered[index_of(id)], 1);
+    auto gathered_of = [&](NodeId id) {
+      return gathered[static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), id) - bp.ids.begin())];
+    };
+    bp.values.assign(bp.ids.size(), -1);
+    for (size_t k = 0; k < bp.ids.size(); ++k)
+      if (!bp.online.count(bp.ids[k])) bp.values[k] = b.reduce(g_.node(bp.ids[k]).op, gathered[k], 1);
+    for (size_t k = 0; k < bp.ids.size(); ++k) {
+      const NodeId id = bp.ids[k];
+      if (!bp.online.count(id)) continue;
+      const NodeId m = passes_.online_with.at(id), c = passes_.shift_of.at(id);
+      const int c_block = as_f32(b, eval_with(b, c, m, bp.value(m)));
+      const int c_lane = as_f32(b, eval_with(b, c, m, gathered_of(m)));  // (each lane's warp's)
+      bp.values[k] = b.reduce(Op::ReduceSum, rescaled(b, gathered[k], c_lane, c_block), 1);
+      bp.online[id].factor = b.compute(
+          Op::Where, {warps[id].seen, shift_factor(b, warps[id].shift, c_block), b.scalar(0.0, DType::F32)}, DType::F32);
+    }
+    return bp;
+  }
+
+  // Rows one block holds (block_online): the pass over the warps, its values the row's, an online
+  // sum's terms brought to the row's max by their warp's factor (one multiply an element).
+  void over_warps(Builder& b, int pass) {
+    const BlockPass bp = warps_pass(b, pass);
+    for (size_t k = 0; k < bp.ids.size(); ++k) value_of_[bp.ids[k]] = as_used(b, g_, k_, bp.ids[k], bp.values[k]);
+    for (const auto& [id, t] : bp.online) {
+      const NodeId e = g_.node(id).operands[0];
+      const Type& terms = p_.types[static_cast<size_t>(t.terms)];
+      value_of_[e] = as_used(b, g_, k_, e, b.compute(Op::Mul, {t.terms, b.spread(t.factor, terms.shape)}, terms.dtype));
+    }
+  }
+
+  // (TileSchedule::cluster_online.) The pass's reductions over a row the cluster's blocks share,
+  // in one exchange: each block reduces its columns (a barrier a reduction, or with block_online
+  // one a pass), cluster_values gives every block each block's values, and each reduction
+  // combines them in rank order — or, with block_online, gather_blocks gives each warp's lane r
+  // block r's and the warp combines them by shuffles (either way every block gets the same bits). An online sum's block values
+  // are brought to the row's max M by exp(c(m_b) − c(M)) before they are added; what uses the
+  // terms takes the block's times that factor (times its warp's, over warps: one multiply an
+  // element).
+  void over_cluster(Builder& b, int pass) {
+    const BlockPass bp = s_.block_online ? warps_pass(b, pass) : block_pass(b, pass);
+    if (bp.ids.empty()) return;
+    const size_t n = static_cast<size_t>(s_.cluster_blocks);
+    // With block_online, a power of two of blocks: lane r of each warp takes block r's values
+    // (gather_blocks) and the warp combines them by shuffles — one rescale a lane, not one per
+    // block in each thread.
+    const bool by_lane = s_.block_online && n <= 32 && (n & (n - 1)) == 0;
+    const std::vector<int> all = by_lane ? b.gather_blocks(bp.values) : b.cluster_values(bp.values);
+    auto index_of = [&](NodeId id) {
+      return static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), id) - bp.ids.begin());
+    };
+    auto values_of = [&](NodeId id) {
+      const size_t a = index_of(id);
+      return std::vector<int>(all.begin() + static_cast<std::ptrdiff_t>(a * n),
+                              all.begin() + static_cast<std::ptrdiff_t>((a + 1) * n));
+    };
+    std::map<NodeId, int> row;  // each plain reduction's combined value, before rounding
+    for (NodeId id : bp.ids) {
+      if (bp.online.count(id)) continue;
+      const Op op = g_.node(id).op;
+      row[id] = by_lane ? b.reduce(op, all[index_of(id)], 1) : in_rank_order(b, op, values_of(id));
       value_of_[id] = as_used(b, g_, k_, id, row[id]);
     }
-    for (const Online& o : rescale) {
-      const NodeId m = passes_.online_with.at(o.id), c = passes_.shift_of.at(o.id);
+    for (const auto& [id, t] : bp.online) {
+      const NodeId m = passes_.online_with.at(id), c = passes_.shift_of.at(id);
       const int c_row = as_f32(b, eval_with(b, c, m, row.at(m)));
-      const int c_lane = as_f32(b, eval_with(b, c, m, gathered[index_of(m)]));  // (each lane's warp's)
-      const int sum = b.reduce(Op::ReduceSum, rescaled(b, gathered[index_of(o.id)], c_lane, c_row), 1);
-      value_of_[o.id] = as_used(b, g_, k_, o.id, sum);
-      // The warp's terms brought to the row's max: one multiply an element (0 where none of the
-      // warp's elements counted).
-      const int factor =
-          b.compute(Op::Where, {o.seen, shift_factor(b, o.shift, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
-      const NodeId e = g_.node(o.id).operands[0];
-      const Type& terms = p_.types[static_cast<size_t>(o.terms)];
-      const int scaled = b.compute(Op::Mul, {o.terms, b.spread(factor, terms.shape)}, terms.dtype);
-      value_of_[e] = as_used(b, g_, k_, e, scaled);
+      int acc = -1;
+      if (by_lane) {
+        const int c_lane = as_f32(b, eval_with(b, c, m, all[index_of(m)]));  // (each lane's block's)
+        acc = b.reduce(Op::ReduceSum, rescaled(b, all[index_of(id)], c_lane, c_row), 1);
+      } else {
+        const std::vector<int> maxes = values_of(m), sums = values_of(id);
+        for (size_t r = 0; r < n; ++r) {
+          const int term = rescaled(b, sums[r], as_f32(b, eval_with(b, c, m, maxes[r])), c_row);
+          acc = acc < 0 ? term : b.compute(Op::Add, {acc, term}, DType::F32);
+        }
+      }
+      value_of_[id] = as_used(b, g_, k_, id, acc);
+      // The block's factor (0 where none of the block's elements counted), times the warp's.
+      const int m_b = bp.value(m), seen = seen_max(b, m_b);
+      const int c_b = as_f32(b, eval_with(b, c, m, finite_max(b, m_b, seen)));
+      int factor = b.compute(Op::Where, {seen, shift_factor(b, c_b, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
+      const Type& terms = p_.types[static_cast<size_t>(t.terms)];
+      if (t.factor >= 0) factor = b.spread(b.compute(Op::Mul, {t.factor, factor}, DType::F32), terms.shape);
+      const NodeId e = g_.node(id).operands[0];
+      value_of_[e] = as_used(b, g_, k_, e, b.compute(Op::Mul, {t.terms, factor}, terms.dtype));
     }
   }
 
-  // A block's part of online sum `id` (of exp(u − c(m))) with its max m_b: the terms
-  // exp(u − c(m_b)), their sum (0 where m_b is −inf: nothing of the block's counts), whether
-  // m_b is finite, and c(m_b) as f32. A block whose max is −inf takes the terms with m 0 in its
-  // place: they are 0, not −inf − (−inf), where the block's elements are −inf.
-  struct Online {
-    NodeId id;
-    int terms, sum, seen, shift;
-  };
-  Online block_online_sum(Builder& b, NodeId id, int m_b) {
-    const NodeId m = passes_.online_with.at(id), e = g_.node(id).operands[0], c = passes_.shift_of.at(id);
-    const int seen = b.compute(Op::Ne, {as_f32(b, m_b), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
-    const Type& mt = p_.types[static_cast<size_t>(m_b)];
-    const int finite = b.compute(Op::Where, {seen, m_b, b.scalar(0.0, mt.dtype)}, mt.dtype);
-    std::map<NodeId, int> with = with_max(b, m, finite);
-    Online o{id, eval(b, e, with), -1, seen, -1};
-    o.shift = as_f32(b, eval(b, c, with));
-    keep_independent(with, m);
-    const int s_b = block_reduce(b, Op::ReduceSum, as_f32(b, o.terms));
-    o.sum = b.compute(Op::Where, {seen, s_b, b.scalar(0.0, DType::F32)}, DType::F32);
-    return o;
+  // Whether a max's partial m (a block's or a warp's) is finite; m where it is, 0 where not.
+  int seen_max(Builder& b, int m) {
+    return b.compute(Op::Ne, {as_f32(b, m), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
   }
-  // A warp's part of online sum `id` (of exp(u − c(m))) with its max m_w (a warps tile): as a
-  // block's in a cluster (block_online_sum), the terms with m_w spread over the warp's elements.
-  Online warp_online_sum(Builder& b, NodeId id, int m_w) {
-    const NodeId m = passes_.online_with.at(id), e = g_.node(id).operands[0], c = passes_.shift_of.at(id);
-    const int seen = b.compute(Op::Ne, {as_f32(b, m_w), b.scalar(-INFINITY, DType::F32)}, DType::Bool);
-    const Type& mt = p_.types[static_cast<size_t>(m_w)];
-    const int finite = b.compute(Op::Where, {seen, m_w, b.scalar(0.0, mt.dtype)}, mt.dtype);
-    const int spread = b.spread(finite, {mt.shape[0], s_.tile_cols()});
-    std::map<NodeId, int> with = with_max(b, m, spread);
-    Online o{id, eval(b, e, with), -1, seen, -1};
-    keep_independent(with, m);
-    o.shift = as_f32(b, eval_with(b, c, m, finite));
-    const int s_w = b.reduce_warps(Op::ReduceSum, as_f32(b, o.terms), row_mask(b));
-    o.sum = b.compute(Op::Where, {seen, s_w, b.scalar(0.0, DType::F32)}, DType::F32);
-    return o;
+  int finite_max(Builder& b, int m, int seen) {
+    const DType dt = p_.types[static_cast<size_t>(m)].dtype;
+    return b.compute(Op::Where, {seen, m, b.scalar(0.0, dt)}, dt);
   }
-
 
   // Each output at its offsets; a windowed row's elements only (one value per row as usual).
   void store(Builder& b) {

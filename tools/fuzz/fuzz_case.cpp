@@ -129,7 +129,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.codegen = codegen_options_for("sm_80");
       break;
     case 12:  // rows held in clusters (no staging or split rows), on Tile IR v2, half of them an
-              // exchange a pass
+              // exchange a pass (half of those a block barrier a pass)
       v.name = "--stages 0 --split 0 --window-ir 2";
       v.fusion.schedule.stages = 0;
       v.fusion.schedule.split = 0;
@@ -137,6 +137,10 @@ std::vector<Variant> variants_of(uint64_t seed) {
       if (pick(0, 1)) {
         v.name += " --cluster-online 1";
         v.fusion.schedule.cluster_online = 1;
+        if (pick(0, 1)) {  // each block's part a barrier a pass
+          v.name += " --block-online 1";
+          v.fusion.schedule.block_online = 1;
+        }
       }
       break;
     case 13:  // odd row widths in windows, on Tile IR v2
