@@ -39,6 +39,32 @@ Layout rows_of(int rows_per_thread, int thread_rows, int threads_per_row, int ve
   return {{1, vec}, {thread_rows, threads_per_row}, {rows_per_thread, 1}};
 }
 
+// How often `what` occurs in `text` (PTX instructions: shuffles, barriers).
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// ptxas (where there is one) takes the PTX without spilling.
+void expect_assembled_unspilled(const std::string& ptx, const std::string& name) {
+  if (find_ptxas().empty()) return;
+  std::optional<MeasuredKernel> m = run_ptxas(ptx, name);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->spill_bytes, 0);
+}
+
+// Each of `bad` after `header`, closed, is refused by the verifier (or already by the parser).
+void expect_each_refused(const std::string& header, const std::vector<std::string>& bad) {
+  for (const std::string& b : bad) {
+    SCOPED_TRACE(b);
+    try {
+      EXPECT_FALSE(program_problems(parse_program(header + b + "}\n")).empty());
+    } catch (const Error&) {
+    }
+  }
+}
+
 // gelu(x + b) over [R, 1024] tiles: the bias is a [1, 1024] row, loaded once per thread.
 Program bias_gelu() {
   Program p;
@@ -196,9 +222,7 @@ TEST(TileIr, GatherBlocksSpreadsTheBlocksValuesOverLanes) {
   EXPECT_EQ(print_program(parse_program(text)), text);
   EXPECT_EQ(type_str(p.types.at(static_cast<size_t>(p.body.body.at(9).results.at(0)))), "tile<1x4xf32, warp_lanes>");
   const std::string ptx = program_ptx(p);
-  size_t shuffles = 0;
-  for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
-  EXPECT_EQ(shuffles, 5u + 2u);  // the block's row over a warp, then its 4 blocks over 4 lanes
+  EXPECT_EQ(occurrences(ptx, "shfl.sync.bfly"), 5u + 2u);  // the block's row over a warp, then its 4 blocks over 4 lanes
   EXPECT_NE(ptx.find("mapa.shared::cluster"), std::string::npos);
   EXPECT_NE(ptx.find("barrier.cluster.wait"), std::string::npos);
   if (!find_ptxas().empty()) {
@@ -556,11 +580,6 @@ TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
   auto count = [](const std::vector<Inst>& body, Opcode o) {
     return std::count_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == o; });
   };
-  auto barriers = [](const std::string& ptx) {
-    size_t n = 0;
-    for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++n;
-    return n;
-  };
   FusionOptions o;
   o.schedule.block_online = 1;
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -578,12 +597,8 @@ TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
       ASSERT_TRUE(p.has_value());
       EXPECT_EQ(count(p->body.body, Opcode::GatherWarps), passes);
       const std::string ptx = program_ptx(*p);
-      EXPECT_EQ(barriers(ptx), static_cast<size_t>(passes));
-      if (!find_ptxas().empty()) {
-        std::optional<MeasuredKernel> m = run_ptxas(ptx, p->name);
-        ASSERT_TRUE(m.has_value());
-        EXPECT_EQ(m->spill_bytes, 0);
-      }
+      EXPECT_EQ(occurrences(ptx, "bar.sync"), static_cast<size_t>(passes));
+      expect_assembled_unspilled(ptx, p->name);
     }
   }
   {
@@ -1215,9 +1230,7 @@ TEST(TileIr, RowReductionsAcrossThreads) {
       EXPECT_TRUE(program_problems(p).empty());
       EXPECT_EQ(print_program(parse_program(print_program(p))), print_program(p));
       const std::string ptx = program_ptx(p);
-      size_t shuffles = 0;
-      for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
-      EXPECT_EQ(shuffles, 2u * c.shuffles_per_reduction);  // two reductions, one row a thread
+      EXPECT_EQ(occurrences(ptx, "shfl.sync.bfly"), 2u * c.shuffles_per_reduction);  // two reductions, one row a thread
       EXPECT_EQ(ptx.find("bar.sync") != std::string::npos, c.barrier) << ptx;
       if (!find_ptxas().empty()) {
         EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
@@ -1329,16 +1342,9 @@ TEST(TileIr, LanesTilesCarryAPartialPerThread) {
   // The loop's reductions stay within each thread: the only shuffles are the two reductions of
   // the lanes after it (a butterfly over a warp each), the only barriers theirs.
   const std::string ptx = program_ptx(p);
-  size_t shuffles = 0, barriers = 0;
-  for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
-  for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++barriers;
-  EXPECT_EQ(shuffles, 10u) << ptx;
-  EXPECT_EQ(barriers, 2u);
-  if (!find_ptxas().empty()) {
-    std::optional<MeasuredKernel> m = run_ptxas(ptx, p.name);
-    ASSERT_TRUE(m.has_value());
-    EXPECT_EQ(m->spill_bytes, 0);
-  }
+  EXPECT_EQ(occurrences(ptx, "shfl.sync.bfly"), 10u) << ptx;
+  EXPECT_EQ(occurrences(ptx, "bar.sync"), 2u);
+  expect_assembled_unspilled(ptx, p.name);
   // A lanes tile is not loaded or stored, spreads only over its rows' blocked tile, and meets
   // blocked tiles only of one column.
   const std::string header =
@@ -1347,26 +1353,20 @@ TEST(TileIr, LanesTilesCarryAPartialPerThread) {
       "  %0 = const 0 : index\n"
       "  %1 = load %arg0[%0, %0] : tile<1x1024xf32>\n"
       "  %2 = reduce_sum %1 axis 1 : tile<1x128xf32, lanes>\n";
-  for (const std::string& bad : {std::string("  store %arg1[%0, %0], %2 : tile<1x128xf32, lanes>\n"),
-                                 std::string("  %3 = spread %2 : tile<1x512xf32>\n"),
-                                 std::string("  %3 = add %2, %1 : tile<1x128xf32, lanes>\n"),
-                                 std::string("  %3 = reduce_sum %2 axis 0 : tile<1x128xf32>\n")}) {
-    SCOPED_TRACE(bad);
-    try {
-      EXPECT_FALSE(program_problems(parse_program(header + bad + "}\n")).empty());
-    } catch (const Error&) {  // (or refused by the parser)
-    }
-  }
+  expect_each_refused(header, {"  store %arg1[%0, %0], %2 : tile<1x128xf32, lanes>\n",
+                               "  %3 = spread %2 : tile<1x512xf32>\n",
+                               "  %3 = add %2, %1 : tile<1x128xf32, lanes>\n",
+                               "  %3 = reduce_sum %2 axis 0 : tile<1x128xf32>\n"});
 }
 
-TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
-  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  const int rows = 64, cols = 4000;
+// Program `p` (outputs: each row's max m and sum of exp(x − m)) run on seeded normal rows of
+// `cols`: the max exact, the sum within 1e-5 of the float64 one.
+void expect_online_softmax_rows(const Program& p, int rows, int cols) {
   std::mt19937_64 rng(testing::test_seed());
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (float& v : x) v = normal(rng);
-  const auto [m, s] = run_row_program(parse_program(online_lanes_text(rows)), x, rows);
+  const auto [m, s] = run_row_program(p, x, rows);
   for (int r = 0; r < rows; ++r) {
     float most = -INFINITY;
     for (int c = 0; c < cols; ++c) most = std::max(most, x[static_cast<size_t>(r * cols + c)]);
@@ -1375,6 +1375,11 @@ TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
     EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
     EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-5 * sum) << "row " << r;
   }
+}
+
+TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  expect_online_softmax_rows(parse_program(online_lanes_text(64)), 64, 4000);
 }
 
 
@@ -1420,16 +1425,9 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
   // The two reductions within each warp (a butterfly over 32 lanes each) and the two over the
   // gathered warps' columns (over 4 lanes each); one barrier, the gather's.
   const std::string ptx = program_ptx(p);
-  size_t shuffles = 0, barriers = 0;
-  for (size_t at = ptx.find("shfl.sync.bfly"); at != std::string::npos; at = ptx.find("shfl.sync.bfly", at + 1)) ++shuffles;
-  for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++barriers;
-  EXPECT_EQ(shuffles, 5u + 5u + 2u + 2u) << ptx;
-  EXPECT_EQ(barriers, 1u);
-  if (!find_ptxas().empty()) {
-    std::optional<MeasuredKernel> m = run_ptxas(ptx, p.name);
-    ASSERT_TRUE(m.has_value());
-    EXPECT_EQ(m->spill_bytes, 0);
-  }
+  EXPECT_EQ(occurrences(ptx, "shfl.sync.bfly"), 5u + 5u + 2u + 2u) << ptx;
+  EXPECT_EQ(occurrences(ptx, "bar.sync"), 1u);
+  expect_assembled_unspilled(ptx, p.name);
   // A warps tile is gathered before it is reduced over the row, is not loaded or stored, meets
   // blocked tiles only of one column; only warps tiles are gathered, and only a warps tile
   // spreads; rows of one warp have no warps tiles.
@@ -1440,19 +1438,12 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
       "  %1 = load %arg0[%0, %0] : tile<1x1024xf32>\n"
       "  %2 = reduce_sum %1 axis 1 : tile<1x4xf32, warps>\n"
       "  %3 = reduce_sum %1 axis 1 : tile<1x128xf32, lanes>\n";
-  for (const std::string& bad : {std::string("  %4 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"),
-                                 std::string("  store %arg1[%0, %0], %2 : tile<1x4xf32, warps>\n"),
-                                 std::string("  %4 = add %2, %1 : tile<1x4xf32, warps>\n"),
-                                 std::string("  %4 = gather_warps %3 : tile<1x128xf32, lanes>\n"),
-                                 std::string("  %4 = gather_warps %2 : tile<1x4xf32, warps>\n"
-                                             "  %5 = spread %4 : tile<1x1024xf32>\n"),
-                                 std::string("  %4 = reduce_sum %1 axis 1 : tile<1x8xf32, warps>\n")}) {
-    SCOPED_TRACE(bad);
-    try {
-      EXPECT_FALSE(program_problems(parse_program(header + bad + "}\n")).empty());
-    } catch (const Error&) {  // (or refused by the parser)
-    }
-  }
+  expect_each_refused(header, {"  %4 = reduce_sum %2 axis 1 : tile<1x1xf32>\n",
+                               "  store %arg1[%0, %0], %2 : tile<1x4xf32, warps>\n",
+                               "  %4 = add %2, %1 : tile<1x4xf32, warps>\n",
+                               "  %4 = gather_warps %3 : tile<1x128xf32, lanes>\n",
+                               "  %4 = gather_warps %2 : tile<1x4xf32, warps>\n  %5 = spread %4 : tile<1x1024xf32>\n",
+                               "  %4 = reduce_sum %1 axis 1 : tile<1x8xf32, warps>\n"});
   const std::string one_warp =
       "tile.func @bad(%arg0 \"x\": f32[4, 256], %arg1 \"y\": f32[4, 1] out)\n"
       "    grid [4] threads 32 layout blocked<per_thread [1, 4], threads [1, 32], reps [1, 2]> {\n"
@@ -1465,20 +1456,7 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
 
 TEST(GpuTileIr, WarpsTilesGatherAnOnlineSoftmaxRow) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  const int rows = 64, cols = 1000;
-  std::mt19937_64 rng(testing::test_seed());
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> x(static_cast<size_t>(rows * cols));
-  for (float& v : x) v = normal(rng);
-  const auto [m, s] = run_row_program(parse_program(warps_online_text(rows)), x, rows);
-  for (int r = 0; r < rows; ++r) {
-    float most = -INFINITY;
-    for (int c = 0; c < cols; ++c) most = std::max(most, x[static_cast<size_t>(r * cols + c)]);
-    double sum = 0;
-    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(x[static_cast<size_t>(r * cols + c)]) - most);
-    EXPECT_EQ(m[static_cast<size_t>(r)], most) << "row " << r;
-    EXPECT_NEAR(s[static_cast<size_t>(r)], sum, 1e-5 * sum) << "row " << r;
-  }
+  expect_online_softmax_rows(parse_program(warps_online_text(64)), 64, 1000);
 }
 
 }  // namespace

@@ -1034,11 +1034,7 @@ class Emitter {
     if (l_.threads[1] < n)
       throw CodegenError(fmt::format("kernel {}: a row over a cluster of {} blocks has {} threads a block", p_.name, n,
                                      l_.threads[1]));
-    std::vector<Value*> mine;  // each arg's values of the thread's rows, one after another
-    for (int a : i.args) {
-      const std::vector<Value*>& v = vals_.at(static_cast<size_t>(a));
-      mine.insert(mine.end(), v.begin(), v.end());
-    }
+    const std::vector<Value*> mine = args_values(i);
     const int per_arg = static_cast<int>(mine.size() / i.args.size());
     // In a loop the other blocks write the slots again in the next iteration: past another
     // exchange of this iteration (one follows in the loop's body, and no block writes past its
@@ -1060,26 +1056,26 @@ class Emitter {
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     if (i.opcode == Opcode::GatherBlocks) {
       Value* column = b_.CreateAdd(first, b_.CreateURem(b_.CreateURem(thread_[1], i32(32)), i32(n)));
-      for (size_t a = 0; a < i.args.size(); ++a) {
-        std::vector<Value*> theirs;
-        for (int e = 0; e < per_arg; ++e)
-          theirs.push_back(b_.CreateAlignedLoad(
-              b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, column), llvm::Align(4)));
-        vals_[static_cast<size_t>(i.results[a])] = std::move(theirs);
-      }
+      for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(slots, a, per_arg, column);
+    } else {
+      for (size_t a = 0; a < i.args.size(); ++a)
+        for (int r = 0; r < n; ++r)
+          vals_[static_cast<size_t>(i.results[a * static_cast<size_t>(n) + static_cast<size_t>(r)])] =
+              slot_values(slots, a, per_arg, b_.CreateAdd(first, i32(r)));
     }
-    for (size_t a = 0; a < i.args.size() && i.opcode == Opcode::ClusterValues; ++a)
-      for (int r = 0; r < n; ++r) {
-        std::vector<Value*> theirs;
-        for (int e = 0; e < per_arg; ++e)
-          theirs.push_back(b_.CreateAlignedLoad(
-              b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, b_.CreateAdd(first, i32(r))), llvm::Align(4)));
-        vals_[static_cast<size_t>(i.results[a * static_cast<size_t>(n) + static_cast<size_t>(r)])] = std::move(theirs);
-      }
     if (loop_depth_ > 0 && !cluster_after_ && !doubled) {
       cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
       cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     }
+  }
+  // An exchange's args' values of the thread's rows, one arg after another.
+  std::vector<Value*> args_values(const Inst& i) const {
+    std::vector<Value*> mine;
+    for (int a : i.args) {
+      const std::vector<Value*>& v = vals_.at(static_cast<size_t>(a));
+      mine.insert(mine.end(), v.begin(), v.end());
+    }
+    return mine;
   }
   // The wait that pairs with every block's arrival on entry: another block's shared memory is
   // written only once it runs. Before the first exchange — or before the loop that holds it,
@@ -1107,6 +1103,14 @@ class Emitter {
     Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(s.values)), i32(a)), i32(s.count)), w);
     return b_.CreateInBoundsGEP(b_.getFloatTy(), s.array, at);
   }
+  // Arg a's values of the thread's rows (per_arg of them) read from the slots' column `column`.
+  std::vector<Value*> slot_values(const RowSlots& slots, size_t a, int per_arg, Value* column) {
+    std::vector<Value*> out;
+    for (int e = 0; e < per_arg; ++e)
+      out.push_back(b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, column),
+                                         llvm::Align(4)));
+    return out;
+  }
   // Each of the thread's per-row values: its row's slots combined in order (every thread of the
   // row gets the same bits).
   // (With `first`: the half of doubled slots from first on.)
@@ -1128,11 +1132,7 @@ class Emitter {
   // waits for earlier reads — in a loop, as reduce_across's are.
   void gather_warps(const Inst& i) {
     const int warps = l_.threads[1] / 32;
-    std::vector<Value*> mine;  // each arg's values of the thread's rows, one after another
-    for (int a : i.args) {
-      const std::vector<Value*>& v = vals_.at(static_cast<size_t>(a));
-      mine.insert(mine.end(), v.begin(), v.end());
-    }
+    const std::vector<Value*> mine = args_values(i);
     const int per_arg = static_cast<int>(mine.size() / i.args.size());
     const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
     const RowSlots slots = row_slots("gathered_warps", static_cast<int>(mine.size()), doubled ? 2 * warps : warps);
@@ -1145,13 +1145,7 @@ class Emitter {
     });
     block_barrier();
     Value* column = b_.CreateAdd(first, b_.CreateURem(lane, i32(warps)));
-    for (size_t a = 0; a < i.args.size(); ++a) {
-      std::vector<Value*> theirs;
-      for (int e = 0; e < per_arg; ++e)
-        theirs.push_back(b_.CreateAlignedLoad(b_.getFloatTy(),
-                                              slot(slots, static_cast<int>(a) * per_arg + e, column), llvm::Align(4)));
-      vals_[static_cast<size_t>(i.results[a])] = std::move(theirs);
-    }
+    for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(slots, a, per_arg, column);
     if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
   }
 

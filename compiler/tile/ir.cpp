@@ -627,56 +627,44 @@ int Builder::reduce(Op op, int tile, int axis, int mask) {
 }
 
 int Builder::reduce_warps(Op op, int tile, int mask) {
+  return reduce_along_row(op, tile, mask, Frag::Warps, p_.layout.threads.at(1) / 32);
+}
+
+std::vector<int> Builder::exchange(Opcode opcode, const std::vector<int>& args, int per_arg,
+                                   const std::function<Type(Type)>& result) {
   Inst i;
-  i.opcode = Opcode::Reduce;
-  i.op = op;
-  i.axis = 1;
-  i.args = {tile};
-  if (mask >= 0) i.args.push_back(mask);
-  Type t = p_.types.at(static_cast<size_t>(tile));
-  t.shape.at(1) = p_.layout.threads.at(1) / 32;
-  t.frag = Frag::Warps;
-  return emit(i, t);
+  i.opcode = opcode;
+  i.args = args;
+  for (int v : args)
+    for (int r = 0; r < per_arg; ++r) i.results.push_back(p_.add_value(result(p_.types.at(static_cast<size_t>(v)))));
+  r_->body.push_back(i);
+  return i.results;
 }
 
 std::vector<int> Builder::gather_warps(const std::vector<int>& warps) {
-  Inst i;
-  i.opcode = Opcode::GatherWarps;
-  i.args = warps;
-  for (int v : warps) {
-    Type t = p_.types.at(static_cast<size_t>(v));
+  return exchange(Opcode::GatherWarps, warps, 1, [](Type t) {
     t.frag = Frag::WarpLanes;
-    i.results.push_back(p_.add_value(t));
-  }
-  r_->body.push_back(i);
-  return i.results;
+    return t;
+  });
 }
 
 std::vector<int> Builder::gather_blocks(const std::vector<int>& per_row) {
-  Inst i;
-  i.opcode = Opcode::GatherBlocks;
-  i.args = per_row;
-  for (int v : per_row) {
-    Type t = p_.types.at(static_cast<size_t>(v));
+  return exchange(Opcode::GatherBlocks, per_row, 1, [&](Type t) {
     t.shape.at(1) = p_.cluster_blocks;
     t.frag = Frag::WarpLanes;
-    i.results.push_back(p_.add_value(t));
-  }
-  r_->body.push_back(i);
-  return i.results;
+    return t;
+  });
 }
 
 std::vector<int> Builder::cluster_values(const std::vector<int>& per_row) {
-  Inst i;
-  i.opcode = Opcode::ClusterValues;
-  i.args = per_row;
-  for (int v : per_row)
-    for (int r = 0; r < p_.cluster_blocks; ++r) i.results.push_back(p_.add_value(p_.types.at(static_cast<size_t>(v))));
-  r_->body.push_back(i);
-  return i.results;
+  return exchange(Opcode::ClusterValues, per_row, p_.cluster_blocks, [](Type t) { return t; });
 }
 
 int Builder::reduce_lanes(Op op, int tile, int mask) {
+  return reduce_along_row(op, tile, mask, Frag::Lanes, p_.layout.threads.at(1));
+}
+
+int Builder::reduce_along_row(Op op, int tile, int mask, Frag into, int columns) {
   Inst i;
   i.opcode = Opcode::Reduce;
   i.op = op;
@@ -684,8 +672,8 @@ int Builder::reduce_lanes(Op op, int tile, int mask) {
   i.args = {tile};
   if (mask >= 0) i.args.push_back(mask);
   Type t = p_.types.at(static_cast<size_t>(tile));
-  t.shape.at(1) = p_.layout.threads.at(1);
-  t.frag = Frag::Lanes;
+  t.shape.at(1) = columns;
+  t.frag = into;
   return emit(i, t);
 }
 

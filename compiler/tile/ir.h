@@ -561,6 +561,13 @@ class Builder {
 
  private:
   int emit(Inst i, std::optional<Type> result);
+  // A tile's rows reduced along axis 1 into a tile of `columns` columns of layout `into` (a value
+  // per thread, or per warp).
+  int reduce_along_row(Op op, int tile, int mask, Frag into, int columns);
+  // An exchange of `args` (gather_warps, gather_blocks, cluster_values): `per_arg` results for
+  // each, of the type `result` makes of the arg's.
+  std::vector<int> exchange(Opcode opcode, const std::vector<int>& args, int per_arg,
+                            const std::function<Type(Type)>& result);
   Program& p_;
   Region* r_;
 };

@@ -809,30 +809,25 @@ class Parser {
         types.push_back(type());
       }
       results(types);
-    } else if (op == "gather_warps" || op == "gather_blocks") {  // (the arg types; each result its arg's, gathered)
-      i.opcode = op == "gather_warps" ? Opcode::GatherWarps : Opcode::GatherBlocks;
+    } else if (op == "gather_warps" || op == "gather_blocks" || op == "cluster_values") {
+      // (The args' types: each result its arg's gathered over lanes, or each block's value of it.)
+      i.opcode = op == "gather_warps" ? Opcode::GatherWarps : op == "gather_blocks" ? Opcode::GatherBlocks
+                                                                                  : Opcode::ClusterValues;
       i.args = uses_until_colon();
       punct(":");
-      std::vector<Type> types;
-      while (types.size() < i.args.size()) {
-        if (!types.empty()) punct(",");
-        types.push_back(type());
-        types.back().frag = Frag::WarpLanes;
-        if (i.opcode == Opcode::GatherBlocks && types.back().shape.size() == 2)
-          types.back().shape[1] = std::max(p.cluster_blocks, 1);
+      const size_t blocks = static_cast<size_t>(std::max(p.cluster_blocks, 1));
+      std::vector<Type> each;
+      for (size_t a = 0; a < i.args.size(); ++a) {
+        if (a > 0) punct(",");
+        Type t = type();
+        if (i.opcode == Opcode::ClusterValues) {
+          each.insert(each.end(), blocks, t);
+          continue;
+        }
+        t.frag = Frag::WarpLanes;
+        if (i.opcode == Opcode::GatherBlocks && t.shape.size() == 2) t.shape[1] = static_cast<int64_t>(blocks);
+        each.push_back(t);
       }
-      results(types);
-    } else if (op == "cluster_values") {
-      i.opcode = Opcode::ClusterValues;
-      i.args = uses_until_colon();
-      punct(":");
-      std::vector<Type> types;
-      while (types.size() < i.args.size()) {
-        if (!types.empty()) punct(",");
-        types.push_back(type());
-      }
-      std::vector<Type> each;  // each block's value of each arg
-      for (const Type& t : types) each.insert(each.end(), static_cast<size_t>(std::max(p.cluster_blocks, 1)), t);
       results(each);
     } else if (op == "wait_group") {
       i.opcode = Opcode::WaitGroup;

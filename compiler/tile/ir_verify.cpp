@@ -570,86 +570,50 @@ class Verifier {
                             type_str(type(body.body.back().args[k])), k, type_str(type(head.args[k]))));
   }
 
-  // Per-row floating-point tiles of the blocked layout (one column), a value of each per block,
-  // in the body of a program launched in clusters, or straight in a loop's body there: every
-  // block of the cluster takes each exchange once, its slots are its own (in a loop, written
-  // again past a later exchange, or doubled by the iteration's parity), and the first waits for
-  // the blocks to run.
-  void cluster_values(const Inst& i, bool in_loop) {
-    if (i.opcode == Opcode::GatherBlocks) return gather_blocks(i, in_loop);
+  // Exchanges. cluster_values and gather_blocks: per-row floating-point tiles of the blocked
+  // layout (one column), in the body of a program launched in clusters, or straight in a loop's
+  // body there: every block of the cluster takes each exchange once, its slots are its own (in a
+  // loop, written again past a later exchange, or doubled by the iteration's parity), and the
+  // first waits for the blocks to run; cluster_values gives each block's value of each arg,
+  // gather_blocks a warp_lanes tile of the cluster's blocks' columns (a power of two of them).
+  // gather_warps: floating-point warps tiles, each gathered into a warp_lanes tile of the row's
+  // warps' columns. None in a specialized program.
+  void exchange(const Inst& i, bool in_loop) {
+    const bool warps = i.opcode == Opcode::GatherWarps, each_block = i.opcode == Opcode::ClusterValues;
     const size_t n = static_cast<size_t>(std::max(p_.cluster_blocks, 1));
-    if (p_.cluster_blocks < 2 || p_.specialized() || (depth_ > 1 && !in_loop))
+    if (warps && p_.specialized())
+      problem(fmt::format("{}: gathers warps' values outside a specialized program", where(i)));
+    if (!warps && (p_.cluster_blocks < 2 || p_.specialized() || (depth_ > 1 && !in_loop)))
       problem(fmt::format("{}: exchanges values in the body of a program launched in clusters or of a loop there "
                           "(not in a branch or a specialized program)",
                           where(i)));
-    if (i.args.empty() || i.results.size() != i.args.size() * n) {
-      problem(fmt::format("{}: gives each of the cluster's {} blocks' values of each of its {} args, not {} values",
-                          where(i), n, i.args.size(), i.results.size()));
+    const size_t per_arg = each_block ? n : 1;
+    if (i.args.empty() || i.results.size() != i.args.size() * per_arg) {
+      problem(fmt::format("{}: gives {} value(s) for each of its {} args, not {} values", where(i), per_arg,
+                          i.args.size(), i.results.size()));
       return;
     }
     for (size_t a = 0; a < i.args.size(); ++a) {
       const Type& t = type(i.args[a]);
-      if (!t.is_tile() || t.frag != Frag::None || t.space != Space::Reg || t.shape.size() != 2 || t.shape[1] != 1 ||
-          !(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16))
-        problem(fmt::format("{}: %{} is {}, not a floating-point tile of one column", where(i), i.args[a], type_str(t)));
-      for (size_t r = 0; r < n; ++r)
-        if (type(i.results[a * n + r]) != t)
-          problem(fmt::format("{}: block {}'s value of %{} is {}, not its {}", where(i), r, i.args[a],
-                              type_str(type(i.results[a * n + r])), type_str(t)));
-    }
-  }
-
-  // Where cluster_values may stand, its args, each result a warp_lanes tile of the cluster's
-  // blocks' columns (a power of two of them).
-  void gather_blocks(const Inst& i, bool in_loop) {
-    const int n = p_.cluster_blocks;
-    if (n < 2 || p_.specialized() || (depth_ > 1 && !in_loop))
-      problem(fmt::format("{}: exchanges values in the body of a program launched in clusters or of a loop there "
-                          "(not in a branch or a specialized program)",
-                          where(i)));
-    if (i.args.empty() || i.results.size() != i.args.size()) {
-      problem(fmt::format("{}: gives a gathered tile for each of its {} args, not {}", where(i), i.args.size(),
-                          i.results.size()));
-      return;
-    }
-    for (size_t a = 0; a < i.args.size(); ++a) {
-      const Type& t = type(i.args[a]);
-      if (!t.is_tile() || t.frag != Frag::None || t.space != Space::Reg || t.shape.size() != 2 || t.shape[1] != 1 ||
-          !(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16)) {
-        problem(fmt::format("{}: %{} is {}, not a floating-point tile of one column", where(i), i.args[a], type_str(t)));
+      const bool floating = t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16;
+      const bool one_column = t.frag == Frag::None && t.shape.size() == 2 && t.shape[1] == 1;
+      if (!t.is_tile() || t.space != Space::Reg || !floating || !(warps ? t.frag == Frag::Warps : one_column)) {
+        problem(fmt::format("{}: %{} is {}, not a floating-point {}", where(i), i.args[a], type_str(t),
+                            warps ? "warps tile" : "tile of one column"));
         continue;
       }
-      Type gathered = t;
-      gathered.shape[1] = n;
-      gathered.frag = Frag::WarpLanes;
-      if (type(i.results[a]) != gathered)
-        problem(fmt::format("{}: %{} gathered is {}, not {}", where(i), i.args[a], type_str(type(i.results[a])),
-                            type_str(gathered)));
-      check_tile_shape(i, gathered);
-    }
-  }
-
-  // Floating-point warps tiles of the layout, each result its arg gathered into every warp (warp_lanes);
-  // every thread of the block takes the exchange (not in a specialized program's regions).
-  void gather_warps(const Inst& i) {
-    if (p_.specialized()) problem(fmt::format("{}: gathers warps' values outside a specialized program", where(i)));
-    if (i.args.empty() || i.results.size() != i.args.size()) {
-      problem(fmt::format("{}: gives a gathered tile for each of its {} args, not {}", where(i), i.args.size(),
-                          i.results.size()));
-      return;
-    }
-    for (size_t a = 0; a < i.args.size(); ++a) {
-      const Type& t = type(i.args[a]);
-      if (!t.is_tile() || t.frag != Frag::Warps || !(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16)) {
-        problem(fmt::format("{}: %{} is {}, not a floating-point warps tile", where(i), i.args[a], type_str(t)));
-        continue;
+      Type want = t;
+      if (!each_block) {
+        want.frag = Frag::WarpLanes;
+        if (!warps) want.shape[1] = static_cast<int64_t>(n);
+        check_tile_shape(i, want);
       }
-      check_tile_shape(i, t);
-      Type gathered = t;
-      gathered.frag = Frag::WarpLanes;
-      if (type(i.results[a]) != gathered)
-        problem(fmt::format("{}: %{} gathered is {}, not {}", where(i), i.args[a], type_str(type(i.results[a])),
-                            type_str(gathered)));
+      for (size_t r = 0; r < per_arg; ++r)
+        if (const Type& got = type(i.results[a * per_arg + r]); got != want)
+          problem(each_block ? fmt::format("{}: block {}'s value of %{} is {}, not its {}", where(i), r, i.args[a],
+                                           type_str(got), type_str(want))
+                             : fmt::format("{}: %{} gathered is {}, not {}", where(i), i.args[a], type_str(got),
+                                           type_str(want)));
     }
   }
 
@@ -774,11 +738,9 @@ class Verifier {
           break;
         }
         case Opcode::GatherWarps:
-          gather_warps(i);
-          break;
         case Opcode::ClusterValues:
         case Opcode::GatherBlocks:
-          cluster_values(i, in_loop);
+          exchange(i, in_loop);
           break;
         case Opcode::Convert: {
           const Type& t = type(i.args.at(0));
