@@ -541,7 +541,7 @@ TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 2, 0, 1, 1, 1);
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 2, 0, 1, 1, 1);
   check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 2, 0, 1, 2, 1);
-  // Clusters of 7 (not a power of two: the blocks' values in rank order), windowed rows.
+  // Clusters of 7, 8 lanes a group of which 7 hold blocks' values; windowed rows.
   check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, 2, 2, 1, 1, 1);
   check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 2, 2, 1, 1, 1);
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the

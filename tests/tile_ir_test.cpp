@@ -199,7 +199,7 @@ TEST(TileIr, ClusterValuesGiveEachBlocksValues) {
 
 // gather_blocks: the cluster's blocks' values of a row as a warp_lanes tile (lane r of each warp
 // block r's), reduced over the blocks by shuffles alone: each warp combines them itself. It
-// needs a cluster of a power of two of blocks.
+// takes any cluster up to 32 blocks: of 3, each aligned group of 4 lanes counts its first 3.
 TEST(TileIr, GatherBlocksSpreadsTheBlocksValuesOverLanes) {
   auto program = [](int cluster) {
     return fmt::format(
@@ -228,7 +228,9 @@ TEST(TileIr, GatherBlocksSpreadsTheBlocksValuesOverLanes) {
   if (!find_ptxas().empty()) {
     EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
   }
-  EXPECT_FALSE(program_problems(parse_program(program(3))).empty());  // not a power of two
+  const Program three = parse_program(program(3));
+  EXPECT_TRUE(program_problems(three).empty());
+  EXPECT_EQ(occurrences(program_ptx(three), "shfl.sync.bfly"), 5u + 2u);
 }
 
 TEST(TileIr, ParserNamesTheLine) {
@@ -1383,40 +1385,50 @@ TEST(GpuTileIr, LanesTilesCarryAnOnlineSoftmaxRow) {
 }
 
 
-// Each row of 1000 (two rows a block of 2 × 128 threads: 4 warps a row) reduced to its max m and
-// its sum of exp(x − m) behind one block barrier: each warp's max and its sum of exp(x − m_w)
-// (warps tiles), both gathered into every warp at once, the row's max over the warps' maxes and
-// each warp's sum brought to it by exp(m_w − m) before they are added.
-std::string warps_online_text(int rows) {
+// Each row of 1000 (two rows a block of 2 × `row_threads` threads: 4 or 3 warps a row) reduced to
+// its max m and its sum of exp(x − m) behind one block barrier: each warp's max and its sum of
+// exp(x − m_w) (warps tiles), both gathered into every warp at once, the row's max over the
+// warps' maxes and each warp's sum brought to it by exp(m_w − m) before they are added.
+std::string warps_online_text(int rows, int row_threads = 128) {
+  const int reps = (1000 + 4 * row_threads - 1) / (4 * row_threads);
   return fmt::format(
       "tile.func @warps_online(%arg0 \"x\": f32[{rows}, 1000], %arg1 \"m\": f32[{rows}, 1] out, "
       "%arg2 \"s\": f32[{rows}, 1] out)\n"
-      "    grid [{grid}] threads 256 layout blocked<per_thread [1, 4], threads [2, 128], reps [1, 2]> {{\n"
+      "    grid [{grid}] threads {block} layout blocked<per_thread [1, 4], threads [2, {t}], reps [1, {reps}]> {{\n"
       "  %0 = program_id 0 : index\n"
       "  %1 = const 2 : index\n"
       "  %2 = muli %0, %1 : index\n"
       "  %3 = const 0 : index\n"
-      "  %4 = load %arg0[%2, %3] masked [1] : tile<2x1024xf32>\n"
+      "  %4 = load %arg0[%2, %3] masked [1] : tile<2x{w}xf32>\n"
       "  %5 = const 1000 : index\n"
-      "  %6 = in_bounds %3, %5 axis 1 : tile<1x1024xbool>\n"
-      "  %7 = reduce_max %4 axis 1 where %6 : tile<2x4xf32, warps>\n"
-      "  %8 = spread %7 : tile<2x1024xf32>\n"
-      "  %9 = sub %4, %8 : tile<2x1024xf32>\n"
-      "  %10 = exp %9 : tile<2x1024xf32>\n"
-      "  %11 = reduce_sum %10 axis 1 where %6 : tile<2x4xf32, warps>\n"
-      "  %12, %13 = gather_warps %7, %11 : tile<2x4xf32, warps>, tile<2x4xf32, warps>\n"
+      "  %6 = in_bounds %3, %5 axis 1 : tile<1x{w}xbool>\n"
+      "  %7 = reduce_max %4 axis 1 where %6 : tile<2x{n}xf32, warps>\n"
+      "  %8 = spread %7 : tile<2x{w}xf32>\n"
+      "  %9 = sub %4, %8 : tile<2x{w}xf32>\n"
+      "  %10 = exp %9 : tile<2x{w}xf32>\n"
+      "  %11 = reduce_sum %10 axis 1 where %6 : tile<2x{n}xf32, warps>\n"
+      "  %12, %13 = gather_warps %7, %11 : tile<2x{n}xf32, warps>, tile<2x{n}xf32, warps>\n"
       "  %14 = reduce_max %12 axis 1 : tile<2x1xf32>\n"
-      "  %15 = sub %12, %14 : tile<2x4xf32, warp_lanes>\n"
-      "  %16 = exp %15 : tile<2x4xf32, warp_lanes>\n"
-      "  %17 = mul %13, %16 : tile<2x4xf32, warp_lanes>\n"
+      "  %15 = sub %12, %14 : tile<2x{n}xf32, warp_lanes>\n"
+      "  %16 = exp %15 : tile<2x{n}xf32, warp_lanes>\n"
+      "  %17 = mul %13, %16 : tile<2x{n}xf32, warp_lanes>\n"
       "  %18 = reduce_sum %17 axis 1 : tile<2x1xf32>\n"
       "  store %arg1[%2, %3], %14 : tile<2x1xf32>\n"
       "  store %arg2[%2, %3], %18 : tile<2x1xf32>\n"
       "}}\n",
-      fmt::arg("rows", rows), fmt::arg("grid", rows / 2));
+      fmt::arg("rows", rows), fmt::arg("grid", rows / 2), fmt::arg("block", 2 * row_threads), fmt::arg("t", row_threads),
+      fmt::arg("reps", reps), fmt::arg("w", 4 * row_threads * reps), fmt::arg("n", row_threads / 32));
 }
 
 TEST(TileIr, WarpsTilesGatherInOneBarrier) {
+  {  // 3 warps a row: each aligned group of 4 lanes holds the 3 columns, its fourth lane not counted
+    const Program three = parse_program(warps_online_text(64, 96));
+    EXPECT_TRUE(program_problems(three).empty()) << fmt::format("{}", fmt::join(program_problems(three), "\n"));
+    const std::string ptx = program_ptx(three);
+    EXPECT_EQ(occurrences(ptx, "shfl.sync.bfly"), 5u + 5u + 2u + 2u);
+    EXPECT_EQ(occurrences(ptx, "bar.sync"), 1u);
+    expect_assembled_unspilled(ptx, three.name);
+  }
   const Program p = parse_program(warps_online_text(64));
   EXPECT_TRUE(program_problems(p).empty()) << fmt::format("{}", fmt::join(program_problems(p), "\n"));
   const std::string text = print_program(p);
@@ -1456,7 +1468,10 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
 
 TEST(GpuTileIr, WarpsTilesGatherAnOnlineSoftmaxRow) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  expect_online_softmax_rows(parse_program(warps_online_text(64)), 64, 1000);
+  for (int row_threads : {128, 96}) {  // 4 warps a row, and 3
+    SCOPED_TRACE(row_threads);
+    expect_online_softmax_rows(parse_program(warps_online_text(64, row_threads)), 64, 1000);
+  }
 }
 
 }  // namespace

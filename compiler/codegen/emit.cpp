@@ -855,7 +855,7 @@ class Emitter {
       if (to == Frag::Warps)  // over the warp's lanes
         for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, 32);
       else if (in.frag == Frag::WarpLanes)  // over the lanes holding the tile's columns
-        for (Value*& acc : rows) acc = butterfly(combine_of(i.op), acc, static_cast<int>(in.shape[1]));
+        for (Value*& acc : rows) acc = over_columns(i.op, acc, static_cast<int>(in.shape[1]));
       else  // over the row's threads
         reduce_across(combine_of(i.op), rows);
       vals_[static_cast<size_t>(i.results[0])] = std::move(rows);
@@ -1027,7 +1027,7 @@ class Emitter {
   // holds: the row's first `cluster` threads each write the thread's values into the slots of
   // this block's rank in one block's shared memory (thread t into block t's, through mapa), a
   // cluster barrier (release, acquire), then every thread reads its row's slots — all of them
-  // (cluster_values), or lane l the slot of block l mod n (gather_blocks: a warp_lanes tile).
+  // (cluster_values), or its lane's column's (gather_blocks: a warp_lanes tile).
   // Each exchange has slots of its own, so no write waits for earlier reads.
   void cluster_values(const Inst& i) {
     const int n = p_.cluster_blocks;
@@ -1055,7 +1055,7 @@ class Emitter {
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     if (i.opcode == Opcode::GatherBlocks) {
-      Value* column = b_.CreateAdd(first, b_.CreateURem(b_.CreateURem(thread_[1], i32(32)), i32(n)));
+      Value* column = b_.CreateAdd(first, lane_column(n));
       for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(slots, a, per_arg, column);
     } else {
       for (size_t a = 0; a < i.args.size(); ++a)
@@ -1127,8 +1127,8 @@ class Emitter {
   }
 
   // Warps tiles gathered into every warp of their rows: lane 0 of each warp writes the warp's
-  // values into the row's slots, a block barrier, then lane l reads column l mod n of its row (n
-  // the row's warps), so that each warp holds every column. Its slots are its own, so no write
+  // values into the row's slots, a block barrier, then each lane reads its column's (lane_column:
+  // n the row's warps), so that each warp holds every column. Its slots are its own, so no write
   // waits for earlier reads — in a loop, as reduce_across's are.
   void gather_warps(const Inst& i) {
     const int warps = l_.threads[1] / 32;
@@ -1144,7 +1144,7 @@ class Emitter {
         b_.CreateAlignedStore(mine[v], slot(slots, static_cast<int>(v), warp), llvm::Align(4));
     });
     block_barrier();
-    Value* column = b_.CreateAdd(first, b_.CreateURem(lane, i32(warps)));
+    Value* column = b_.CreateAdd(first, lane_column(warps));
     for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(slots, a, per_arg, column);
     if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
   }
@@ -1248,6 +1248,29 @@ class Emitter {
     barrier_after_ = outer_after;
     cluster_after_ = outer_cluster;
     loop_top_ = outer_top;
+  }
+
+  // A warp_lanes tile's row of n columns reduced by `reduction` over each aligned group of P lanes
+  // (P the power of two at or above n): the group's lanes past n count as the identity.
+  Value* over_columns(Op reduction, Value* acc, int n) {
+    const int p = static_cast<int>(pow2_at_least(n));
+    if (p != n) {
+      Value* in_tile = b_.CreateICmpULT(b_.CreateAnd(b_.CreateURem(thread_[1], i32(32)), i32(p - 1)), i32(n));
+      acc = b_.CreateSelect(in_tile, acc, llvm::ConstantFP::get(b_.getFloatTy(), tir::identity_of(reduction)));
+    }
+    return butterfly(combine_of(reduction), acc, p);
+  }
+  // The column of a warp_lanes tile of n columns this thread's lane holds: its place in its
+  // aligned group of P lanes, less n past the tile (a copy, which reductions do not count).
+  Value* lane_column(int n) {
+    const int p = static_cast<int>(pow2_at_least(n));
+    Value* q = b_.CreateAnd(b_.CreateURem(thread_[1], i32(32)), i32(p - 1));
+    return p == n ? q : b_.CreateSelect(b_.CreateICmpULT(q, i32(n)), q, b_.CreateSub(q, i32(n)));
+  }
+  static int64_t pow2_at_least(int64_t n) {
+    int64_t p = 1;
+    while (p < n) p *= 2;
+    return p;
   }
 
   // acc combined over each aligned group of `lanes` lanes (a power of two up to 32): butterfly

@@ -433,12 +433,11 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // 16-byte multiple. A block gets its share of the SM's shared memory (blocks_per_sm blocks),
 // less the system's 1 KiB and its reductions' slots and mbarriers. False when none fits.
 // Rows a block holds on Tile IR v2 (or its parts of a cluster's, exchanged a pass at a time:
-// cluster_online) over a power of two of whole warps, at least two: one block barrier a pass
-// where the hint asks for it (TileSchedule::block_online).
+// cluster_online) over two or more whole warps: one block barrier a pass where the hint asks for
+// it (TileSchedule::block_online).
 static bool online_in_block(const TileSchedule& s, const ScheduleHints& hints) {
-  const int warps = s.threads_per_row / 32;
   return hints.block_online == 1 && s.ir_v2 && (s.cluster_blocks == 1 || s.cluster_online) &&
-         s.threads_per_row % 32 == 0 && warps >= 2 && (warps & (warps - 1)) == 0;
+         s.threads_per_row % 32 == 0 && s.threads_per_row >= 64;
 }
 
 static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,

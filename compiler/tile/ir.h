@@ -68,11 +68,12 @@ struct MmaConfig {
 // blocked or lanes.
 // Warps: one value per warp along the columns — a [rows, threads[1] / 32] tile (rows of whole
 // warps) whose column w is warp w of its row's, which each of the warp's lanes holds (a
-// reduction within the warp). WarpLanes: a [rows, n] tile (n a power of two up to 32, rows of
-// whole warps) whose column c is held by lanes c, c + n, … of every warp of its row, so that each
-// warp holds the whole tile and reduces it by shuffles alone: a warps tile gathered into every
-// warp (`gather_warps`, one block barrier; n the row's warps), or the cluster's blocks' values
-// (`gather_blocks`, one cluster barrier; n the cluster's blocks). A reduction over a row's warps
+// reduction within the warp). WarpLanes: a [rows, n] tile (2 ≤ n ≤ 32, rows of whole warps)
+// whose column c is held by lane c of each aligned group of P lanes of every warp of its row (P
+// the power of two at or above n; the group's lanes past n hold copies that a reduction does not
+// count), so that each warp holds the whole tile and reduces it by shuffles alone: a warps tile
+// gathered into every warp (`gather_warps`, one block barrier; n the row's warps), or the
+// cluster's blocks' values (`gather_blocks`, one cluster barrier; n the cluster's blocks). A reduction over a row's warps
 // (or blocks) in these two steps lets their values be worked on between them (an online sum's
 // partials brought to the row's max: one barrier for a max and its sum).
 enum class Frag { None, A, B, Acc, Lanes, Warps, WarpLanes };  // None: the program's blocked layout
@@ -176,8 +177,8 @@ enum class Opcode {
   // shared memory, a block barrier, each lane reads its column's. One exchange for all its args.
   GatherWarps,
   // The cluster's blocks' values of per-row tiles (args: one-column floating-point tiles, which
-  // every thread of a row holds) as WarpLanes tiles [rows, n] (n the program's cluster_blocks, a
-  // power of two up to 32): column r is block r's value, held by lanes r, r + n, … of every warp.
+  // every thread of a row holds) as WarpLanes tiles [rows, n] (n the program's cluster_blocks, up
+  // to 32): column r is block r's value.
   // One exchange for all its args, where cluster_values may stand (printed `gather_blocks %m, %s
   // : …`, the args' types).
   GatherBlocks,

@@ -85,12 +85,12 @@ class Verifier {
       const bool lanes = t.frag == Frag::Lanes;
       // (A warp_lanes tile's columns: the row's warps, or a cluster's blocks, over a warp's lanes.)
       const int64_t columns = lanes ? threads : t.frag == Frag::Warps ? threads / 32 : t.shape.size() == 2 ? t.shape[1] : 0;
-      const bool warps_ok = threads % 32 == 0 && columns >= 2 && columns <= 32 && (columns & (columns - 1)) == 0;
+      const bool warps_ok = threads % 32 == 0 && columns >= 2 && columns <= 32;
       if (t.shape.size() != 2 || (t.shape[0] != 1 && t.shape[0] != p_.layout.extent(0)) || t.shape[1] != columns ||
           t.space != Space::Reg || (!lanes && !warps_ok))
         problem(fmt::format("{}: {} is not a {} tile of the layout ([1 or {}, {}]{})", where(i), type_str(t),
                             frag_name(t.frag), p_.layout.extent(0), columns,
-                            lanes ? "" : ", a power of two from 2 to 32 columns, rows of whole warps"));
+                            lanes ? "" : ", 2 to 32 columns, rows of whole warps"));
       return;
     }
     if (t.frag != Frag::None) return check_fragment(i, t);
@@ -575,7 +575,7 @@ class Verifier {
   // body there: every block of the cluster takes each exchange once, its slots are its own (in a
   // loop, written again past a later exchange, or doubled by the iteration's parity), and the
   // first waits for the blocks to run; cluster_values gives each block's value of each arg,
-  // gather_blocks a warp_lanes tile of the cluster's blocks' columns (a power of two of them).
+  // gather_blocks a warp_lanes tile of the cluster's blocks' columns (up to 32 of them).
   // gather_warps: floating-point warps tiles, each gathered into a warp_lanes tile of the row's
   // warps' columns. None in a specialized program.
   void exchange(const Inst& i, bool in_loop) {

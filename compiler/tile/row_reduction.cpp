@@ -530,10 +530,9 @@ class RowReduction {
     const BlockPass bp = s_.block_online ? warps_pass(b, pass) : block_pass(b, pass);
     if (bp.ids.empty()) return;
     const size_t n = static_cast<size_t>(s_.cluster_blocks);
-    // With block_online, a power of two of blocks: lane r of each warp takes block r's values
-    // (gather_blocks) and the warp combines them by shuffles — one rescale a lane, not one per
-    // block in each thread.
-    const bool by_lane = s_.block_online && n <= 32 && (n & (n - 1)) == 0;
+    // With block_online: lane r of each warp takes block r's values (gather_blocks) and the warp
+    // combines them by shuffles — one rescale a lane, not one per block in each thread.
+    const bool by_lane = s_.block_online && n <= 32;
     const std::vector<int> all = by_lane ? b.gather_blocks(bp.values) : b.cluster_values(bp.values);
     auto index_of = [&](NodeId id) {
       return static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), id) - bp.ids.begin());
