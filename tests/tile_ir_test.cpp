@@ -14,6 +14,7 @@
 #include "compiler/fusion/fusion.h"
 #include "compiler/tile/attention.h"
 #include "compiler/tile/build.h"
+#include "compiler/tile/fold_factors.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/sink.h"
 #include "compiler/graph/tensor_data.h"
@@ -1464,6 +1465,40 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
       "  %2 = reduce_sum %1 axis 1 : tile<1x1xf32, warps>\n"
       "}\n";
   EXPECT_FALSE(program_problems(parse_program(one_warp)).empty());
+}
+
+// fold_row_factors: (t · spread(f)) / s, the product used by the quotient alone, becomes
+// t · spread(f · (1/s)) — one multiply an element, not two; a product used elsewhere too stays.
+TEST(TileIr, RowFactorsFoldIntoOneMultiplyAnElement) {
+  auto program = [](bool product_stored) {
+    return std::string(
+               "tile.func @fold(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1024] out, %arg2 \"z\": f32[4, 1024] out)\n"
+               "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {\n"
+               "  %0 = program_id 0 : index\n"
+               "  %1 = const 0 : index\n"
+               "  %2 = load %arg0[%0, %1] : tile<1x1024xf32>\n"
+               "  %3 = reduce_max %2 axis 1 : tile<1x4xf32, warps>\n"
+               "  %4 = spread %3 : tile<1x1024xf32>\n"
+               "  %5 = mul %2, %4 : tile<1x1024xf32>\n"
+               "  %6 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
+               "  %7 = div %5, %6 : tile<1x1024xf32>\n"
+               "  store %arg1[%0, %1], %7 : tile<1x1024xf32>\n") +
+           (product_stored ? "  store %arg2[%0, %1], %5 : tile<1x1024xf32>\n" : "") + "}\n";
+  };
+  Program p = parse_program(program(false));
+  const size_t before = occurrences(program_ptx(p), "mul.rn.f32");
+  fold_row_factors(p);
+  EXPECT_TRUE(program_problems(p).empty()) << fmt::format("{}", fmt::join(program_problems(p), "\n"));
+  const std::string text = print_program(p);
+  EXPECT_EQ(text.find("mul %2, %4"), std::string::npos) << text;
+  EXPECT_NE(text.find(" : tile<1x4xf32, warps>\n"), std::string::npos) << text;  // f · (1/s), a value a warp
+  const std::string ptx = program_ptx(p);
+  EXPECT_EQ(occurrences(ptx, "mul.rn.f32"), before - 8 + 1) << ptx;  // 8 elements a thread
+  EXPECT_EQ(occurrences(ptx, "rcp.rn.f32"), 1u);
+  Program kept = parse_program(program(true));
+  const std::string kept_text = print_program(kept);
+  fold_row_factors(kept);
+  EXPECT_EQ(print_program(kept), kept_text);
 }
 
 TEST(GpuTileIr, WarpsTilesGatherAnOnlineSoftmaxRow) {

@@ -44,6 +44,7 @@
 #include "compiler/fusion/row_passes.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build_support.h"
+#include "compiler/tile/fold_factors.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/sink.h"
 
@@ -81,6 +82,7 @@ class RowReduction {
       place(b);
       row(b);
     }
+    fold_row_factors(p_);
     sink_to_uses(p_);
     verify_program(p_);
     return std::move(p_);
