@@ -55,8 +55,10 @@ void expect_assembled_unspilled(const std::string& ptx, const std::string& name)
   EXPECT_EQ(m->spill_bytes, 0);
 }
 
-// Each of `bad` after `header`, closed, is refused by the verifier (or already by the parser).
+// Each of `bad` after `header`, closed, is refused by the verifier (or already by the parser);
+// the header alone is a good program.
 void expect_each_refused(const std::string& header, const std::vector<std::string>& bad) {
+  EXPECT_TRUE(program_problems(parse_program(header + "}\n")).empty()) << header;
   for (const std::string& b : bad) {
     SCOPED_TRACE(b);
     try {
@@ -1442,7 +1444,8 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
   EXPECT_EQ(occurrences(ptx, "bar.sync"), 1u);
   expect_assembled_unspilled(ptx, p.name);
   // A warps tile is gathered before it is reduced over the row, is not loaded or stored, meets
-  // blocked tiles only of one column; only warps tiles are gathered, and only a warps tile
+  // blocked tiles only of one column, holds no positions; a tile of one column (every thread's
+  // the same) does not reduce into one; only warps tiles are gathered, and only a warps tile
   // spreads; rows of one warp have no warps tiles.
   const std::string header =
       "tile.func @bad(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1024] out)\n"
@@ -1450,13 +1453,33 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
       "  %0 = const 0 : index\n"
       "  %1 = load %arg0[%0, %0] : tile<1x1024xf32>\n"
       "  %2 = reduce_sum %1 axis 1 : tile<1x4xf32, warps>\n"
-      "  %3 = reduce_sum %1 axis 1 : tile<1x128xf32, lanes>\n";
-  expect_each_refused(header, {"  %4 = reduce_sum %2 axis 1 : tile<1x1xf32>\n",
+      "  %3 = reduce_sum %1 axis 1 : tile<1x128xf32, lanes>\n"
+      "  %4 = reduce_sum %1 axis 1 : tile<1x1xf32>\n";
+  // Args of the tile's rows and of one row meet in one gather (a thread holding two rows).
+  const Program mixed = parse_program(
+      "tile.func @mixed(%arg0 \"x\": f32[8, 1024], %arg1 \"w\": f32[1, 1024], %arg2 \"y\": f32[8, 1] out)\n"
+      "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [2, 2]> {\n"
+      "  %0 = program_id 0 : index\n  %1 = const 2 : index\n  %2 = muli %0, %1 : index\n  %3 = const 0 : index\n"
+      "  %4 = load %arg0[%2, %3] : tile<2x1024xf32>\n"
+      "  %5 = load %arg1[%3, %3] : tile<1x1024xf32>\n"
+      "  %6 = reduce_sum %5 axis 1 : tile<1x4xf32, warps>\n"
+      "  %7 = reduce_sum %4 axis 1 : tile<2x4xf32, warps>\n"
+      "  %8, %9 = gather_warps %6, %7 : tile<1x4xf32, warps>, tile<2x4xf32, warps>\n"
+      "  %10 = reduce_sum %8 axis 1 : tile<1x1xf32>\n"
+      "  %11 = reduce_sum %9 axis 1 : tile<2x1xf32>\n"
+      "  %12 = add %10, %11 : tile<2x1xf32>\n"
+      "  store %arg2[%2, %3], %12 : tile<2x1xf32>\n"
+      "}\n");
+  EXPECT_TRUE(program_problems(mixed).empty()) << fmt::format("{}", fmt::join(program_problems(mixed), "\n"));
+  expect_assembled_unspilled(program_ptx(mixed), mixed.name);
+  expect_each_refused(header, {"  %5 = reduce_sum %2 axis 1 : tile<1x1xf32>\n",
+                               "  %5 = reduce_sum %4 axis 1 : tile<1x4xf32, warps>\n",
+                               "  %5 = iota %0 axis 1 : tile<1x4xf32, warps>\n",
                                "  store %arg1[%0, %0], %2 : tile<1x4xf32, warps>\n",
-                               "  %4 = add %2, %1 : tile<1x4xf32, warps>\n",
-                               "  %4 = gather_warps %3 : tile<1x128xf32, lanes>\n",
-                               "  %4 = gather_warps %2 : tile<1x4xf32, warps>\n  %5 = spread %4 : tile<1x1024xf32>\n",
-                               "  %4 = reduce_sum %1 axis 1 : tile<1x8xf32, warps>\n"});
+                               "  %5 = add %2, %1 : tile<1x4xf32, warps>\n",
+                               "  %5 = gather_warps %3 : tile<1x128xf32, lanes>\n",
+                               "  %5 = gather_warps %2 : tile<1x4xf32, warps>\n  %6 = spread %5 : tile<1x1024xf32>\n",
+                               "  %5 = reduce_sum %1 axis 1 : tile<1x8xf32, warps>\n"});
   const std::string one_warp =
       "tile.func @bad(%arg0 \"x\": f32[4, 256], %arg1 \"y\": f32[4, 1] out)\n"
       "    grid [4] threads 32 layout blocked<per_thread [1, 4], threads [1, 32], reps [1, 2]> {\n"

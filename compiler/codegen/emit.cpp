@@ -1035,7 +1035,6 @@ class Emitter {
       throw CodegenError(fmt::format("kernel {}: a row over a cluster of {} blocks has {} threads a block", p_.name, n,
                                      l_.threads[1]));
     const std::vector<Value*> mine = args_values(i);
-    const int per_arg = static_cast<int>(mine.size() / i.args.size());
     // In a loop the other blocks write the slots again in the next iteration: past another
     // exchange of this iteration (one follows in the loop's body, and no block writes past its
     // barrier before every block has read), or into the other half of slots doubled by the
@@ -1056,12 +1055,12 @@ class Emitter {
     cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_wait_aligned);
     if (i.opcode == Opcode::GatherBlocks) {
       Value* column = b_.CreateAdd(first, lane_column(n));
-      for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(slots, a, per_arg, column);
+      for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(i, a, slots, column);
     } else {
       for (size_t a = 0; a < i.args.size(); ++a)
         for (int r = 0; r < n; ++r)
           vals_[static_cast<size_t>(i.results[a * static_cast<size_t>(n) + static_cast<size_t>(r)])] =
-              slot_values(slots, a, per_arg, b_.CreateAdd(first, i32(r)));
+              slot_values(i, a, slots, b_.CreateAdd(first, i32(r)));
     }
     if (loop_depth_ > 0 && !cluster_after_ && !doubled) {
       cluster_barrier(llvm::Intrinsic::nvvm_barrier_cluster_arrive_aligned);
@@ -1103,11 +1102,15 @@ class Emitter {
     Value* at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(thread_[0], i32(s.values)), i32(a)), i32(s.count)), w);
     return b_.CreateInBoundsGEP(b_.getFloatTy(), s.array, at);
   }
-  // Arg a's values of the thread's rows (per_arg of them) read from the slots' column `column`.
-  std::vector<Value*> slot_values(const RowSlots& slots, size_t a, int per_arg, Value* column) {
+  // Exchange i's arg a's values of the thread's rows (as many as the arg holds: args of one row
+  // and of the tile's rows may meet) read from the slots' column `column`; the args' values lie
+  // one arg after another (args_values).
+  std::vector<Value*> slot_values(const Inst& i, size_t a, const RowSlots& slots, Value* column) {
+    size_t first = 0;
+    for (size_t b = 0; b < a; ++b) first += vals_.at(static_cast<size_t>(i.args[b])).size();
     std::vector<Value*> out;
-    for (int e = 0; e < per_arg; ++e)
-      out.push_back(b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, static_cast<int>(a) * per_arg + e, column),
+    for (size_t e = 0; e < vals_.at(static_cast<size_t>(i.args[a])).size(); ++e)
+      out.push_back(b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, static_cast<int>(first + e), column),
                                          llvm::Align(4)));
     return out;
   }
@@ -1133,7 +1136,6 @@ class Emitter {
   void gather_warps(const Inst& i) {
     const int warps = l_.threads[1] / 32;
     const std::vector<Value*> mine = args_values(i);
-    const int per_arg = static_cast<int>(mine.size() / i.args.size());
     const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
     const RowSlots slots = row_slots("gathered_warps", static_cast<int>(mine.size()), doubled ? 2 * warps : warps);
     Value* first = doubled ? b_.CreateMul(loop_parity_, i32(warps)) : i32(0);
@@ -1145,7 +1147,7 @@ class Emitter {
     });
     block_barrier();
     Value* column = b_.CreateAdd(first, lane_column(warps));
-    for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(slots, a, per_arg, column);
+    for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(i, a, slots, column);
     if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
   }
 

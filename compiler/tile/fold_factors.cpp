@@ -62,7 +62,7 @@ class Folder {
     if (div.opcode != Opcode::Compute || div.op != Op::Div || !f32(div.results[0]) || !type(div.results[0]).is_tile())
       return;
     const int product = div.args[0], s = div.args[1];
-    if (!per_row(s) || !f32(s) || uses_[product] != 1) return;
+    if (!per_row(s) || !f32(s) || !f32(product) || uses_[product] != 1) return;
     Inst* mul = defining(r, k, product);
     if (!mul || mul->opcode != Opcode::Compute || mul->op != Op::Mul) return;
     for (size_t side = 0; side < 2; ++side) {

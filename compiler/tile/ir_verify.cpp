@@ -717,8 +717,8 @@ class Verifier {
           // blocked or lanes tile's rows into a warps tile), or a lanes or warp_lanes tile's rows
           // over their threads (into one column, blocked). A warps tile is gathered first.
           const bool within = out.frag == Frag::Lanes && t.frag == Frag::None && i.axis == 1;
-          const bool in_warps =
-              out.frag == Frag::Warps && (t.frag == Frag::None || t.frag == Frag::Lanes) && i.axis == 1;
+          const bool in_warps = out.frag == Frag::Warps && (t.frag == Frag::None || t.frag == Frag::Lanes) &&
+                                i.axis == 1 && t.shape.size() == 2 && t.shape[1] != 1;  // (spread over the row's threads)
           if (within) expect[1] = p_.layout.threads.at(1);
           if (in_warps) expect[1] = p_.layout.threads.at(1) / 32;
           const Frag frag = within      ? Frag::Lanes
@@ -765,7 +765,8 @@ class Verifier {
               (i.args.size() == 3 && !is_index(i.args[2])) || !out.is_tile() ||
               out.dtype != DType::Bool || i.axis < 0 || static_cast<size_t>(i.axis) >= out.shape.size())
             problem(fmt::format("{}: needs an offset, a limit and a bool tile along one of its axes", where(i)));
-          if (out.frag == Frag::Lanes) problem(fmt::format("{}: positions of a lanes tile are not elements'", where(i)));
+          if (per_thread_columns(out.frag))
+            problem(fmt::format("{}: positions of a {} tile are not elements'", where(i), frag_name(out.frag)));
           check_tile_shape(i, out);
           break;
         }
@@ -780,7 +781,8 @@ class Verifier {
             problem(fmt::format("{}: needs an offset and an f32 tile along one of its axes, or row and column offsets "
                                 "with a stride, a divisor and a modulus of at least 1",
                                 where(i)));
-          if (out.frag == Frag::Lanes) problem(fmt::format("{}: positions of a lanes tile are not elements'", where(i)));
+          if (per_thread_columns(out.frag))
+            problem(fmt::format("{}: positions of a {} tile are not elements'", where(i), frag_name(out.frag)));
           check_tile_shape(i, out);
           break;
         }

@@ -478,8 +478,8 @@ class RowReduction {
       }
       const int m_w = partials[static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), m) - bp.ids.begin())];
       const int seen = seen_max(b, m_w), finite = finite_max(b, m_w, seen);
-      const Type& mt = p_.types[static_cast<size_t>(m_w)];
-      const int terms = eval_with(b, e, m, b.spread(finite, {mt.shape[0], s_.tile_cols()}));
+      const int64_t rows = p_.types[static_cast<size_t>(m_w)].shape[0];
+      const int terms = eval_with(b, e, m, b.spread(finite, {rows, s_.tile_cols()}));
       const int s_w = b.reduce_warps(Op::ReduceSum, as_f32(b, terms), row_mask(b));
       bp.ids.push_back(id);
       partials.push_back(b.compute(Op::Where, {seen, s_w, b.scalar(0.0, DType::F32)}, DType::F32));
@@ -515,7 +515,7 @@ class RowReduction {
     for (size_t k = 0; k < bp.ids.size(); ++k) value_of_[bp.ids[k]] = as_used(b, g_, k_, bp.ids[k], bp.values[k]);
     for (const auto& [id, t] : bp.online) {
       const NodeId e = g_.node(id).operands[0];
-      const Type& terms = p_.types[static_cast<size_t>(t.terms)];
+      const Type terms = p_.types[static_cast<size_t>(t.terms)];  // (a copy: the builder adds types)
       value_of_[e] = as_used(b, g_, k_, e, b.compute(Op::Mul, {t.terms, b.spread(t.factor, terms.shape)}, terms.dtype));
     }
   }
@@ -570,7 +570,7 @@ class RowReduction {
       const int m_b = bp.value(m), seen = seen_max(b, m_b);
       const int c_b = as_f32(b, eval_with(b, c, m, finite_max(b, m_b, seen)));
       int factor = b.compute(Op::Where, {seen, shift_factor(b, c_b, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
-      const Type& terms = p_.types[static_cast<size_t>(t.terms)];
+      const Type terms = p_.types[static_cast<size_t>(t.terms)];  // (a copy: the builder adds types)
       if (t.factor >= 0) factor = b.spread(b.compute(Op::Mul, {t.factor, factor}, DType::F32), terms.shape);
       const NodeId e = g_.node(id).operands[0];
       value_of_[e] = as_used(b, g_, k_, e, b.compute(Op::Mul, {t.terms, factor}, terms.dtype));
