@@ -1522,6 +1522,29 @@ TEST(TileIr, RowFactorsFoldIntoOneMultiplyAnElement) {
   const std::string kept_text = print_program(kept);
   fold_row_factors(kept);
   EXPECT_EQ(print_program(kept), kept_text);
+  // A 16-bit quotient over a 16-bit sum (a bf16 softmax's): 1/s rounded to bf16 as the quotient's
+  // reciprocal is, then taken as f32 for f · (1/s).
+  Program half = parse_program(
+      "tile.func @fold16(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": bf16[4, 1024] out)\n"
+      "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {\n"
+      "  %0 = program_id 0 : index\n"
+      "  %1 = const 0 : index\n"
+      "  %2 = load %arg0[%0, %1] : tile<1x1024xf32>\n"
+      "  %3 = reduce_max %2 axis 1 : tile<1x4xf32, warps>\n"
+      "  %4 = spread %3 : tile<1x1024xf32>\n"
+      "  %5 = mul %2, %4 : tile<1x1024xf32>\n"
+      "  %6 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
+      "  %7 = cast %6 : tile<1x1xbf16>\n"
+      "  %8 = div %5, %7 : tile<1x1024xbf16>\n"
+      "  store %arg1[%0, %1], %8 : tile<1x1024xbf16>\n"
+      "}\n");
+  fold_row_factors(half);
+  EXPECT_TRUE(program_problems(half).empty()) << fmt::format("{}", fmt::join(program_problems(half), "\n"));
+  const std::string half_text = print_program(half);
+  EXPECT_EQ(half_text.find("mul %2, %4"), std::string::npos) << half_text;
+  EXPECT_NE(half_text.find(" : tile<1x1xbf16>\n"), std::string::npos) << half_text;
+  EXPECT_NE(half_text.find(" : tile<1x1024xbf16>\n"), std::string::npos) << half_text;
+  expect_assembled_unspilled(program_ptx(half), half.name);
 }
 
 TEST(GpuTileIr, WarpsTilesGatherAnOnlineSoftmaxRow) {

@@ -59,10 +59,9 @@ class Folder {
   // r.body[k] = (t · spread(f)) / s becomes t · spread(f · (1/s)), the new values just before it.
   void fold(Region& r, size_t& k) {
     Inst& div = r.body[k];
-    if (div.opcode != Opcode::Compute || div.op != Op::Div || !f32(div.results[0]) || !type(div.results[0]).is_tile())
-      return;
+    if (div.opcode != Opcode::Compute || div.op != Op::Div || !type(div.results[0]).is_tile()) return;
     const int product = div.args[0], s = div.args[1];
-    if (!per_row(s) || !f32(s) || !f32(product) || uses_[product] != 1) return;
+    if (!per_row(s) || !f32(product) || uses_[product] != 1) return;
     Inst* mul = defining(r, k, product);
     if (!mul || mul->opcode != Opcode::Compute || mul->op != Op::Mul) return;
     for (size_t side = 0; side < 2; ++side) {
@@ -73,8 +72,15 @@ class Folder {
       one.opcode = Opcode::Const;
       one.value = 1.0;
       one.results = {value(Type::scalar(DType::F32))};
+      // (1/s of a 16-bit s is rounded to it, as the quotient's reciprocal was, and taken as f32.)
       Inst inverse = compute(Op::Div, {one.results[0], s}, type(s));
-      Inst scaled = compute(Op::Mul, {f, inverse.results[0]}, type(f));
+      std::vector<Inst> added = {one, inverse};
+      if (!f32(s)) {
+        Type t32 = type(s);
+        t32.dtype = DType::F32;
+        added.push_back(compute(Op::Cast, {inverse.results[0]}, t32));
+      }
+      Inst scaled = compute(Op::Mul, {f, added.back().results[0]}, type(f));
       Inst spread_scaled;
       spread_scaled.opcode = Opcode::Spread;
       spread_scaled.args = {scaled.results[0]};
@@ -83,7 +89,8 @@ class Folder {
       dropped_.insert(product);
       div.op = Op::Mul;
       div.args = {t, spread_scaled.results[0]};
-      const std::vector<Inst> added = {one, inverse, scaled, spread_scaled};
+      added.push_back(scaled);
+      added.push_back(spread_scaled);
       r.body.insert(r.body.begin() + static_cast<std::ptrdiff_t>(k), added.begin(), added.end());
       k += added.size();
       return;
