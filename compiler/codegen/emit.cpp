@@ -1134,21 +1134,11 @@ class Emitter {
   // n the row's warps), so that each warp holds every column. Its slots are its own, so no write
   // waits for earlier reads — in a loop, as reduce_across's are.
   void gather_warps(const Inst& i) {
-    const int warps = l_.threads[1] / 32;
-    const std::vector<Value*> mine = args_values(i);
-    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
-    const RowSlots slots = row_slots("gathered_warps", static_cast<int>(mine.size()), doubled ? 2 * warps : warps);
-    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(warps)) : i32(0);
-    Value* lane = b_.CreateURem(thread_[1], i32(32));
-    Value* warp = b_.CreateAdd(first, b_.CreateUDiv(thread_[1], i32(32)));
-    guarded(b_.CreateICmpEQ(lane, i32(0)), [&] {
-      for (size_t v = 0; v < mine.size(); ++v)
-        b_.CreateAlignedStore(mine[v], slot(slots, static_cast<int>(v), warp), llvm::Align(4));
-    });
-    block_barrier();
-    Value* column = b_.CreateAdd(first, lane_column(warps));
-    for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(i, a, slots, column);
-    if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
+    const WarpSlots w = written_by_warps("gathered_warps", args_values(i));
+    Value* column = lane_column(l_.threads[1] / 32);
+    if (w.first) column = b_.CreateAdd(w.first, column);
+    for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(i, a, w.slots, column);
+    done_with(w);
   }
 
   // A lanes or warps tile over a blocked tile's elements: each takes its thread's value of its
@@ -1178,22 +1168,35 @@ class Emitter {
                                      p_.name, t));
     for (Value*& acc : rows) acc = butterfly(combine, acc, std::min(t, 32));
     if (!whole_warps || t == 32) return;
-    const int warps = t / 32, n = static_cast<int>(rows.size());
-    // In a loop, the slots are written again in the next iteration: past another block barrier
-    // of this iteration (one follows in the loop's body, which every thread reaches after its
-    // reads), or into the other half of slots doubled by the iteration's parity (the reduction
-    // straight in the loop's body: each iteration reduces once), or after a barrier of its own.
+    const WarpSlots w = written_by_warps("row_warp_values", rows);
+    combine_slots(combine, w.slots, rows, w.first);
+    done_with(w);
+  }
+  // Each warp's `values` (its lane 0's) written into the row's slots, a column a warp, behind one
+  // block barrier. In a loop, the slots are written again in the next iteration: past another
+  // block barrier of this iteration (one follows in the loop's body, which every thread reaches
+  // after its reads), or into the other half of slots doubled by the iteration's parity (`first`:
+  // this iteration's first column; the exchange straight in the loop's body, once an iteration),
+  // or after a barrier of its own once they are read (done_with).
+  struct WarpSlots {
+    RowSlots slots;
+    Value* first;  // null: not doubled
+  };
+  WarpSlots written_by_warps(const char* name, const std::vector<Value*>& values) {
+    const int warps = l_.threads[1] / 32, n = static_cast<int>(values.size());
     const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
-    const RowSlots slots = row_slots("row_warp_values", n, doubled ? 2 * warps : warps);
+    const RowSlots slots = row_slots(name, n, doubled ? 2 * warps : warps);
     Value* first = doubled ? b_.CreateMul(loop_parity_, i32(warps)) : nullptr;
     Value* warp = b_.CreateUDiv(thread_[1], i32(32));
     if (first) warp = b_.CreateAdd(warp, first);
     guarded(b_.CreateICmpEQ(b_.CreateURem(thread_[1], i32(32)), i32(0)), [&] {
-      for (int a = 0; a < n; ++a) b_.CreateAlignedStore(rows[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
+      for (int a = 0; a < n; ++a) b_.CreateAlignedStore(values[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
     });
     block_barrier();
-    combine_slots(combine, slots, rows, first);
-    if (loop_depth_ > 0 && !barrier_after_ && !doubled) block_barrier();
+    return {slots, first};
+  }
+  void done_with(const WarpSlots& w) {
+    if (loop_depth_ > 0 && !barrier_after_ && !w.first) block_barrier();
   }
   // Whether an instruction (straight in a region, not in its own regions) has a block barrier
   // that every thread reaches: a reduction of a row over whole warps, a barrier, a counting in.
@@ -1255,9 +1258,9 @@ class Emitter {
   // A warp_lanes tile's row of n columns reduced by `reduction` over each aligned group of P lanes
   // (P the power of two at or above n): the group's lanes past n count as the identity.
   Value* over_columns(Op reduction, Value* acc, int n) {
-    const int p = static_cast<int>(pow2_at_least(n));
+    const int p = lanes_holding(n);
     if (p != n) {
-      Value* in_tile = b_.CreateICmpULT(b_.CreateAnd(b_.CreateURem(thread_[1], i32(32)), i32(p - 1)), i32(n));
+      Value* in_tile = b_.CreateICmpULT(place_in_group(p), i32(n));
       acc = b_.CreateSelect(in_tile, acc, llvm::ConstantFP::get(b_.getFloatTy(), tir::identity_of(reduction)));
     }
     return butterfly(combine_of(reduction), acc, p);
@@ -1265,15 +1268,18 @@ class Emitter {
   // The column of a warp_lanes tile of n columns this thread's lane holds: its place in its
   // aligned group of P lanes, less n past the tile (a copy, which reductions do not count).
   Value* lane_column(int n) {
-    const int p = static_cast<int>(pow2_at_least(n));
-    Value* q = b_.CreateAnd(b_.CreateURem(thread_[1], i32(32)), i32(p - 1));
+    const int p = lanes_holding(n);
+    Value* q = place_in_group(p);
     return p == n ? q : b_.CreateSelect(b_.CreateICmpULT(q, i32(n)), q, b_.CreateSub(q, i32(n)));
   }
-  static int64_t pow2_at_least(int64_t n) {
-    int64_t p = 1;
+  // P: the lanes of a group holding a warp_lanes tile of n columns (the power of two at or above).
+  static int lanes_holding(int n) {
+    int p = 1;
     while (p < n) p *= 2;
     return p;
   }
+  // The thread's lane's place in its aligned group of p lanes.
+  Value* place_in_group(int p) { return b_.CreateAnd(b_.CreateURem(thread_[1], i32(32)), i32(p - 1)); }
 
   // acc combined over each aligned group of `lanes` lanes (a power of two up to 32): butterfly
   // shuffles at offsets 1, 2, …, lanes / 2; every lane of a group gets the same bits.

@@ -428,10 +428,6 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   return s;
 }
 
-// The stages of a persistent row kernel whose blocks of `threads` hold `part` columns of each
-// staged input: every input that spans rows and columns is copied in, each part a whole
-// 16-byte multiple. A block gets its share of the SM's shared memory (blocks_per_sm blocks),
-// less the system's 1 KiB and its reductions' slots and mbarriers. False when none fits.
 // Rows a block holds on Tile IR v2 (or its parts of a cluster's, exchanged a pass at a time:
 // cluster_online) over two or more whole warps: one block barrier a pass where the hint asks for
 // it (TileSchedule::block_online).
@@ -440,6 +436,10 @@ static bool online_in_block(const TileSchedule& s, const ScheduleHints& hints) {
          s.threads_per_row % 32 == 0 && s.threads_per_row >= 64;
 }
 
+// The stages of a persistent row kernel whose blocks of `threads` hold `part` columns of each
+// staged input: every input that spans rows and columns is copied in, each part a whole
+// 16-byte multiple. A block gets its share of the SM's shared memory (blocks_per_sm blocks),
+// less the system's 1 KiB and its reductions' slots and mbarriers. False when none fits.
 static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                         size_t num_inputs, int64_t part, int blocks_per_sm, const ScheduleHints& hints,
                         const DeviceProfile& device) {

@@ -72,10 +72,10 @@ struct TileSchedule {
   // (ScheduleHints::cluster_online); otherwise an exchange per reduction.
   bool cluster_online = false;
   // Tile IR v2 rows a block holds (or its parts of a cluster's, with cluster_online) over two or
-  // more whole warps: each pass over the row one block barrier — each warp reduces its part, an online sum of
-  // exp(u − c(max)) with the warp's max, then the warps' values are gathered into every warp and
-  // combined there, each warp's sum and terms rescaled to the row's max (ScheduleHints::
-  // block_online); otherwise a barrier per reduction.
+  // more whole warps: each pass over the row one block barrier — each warp reduces its part, an
+  // online sum of exp(u − c(max)) with the warp's max, then the warps' values are gathered into
+  // every warp and combined there, each warp's sum and terms rescaled to the row's max
+  // (ScheduleHints::block_online); otherwise a barrier per reduction.
   bool block_online = false;
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
   int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
@@ -360,11 +360,11 @@ struct ScheduleHints {
   // first Tile IR's lowerer (on the H200 v2 ran level on 16-bit claimed rows, 1–1.8% slower on
   // f32 ones, 1.13–1.45× slower over clusters: bench/NOTES.md, "Staged rows on Tile IR v2").
   int staged_ir = 1;
-  // Tile IR v2 rows a block holds over two or more whole warps, staged or not,
-  // and a block's parts of rows a cluster holds with cluster_online 1: 1, each pass over the row
-  // in one block barrier — a softmax's max and sum together, each warp's
-  // sum of exp(x − c(m_w)) and what uses its terms rescaled by exp(c(m_w) − c(M)) to the row's
-  // max M, as the first Tile IR's lowerer does; 0, the default, a barrier per reduction.
+  // Tile IR v2 rows a block holds over two or more whole warps, staged or not, and a block's
+  // parts of rows a cluster holds with cluster_online 1: 1, each pass over the row in one block
+  // barrier — a softmax's max and sum together, each warp's sum of exp(x − c(m_w)) and what uses
+  // its terms rescaled by exp(c(m_w) − c(M)) to the row's max M, as the first Tile IR's lowerer
+  // does; 0, the default, a barrier per reduction.
   int block_online = 0;
 };
 

@@ -83,8 +83,10 @@ class Verifier {
     if (per_thread_columns(t.frag)) {  // rows as the blocked layout's, a column per thread or warp
       const int threads = p_.layout.threads.size() == 2 ? p_.layout.threads[1] : 0;
       const bool lanes = t.frag == Frag::Lanes;
-      // (A warp_lanes tile's columns: the row's warps, or a cluster's blocks, over a warp's lanes.)
-      const int64_t columns = lanes ? threads : t.frag == Frag::Warps ? threads / 32 : t.shape.size() == 2 ? t.shape[1] : 0;
+      int64_t columns = threads;  // lanes: a column a thread
+      if (t.frag == Frag::Warps) columns = threads / 32;
+      if (t.frag == Frag::WarpLanes)  // the row's warps or a cluster's blocks, over a warp's lanes
+        columns = t.shape.size() == 2 ? t.shape[1] : 0;
       const bool warps_ok = threads % 32 == 0 && columns >= 2 && columns <= 32;
       if (t.shape.size() != 2 || (t.shape[0] != 1 && t.shape[0] != p_.layout.extent(0)) || t.shape[1] != columns ||
           t.space != Space::Reg || (!lanes && !warps_ok))
@@ -582,7 +584,7 @@ class Verifier {
     const bool warps = i.opcode == Opcode::GatherWarps, each_block = i.opcode == Opcode::ClusterValues;
     const size_t n = static_cast<size_t>(std::max(p_.cluster_blocks, 1));
     if (warps && p_.specialized())
-      problem(fmt::format("{}: gathers warps' values outside a specialized program", where(i)));
+      problem(fmt::format("{}: gathers warps' values, which a specialized program does not", where(i)));
     if (!warps && (p_.cluster_blocks < 2 || p_.specialized() || (depth_ > 1 && !in_loop)))
       problem(fmt::format("{}: exchanges values in the body of a program launched in clusters or of a loop there "
                           "(not in a branch or a specialized program)",

@@ -395,9 +395,8 @@ class RowReduction {
       int terms, factor;
     };
     std::map<NodeId, Terms> online;
-    int value(NodeId id) const {
-      return values[static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin())];
-    }
+    size_t index(NodeId id) const { return static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin()); }
+    int value(NodeId id) const { return values[index(id)]; }
   };
 
   // The reductions of pass `pass`: those reduced as they are, and the online sums (of
@@ -476,7 +475,7 @@ class RowReduction {
         reduced(id);
         continue;
       }
-      const int m_w = partials[static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), m) - bp.ids.begin())];
+      const int m_w = partials[bp.index(m)];
       const int seen = seen_max(b, m_w), finite = finite_max(b, m_w, seen);
       const int64_t rows = p_.types[static_cast<size_t>(m_w)].shape[0];
       const int terms = eval_with(b, e, m, b.spread(finite, {rows, s_.tile_cols()}));
@@ -489,9 +488,6 @@ class RowReduction {
     if (bp.ids.empty()) return bp;
     const std::vector<int> gathered = b.gather_warps(partials);
     if (staged_ && !refilled_) refill(b);  // (every thread has read the stage before the barrier)
-    auto gathered_of = [&](NodeId id) {
-      return gathered[static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), id) - bp.ids.begin())];
-    };
     bp.values.assign(bp.ids.size(), -1);
     for (size_t k = 0; k < bp.ids.size(); ++k)
       if (!bp.online.count(bp.ids[k])) bp.values[k] = b.reduce(g_.node(bp.ids[k]).op, gathered[k], 1);
@@ -500,7 +496,7 @@ class RowReduction {
       if (!bp.online.count(id)) continue;
       const NodeId m = passes_.online_with.at(id), c = passes_.shift_of.at(id);
       const int c_block = as_f32(b, eval_with(b, c, m, bp.value(m)));
-      const int c_lane = as_f32(b, eval_with(b, c, m, gathered_of(m)));  // (each lane's warp's)
+      const int c_lane = as_f32(b, eval_with(b, c, m, gathered[bp.index(m)]));  // (each lane's warp's)
       bp.values[k] = b.reduce(Op::ReduceSum, rescaled(b, gathered[k], c_lane, c_block), 1);
       bp.online[id].factor = b.compute(
           Op::Where, {warps[id].seen, shift_factor(b, warps[id].shift, c_block), b.scalar(0.0, DType::F32)}, DType::F32);
@@ -524,23 +520,18 @@ class RowReduction {
   // in one exchange: each block reduces its columns (a barrier a reduction, or with block_online
   // one a pass), cluster_values gives every block each block's values, and each reduction
   // combines them in rank order — or, with block_online, gather_blocks gives each warp's lane r
-  // block r's and the warp combines them by shuffles (either way every block gets the same bits). An online sum's block values
-  // are brought to the row's max M by exp(c(m_b) − c(M)) before they are added; what uses the
-  // terms takes the block's times that factor (times its warp's, over warps: one multiply an
-  // element).
+  // block r's and the warp combines them by shuffles, one rescale a lane (either way every block
+  // gets the same bits). An online sum's block values are brought to the row's max M by
+  // exp(c(m_b) − c(M)) before they are added; what uses the terms takes the block's times that
+  // factor (times its warp's, over warps: one multiply an element).
   void over_cluster(Builder& b, int pass) {
     const BlockPass bp = s_.block_online ? warps_pass(b, pass) : block_pass(b, pass);
     if (bp.ids.empty()) return;
     const size_t n = static_cast<size_t>(s_.cluster_blocks);
-    // With block_online: lane r of each warp takes block r's values (gather_blocks) and the warp
-    // combines them by shuffles — one rescale a lane, not one per block in each thread.
-    const bool by_lane = s_.block_online && n <= 32;
+    const bool by_lane = s_.block_online;
     const std::vector<int> all = by_lane ? b.gather_blocks(bp.values) : b.cluster_values(bp.values);
-    auto index_of = [&](NodeId id) {
-      return static_cast<size_t>(std::find(bp.ids.begin(), bp.ids.end(), id) - bp.ids.begin());
-    };
     auto values_of = [&](NodeId id) {
-      const size_t a = index_of(id);
+      const size_t a = bp.index(id);
       return std::vector<int>(all.begin() + static_cast<std::ptrdiff_t>(a * n),
                               all.begin() + static_cast<std::ptrdiff_t>((a + 1) * n));
     };
@@ -548,7 +539,7 @@ class RowReduction {
     for (NodeId id : bp.ids) {
       if (bp.online.count(id)) continue;
       const Op op = g_.node(id).op;
-      row[id] = by_lane ? b.reduce(op, all[index_of(id)], 1) : in_rank_order(b, op, values_of(id));
+      row[id] = by_lane ? b.reduce(op, all[bp.index(id)], 1) : in_rank_order(b, op, values_of(id));
       value_of_[id] = as_used(b, g_, k_, id, row[id]);
     }
     for (const auto& [id, t] : bp.online) {
@@ -556,8 +547,8 @@ class RowReduction {
       const int c_row = as_f32(b, eval_with(b, c, m, row.at(m)));
       int acc = -1;
       if (by_lane) {
-        const int c_lane = as_f32(b, eval_with(b, c, m, all[index_of(m)]));  // (each lane's block's)
-        acc = b.reduce(Op::ReduceSum, rescaled(b, all[index_of(id)], c_lane, c_row), 1);
+        const int c_lane = as_f32(b, eval_with(b, c, m, all[bp.index(m)]));  // (each lane's block's)
+        acc = b.reduce(Op::ReduceSum, rescaled(b, all[bp.index(id)], c_lane, c_row), 1);
       } else {
         const std::vector<int> maxes = values_of(m), sums = values_of(id);
         for (size_t r = 0; r < n; ++r) {
