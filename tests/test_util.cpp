@@ -26,6 +26,16 @@ void check_on_gpu(const Plan& p, uint64_t seed) {
                         << check.text();
 }
 
+void check_on_host(const Plan& p, uint64_t seed, const HostRunOptions& options) {
+  const std::string refusal = host_run_refusal(p);
+  ASSERT_EQ(refusal, "") << p.graph.name();
+  TensorMap inputs = random_inputs(p.graph, seed);
+  CheckReport check = check_against_reference(p, inputs, run_on_host(p, inputs, options));
+  EXPECT_TRUE(check.ok) << p.graph.name() << " on the host, inputs seeded " << seed
+                        << " (replay: TILEFUSE_TEST_SEED=" << seed << "):\n"
+                        << check.text();
+}
+
 uint64_t test_seed() {
   uint64_t seed;
   if (const char* env = std::getenv("TILEFUSE_TEST_SEED"))

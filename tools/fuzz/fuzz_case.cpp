@@ -12,6 +12,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device_probe.h"
 #include "runtime/executable.h"
+#include "runtime/host_run.h"
 
 namespace tilefuse::fuzz {
 
@@ -178,7 +179,7 @@ std::vector<Variant> variants_of(uint64_t seed) {
 }
 
 std::string replay_command(uint64_t seed, const CaseOptions& o) {
-  return fmt::format("tilefuse_fuzz --seed {}{}", seed, o.gpu ? " --gpu" : "");
+  return fmt::format("tilefuse_fuzz --seed {}{}{}", seed, o.gpu ? " --gpu" : "", o.interpret ? " --interpret" : "");
 }
 
 CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(const char*)) {
@@ -213,9 +214,20 @@ CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(cons
         r.spilling += m.spill_bytes > 0;
         r.noted += !m.notes.empty();
       }
+      r.plans++;
+      const bool on_host = o.interpret && host_run_refusal(exe.plan()).empty();
+      if (!on_host && !gpu) continue;
+      TensorMap inputs = random_inputs(exe.plan().graph, input_seed(seed));
+      if (on_host) {
+        stage("host");
+        CheckReport check = check_against_reference(exe.plan(), inputs, run_on_host(exe.plan(), inputs));
+        if (!check.ok)
+          return fail(fmt::format("{}: on the host, inputs seeded {}\n{}", v.name, input_seed(seed), check.text()));
+        if (check.ill_conditioned) r.outcome = Outcome::Unjudged;
+        r.interpreted++;
+      }
       if (!gpu) continue;
       stage("gpu");
-      TensorMap inputs = random_inputs(exe.plan().graph, input_seed(seed));
       CheckReport check = check_against_reference(exe.plan(), inputs, exe.run(inputs));
       if (!check.ok) return fail(fmt::format("{}: inputs seeded {}\n{}", v.name, input_seed(seed), check.text()));
       if (check.ill_conditioned) r.outcome = Outcome::Unjudged;

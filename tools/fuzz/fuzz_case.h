@@ -1,6 +1,6 @@
 #pragma once
 // One fuzz case: a seeded random graph through every stage — plan (and the plan verifier),
-// compile, ptxas, and on a GPU a run against the float64 reference with poisoned outputs —
+// compile, ptxas, on the host the Tile IR v2 programs interpreted, and on a GPU a run against the float64 reference with poisoned outputs —
 // under options that the seed also picks (schedule hints, the sm_80 target, the unfused plan).
 #include <cstdint>
 #include <string>
@@ -14,6 +14,9 @@ namespace tilefuse::fuzz {
 
 struct CaseOptions {
   bool gpu = false;  // run on the GPU and check against the reference
+  // Run each plan whose kernels are all on Tile IR v2 on the host (runtime/host_run.h) and check
+  // it against the reference: the passes checked without a GPU.
+  bool interpret = false;
   RandomGraphOptions graph;
 };
 
@@ -28,12 +31,14 @@ const char* outcome_name(Outcome o);
 struct CaseResult {
   uint64_t seed = 0;
   Outcome outcome = Outcome::Passed;
-  std::string stage;    // where it stopped: plan, verify, compile, gpu
+  std::string stage;    // where it stopped: plan, verify, compile, host, gpu
   std::string message;  // the error, the broken invariants or the failed check
   std::string variant;  // the options the seed picked
   int kernels = 0;      // compiled, over every plan of the case
   int spilling = 0;     // kernels whose ptxas report shows spills
   int noted = 0;        // kernels ptxas notes a performance loss in (wgmma serialized, waits injected)
+  int plans = 0;        // compiled
+  int interpreted = 0;  // of them, run on the host (CaseOptions::interpret)
 };
 
 // The plans a case builds: the default options, or — picked by the seed — schedule hints, the

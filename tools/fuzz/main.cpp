@@ -28,12 +28,14 @@ using namespace tilefuse::fuzz;
 
 namespace {
 
-const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [--gpu] [--jobs J]
+const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [--gpu] [--interpret] [--jobs J]
                      [--max-elements N] [--long-rows P]
   --seed S          one case, its graph printed (replays a failure)
   --first S         first seed of a batch (default 1)
   --count N         cases in the batch (default 100)
   --gpu             run every plan on the GPU against the float64 reference
+  --interpret       run every plan whose kernels are all on Tile IR v2 on the host (each program
+                    interpreted) against the float64 reference
   --jobs J          cases at once, each on its own thread and stream (default: the hardware's
                     threads, at most 16)
   --max-elements N  elements of the largest tensor (default 1048576)
@@ -104,6 +106,8 @@ Args parse(int argc, char** argv) {
       a.count = parse_u64(s, value());
     } else if (s == "--gpu") {
       g_options.gpu = true;
+    } else if (s == "--interpret") {
+      g_options.interpret = true;
     } else if (s == "--jobs") {
       a.jobs = static_cast<int>(std::clamp<uint64_t>(parse_u64(s, value()), 1, kMaxJobs));
     } else if (s == "--max-elements") {
@@ -139,7 +143,8 @@ int run_one(uint64_t seed) {
     report_failure(r);
     return 1;
   }
-  fmt::print("seed {} ({}): {}, {} kernels{}\n", seed, r.variant, outcome_name(r.outcome), r.kernels,
+  fmt::print("seed {} ({}): {}, {} kernels{}{}\n", seed, r.variant, outcome_name(r.outcome), r.kernels,
+             g_options.interpret ? fmt::format(", {} of {} plans run on the host", r.interpreted, r.plans) : "",
              r.message.empty() ? "" : ": " + r.message);
   return 0;
 }
@@ -159,7 +164,7 @@ int run_batch(const Args& a) {
   std::atomic<uint64_t> next{0};
   std::mutex mu;
   std::map<Outcome, int> counts;
-  int kernels = 0, spilling = 0, noted = 0;
+  int kernels = 0, spilling = 0, noted = 0, plans = 0, interpreted = 0;
   std::vector<uint64_t> failed;
   std::atomic<uint64_t> done{0};
   auto out_of_time = [&] {
@@ -177,6 +182,8 @@ int run_batch(const Args& a) {
       kernels += r.kernels;
       spilling += r.spilling;
       noted += r.noted;
+      plans += r.plans;
+      interpreted += r.interpreted;
       if (r.outcome == Outcome::Failed) {
         failed.push_back(r.seed);
         report_failure(r);
@@ -207,11 +214,11 @@ int run_batch(const Args& a) {
                      : "";
   fmt::print(
       "fuzz: seeds {}..{}{}{}: {} passed, {} refused (typed errors), {} unjudged (ill-conditioned), {} failed; "
-      "{} kernels compiled, {} with spills, {} with wgmma serialized or waits injected by ptxas; {:.1f} s on {} "
+      "{} kernels compiled, {} with spills, {} with wgmma serialized or waits injected by ptxas{}; {:.1f} s on {} "
       "threads\n",
       a.first, a.first + done.load() - 1, stopped, g_options.gpu ? " on the GPU" : "", counts[Outcome::Passed],
-      counts[Outcome::Refused], counts[Outcome::Unjudged], counts[Outcome::Failed], kernels, spilling, noted, seconds,
-      a.jobs);
+      counts[Outcome::Refused], counts[Outcome::Unjudged], counts[Outcome::Failed], kernels, spilling, noted,
+      g_options.interpret ? fmt::format("; {} of {} plans run on the host", interpreted, plans) : "", seconds, a.jobs);
   if (!failed.empty()) fmt::print("failed seeds: {}\n", fmt::join(failed, " "));
   return failed.empty() ? 0 : 1;
 }

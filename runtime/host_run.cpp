@@ -1,0 +1,120 @@
+#include "runtime/host_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "compiler/fusion/cost_model.h"
+#include "compiler/support/error.h"
+#include "compiler/tile/build.h"
+#include "compiler/tile/interpret.h"
+#include "compiler/tile/pitch_copy.h"
+#include "runtime/executable.h"
+
+namespace tilefuse {
+namespace {
+
+// Kernel k's program, or why it has none the interpreter runs.
+std::optional<tir::Program> program_of(const Graph& g, const Kernel& k, std::string* why) {
+  if (k.library) {
+    *why = fmt::format("kernel {} is cuBLASLt's", k.name);
+    return std::nullopt;
+  }
+  std::optional<tir::Program> p = tir::build_program(g, k);
+  if (!p) {
+    *why = fmt::format("kernel {} ({}) is on the first Tile IR", k.name, k.schedule.describe());
+    return std::nullopt;
+  }
+  if (std::string op = tir::not_interpretable(*p); !op.empty()) {
+    *why = fmt::format("kernel {} has {}", k.name, op);
+    return std::nullopt;
+  }
+  return p;
+}
+
+tir::HostArg arg_of(TensorData& t) { return {t.bytes.data(), t.bytes.size()}; }
+
+// Kernel k's matmul operand i copied into its padded pitch (TileSchedule::operand_pitch), as
+// the runtime's copy kernel does before each launch; nullopt where it reads the operand in place.
+std::optional<TensorData> padded_operand(const Graph& g, const Kernel& k, size_t i, TensorData& operand) {
+  const int64_t pitch = k.schedule.operand_pitch[i];
+  const Node& mm = g.node(contraction(g, k));
+  if (pitch == 0 || (i == 1 && mm.operands[1] == mm.operands[0])) return std::nullopt;
+  const Node& o = g.node(mm.operands[i]);
+  const int64_t rows = num_elements(o.shape) / o.shape.back();
+  TensorData copy = TensorData::zeros(o.dtype, {rows, pitch});
+  std::fill(copy.bytes.begin(), copy.bytes.end(), kPoisonByte);
+  const tir::Program p = tir::pitch_copy_program(fmt::format("{}_copy_{}", k.name, i == 0 ? "a" : "b"), o.dtype, rows,
+                                                 o.shape.back(), pitch);
+  tir::interpret(p, {arg_of(operand), arg_of(copy)});
+  return copy;
+}
+
+}  // namespace
+
+std::string host_run_refusal(const Plan& plan) {
+  for (const Kernel& k : plan.kernels) {
+    std::string why;
+    if (!program_of(plan.graph, k, &why)) return why;
+  }
+  return "";
+}
+
+TensorMap run_on_host(const Plan& plan, const TensorMap& inputs, const HostRunOptions& options) {
+  const Graph& g = plan.graph;
+  check_inputs(g, inputs);
+  std::map<NodeId, TensorData> memory;  // graph inputs and kernel outputs, each at its storage
+  for (NodeId id : g.inputs()) memory[id] = inputs.at(g.node(id).name);
+  for (const Kernel& k : plan.kernels)
+    for (NodeId o : k.outputs)
+      if (storage_of(g, o) == o) {
+        TensorData t = TensorData::zeros(g.node(o).dtype, g.node(o).shape);
+        std::fill(t.bytes.begin(), t.bytes.end(), kPoisonByte);
+        memory[o] = std::move(t);
+      }
+  for (const Kernel& k : plan.kernels) {
+    std::string why;
+    std::optional<tir::Program> p = program_of(g, k, &why);
+    if (!p) throw UnsupportedError(fmt::format("the plan cannot run on the host: {}", why));
+    std::vector<tir::HostArg> args;
+    std::vector<TensorData> copies;  // (reserved: args point into them)
+    copies.reserve(2);
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      TensorData& t = memory.at(storage_of(g, k.inputs[i]));
+      args.push_back(arg_of(t));
+      if (!k.schedule.copies_operands()) continue;
+      const Node& mm = g.node(contraction(g, k));
+      for (size_t j = 0; j < 2; ++j)
+        if (mm.operands[j] == k.inputs[i])
+          if (std::optional<TensorData> c = padded_operand(g, k, j, t)) {
+            copies.push_back(std::move(*c));
+            args.back() = arg_of(copies.back());
+            break;
+          }
+    }
+    for (NodeId o : k.outputs) args.push_back(arg_of(memory.at(storage_of(g, o))));
+    std::vector<uint8_t> workspace(static_cast<size_t>(k.schedule.workspace_bytes()), 0);  // zero at the first launch
+    if (p->params.size() > args.size()) args.push_back({workspace.data(), workspace.size()});
+    int64_t blocks = p->grid.at(0);
+    if (k.schedule.stages > 0 && !k.schedule.contracts) {
+      const int64_t cluster = p->cluster_blocks;
+      blocks = std::min(blocks, std::max(options.persistent_blocks / cluster, int64_t{1}) * cluster);
+    }
+    tir::interpret(*p, args, blocks);
+  }
+  TensorMap out;
+  for (const GraphOutput& o : g.outputs()) {
+    const Node& n = g.node(o.node);
+    if (n.op == Op::Input)
+      out[o.name] = inputs.at(n.name);
+    else if (n.op == Op::Constant)
+      out[o.name] = TensorData::from_doubles(n.dtype, n.shape, std::vector<double>(num_elements(n.shape), n.value));
+    else
+      out[o.name] = memory.at(storage_of(g, o.node));
+  }
+  return out;
+}
+
+}  // namespace tilefuse

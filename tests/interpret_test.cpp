@@ -1,0 +1,210 @@
+// Tile IR v2 programs interpreted on the host (compiler/tile/interpret.h, runtime/host_run.h):
+// what the passes build checked against the float64 reference without a GPU, and the
+// interpreter's own strictness (masked elements, bounds, a cluster out of step).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/support/error.h"
+#include "compiler/tile/build.h"
+#include "compiler/tile/interpret.h"
+#include "runtime/check.h"
+#include "runtime/executable.h"
+#include "runtime/host_run.h"
+#include "tests/test_util.h"
+
+namespace tilefuse {
+namespace {
+
+using namespace dsl;
+using tir::Program;
+
+// The row kernels of Gpu.RowKernelsOnTileIrV2MatchFloat64: rows one block holds, a warp's, odd
+// widths, weights along the row, a reduction of a product with a per-row factor.
+Graph rows_graph(DType dt) {
+  Graph g(std::string("host_rows_") + dtype_name(dt));
+  output("p", softmax(input(g, "x", {37, 1000}, dt), -1));
+  output("l", log_softmax(input(g, "u", {64, 4096}, dt), -1));
+  Tensor z = input(g, "z", {33, 768}, dt);
+  output("n", layernorm(z, input(g, "w", {768}, dt), input(g, "b", {768}, dt)));
+  output("r", rmsnorm(input(g, "v", {100, 96}, dt), input(g, "rw", {96}, dt)));
+  Tensor a = input(g, "a", {50, 200}, dt);
+  output("s", sum(a, {-1}));
+  output("c", sum(input(g, "h", {50, 1}, dt) * a, {-1}, true));
+  output("o", softmax(input(g, "q", {9, 5003}, dt), -1));  // an odd width: windowed rows
+  return g;
+}
+
+TEST(Interpret, RowKernelsMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (int online : {0, 1})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online" : ""));
+      FusionOptions o;
+      o.schedule.block_online = online;
+      testing::check_on_host(plan_fusion(rows_graph(dt), o), seed);
+    }
+}
+
+// Long rows on Tile IR v2: claimed from a counter and staged through shared memory (a block's
+// rows, several rounds of a grid of three blocks), and split over a cluster's blocks in
+// registers (an exchange per reduction, one a pass, one block barrier a pass).
+TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Graph g(std::string("host_long_") + dtype_name(dt));
+    output("p", softmax(input(g, "x", {11, 32768}, dt), -1));
+    Tensor z = input(g, "z", {7, 32768}, dt);
+    output("n", rmsnorm(z, input(g, "w", {32768}, dt)));
+    for (int online : {0, 1}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online" : ""));
+      FusionOptions staged;
+      staged.schedule.staged_ir = 2;
+      staged.schedule.split = 0;
+      staged.schedule.block_online = online;
+      Plan p = plan_fusion(g, staged);
+      for (const Kernel& k : p.kernels) EXPECT_GT(k.schedule.stages, 0) << k.schedule.describe();
+      testing::check_on_host(p, seed);
+      FusionOptions cluster = staged;
+      cluster.schedule.stages = 0;
+      cluster.schedule.cluster_online = online;
+      Plan c = plan_fusion(g, cluster);
+      for (const Kernel& k : c.kernels) EXPECT_GT(k.schedule.cluster_blocks, 1) << k.schedule.describe();
+      testing::check_on_host(c, seed);
+    }
+  }
+}
+
+// Pointwise domains (flat, odd element counts, broadcasts along the middle) and reductions over
+// leading axes (split over blocks that meet in the workspace).
+TEST(Interpret, PointwiseAndColumnKernelsMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("host_pointwise_") + dtype_name(dt));
+    Tensor x = input(g, "x", {3, 17, 1001}, dt);
+    output("y", gelu(x + input(g, "b", {1001}, dt)) * input(g, "m", {3, 1, 1}, dt));
+    output("t", tanh(input(g, "e", {999}, dt)) + 1.0);
+    Tensor c = input(g, "c", {4099, 300}, dt);
+    output("cs", sum(c * c, {0}));
+    testing::check_on_host(plan_fusion(g), seed);
+  }
+}
+
+// A masked load's excluded elements are NaN on the host: a program that used one would show it.
+// Here a row's sum over a tile wider than the row, once masked and once not.
+TEST(Interpret, MaskedElementsAreNotValues) {
+  auto program = [](bool mask_the_sum) {
+    Program p;
+    p.name = "masked";
+    p.grid = {2};
+    p.layout = {{1, 4}, {1, 32}, {1, 1}};
+    tir::Param x;
+    x.name = "x";
+    x.view = {2, 100};
+    tir::Param y = x;
+    y.name = "y";
+    y.view = {2, 1};
+    y.output = true;
+    p.params = {x, y};
+    tir::Builder b(p, p.body);
+    const int row = b.program_id(0), zero = b.index(0);
+    const int t = b.load(0, {row, zero}, {1, 128}, {false, true});
+    const int ok = b.in_bounds(zero, b.index(100), 1, {1, 128});
+    b.store(1, {row, zero}, b.reduce(Op::ReduceSum, t, 1, mask_the_sum ? ok : -1));
+    return p;
+  };
+  std::vector<float> in(200);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7);
+  for (bool masked : {true, false}) {
+    std::vector<float> out(2, -1.0f);
+    tir::interpret(program(masked), {{reinterpret_cast<uint8_t*>(in.data()), in.size() * 4},
+                                     {reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}});
+    for (int r = 0; r < 2; ++r) {
+      double want = 0;
+      for (int c = 0; c < 100; ++c) want += in[static_cast<size_t>(r * 100 + c)];
+      if (masked)
+        EXPECT_EQ(out[static_cast<size_t>(r)], want);
+      else
+        EXPECT_TRUE(std::isnan(out[static_cast<size_t>(r)])) << out[static_cast<size_t>(r)];
+    }
+  }
+}
+
+// An access past a parameter's memory is an error naming the kernel, block and parameter; a
+// store to an input too.
+TEST(Interpret, AccessesOutsideTheirMemoryAreErrors) {
+  Program p;
+  p.name = "outside";
+  p.grid = {3};
+  p.layout = {{1, 1}, {1, 32}, {1, 1}};
+  tir::Param x;
+  x.name = "x";
+  x.view = {2, 32};  // three blocks over two rows, unmasked
+  tir::Param y = x;
+  y.name = "y";
+  y.output = true;
+  p.params = {x, y};
+  tir::Builder b(p, p.body);
+  const int row = b.program_id(0), zero = b.index(0);
+  b.store(1, {row, zero}, b.load(0, {row, zero}, {1, 32}));
+  std::vector<float> in(64, 1.0f), out(64);
+  try {
+    tir::interpret(p, {{reinterpret_cast<uint8_t*>(in.data()), in.size() * 4},
+                       {reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("block 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("'x'"), std::string::npos) << what;
+  }
+  EXPECT_EQ(out[63], 1.0f);  // the blocks before it ran
+}
+
+// A cluster's blocks that exchange values a different number of times (a hang on the GPU) are an
+// error; exchanged values arrive in rank order.
+TEST(Interpret, ClustersExchangeInStep) {
+  auto program = [](bool uneven) {
+    Program p;
+    p.name = "cluster";
+    p.grid = {4};
+    p.cluster_blocks = 2;
+    p.layout = {{1, 1}, {1, 32}, {1, 1}};
+    tir::Param y;
+    y.name = "y";
+    y.view = {4, 2};
+    y.output = true;
+    p.params = {y};
+    tir::Builder b(p, p.body);
+    const int id = b.program_id(0), zero = b.index(0);
+    const int mine = b.compute(Op::Add, {b.iota(id, 1, {1, 1}), b.tile_const(0.5, DType::F32, {1, 1})}, DType::F32);
+    std::vector<int> all = b.cluster_values({mine});
+    if (uneven)
+      b.when(b.less(b.rem(id, b.index(2)), b.index(1)), [&](tir::Builder& in) { in.cluster_values({mine}); });
+    b.store(0, {id, zero}, all[0]);
+    b.store(0, {id, b.index(1)}, all[1]);
+    return p;
+  };
+  std::vector<float> out(8, 0.0f);
+  tir::interpret(program(false), {{reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}});
+  for (int block = 0; block < 4; ++block)
+    for (int rank = 0; rank < 2; ++rank)  // block `rank` of the block's cluster
+      EXPECT_EQ(out[static_cast<size_t>(block * 2 + rank)], block / 2 * 2 + rank + 0.5f) << block;
+  EXPECT_THROW(tir::interpret(program(true), {{reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}}), Error);
+}
+
+// What cannot run on the host says which kernel and why.
+TEST(Interpret, PlansItCannotRunSaySo) {
+  Graph g("first_ir");
+  output("y", softmax(input(g, "x", {8, 4096}), -1));
+  FusionOptions first;
+  first.schedule.row_ir = 1;
+  const std::string why = host_run_refusal(plan_fusion(g, first));
+  EXPECT_NE(why.find("first Tile IR"), std::string::npos) << why;
+  EXPECT_THROW(run_on_host(plan_fusion(g, first), random_inputs(g, 1)), UnsupportedError);
+}
+
+}  // namespace
+}  // namespace tilefuse
