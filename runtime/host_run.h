@@ -2,9 +2,9 @@
 // A plan run on the host: each kernel's Tile IR v2 program interpreted (compiler/tile/
 // interpret.h) over host memory, in order, as Executable::run launches them on a GPU — outputs
 // and intermediates poisoned first, a matmul operand copied into its padded pitch by the copy
-// kernel's program, a persistent grid launched with a few blocks. It checks what the passes
-// build against the float64 reference (runtime/check.h) where no GPU is present; it does not
-// check codegen.
+// kernel's program, a persistent grid launched with a few blocks, a cuBLASLt kernel stood in
+// for by the float64 reference of its nodes. It checks what the passes build against the
+// float64 reference (runtime/check.h) where no GPU is present; it does not check codegen.
 #include <cstdint>
 #include <string>
 
@@ -19,8 +19,7 @@ struct HostRunOptions {
   int64_t persistent_blocks = 3;
 };
 
-// Why `plan` cannot run on the host — a kernel on the first Tile IR, cuBLASLt's, or with an op
-// the interpreter lacks — or "" where it can.
+// Why `plan` cannot run on the host — a kernel on the first Tile IR — or "" where it can.
 std::string host_run_refusal(const Plan& plan);
 
 // The graph's outputs. Throws UnsupportedError where host_run_refusal says so, Error where a

@@ -33,6 +33,7 @@
 #include "compiler/tile/ir_verify.h"
 #include "dsl_examples/examples.h"
 #include "runtime/check.h"
+#include "runtime/host_run.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/executable.h"
 #include "tests/test_util.h"
@@ -997,6 +998,28 @@ TEST(GpuAttention, SplitKeysMatchFloat64) {
     }
 }
 
+// Packed query heads and split keys on the host: each kernel's Tile IR interpreted, the split
+// ranges merged by the last block through the workspace (a cache with lengths that leave some
+// ranges empty).
+TEST(HostAttention, PackedHeadsAndSplitKeysMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (auto& [g, splits] : split_cases())
+    for (int pack : {0, 1})
+      for (int split : {1, splits}) {
+        SCOPED_TRACE(fmt::format("{}{}, {} splits", g.name(), pack ? " packed" : "", split));
+        FusionOptions o;
+        o.schedule.kv_splits = split;
+        o.schedule.pack_heads = pack;
+        const Plan p = plan_fusion(g, o);
+        ASSERT_NE(attention_kernel_of(p), nullptr);
+        TensorMap in = random_inputs(p.graph, seed);
+        if (g.name() == "cache_lengths") in["length"] = TensorData::from_doubles(DType::F32, {4, 1, 1, 1}, {1, 0, 129, 300});
+        ASSERT_EQ(host_run_refusal(p), "");
+        const CheckReport r = check_against_reference(p, in, run_on_host(p, in));
+        EXPECT_TRUE(r.ok) << r.text();
+      }
+}
+
 // Speculative decoding: a few new tokens per sequence (here 4), written into the cache after its
 // `length` keys; token i sees the cache and the new tokens up to itself (keys < length + i + 1).
 // One attention kernel, its loop ending at each sequence's own bound.
@@ -1025,6 +1048,17 @@ TEST(GpuAttention, SpeculativeTokensMatchFloat64) {
     SCOPED_TRACE(fmt::format("lengths {}", fmt::join(lengths, ", ")));
     in["length"] = TensorData::from_doubles(DType::F32, {2, 1, 1, 1}, lengths);
     const CheckReport r = check_against_reference(exe.plan(), in, exe.run(in));
+    EXPECT_TRUE(r.ok) << r.text();
+  }
+}
+
+TEST(HostAttention, SpeculativeTokensMatchFloat64) {
+  const Plan p = plan_fusion(speculative_decode(4, 700));
+  TensorMap in = random_inputs(p.graph, testing::test_seed());
+  for (const std::vector<double>& lengths : std::vector<std::vector<double>>{{0, 696}, {129, 1}}) {
+    SCOPED_TRACE(fmt::format("lengths {}", fmt::join(lengths, ", ")));
+    in["length"] = TensorData::from_doubles(DType::F32, {2, 1, 1, 1}, lengths);
+    const CheckReport r = check_against_reference(p, in, run_on_host(p, in));
     EXPECT_TRUE(r.ok) << r.text();
   }
 }
@@ -1144,6 +1178,18 @@ TEST(GpuAttention, FusedPlansMatchFloat64) {
     const Plan p = plan_fusion(g);
     ASSERT_NE(only_attention(p), nullptr);
     testing::check_on_gpu(p, seed);
+  }
+}
+
+// The same plans on the host (each kernel's Tile IR interpreted): what the builders make of each
+// chain checked where no GPU is.
+TEST(HostAttention, FusedPlansMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (const Graph& g : chains()) {
+    SCOPED_TRACE(g.name());
+    const Plan p = plan_fusion(g);
+    ASSERT_NE(only_attention(p), nullptr);
+    testing::check_on_host(p, seed);
   }
 }
 
@@ -1311,6 +1357,17 @@ TEST(GpuAttention, WgmmaPlansMatchFloat64) {
     SCOPED_TRACE(name);
     ASSERT_NE(only_attention(p), nullptr);
     testing::check_on_gpu(p, seed);
+  }
+}
+
+// The wgmma schedules on the host: K and V by TMA from a producer warpgroup, the warpgroups'
+// turns, the softmax overlapped, a persistent grid.
+TEST(HostAttention, WgmmaPlansMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (const auto& [name, p] : wgmma_plans()) {
+    SCOPED_TRACE(name);
+    ASSERT_NE(only_attention(p), nullptr);
+    testing::check_on_host(p, seed);
   }
 }
 

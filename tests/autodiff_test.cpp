@@ -241,6 +241,7 @@ TEST(Autodiff, AttentionBackwardRecomputesTheProbabilities) {
     }
     EXPECT_EQ(attention_kernels, 1) << plan_report_text(p);
     if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+    testing::check_on_host(p, testing::test_seed());
   }
 }
 
@@ -326,6 +327,7 @@ TEST(Autodiff, BackwardGraphsPlanAndRun) {
       }
     }
     if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+    testing::check_on_host(p, testing::test_seed());
   }
 }
 

@@ -93,6 +93,17 @@ TEST(Interpret, PointwiseAndColumnKernelsMatchFloat64) {
   }
 }
 
+// Every GEMM schedule of GpuMatMul.ShapesLayoutsAndEpiloguesMatchReference: mma.sync (staged or
+// straight from global memory), wgmma fed by cp.async or by TMA from a producer warpgroup,
+// ping-pong consumer groups, clusters of two with B multicast, split-K, padded pitches.
+TEST(Interpret, MatmulSchedulesMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (const testing::PlannedCase& c : testing::matmul_schedule_cases()) {
+    SCOPED_TRACE(c.name);
+    testing::check_on_host(c.plan, seed);
+  }
+}
+
 // A masked load's excluded elements are NaN on the host: a program that used one would show it.
 // Here a row's sum over a tile wider than the row, once masked and once not.
 TEST(Interpret, MaskedElementsAreNotValues) {
@@ -193,6 +204,22 @@ TEST(Interpret, ClustersExchangeInStep) {
     for (int rank = 0; rank < 2; ++rank)  // block `rank` of the block's cluster
       EXPECT_EQ(out[static_cast<size_t>(block * 2 + rank)], block / 2 * 2 + rank + 0.5f) << block;
   EXPECT_THROW(tir::interpret(program(true), {{reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}}), Error);
+}
+
+// A cuBLASLt kernel runs on the host as the float64 reference of its nodes, and the kernels
+// around it as their programs.
+TEST(Interpret, LibraryKernelsAreStoodInFor) {
+  Graph g("library_on_host");
+  Tensor y = matmul(input(g, "a", {96, 64}, DType::BF16), input(g, "b", {64, 80}, DType::BF16));
+  output("y", softmax(y + input(g, "bias", {80}, DType::BF16), -1));
+  FusionOptions o;
+  o.library_gemm = LibraryGemmUse::Always;
+  const Plan p = plan_fusion(g, o);
+  int library = 0;
+  for (const Kernel& k : p.kernels) library += k.library.has_value();
+  ASSERT_EQ(library, 1) << p.kernels.size();
+  ASSERT_GT(p.kernels.size(), 1u);
+  testing::check_on_host(p, testing::test_seed());
 }
 
 // What cannot run on the host says which kernel and why.

@@ -892,7 +892,7 @@ class Emitter {
     const int mask = i.args[1];
     const Type& mt = type(mask);
     auto bounds = bounds_of_.find(mask);
-    if (d != 1 || n1 < 2 || mt.shape[1] == 1 || bounds == bounds_of_.end())
+    if (d != 1 || n1 < 2 || mt.shape[1] == 1 || bounds == bounds_of_.end() || bounds->second->axis != 1)
       return partials(i, [&](int e0, int e1) {
         const int m0 = mt.shape[0] == 1 ? 0 : e0, m1 = mt.shape[1] == 1 ? 0 : e1;
         return vals_[static_cast<size_t>(mask)][static_cast<size_t>(m0 * slots(mt, 1) + m1)];

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <functional>
 #include <limits>
+#include <list>
 #include <mutex>
 #include <thread>
 
@@ -84,106 +87,165 @@ void write_element(uint8_t* at, DType dt, double x) {
   }
 }
 
-bool supported(Opcode o) {
-  switch (o) {
-    case Opcode::DotAsync:
-    case Opcode::DotWait:
-    case Opcode::Specialize:
-    case Opcode::AwaitTurn:
-    case Opcode::HandOff:
-    case Opcode::TmaLoad:
-    case Opcode::WaitEmpty:
-    case Opcode::Release:
-    case Opcode::TmaStore:
-    case Opcode::WaitStores:
-      return false;
-    default:
-      return true;
+// acc + a·b (a [m, k], b [k, n], row-major): the operands rounded to their dtypes as the tensor
+// cores read them, the products exact, their sum added in f32.
+std::vector<double> product(std::vector<double> acc, const std::vector<double>& a, DType a_dtype,
+                            const std::vector<double>& b, DType b_dtype, int64_t m, int64_t k, int64_t n) {
+  std::vector<double> x(a.size()), y(b.size());
+  for (size_t j = 0; j < a.size(); ++j) x[j] = rounded(a_dtype, a[j]);
+  for (size_t j = 0; j < b.size(); ++j) y[j] = rounded(b_dtype, b[j]);
+  std::vector<double> sums(static_cast<size_t>(n));
+  for (int64_t r = 0; r < m; ++r) {  // (each row's sums along k in order, a row of B at a time)
+    std::fill(sums.begin(), sums.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const double a_rj = x[static_cast<size_t>(r * k + j)];
+      const double* b_j = &y[static_cast<size_t>(j * n)];
+      for (int64_t c = 0; c < n; ++c) sums[static_cast<size_t>(c)] += a_rj * b_j[c];
+    }
+    for (int64_t c = 0; c < n; ++c)
+      acc[static_cast<size_t>(r * n + c)] = to_f32(acc[static_cast<size_t>(r * n + c)] + sums[static_cast<size_t>(c)]);
   }
+  return acc;
 }
 
-std::string first_unsupported(const Region& r) {
-  for (const Inst& i : r.body) {
-    if (!supported(i.opcode)) return opcode_name(i.opcode);
-    for (const Region& inner : i.regions)
-      if (std::string op = first_unsupported(inner); !op.empty()) return op;
-  }
-  return "";
-}
-
-// Where a cluster's blocks meet: each exchange is every block's values written, a barrier, all
-// of them read, a barrier. A block that fails, or leaves while others wait, breaks it.
-class Rendezvous {
- public:
-  explicit Rendezvous(int blocks) : blocks_(blocks), slots_(static_cast<size_t>(blocks)) {}
-
-  std::vector<std::vector<double>> exchange(int rank, std::vector<double> mine) {
-    slots_[static_cast<size_t>(rank)] = std::move(mine);
-    wait();
-    std::vector<std::vector<double>> all = slots_;
-    wait();
-    return all;
-  }
-  void leave() {
-    std::lock_guard<std::mutex> l(m_);
-    ++left_;
-    if (waiting_ > 0) break_locked("a block of the cluster finished while others waited to exchange values with it");
-  }
-  void fail(const std::string& why) {
-    std::lock_guard<std::mutex> l(m_);
-    break_locked(why);
-  }
-
- private:
-  void wait() {
-    std::unique_lock<std::mutex> l(m_);
-    if (!why_.empty()) throw Error(why_);
-    if (left_ > 0) {
-      break_locked("a block of the cluster exchanged values after another had finished");
-      throw Error(why_);
-    }
-    const uint64_t generation = generation_;
-    if (++waiting_ == blocks_) {
-      waiting_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(l, [&] { return generation_ != generation || !why_.empty(); });
-    if (generation_ == generation) throw Error(why_);
-  }
-  void break_locked(const std::string& why) {
-    if (why_.empty()) why_ = why;
-    cv_.notify_all();
-  }
-
-  const int blocks_;
-  std::vector<std::vector<double>> slots_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  int waiting_ = 0, left_ = 0;
-  uint64_t generation_ = 0;
-  std::string why_;
+// A stage's mbarrier: the phases it has completed; for a full barrier the current phase's own
+// arrival (its producer's, expecting the stage's bytes) and the 128-byte panels landed in it; for
+// an empty one its arrivals (a consumer group's, of every block of a cluster).
+struct StageBarrier {
+  int64_t completed = 0;
+  bool expected = false;
+  int64_t landed = 0;
+  int arrivals = 0;
 };
 
-// What the launch's blocks share: the parameters' memory (the counters under a lock: a
-// cluster's blocks run at once).
+// A block's shared memory: per ring, each stage's tile (row-major over the ring's tile, whatever
+// its storage order), the row a bulk ring's stage holds, and the stages' barriers; the turns
+// handed to each of two consumer groups.
+struct BlockMemory {
+  explicit BlockMemory(const Program& p) {
+    for (const SharedRing& r : p.shared) {
+      const size_t stages = static_cast<size_t>(r.stages);
+      rings.emplace_back(stages, std::vector<double>(static_cast<size_t>(num_elements(r.tile)), NAN));
+      stage_rows.emplace_back(stages, -1);  // (-1: never filled)
+      full.emplace_back(stages);
+      empty.emplace_back(stages);
+    }
+  }
+  std::vector<std::vector<std::vector<double>>> rings;
+  std::vector<std::vector<int64_t>> stage_rows;
+  std::vector<std::vector<StageBarrier>> full, empty;
+  int turns[2] = {0, 0};
+};
+
+// A cluster's blocks (one where there are no clusters): their memories — a multicast copy lands
+// in each, a release arrives at each — and their exchanges (every block's values written, all
+// blocks wait, all read, all wait).
+struct Cluster {
+  Cluster(const Program& p, int n)
+      : blocks(static_cast<size_t>(n), BlockMemory(p)), slots(static_cast<size_t>(n)), slot_inst(static_cast<size_t>(n)) {}
+  std::vector<BlockMemory> blocks;
+  std::vector<std::vector<double>> slots;
+  std::vector<const Inst*> slot_inst;  // the exchange each block's slot is for
+  int waiting = 0, left = 0;
+  uint64_t generation = 0;
+};
+
+// What a launch's blocks and threads share: the parameters' memory, and one lock under which
+// counters, barriers, turns and exchanges change (a cluster's blocks, and a specialized block's
+// producer and consumers, run on threads of their own). The first failure is kept; a thread
+// waiting on others gives up when one has failed, or when every thread waits (a deadlock: what
+// each waits for is said).
 struct Launch {
+  Launch(const Program& p, const std::vector<HostArg>& args, int64_t blocks) : p(p), args(args), blocks(blocks) {}
   const Program& p;
   const std::vector<HostArg>& args;
-  int64_t blocks;
-  std::mutex counters;
+  const int64_t blocks;
+  std::mutex m;
+  std::condition_variable cv;
+  std::exception_ptr first;
+  int running = 1;  // threads not waiting (the caller's first)
+  // Each waiting thread's wait: what for, and whether it has come (a thread woken but not yet
+  // running again is not stuck).
+  struct Waiter {
+    std::string what;
+    std::function<bool()> ready;
+  };
+  std::list<Waiter> waits;
+
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> l(m);
+    fail_locked(e);
+  }
+  void fail_locked(std::exception_ptr e) {
+    if (!first) first = e;
+    cv.notify_all();
+  }
+  void rethrow() {
+    std::lock_guard<std::mutex> l(m);
+    if (first) std::rethrow_exception(first);
+  }
+  // Waits (holding `l`) until `ready`; `what` says what for.
+  template <typename Ready>
+  void wait(std::unique_lock<std::mutex>& l, Ready ready, const std::string& what) {
+    if (ready()) return;
+    const auto mine = waits.insert(waits.end(), Waiter{what, ready});
+    if (--running == 0) deadlock();
+    cv.wait(l, [&] { return ready() || first; });
+    waits.erase(mine);
+    ++running;
+    if (!ready()) std::rethrow_exception(first);  // (the failure that woke it)
+  }
+  // A thread of the launch has ended (its other threads may now all wait).
+  void ended() {
+    std::lock_guard<std::mutex> l(m);
+    if (--running == 0) deadlock();
+    cv.notify_all();
+  }
+  // No thread runs: unless one's wait has come, none ever will again.
+  void deadlock() {
+    std::vector<std::string> stuck;
+    for (const Waiter& w : waits) {
+      if (w.ready()) return;
+      stuck.push_back(w.what);
+    }
+    if (stuck.empty()) return;
+    fail_locked(std::make_exception_ptr(
+        Error(fmt::format("kernel {}: a deadlock (a hang on the GPU): {}", p.name, fmt::join(stuck, "; ")))));
+  }
 };
 
-class Block {
- public:
-  Block(Launch& l, int64_t id, Rendezvous* cluster)
-      : p_(l.p), l_(l), id_(id), cluster_(cluster), v_(p_.types.size()) {
-    for (const SharedRing& r : p_.shared) {
-      rings_.emplace_back(static_cast<size_t>(r.stages), std::vector<double>(static_cast<size_t>(num_elements(r.tile)), NAN));
-      stage_rows_.emplace_back(static_cast<size_t>(r.stages), 0);
-    }
+// Runs `f(k)` for k < parts each on a thread of its own (the caller waits for them), then
+// rethrows the launch's first failure.
+template <typename F>
+void side_by_side(Launch& l, int parts, F f) {
+  {
+    std::lock_guard<std::mutex> lock(l.m);
+    l.running += parts - 1;
   }
+  std::vector<std::thread> threads;
+  for (int k = 0; k < parts; ++k)
+    threads.emplace_back([&, k] {
+      try {
+        f(k);
+      } catch (...) {
+        l.fail(std::current_exception());
+      }
+      l.ended();
+    });
+  for (std::thread& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(l.m);
+    l.running++;
+  }
+  l.rethrow();
+}
+
+// One thread of a block: the block's own, or — past Specialize — its producer's or a consumer
+// group's, each with its own values (the body's so far, copied).
+class Exec {
+ public:
+  Exec(Launch& l, Cluster& c, int rank, int64_t id)
+      : p_(l.p), l_(l), c_(c), rank_(rank), id_(id), mem_(c.blocks.at(static_cast<size_t>(rank))), v_(p_.types.size()) {}
   void run() { region(p_.body); }
 
  private:
@@ -199,10 +261,17 @@ class Block {
   static int64_t cols_of(const Type& t) { return t.shape.size() < 2 ? 1 : t.shape[1]; }
   static int64_t count(const Type& t) { return t.is_tile() ? num_elements(t.shape) : 1; }
   // Element (r, c) of value v, broadcast along its axes of extent 1 (a scalar everywhere).
-  double at(int v, int64_t r, int64_t c) const {
+  double at(int v, int64_t r, int64_t c) const { return view(v)(r, c); }
+  // Value v's elements by (row, column), broadcast along its axes of extent 1.
+  struct View {
+    const double* data;
+    int64_t row_step, col_step;
+    double operator()(int64_t r, int64_t c) const { return data[r * row_step + c * col_step]; }
+  };
+  View view(int v) const {
     const Type& t = type(v);
-    if (!t.is_tile()) return one(v);
-    return elems(v)[static_cast<size_t>((rows_of(t) == 1 ? 0 : r) * cols_of(t) + (cols_of(t) == 1 ? 0 : c))];
+    if (!t.is_tile()) return {elems(v).data(), 0, 0};
+    return {elems(v).data(), rows_of(t) == 1 ? 0 : cols_of(t), cols_of(t) == 1 ? 0 : 1};
   }
   // The thread along a row that holds column c of a blocked tile, and its warp among the row's.
   int64_t thread_of(int64_t c) const {
@@ -232,17 +301,17 @@ class Block {
       case Opcode::Const:
         if (type(i.results[0]).kind == Type::Kind::Index)
           out(i).i = static_cast<int64_t>(i.value);
-        else
-          out(i).t.assign(static_cast<size_t>(count(type(i.results[0]))), i.value);
+        else  // (as codegen's constants: rounded to the dtype)
+          out(i).t.assign(static_cast<size_t>(count(type(i.results[0]))), rounded(type(i.results[0]).dtype, i.value));
         return;
       case Opcode::IndexMul:
-        out(i).i = idx(i.args[0]) * idx(i.args[1]);
+        out(i).i = index_result(i, idx(i.args[0]) * idx(i.args[1]));
         return;
       case Opcode::IndexAdd:
-        out(i).i = idx(i.args[0]) + idx(i.args[1]);
+        out(i).i = index_result(i, idx(i.args[0]) + idx(i.args[1]));
         return;
       case Opcode::IndexSub:
-        out(i).i = idx(i.args[0]) - idx(i.args[1]);
+        out(i).i = index_result(i, idx(i.args[0]) - idx(i.args[1]));
         return;
       case Opcode::IndexDiv:
       case Opcode::IndexRem: {
@@ -259,7 +328,7 @@ class Block {
         return;
       case Opcode::IndexCeil: {
         const double x = one(i.args[0]);
-        out(i).i = !(x > 0) ? 0 : static_cast<int64_t>(std::ceil(x));
+        out(i).i = !(x > 0) ? 0 : static_cast<int64_t>(std::min(std::ceil(x), 2147483520.0));  // (codegen's clamp)
         return;
       }
       case Opcode::Splat:
@@ -292,14 +361,15 @@ class Block {
         if (one(i.args[0]) != 0) region(i.regions.at(0));
         return;
       case Opcode::LastArrival: {
-        std::lock_guard<std::mutex> lock(l_.counters);
-        uint32_t& c = counter(i);
-        out(i).t = {++c == static_cast<uint32_t>(idx(i.args[1])) ? 1.0 : 0.0};
+        std::lock_guard<std::mutex> lock(l_.m);
+        const uint32_t c = counter(i) + 1;
+        set_counter(i, c);
+        out(i).t = {c == static_cast<uint32_t>(idx(i.args[1])) ? 1.0 : 0.0};
         return;
       }
       case Opcode::ResetCount: {
-        std::lock_guard<std::mutex> lock(l_.counters);
-        counter(i) = 0;
+        std::lock_guard<std::mutex> lock(l_.m);
+        set_counter(i, 0);
         return;
       }
       case Opcode::Claim: {
@@ -308,14 +378,17 @@ class Block {
           out(i).i = idx(i.args[3]);
           return;
         }
-        std::lock_guard<std::mutex> lock(l_.counters);
-        out(i).i = idx(i.args[1]) + counter(i)++;
+        std::lock_guard<std::mutex> lock(l_.m);
+        const uint32_t c = counter(i);
+        set_counter(i, c + 1);
+        out(i).i = idx(i.args[1]) + c;
         return;
       }
       case Opcode::FillStage:
         return fill_stage(i);
       case Opcode::StageRow:
-        out(i).i = stage_rows_.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(stage(i, idx(i.args[0]))));
+        out(i).i = mem_.stage_rows.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(stage(i, idx(i.args[0]))));
+        if (out(i).i < 0) fail(fmt::format("stage_row of stage {} of @{}, never filled", idx(i.args[0]), p_.shared[static_cast<size_t>(i.ring)].name));
         return;
       case Opcode::CopyAsync:
         return copy_async(i);
@@ -325,15 +398,37 @@ class Block {
         return dot(i);
       case Opcode::Convert:
         return convert(i);
-      case Opcode::WaitFull:  // (copies are done when issued here)
+      case Opcode::DotAsync:
+        return dot_async(i);
+      case Opcode::DotWait:  // (a product is complete when issued here)
+        for (size_t k = 0; k < i.args.size(); ++k) out(i, k) = v_.at(static_cast<size_t>(i.args[k]));
+        return;
+      case Opcode::Specialize:
+        return specialize(i);
+      case Opcode::AwaitTurn:
+      case Opcode::HandOff:
+        return take_turn(i);
+      case Opcode::TmaLoad:
+        return tma_load(i);
+      case Opcode::WaitFull:
+      case Opcode::WaitEmpty:
+        return wait_stage(i);
+      case Opcode::Release:
+        return release(i);
+      case Opcode::TmaStore:
+        return tma_store(i);
       case Opcode::CommitGroup:
+        copy_groups_.push_back(std::move(open_copies_));
+        open_copies_.clear();
+        return;
       case Opcode::WaitGroup:
-      case Opcode::Barrier:
+        return wait_group(i);
+      case Opcode::WaitStores:  // (stores are done when issued here)
+      case Opcode::Barrier:     // (a block's or consumer group's threads are one here)
       case Opcode::FenceAsync:
         return;
-      default:
-        throw UnsupportedError(fmt::format("kernel {}: the interpreter has no {}", p_.name, opcode_name(i.opcode)));
     }
+    fail(fmt::format("the interpreter has no {}", opcode_name(i.opcode)));
   }
 
   // Iota and InBounds: the offset plus each element's position along the axis.
@@ -347,11 +442,11 @@ class Block {
         double x;
         if (i.opcode == Opcode::Iota && i.args.size() == 2) {  // the linear form
           int64_t at = (idx(i.args[0]) + r) * i.iota_stride + idx(i.args[1]) + c;
-          x = static_cast<double>(at / i.iota_div % i.iota_mod);
+          x = to_f32(static_cast<double>(at / i.iota_div % i.iota_mod));
         } else {
           const int64_t at = idx(i.args[0]) + (i.axis == 0 ? r : c);
           if (i.opcode == Opcode::Iota) {
-            x = static_cast<double>(at);
+            x = to_f32(static_cast<double>(at));
           } else {
             const int64_t lo = i.args.size() == 3 ? idx(i.args[2]) : 0;
             x = static_cast<uint64_t>(at - lo) < static_cast<uint64_t>(idx(i.args[1]) - lo);
@@ -366,16 +461,18 @@ class Block {
     const int64_t rows = t.is_tile() ? rows_of(t) : 1, cols = t.is_tile() ? cols_of(t) : 1;
     std::vector<double> o(static_cast<size_t>(rows * cols));
     const bool reciprocal = i.op == Op::Div && t.is_tile() && count(type(i.args[1])) < count(t);
+    const View x0 = view(i.args[0]);
+    const View x1 = i.args.size() > 1 ? view(i.args[1]) : x0, x2 = i.args.size() > 2 ? view(i.args[2]) : x0;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
-        const double a = at(i.args[0], r, c);
+        const double a = x0(r, c);
         double x;
         switch (i.op) {
           case Op::Where:
-            x = a != 0 ? at(i.args[1], r, c) : at(i.args[2], r, c);
+            x = a != 0 ? x1(r, c) : x2(r, c);
             break;
           case Op::Fma:
-            x = to_f32(std::fma(a, at(i.args[1], r, c), at(i.args[2], r, c)));
+            x = to_f32(std::fma(a, x1(r, c), x2(r, c)));
             break;
           case Op::Cast:
             x = rounded(t.dtype, a);
@@ -385,9 +482,9 @@ class Block {
               x = to_f32(reference_unary(i.op, a));
               if (i.flush_subnormal && std::fabs(x) < std::ldexp(1.0, -126)) x = 0;
             } else if (reciprocal) {  // a divisor broadcast over the result: its reciprocal times each
-              x = to_f32(a * to_f32(1.0 / at(i.args[1], r, c)));
+              x = to_f32(a * to_f32(1.0 / x1(r, c)));
             } else {
-              x = to_f32(reference_binary(i.op, a, at(i.args[1], r, c)));
+              x = to_f32(reference_binary(i.op, a, x1(r, c)));
             }
         }
         o[static_cast<size_t>(r * cols + c)] = x;
@@ -397,10 +494,11 @@ class Block {
 
   // Along axis 1 into a one-column tile, a lanes tile (each thread's elements of a row), or a warps
   // tile (each warp's); a lanes tile's rows into warps; a warp_lanes tile's columns into one; or
-  // along axis 0 each column. Elements a mask excludes count as the identity. In f32, in
-  // codegen's order: each thread's elements in turn, then the threads' partials (lanes', warps')
-  // pairwise, as shuffles combine them — a sum of 40000 elements in one running f32 sum strays
-  // ten times further.
+  // along axis 0 each column. Elements a mask excludes count as the identity. In f32, in about
+  // codegen's order (rounding apart, the same): each thread's elements in turn, the threads'
+  // partials pairwise within each warp as shuffles combine them, then the warps' in order — a sum
+  // of 40000 elements in one running f32 sum strayed ten times further than the GPU's. (An
+  // accumulator's rows are combined pairwise over their columns, not by quads.)
   void reduce(const Inst& i) {
     const Type& in = type(i.args[0]);
     const Type& rt = type(i.results[0]);
@@ -421,9 +519,10 @@ class Block {
     const int64_t out_size = count(rt);
     std::vector<double> acc(static_cast<size_t>(out_size * parts), identity_of(i.op));
     const bool masked = i.args.size() > 1;
+    const View mask = view(i.args[masked ? 1 : 0]);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
-        if (masked && at(i.args[1], r, c) == 0) continue;
+        if (masked && mask(r, c) == 0) continue;
         int64_t into;
         if (i.axis == 0) {
           into = c;
@@ -441,13 +540,19 @@ class Block {
         double& a = acc[static_cast<size_t>(into * parts + part(c))];
         a = to_f32(reference_binary(combine, a, elems(i.args[0])[static_cast<size_t>(r * cols + c)]));
       }
+    // A row's threads (lanes) combine within each warp pairwise, then the warps' values in order.
+    const int64_t group = parts > 32 && parts % 32 == 0 && (blocked || in.frag == Frag::Lanes) ? 32 : parts;
     std::vector<double> o(static_cast<size_t>(out_size));
     for (int64_t k = 0; k < out_size; ++k) {
       double* x = &acc[static_cast<size_t>(k * parts)];
-      for (int64_t step = 1; step < parts; step *= 2)
-        for (int64_t j = 0; j + step < parts; j += 2 * step) x[j] = to_f32(reference_binary(combine, x[j], x[j + step]));
+      for (int64_t g = 0; g < parts; g += group)
+        for (int64_t step = 1; step < group; step *= 2)
+          for (int64_t j = g; j + step < g + group; j += 2 * step) x[j] = to_f32(reference_binary(combine, x[j], x[j + step]));
+      for (int64_t g = group; g < parts; g += group) x[0] = to_f32(reference_binary(combine, x[0], x[g]));
       o[static_cast<size_t>(k)] = x[0];
     }
+    if (cols == 1 && i.axis == 1 && out_cols > 1)  // (a one-column tile: every thread holds its rows' values)
+      for (int64_t k = 0; k < out_size; ++k) o[static_cast<size_t>(k)] = o[static_cast<size_t>(k / out_cols * out_cols)];
     out(i).t = std::move(o);
   }
 
@@ -469,10 +574,10 @@ class Block {
   // cluster_values, result a·n + b block b's value of arg a.
   void exchange(const Inst& i) {
     const int n = p_.cluster_blocks;
-    if (!cluster_) fail(fmt::format("{} outside a cluster", opcode_name(i.opcode)));
+    if (n == 1) fail(fmt::format("{} outside a cluster", opcode_name(i.opcode)));
     std::vector<double> mine;
     for (int a : i.args) mine.insert(mine.end(), elems(a).begin(), elems(a).end());
-    const std::vector<std::vector<double>> all = cluster_->exchange(static_cast<int>(id_ % n), std::move(mine));
+    const std::vector<std::vector<double>> all = exchanged(i, std::move(mine));
     size_t first = 0;
     for (size_t a = 0; a < i.args.size(); ++a) {
       const size_t rows = elems(i.args[a]).size();
@@ -490,6 +595,34 @@ class Block {
       first += rows;
     }
   }
+  // Every block's `mine`, in rank order: written, a cluster barrier, read, a cluster barrier.
+  // (Every block at the same exchange: blocks at different ones would read each other's values
+  // as theirs.)
+  std::vector<std::vector<double>> exchanged(const Inst& i, std::vector<double> mine) {
+    std::unique_lock<std::mutex> l(l_.m);
+    c_.slots[static_cast<size_t>(rank_)] = std::move(mine);
+    c_.slot_inst[static_cast<size_t>(rank_)] = &i;
+    cluster_barrier(l);
+    for (size_t b = 0; b < c_.slots.size(); ++b)
+      if (c_.slot_inst[b] != &i || c_.slots[b].size() != c_.slots[static_cast<size_t>(rank_)].size())
+        fail(fmt::format("exchanges values at one {} while block {} of its cluster is at another", opcode_name(i.opcode), b));
+    std::vector<std::vector<double>> all = c_.slots;
+    cluster_barrier(l);
+    return all;
+  }
+  void cluster_barrier(std::unique_lock<std::mutex>& l) {
+    if (c_.left > 0) fail("exchanges values with its cluster after another block of it finished");
+    const uint64_t generation = c_.generation;
+    if (++c_.waiting == p_.cluster_blocks) {
+      c_.waiting = 0;
+      ++c_.generation;
+      l_.cv.notify_all();
+      return;
+    }
+    l_.wait(l, [&] { return c_.generation != generation || c_.left > 0; },
+            fmt::format("block {} waits at a cluster exchange", id_));
+    if (c_.generation == generation) fail("waits at a cluster exchange that another block of it finished without");
+  }
 
   // ---- memory ----
 
@@ -500,8 +633,17 @@ class Block {
     return d == 0 && !prm.row_dims.empty() ? num_elements(prm.row_dims) : prm.view.at(d);
   }
   // Whether index x along axis d of a load or store lies where its masks allow.
+  // An index along an unmasked axis past the view's extent (where it is not broadcast, and the
+  // parameter is not read element by element: there an element past the domain is one the
+  // program does not use) is an error: codegen would read or write another row's element.
   bool inside(const Inst& i, size_t d, int64_t x) const {
-    if (d >= i.masked.size() || !i.masked[d]) return true;
+    if (d >= i.masked.size() || !i.masked[d]) {
+      const Param& prm = param(i);
+      if (prm.view.at(d) != 1 && prm.elem_dims.empty() && x >= index_extent(prm, d))
+        fail(fmt::format("{} of '{}' at index {} along axis {}, past its extent {} and not masked", opcode_name(i.opcode),
+                         prm.name, x, d, index_extent(prm, d)));
+      return true;
+    }
     const int limit = d < i.limits.size() ? i.limits[d] : -1;
     const int64_t hi = limit >= 0 ? idx(limit) : index_extent(param(i), d);
     const int64_t lo = d < i.lower.size() && i.lower[d] >= 0 ? idx(i.lower[d]) : 0;
@@ -543,18 +685,34 @@ class Block {
     const Param& prm = param(i);
     const HostArg& a = l_.args.at(static_cast<size_t>(i.param));
     const size_t size = dtype_size(prm.workspace ? DType::F32 : prm.dtype);
-    const int64_t elements = prm.workspace ? num_elements(prm.view) : static_cast<int64_t>(a.bytes / size);
+    const int64_t in_bytes = static_cast<int64_t>(a.bytes / size);
+    const int64_t elements = prm.workspace ? std::min(num_elements(prm.view), in_bytes) : in_bytes;
     if (off < 0 || off >= elements)
       fail(fmt::format("{} of '{}' at element {}, outside its {} elements", what, prm.name, off, elements));
     return a.data + static_cast<size_t>(off) * size;
   }
-  uint32_t& counter(const Inst& i) {
+  // The u32 counter `slot` (arg 0) after the workspace's f32 view.
+  uint8_t* counter_at(const Inst& i) const {
     const Param& ws = param(i);
     const HostArg& a = l_.args.at(static_cast<size_t>(i.param));
     const int64_t slot = idx(i.args[0]);
     const size_t at = static_cast<size_t>(num_elements(ws.view)) * 4 + static_cast<size_t>(slot) * 4;
     if (slot < 0 || at + 4 > a.bytes) fail(fmt::format("counter {} of '{}' outside its workspace", slot, ws.name));
-    return *reinterpret_cast<uint32_t*>(a.data + at);
+    return a.data + at;
+  }
+  uint32_t counter(const Inst& i) const {
+    uint32_t c;
+    std::memcpy(&c, counter_at(i), 4);
+    return c;
+  }
+  void set_counter(const Inst& i, uint32_t c) const { std::memcpy(counter_at(i), &c, 4); }
+  // An index op's result: not negative (codegen's are unsigned), and within 32 bits unless the
+  // program's indices are 64-bit.
+  int64_t index_result(const Inst& i, int64_t x) const {
+    if (x < 0 || (!p_.wide_indices && x > int64_t{0xffffffff}))
+      fail(fmt::format("{} gives {}, outside the program's {}-bit unsigned indices", opcode_name(i.opcode), x,
+                       p_.wide_indices ? 64 : 32));
+    return x;
   }
   DType dtype_of(const Param& prm) const { return prm.workspace ? DType::F32 : prm.dtype; }
 
@@ -576,7 +734,8 @@ class Block {
           x = col >= 0 && col < prm.view[1] ? read_element(element(i, offset(prm, row, col), "a load"), dtype_of(prm)) : 0.0;
           continue;
         }
-        x = inside(i, 0, row) && inside(i, 1, col)
+        const bool past_domain = !prm.elem_dims.empty() && row * prm.view[1] + col >= num_elements(prm.elem_dims);
+        x = inside(i, 0, row) && inside(i, 1, col) && !past_domain
                 ? read_element(element(i, offset(prm, row, col), "a load"), dtype_of(prm))
                 : NAN;
       }
@@ -597,13 +756,9 @@ class Block {
       }
   }
 
-  int64_t stage(const Inst& i, int64_t s) const {
-    const SharedRing& r = p_.shared.at(static_cast<size_t>(i.ring));
-    if (s < 0 || s >= r.stages) fail(fmt::format("stage {} of ring @{} of {} stages", s, r.name, r.stages));
-    return s;
-  }
+  int64_t stage(const Inst& i, int64_t s) const { return stage_of(p_.shared.at(static_cast<size_t>(i.ring)), s); }
   std::vector<double>& stage_tile(const Inst& i, int64_t s) {
-    return rings_.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(stage(i, s)));
+    return mem_.rings.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(stage(i, s)));
   }
 
   // One row of the ring's tile from the parameter at (row, col), or — at or past the rows — the
@@ -613,26 +768,39 @@ class Block {
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
     const int64_t row = idx(i.args[0]), col = idx(i.args[1]), rows = idx(i.args[3]);
     std::vector<double>& tile = stage_tile(i, idx(i.args[2]));
-    stage_rows_[static_cast<size_t>(i.ring)][static_cast<size_t>(idx(i.args[2]))] = std::min(row, rows);
-    if (row >= rows) return;
-    for (int64_t c = 0; c < ring.tile.back(); ++c)
-      tile[static_cast<size_t>(c)] = read_element(element(i, offset(prm, row, col + c), "a stage's fill"), dtype_of(prm));
+    const size_t s = static_cast<size_t>(idx(i.args[2]));
+    mem_.stage_rows[static_cast<size_t>(i.ring)][s] = std::min(row, rows);
+    if (row < rows)
+      for (int64_t c = 0; c < ring.tile.back(); ++c)
+        tile[static_cast<size_t>(c)] = read_element(element(i, offset(prm, row, col + c), "a stage's fill"), dtype_of(prm));
+    std::lock_guard<std::mutex> l(l_.m);  // (the copy complete: the stage's phase with it)
+    mem_.full[static_cast<size_t>(i.ring)][s].completed++;
   }
 
-  // The parameter's tile at the offsets into a stage, zero where masked.
+  // The parameter's tile at the offsets, zero where masked, bound for a stage: it lands there
+  // when a WaitGroup has waited for the group CommitGroup closes it into (until then the stage
+  // holds what it held).
   void copy_async(const Inst& i) {
     const Param& prm = param(i);
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
-    std::vector<double>& tile = stage_tile(i, idx(i.args[2]));
     const int64_t rows = ring.tile[0], cols = ring.tile[1];
+    Copy copy{i.ring, stage(i, idx(i.args[2])), std::vector<double>(static_cast<size_t>(rows * cols))};
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t row = idx(i.args[0]) + r, col = idx(i.args[1]) + c;
-        tile[static_cast<size_t>(r * cols + c)] =
+        copy.tile[static_cast<size_t>(r * cols + c)] =
             inside(i, 0, row) && inside(i, 1, col)
                 ? read_element(element(i, offset(prm, row, col), "an asynchronous copy"), dtype_of(prm))
                 : 0.0;
       }
+    open_copies_.push_back(std::move(copy));
+  }
+  void wait_group(const Inst& i) {
+    while (copy_groups_.size() > static_cast<size_t>(i.value)) {
+      for (Copy& c : copy_groups_.front())
+        mem_.rings.at(static_cast<size_t>(c.ring)).at(static_cast<size_t>(c.stage)) = std::move(c.tile);
+      copy_groups_.pop_front();
+    }
   }
 
   // The result's tile from a stage at (row, col) within it.
@@ -653,20 +821,10 @@ class Block {
     out(i).t = std::move(o);
   }
 
-  // acc + A·B: the products exact, their sum in f32 (as mma's).
   void dot(const Inst& i) {
-    const Type& a = type(i.args[0]);
-    const Type& acc = type(i.args[2]);
-    const int64_t m = rows_of(acc), n = cols_of(acc), k = cols_of(a);
-    std::vector<double> o = elems(i.args[2]);
-    const std::vector<double>&x = elems(i.args[0]), &y = elems(i.args[1]);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < n; ++c) {
-        double s = 0;
-        for (int64_t j = 0; j < k; ++j) s += x[static_cast<size_t>(r * k + j)] * y[static_cast<size_t>(j * n + c)];
-        o[static_cast<size_t>(r * n + c)] = to_f32(o[static_cast<size_t>(r * n + c)] + s);
-      }
-    out(i).t = std::move(o);
+    const Type &a = type(i.args[0]), &b = type(i.args[1]), &acc = type(i.args[2]);
+    out(i).t = product(elems(i.args[2]), elems(i.args[0]), a.dtype, elems(i.args[1]), b.dtype, rows_of(acc), cols_of(a),
+                       cols_of(acc));
   }
 
   void convert(const Inst& i) {
@@ -677,6 +835,159 @@ class Block {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < 16; ++c) o[static_cast<size_t>(r * 16 + c)] = rounded(t.dtype, at(i.args[0], r, first + c));
     out(i).t = std::move(o);
+  }
+
+  // ---- warpgroup MMA, TMA and warp specialization ----
+
+  // acc (arg 1) + A·B: B the whole stage of ring_b ([k, n]); A that stage of `ring` ([m, k]; a
+  // ring of one stage its only one) or the fragments args 2… ([m, 16] each, side by side along k).
+  void dot_async(const Inst& i) {
+    const int64_t s = idx(i.args[0]);
+    const SharedRing& rb = p_.shared.at(static_cast<size_t>(i.ring_b));
+    const std::vector<double>& b = mem_.rings.at(static_cast<size_t>(i.ring_b)).at(static_cast<size_t>(stage_of(rb, s)));
+    const int64_t k = rb.tile[0], n = rb.tile[1];
+    const Type& acc = type(i.args[1]);
+    const int64_t m = rows_of(acc);
+    if (cols_of(acc) != n) fail(fmt::format("dot_async of an accumulator {} wide with a B tile {} wide", cols_of(acc), n));
+    std::vector<double> a(static_cast<size_t>(m * k));
+    if (i.ring >= 0) {
+      const SharedRing& ra = p_.shared.at(static_cast<size_t>(i.ring));
+      if (ra.tile[0] != m || ra.tile[1] != k) fail(fmt::format("dot_async of A tile {} for {}×{}", shape_str(ra.tile), m, k));
+      // (A ring of one stage — attention's Q — is read there at every step.)
+      a = mem_.rings.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(ra.stages == 1 ? 0 : stage_of(ra, s)));
+    } else {
+      if (static_cast<int64_t>(i.args.size() - 2) * 16 != k) fail(fmt::format("dot_async of {} A fragments for k {}", i.args.size() - 2, k));
+      for (size_t f = 2; f < i.args.size(); ++f)
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t c = 0; c < 16; ++c)
+            a[static_cast<size_t>(r * k + static_cast<int64_t>(f - 2) * 16 + c)] = at(i.args[f], r, c);
+    }
+    const DType a_dtype = i.ring >= 0 ? p_.shared[static_cast<size_t>(i.ring)].dtype : type(i.args.at(2)).dtype;
+    out(i).t = product(elems(i.args[1]), a, a_dtype, b, rb.dtype, m, k, n);
+  }
+  int64_t stage_of(const SharedRing& r, int64_t s) const {
+    if (s < 0 || s >= r.stages) fail(fmt::format("stage {} of ring @{} of {} stages", s, r.name, r.stages));
+    return s;
+  }
+
+  // The producer (region 0) and each consumer group (region 1, given its group) on threads of
+  // their own, each with the body's values so far.
+  void specialize(const Inst& i) {
+    side_by_side(l_, 1 + p_.consumer_groups, [&](int k) {
+      Exec e = *this;
+      e.group_ = k - 1;
+      const Region& r = i.regions.at(k == 0 ? 0 : 1);
+      if (k > 0) e.v_.at(static_cast<size_t>(r.args.at(0))).i = k - 1;
+      e.region(r);
+    });
+  }
+
+  // Turns between two consumer groups: each AwaitTurn takes one that the other group handed over
+  // (as the named barriers pair each wait with an arrival). Turns at steps are between one
+  // group's two warpgroups, which are one thread here.
+  void take_turn(const Inst& i) {
+    if (!i.args.empty()) return;
+    if (group_ < 0 || p_.consumer_groups != 2) fail(fmt::format("{} outside two consumer groups", opcode_name(i.opcode)));
+    std::unique_lock<std::mutex> l(l_.m);
+    if (i.opcode == Opcode::HandOff) {
+      mem_.turns[1 - group_]++;
+      l_.cv.notify_all();
+      return;
+    }
+    l_.wait(l, [&] { return mem_.turns[group_] > 0; }, fmt::format("block {}'s consumer group {} awaits its turn", id_, group_));
+    mem_.turns[group_]--;
+  }
+
+  // The parameter's box at (batch, row, col) into a stage, zero past the batch's rows or the
+  // columns, a 128-byte panel (along the ring's stored rows) at a time: all of them, or — a
+  // multicast in a cluster — this block's share (panels rank, rank + n, …) into every block's
+  // stage. Each block's full barrier completes its phase once its own producer has issued its
+  // load and all the panels have landed.
+  void tma_load(const Inst& i) {
+    const Param& prm = param(i);
+    const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
+    const int64_t batch = idx(i.args[0]), row0 = idx(i.args[1]), col0 = idx(i.args[2]);
+    const size_t s = static_cast<size_t>(stage_of(ring, idx(i.args[3])));
+    const int64_t rows = ring.tile[0], cols = ring.tile[1];
+    const int64_t per_panel = 128 / static_cast<int64_t>(dtype_size(ring.dtype));
+    const int64_t panels = (ring.col_major ? rows : cols) / per_panel;
+    const int n = p_.cluster_blocks;
+    std::lock_guard<std::mutex> l(l_.m);
+    StageBarrier& own = mem_.full[static_cast<size_t>(i.ring)][s];
+    if (own.expected) fail(fmt::format("a second tma_load into stage {} of @{} in one phase", s, ring.name));
+    own.expected = true;
+    for (int64_t panel = 0; panel < panels; ++panel) {
+      if (i.multicast && panel % n != rank_) continue;
+      for (int b = 0; b < n; ++b) {
+        if (!i.multicast && b != rank_) continue;
+        BlockMemory& to = c_.blocks[static_cast<size_t>(b)];
+        std::vector<double>& tile = to.rings[static_cast<size_t>(i.ring)][s];
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            if ((ring.col_major ? r : c) / per_panel != panel) continue;
+            const int64_t row = row0 + r, col = col0 + c;
+            const bool inside = row < prm.tma_rows && col < prm.view[1] && batch * prm.tma_rows + row < index_extent(prm, 0);
+            tile[static_cast<size_t>(r * cols + c)] =
+                inside ? read_element(element(i, offset(prm, batch * prm.tma_rows + row, col), "a TMA load"), dtype_of(prm))
+                       : 0.0;
+          }
+        to.full[static_cast<size_t>(i.ring)][s].landed++;
+        complete_full(to.full[static_cast<size_t>(i.ring)][s], panels);
+      }
+    }
+    complete_full(own, panels);
+  }
+  void complete_full(StageBarrier& f, int64_t panels) {
+    if (!f.expected || f.landed < panels) return;
+    f.completed++;
+    f.expected = false;
+    f.landed = 0;
+    l_.cv.notify_all();
+  }
+
+  // Until the stage's full (empty) barrier has completed the phase of the given parity: its
+  // completed phases' parity is no longer that one (a fresh barrier's phase of parity 1 counts
+  // as complete).
+  void wait_stage(const Inst& i) {
+    const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
+    const size_t s = static_cast<size_t>(stage_of(ring, idx(i.args[0])));
+    const int64_t parity = idx(i.args[1]);
+    const bool full = i.opcode == Opcode::WaitFull;
+    StageBarrier& b = (full ? mem_.full : mem_.empty)[static_cast<size_t>(i.ring)][s];
+    std::unique_lock<std::mutex> l(l_.m);
+    l_.wait(l, [&] { return b.completed % 2 != parity; },
+            fmt::format("block {} waits for stage {} of @{} {} (parity {})", id_, s, ring.name, full ? "full" : "empty", parity));
+  }
+
+  // A consumer group's release of a stage: an arrival at its empty barrier — in a cluster at
+  // every block's (their copies land in each other's stages), which empties once all have.
+  void release(const Inst& i) {
+    const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
+    const size_t s = static_cast<size_t>(stage_of(ring, idx(i.args[0])));
+    const int n = p_.cluster_blocks;
+    std::lock_guard<std::mutex> l(l_.m);
+    for (int b = 0; b < n; ++b) {
+      StageBarrier& e = c_.blocks[static_cast<size_t>(b)].empty[static_cast<size_t>(i.ring)][s];
+      if (++e.arrivals == n) {
+        e.arrivals = 0;
+        e.completed++;
+        l_.cv.notify_all();
+      }
+    }
+  }
+
+  // Tile arg 3 to the parameter at (batch, row, col), nothing past the batch's rows or the columns.
+  void tma_store(const Inst& i) {
+    const Param& prm = param(i);
+    const int v = i.args[3];
+    const int64_t batch = idx(i.args[0]), row0 = idx(i.args[1]), col0 = idx(i.args[2]);
+    const int64_t rows = rows_of(type(v)), cols = cols_of(type(v));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t row = row0 + r, col = col0 + c;
+        if (row >= prm.tma_rows || col >= prm.view[1] || batch * prm.tma_rows + row >= index_extent(prm, 0)) continue;
+        write_element(element(i, offset(prm, batch * prm.tma_rows + row, col), "a TMA store"), dtype_of(prm), at(v, r, c));
+      }
   }
 
   // ---- loops ----
@@ -719,19 +1030,27 @@ class Block {
 
   const Program& p_;
   Launch& l_;
+  Cluster& c_;
+  const int rank_;  // in its cluster
   const int64_t id_;
-  Rendezvous* cluster_;
+  BlockMemory& mem_;
+  int group_ = -1;  // past Specialize: the consumer group (-1: the producer, or not specialized)
   std::vector<Val> v_;
   std::vector<Val> yielded_;  // the last Yield's values
-  std::vector<std::vector<std::vector<double>>> rings_;  // per ring, per stage: its tile
-  std::vector<std::vector<int64_t>> stage_rows_;        // per ring, per stage: the row it holds
+  // Asynchronous copies issued and not yet committed, and the committed groups not yet waited for.
+  struct Copy {
+    int ring;
+    int64_t stage;
+    std::vector<double> tile;
+  };
+  std::vector<Copy> open_copies_;
+  std::deque<std::vector<Copy>> copy_groups_;
 };
 
 }  // namespace
 
 std::string not_interpretable(const Program& p) {
   if (p.grid.size() != 1) return fmt::format("a grid of {} axes", p.grid.size());
-  if (std::string op = first_unsupported(p.body); !op.empty()) return fmt::format("its {} op", op);
   return "";
 }
 
@@ -740,31 +1059,22 @@ void interpret(const Program& p, const std::vector<HostArg>& args, int64_t block
     throw UnsupportedError(fmt::format("kernel {} cannot be interpreted: {}", p.name, why));
   if (args.size() != p.params.size())
     throw Error(fmt::format("kernel {}: {} arguments for {} parameters", p.name, args.size(), p.params.size()));
-  Launch launch{p, args, blocks > 0 ? blocks : p.grid[0], {}};
+  Launch launch(p, args, blocks > 0 ? blocks : p.grid[0]);
   const int n = p.cluster_blocks;
   if (launch.blocks % n != 0)
     throw Error(fmt::format("kernel {}: {} blocks are not whole clusters of {}", p.name, launch.blocks, n));
-  if (n == 1) {
-    for (int64_t b = 0; b < launch.blocks; ++b) Block(launch, b, nullptr).run();
-    return;
-  }
   for (int64_t first = 0; first < launch.blocks; first += n) {
-    Rendezvous cluster(n);
-    std::vector<std::exception_ptr> failed(static_cast<size_t>(n));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          Block(launch, first + r, &cluster).run();
-          cluster.leave();
-        } catch (const std::exception& e) {
-          failed[static_cast<size_t>(r)] = std::current_exception();
-          cluster.fail(e.what());
-        }
-      });
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : failed)
-      if (e) std::rethrow_exception(e);
+    Cluster cluster(p, n);
+    if (n == 1) {
+      Exec(launch, cluster, 0, first).run();
+      continue;
+    }
+    side_by_side(launch, n, [&](int rank) {
+      Exec(launch, cluster, rank, first + rank).run();
+      std::lock_guard<std::mutex> l(launch.m);
+      ++cluster.left;  // (a block still waiting to exchange with it learns so)
+      launch.cv.notify_all();
+    });
   }
 }
 
