@@ -1478,10 +1478,11 @@ TEST(FusionAttention, TheGridIsOneKernelEach) {
   EXPECT_GE(static_cast<int>(cases.size()) - tma, 50);
 }
 
-TEST(GpuAttention, GridMatchesFloat64) {
-  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  const uint64_t seed = testing::test_seed();
-  const std::vector<GridCase> cases = grid_cases();
+// Each case planned (FlashAttention-3's block forced where it says so) and checked against
+// float64 on inputs seeded `seed` + its index, the outputs from `run`, the cases on threads of
+// their own; a failure per case that fails.
+void check_grid(const std::vector<GridCase>& cases, uint64_t seed,
+                const std::function<TensorMap(const Plan&, const TensorMap&)>& run) {
   std::vector<std::string> failures(cases.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -1490,9 +1491,9 @@ TEST(GpuAttention, GridMatchesFloat64) {
       try {
         FusionOptions o;
         if (c.fa3) o.schedule.attention_tma = o.schedule.attention_overlap = 1;
-        Executable exe(plan_fusion(grid_graph(c), o));
-        const TensorMap in = random_inputs(exe.plan().graph, seed + i);
-        const CheckReport check = check_against_reference(exe.plan(), in, exe.run(in));
+        const Plan p = plan_fusion(grid_graph(c), o);
+        const TensorMap in = random_inputs(p.graph, seed + i);
+        const CheckReport check = check_against_reference(p, in, run(p, in));
         if (!check.ok) failures[i] = check.text();
       } catch (const std::exception& e) {
         failures[i] = e.what();
@@ -1509,6 +1510,35 @@ TEST(GpuAttention, GridMatchesFloat64) {
       ADD_FAILURE() << cases[i].name() << ", inputs seeded " << seed + i << ":\n" << failures[i];
     }
   fmt::print("  grid: {} cases, {} failed (seed {} + case index)\n", cases.size(), failed, seed);
+}
+
+TEST(GpuAttention, GridMatchesFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  check_grid(grid_cases(), testing::test_seed(),
+             [](const Plan& p, const TensorMap& in) { return Executable(p).run(in); });
+}
+
+// Every seventh case of the grid on the host (each kernel's Tile IR interpreted): every head
+// dimension, score function, group, length, dtype and both schedules among them.
+TEST(HostAttention, GridSampleMatchesFloat64) {
+  std::vector<GridCase> sample;
+  const std::vector<GridCase> cases = grid_cases();
+  for (size_t i = 0; i < cases.size(); i += 7) sample.push_back(cases[i]);
+  std::set<int64_t> dims, groups, lengths;
+  std::set<int> scores, dtypes, schedules;
+  for (const GridCase& c : sample) {
+    dims.insert(c.d);
+    groups.insert(c.group);
+    lengths.insert(c.n_kv);
+    scores.insert(c.scores);
+    dtypes.insert(static_cast<int>(c.dtype));
+    schedules.insert(c.fa3);
+  }
+  EXPECT_EQ(dims.size(), 4u);
+  EXPECT_EQ(scores.size(), 6u);
+  EXPECT_EQ(groups.size() + lengths.size() + dtypes.size() + schedules.size(), 2u + 3u + 2u + 2u);
+  check_grid(sample, testing::test_seed(),
+             [](const Plan& p, const TensorMap& in) { return run_on_host(p, in); });
 }
 
 }  // namespace

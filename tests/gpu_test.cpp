@@ -252,9 +252,9 @@ TEST(Gpu, OddWidthsRunFlat) {
 }
 
 // Row kernels on Tile IR v2 (the default) against float64: softmax, log_softmax, layernorm and
-// RMSNorm rows of whole vectors and of a width a tile does not fill, a row count the blocks do
-// not divide, sums written as outputs (keepdim or not, of a per-row operand times the row); f32
-// and bf16.
+// RMSNorm rows of whole vectors, of a width a tile does not fill and of an odd width (windowed), a
+// row count the blocks do not divide, sums written as outputs (keepdim or not, of a per-row
+// operand times the row); f32 and bf16 (testing::row_kernels_graph).
 // (And with --block-online 1: each pass over a row of whole warps behind one block barrier.)
 TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
@@ -264,16 +264,7 @@ TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
     SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online" : ""));
     FusionOptions v2;
     v2.schedule.block_online = online;
-    Graph g(std::string("rows_v2_") + dtype_name(dt));
-    output("p", softmax(input(g, "x", {37, 1000}, dt), -1));
-    output("l", log_softmax(input(g, "u", {64, 4096}, dt), -1));
-    Tensor z = input(g, "z", {33, 768}, dt);
-    output("n", layernorm(z, input(g, "w", {768}, dt), input(g, "b", {768}, dt)));
-    output("r", rmsnorm(input(g, "v", {100, 96}, dt), input(g, "rw", {96}, dt)));
-    Tensor a = input(g, "a", {50, 200}, dt);
-    output("s", sum(a, {-1}));
-    output("c", sum(input(g, "h", {50, 1}, dt) * a, {-1}, true));
-    Plan p = plan_fusion(g, v2);
+    Plan p = plan_fusion(testing::row_kernels_graph(dt), v2);
     int on_v2 = 0, in_one_barrier = 0;
     for (const Kernel& k : p.kernels) {
       on_v2 += k.schedule.ir_v2;

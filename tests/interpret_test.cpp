@@ -21,22 +21,7 @@ namespace {
 using namespace dsl;
 using tir::Program;
 
-// The row kernels of Gpu.RowKernelsOnTileIrV2MatchFloat64: rows one block holds, a warp's, odd
-// widths, weights along the row, a reduction of a product with a per-row factor.
-Graph rows_graph(DType dt) {
-  Graph g(std::string("host_rows_") + dtype_name(dt));
-  output("p", softmax(input(g, "x", {37, 1000}, dt), -1));
-  output("l", log_softmax(input(g, "u", {64, 4096}, dt), -1));
-  Tensor z = input(g, "z", {33, 768}, dt);
-  output("n", layernorm(z, input(g, "w", {768}, dt), input(g, "b", {768}, dt)));
-  output("r", rmsnorm(input(g, "v", {100, 96}, dt), input(g, "rw", {96}, dt)));
-  Tensor a = input(g, "a", {50, 200}, dt);
-  output("s", sum(a, {-1}));
-  output("c", sum(input(g, "h", {50, 1}, dt) * a, {-1}, true));
-  output("o", softmax(input(g, "q", {9, 5003}, dt), -1));  // an odd width: windowed rows
-  return g;
-}
-
+// The row kernels of Gpu.RowKernelsOnTileIrV2MatchFloat64, with and without a block barrier a pass.
 TEST(Interpret, RowKernelsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (int online : {0, 1})
@@ -44,7 +29,7 @@ TEST(Interpret, RowKernelsMatchFloat64) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online" : ""));
       FusionOptions o;
       o.schedule.block_online = online;
-      testing::check_on_host(plan_fusion(rows_graph(dt), o), seed);
+      testing::check_on_host(plan_fusion(testing::row_kernels_graph(dt), o), seed);
     }
 }
 

@@ -40,6 +40,21 @@ void check_on_host(const Plan& p, uint64_t seed, const HostRunOptions& options) 
                         << check.text();
 }
 
+Graph row_kernels_graph(DType dt) {
+  using namespace dsl;
+  Graph g(std::string("rows_v2_") + dtype_name(dt));
+  output("p", softmax(input(g, "x", {37, 1000}, dt), -1));
+  output("l", log_softmax(input(g, "u", {64, 4096}, dt), -1));
+  Tensor z = input(g, "z", {33, 768}, dt);
+  output("n", layernorm(z, input(g, "w", {768}, dt), input(g, "b", {768}, dt)));
+  output("r", rmsnorm(input(g, "v", {100, 96}, dt), input(g, "rw", {96}, dt)));
+  Tensor a = input(g, "a", {50, 200}, dt);
+  output("s", sum(a, {-1}));
+  output("c", sum(input(g, "h", {50, 1}, dt) * a, {-1}, true));
+  output("o", softmax(input(g, "q", {9, 5003}, dt), -1));
+  return g;
+}
+
 std::vector<PlannedCase> matmul_schedule_cases() {
   using namespace dsl;
   struct Case {

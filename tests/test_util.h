@@ -21,6 +21,10 @@ void check_on_gpu(const Plan& p, uint64_t seed);
 // (runtime/host_run.h); fails where the plan cannot run there.
 void check_on_host(const Plan& p, uint64_t seed, const HostRunOptions& options = {});
 
+// Row kernels on Tile IR v2 in one graph: rows one block holds, a warp's, an odd width (windowed
+// rows), weights along the row, a reduction of a product with a per-row factor.
+Graph row_kernels_graph(DType dt);
+
 // A plan and what it is (for a trace).
 struct PlannedCase {
   std::string name;
