@@ -66,6 +66,11 @@ expect seed-64 0 "output \"y\"" -- "$tf" graph bias_gelu --seed 1844674407370955
 expect seed-negative 2 "--seed needs an integer from 0 to 18446744073709551615" -- "$tf" graph bias_gelu --seed -1
 expect row-subnormal 0 "probabilities \[0.26894143, 0.7310586\]" -- "$tf" explain softmax --row 1e-40,1
 expect row-overflow 2 "1e40 is beyond the range of f32" -- "$tf" explain softmax --row 1e40
+# The kernel's numbers beside float64: the GPU's, or without one its Tile IR run on the host.
+expect explain-kernel 0 "(GPU kernel|kernel on the host): +\[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
+expect explain-attention-kernel 0 "(GPU kernel \(bf16\)|kernel on host): +\[-0.4765" -- "$tf" explain attention
+expect run-host 0 "on the host \(each kernel's Tile IR interpreted\), 1 kernel, inputs seeded 5.*output o: relative error.*ok" -- sh -c "'$tf' run attention_small --host --check --seed 5 | tr '\n' ' '"
+expect run-host-bench 2 "--bench times the GPU's kernels; --host runs them on the host" -- "$tf" run attention_small --host --bench
 if [ ! -e /dev/nvidia0 ] && ! ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   expect run-no-gpu 69 "no GPU present" -- "$tf" run bias_gelu --check
   expect measured-profile-no-gpu 69 "no GPU present" -- "$tf" plan bias_gelu --measured-profile

@@ -154,6 +154,19 @@ TEST(FuzzRegressions, EpilogueReadingTheMatMulOperand) {
   check_graph(g);
 }
 
+// Fuzz seed 12042: a sum over a 262144-long row of terms that all read a few per-row values (the
+// row's mean, an rsqrt of its variance, a log-sum-exp). f32 moved the sum by 5.6e-6, on the GPU
+// and on the host alike, fused or not; one noise draw said 2.5e-7 (4e-6 allowed): those few
+// values had drawn small. A graph with an output of few elements now takes four draws.
+TEST(FuzzRegressions, SumOverALongRowOfTermsReadingItsOwnStatistics) {
+  fuzz::CaseOptions o;
+  o.interpret = true;
+  o.gpu = testing::gpu_available();
+  const fuzz::CaseResult r = fuzz::run_case(12042, o);
+  EXPECT_NE(r.outcome, fuzz::Outcome::Failed) << r.variant << " at " << r.stage << ": " << r.message;
+  EXPECT_GE(r.interpreted, 2);  // (the fused plans and the unfused one run on the host)
+}
+
 // Fuzz cases from the test binary: plan, verify, compile, assemble; on a GPU, run and check.
 TEST(Fuzz, SmallBatch) {
   fuzz::CaseOptions o;

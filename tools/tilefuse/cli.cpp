@@ -34,6 +34,7 @@
 #include "compiler/codegen/disk_cache.h"
 #include "runtime/device_probe.h"
 #include "runtime/executable.h"
+#include "runtime/host_run.h"
 
 namespace tilefuse {
 
@@ -54,15 +55,19 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
   run NAME [--check] [--bench] run on the GPU; --check compares every output with the
                                float64 reference; --bench times it (median of CUDA events),
                                and each kernel of several beside the cost model's prediction
+  run NAME --host [--check]    run the plan on the host instead, each kernel's Tile IR
+                               interpreted (no GPU needed; slow: for checking a plan)
   bench --json FILE [NAME...]  copy-bandwidth ceiling and every named example (default:
                                bias_gelu, bias_gelu_bf16), checked and timed, as JSON
   explain softmax [--tile N] [--row 1,2,3,1000 ...]
                                the running softmax tile by tile (running max, sum, rescale)
-                               for small rows, beside the GPU kernel's and float64 results
+                               for small rows, beside the kernel's results (the GPU's, or
+                               without one its Tile IR run on the host) and float64's
   explain attention [--tile N] [--causal]
                                the attention loop of 8 queries over 8 keys (d 4) key tile by
                                key tile (scores, running max, rescale, sum, output), beside
-                               the float64 reference and the fused GPU kernel
+                               the float64 reference and the fused kernel (on the GPU, or
+                               its Tile IR on the host)
   cache stats|clear            the disk cache of compiled kernels: where, entries, bytes; or
                                empty it
   cache time NAME...           each example's kernels compiled cold (through LLVM) and warm
@@ -205,6 +210,7 @@ struct Args {
   int tile = 0;  // explain: keys per tile (0: the command's default)
   bool causal = false;
   bool json = false, check = false, bench = false, no_fuse = false, measured_profile = false, cache_report = false;
+  bool host = false;  // run: each kernel's Tile IR interpreted on the host, not on the GPU
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
   int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
@@ -326,7 +332,8 @@ Args parse(int argc, char** argv) {
         {"--no-fuse", &Args::no_fuse},
         {"--measured-profile", &Args::measured_profile},
         {"--cache-report", &Args::cache_report},
-        {"--causal", &Args::causal}};
+        {"--causal", &Args::causal},
+        {"--host", &Args::host}};
     if (s == "--json" && a.command == "bench")
       a.json_file = value();
     else if (s == "--json")
@@ -552,7 +559,32 @@ void print_kernel_times(Executable& exe, const TensorMap& inputs, int iters) {
   }
 }
 
+// `run --host`: the plan on the host (runtime/host_run.h), checked where asked.
+int cmd_run_on_host(const Args& a) {
+  const std::string& name = one_name(a);
+  if (a.bench) throw UsageError("--bench times the GPU's kernels; --host runs them on the host");
+  const Plan plan = make_plan(a, name);
+  if (const std::string why = host_run_refusal(plan); !why.empty()) {
+    fmt::print(stderr, "{} run {} --host: cannot run on the host: {}\n", program, name, why);
+    return 1;
+  }
+  const uint64_t seed = seed_of(a);
+  const TensorMap inputs = example_inputs(name, plan.graph, seed);
+  fmt::print("{} on the host (each kernel's Tile IR interpreted), {} kernel{}, inputs seeded {}\n", name,
+             plan.kernels.size(), plan.kernels.size() == 1 ? "" : "s", seed);
+  const TensorMap outs = run_on_host(plan, inputs);
+  bool ok = true;
+  if (a.check) {
+    const CheckReport check = check_against_reference(plan, inputs, outs);
+    fmt::print("{}", check.text());
+    ok = check.ok;
+  }
+  fmt::print("{}\n", ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
 int cmd_run(const Args& a) {
+  if (a.host) return cmd_run_on_host(a);
   const std::string& name = one_name(a);
   Executable exe(make_plan(a, name), codegen_options_for(a.target));
   std::string why;
@@ -724,7 +756,10 @@ int cmd_explain_attention(const Args& a) {
   std::string why;
   const bool gpu = cuda::available(&why);
   std::vector<double> kernel;
-  if (gpu) kernel = Executable(plan_fusion(g)).run(in).at("o").to_doubles();
+  const Plan plan = plan_fusion(g);
+  const bool host = !gpu && host_run_refusal(plan).empty();  // (the kernel's Tile IR interpreted)
+  if (gpu) kernel = Executable(plan).run(in).at("o").to_doubles();
+  if (host) kernel = run_on_host(plan, in).at("o").to_doubles();
   auto numbers = [&](const std::vector<double>& o, size_t from) {
     std::vector<std::string> s;
     for (size_t c = 0; c < static_cast<size_t>(d); ++c) s.push_back(fmt::format("{:.6g}", o[from + c]));
@@ -736,8 +771,12 @@ int cmd_explain_attention(const Args& a) {
     // Exactly, in float64 (the graph itself rounds P and O to bf16).
     fmt::print("  float64:           {}\n", numbers(exact_attention_row(q[i], k, v, scale, visible), 0));
     if (gpu) fmt::print("  GPU kernel (bf16): {}\n", numbers(kernel, static_cast<size_t>(i * pad)));
+    if (host) fmt::print("  kernel on host:    {}\n", numbers(kernel, static_cast<size_t>(i * pad)));
   }
-  if (!gpu) fmt::print("\n(the GPU kernel's lines are left out: {})\n", why);
+  if (!gpu)
+    fmt::print("\n({}; {})\n", why,
+               host ? "the kernel's lines are its Tile IR run on the host, bf16 as the GPU rounds it"
+                    : "the kernel's lines are left out");
   return 0;
 }
 
@@ -754,7 +793,7 @@ int cmd_explain(const Args& a) {
       "  s' = s·exp(c(m) − c(m')) + Σ exp(x − c(m'));  p = exp(x − c(m)) / max(s, 1)\n\n",
       tile);
   std::string why;
-  bool gpu = cuda::available(&why);
+  bool gpu = cuda::available(&why), on_host = false;
   for (const auto& row : rows) {
     if (row.empty()) throw UsageError("--row needs at least one number");
     fmt::print("{}", print_walkthrough(row, walk_online_softmax(row, tile)));
@@ -767,15 +806,19 @@ int cmd_explain(const Args& a) {
     auto reference = reference_run(g, in);
     for (double p : reference.at("y")) ref.push_back(fmt::format("{:.8g}", p));
     fmt::print("  float64 reference:     [{}]\n", fmt::join(ref, ", "));
-    if (gpu) {
-      Executable exe(plan_fusion(g));
+    const Plan plan = plan_fusion(g);
+    on_host |= !gpu && host_run_refusal(plan).empty();
+    if (gpu || host_run_refusal(plan).empty()) {
       std::vector<std::string> out;
-      for (double p : exe.run(in).at("y").to_doubles()) out.push_back(fmt::format("{:.8g}", p));
-      fmt::print("  GPU kernel:            [{}]\n", fmt::join(out, ", "));
+      for (double p : (gpu ? Executable(plan).run(in) : run_on_host(plan, in)).at("y").to_doubles())
+        out.push_back(fmt::format("{:.8g}", p));
+      fmt::print("  {}[{}]\n", gpu ? "GPU kernel:            " : "kernel on the host:    ", fmt::join(out, ", "));
     }
     fmt::print("\n");
   }
-  if (!gpu) fmt::print("(the GPU kernel's line is left out: {})\n", why);
+  if (!gpu)
+    fmt::print("({}; {})\n", why,
+               on_host ? "the kernel's line is its Tile IR run on the host" : "the kernel's line is left out");
   return 0;
 }
 
