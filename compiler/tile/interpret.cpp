@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -400,7 +401,8 @@ class Exec {
         return convert(i);
       case Opcode::DotAsync:
         return dot_async(i);
-      case Opcode::DotWait:  // (a product is complete when issued here)
+      case Opcode::DotWait:  // (a product's value is complete when issued here; its reads of its stages end now)
+        while (in_flight_.size() > static_cast<size_t>(i.value)) in_flight_.pop_front();
         for (size_t k = 0; k < i.args.size(); ++k) out(i, k) = v_.at(static_cast<size_t>(i.args[k]));
         return;
       case Opcode::Specialize:
@@ -775,6 +777,7 @@ class Exec {
         tile[static_cast<size_t>(c)] = read_element(element(i, offset(prm, row, col + c), "a stage's fill"), dtype_of(prm));
     std::lock_guard<std::mutex> l(l_.m);  // (the copy complete: the stage's phase with it)
     mem_.full[static_cast<size_t>(i.ring)][s].completed++;
+    l_.cv.notify_all();
   }
 
   // The parameter's tile at the offsets, zero where masked, bound for a stage: it lands there
@@ -785,6 +788,10 @@ class Exec {
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
     const int64_t rows = ring.tile[0], cols = ring.tile[1];
     Copy copy{i.ring, stage(i, idx(i.args[2])), std::vector<double>(static_cast<size_t>(rows * cols))};
+    check_not_in_flight(i.ring, copy.stage, "copies into");
+    // (Until the copy lands the stage holds nothing the program may read: a read there races it.)
+    std::fill(mem_.rings.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(copy.stage)).begin(),
+              mem_.rings.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(copy.stage)).end(), NAN);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t row = idx(i.args[0]) + r, col = idx(i.args[1]) + c;
@@ -806,6 +813,7 @@ class Exec {
   // The result's tile from a stage at (row, col) within it.
   void load_shared(const Inst& i) {
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
+    check_read(i.ring, idx(i.args[0]));
     const std::vector<double>& tile = stage_tile(i, idx(i.args[0]));
     const Type& t = type(i.results[0]);
     const int64_t rows = rows_of(t), cols = cols_of(t), r0 = idx(i.args[1]), c0 = idx(i.args[2]);
@@ -844,6 +852,10 @@ class Exec {
   void dot_async(const Inst& i) {
     const int64_t s = idx(i.args[0]);
     const SharedRing& rb = p_.shared.at(static_cast<size_t>(i.ring_b));
+    std::vector<std::pair<int, int64_t>> reads = {{i.ring_b, s}};
+    if (i.ring >= 0) reads.push_back({i.ring, p_.shared.at(static_cast<size_t>(i.ring)).stages == 1 ? 0 : s});
+    for (const auto& [r, st] : reads) check_read(r, st);
+    in_flight_.push_back(reads);
     const std::vector<double>& b = mem_.rings.at(static_cast<size_t>(i.ring_b)).at(static_cast<size_t>(stage_of(rb, s)));
     const int64_t k = rb.tile[0], n = rb.tile[1];
     const Type& acc = type(i.args[1]);
@@ -880,6 +892,7 @@ class Exec {
       if (k > 0) e.v_.at(static_cast<size_t>(r.args.at(0))).i = k - 1;
       e.region(r);
     });
+    if (mem_.turns[0] + mem_.turns[1] > 0) fail("leaves a turn handed over and never taken");
   }
 
   // Turns between two consumer groups: each AwaitTurn takes one that the other group handed over
@@ -890,6 +903,9 @@ class Exec {
     if (group_ < 0 || p_.consumer_groups != 2) fail(fmt::format("{} outside two consumer groups", opcode_name(i.opcode)));
     std::unique_lock<std::mutex> l(l_.m);
     if (i.opcode == Opcode::HandOff) {
+      // (A named barrier pairs each wait with one arrival: a second hand-off before the other
+      // group took the first would meet no wait, or the wrong one.)
+      if (mem_.turns[1 - group_] > 0) fail(fmt::format("hands group {} a turn before it took the last", 1 - group_));
       mem_.turns[1 - group_]++;
       l_.cv.notify_all();
       return;
@@ -921,6 +937,12 @@ class Exec {
       for (int b = 0; b < n; ++b) {
         if (!i.multicast && b != rank_) continue;
         BlockMemory& to = c_.blocks[static_cast<size_t>(b)];
+        StageBarrier &full = to.full[static_cast<size_t>(i.ring)][s], &empty = to.empty[static_cast<size_t>(i.ring)][s];
+        // (Each fill of a stage after the first waits for its last to be released everywhere.)
+        if (empty.completed < full.completed)
+          fail(fmt::format("fills stage {} of @{} in block {} of its cluster before its last fill was released", s,
+                           ring.name, c_.blocks.size() == 1 ? id_ : id_ - rank_ + b));
+        if (full.landed >= panels) fail(fmt::format("lands more panels in stage {} of @{} than it has", s, ring.name));
         std::vector<double>& tile = to.rings[static_cast<size_t>(i.ring)][s];
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) {
@@ -931,8 +953,8 @@ class Exec {
                 inside ? read_element(element(i, offset(prm, batch * prm.tma_rows + row, col), "a TMA load"), dtype_of(prm))
                        : 0.0;
           }
-        to.full[static_cast<size_t>(i.ring)][s].landed++;
-        complete_full(to.full[static_cast<size_t>(i.ring)][s], panels);
+        full.landed++;
+        complete_full(full, panels);
       }
     }
     complete_full(own, panels);
@@ -957,6 +979,29 @@ class Exec {
     std::unique_lock<std::mutex> l(l_.m);
     l_.wait(l, [&] { return b.completed % 2 != parity; },
             fmt::format("block {} waits for stage {} of @{} {} (parity {})", id_, s, ring.name, full ? "full" : "empty", parity));
+    if (full) waited_[{i.ring, static_cast<int64_t>(s)}] = b.completed;
+  }
+  // A read of a stage that a barrier guards (a TMA or bulk ring's) follows this thread's wait for
+  // the fill it reads, with no fill since and no release of its own in between; a read of a
+  // stage an unfinished product reads is fine.
+  void check_read(int ring, int64_t s) {
+    const SharedRing& r = p_.shared.at(static_cast<size_t>(ring));
+    if (!r.tma && !r.bulk) return;
+    std::lock_guard<std::mutex> l(l_.m);
+    const auto it = waited_.find({ring, s});
+    if (it == waited_.end())
+      fail(fmt::format("reads stage {} of @{} without waiting for its fill (or after releasing it)", s, r.name));
+    if (it->second != mem_.full.at(static_cast<size_t>(ring)).at(static_cast<size_t>(s)).completed)
+      fail(fmt::format("reads stage {} of @{}, filled again since its wait", s, r.name));
+  }
+  // A stage may not be released or written while a product issued by this thread reads it (its
+  // dot_wait not yet past it: wgmma reads shared memory until then).
+  void check_not_in_flight(int ring, int64_t s, const char* what) const {
+    for (const auto& reads : in_flight_)
+      for (const auto& [r, st] : reads)
+        if (r == ring && st == s)
+          fail(fmt::format("{} stage {} of @{} while a product reading it is in flight (before its dot_wait)", what, s,
+                           p_.shared.at(static_cast<size_t>(ring)).name));
   }
 
   // A consumer group's release of a stage: an arrival at its empty barrier — in a cluster at
@@ -965,6 +1010,8 @@ class Exec {
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
     const size_t s = static_cast<size_t>(stage_of(ring, idx(i.args[0])));
     const int n = p_.cluster_blocks;
+    check_not_in_flight(i.ring, static_cast<int64_t>(s), "releases");
+    waited_.erase({i.ring, static_cast<int64_t>(s)});
     std::lock_guard<std::mutex> l(l_.m);
     for (int b = 0; b < n; ++b) {
       StageBarrier& e = c_.blocks[static_cast<size_t>(b)].empty[static_cast<size_t>(i.ring)][s];
@@ -1045,6 +1092,11 @@ class Exec {
   };
   std::vector<Copy> open_copies_;
   std::deque<std::vector<Copy>> copy_groups_;
+  // Products issued and not yet waited for: the (ring, stage)s each reads.
+  std::deque<std::vector<std::pair<int, int64_t>>> in_flight_;
+  // Per (ring, stage) of a barrier-guarded ring: its full barrier's completed phases when this
+  // thread last waited for it.
+  std::map<std::pair<int, int64_t>, int64_t> waited_;
 };
 
 }  // namespace

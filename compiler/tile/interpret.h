@@ -8,10 +8,14 @@
 //   stage no copy has filled, and an element past a flat domain's end;
 // - every access is bounds-checked, and an unmasked index past its view's extent is an error;
 //   index arithmetic that goes negative or passes the program's 32-bit indices is one too;
-// - an asynchronous copy lands when a WaitGroup has waited for its group, a TMA load completes
-//   its stage's phase once every panel has landed, and a wait for a phase of the wrong parity
-//   waits: a missing wait reads the stage's old contents, and where every thread waits the
-//   launch fails as a deadlock, naming what each waits for (a hang on the GPU);
+// - an asynchronous copy lands when a WaitGroup has waited for its group (its stage NaN until
+//   then), a TMA load completes its stage's phase once every panel has landed, and a wait for a
+//   phase of the wrong parity waits; where every thread waits the launch fails as a deadlock,
+//   naming what each waits for (a hang on the GPU);
+// - a TMA or bulk stage is read only after this thread waited for that fill, a TMA fill lands
+//   only in a stage whose last fill was released, and no stage is released or copied into while
+//   a product that reads it is in flight (before its dot_wait); a turn is handed over only to a
+//   group that took the last, and none is left over;
 // - a cluster's blocks at different exchanges, or one exchanging after another finished, fail.
 //
 // The blocks run one after another; a cluster's blocks side by side, each on a thread of its own;
