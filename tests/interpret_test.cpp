@@ -89,22 +89,32 @@ TEST(Interpret, MatmulSchedulesMatchFloat64) {
   }
 }
 
+// A program of `blocks` blocks of 32 threads along a row (`per_thread` elements each), reading
+// f32 "x" and writing f32 "y" of these views; and host memory for the two.
+Program x_to_y(const std::string& name, int64_t blocks, int per_thread, const Shape& x_view, const Shape& y_view) {
+  Program p;
+  p.name = name;
+  p.grid = {blocks};
+  p.layout = {{1, per_thread}, {1, 32}, {1, 1}};
+  tir::Param x;
+  x.name = "x";
+  x.view = x_view;
+  tir::Param y = x;
+  y.name = "y";
+  y.view = y_view;
+  y.output = true;
+  p.params = {x, y};
+  return p;
+}
+std::vector<tir::HostArg> host_args(std::vector<float>& x, std::vector<float>& y) {
+  return {{reinterpret_cast<uint8_t*>(x.data()), x.size() * 4}, {reinterpret_cast<uint8_t*>(y.data()), y.size() * 4}};
+}
+
 // A masked load's excluded elements are NaN on the host: a program that used one would show it.
 // Here a row's sum over a tile wider than the row, once masked and once not.
 TEST(Interpret, MaskedElementsAreNotValues) {
   auto program = [](bool mask_the_sum) {
-    Program p;
-    p.name = "masked";
-    p.grid = {2};
-    p.layout = {{1, 4}, {1, 32}, {1, 1}};
-    tir::Param x;
-    x.name = "x";
-    x.view = {2, 100};
-    tir::Param y = x;
-    y.name = "y";
-    y.view = {2, 1};
-    y.output = true;
-    p.params = {x, y};
+    Program p = x_to_y("masked", 2, 4, {2, 100}, {2, 1});
     tir::Builder b(p, p.body);
     const int row = b.program_id(0), zero = b.index(0);
     const int t = b.load(0, {row, zero}, {1, 128}, {false, true});
@@ -116,8 +126,7 @@ TEST(Interpret, MaskedElementsAreNotValues) {
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7);
   for (bool masked : {true, false}) {
     std::vector<float> out(2, -1.0f);
-    tir::interpret(program(masked), {{reinterpret_cast<uint8_t*>(in.data()), in.size() * 4},
-                                     {reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}});
+    tir::interpret(program(masked), host_args(in, out));
     for (int r = 0; r < 2; ++r) {
       double want = 0;
       for (int c = 0; c < 100; ++c) want += in[static_cast<size_t>(r * 100 + c)];
@@ -129,27 +138,16 @@ TEST(Interpret, MaskedElementsAreNotValues) {
   }
 }
 
-// An access past a parameter's memory is an error naming the kernel, block and parameter; a
-// store to an input too.
+// An unmasked access past a parameter's view (or its memory) is an error naming the kernel, block
+// and parameter.
 TEST(Interpret, AccessesOutsideTheirMemoryAreErrors) {
-  Program p;
-  p.name = "outside";
-  p.grid = {3};
-  p.layout = {{1, 1}, {1, 32}, {1, 1}};
-  tir::Param x;
-  x.name = "x";
-  x.view = {2, 32};  // three blocks over two rows, unmasked
-  tir::Param y = x;
-  y.name = "y";
-  y.output = true;
-  p.params = {x, y};
+  Program p = x_to_y("outside", 3, 1, {2, 32}, {2, 32});  // three blocks over two rows, unmasked
   tir::Builder b(p, p.body);
   const int row = b.program_id(0), zero = b.index(0);
   b.store(1, {row, zero}, b.load(0, {row, zero}, {1, 32}));
   std::vector<float> in(64, 1.0f), out(64);
   try {
-    tir::interpret(p, {{reinterpret_cast<uint8_t*>(in.data()), in.size() * 4},
-                       {reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}});
+    tir::interpret(p, host_args(in, out));
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
