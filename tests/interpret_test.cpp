@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <random>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
@@ -203,6 +205,66 @@ TEST(Interpret, LibraryKernelsAreStoodInFor) {
   ASSERT_EQ(library, 1) << p.kernels.size();
   ASSERT_GT(p.kernels.size(), 1u);
   testing::check_on_host(p, testing::test_seed());
+}
+
+// Every instruction of a region and the regions inside it, in order.
+void for_each_inst(tir::Region& r, const std::function<void(tir::Inst&)>& f) {
+  for (tir::Inst& i : r.body) {
+    f(i);
+    for (tir::Region& inner : i.regions) for_each_inst(inner, f);
+  }
+}
+
+// Program p run over random inputs (its parameters' views, a workspace of 4 KiB of counters), or
+// the error it stops with ("" where it runs to its end).
+std::string interpreted(const Program& p) {
+  std::mt19937_64 rng(7);
+  std::vector<TensorData> memory;
+  for (const tir::Param& prm : p.params)
+    memory.push_back(prm.workspace ? TensorData::zeros(DType::F32, {num_elements(prm.view) + 1024})
+                                   : TensorData::random(prm.dtype, prm.view, rng));
+  std::vector<tir::HostArg> args;
+  for (TensorData& t : memory) args.push_back({t.bytes.data(), t.bytes.size()});
+  try {
+    tir::interpret(p, args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A warp-specialized GEMM (TMA stages, a producer, wgmma consumers) with its synchronization
+// broken three ways, each a race or a hang on the GPU, each an error naming it here: the
+// consumers' waits for the stages' fills dropped; a product's wait that lets it run past the
+// release of its stages; the producer's waits for the stages' releases dropped.
+TEST(Interpret, StageRacesAreErrors) {
+  Graph g("tma_gemm");
+  output("c", matmul(input(g, "a", {256, 512}, DType::BF16), input(g, "b", {512, 192}, DType::BF16)));
+  FusionOptions o;
+  o.library_gemm = LibraryGemmUse::Never;
+  o.schedule.gemm_wgmma = 1;
+  const Plan plan = plan_fusion(g, o);
+  ASSERT_TRUE(plan.kernels.at(0).schedule.tma) << plan.kernels[0].schedule.describe();
+  const Program p = *tir::build_program(plan.graph, plan.kernels[0]);
+  EXPECT_EQ(interpreted(p), "");
+  auto broken = [&](const std::function<void(tir::Inst&)>& change) {
+    Program q = p;
+    for_each_inst(q.body, change);
+    return interpreted(q);
+  };
+  auto drop = [](tir::Opcode o) {
+    return [o](tir::Inst& i) {
+      if (i.opcode == o) i.opcode = tir::Opcode::Barrier;  // (a barrier: nothing here)
+    };
+  };
+  const std::string unwaited = broken(drop(tir::Opcode::WaitFull));
+  EXPECT_NE(unwaited.find("without waiting for its fill"), std::string::npos) << unwaited;
+  const std::string early = broken([](tir::Inst& i) {
+    if (i.opcode == tir::Opcode::DotWait && i.value == 1) i.value = 2;
+  });
+  EXPECT_NE(early.find("while a product reading it is in flight"), std::string::npos) << early;
+  const std::string overwritten = broken(drop(tir::Opcode::WaitEmpty));
+  EXPECT_NE(overwritten.find("without waiting for its last fill's release"), std::string::npos) << overwritten;
 }
 
 // What cannot run on the host says which kernel and why.

@@ -931,6 +931,11 @@ class Exec {
     std::lock_guard<std::mutex> l(l_.m);
     StageBarrier& own = mem_.full[static_cast<size_t>(i.ring)][s];
     if (own.expected) fail(fmt::format("a second tma_load into stage {} of @{} in one phase", s, ring.name));
+    // (The fill after n fills follows this thread's wait for the n-th release: a fresh stage's
+    // wait passes at once.)
+    const auto waited = waited_empty_.find({i.ring, static_cast<int64_t>(s)});
+    if (waited == waited_empty_.end() || waited->second < own.completed)
+      fail(fmt::format("fills stage {} of @{} without waiting for its last fill's release", s, ring.name));
     own.expected = true;
     for (int64_t panel = 0; panel < panels; ++panel) {
       if (i.multicast && panel % n != rank_) continue;
@@ -979,7 +984,7 @@ class Exec {
     std::unique_lock<std::mutex> l(l_.m);
     l_.wait(l, [&] { return b.completed % 2 != parity; },
             fmt::format("block {} waits for stage {} of @{} {} (parity {})", id_, s, ring.name, full ? "full" : "empty", parity));
-    if (full) waited_[{i.ring, static_cast<int64_t>(s)}] = b.completed;
+    (full ? waited_ : waited_empty_)[{i.ring, static_cast<int64_t>(s)}] = b.completed;
   }
   // A read of a stage that a barrier guards (a TMA or bulk ring's) follows this thread's wait for
   // the fill it reads, with no fill since and no release of its own in between; a read of a
@@ -1097,6 +1102,8 @@ class Exec {
   // Per (ring, stage) of a barrier-guarded ring: its full barrier's completed phases when this
   // thread last waited for it.
   std::map<std::pair<int, int64_t>, int64_t> waited_;
+  // The same of the empty barriers (the producer's waits for the stages' releases).
+  std::map<std::pair<int, int64_t>, int64_t> waited_empty_;
 };
 
 }  // namespace

@@ -12,8 +12,9 @@
 //   then), a TMA load completes its stage's phase once every panel has landed, and a wait for a
 //   phase of the wrong parity waits; where every thread waits the launch fails as a deadlock,
 //   naming what each waits for (a hang on the GPU);
-// - a TMA or bulk stage is read only after this thread waited for that fill, a TMA fill lands
-//   only in a stage whose last fill was released, and no stage is released or copied into while
+// - a TMA or bulk stage is read only after this thread waited for that fill, a TMA fill comes
+//   only after its thread waited for the stage's last release (and lands only where that release
+//   is complete), and no stage is released or copied into while
 //   a product that reads it is in flight (before its dot_wait); a turn is handed over only to a
 //   group that took the last, and none is left over;
 // - a cluster's blocks at different exchanges, or one exchanging after another finished, fail.
