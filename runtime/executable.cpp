@@ -51,26 +51,18 @@ struct Executable::Device {
   std::vector<TensorMaps> tensor_maps;
 };
 
-// Kernel k's operand copies (TileSchedule::operand_pitch): their kernels compiled and loaded,
-// their buffers allocated.
+// Kernel k's operand copies (tir::operand_copies): their kernels compiled and loaded, their
+// buffers allocated.
 static std::vector<PitchCopy> pitch_copies_of(const Graph& g, const Kernel& k, const CodegenOptions& options) {
   std::vector<PitchCopy> copies;
-  if (k.library || !k.schedule.copies_operands()) return copies;
-  const Node& mm = g.node(contraction(g, k));
-  for (size_t i = 0; i < 2; ++i) {
-    const int64_t pitch = k.schedule.operand_pitch[i];
-    if (pitch == 0 || (i == 1 && mm.operands[1] == mm.operands[0])) continue;
-    const Node& o = g.node(mm.operands[i]);
+  for (const tir::OperandCopy& o : tir::operand_copies(g, k)) {
     PitchCopy c;
-    c.input = static_cast<size_t>(std::find(k.inputs.begin(), k.inputs.end(), o.id) - k.inputs.begin());
-    c.name = fmt::format("{}_copy_{}", k.name, i == 0 ? "a" : "b");
-    const int64_t rows = num_elements(o.shape) / o.shape.back();
-    const std::string ptx =
-        program_ptx(tir::pitch_copy_program(c.name, o.dtype, rows, o.shape.back(), pitch), options);
-    c.module = cuda::Module::load_ptx(ptx, c.name);
+    c.input = o.input;
+    c.name = o.name;
+    c.module = cuda::Module::load_ptx(program_ptx(o.program(), options), c.name);
     c.copy = c.module->function(c.name);
-    c.grid = static_cast<uint64_t>(tir::pitch_copy_blocks(rows, pitch));
-    c.rows_padded = cuda::DeviceBuffer(static_cast<size_t>(rows * pitch) * dtype_size(o.dtype));
+    c.grid = static_cast<uint64_t>(tir::pitch_copy_blocks(o.rows, o.pitch));
+    c.rows_padded = cuda::DeviceBuffer(static_cast<size_t>(o.rows * o.pitch) * dtype_size(o.dtype));
     copies.push_back(std::move(c));
   }
   return copies;

@@ -6,7 +6,6 @@
 #include <map>
 #include <optional>
 
-#include "compiler/fusion/cost_model.h"
 #include "compiler/graph/reference.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build.h"
@@ -65,19 +64,11 @@ void library_kernel(const Graph& g, const Kernel& k, std::map<NodeId, TensorData
   }
 }
 
-// Kernel k's matmul operand i copied into its padded pitch (TileSchedule::operand_pitch), as
-// the runtime's copy kernel does before each launch; nullopt where it reads the operand in place.
-std::optional<TensorData> padded_operand(const Graph& g, const Kernel& k, size_t i, TensorData& operand) {
-  const int64_t pitch = k.schedule.operand_pitch[i];
-  const Node& mm = g.node(contraction(g, k));
-  if (pitch == 0 || (i == 1 && mm.operands[1] == mm.operands[0])) return std::nullopt;
-  const Node& o = g.node(mm.operands[i]);
-  const int64_t rows = num_elements(o.shape) / o.shape.back();
-  TensorData copy = TensorData::zeros(o.dtype, {rows, pitch});
+// An operand copied into its padded pitch, as the runtime's copy kernel does before each launch.
+TensorData padded_operand(const tir::OperandCopy& c, TensorData& operand) {
+  TensorData copy = TensorData::zeros(c.dtype, {c.rows, c.pitch});
   std::fill(copy.bytes.begin(), copy.bytes.end(), kPoisonByte);
-  const tir::Program p = tir::pitch_copy_program(fmt::format("{}_copy_{}", k.name, i == 0 ? "a" : "b"), o.dtype, rows,
-                                                 o.shape.back(), pitch);
-  tir::interpret(p, {arg_of(operand), arg_of(copy)});
+  tir::interpret(c.program(), {arg_of(operand), arg_of(copy)});
   return copy;
 }
 
@@ -112,20 +103,13 @@ TensorMap run_on_host(const Plan& plan, const TensorMap& inputs, const HostRunOp
     std::optional<tir::Program> p = program_of(g, k, &why);
     if (!p) throw UnsupportedError(fmt::format("the plan cannot run on the host: {}", why));
     std::vector<tir::HostArg> args;
+    for (NodeId i : k.inputs) args.push_back(arg_of(memory.at(storage_of(g, i))));
+    const std::vector<tir::OperandCopy> operand_copies = tir::operand_copies(g, k);
     std::vector<TensorData> copies;  // (reserved: args point into them)
-    copies.reserve(2);
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      TensorData& t = memory.at(storage_of(g, k.inputs[i]));
-      args.push_back(arg_of(t));
-      if (!k.schedule.copies_operands()) continue;
-      const Node& mm = g.node(contraction(g, k));
-      for (size_t j = 0; j < 2; ++j)
-        if (mm.operands[j] == k.inputs[i])
-          if (std::optional<TensorData> c = padded_operand(g, k, j, t)) {
-            copies.push_back(std::move(*c));
-            args.back() = arg_of(copies.back());
-            break;
-          }
+    copies.reserve(operand_copies.size());
+    for (const tir::OperandCopy& c : operand_copies) {
+      copies.push_back(padded_operand(c, memory.at(storage_of(g, k.inputs[c.input]))));
+      args[c.input] = arg_of(copies.back());
     }
     for (NodeId o : k.outputs) args.push_back(arg_of(memory.at(storage_of(g, o))));
     std::vector<uint8_t> workspace(static_cast<size_t>(k.schedule.workspace_bytes()), 0);  // zero at the first launch

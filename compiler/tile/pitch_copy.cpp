@@ -1,7 +1,11 @@
 #include "compiler/tile/pitch_copy.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <climits>
 
+#include "compiler/fusion/cost_model.h"
 #include "compiler/tile/ir_verify.h"
 
 namespace tilefuse::tir {
@@ -44,6 +48,26 @@ Program pitch_copy_program(const std::string& name, DType dtype, int64_t rows, i
   b.store(1, {row0, col0}, b.compute(Op::Where, {inside, x, b.scalar(0, dtype)}, dtype), {true, true});
   verify_program(p);
   return p;
+}
+
+std::vector<OperandCopy> operand_copies(const Graph& g, const Kernel& k) {
+  std::vector<OperandCopy> copies;
+  if (k.library || !k.schedule.copies_operands()) return copies;
+  const Node& mm = g.node(contraction(g, k));
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t pitch = k.schedule.operand_pitch[i];
+    if (pitch == 0 || (i == 1 && mm.operands[1] == mm.operands[0])) continue;
+    const Node& o = g.node(mm.operands[i]);
+    OperandCopy c;
+    c.input = static_cast<size_t>(std::find(k.inputs.begin(), k.inputs.end(), o.id) - k.inputs.begin());
+    c.name = fmt::format("{}_copy_{}", k.name, i == 0 ? "a" : "b");
+    c.dtype = o.dtype;
+    c.run = o.shape.back();
+    c.rows = num_elements(o.shape) / c.run;
+    c.pitch = pitch;
+    copies.push_back(std::move(c));
+  }
+  return copies;
 }
 
 }  // namespace tilefuse::tir
