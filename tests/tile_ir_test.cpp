@@ -1493,22 +1493,28 @@ TEST(TileIr, WarpsTilesGatherInOneBarrier) {
 // fold_row_factors: (t · spread(f)) / s, the product used by the quotient alone, becomes
 // t · spread(f · (1/s)) — one multiply an element, not two; a product used elsewhere too stays.
 TEST(TileIr, RowFactorsFoldIntoOneMultiplyAnElement) {
-  auto program = [](bool product_stored) {
-    return std::string(
-               "tile.func @fold(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": f32[4, 1024] out, %arg2 \"z\": f32[4, 1024] out)\n"
-               "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {\n"
-               "  %0 = program_id 0 : index\n"
-               "  %1 = const 0 : index\n"
-               "  %2 = load %arg0[%0, %1] : tile<1x1024xf32>\n"
-               "  %3 = reduce_max %2 axis 1 : tile<1x4xf32, warps>\n"
-               "  %4 = spread %3 : tile<1x1024xf32>\n"
-               "  %5 = mul %2, %4 : tile<1x1024xf32>\n"
-               "  %6 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
-               "  %7 = div %5, %6 : tile<1x1024xf32>\n"
-               "  store %arg1[%0, %1], %7 : tile<1x1024xf32>\n") +
-           (product_stored ? "  store %arg2[%0, %1], %5 : tile<1x1024xf32>\n" : "") + "}\n";
+  // Each element times its row's max, divided by the row's sum: the quotient stored as `out`
+  // (a bf16 one over the sum rounded to bf16, as a bf16 softmax's), the product too where asked.
+  auto program = [](const std::string& out, bool product_stored) {
+    const bool f32 = out == "f32";
+    std::string text = fmt::format(
+        "tile.func @fold(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": {}[4, 1024] out{})\n"
+        "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {{\n"
+        "  %0 = program_id 0 : index\n"
+        "  %1 = const 0 : index\n"
+        "  %2 = load %arg0[%0, %1] : tile<1x1024xf32>\n"
+        "  %3 = reduce_max %2 axis 1 : tile<1x4xf32, warps>\n"
+        "  %4 = spread %3 : tile<1x1024xf32>\n"
+        "  %5 = mul %2, %4 : tile<1x1024xf32>\n"
+        "  %6 = reduce_sum %2 axis 1 : tile<1x1xf32>\n",
+        out, product_stored ? ", %arg2 \"z\": f32[4, 1024] out" : "");
+    text += f32 ? "  %7 = div %5, %6 : tile<1x1024xf32>\n"
+                : "  %7 = cast %6 : tile<1x1xbf16>\n  %8 = div %5, %7 : tile<1x1024xbf16>\n";
+    text += fmt::format("  store %arg1[%0, %1], %{} : tile<1x1024x{}>\n", f32 ? 7 : 8, out);
+    if (product_stored) text += "  store %arg2[%0, %1], %5 : tile<1x1024xf32>\n";
+    return text + "}\n";
   };
-  Program p = parse_program(program(false));
+  Program p = parse_program(program("f32", false));
   const size_t before = occurrences(program_ptx(p), "mul.rn.f32");
   fold_row_factors(p);
   EXPECT_TRUE(program_problems(p).empty()) << fmt::format("{}", fmt::join(program_problems(p), "\n"));
@@ -1518,26 +1524,12 @@ TEST(TileIr, RowFactorsFoldIntoOneMultiplyAnElement) {
   const std::string ptx = program_ptx(p);
   EXPECT_EQ(occurrences(ptx, "mul.rn.f32"), before - 8 + 1) << ptx;  // 8 elements a thread
   EXPECT_EQ(occurrences(ptx, "rcp.rn.f32"), 1u);
-  Program kept = parse_program(program(true));
+  Program kept = parse_program(program("f32", true));
   const std::string kept_text = print_program(kept);
   fold_row_factors(kept);
   EXPECT_EQ(print_program(kept), kept_text);
-  // A 16-bit quotient over a 16-bit sum (a bf16 softmax's): 1/s rounded to bf16 as the quotient's
-  // reciprocal is, then taken as f32 for f · (1/s).
-  Program half = parse_program(
-      "tile.func @fold16(%arg0 \"x\": f32[4, 1024], %arg1 \"y\": bf16[4, 1024] out)\n"
-      "    grid [4] threads 128 layout blocked<per_thread [1, 4], threads [1, 128], reps [1, 2]> {\n"
-      "  %0 = program_id 0 : index\n"
-      "  %1 = const 0 : index\n"
-      "  %2 = load %arg0[%0, %1] : tile<1x1024xf32>\n"
-      "  %3 = reduce_max %2 axis 1 : tile<1x4xf32, warps>\n"
-      "  %4 = spread %3 : tile<1x1024xf32>\n"
-      "  %5 = mul %2, %4 : tile<1x1024xf32>\n"
-      "  %6 = reduce_sum %2 axis 1 : tile<1x1xf32>\n"
-      "  %7 = cast %6 : tile<1x1xbf16>\n"
-      "  %8 = div %5, %7 : tile<1x1024xbf16>\n"
-      "  store %arg1[%0, %1], %8 : tile<1x1024xbf16>\n"
-      "}\n");
+  // 1/s rounded to bf16 as the quotient's reciprocal is, then taken as f32 for f · (1/s).
+  Program half = parse_program(program("bf16", false));
   fold_row_factors(half);
   EXPECT_TRUE(program_problems(half).empty()) << fmt::format("{}", fmt::join(program_problems(half), "\n"));
   const std::string half_text = print_program(half);
