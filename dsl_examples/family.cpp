@@ -156,6 +156,8 @@ const std::vector<Example>& family_examples() {
       add([dt] { return bias_gelu(16384, 4099, dt); }, "gelu(x + b), a prime row width");
       add([dt] { return softmax_rows(16384, 4097, dt); }, "softmax of rows one past 4096");
       add([dt] { return softmax_rows(65536, 1000, dt); }, "softmax of short rows of 1000");
+      add([dt] { return softmax_rows(65536, 1001, dt); }, "softmax of short odd rows, several windows a block");
+      add([dt] { return rmsnorm_w(65536, 1003, dt); }, "RMSNorm of short odd rows, several windows a block");
       add([dt] { return log_softmax_vocab(dt == DType::F32 ? 2048 : 4096, dt); }, "log_softmax over a 50257 vocabulary");
       add([dt] { return rmsnorm_w(16384, 5003, dt); }, "RMSNorm, an odd width");
       add([dt] { return layernorm_w(16384, 2999, dt); }, "layernorm, an odd width");

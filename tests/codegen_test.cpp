@@ -652,13 +652,13 @@ TEST(Codegen, OneBlockOfTheClusterScheduleExchangesNothing) {
 }
 
 // Windowed rows (a width that is not a multiple of the vector width) on Tile IR v2 under
-// `--window-ir 2` (clusters with `--cluster-ir 2`): the tensors along the row are seen flat, read
-// in whole vectors from the aligned window start (masked only at the tensor's end), each element's
-// place in its row tested (`in_bounds` with a lower bound) before the reductions, and the output
-// stored between the row's ends (`masked [1 from …]`); a weight along the row (RMSNorm's) read
-// `shifted` by the row's start's place in its vector; through ptxas. A lower bound on the rows'
-// axis is refused.
-TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
+// `--window-ir 2` (clusters with `--cluster-ir 2`): the tensors along the row read and written at
+// window columns (`window 4`: whole vectors from each row's aligned start), each element's place
+// in its row tested (`in_window`) before the reductions, the output stored only where it is the
+// row's; a weight along the row (RMSNorm's) read at the same window columns; through ptxas. A
+// window is refused on a store to a tensor not laid out as the rows, on a copy, and off a power
+// of two.
+TEST(Codegen, WindowedRowsOnTileIrV2ReadWindowColumns) {
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
     Graph g(std::string("windows_v2_") + dtype_name(dt));
@@ -679,13 +679,16 @@ TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
       ++on_v2;
       CompiledKernel c = compile_kernel(p.graph, k);
-      EXPECT_EQ(count(c.tile_ir, R"(load %arg\d+\[%\d+, %\d+\] shifted %\d+ masked \[1\])") > 0, weight) << c.tile_ir;
-      EXPECT_GT(count(c.tile_ir, R"(in_bounds %\d+, %\d+, %\d+ axis 1)"), 0) << c.tile_ir;
+      for (size_t j = 0; weight && j < k.inputs.size(); ++j)  // (the weight's tile: the block's rows, each shifted)
+        if (p.graph.node(k.inputs[j]).name == "rw")
+          EXPECT_EQ(count(c.tile_ir, fmt::format(R"(load %arg{}\[%\d+, %\d+\] window \d+ masked \[1\] : tile<1x)", j)), 1)
+              << c.tile_ir;
+      EXPECT_GT(count(c.tile_ir, R"(in_window %\d+, %\d+, %\d+ vec \d+)"), 0) << c.tile_ir;
       EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "inputs in vectors";
       bool writes_rows = false;  // (cross-entropy writes one value a row)
       for (NodeId o : k.outputs) writes_rows |= p.graph.node(o).shape.back() != 1;
       if (writes_rows) {
-        EXPECT_GT(count(c.tile_ir, R"(masked \[1 from %\d+ < %\d+\])"), 0) << c.tile_ir;
+        EXPECT_GT(count(c.tile_ir, R"(store %arg\d+\[%\d+, %\d+\], %\d+ window \d+ masked \[1\])"), 0) << c.tile_ir;
         EXPECT_GT(count(c.ptx, R"(st\.global\.v4\.(b32|f32))"), 0) << "the row's whole vectors stored whole";
       }
       EXPECT_EQ(tir::print_program(tir::parse_program(c.tile_ir)), c.tile_ir);
@@ -695,28 +698,33 @@ TEST(Codegen, WindowedRowsOnTileIrV2SeeTheTensorsFlat) {
     }
     EXPECT_EQ(on_v2, 3);
   }
-  const std::string rows_bound =
-      "tile.func @rows_bound(%arg0 \"y\": f32[4, 1024] out)\n"
-      "    grid [4] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
-      "  %0 = program_id 0 : index\n"
-      "  %1 = const 0 : index\n"
-      "  %2 = const 1 : f32\n"
-      "  %3 = splat %2 : tile<1x1024xf32>\n"
-      "  store %arg0[%0, %1], %3 masked [0 from %1 < %0] : tile<1x1024xf32>\n"
-      "}\n";
-  EXPECT_FALSE(tir::program_problems(tir::parse_program(rows_bound)).empty());
-  // Only stores take lower bounds (a load's elements outside them are the reductions' to mask).
-  const std::string load_bound =
-      "tile.func @load_bound(%arg0 \"x\": f32[1, 4096], %arg1 \"y\": f32[1, 4096] out)\n"
-      "    grid [4] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
-      "  %0 = program_id 0 : index\n"
-      "  %1 = const 0 : index\n"
-      "  %2 = load %arg0[%1, %0] masked [1 from %1 < %0] : tile<1x1024xf32>\n"
-      "  store %arg1[%1, %0], %2 masked [1 from %1 < %0] : tile<1x1024xf32>\n"
-      "}\n";
-  const std::vector<std::string> problems = tir::program_problems(tir::parse_program(load_bound));
-  ASSERT_EQ(problems.size(), 1u);
-  EXPECT_NE(problems[0].find("load"), std::string::npos) << problems[0];
+  auto problems_of = [](const std::string& access, const std::string& view) {
+    return tir::program_problems(tir::parse_program(
+        "tile.func @windows(%arg0 \"x\": f32[8, 1001], %arg1 \"y\": f32" + view + " out)\n"
+        "    grid [2] threads 256 layout blocked<per_thread [1, 4], threads [4, 64], reps [1, 1]> {\n"
+        "  %0 = program_id 0 : index\n"
+        "  %1 = const 0 : index\n"
+        "  %2 = load %arg0[%0, %1] window 4 masked [1] : tile<4x256xf32>\n" +
+        access + "}\n"));
+  };
+  const std::string store = "  store %arg1[%0, %1], %2 window 4 masked [1] : tile<4x256xf32>\n";
+  EXPECT_TRUE(problems_of(store, "[8, 1001]").empty());
+  for (const auto& [access, view] : std::vector<std::pair<std::string, std::string>>{
+           {store, "[1, 1001]"},                                                          // broadcast
+           {"  store %arg1[%0, %1], %2 window 4 : tile<4x256xf32>\n", "[8, 1001]"},        // columns unmasked
+           {"  store %arg1[%0, %1], %2 window 3 masked [1] : tile<4x256xf32>\n", "[8, 1001]"},  // not a power of two
+           {"  %3 = in_bounds %1, %0 window 4 axis 1 : tile<4x256xbool>\n", "[8, 1001]"},  // (none: a parse error)
+           {"  %3 = iota %1 axis 1 : tile<4x256xf32>\n  store %arg1[%0, %1], %3 window 32 masked [1] : tile<4x256xf32>\n",
+            "[8, 1001]"}}) {
+    SCOPED_TRACE(access + view);
+    std::vector<std::string> problems;
+    try {
+      problems = problems_of(access, view);
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+    }
+    EXPECT_FALSE(problems.empty());
+  }
 }
 
 // An element count that is not a whole number of vectors (an odd count), by default: one

@@ -64,6 +64,38 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
   }
 }
 
+// Windowed rows (odd widths) on Tile IR v2 with `--window-ir 2`: several rows a block, each
+// read from its own aligned start, a weight shared by the rows and one broadcast along some rows
+// only (each row's run shifted by its own place), the output stored only where it is the row's.
+TEST(Interpret, WindowedRowsSeveralABlockMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("host_windows_") + dtype_name(dt));
+    output("p", softmax(input(g, "x", {37, 1001}, dt), -1));
+    Tensor z = input(g, "z", {21, 1003}, dt);
+    output("n", layernorm(z, input(g, "w", {1003}, dt), input(g, "b", {1003}, dt)));
+    output("r", rmsnorm(input(g, "v", {3, 5, 997}, dt), input(g, "rw", {3, 1, 997}, dt)));
+    Tensor u = input(g, "u", {19, 1005}, dt);
+    output("c", sum(cast(u, DType::F32) * iota(g, {19, 1005}, 1), {-1}, true));
+    FusionOptions o;
+    o.schedule.window = 1;  // (also layernorm's two weights along the row)
+    o.schedule.window_ir = 2;
+    Plan p = plan_fusion(g, o);
+    int windowed = 0, several = 0;
+    for (const Kernel& k : p.kernels) {
+      SCOPED_TRACE(k.name + ": " + k.schedule.describe());
+      if (!k.schedule.window) continue;
+      EXPECT_TRUE(k.schedule.ir_v2);
+      ++windowed;
+      several += k.schedule.tile_rows() > 1;
+    }
+    EXPECT_EQ(windowed, 4);
+    EXPECT_GT(several, 0) << "no kernel holds several windowed rows a block";
+    testing::check_on_host(p, seed);
+  }
+}
+
 // Pointwise domains (flat, odd element counts, broadcasts along the middle) and reductions over
 // leading axes (split over blocks that meet in the workspace).
 TEST(Interpret, PointwiseAndColumnKernelsMatchFloat64) {

@@ -180,19 +180,16 @@ class Emitter {
   }
   // Element index along axis d: the offset plus the element's position (unless the tile is one
   // element wide there), clamped to 0 where masked and out of the view; `ok` gets the mask.
-  // (A run along an axis with a lower bound is checked by its ends and element by element where
-  // it straddles, `runs_checked`: its first element's index is neither clamped nor a mask.)
-  Value* coordinate(const Inst& i, const Type& t, size_t d, int slot, Value** ok, bool runs_checked = false) {
+  Value* coordinate(const Inst& i, const Type& t, size_t d, int slot, Value** ok) {
     Value* at = one(i.args[d]);
     if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, slot), index_ty()), "", true, true);
     *ok = nullptr;
-    if (d < i.masked.size() && i.masked[d] && !(runs_checked && has_lower(i, d))) {
+    if (d < i.masked.size() && i.masked[d]) {
       *ok = inside(i, d, at);
       at = b_.CreateSelect(*ok, at, index(0));
     }
     return at;
   }
-  static bool has_lower(const Inst& i, size_t d) { return d < i.lower.size() && i.lower[d] >= 0; }
   // The elements e < width of a run from index `start` with lo ≤ start + e < hi, as bits (i32):
   // one interval, so 2^min(max(hi − start, 0), width) − 2^min(max(lo − start, 0), width).
   Value* run_bits(Value* start, Value* lo, Value* hi, int width) {
@@ -209,18 +206,8 @@ class Emitter {
     const int limit = d < i.limits.size() ? i.limits[d] : -1;
     return limit >= 0 ? one(limit) : index(index_extent(p_.params[static_cast<size_t>(i.param)], d));
   }
-  // A run's bits against a masked axis's bounds (one with a lower bound).
-  Value* run_bits(const Inst& i, size_t d, Value* start, int width) {
-    return run_bits(start, one(i.lower[d]), upper(i, d), width);
-  }
-  // Whether index x along masked axis d lies in its bounds: below upper(i, d) and, where it has
-  // one, not below its lower bound.
-  Value* inside(const Inst& i, size_t d, Value* x) {
-    Value* hi = upper(i, d);
-    if (!has_lower(i, d)) return b_.CreateICmpULT(x, hi);
-    Value* lo = one(i.lower[d]);
-    return b_.CreateICmpULT(b_.CreateSub(x, lo), b_.CreateSub(hi, lo));
-  }
+  // Whether index x along masked axis d lies in its bounds: below upper(i, d).
+  Value* inside(const Inst& i, size_t d, Value* x) { return b_.CreateICmpULT(x, upper(i, d)); }
 
   // How far indices into a parameter run along axis d: its view's extent, or — where its rows are
   // split into the domain's row dimensions — the domain's rows (an index is a domain row there).
@@ -397,8 +384,8 @@ class Emitter {
     for (int e0 = 0; e0 < n0; e0 += axis == 0 ? width : 1)
       for (int e1 = 0; e1 < n1; e1 += axis == 1 ? width : 1) {
         Value *ok0, *ok1;
-        Value* row = coordinate(i, t, 0, e0, &ok0, width > 1 && axis == 0);
-        Value* col = coordinate(i, t, 1, e1, &ok1, width > 1 && axis == 1);
+        Value* row = coordinate(i, t, 0, e0, &ok0);
+        Value* col = coordinate(i, t, 1, e1, &ok1);
         Value* ok = !ok0 ? ok1 : !ok1 ? ok0 : b_.CreateAnd(ok0, ok1);
         std::vector<int> elems;
         for (int w = 0; w < width; ++w) elems.push_back(axis == 0 ? (e0 + w) * n1 + e1 : e0 * n1 + e1 + w);
@@ -411,7 +398,6 @@ class Emitter {
   // where it does not.
   bool straddles(const Inst& i, size_t axis, int width) const {
     if (width == 1 || axis >= i.masked.size() || !i.masked[axis]) return false;
-    if (has_lower(i, axis)) return true;  // (the verifier keeps lower bounds to the columns)
     const bool limited = axis < i.limits.size() && i.limits[axis] >= 0;
     if (limited || index_extent(p_.params[static_cast<size_t>(i.param)], axis) % width == 0) return false;
     if (axis != 1)
@@ -419,44 +405,158 @@ class Emitter {
     return true;
   }
   Value* fits(Value* start, const Inst& i, size_t axis, int width) {
-    if (has_lower(i, axis))  // every element's bit
-      return b_.CreateICmpEQ(run_bits(i, axis, start, width), i32((1 << width) - 1));
     const int64_t end = index_extent(p_.params[static_cast<size_t>(i.param)], axis);
     return b_.CreateICmpULE(b_.CreateAdd(start, index(width)), index(end));
   }
 
-  // A shifted load (Inst::shift): each run of the thread's consecutive elements from column c is
-  // the view's elements [c − shift, c − shift + width): the two aligned vectors around them
-  // joined and shifted (unaligned_vector; element by element at the view's ends, zero outside).
-  void load_shifted(const Inst& i) {
+  // Windowed rows (Inst::window): where row `row` of rows of `width` starts within its aligned
+  // vector, (row mod vec)·(width mod vec) mod vec (vec a power of two; no product to overflow).
+  Value* window_shift(Value* row, Value* width, int vec) {
+    Value* low = index(vec - 1);
+    return b_.CreateAnd(b_.CreateMul(b_.CreateAnd(row, low), b_.CreateAnd(width, low)), low);
+  }
+  // The elements a parameter holds (its own rows, not the domain's, times its row width).
+  static int64_t own_elements(const tir::Param& prm) {
+    return (prm.row_dims.empty() ? prm.view[0] : num_elements(prm.row_view)) * prm.view[1];
+  }
+  // A windowed row's load: each run of a thread's consecutive elements of row r from window
+  // column c is the parameter's row r from column c − shift(r) on. A tensor laid out as the rows
+  // has them at r·W − shift(r) + c (in the index type), the start of an aligned vector: read
+  // whole where it lies in the tensor (its elements outside the row are the neighbours', which
+  // the program masks) — a run wholly past the tensor's end reads its first vector instead, and
+  // where a run may straddle the end (an element count that is not a multiple of the run),
+  // that run is read element by element. One laid out otherwise (a weight shared by the rows,
+  // or broadcast along some of them) has the two aligned vectors around the run read and
+  // shifted in registers (unaligned_vector; zero past the tensor's ends).
+  void load_window(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const Type& t = type(i.results[0]);
     size_t axis;
     const int width = run(t, &axis);
     const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
-    if (axis != 1 || width * size % 4 != 0)
-      throw CodegenError(fmt::format("kernel {}: a shifted load of runs of {} {} elements", p_.name, width,
+    const bool as_rows = prm.view[0] != 1 && prm.row_dims.empty();
+    if (axis != 1 || (!as_rows && width * size % 4 != 0))
+      throw CodegenError(fmt::format("kernel {}: a windowed load of runs of {} {} elements", p_.name, width,
                                      dtype_name(prm.dtype)));
-    Value* shift = b_.CreateZExt(one(i.shift), b_.getInt64Ty());
+    llvm::Type* ty = storage_type(b_, prm.dtype);
+    Value* base = args_[static_cast<size_t>(i.param)];
+    const int64_t total = own_elements(prm);
+    const llvm::Align align(static_cast<uint64_t>(size * std::min(width, i.window)));
     const int n1 = slots(t, 1);
     std::vector<Value*> out(static_cast<size_t>(slots(t, 0) * n1));
-    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+    const bool straddles = total % width != 0 || width > i.window;
+    auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
+    for (int e0 = 0; e0 < slots(t, 0); ++e0) {
+      Value* ok0;
+      Value* row = coordinate(i, t, 0, e0, &ok0);
+      Value* shift = window_shift(row, index(prm.view[1]), i.window);
+      // The row's window's start: in the index type for a tensor laid out as the rows.
+      Value* row_at = as_rows ? b_.CreateSub(b_.CreateMul(row, index(prm.view[1]), "", true, true), shift)
+                              : b_.CreateSub(offset(prm, row, index(0)), b_.CreateZExt(shift, b_.getInt64Ty()));
       for (int e1 = 0; e1 < n1; e1 += width) {
         Value* col = b_.CreateAdd(one(i.args[1]), b_.CreateZExt(position(t, 1, e1), index_ty()));
-        Value* first = b_.CreateSub(b_.CreateZExt(col, b_.getInt64Ty()), shift);
-        Value* v = unaligned_vector(b_, fn_, args_[static_cast<size_t>(i.param)], storage_type(b_, prm.dtype), size,
-                                    prm.view[1], first, width, prm.name);
+        Value* v;
+        if (!as_rows) {
+          Value* first = b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty()));
+          v = unaligned_vector(b_, fn_, base, ty, size, total, first, width, prm.name);
+        } else {
+          Value* first = b_.CreateAdd(row_at, col, "", true, true);
+          Value* whole = b_.CreateICmpULE(b_.CreateAdd(first, index(width)), index(total));
+          if (straddles) {
+            v = flat_run(base, ty, b_.CreateZExt(first, b_.getInt64Ty()), width, total, whole, align);
+          } else {
+            Value* at = b_.CreateZExt(b_.CreateSelect(whole, first, index(0)), b_.getInt64Ty());
+            v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, at), align, prm.name);
+          }
+        }
         for (int c = 0; c < width; ++c)
           out[static_cast<size_t>(e0 * n1 + e1 + c)] =
               to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
       }
+    }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+  // A run of `width` elements from flat element `first`: one vector load where `whole`, else
+  // those before `total` one at a time (the rest 0), met as one vector value.
+  Value* flat_run(Value* base, llvm::Type* ty, Value* first, int width, int64_t total, Value* whole, llvm::Align align) {
+    auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
+    auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "window_vector", fn_);
+    auto* tail = llvm::BasicBlock::Create(b_.getContext(), "window_elements", fn_);
+    auto* done = llvm::BasicBlock::Create(b_.getContext(), "window_loaded", fn_);
+    b_.CreateCondBr(whole, vec_bb, tail);
+    b_.SetInsertPoint(vec_bb);
+    Value* v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, first), align);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(tail);
+    Value* parts = llvm::Constant::getNullValue(vty);
+    for (int e = 0; e < width; ++e) {
+      Value* at = b_.CreateAdd(first, b_.getInt64(e));
+      Value* in = b_.CreateICmpULT(at, b_.getInt64(total));
+      Value* x = b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, b_.CreateSelect(in, at, b_.getInt64(0))),
+                                      llvm::Align(dtype_size_of(ty)));
+      parts = b_.CreateInsertElement(parts, b_.CreateSelect(in, x, llvm::Constant::getNullValue(ty)), static_cast<uint64_t>(e));
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    llvm::PHINode* phi = b_.CreatePHI(vty, 2);
+    phi->addIncoming(v, vec_bb);
+    phi->addIncoming(parts, tail);
+    return phi;
+  }
+  static uint64_t dtype_size_of(llvm::Type* ty) { return ty->getPrimitiveSizeInBits() / 8; }
+  // A windowed row's store (to a tensor laid out as the rows): each run whole where all its
+  // elements are the row's, else those that are one at a time (the row's two ends).
+  void store_window(const Inst& i) {
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const int v = i.args.back();
+    const Type& t = type(v);
+    size_t axis;
+    const int width = run(t, &axis);
+    if (axis != 1) throw CodegenError(fmt::format("kernel {}: a windowed store of a column", p_.name));
+    llvm::Type* ty = storage_type(b_, prm.dtype);
+    const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
+    const llvm::Align one_element(dtype_size(prm.dtype));
+    const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(std::min(width, i.window)));
+    const int n1 = slots(t, 1);
+    for (int e0 = 0; e0 < slots(t, 0); ++e0) {
+      Value* ok0;
+      Value* row = coordinate(i, t, 0, e0, &ok0);
+      Value* shift = window_shift(row, index(prm.view[1]), i.window);
+      Value* row_at = b_.CreateSub(offset(prm, row, index(0)), b_.CreateZExt(shift, b_.getInt64Ty()));
+      for (int e1 = 0; e1 < n1; e1 += width) {
+        Value* col = b_.CreateAdd(one(i.args[1]), b_.CreateZExt(position(t, 1, e1), index_ty()));
+        Value* bits = run_bits(b_.CreateSub(col, shift), index(0), index(prm.view[1]), width);
+        Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)],
+                                          b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty())));
+        std::vector<Value*> data;
+        for (int e = 0; e < width; ++e)
+          data.push_back(to_storage(b_, values[static_cast<size_t>(e0 * n1 + e1 + e)], prm.dtype));
+        guarded(ok0, [&] {
+          auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "window_store", fn_);
+          auto* ends = llvm::BasicBlock::Create(b_.getContext(), "window_ends", fn_);
+          auto* done = llvm::BasicBlock::Create(b_.getContext(), "window_stored", fn_);
+          b_.CreateCondBr(b_.CreateICmpEQ(bits, i32((1 << width) - 1)), vec_bb, ends);
+          b_.SetInsertPoint(vec_bb);
+          Value* packed = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
+          for (int e = 0; e < width; ++e) packed = b_.CreateInsertElement(packed, data[static_cast<size_t>(e)], static_cast<uint64_t>(e));
+          b_.CreateAlignedStore(packed, ptr, align);
+          b_.CreateBr(done);
+          b_.SetInsertPoint(ends);
+          for (int e = 0; e < width; ++e)
+            guarded(b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << e)), i32(0)), [&] {
+              b_.CreateAlignedStore(data[static_cast<size_t>(e)], b_.CreateInBoundsGEP(ty, ptr, b_.getInt64(e)), one_element);
+            });
+          b_.CreateBr(done);
+          b_.SetInsertPoint(done);
+        });
+      }
+    }
   }
 
   void load(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     if (!prm.elem_dims.empty()) return load_elements(i);
-    if (i.shift >= 0) return load_shifted(i);
+    if (i.window > 0) return load_window(i);
     const Type& t = type(i.results[0]);
     llvm::Type* ty = storage_type(b_, prm.dtype);
     std::vector<Value*> out;
@@ -502,6 +602,7 @@ class Emitter {
   }
 
   void store(const Inst& i) {
+    if (i.window > 0) return store_window(i);
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const int v = i.args.back();
     const Type& t = type(v);
@@ -535,9 +636,8 @@ class Emitter {
         b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
         b_.CreateBr(done);
         b_.SetInsertPoint(tail);
-        Value* bits = has_lower(i, 1) ? run_bits(i, 1, col, width) : nullptr;
         for (int e = 0; e < width; ++e)
-          guarded(bits ? b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << e)), i32(0)) : inside(i, 1, b_.CreateAdd(col, index(e))), [&] {
+          guarded(inside(i, 1, b_.CreateAdd(col, index(e))), [&] {
             b_.CreateAlignedStore(b_.CreateExtractElement(data, static_cast<uint64_t>(e)),
                                   b_.CreateInBoundsGEP(ty, ptr, b_.getInt64(e)), llvm::Align(dtype_size(prm.dtype)));
           });
@@ -673,6 +773,8 @@ class Emitter {
         return iota(i);
       case Opcode::InBounds:
         return in_bounds(i);
+      case Opcode::InWindow:
+        return in_window(i);
       case Opcode::Reduce:
         return reduce(i);
       case Opcode::Spread:
@@ -783,41 +885,44 @@ class Emitter {
   // the last use were a register each (and spilled at 64); elsewhere one unsigned compare of
   // (offset − lo) + position against hi − lo.
   void in_bounds(const Inst& i) {
-    const Type& t = type(i.results[0]);
     bounds_of_[i.results[0]] = &i;
-    if (i.args.size() == 3 && i.axis == 1 && t.frag == Frag::None) {
-      Value *lo = one(i.args[2]), *hi = one(i.args[1]);
-      const int pt = l_.per_thread[1];
-      if (32 % pt != 0) throw CodegenError(fmt::format("kernel {}: runs of {} in words of 32 bits", p_.name, pt));
-      std::vector<Value*> out;
-      for (int e0 = 0; e0 < slots(t, 0); ++e0)
-        for (int e1 = 0; e1 < slots(t, 1); e1 += pt) {
-          Value* start = t.shape[1] == 1 ? one(i.args[0])
-                                          : b_.CreateAdd(one(i.args[0]), b_.CreateZExt(position(t, 1, e1), index_ty()));
-          Value* bits = t.shape[1] == 1 ? nullptr : run_bits(start, lo, hi, pt);
-          if (bits) {  // (a row's runs packed in words of 32 bits, as the masked partials take them)
-            std::vector<Value*>& words = run_bits_of_[i.results[0]];
-            const int bit = e1 % 32, word = e0 * ((slots(t, 1) + 31) / 32) + e1 / 32;
-            if (static_cast<int>(words.size()) <= word) words.resize(static_cast<size_t>(word) + 1, i32(0));
-            words[static_cast<size_t>(word)] = b_.CreateOr(words[static_cast<size_t>(word)], b_.CreateShl(bits, bit));
-          }
-          for (int j = 0; j < std::min(pt, slots(t, 1)); ++j)
-            out.push_back(bits ? b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << j)), i32(0))
-                               : b_.CreateICmpULT(b_.CreateSub(start, lo), b_.CreateSub(hi, lo)));
-        }
-      vals_[static_cast<size_t>(i.results[0])] = std::move(out);
-      return;
-    }
-    if (i.args.size() == 3) {
-      Value* lo = one(i.args[2]);
-      Value* span = b_.CreateSub(one(i.args[1]), lo);
-      positions(i, [&](Value* at) { return b_.CreateICmpULT(at, span); }, b_.CreateSub(one(i.args[0]), lo));
-      return;
-    }
     positions(i, [&](Value* at) { return b_.CreateICmpULT(at, one(i.args[1])); });
   }
   // offset + each element's position along the axis, as f32 (exact below 2^24); the linear form:
   // ((row0 + row)·stride + col0 + col) / div % mod.
+  // Each run of a row's consecutive elements tests its window columns at once: bits of
+  // [0, W) from its start less the row's shift, the row's runs packed in words of 32 bits as the
+  // masked partials take them (run_bits_of_).
+  void in_window(const Inst& i) {
+    const Type& t = type(i.results[0]);
+    bounds_of_[i.results[0]] = &i;
+    const int pt = t.shape[1] == 1 ? 1 : l_.per_thread[1];
+    if (32 % pt != 0) throw CodegenError(fmt::format("kernel {}: runs of {} in words of 32 bits", p_.name, pt));
+    Value* width = one(i.args[2]);
+    const int n1 = slots(t, 1);
+    std::vector<Value*> out;
+    std::vector<Value*>& words = run_bits_of_[i.results[0]];
+    for (int e0 = 0; e0 < slots(t, 0); ++e0) {
+      Value* from = window_from(i, t, e0);
+      for (int e1 = 0; e1 < n1; e1 += pt) {
+        Value* start = t.shape[1] == 1 ? from : b_.CreateAdd(from, b_.CreateZExt(position(t, 1, e1), index_ty()));
+        Value* bits = run_bits(start, index(0), width, pt);
+        const int bit = e1 % 32, word = e0 * ((n1 + 31) / 32) + e1 / 32;
+        if (static_cast<int>(words.size()) <= word) words.resize(static_cast<size_t>(word) + 1, i32(0));
+        words[static_cast<size_t>(word)] = b_.CreateOr(words[static_cast<size_t>(word)], b_.CreateShl(bits, bit));
+        for (int j = 0; j < std::min(pt, n1); ++j) out.push_back(b_.CreateICmpNE(b_.CreateAnd(bits, i32(1 << j)), i32(0)));
+      }
+    }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+  // In_window `i`'s tile `t`: the window column of row slot e0's first element less its row's
+  // shift (its position in the row, where the column's position is 0).
+  Value* window_from(const Inst& i, const Type& t, int e0) {
+    Value* row = one(i.args[0]);
+    if (t.shape[0] != 1) row = b_.CreateAdd(row, b_.CreateZExt(position(t, 0, e0), index_ty()));
+    return b_.CreateSub(one(i.args[1]), window_shift(row, one(i.args[2]), i.window));
+  }
+
   void iota(const Inst& i) {
     if (i.args.size() == 1) {
       positions(i, [&](Value* at) { return b_.CreateUIToFP(at, b_.getFloatTy()); });
@@ -833,6 +938,7 @@ class Emitter {
         Value* col = one(i.args[1]);
         if (t.shape[1] != 1) col = b_.CreateAdd(col, b_.CreateZExt(position(t, 1, e1), index_ty()));
         Value* at = b_.CreateAdd(b_.CreateMul(row, constant(i.iota_stride)), col);
+        if (i.window > 0) at = b_.CreateSub(at, window_shift(row, constant(i.iota_stride), i.window));
         if (i.iota_div > 1) at = b_.CreateUDiv(at, constant(i.iota_div));
         out.push_back(b_.CreateUIToFP(b_.CreateURem(at, constant(i.iota_mod)), b_.getFloatTy()));
       }
@@ -892,7 +998,9 @@ class Emitter {
     const int mask = i.args[1];
     const Type& mt = type(mask);
     auto bounds = bounds_of_.find(mask);
-    if (d != 1 || n1 < 2 || mt.shape[1] == 1 || bounds == bounds_of_.end() || bounds->second->axis != 1)
+    const bool along_columns = bounds != bounds_of_.end() &&
+                               (bounds->second->opcode == Opcode::InWindow || bounds->second->axis == 1);
+    if (d != 1 || n1 < 2 || mt.shape[1] == 1 || !along_columns)
       return partials(i, [&](int e0, int e1) {
         const int m0 = mt.shape[0] == 1 ? 0 : e0, m1 = mt.shape[1] == 1 ? 0 : e1;
         return vals_[static_cast<size_t>(mask)][static_cast<size_t>(m0 * slots(mt, 1) + m1)];
@@ -920,9 +1028,9 @@ class Emitter {
     }
     return out;
   }
-  // A reduction masked by in_bounds `ib` along the columns, in two paths: threads whose elements
-  // all lie in bounds combine them as they are; the others test each element — a window's row
-  // (a lower bound) by its bit of the row's words in_bounds packed, else by its position afresh (from
+  // A reduction masked by in_bounds or in_window `ib` along the columns, in two paths: threads
+  // whose elements all lie in bounds combine them as they are; the others test each element — a
+  // window's row by its bit of the row's words in_window packed, else by its position afresh (from
   // an opaque copy of the offset: LLVM would otherwise hold one predicate per element from the
   // mask's definition on). In a window's row, what only this reduction reads (log_softmax's
   // exps: its own chain) is computed again inside each path, each element combined as soon as it
@@ -936,14 +1044,19 @@ class Emitter {
     const int mask = i.args[1];
     const Type& mt = type(mask);
     const int n1 = slots(type(i.args[0]), 1);
-    Value* lo = ib.args.size() == 3 ? one(ib.args[2]) : index(0);
-    Value* span = b_.CreateSub(one(ib.args[1]), lo);
+    const bool window = ib.opcode == Opcode::InWindow;
+    Value* limit = one(ib.args[window ? 2 : 1]);
     auto inside = [&](Value* offset, int e1) {
       Value* at = b_.CreateAdd(offset, b_.CreateZExt(position(mt, 1, e1), index_ty()));
-      return b_.CreateICmpULT(b_.CreateSub(at, lo), span);
+      return b_.CreateICmpULT(at, limit);
     };
-    Value* offset = one(ib.args[0]);
-    Value* all_inside = b_.CreateAnd(inside(offset, 0), inside(offset, n1 - 1));
+    Value* offset = window ? nullptr : one(ib.args[0]);
+    // (A window's rows each from their own start: every row's first and last element.)
+    Value* all_inside = b_.getTrue();
+    for (int e0 = 0; e0 < (window ? slots(mt, 0) : 1); ++e0) {
+      Value* from = window ? window_from(ib, mt, e0) : offset;
+      all_inside = b_.CreateAnd(all_inside, b_.CreateAnd(inside(from, 0), inside(from, n1 - 1)));
+    }
     const auto runs = run_bits_of_.find(mask);
     const std::vector<const Inst*> chain =
         runs != run_bits_of_.end() ? own_chain(i.args[0]) : std::vector<const Inst*>{};
@@ -957,7 +1070,7 @@ class Emitter {
     llvm::BasicBlock* whole_end = b_.GetInsertBlock();
     b_.CreateBr(done);
     b_.SetInsertPoint(edge);
-    Value* fresh = own_register(b_, offset);
+    Value* fresh = window ? nullptr : own_register(b_, offset);
     std::map<int, Value*> bits_of;
     auto test = [&](int e0, int e1) {
       if (runs == run_bits_of_.end()) return inside(fresh, e1);
@@ -2248,7 +2361,7 @@ class Emitter {
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it
   std::map<int, const Inst*> bounds_of_;   // an in_bounds tile's value id → its instruction
-  std::map<int, std::vector<Value*>> run_bits_of_;  // one with a lower bound → its rows' bits (words)
+  std::map<int, std::vector<Value*>> run_bits_of_;  // an in_window tile → its rows' bits (words)
   std::map<int, const Inst*> computed_by_;           // an elementwise value's id → its instruction
   std::vector<llvm::Argument*> args_;      // param → its kernel argument
   std::vector<llvm::Argument*> tensor_map_;  // param → its tensor map (TMA), or null

@@ -709,7 +709,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
-      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || (hints.window_ir == 2 && weights_shared));
+      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || hints.window_ir == 2);
       s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
       s.block_online = online_in_block(s, hints);
       return s;
@@ -748,8 +748,10 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  // (A windowed row on Tile IR v2 is one block's: each row's window starts elsewhere.)
-  s.ir_v2 = hints.row_ir == 2 && (!s.window || (hints.window_ir != 1 && weights_shared && s.tile_rows() == 1));
+  // (Windowed rows several a block, or with a weight broadcast along some rows only, on Tile IR
+  // v2 with window_ir 2: not yet measured against the first IR's.)
+  s.ir_v2 = hints.row_ir == 2 &&
+            (!s.window || hints.window_ir == 2 || (hints.window_ir != 1 && weights_shared && s.tile_rows() == 1));
   s.block_online = online_in_block(s, hints);
   if (s.ir_v2 && s.window && weights_along_row == 0) {
     // ptxas left alone gave a 4097-wide bf16 softmax 56 registers (6 blocks of 192 an SM); asked

@@ -332,18 +332,19 @@ struct ScheduleHints {
   // `cluster_online`; level with the first IR on the H200);
   // 1: the first Tile IR's lowerer (a softmax's max and sum merged in one exchange).
   int cluster_ir = 2;
-  // Which Tile IR windowed rows (a width that is not a multiple of the vector width, one a block
-  // or a cluster, any weight along the row shared by every row) are built on. Tile IR v2: the
-  // tensors seen flat, each run's in-row bits, reductions masked by them (`reduce … where
-  // %in_row`: threads whose elements all lie in the row combine them unmasked), weights read
-  // `shifted`, stores between the row's ends (`masked [1 from …]`), under `row_ir` / `cluster_ir`
-  // as the rows' other kernels; or the first Tile IR's lowerer. 0, the default: Tile IR v2 for
-  // rows one block holds (level with the first IR on the H200, or faster: 0.963 on RMSNorm's
-  // 5003-wide bf16 rows), the first IR for rows a cluster holds (Tile IR v2 ran 1.057 on a
-  // 50257-wide bf16 log_softmax, one cluster exchange per reduction where the first IR merges
-  // the max's and the sum's; 1.011 with cluster_online, which was slower on the f32 rows); 1: the
-  // first IR for all; 2: Tile IR v2 for all (bench/NOTES.md, "Windowed rows on Tile IR v2", "One
-  // exchange a pass").
+  // Which Tile IR windowed rows (a width that is not a multiple of the vector width) are built
+  // on. Tile IR v2: the tensors read and written at window columns (`load … window 4`: each row
+  // from the aligned vector its first element lies in), each run's in-row bits (`in_window`),
+  // reductions masked by them (`reduce … where %in_row`: threads whose elements all lie in their
+  // rows combine them unmasked), under `row_ir` / `cluster_ir` as the rows' other kernels; or
+  // the first Tile IR's lowerer. 0, the default: Tile IR v2 for rows one a block whose weights
+  // along the row are shared by every row (level with the first IR on the H200, or faster: 0.963
+  // on RMSNorm's 5003-wide bf16 rows), the first IR for rows a cluster holds (Tile IR v2 ran
+  // 1.057 on a 50257-wide bf16 log_softmax, one cluster exchange per reduction where the first
+  // IR merges the max's and the sum's; 1.011 with cluster_online, which was slower on the f32
+  // rows), for rows several a block and for weights broadcast along some rows only (not yet
+  // measured on v2); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md, "Windowed
+  // rows on Tile IR v2", "One exchange a pass", "Windowed rows several a block").
   int window_ir = 0;
   // Tile IR v2 rows a cluster holds: 1, each pass over the row in one exchange of the cluster's
   // blocks' values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and

@@ -82,14 +82,14 @@ int times_width(Builder& b, int x, int64_t cols, DType dtype) {
   return b.compute(Op::Mul, {x, b.scalar(static_cast<double>(cols), DType::F32)}, dtype);
 }
 
-int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0) {
+int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0, int window) {
   const TileSchedule& s = k.schedule;
   const size_t axis = static_cast<size_t>(n.axes.at(0));
   if (n.shape[axis] == 1) return b.scalar(0, n.dtype);
   const size_t domain_axis = axis + k.domain.size() - n.shape.size();
   int64_t below = 1;  // the domain's elements per step along the axis
   for (size_t d = domain_axis + 1; d < k.domain.size(); ++d) below *= k.domain[d];
-  const int v = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()});
+  const int v = b.linear_iota(row0, col0, s.cols, below, k.domain[domain_axis], {s.tile_rows(), s.tile_cols()}, window);
   return n.dtype == DType::F32 ? v : b.compute(Op::Cast, {v}, n.dtype);
 }
 

@@ -49,8 +49,9 @@ int rescaled(Builder& b, int s, int c_from, int c_to);
 // (rounds_where_computed), as the callers do for every reduction.
 int times_width(Builder& b, int x, int64_t cols, DType dtype);
 // A graph iota in a kernel whose tiles run over the domain's elements in order (row·cols + col):
-// the element's index along the iota's axis, from its index in the domain.
-int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0);
+// the element's index along the iota's axis, from its index in the domain (a windowed row's
+// columns, where `window` is its vector: Inst::window).
+int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0, int window = 0);
 // A row kernel held in one block's or one cluster's registers (TileSchedule::ir_v2; windowed
 // too): row_reduction.cpp.
 Program row_reduction(const Graph& g, const Kernel& k);

@@ -8,12 +8,11 @@ namespace tilefuse::tir {
 
 namespace {
 
-// How often each value is used anywhere in the program (args, limits, lower bounds, shifts).
+// How often each value is used anywhere in the program (args, limits).
 void count_uses(const Region& r, std::map<int, int>& uses) {
   for (const Inst& i : r.body) {
-    for (const std::vector<int>* ids : {&i.args, &i.limits, &i.lower})
+    for (const std::vector<int>* ids : {&i.args, &i.limits})
       for (int v : *ids) ++uses[v];
-    if (i.shift >= 0) ++uses[i.shift];
     for (const Region& inner : i.regions) count_uses(inner, uses);
   }
 }

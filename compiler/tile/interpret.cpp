@@ -337,6 +337,7 @@ class Exec {
         return;
       case Opcode::Iota:
       case Opcode::InBounds:
+      case Opcode::InWindow:
         return positions(i);
       case Opcode::Compute:
         return compute(i);
@@ -433,7 +434,8 @@ class Exec {
     fail(fmt::format("the interpreter has no {}", opcode_name(i.opcode)));
   }
 
-  // Iota and InBounds: the offset plus each element's position along the axis.
+  // Iota and InBounds: the offset plus each element's position along the axis; InWindow: whether
+  // the element's window column is one of its row's.
   void positions(const Inst& i) {
     const Type& t = type(i.results[0]);
     const int64_t rows = rows_of(t), cols = cols_of(t);
@@ -442,17 +444,18 @@ class Exec {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         double x;
-        if (i.opcode == Opcode::Iota && i.args.size() == 2) {  // the linear form
-          int64_t at = (idx(i.args[0]) + r) * i.iota_stride + idx(i.args[1]) + c;
+        if (i.opcode == Opcode::InWindow) {
+          const int64_t row = idx(i.args[0]) + r, width = idx(i.args[2]);
+          const int64_t col = idx(i.args[1]) + c - window_shift(row, width, i.window);
+          x = col >= 0 && col < width;
+        } else if (i.opcode == Opcode::Iota && i.args.size() == 2) {  // the linear form
+          const int64_t row = idx(i.args[0]) + r;
+          int64_t at = row * i.iota_stride + idx(i.args[1]) + c;
+          if (i.window > 0) at -= window_shift(row, i.iota_stride, i.window);
           x = to_f32(static_cast<double>(at / i.iota_div % i.iota_mod));
         } else {
           const int64_t at = idx(i.args[0]) + (i.axis == 0 ? r : c);
-          if (i.opcode == Opcode::Iota) {
-            x = to_f32(static_cast<double>(at));
-          } else {
-            const int64_t lo = i.args.size() == 3 ? idx(i.args[2]) : 0;
-            x = static_cast<uint64_t>(at - lo) < static_cast<uint64_t>(idx(i.args[1]) - lo);
-          }
+          x = i.opcode == Opcode::Iota ? to_f32(static_cast<double>(at)) : at < idx(i.args[1]);
         }
         o[static_cast<size_t>(r * cols + c)] = x;
       }
@@ -648,8 +651,7 @@ class Exec {
     }
     const int limit = d < i.limits.size() ? i.limits[d] : -1;
     const int64_t hi = limit >= 0 ? idx(limit) : index_extent(param(i), d);
-    const int64_t lo = d < i.lower.size() && i.lower[d] >= 0 ? idx(i.lower[d]) : 0;
-    return x >= lo && x < hi;
+    return x >= 0 && x < hi;
   }
   // The element offset of (row, col) in a parameter (codegen's offset(): column-major groups,
   // rows split over the domain's dimensions, or the domain's elements in order).
@@ -718,9 +720,12 @@ class Exec {
   }
   DType dtype_of(const Param& prm) const { return prm.workspace ? DType::F32 : prm.dtype; }
 
+  // A windowed row's column c of row `row` as the parameter's column (Inst::window).
+  int64_t window_column(const Inst& i, int64_t row, int64_t c) const {
+    return i.window > 0 ? c - window_shift(row, param(i).view[1], i.window) : c;
+  }
   // Each element of the result's shape at the offsets plus its position; where a mask excludes
-  // it, NaN (codegen reads some element in bounds there: a value the program must not use),
-  // except a shifted load's (zero outside the view).
+  // it, NaN (codegen reads some element in bounds there: a value the program must not use).
   void load(const Inst& i) {
     const Param& prm = param(i);
     const Type& t = type(i.results[0]);
@@ -729,13 +734,8 @@ class Exec {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t row = idx(i.args[0]) + (rows == 1 ? 0 : r);
-        int64_t col = idx(i.args[1]) + (cols == 1 ? 0 : c);
+        const int64_t col = window_column(i, row, idx(i.args[1]) + (cols == 1 ? 0 : c));
         double& x = o[static_cast<size_t>(r * cols + c)];
-        if (i.shift >= 0) {
-          col -= idx(i.shift);
-          x = col >= 0 && col < prm.view[1] ? read_element(element(i, offset(prm, row, col), "a load"), dtype_of(prm)) : 0.0;
-          continue;
-        }
         const bool past_domain = !prm.elem_dims.empty() && row * prm.view[1] + col >= num_elements(prm.elem_dims);
         x = inside(i, 0, row) && inside(i, 1, col) && !past_domain
                 ? read_element(element(i, offset(prm, row, col), "a load"), dtype_of(prm))
@@ -751,7 +751,8 @@ class Exec {
     const int64_t rows = rows_of(t), cols = cols_of(t);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
-        const int64_t row = idx(i.args[0]) + (rows == 1 ? 0 : r), col = idx(i.args[1]) + (cols == 1 ? 0 : c);
+        const int64_t row = idx(i.args[0]) + (rows == 1 ? 0 : r);
+        const int64_t col = window_column(i, row, idx(i.args[1]) + (cols == 1 ? 0 : c));
         if (!inside(i, 0, row) || !inside(i, 1, col)) continue;
         if (!prm.output && !prm.workspace) fail(fmt::format("a store to input '{}'", prm.name));
         write_element(element(i, offset(prm, row, col), "a store"), dtype_of(prm), at(v, r, c));

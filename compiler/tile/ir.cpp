@@ -84,6 +84,8 @@ const char* opcode_name(Opcode o) {
       return "ceili";
     case Opcode::InBounds:
       return "in_bounds";
+    case Opcode::InWindow:
+      return "in_window";
     case Opcode::Iota:
       return "iota";
     case Opcode::If:
@@ -277,10 +279,12 @@ int Builder::in_bounds(int offset, int limit, int axis, const Shape& shape, Frag
   return emit(i, Type::tile(DType::Bool, shape, Space::Reg, frag));
 }
 
-int Builder::in_range(int offset, int lo, int hi, int axis, const Shape& shape) {
-  const int ok = in_bounds(offset, hi, axis, shape);
-  r_->body.back().args.push_back(lo);
-  return ok;
+int Builder::in_window(int row, int col, int width, int vec, const Shape& shape) {
+  Inst i;
+  i.opcode = Opcode::InWindow;
+  i.args = {row, col, width};
+  i.window = vec;
+  return emit(i, Type::tile(DType::Bool, shape));
 }
 
 int Builder::iota(int offset, int axis, const Shape& shape, Frag frag) {
@@ -291,10 +295,11 @@ int Builder::iota(int offset, int axis, const Shape& shape, Frag frag) {
   return emit(i, Type::tile(DType::F32, shape, Space::Reg, frag));
 }
 
-int Builder::linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape) {
+int Builder::linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape, int window) {
   Inst i;
   i.opcode = Opcode::Iota;
   i.args = {row0, col0};
+  i.window = window;
   i.iota_stride = stride;
   i.iota_div = div;
   i.iota_mod = mod;
@@ -346,9 +351,9 @@ int Builder::load(int param, const std::vector<int>& offsets, const Shape& shape
   return emit(i, Type::tile(p_.params.at(static_cast<size_t>(param)).dtype, shape, Space::Reg, frag));
 }
 
-int Builder::load_shifted(int param, int row, int col, int shift, const Shape& shape) {
-  const int v = load(param, {row, col}, shape, {false, true});
-  r_->body.back().shift = shift;
+int Builder::load_window(int param, int row, int col, const Shape& shape, int vec, bool rows_masked) {
+  const int v = load(param, {row, col}, shape, {rows_masked, true});
+  r_->body.back().window = vec;
   return v;
 }
 
@@ -565,14 +570,9 @@ void Builder::store(int param, const std::vector<int>& offsets, int tile, const 
   emit(i, std::nullopt);
 }
 
-void Builder::store_between(int param, const std::vector<int>& offsets, int tile, int axis, int lo, int hi) {
-  std::vector<bool> masked(offsets.size(), false);
-  std::vector<int> limits(offsets.size(), -1);
-  masked.at(static_cast<size_t>(axis)) = true;
-  limits[static_cast<size_t>(axis)] = hi;
-  store(param, offsets, tile, masked, limits);
-  r_->body.back().lower.assign(offsets.size(), -1);
-  r_->body.back().lower[static_cast<size_t>(axis)] = lo;
+void Builder::store_window(int param, int row, int col, int tile, int vec, bool rows_masked) {
+  store(param, {row, col}, tile, {rows_masked, true});
+  r_->body.back().window = vec;
 }
 
 // The numpy broadcast of the tile arguments' shapes (scalars broadcast to anything).

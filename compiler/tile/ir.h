@@ -156,7 +156,10 @@ enum class Opcode {
   Store,      // args: offsets..., the tile
   Splat,      // a tile of the given type, every element the scalar argument
   InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
-              // (and ≥ arg 2, where given)
+  // Windowed rows (Inst::window): bool tile, args the row and column offsets and the rows' width
+  // W: element (i, j) holds where column c + j of row r + i is one of the row's own elements,
+  // 0 ≤ c + j − window_shift(r + i, W, window) < W (printed `in_window %r, %c, %w vec V`).
+  InWindow,
   Iota,       // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota);
               // with two offsets, the linear index (see Inst::iota_stride)
   Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
@@ -287,6 +290,9 @@ enum class Opcode {
   While,
 };
 const char* opcode_name(Opcode o);
+// Where row `row` of a windowed tensor (rows of `width`, back to back) starts within its aligned
+// vector of `vec` (a power of two): (row · width) mod vec, without forming the product.
+inline int64_t window_shift(int64_t row, int64_t width, int64_t vec) { return row % vec * (width % vec) % vec; }
 // A reduction's (ReduceSum, ReduceMax, ReduceMin) identity — 0, −inf, inf — and the elementwise
 // op that combines two of its partials.
 double identity_of(Op reduction);
@@ -302,13 +308,15 @@ struct Inst {
   int param = -1;            // Load, Store
   std::vector<bool> masked;  // Load, Store: the axes whose offsets may pass the view's extent
   std::vector<int> limits;   // Load, Store: per masked axis, the bound (a value; -1: the view's extent)
-  // Load, Store: per masked axis, a value below which indices are masked too (-1: none): a
-  // window's elements outside the row it holds.
-  std::vector<int> lower;
-  // Load of a row view (one row, a weight shared by the rows): element j along the columns is
-  // column offset + j − shift (a value, 0 ≤ shift < the run's width; -1: none) — a windowed row's
-  // columns, which start `shift` elements before its aligned window. Masked along the columns.
-  int shift = -1;
+  // Windowed rows (printed `window V`): rows whose width W (the parameter's view[1]) is not a
+  // multiple of the vector width V, each read from the aligned vector its first element lies in.
+  // A Load or Store's element (i, j) at offsets (r, c) is the parameter's element (r + i, c + j −
+  // window_shift(r + i, W, V)) — r + i the domain's row, also where the parameter is broadcast
+  // along the rows (a weight shared by them: then each row's tile is shifted by its own place);
+  // its columns are masked, and a load's elements outside [0, W) are unspecified (codegen reads
+  // whole aligned vectors, the neighbouring rows' elements), a store writes only those inside.
+  // Also InWindow's V, and a linear Iota's whose columns are window columns. 0: none.
+  int window = 0;
   int axis = 0;              // ProgramId, Reduce
   int ring = -1;             // CopyAsync, LoadShared, DotAsync (A): the shared ring
   int ring_b = -1;           // DotAsync: B's ring
@@ -465,11 +473,12 @@ class Builder {
   int broadcast_index(int flat, const Shape& dims, const Shape& own);
   int sub(int a, int b);
   int in_bounds(int offset, int limit, int axis, const Shape& shape, Frag frag = Frag::None);
-  // offset + each element's position along `axis` in [lo, hi).
-  int in_range(int offset, int lo, int hi, int axis, const Shape& shape);
+  // Windowed rows (Opcode::InWindow): whether each element at (row, col) is its row's own.
+  int in_window(int row, int col, int width, int vec, const Shape& shape);
   int iota(int offset, int axis, const Shape& shape, Frag frag = Frag::None);
-  // (row0 + row)·stride + col0 + col of each element, / div, % mod, as f32.
-  int linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape);
+  // (row0 + row)·stride + col0 + col of each element, / div, % mod, as f32 (windowed rows of
+  // vector `window`: the column less its row's window_shift).
+  int linear_iota(int row0, int col0, int64_t stride, int64_t div, int64_t mod, const Shape& shape, int window = 0);
   int last_arrival(int workspace_param, int slot, int arrivals);
   void reset_count(int workspace_param, int slot);
   // Runs `body` (given a builder for the region) when the bool scalar `cond` holds.
@@ -518,11 +527,10 @@ class Builder {
   void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
-  // A load of row view `param` (its one row) whose element j along the columns is column
-  // col + j − shift, zero outside the view (a weight along a windowed row).
-  int load_shifted(int param, int row, int col, int shift, const Shape& shape);
-  // A store of the elements whose index along `axis` lies in [lo, hi) only (a window's row).
-  void store_between(int param, const std::vector<int>& offsets, int tile, int axis, int lo, int hi);
+  // Windowed rows of vector `vec` (Inst::window): a load and a store at window columns, their
+  // rows masked against the view's where `rows_masked`.
+  int load_window(int param, int row, int col, const Shape& shape, int vec, bool rows_masked);
+  void store_window(int param, int row, int col, int tile, int vec, bool rows_masked);
   int splat(int scalar, const Shape& shape, Frag frag = Frag::None);
   // `nonpositive_arg`: an exp whose argument is never positive (printed `exp %x nonpositive`).
   int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);

@@ -46,18 +46,18 @@ class Names {
   int next_ = 0;
 };
 
-// " masked [0 < %5, 1, 1 from %7 < %8]": the axes a load or store checks, against a value or its
-// view's extent (and from a lower bound, where it has one).
+// " window 4 masked [0 < %5, 1]": a windowed row's vector width, and the axes a load or store
+// checks, against a value or its view's extent.
 std::string masked(const Inst& i, const Names& value) {
   std::vector<std::string> axes;
   for (size_t d = 0; d < i.masked.size(); ++d)
     if (i.masked[d]) {
       std::string axis = std::to_string(d);
-      if (d < i.lower.size() && i.lower[d] >= 0) axis += fmt::format(" from {}", value(i.lower[d]));
       if (d < i.limits.size() && i.limits[d] >= 0) axis += fmt::format(" < {}", value(i.limits[d]));
       axes.push_back(axis);
     }
-  return axes.empty() ? "" : fmt::format(" masked [{}]", fmt::join(axes, ", "));
+  const std::string window = i.window > 0 ? fmt::format(" window {}", i.window) : "";
+  return axes.empty() ? window : fmt::format("{} masked [{}]", window, fmt::join(axes, ", "));
 }
 
 // Compute and Reduce print the graph op's name (reduce_sum, add, gelu, …).
@@ -80,8 +80,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}const {} : {}\n", pad, lhs, number(i.value), type_of(i.results[0]));
         break;
       case Opcode::Load: {
-        *out += fmt::format("{}{}load %arg{}[{}]{}{} : {}\n", pad, lhs, i.param, values(i.args),
-                            i.shift >= 0 ? fmt::format(" shifted {}", value(i.shift)) : "", masked(i, value),
+        *out += fmt::format("{}{}load %arg{}[{}]{} : {}\n", pad, lhs, i.param, values(i.args), masked(i, value),
                             type_of(i.results[0]));
         break;
       }
@@ -163,8 +162,9 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         break;
       case Opcode::Iota:
         if (i.args.size() == 2) {
-          *out += fmt::format("{}{}{} {} stride {} div {} mod {} : {}\n", pad, lhs, mnemonic(i), values(i.args),
-                              i.iota_stride, i.iota_div, i.iota_mod, type_of(i.results[0]));
+          *out += fmt::format("{}{}{} {} stride {} div {} mod {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args),
+                              i.iota_stride, i.iota_div, i.iota_mod,
+                              i.window > 0 ? fmt::format(" window {}", i.window) : "", type_of(i.results[0]));
           break;
         }
         [[fallthrough]];
@@ -174,6 +174,10 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         break;
       case Opcode::InBounds:
         *out += fmt::format("{}{}{} {} axis {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.axis,
+                            type_of(i.results[0]));
+        break;
+      case Opcode::InWindow:
+        *out += fmt::format("{}{}{} {} vec {} : {}\n", pad, lhs, mnemonic(i), values(i.args), i.window,
                             type_of(i.results[0]));
         break;
       case Opcode::ClusterValues:
@@ -579,6 +583,7 @@ class Parser {
   }
   // " masked [0 < %5, 1]" after a load's, store's or copy's offsets.
   void masks(Inst& i, size_t rank) {
+    if (take_word("window")) i.window = static_cast<int>(integer());
     if (!at_word("masked")) return;
     next();
     i.masked.assign(rank, false);
@@ -589,10 +594,6 @@ class Parser {
       const int64_t d = integer();
       if (d < 0 || d >= static_cast<int64_t>(rank)) fail("a masked axis out of range");
       i.masked[static_cast<size_t>(d)] = true;
-      if (take_word("from")) {
-        i.lower.resize(rank, -1);
-        i.lower[static_cast<size_t>(d)] = use("a lower bound");
-      }
       if (at_punct("<")) {
         next();
         i.limits[static_cast<size_t>(d)] = use("a limit");
@@ -836,7 +837,6 @@ class Parser {
       i.opcode = op == "load" ? Opcode::Load : Opcode::Store;
       param_at(p, i);
       const size_t rank = i.args.size();
-      if (i.opcode == Opcode::Load && take_word("shifted")) i.shift = use("a shift");
       if (i.opcode == Opcode::Store) {
         punct(",");
         i.args.push_back(use("the stored tile"));
@@ -942,12 +942,19 @@ class Parser {
       i.args = {use("an offset")};
       punct(",");
       i.args.push_back(use("a limit"));
-      if (at_punct(",")) {  // and a lower bound
-        next();
-        i.args.push_back(use("a lower bound"));
-      }
       word("axis");
       i.axis = static_cast<int>(integer());
+      punct(":");
+      results({type()});
+    } else if (op == "in_window") {
+      i.opcode = Opcode::InWindow;
+      i.args = {use("a row offset")};
+      punct(",");
+      i.args.push_back(use("a column offset"));
+      punct(",");
+      i.args.push_back(use("the rows' width"));
+      word("vec");
+      i.window = static_cast<int>(integer());
       punct(":");
       results({type()});
     } else if (op == "iota") {
@@ -962,6 +969,7 @@ class Parser {
         i.iota_div = integer();
         word("mod");
         i.iota_mod = integer();
+        if (take_word("window")) i.window = static_cast<int>(integer());
       } else {
         word("axis");
         i.axis = static_cast<int>(integer());

@@ -116,11 +116,7 @@ class Verifier {
       problem(fmt::format("{}: %arg{} is {}", where(i), i.param, prm.output ? "an output" : "an input"));
     for (int limit : i.limits)
       if (limit >= 0 && !is_index(limit)) problem(fmt::format("{}: a mask's limit %{} is not an index", where(i), limit));
-    for (int lower : i.lower)
-      if (lower >= 0 && !is_index(lower)) problem(fmt::format("{}: a mask's lower bound %{} is not an index", where(i), lower));
-    for (size_t d = 0; d < i.lower.size(); ++d)
-      if (i.lower[d] >= 0 && (d >= i.masked.size() || !i.masked[d] || d != 1 || !store))
-        problem(fmt::format("{}: a lower bound on axis {}: only a store's, on its masked columns", where(i), d));
+    if (i.window != 0) window(i, prm, store);
     const size_t offsets = i.args.size() - (store ? 1 : 0);
     if (!i.masked.empty() && i.masked.size() != offsets)
       problem(fmt::format("{}: masks {} axes of {}", where(i), i.masked.size(), offsets));
@@ -136,8 +132,23 @@ class Verifier {
     check_tile_shape(i, t);
     // (A tile may pass a view one element wide where it is masked there: a matmul's K of 1.)
     for (size_t d = 0; d < t.shape.size() && d < prm.view.size(); ++d)
-      if (prm.view[d] == 1 && t.shape[d] != 1 && !(d < i.masked.size() && i.masked[d]))
+      if (prm.view[d] == 1 && t.shape[d] != 1 && !(d < i.masked.size() && i.masked[d]) && !(d == 0 && i.window))
         problem(fmt::format("{}: %arg{} is broadcast along axis {}, but the tile spans {}", where(i), i.param, d, t.shape[d]));
+  }
+
+  // A windowed row's load or store: a row-major view of rows at least a vector wide, its columns
+  // masked against the row's own (no other limit); a store's tensor laid out like the rows
+  // (whole vectors at the windows' aligned starts; a view of one row, a tile of one row).
+  void window(const Inst& i, const Param& prm, bool store) {
+    const bool columns = i.masked.size() == 2 && i.masked[1] && (i.limits.size() < 2 || i.limits[1] < 0);
+    if (prm.view.size() != 2 || prm.view[1] < i.window || prm.col_major || !prm.elem_dims.empty() || !columns ||
+        prm.workspace)
+      problem(fmt::format("{}: a window of {} needs a row-major view of rows at least that wide and its columns "
+                          "masked against the row's",
+                          where(i), i.window));
+    const Type& t = type(i.args.back());
+    if (store && (!prm.row_dims.empty() || (prm.view[0] == 1 && t.is_tile() && t.shape.at(0) != 1)))
+      problem(fmt::format("{}: a windowed store to %arg{}, which is not laid out as the rows", where(i), i.param));
   }
 
   const SharedRing* ring_of(const Inst& i) {
@@ -627,10 +638,15 @@ class Verifier {
       auto defined = [&](int a) {  // (-1: no value)
         if (a >= 0 && !scope.count(a)) problem(fmt::format("{}: %{} is used before it is defined", where(i), a));
       };
-      for (const std::vector<int>* uses : {&i.args, &i.limits, &i.lower})
+      for (const std::vector<int>* uses : {&i.args, &i.limits})
         for (int a : *uses) defined(a);
-      defined(i.shift);
       tickets(i);
+      const bool windowed = i.opcode == Opcode::Load || i.opcode == Opcode::Store || i.opcode == Opcode::InWindow ||
+                            (i.opcode == Opcode::Iota && i.args.size() == 2);
+      if (i.window != 0 && (!windowed || i.window < 2 || i.window > 16 || (i.window & (i.window - 1)) != 0))
+        problem(fmt::format("{}: a window of {} on a {} (a power of two to 16, on a load, a store, in_window or a "
+                            "linear iota)",
+                            where(i), i.window, opcode_name(i.opcode)));
       switch (i.opcode) {
         case Opcode::ProgramId:
           if (i.axis < 0 || i.axis >= static_cast<int>(p_.grid.size()))
@@ -677,15 +693,8 @@ class Verifier {
           if (per_thread_columns(type(tile).frag))
             problem(fmt::format("{}: a {} tile is not loaded or stored (spread or reduce it first)", where(i),
                                 frag_name(type(tile).frag)));
-          if (i.shift >= 0) {
-            const bool row_view = i.param >= 0 && i.param < static_cast<int>(p_.params.size()) &&
-                                  p_.params[static_cast<size_t>(i.param)].view.size() == 2 &&
-                                  p_.params[static_cast<size_t>(i.param)].view[0] == 1;
-            if (i.opcode != Opcode::Load || !is_index(i.shift) || !row_view || i.masked.size() != 2 || !i.masked[1] ||
-                type(tile).frag != Frag::None)
-              problem(fmt::format("{}: a shifted load reads a blocked tile of a one-row view, masked along its columns",
-                                  where(i)));
-          }
+          if (i.window != 0 && type(tile).frag != Frag::None)
+            problem(fmt::format("{}: a windowed row's tile is a blocked one", where(i)));
           break;
         }
         case Opcode::Spread: {
@@ -763,12 +772,21 @@ class Verifier {
           break;
         case Opcode::InBounds: {
           const Type& out = type(i.results.at(0));
-          if (i.args.size() < 2 || i.args.size() > 3 || !is_index(i.args[0]) || !is_index(i.args[1]) ||
-              (i.args.size() == 3 && !is_index(i.args[2])) || !out.is_tile() ||
+          if (i.args.size() != 2 || !is_index(i.args[0]) || !is_index(i.args[1]) || !out.is_tile() ||
               out.dtype != DType::Bool || i.axis < 0 || static_cast<size_t>(i.axis) >= out.shape.size())
             problem(fmt::format("{}: needs an offset, a limit and a bool tile along one of its axes", where(i)));
           if (per_thread_columns(out.frag))
             problem(fmt::format("{}: positions of a {} tile are not elements'", where(i), frag_name(out.frag)));
+          check_tile_shape(i, out);
+          break;
+        }
+        case Opcode::InWindow: {
+          const Type& out = type(i.results.at(0));
+          if (i.args.size() != 3 || !is_index(i.args[0]) || !is_index(i.args[1]) || !is_index(i.args[2]) ||
+              !out.is_tile() || out.dtype != DType::Bool || out.shape.size() != 2 || out.frag != Frag::None ||
+              i.window == 0)
+            problem(fmt::format("{}: needs row and column offsets, the rows' width, a vector and a blocked bool tile",
+                                where(i)));
           check_tile_shape(i, out);
           break;
         }

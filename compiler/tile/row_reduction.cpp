@@ -13,15 +13,15 @@
 // blocks), only the row's columns counting (a mask); what uses it broadcasts the [rows, 1] result.
 // A 16-bit exp of u − c (softmax's exps) is one fma and one ex2 an element (shifted_exp2).
 //
-// Windowed rows (TileSchedule::window: a width that is not a multiple of the vector width) see
-// the tensors laid out like the domain flat: row r is the elements [r·W, (r + 1)·W), read as the
-// tile from the aligned window start r·W − (r·W mod vec) (plus the rank's columns in a cluster),
-// so every access is a whole vector but at the tensor's end; an element is the row's where its
-// index lies in [r·W, (r + 1)·W) (`in_bounds` with a lower bound): reductions mask the others,
-// and stores write only the row's (`masked [1 from r·W < (r + 1)·W]`). A weight shared by the rows
-// is read `shifted` by the row's start's place in its vector (two aligned vectors joined and
-// shifted in registers); one laid out otherwise (broadcast along some rows) is the first Tile
-// IR's still.
+// Windowed rows (TileSchedule::window: a width W that is not a multiple of the vector width)
+// are read and written at window columns (`load … window V`, Inst::window): each row of the
+// tile from the aligned vector its first element lies in, r·W − (r·W mod V) (plus the rank's
+// columns in a cluster), so a tensor laid out as the rows is read in whole vectors but at its
+// end; an element is its row's where its window column less the row's shift lies in [0, W)
+// (`in_window`): reductions mask the others, and stores write only the row's. A tensor along
+// the rows laid out otherwise (a weight shared by them, or broadcast along some) is read from
+// the same columns, each row's run shifted by that row's place (two aligned vectors joined and
+// shifted in registers). A block may hold several rows, each with its own shift.
 //
 // Rows staged through shared memory (TileSchedule::stages, a persistent grid): each tensor along
 // the rows has a bulk ring of `stages` rows (in a cluster, of the block's part of a row). The
@@ -65,7 +65,7 @@ class RowReduction {
 
   Program build() {
     if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || s_.split_blocks > 1 ||
-        s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || ((cluster_ || window_) && s_.tile_rows() != 1) ||
+        s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || (cluster_ && s_.tile_rows() != 1) ||
         !s_.elem_dims.empty() || (s_.block_online && cluster_ && !s_.cluster_online))
       throw CodegenError(fmt::format(
           "kernel {}: Tile IR v2 builds only rows one block or cluster holds, staged or not, not {}",
@@ -94,7 +94,7 @@ class RowReduction {
   void row(Builder& b) {
     masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
     for (size_t i = 0; i < k_.inputs.size(); ++i)
-      if (p_.params[i].view[0] != 1 || flat_[i]) load(b, i);
+      if (p_.params[i].view[0] != 1) load(b, i);
     compute_nodes(b);
     store(b);
   }
@@ -207,23 +207,15 @@ class RowReduction {
     for (size_t i = 0; i < k_.inputs.size(); ++i) p_.params.push_back(param_of(g_, k_.inputs[i], false, views[i], s_));
     for (size_t i = 0; i < k_.outputs.size(); ++i)
       p_.params.push_back(param_of(g_, k_.outputs[i], true, views[k_.inputs.size() + i], s_));
-    flat_.assign(p_.params.size(), false);
     if (!window_) return;
-    for (size_t i = 0; i < p_.params.size(); ++i) {
-      Param& prm = p_.params[i];
-      if (prm.view[1] == 1) continue;
-      if (prm.view == Shape{1, s_.cols} && prm.row_dims.empty() && !prm.output) continue;  // a weight: shifted
-      if (prm.view != Shape{s_.rows, s_.cols} || !prm.row_dims.empty())
+    for (const Param& prm : p_.params)
+      if (prm.output && prm.view[1] != 1 && (prm.view != Shape{s_.rows, s_.cols} || !prm.row_dims.empty()))
         throw CodegenError(
             fmt::format("kernel {}: {} runs along a windowed row laid out unlike the rows", k_.name, prm.name));
-      prm.view = {1, s_.rows * s_.cols};
-      flat_[i] = true;
-    }
     p_.wide_indices |= s_.rows * s_.cols + s_.col_blocks() * s_.tile_cols() > INT32_MAX;
   }
 
-  // The block's first row and column (a windowed row's: its window start) and, windowed, the
-  // row's elements [row_lo, row_hi).
+  // The block's first row and column (a windowed row's: its window column).
   void place(Builder& b) {
     const int pid = b.program_id(0);
     if (cluster_) {
@@ -235,18 +227,13 @@ class RowReduction {
     }
     zero_ = b.index(0);
     if (!cluster_) col0_ = zero_;
-    if (!window_) return;
-    row_lo_ = b.mul(row0_, b.index(s_.cols));
-    row_hi_ = b.add(row_lo_, b.index(s_.cols));
-    shift_ = b.rem(row_lo_, b.index(s_.vec));
-    const int start = b.sub(row_lo_, shift_);
-    rank_col_ = col0_;
-    col0_ = cluster_ ? b.add(start, col0_) : start;
   }
 
+  // (A windowed row's tensor along it has a tile of the block's rows: each is shifted by its own.)
   Shape tile_shape(const Param& prm) const {
-    return Shape{prm.view[0] == 1 ? 1 : s_.tile_rows(), prm.view[1] == 1 ? 1 : s_.tile_cols()};
+    return Shape{prm.view[0] == 1 && !windowed(prm) ? 1 : s_.tile_rows(), prm.view[1] == 1 ? 1 : s_.tile_cols()};
   }
+  bool windowed(const Param& prm) const { return window_ && prm.view[1] != 1; }
   std::vector<int> offsets(const Param& prm) const {
     return std::vector<int>{prm.view[0] == 1 ? zero_ : row0_, prm.view[1] == 1 ? zero_ : col0_};
   }
@@ -254,16 +241,15 @@ class RowReduction {
     return std::vector<bool>{masked_[0] && prm.view[0] != 1, masked_[1] && prm.view[1] != 1};
   }
 
-  // (A weight along a windowed row: its columns from the block's first, `shift` before its window.)
   void load(Builder& b, size_t i) {
     const Param& prm = p_.params[i];
     if (staged_ && ring_of_[i] >= 0) {
       value_of_[k_.inputs[i]] = b.load_stage(ring_of_[i], stage_, zero_, tile_shape(prm));
       return;
     }
-    value_of_[k_.inputs[i]] = window_ && !flat_[i] && prm.view[1] != 1
-                                  ? b.load_shifted(static_cast<int>(i), zero_, rank_col_, shift_, tile_shape(prm))
-                                  : b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
+    value_of_[k_.inputs[i]] =
+        windowed(prm) ? b.load_window(static_cast<int>(i), row0_, col0_, tile_shape(prm), s_.vec, masks(prm)[0])
+                      : b.load(static_cast<int>(i), offsets(prm), tile_shape(prm), masks(prm));
   }
 
   // A 16-bit exp of u − c, u along the row and c per row (softmax's exps), or null; the difference,
@@ -293,8 +279,8 @@ class RowReduction {
       out = b.scalar(n.value, n.dtype);
     } else if (const Node* d = shifted(n)) {
       out = as_used(b, g_, k_, id, shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)));
-    } else if (n.op == Op::Iota) {  // (windowed: from the element's index in the flat domain)
-      out = window_ ? iota_of(b, k_, n, zero_, col0_) : iota_of(b, k_, n, row0_, col0_);
+    } else if (n.op == Op::Iota) {
+      out = iota_of(b, k_, n, row0_, col0_, window_ ? s_.vec : 0);
     } else if (op_info(n.op).kind == OpKind::Reduce && cluster_ && s_.cluster_online) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
@@ -342,7 +328,7 @@ class RowReduction {
   int row_mask(Builder& b) {
     if (!masked_[1]) return -1;
     if (in_row_ < 0)
-      in_row_ = window_ ? b.in_range(col0_, row_lo_, row_hi_, 1, {1, s_.tile_cols()})
+      in_row_ = window_ ? b.in_window(row0_, col0_, b.index(s_.cols), s_.vec, {s_.tile_rows(), s_.tile_cols()})
                         : b.in_bounds(col0_, b.index(s_.cols), 1, {1, s_.tile_cols()});
     return in_row_;
   }
@@ -582,8 +568,8 @@ class RowReduction {
     auto shape = [&](const Param& prm) { return tile_shape(prm); };
     auto one = [&](int param, int v) {
       const Param& prm = p_.params[static_cast<size_t>(param)];
-      if (flat_[static_cast<size_t>(param)])
-        b.store_between(param, offsets(prm), v, 1, row_lo_, row_hi_);
+      if (windowed(prm))
+        b.store_window(param, row0_, col0_, v, s_.vec, masks(prm)[0]);
       else
         b.store(param, offsets(prm), v, masks(prm));
     };
@@ -597,12 +583,9 @@ class RowReduction {
   const bool cluster_, window_, staged_;
   const RowPasses passes_;
   Program p_;
-  std::vector<bool> flat_;  // windowed: seen as one row of all its elements
   std::vector<bool> masked_;
   std::map<NodeId, int> value_of_;
   int row0_ = -1, col0_ = -1, zero_ = -1, in_row_ = -1;
-  int row_lo_ = -1, row_hi_ = -1;  // windowed: the row's elements,
-  int shift_ = -1, rank_col_ = -1;  // their start's place in its vector, the block's first column
   // Staged rows: each input's bulk ring (-1: none), the workspace (claimed), the rows, the rows
   // dealt before the loop (groups × stages), the stage of this iteration, the row its refill puts
   // there (the claimed ticket, or the row `stages` ahead) and the next ticket (claimed).

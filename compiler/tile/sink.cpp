@@ -18,6 +18,7 @@ bool movable(const Inst& i) {
     case Opcode::IndexSub:
     case Opcode::Splat:
     case Opcode::InBounds:
+    case Opcode::InWindow:
     case Opcode::Iota:
     case Opcode::Compute:
       return i.regions.empty();
@@ -28,7 +29,7 @@ bool movable(const Inst& i) {
 
 bool uses(const Inst& i, int v) {
   auto has = [&](const std::vector<int>& ids) { return std::find(ids.begin(), ids.end(), v) != ids.end(); };
-  if (has(i.args) || has(i.limits) || has(i.lower) || i.shift == v) return true;
+  if (has(i.args) || has(i.limits)) return true;
   for (const Region& r : i.regions)
     for (const Inst& inner : r.body)
       if (uses(inner, v)) return true;

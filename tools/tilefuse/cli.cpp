@@ -106,10 +106,11 @@ common options:
                                distributed shared memory (2, the default), or on the first Tile
                                IR (1)
   --window-ir 0|1|2            windowed rows (odd widths in aligned vectors) built on Tile IR v2
-                               (the tensors seen flat, weights read shifted, stores between the
-                               row's ends) or on the first Tile IR: 0, the default, v2 for rows
-                               one block holds and the first IR for rows a cluster holds; 1 the
-                               first IR for all; 2 v2 for all (clusters with --cluster-ir 2)
+                               (window columns: each row from its own aligned start, stores of
+                               the row's elements only) or on the first Tile IR: 0, the default,
+                               v2 for one row a block, the first IR for rows a cluster holds or
+                               several a block; 1 the first IR for all; 2 v2 for all (clusters
+                               with --cluster-ir 2)
   --cluster-online 0|1         rows a cluster holds on Tile IR v2: 1, one exchange of the blocks'
                                values a pass over the row (a softmax's max and sum together, each
                                block's sum rescaled to the row's max); 0, the default, one a
