@@ -476,34 +476,15 @@ class Emitter {
     }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
-  // A run of `width` elements from flat element `first`: one vector load where `whole`, else
-  // those before `total` one at a time (the rest 0), met as one vector value.
+  // A run of `width` elements from flat element `first`: whole where `whole`, else those before
+  // `total` one at a time (the rest 0).
   Value* flat_run(Value* base, llvm::Type* ty, Value* first, int width, int64_t total, Value* whole, llvm::Align align) {
-    auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
-    auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "window_vector", fn_);
-    auto* tail = llvm::BasicBlock::Create(b_.getContext(), "window_elements", fn_);
-    auto* done = llvm::BasicBlock::Create(b_.getContext(), "window_loaded", fn_);
-    b_.CreateCondBr(whole, vec_bb, tail);
-    b_.SetInsertPoint(vec_bb);
-    Value* v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, first), align);
-    b_.CreateBr(done);
-    b_.SetInsertPoint(tail);
-    Value* parts = llvm::Constant::getNullValue(vty);
-    for (int e = 0; e < width; ++e) {
+    return whole_or_elements(ty, width, whole, b_.CreateInBoundsGEP(ty, base, first), align, [&](int e) {
       Value* at = b_.CreateAdd(first, b_.getInt64(e));
       Value* in = b_.CreateICmpULT(at, b_.getInt64(total));
-      Value* x = b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, b_.CreateSelect(in, at, b_.getInt64(0))),
-                                      llvm::Align(dtype_size_of(ty)));
-      parts = b_.CreateInsertElement(parts, b_.CreateSelect(in, x, llvm::Constant::getNullValue(ty)), static_cast<uint64_t>(e));
-    }
-    b_.CreateBr(done);
-    b_.SetInsertPoint(done);
-    llvm::PHINode* phi = b_.CreatePHI(vty, 2);
-    phi->addIncoming(v, vec_bb);
-    phi->addIncoming(parts, tail);
-    return phi;
+      return std::make_pair(in, b_.CreateInBoundsGEP(ty, base, b_.CreateSelect(in, at, b_.getInt64(0))));
+    });
   }
-  static uint64_t dtype_size_of(llvm::Type* ty) { return ty->getPrimitiveSizeInBits() / 8; }
   // A windowed row's store (to a tensor laid out as the rows): each run whole where all its
   // elements are the row's, else those that are one at a time (the row's two ends).
   void store_window(const Inst& i) {
@@ -647,27 +628,37 @@ class Emitter {
     });
   }
 
-  // A run that may pass the view's end along its columns: one vector load where it fits, else
-  // its elements inside the view (the rest 0), met as one vector value (a load used only by
-  // extracts would be split into element loads and sunk into the join).
+  // A run that may pass the view's end along its columns: whole where it fits, else its elements
+  // inside the view (the rest 0).
   Value* straddling_load(const Inst& i, Value* base, llvm::Type* ty, Value* row, Value* col, int width, Value* whole) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(width));
+    return whole_or_elements(ty, width, whole, b_.CreateInBoundsGEP(ty, base, offset(prm, row, col)), align, [&](int e) {
+      Value* c = b_.CreateAdd(col, index(e));
+      Value* in = inside(i, 1, c);
+      return std::make_pair(in, b_.CreateInBoundsGEP(ty, base, offset(prm, row, b_.CreateSelect(in, c, col))));
+    });
+  }
+  // A run of `width` elements of `ty` as one vector value: one load at `at` where `whole`, else
+  // element e from where element(e) points, where it says it lies inside (0 elsewhere), met as
+  // one vector value (a load used only by extracts would be split into element loads and sunk
+  // into the join).
+  Value* whole_or_elements(llvm::Type* ty, int width, Value* whole, Value* at, llvm::Align align,
+                           const std::function<std::pair<Value*, Value*>(int)>& element) {
     auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
     auto* vec_bb = llvm::BasicBlock::Create(b_.getContext(), "run_load", fn_);
     auto* tail = llvm::BasicBlock::Create(b_.getContext(), "tail_load", fn_);
     auto* done = llvm::BasicBlock::Create(b_.getContext(), "run_loaded", fn_);
     b_.CreateCondBr(whole, vec_bb, tail);
     b_.SetInsertPoint(vec_bb);
-    Value* v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, offset(prm, row, col)),
-                                    llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
+    Value* v = b_.CreateAlignedLoad(vty, at, align);
     b_.CreateBr(done);
     b_.SetInsertPoint(tail);
     Value* parts = llvm::Constant::getNullValue(vty);
+    const llvm::Align one(ty->getPrimitiveSizeInBits() / 8);
     for (int e = 0; e < width; ++e) {
-      Value* c = b_.CreateAdd(col, index(e));
-      Value* in = inside(i, 1, c);
-      Value* x = b_.CreateAlignedLoad(ty, b_.CreateInBoundsGEP(ty, base, offset(prm, row, b_.CreateSelect(in, c, col))),
-                                      llvm::Align(dtype_size(prm.dtype)));
+      const auto [in, ptr] = element(e);
+      Value* x = b_.CreateAlignedLoad(ty, ptr, one);
       parts = b_.CreateInsertElement(parts, b_.CreateSelect(in, x, llvm::Constant::getNullValue(ty)), static_cast<uint64_t>(e));
     }
     b_.CreateBr(done);
