@@ -427,7 +427,8 @@ class Emitter {
   // where a run may straddle the end (an element count that is not a multiple of the run),
   // that run is read element by element. One laid out otherwise (a weight shared by the rows,
   // or broadcast along some of them) has the two aligned vectors around the run read and
-  // shifted in registers (unaligned_vector; zero past the tensor's ends).
+  // shifted in registers (unaligned_vector; zero past the tensor's ends), or — runs of under 4
+  // bytes — its elements one at a time.
   void load_window(const Inst& i) {
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const Type& t = type(i.results[0]);
@@ -435,9 +436,9 @@ class Emitter {
     const int width = run(t, &axis);
     const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
     const bool as_rows = prm.view[0] != 1 && prm.row_dims.empty();
-    if (axis != 1 || (!as_rows && width * size % 4 != 0))
-      throw CodegenError(fmt::format("kernel {}: a windowed load of runs of {} {} elements", p_.name, width,
-                                     dtype_name(prm.dtype)));
+    if (axis != 1) throw CodegenError(fmt::format("kernel {}: a windowed load of a column", p_.name));
+    const bool words = width * size % 4 == 0;  // (unaligned_vector joins 32-bit words)
+    const bool widely_used = uses_[static_cast<size_t>(i.results[0])] > 64;  // (as load())
     llvm::Type* ty = storage_type(b_, prm.dtype);
     Value* base = args_[static_cast<size_t>(i.param)];
     const int64_t total = own_elements(prm);
@@ -456,9 +457,16 @@ class Emitter {
       for (int e1 = 0; e1 < n1; e1 += width) {
         Value* col = b_.CreateAdd(one(i.args[1]), b_.CreateZExt(position(t, 1, e1), index_ty()));
         Value* v;
-        if (!as_rows) {
+        if (!as_rows && words) {
           Value* first = b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty()));
           v = unaligned_vector(b_, fn_, base, ty, size, total, first, width, prm.name);
+        } else if (!as_rows) {
+          Value* first = b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty()));
+          v = whole_or_elements(ty, width, b_.getFalse(), base, align, [&](int e) {
+            Value* at = b_.CreateAdd(first, b_.getInt64(e));
+            Value* in = b_.CreateICmpULT(at, b_.getInt64(total));  // (a negative index: past it, unsigned)
+            return std::make_pair(in, b_.CreateInBoundsGEP(ty, base, b_.CreateSelect(in, at, b_.getInt64(0))));
+          });
         } else {
           Value* first = b_.CreateAdd(row_at, col, "", true, true);
           Value* whole = b_.CreateICmpULE(b_.CreateAdd(first, index(width)), index(total));
@@ -469,9 +477,10 @@ class Emitter {
             v = b_.CreateAlignedLoad(vty, b_.CreateInBoundsGEP(ty, base, at), align, prm.name);
           }
         }
-        for (int c = 0; c < width; ++c)
-          out[static_cast<size_t>(e0 * n1 + e1 + c)] =
-              to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
+        for (int c = 0; c < width; ++c) {
+          Value* x = to_compute(b_, b_.CreateExtractElement(v, static_cast<uint64_t>(c)), prm.dtype);
+          out[static_cast<size_t>(e0 * n1 + e1 + c)] = widely_used && x->getType()->isFloatTy() ? own_register(b_, x) : x;
+        }
       }
     }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
@@ -497,7 +506,8 @@ class Emitter {
     llvm::Type* ty = storage_type(b_, prm.dtype);
     const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
     const llvm::Align one_element(dtype_size(prm.dtype));
-    const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(std::min(width, i.window)));
+    // (A view of one row is aligned only at row 0's start: its tile's row offset is not known 0.)
+    const llvm::Align align(dtype_size(prm.dtype) * static_cast<size_t>(prm.view[0] == 1 ? 1 : std::min(width, i.window)));
     const int n1 = slots(t, 1);
     for (int e0 = 0; e0 < slots(t, 0); ++e0) {
       Value* ok0;
@@ -1075,6 +1085,9 @@ class Emitter {
       for (int a : c->args)
         if (type(a).is_tile() && type(a).shape[1] != 1 && !inputs.count(a) &&
             std::none_of(chain.begin(), chain.end(), [&](const Inst* m) { return m->results[0] == a; })) {
+          // (An input one row high broadcast over a mask of several rows a thread: kept as it
+          // is, its elements outside each row selected away by `test` below.)
+          if (type(a).shape[0] == 1 && slots(mt, 0) > 1) continue;
           std::vector<Value*>& xs = vals_[static_cast<size_t>(a)];
           inputs[a] = xs;
           for (int a0 = 0; a0 < slots(type(a), 0); ++a0)

@@ -315,7 +315,9 @@ struct Inst {
   // along the rows (a weight shared by them: then each row's tile is shifted by its own place);
   // its columns are masked, and a load's elements outside [0, W) are unspecified (codegen reads
   // whole aligned vectors, the neighbouring rows' elements), a store writes only those inside.
-  // Also InWindow's V, and a linear Iota's whose columns are window columns. 0: none.
+  // The column offset c is a multiple of V (codegen's vector accesses rely on it), and the tile
+  // spans the columns. Also InWindow's V, and a linear Iota's whose columns are window columns
+  // (InWindow's width and the iota's stride are the rows' W). 0: none.
   int window = 0;
   int axis = 0;              // ProgramId, Reduce
   int ring = -1;             // CopyAsync, LoadShared, DotAsync (A): the shared ring

@@ -146,8 +146,11 @@ class Verifier {
       problem(fmt::format("{}: a window of {} needs a row-major view of rows at least that wide and its columns "
                           "masked against the row's",
                           where(i), i.window));
-    const Type& t = type(i.args.back());
-    if (store && (!prm.row_dims.empty() || (prm.view[0] == 1 && t.is_tile() && t.shape.at(0) != 1)))
+    if (i.args.empty() || (!store && i.results.empty())) return;
+    const Type& t = store ? type(i.args.back()) : type(i.results[0]);
+    if (!t.is_tile() || t.shape.size() != 2 || t.shape[1] == 1)
+      problem(fmt::format("{}: a windowed row's tile spans its columns", where(i)));
+    else if (store && (!prm.row_dims.empty() || (prm.view[0] == 1 && t.shape[0] != 1)))
       problem(fmt::format("{}: a windowed store to %arg{}, which is not laid out as the rows", where(i), i.param));
   }
 
