@@ -44,7 +44,7 @@ expect two-warpgroups 0 "128 query rows per block" -- "$tf" plan attention --att
 expect odd-threads 2 "block_threads \(--block-threads 33\) must be a power of two" -- "$tf" plan bias_gelu --block-threads 33
 expect no-cluster-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --max-cluster 1 --split 0
 expect sm80-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --target sm_80
-expect sm80-no-cluster 0 "threads, [0-9]+ blocks\), built on Tile IR v2, 4-wide vectors" -- "$tf" plan softmax_32k --target sm_80
+expect sm80-no-cluster 0 "threads, [0-9]+ blocks\), (a block barrier a pass, )?built on Tile IR v2, 4-wide vectors" -- "$tf" plan softmax_32k --target sm_80
 expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
 expect explain 0 "max 2, sum 1.3678794: probabilities \[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
 expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row 3,3 --tile 1

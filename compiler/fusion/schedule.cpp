@@ -432,7 +432,8 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
 // cluster_online) over two or more whole warps: one block barrier a pass where the hint asks for
 // it (TileSchedule::block_online).
 static bool online_in_block(const TileSchedule& s, const ScheduleHints& hints) {
-  return hints.block_online == 1 && s.ir_v2 && (s.cluster_blocks == 1 || s.cluster_online) &&
+  return (hints.block_online == 1 || (hints.block_online < 0 && !s.window)) && s.ir_v2 &&
+         (s.cluster_blocks == 1 || s.cluster_online) &&
          s.threads_per_row % 32 == 0 && s.threads_per_row >= 64;
 }
 
@@ -619,10 +620,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   // columns: 0.097 against 0.105; bench/NOTES.md, "Odd widths: fewer instructions").
   const int full = vector_width(int64_t{1} << 20, dtypes);
   int weights_along_row = 0;
-  bool weights_shared = true;  // every weight along the row is one row that every row shares
   for (const Shape& v : views) {
     weights_along_row += v.back() != 1 && v != s.dims;
-    weights_shared &= v.back() == 1 || v == s.dims || num_elements(v) == v.back();
   }
   if (s.vec < full && s.cols >= 4 * full && (hints.window == 1 || (hints.window < 0 && weights_along_row <= 1))) {
     s.vec = full;
@@ -657,7 +656,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
   if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
-    s.ir_v2 = hints.staged_ir == 2;  // (one block a row claimed, or a cluster's taken grid-stride)
+    // (One block a row claimed, or a cluster's taken grid-stride: v2 by default for the former.)
+    s.ir_v2 = hints.staged_ir == 2 || (hints.staged_ir == 0 && s.claims_rows());
     s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
     s.block_online = online_in_block(s, hints);
     return s;
@@ -748,10 +748,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  // (Windowed rows several a block, or with a weight broadcast along some rows only, on Tile IR
-  // v2 with window_ir 2: not yet measured against the first IR's.)
-  s.ir_v2 = hints.row_ir == 2 &&
-            (!s.window || hints.window_ir == 2 || (hints.window_ir != 1 && weights_shared && s.tile_rows() == 1));
+  s.ir_v2 = hints.row_ir == 2 && (!s.window || hints.window_ir != 1);
   s.block_online = online_in_block(s, hints);
   if (s.ir_v2 && s.window && weights_along_row == 0) {
     // ptxas left alone gave a 4097-wide bf16 softmax 56 registers (6 blocks of 192 an SM); asked

@@ -337,14 +337,13 @@ struct ScheduleHints {
   // from the aligned vector its first element lies in), each run's in-row bits (`in_window`),
   // reductions masked by them (`reduce … where %in_row`: threads whose elements all lie in their
   // rows combine them unmasked), under `row_ir` / `cluster_ir` as the rows' other kernels; or
-  // the first Tile IR's lowerer. 0, the default: Tile IR v2 for rows one a block whose weights
-  // along the row are shared by every row (level with the first IR on the H200, or faster: 0.963
-  // on RMSNorm's 5003-wide bf16 rows), the first IR for rows a cluster holds (Tile IR v2 ran
-  // 1.057 on a 50257-wide bf16 log_softmax, one cluster exchange per reduction where the first
-  // IR merges the max's and the sum's; 1.011 with cluster_online, which was slower on the f32
-  // rows), for rows several a block and for weights broadcast along some rows only (not yet
-  // measured on v2); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md, "Windowed
-  // rows on Tile IR v2", "One exchange a pass", "Windowed rows several a block").
+  // the first Tile IR's lowerer. 0, the default: Tile IR v2 for rows a block holds, one or
+  // several (level with the first IR on the H200, or faster: 0.963 on RMSNorm's 5003-wide bf16
+  // rows, 0.970 on 1003-wide ones four a block), the first IR for rows a cluster holds (Tile IR
+  // v2 ran 1.046–1.057 on a 50257-wide bf16 log_softmax, one cluster exchange per reduction
+  // where the first IR merges the max's and the sum's; 1.011 with cluster_online, which was
+  // slower on the f32 rows); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md,
+  // "Windowed rows on Tile IR v2", "One exchange a pass", "Windowed rows several a block").
   int window_ir = 0;
   // Tile IR v2 rows a cluster holds: 1, each pass over the row in one exchange of the cluster's
   // blocks' values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and
@@ -357,16 +356,20 @@ struct ScheduleHints {
   // Which Tile IR persistent rows staged through shared memory (not split) are built on: 2, Tile
   // IR v2 (bulk rings: the block's first thread fills each stage with a row — claimed from a
   // counter where one block holds a row, grid-stride where a cluster does — and records it
-  // beside the stage, a `while` over the stages' rows until an end mark); 1, the default, the
-  // first Tile IR's lowerer (on the H200 v2 ran level on 16-bit claimed rows, 1–1.8% slower on
-  // f32 ones, 1.13–1.45× slower over clusters: bench/NOTES.md, "Staged rows on Tile IR v2").
-  int staged_ir = 1;
+  // beside the stage, a `while` over the stages' rows until an end mark); 1, the first Tile IR's
+  // lowerer; 0, the default, Tile IR v2 for rows claimed one a block and the first IR for rows a
+  // cluster holds (on the H200, with block_online, v2 ran level with the first IR on claimed
+  // rows, f32 and bf16, and 1.10× slower over clusters: bench/NOTES.md, "Staged rows on Tile IR
+  // v2", "Windowed rows several a block … measured").
+  int staged_ir = 0;
   // Tile IR v2 rows a block holds over two or more whole warps, staged or not, and a block's
   // parts of rows a cluster holds with cluster_online 1: 1, each pass over the row in one block
   // barrier — a softmax's max and sum together, each warp's sum of exp(x − c(m_w)) and what uses
   // its terms rescaled by exp(c(m_w) − c(M)) to the row's max M, as the first Tile IR's lowerer
-  // does; 0, the default, a barrier per reduction.
-  int block_online = 0;
+  // does; 0, a barrier per reduction; -1, the default: 1 but for windowed rows (level on the H200
+  // with a barrier per reduction on resident rows, and what brings claimed rows on v2 level with
+  // the first IR; windowed rows of several a block spill at their register cap with it).
+  int block_online = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
