@@ -49,10 +49,10 @@ std::unique_ptr<llvm::Module> Lowering::run() {
                                    p_.name, s_.tile_rows()));
   if (s_.window && (s_.rows_per_thread != 1 || s_.split_blocks > 1 || s_.stages > 0))
     throw CodegenError(fmt::format("kernel {}: windowed rows are held in registers, one row per thread", p_.name));
+  if (s_.claims_rows() && s_.split_blocks == 1)
+    throw CodegenError(fmt::format("kernel {}: rows claimed one a block are built on Tile IR v2", p_.name));
   if (s_.split_blocks > 1)
     lower_split();
-  else if (s_.claims_rows())
-    lower_claimed();
   else if (s_.stages > 0)
     lower_staged();
   else

@@ -149,7 +149,6 @@ class Lowering {
 
   void block_barrier() {
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
-    if (after_barrier_) std::exchange(after_barrier_, nullptr)();
   }
 
   // Shared slots for one value per warp (or cluster rank) per row: in a persistent loop two
@@ -236,18 +235,13 @@ class Lowering {
   void wait_stage(Value* stage, Value* phase);
   void read_stage(Value* stage);
 
-  // Rows of a cluster's blocks (rows of one block are claimed: lower_claimed). The grid holds
+  // Rows of a cluster's blocks (rows claimed one a block are Tile IR v2's). The grid holds
   // as many row groups (clusters) as fit at once; group g reduces rows g, g + groups, … Thread 0 keeps
   // `stages` rows ahead in flight. Every thread waits on the stage's mbarrier (its phase flips once per use),
   // copies the part into registers, and after a block barrier (all have read it) thread 0 refills the stage
   // with the row `stages` ahead; the row is then reduced and written from registers while that copy is in
   // flight.
   void lower_staged();
-  // The same pipeline with rows claimed from a counter in the workspace (claims_rows()): after
-  // the first `stages` rows, dealt grid-stride, thread 0 claims a row for each stage it refills
-  // and records it beside the stage (an end mark once the rows run out), so a block takes rows
-  // as fast as it finishes them; one block barrier per row.
-  void lower_claimed();
 
   // ---- split rows: a row's parts are tasks of the persistent grid (lower_split.cpp) ----
 
@@ -361,9 +355,6 @@ class Lowering {
   Value* tr_ = nullptr;          // thread's row within the block
   Value* rank_ = nullptr;        // block's column block (i32): its rank in a row's cluster
   bool cluster_joined_ = false;  // the cluster's start barrier has been waited on
-  // Emitted once right after the next block barrier (a persistent loop's stage refill, which
-  // must follow every thread's reads of the stage).
-  std::function<void()> after_barrier_;
   Value* row_parity_ = nullptr;        // persistent kernels: the parity of the block's row count
   std::vector<Value*> cols_, col_ok_;  // per chunk: column indices (index_ty) and their masks
   std::vector<Value*> rows_, row_ok_;  // per row of the thread: row indices (index_ty), masks

@@ -672,7 +672,7 @@ void check_fusion_options(const FusionOptions& o) {
   if (h.window_ir < 0 || h.window_ir > 2) throw bad_hint("window_ir", "--window-ir", h.window_ir, "0, 1 or 2");
   if (h.cluster_online < 0 || h.cluster_online > 1)
     throw bad_hint("cluster_online", "--cluster-online", h.cluster_online, "0 or 1");
-  if (h.staged_ir < 0 || h.staged_ir > 2) throw bad_hint("staged_ir", "--staged-ir", h.staged_ir, "0, 1 or 2");
+  if (h.staged_ir < 1 || h.staged_ir > 2) throw bad_hint("staged_ir", "--staged-ir", h.staged_ir, "1 or 2");
   if (h.block_online < -1 || h.block_online > 1)
     throw bad_hint("block_online", "--block-online", h.block_online, "0 or 1");
   for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})

@@ -656,8 +656,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
   if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
-    // (One block a row claimed, or a cluster's taken grid-stride: v2 by default for the former.)
-    s.ir_v2 = hints.staged_ir == 2 || (hints.staged_ir == 0 && s.claims_rows());
+    // (One block a row claimed — always v2 —, or a cluster's taken grid-stride.)
+    s.ir_v2 = hints.staged_ir == 2 || s.claims_rows();
     s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
     s.block_online = online_in_block(s, hints);
     return s;

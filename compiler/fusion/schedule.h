@@ -356,12 +356,12 @@ struct ScheduleHints {
   // Which Tile IR persistent rows staged through shared memory (not split) are built on: 2, Tile
   // IR v2 (bulk rings: the block's first thread fills each stage with a row — claimed from a
   // counter where one block holds a row, grid-stride where a cluster does — and records it
-  // beside the stage, a `while` over the stages' rows until an end mark); 1, the first Tile IR's
-  // lowerer; 0, the default, Tile IR v2 for rows claimed one a block and the first IR for rows a
-  // cluster holds (on the H200, with block_online, v2 ran level with the first IR on claimed
-  // rows, f32 and bf16, and 1.10× slower over clusters: bench/NOTES.md, "Staged rows on Tile IR
-  // v2", "Windowed rows several a block … measured").
-  int staged_ir = 0;
+  // beside the stage, a `while` over the stages' rows until an end mark) for all; 1, the
+  // default, Tile IR v2 for rows claimed one a block (their only form since the H200 ran it
+  // level with the first IR's, f32 and bf16, with block_online) and the first IR's lowerer for
+  // rows a cluster holds (v2 ran 1.10× slower there: bench/NOTES.md, "Staged rows on Tile IR
+  // v2", "Windowed rows several a block").
+  int staged_ir = 1;
   // Tile IR v2 rows a block holds over two or more whole warps, staged or not, and a block's
   // parts of rows a cluster holds with cluster_online 1: 1, each pass over the row in one block
   // barrier — a softmax's max and sum together, each warp's sum of exp(x − c(m_w)) and what uses

@@ -115,11 +115,11 @@ common options:
                                values a pass over the row (a softmax's max and sum together, each
                                block's sum rescaled to the row's max); 0, the default, one a
                                reduction
-  --staged-ir 0|1|2            persistent rows staged through shared memory (claimed from a
-                               counter, or a cluster's taken grid-stride): on Tile IR v2 (2: bulk
-                               rings filled by the block's first thread, a while loop over the
-                               rows the stages hold) or on the first Tile IR (1); 0, the default,
-                               v2 for rows claimed one a block, the first IR for a cluster's
+  --staged-ir 1|2              persistent rows staged through shared memory (claimed from a
+                               counter, or a cluster's taken grid-stride): rows claimed one a
+                               block are on Tile IR v2 (bulk rings filled by the block's first
+                               thread, a while loop over the rows the stages hold); a cluster's
+                               on the first Tile IR (1, the default) or on v2 too (2)
   --block-online 0|1           rows one block holds on Tile IR v2 over whole warps: 1, one block
                                barrier a pass over the row (each warp's max and online sum
                                gathered into every warp together, each warp's sum rescaled to the
@@ -220,7 +220,7 @@ struct Args {
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
       attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, cluster_ir = 2, window_ir = 0,
-      cluster_online = 0, staged_ir = 0, block_online = -1;
+      cluster_online = 0, staged_ir = 1, block_online = -1;
   std::optional<uint64_t> seed;
 };
 
@@ -375,7 +375,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--cluster-online")
       a.cluster_online = parse_int(s, value(), 0, 1);
     else if (s == "--staged-ir")
-      a.staged_ir = parse_int(s, value(), 0, 2);
+      a.staged_ir = parse_int(s, value(), 1, 2);
     else if (s == "--block-online")
       a.block_online = parse_int(s, value(), 0, 1);
     else if (s == "--wgmma")
