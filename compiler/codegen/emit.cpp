@@ -445,7 +445,7 @@ class Emitter {
     const llvm::Align align(static_cast<uint64_t>(size * std::min(width, i.window)));
     const int n1 = slots(t, 1);
     std::vector<Value*> out(static_cast<size_t>(slots(t, 0) * n1));
-    const bool straddles = total % width != 0 || width > i.window;
+    const bool may_straddle = total % width != 0 || width > i.window;
     auto* vty = llvm::FixedVectorType::get(ty, static_cast<unsigned>(width));
     for (int e0 = 0; e0 < slots(t, 0); ++e0) {
       Value* ok0;
@@ -460,17 +460,13 @@ class Emitter {
         if (!as_rows && words) {
           Value* first = b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty()));
           v = unaligned_vector(b_, fn_, base, ty, size, total, first, width, prm.name);
-        } else if (!as_rows) {
-          Value* first = b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty()));
-          v = whole_or_elements(ty, width, b_.getFalse(), base, align, [&](int e) {
-            Value* at = b_.CreateAdd(first, b_.getInt64(e));
-            Value* in = b_.CreateICmpULT(at, b_.getInt64(total));  // (a negative index: past it, unsigned)
-            return std::make_pair(in, b_.CreateInBoundsGEP(ty, base, b_.CreateSelect(in, at, b_.getInt64(0))));
-          });
+        } else if (!as_rows) {  // (element by element: a negative index is past `total` unsigned)
+          v = flat_run(base, ty, b_.CreateAdd(row_at, b_.CreateZExt(col, b_.getInt64Ty())), width, total,
+                       b_.getFalse(), align);
         } else {
           Value* first = b_.CreateAdd(row_at, col, "", true, true);
           Value* whole = b_.CreateICmpULE(b_.CreateAdd(first, index(width)), index(total));
-          if (straddles) {
+          if (may_straddle) {
             v = flat_run(base, ty, b_.CreateZExt(first, b_.getInt64Ty()), width, total, whole, align);
           } else {
             Value* at = b_.CreateZExt(b_.CreateSelect(whole, first, index(0)), b_.getInt64Ty());
@@ -867,33 +863,27 @@ class Emitter {
   // The offset (arg 0) plus each of the result's elements' position along `axis`, as `f` makes
   // it an element.
   template <typename F>
-  void positions(const Inst& i, F f, Value* offset = nullptr) {
+  void positions(const Inst& i, F f) {
     const Type& t = type(i.results[0]);
     const size_t d = static_cast<size_t>(i.axis);
     std::vector<Value*> out;
     for (int e0 = 0; e0 < slots(t, 0); ++e0)
       for (int e1 = 0; e1 < slots(t, 1); ++e1) {
-        Value* at = offset ? offset : one(i.args[0]);
+        Value* at = one(i.args[0]);
         if (t.shape[d] != 1) at = b_.CreateAdd(at, b_.CreateZExt(position(t, d, d == 0 ? e0 : e1), index_ty()));
         out.push_back(f(at));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
-  // Whether offset + each element's position along the axis is below the limit (arg 1) and, where
-  // given, not below the lower bound (arg 2). With a lower bound, along a blocked tile's columns
-  // (a window's row) each run of the thread's consecutive elements takes its bits at once
-  // (run_bits) and each element its bit — a register a run, where the elements' columns held to
-  // the last use were a register each (and spilled at 64); elsewhere one unsigned compare of
-  // (offset − lo) + position against hi − lo.
+  // Whether offset + each element's position along the axis is below the limit (arg 1).
   void in_bounds(const Inst& i) {
     bounds_of_[i.results[0]] = &i;
     positions(i, [&](Value* at) { return b_.CreateICmpULT(at, one(i.args[1])); });
   }
-  // offset + each element's position along the axis, as f32 (exact below 2^24); the linear form:
-  // ((row0 + row)·stride + col0 + col) / div % mod.
-  // Each run of a row's consecutive elements tests its window columns at once: bits of
-  // [0, W) from its start less the row's shift, the row's runs packed in words of 32 bits as the
-  // masked partials take them (run_bits_of_).
+  // Each run of a row's consecutive elements tests its window columns at once: bits of [0, W)
+  // from its start less the row's shift (run_bits), the row's runs packed in words of 32 bits as
+  // the masked partials take them (run_bits_of_), each element its bit — a register a run, where
+  // the elements' columns held to the last use were a register each (and spilled at 64).
   void in_window(const Inst& i) {
     const Type& t = type(i.results[0]);
     bounds_of_[i.results[0]] = &i;
@@ -924,6 +914,8 @@ class Emitter {
     return b_.CreateSub(one(i.args[1]), window_shift(row, one(i.args[2]), i.window));
   }
 
+  // offset + each element's position along the axis, as f32 (exact below 2^24); the linear form:
+  // ((row0 + row)·stride + col0 + col − the row's window shift, where windowed) / div % mod.
   void iota(const Inst& i) {
     if (i.args.size() == 1) {
       positions(i, [&](Value* at) { return b_.CreateUIToFP(at, b_.getFloatTy()); });
