@@ -35,9 +35,10 @@ TEST(Interpret, RowKernelsMatchFloat64) {
     }
 }
 
-// Long rows on Tile IR v2: claimed from a counter and staged through shared memory (a block's
-// rows, several rounds of a grid of three blocks), and split over a cluster's blocks in
-// registers (an exchange per reduction, one a pass, one block barrier a pass).
+// Long rows on Tile IR v2: staged through shared memory — claimed one a block from a counter
+// (several rounds of a grid of three blocks) or a cluster's taken grid-stride, each stage refilled
+// at the first reduction's barrier or right after its reads —, and split over a cluster's blocks
+// in registers (an exchange per reduction, one a pass, one block barrier a pass).
 TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -45,14 +46,23 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
     output("p", softmax(input(g, "x", {11, 32768}, dt), -1));
     Tensor z = input(g, "z", {7, 32768}, dt);
     output("n", rmsnorm(z, input(g, "w", {32768}, dt)));
+    output("q", softmax(input(g, "v", {5, 65536}, dt), -1));
     for (int online : {0, 1}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online" : ""));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online, refill_at_read" : ""));
       FusionOptions staged;
       staged.schedule.staged_ir = 2;
       staged.schedule.split = 0;
       staged.schedule.block_online = online;
+      staged.schedule.cluster_online = online;  // (a cluster's staged rows on v2 need one exchange a pass)
+      staged.schedule.refill_at_read = online;
       Plan p = plan_fusion(g, staged);
-      for (const Kernel& k : p.kernels) EXPECT_GT(k.schedule.stages, 0) << k.schedule.describe();
+      int clustered = 0;
+      for (const Kernel& k : p.kernels) {
+        EXPECT_GT(k.schedule.stages, 0) << k.schedule.describe();
+        EXPECT_EQ(k.schedule.refill_at_read, online == 1) << k.schedule.describe();
+        clustered += k.schedule.cluster_blocks > 1;
+      }
+      EXPECT_EQ(clustered, 1);
       testing::check_on_host(p, seed);
       FusionOptions cluster = staged;
       cluster.schedule.stages = 0;

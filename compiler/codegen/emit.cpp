@@ -1307,28 +1307,7 @@ class Emitter {
   void done_with(const WarpSlots& w) {
     if (loop_depth_ > 0 && !barrier_after_ && !w.first) block_barrier();
   }
-  // Whether an instruction (straight in a region, not in its own regions) has a block barrier
-  // that every thread reaches: a reduction of a row over whole warps, a barrier, a counting in.
-  bool has_block_barrier(const Inst& i) const {
-    const int t = l_.threads.size() == 2 ? l_.threads[1] : 1;
-    switch (i.opcode) {
-      case Opcode::Reduce: {
-        const Type& in = type(i.args[0]);
-        const bool whole_warps = t % 32 == 0 && t > 32 && i.axis == 1 && in.shape[1] != 1;
-        const Frag to = type(i.results[0]).frag;
-        return whole_warps && (in.frag == Frag::Lanes || in.frag == Frag::None) && to != Frag::Lanes && to != Frag::Warps;
-      }
-      case Opcode::GatherWarps:
-        return true;
-      case Opcode::Barrier:
-      case Opcode::LastArrival:
-      case Opcode::ClusterValues:
-      case Opcode::GatherBlocks:
-        return !in_consumers_;
-      default:
-        return false;
-    }
-  }
+  bool has_block_barrier(const Inst& i) const { return syncs_block(p_, i, in_consumers_); }
   // A loop's body region, each instruction told whether a block barrier follows it there and
   // that it stands straight in the loop's body; `parity`: the iteration's parity (i32).
   void loop_body(const Region& r, Value* parity) {

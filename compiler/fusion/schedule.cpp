@@ -37,6 +37,7 @@ std::string TileSchedule::describe() const {
         fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
                     split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
   if (claims_rows()) loop += fmt::format(", rows after the first {} rounds claimed from a counter", stages);
+  if (refill_at_read) loop += ", each stage refilled as soon as read";
   if (reduces_columns)
     return fmt::format(
         "column tiles of {} ({}×{} threads, {}×{} per loop step), {} reduced rows{} in {} part{} of {} rows each "
@@ -660,6 +661,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     s.ir_v2 = hints.staged_ir == 2 || s.claims_rows();
     s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
     s.block_online = online_in_block(s, hints);
+    s.refill_at_read = s.ir_v2 && hints.refill_at_read == 1;
     return s;
   }
   // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded

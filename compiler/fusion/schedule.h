@@ -77,6 +77,9 @@ struct TileSchedule {
   // every warp and combined there, each warp's sum and terms rescaled to the row's max
   // (ScheduleHints::block_online); otherwise a barrier per reduction.
   bool block_online = false;
+  // Tile IR v2 staged rows: each stage refilled right after its reads, behind a block barrier
+  // of its own (ScheduleHints::refill_at_read), not at the first reduction's barrier.
+  bool refill_at_read = false;
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
   int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
   int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
@@ -370,6 +373,11 @@ struct ScheduleHints {
   // with a barrier per reduction on resident rows, and what brings claimed rows on v2 level with
   // the first IR; windowed rows of several a block spill at their register cap with it).
   int block_online = -1;
+  // Tile IR v2 rows staged through shared memory: 1, each stage refilled as soon as every thread
+  // has read it, behind a block barrier of its own (the first IR's lower_staged does so for a
+  // cluster's rows); 0, the default, at the first reduction's block barrier (one barrier fewer a
+  // row, the copy issued that much later).
+  int refill_at_read = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

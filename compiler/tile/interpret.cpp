@@ -12,6 +12,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "compiler/graph/reference.h"
@@ -292,6 +293,7 @@ class Exec {
   }
 
   void inst(const Inst& i) {
+    if (syncs_block(p_, i, group_ >= 0)) read_since_barrier_.clear();
     switch (i.opcode) {
       case Opcode::ProgramId:
         out(i).i = id_;
@@ -772,6 +774,10 @@ class Exec {
     const int64_t row = idx(i.args[0]), col = idx(i.args[1]), rows = idx(i.args[3]);
     std::vector<double>& tile = stage_tile(i, idx(i.args[2]));
     const size_t s = static_cast<size_t>(idx(i.args[2]));
+    if (read_since_barrier_.count({i.ring, static_cast<int64_t>(s)}))
+      fail(fmt::format("refills stage {} of @{} with no block barrier since the block's threads read it (one may "
+                       "still be reading it)",
+                       s, ring.name));
     mem_.stage_rows[static_cast<size_t>(i.ring)][s] = std::min(row, rows);
     if (row < rows)
       for (int64_t c = 0; c < ring.tile.back(); ++c)
@@ -815,6 +821,7 @@ class Exec {
   void load_shared(const Inst& i) {
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
     check_read(i.ring, idx(i.args[0]));
+    if (ring.bulk) read_since_barrier_.insert({i.ring, idx(i.args[0])});
     const std::vector<double>& tile = stage_tile(i, idx(i.args[0]));
     const Type& t = type(i.results[0]);
     const int64_t rows = rows_of(t), cols = cols_of(t), r0 = idx(i.args[1]), c0 = idx(i.args[2]);
@@ -1105,6 +1112,9 @@ class Exec {
   std::map<std::pair<int, int64_t>, int64_t> waited_;
   // The same of the empty barriers (the producer's waits for the stages' releases).
   std::map<std::pair<int, int64_t>, int64_t> waited_empty_;
+  // The (ring, stage)s of bulk rings the block's threads read since their last block barrier
+  // (a thread here is the block's threads at once: on the GPU another may still be reading).
+  std::set<std::pair<int, int64_t>> read_since_barrier_;
 };
 
 }  // namespace

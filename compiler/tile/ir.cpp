@@ -170,6 +170,27 @@ const char* opcode_name(Opcode o) {
   return "?";
 }
 
+bool syncs_block(const Program& p, const Inst& i, bool in_consumer_group) {
+  const int t = p.layout.threads.size() == 2 ? p.layout.threads[1] : 1;
+  switch (i.opcode) {
+    case Opcode::Reduce: {
+      const Type& in = p.types.at(static_cast<size_t>(i.args[0]));
+      const bool whole_warps = t % 32 == 0 && t > 32 && i.axis == 1 && in.shape[1] != 1;
+      const Frag to = p.types.at(static_cast<size_t>(i.results[0])).frag;
+      return whole_warps && (in.frag == Frag::Lanes || in.frag == Frag::None) && to != Frag::Lanes && to != Frag::Warps;
+    }
+    case Opcode::GatherWarps:
+      return true;
+    case Opcode::Barrier:
+    case Opcode::LastArrival:
+    case Opcode::ClusterValues:
+    case Opcode::GatherBlocks:
+      return !in_consumer_group;
+    default:
+      return false;
+  }
+}
+
 int Builder::emit(Inst i, std::optional<Type> result) {
   int id = -1;
   if (result) {

@@ -447,6 +447,12 @@ struct Program {
   }
 };
 
+// Whether an instruction (straight in a region, not in its own regions) has a block barrier that
+// every thread of the block reaches: a reduction of a row over whole warps, the warps' values
+// gathered, a barrier, a counting in, a cluster's exchange (not in a consumer group, whose
+// barriers are its own).
+bool syncs_block(const Program& p, const Inst& i, bool in_consumer_group);
+
 std::string print_program(const Program& p);
 // Parses print_program's text; throws Error with the line and what was expected.
 Program parse_program(const std::string& text);

@@ -28,7 +28,8 @@
 // block's first thread fills the stages with rows dealt grid-stride (group g of blocks — a
 // block, or a cluster — rows g, g + groups, …), and the block loops while the row its next
 // stage holds is a row (not the end mark): it waits for the stage, reads its part from it, and,
-// past the first reduction's block barrier (every thread has read the stage), the first thread
+// past the first reduction's block barrier (every thread has read the stage; with
+// TileSchedule::refill_at_read, a barrier of its own right after the reads), the first thread
 // refills the stage — with the row `stages` ahead, or, claimed (TileSchedule::claims_rows: one
 // block a row), with a row it claimed from a counter ahead of need, and claims the next, so
 // that a block takes rows as fast as it finishes them; the last block to finish zeroes the
@@ -95,6 +96,10 @@ class RowReduction {
     masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
     for (size_t i = 0; i < k_.inputs.size(); ++i)
       if (p_.params[i].view[0] != 1) load(b, i);
+    if (staged_ && s_.refill_at_read) {  // (every thread has read the stage before the barrier)
+      b.barrier();
+      refill(b);
+    }
     compute_nodes(b);
     store(b);
   }
