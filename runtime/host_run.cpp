@@ -118,6 +118,8 @@ TensorMap run_on_host(const Plan& plan, const TensorMap& inputs, const HostRunOp
     if (k.schedule.stages > 0 && !k.schedule.contracts) {
       const int64_t cluster = p->cluster_blocks;
       blocks = std::min(blocks, std::max(options.persistent_blocks / cluster, int64_t{1}) * cluster);
+      // (A split row's parts wait for each other: a row's parts on blocks of their own.)
+      if (k.schedule.split_blocks > 1) blocks = std::min(p->grid.at(0), std::max<int64_t>(blocks, k.schedule.split_blocks));
     }
     tir::interpret(*p, args, blocks);
   }

@@ -15,7 +15,7 @@ namespace tilefuse {
 
 struct HostRunOptions {
   // Blocks of a persistent grid (claimed rows: NumPrograms), at most its grid; a cluster's
-  // program launches whole clusters, at least one.
+  // program launches whole clusters, at least one; split rows at least a row's parts.
   int64_t persistent_blocks = 3;
 };
 

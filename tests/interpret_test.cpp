@@ -74,6 +74,27 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
   }
 }
 
+// Rows split into parts on Tile IR v2 (--split-ir 2): each part a task of a persistent grid of
+// fewer blocks than tasks, published to the workspace and the row's parts gathered from the
+// other blocks' (f32 rows of four parts, bf16 of two).
+TEST(Interpret, SplitRowsMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("host_split_") + dtype_name(dt));
+    output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
+    output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
+    FusionOptions o;
+    o.schedule.split_ir = 2;
+    Plan p = plan_fusion(g, o);
+    for (const Kernel& k : p.kernels) {
+      EXPECT_GT(k.schedule.split_blocks, 1) << k.schedule.describe();
+      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
+    }
+    testing::check_on_host(p, seed);
+  }
+}
+
 // Windowed rows (odd widths) on Tile IR v2 with `--window-ir 2`: several rows a block, each
 // read from its own aligned start, a weight shared by the rows and one broadcast along some rows
 // only (each row's run shifted by its own place), the output stored only where it is the row's.

@@ -633,6 +633,98 @@ TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
   EXPECT_FALSE(plan_fusion(one, o).kernels.at(0).schedule.block_online);
 }
 
+// Rows split into parts on Tile IR v2 (--split-ir 2): each iteration of the task loop reduces its
+// part and publishes it, then — pipelined — gathers the previous task's row (its row carried by
+// the loop) and stores it, under a flag that a task is pending; the last task is finished after
+// the loop. The PTX stores and loads the stamped words whole at device scope and sleeps between
+// tries; ptxas takes it unspilled. The verifier refuses what the words cannot hold.
+TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
+  using namespace dsl;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("split_rows");
+    output("y", softmax(input(g, "x", {40, 131072}, dt), -1));
+    FusionOptions o;
+    o.schedule.split_ir = 2;
+    Plan plan = plan_fusion(g, o);
+    ASSERT_GT(plan.kernels.at(0).schedule.split_blocks, 1) << plan.kernels[0].schedule.describe();
+    ASSERT_TRUE(plan.kernels[0].schedule.ir_v2);
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    const std::vector<Inst>& top = p->body.body;
+    const auto loop = std::find_if(top.begin(), top.end(), [](const Inst& i) { return i.opcode == Opcode::While; });
+    ASSERT_NE(loop, top.end());
+    auto first = [](const std::vector<Inst>& body, Opcode op) {
+      return std::find_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == op; });
+    };
+    const Region& head = loop->regions.at(0);
+    const std::vector<Inst>& body = loop->regions.at(1).body;
+    const auto publish = first(body, Opcode::Publish), pending = first(body, Opcode::If);
+    ASSERT_NE(publish, body.end());
+    ASSERT_NE(pending, body.end());
+    EXPECT_LT(publish, pending);
+    EXPECT_EQ(first(body, Opcode::GatherParts), body.end()) << "the gather is not moved to the next iteration";
+    const std::vector<Inst>& finish = pending->regions.at(0).body;
+    const auto gather = first(finish, Opcode::GatherParts);
+    ASSERT_NE(gather, finish.end());
+    EXPECT_NE(std::find(head.args.begin(), head.args.end(), gather->args.at(0)), head.args.end())
+        << "the gather reads a row the loop carries from the iteration before";
+    EXPECT_NE(first(finish, Opcode::Store), finish.end());
+    EXPECT_TRUE(std::any_of(loop + 1, top.end(), [&](const Inst& i) {
+      return i.opcode == Opcode::If && first(i.regions.at(0).body, Opcode::GatherParts) != i.regions.at(0).body.end();
+    })) << "the last task is not finished after the loop";
+    const std::string ptx = program_ptx(*p);
+    EXPECT_GE(occurrences(ptx, "st.relaxed.gpu.global.b64"), 2u);  // (the max and the sum)
+    EXPECT_GE(occurrences(ptx, "ld.relaxed.gpu.global.b64"), 2u);
+    EXPECT_GE(occurrences(ptx, "nanosleep"), 1u);
+    expect_assembled_unspilled(ptx, p->name);
+  }
+  const std::string header =
+      "tile.func @k(%arg0 \"x\": f32[64, 4096], %arg1 \"y\": f32[64, 1] out, %arg2 \"workspace\": f32[0, 0] workspace)\n"
+      "    grid [256] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
+      "  %0 = program_id 0 : index\n  %1 = const 4 : index\n  %2 = divui %0, %1 : index\n"
+      "  %3 = const 1.5 : tile<1x1xf32>\n  %4 = const 1.5 : tile<1x1xbf16>\n";
+  expect_each_refused(header, {
+                                  "  publish %arg2[%0], %4\n",                                   // not f32
+                                  "  publish %arg1[%0], %3\n",                                   // not the workspace
+                                  "  publish %arg2[%0]\n",                                       // no values
+                                  "  %5 = gather_parts %arg2[%2] parts 1 : tile<1x1xf32, warp_lanes>\n",    // one part
+                                  "  %5 = gather_parts %arg2[%2] parts 40 : tile<1x40xf32, warp_lanes>\n",  // past a warp
+                                  "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32>\n",     // not warp_lanes
+                              });
+  EXPECT_TRUE(program_problems(parse_program(header +
+                                             "  publish %arg2[%0], %3\n"
+                                             "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32, warp_lanes>\n"
+                                             "}\n"))
+                  .empty());
+}
+
+// Split rows on Tile IR v2 on the GPU: two launches through one executable (the second reads
+// words stamped with the first launch's epoch until its own parts arrive), f32 and bf16, a
+// softmax and a log_softmax of rows of several parts, more tasks than the grid has blocks.
+TEST(GpuTileIr, SplitRowsMatchFloat64) {
+  using namespace dsl;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("split_rows");
+    output("p", softmax(input(g, "x", {300, 131072}, dt), -1));
+    output("l", log_softmax(input(g, "z", {70, 65536}, dt), -1));
+    FusionOptions o;
+    o.schedule.split_ir = 2;
+    Plan plan = plan_fusion(g, o);
+    for (const Kernel& k : plan.kernels)
+      EXPECT_TRUE(k.schedule.split_blocks > 1 && k.schedule.ir_v2) << k.schedule.describe();
+    if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+    Executable exe(plan);
+    const uint64_t seed = testing::test_seed();
+    for (uint64_t launch = 0; launch < 2; ++launch) {
+      TensorMap inputs = random_inputs(plan.graph, seed + launch);
+      CheckReport check = check_against_reference(plan, inputs, exe.run(inputs));
+      EXPECT_TRUE(check.ok) << "launch " << launch << ", inputs seeded " << seed + launch << ":\n" << check.text();
+    }
+  }
+}
+
 TEST(GpuTileIr, ClaimedRowsMatchFloat64) {
   using namespace dsl;
   for (DType dt : {DType::F32, DType::BF16}) {

@@ -80,6 +80,10 @@ class Emitter {
       llvm::Argument* a = fn_->getArg(at);
       args_.push_back(a);
       a->setName(prm.workspace ? "workspace" : fmt::format("arg{}", i));
+      if (prm.workspace) {
+        epoch_ = fn_->getArg(at + 1);
+        epoch_->setName("epoch");
+      }
       a->addAttr(llvm::Attribute::NoAlias);
       if (!prm.workspace) a->addAttr(prm.output ? llvm::Attribute::WriteOnly : llvm::Attribute::ReadOnly);
     }
@@ -787,6 +791,10 @@ class Emitter {
         return when(i);
       case Opcode::LastArrival:
         return last_arrival(i);
+      case Opcode::Publish:
+        return publish(i);
+      case Opcode::GatherParts:
+        return gather_parts(i);
       case Opcode::Dot:
         return dot(i);
       case Opcode::CopyAsync:
@@ -2284,6 +2292,85 @@ class Emitter {
     return b_.CreateInBoundsGEP(b_.getInt32Ty(), base, b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()));
   }
 
+  // ---- a row's parts meeting in the workspace (split rows) ----
+
+  // Stamped word `w` (i64) of the workspace: an 8-byte word, a value's f32 bits then the epoch,
+  // stored and loaded whole at device scope — a reader that sees the epoch sees the value, with no
+  // fence or counter.
+  Value* stamped_word(const Inst& i, Value* w) {
+    return b_.CreateInBoundsGEP(b_.getInt64Ty(), args_[static_cast<size_t>(i.param)], w);
+  }
+  void publish(const Inst& i) {
+    const uint64_t n = i.args.size() - 1;
+    Value* stamp = b_.CreateShl(b_.CreateZExt(epoch_, b_.getInt64Ty()), b_.getInt64(32));
+    Value* first = b_.CreateMul(b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()), b_.getInt64(n));
+    guarded(leader(), [&] {
+      for (uint64_t a = 0; a < n; ++a) {
+        Value* bits = b_.CreateZExt(b_.CreateBitCast(one(i.args[a + 1]), b_.getInt32Ty()), b_.getInt64Ty());
+        auto* st = b_.CreateAlignedStore(b_.CreateOr(bits, stamp),
+                                         stamped_word(i, b_.CreateAdd(first, b_.getInt64(a))), llvm::Align(8));
+        st->setAtomic(llvm::AtomicOrdering::Monotonic, ctx_.getOrInsertSyncScopeID("device"));
+      }
+    });
+  }
+  // The row's parts' values: thread p < parts (warp 0's lanes) loads part p's words until each
+  // carries the launch's epoch (sleeping between tries) and writes them into the block's slots,
+  // a block barrier, every lane reads its column's (a warp_lanes tile). In a loop the slots are
+  // written again as written_by_warps' are.
+  void gather_parts(const Inst& i) {
+    const int parts = static_cast<int>(i.value), n = static_cast<int>(i.results.size());
+    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
+    const RowSlots slots = row_slots("part_values", n, doubled ? 2 * parts : parts);
+    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(parts)) : i32(0);
+    guarded(b_.CreateICmpULT(thread_[1], i32(parts)), [&] {
+      Value* task = b_.CreateAdd(b_.CreateMul(b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()), b_.getInt64(parts)),
+                                 b_.CreateZExt(thread_[1], b_.getInt64Ty()));
+      Value* word0 = b_.CreateMul(task, b_.getInt64(static_cast<uint64_t>(n)));
+      auto load_words = [&] {
+        std::vector<Value*> w;
+        for (int a = 0; a < n; ++a) {
+          auto* ld = b_.CreateAlignedLoad(b_.getInt64Ty(), stamped_word(i, b_.CreateAdd(word0, b_.getInt64(a))),
+                                          llvm::Align(8), "part_word");
+          ld->setAtomic(llvm::AtomicOrdering::Monotonic, ctx_.getOrInsertSyncScopeID("device"));
+          w.push_back(ld);
+        }
+        return w;
+      };
+      const std::vector<Value*> initial = load_words();
+      llvm::BasicBlock* from = b_.GetInsertBlock();
+      auto* check = llvm::BasicBlock::Create(ctx_, "parts.check", fn_);
+      auto* reload = llvm::BasicBlock::Create(ctx_, "parts.reload", fn_);
+      auto* ready = llvm::BasicBlock::Create(ctx_, "parts.ready", fn_);
+      b_.CreateBr(check);
+      b_.SetInsertPoint(check);
+      std::vector<llvm::PHINode*> words;
+      for (int a = 0; a < n; ++a) {
+        words.push_back(b_.CreatePHI(b_.getInt64Ty(), 2));
+        words.back()->addIncoming(initial[static_cast<size_t>(a)], from);
+      }
+      Value* stamped = b_.getTrue();
+      for (llvm::PHINode* w : words)
+        stamped = b_.CreateAnd(
+            stamped, b_.CreateICmpEQ(b_.CreateTrunc(b_.CreateLShr(w, b_.getInt64(32)), b_.getInt32Ty()), epoch_));
+      b_.CreateCondBr(stamped, ready, reload);
+      b_.SetInsertPoint(reload);
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_nanosleep, {}, {b_.getInt32(32)});
+      const std::vector<Value*> again = load_words();
+      for (int a = 0; a < n; ++a) words[static_cast<size_t>(a)]->addIncoming(again[static_cast<size_t>(a)], b_.GetInsertBlock());
+      b_.CreateBr(check);
+      b_.SetInsertPoint(ready);
+      for (int a = 0; a < n; ++a)
+        b_.CreateAlignedStore(b_.CreateBitCast(b_.CreateTrunc(words[static_cast<size_t>(a)], b_.getInt32Ty()), b_.getFloatTy()),
+                              slot(slots, a, b_.CreateAdd(first, thread_[1])), llvm::Align(4));
+    });
+    block_barrier();
+    Value* column = b_.CreateAdd(first, lane_column(parts));
+    for (int a = 0; a < n; ++a)
+      vals_[static_cast<size_t>(i.results[static_cast<size_t>(a)])] = {
+          b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, column), llvm::Align(4))};
+    done_with({slots, doubled ? first : nullptr});
+  }
+
   // Every thread's earlier writes reach the block barrier; thread 0 releases them at device
   // scope and counts the block in; the block that brings the count to `arrivals` acquires the
   // others' writes (thread 0's acquire, passed on by the second barrier) and learns it is last.
@@ -2332,6 +2419,7 @@ class Emitter {
   Value* lane_ = nullptr;                  // mma: the thread's lane
   Value* tid_ = nullptr;                   // the thread's index in the block
   llvm::GlobalVariable* shared_ = nullptr;  // the shared rings
+  Value* epoch_ = nullptr;                  // the launch's (with a workspace)
   std::vector<int64_t> ring_at_;           // each ring's first byte in it
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<int> uses_;                  // value id → instructions using it

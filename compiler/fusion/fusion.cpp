@@ -675,6 +675,7 @@ void check_fusion_options(const FusionOptions& o) {
   if (h.staged_ir < 1 || h.staged_ir > 2) throw bad_hint("staged_ir", "--staged-ir", h.staged_ir, "1 or 2");
   if (h.block_online < -1 || h.block_online > 1)
     throw bad_hint("block_online", "--block-online", h.block_online, "0 or 1");
+  if (h.split_ir < 1 || h.split_ir > 2) throw bad_hint("split_ir", "--split-ir", h.split_ir, "1 or 2");
   if (h.refill_at_read < 0 || h.refill_at_read > 1)
     throw bad_hint("refill_at_read", "--refill-at-read", h.refill_at_read, "0 or 1");
   for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})

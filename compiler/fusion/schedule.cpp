@@ -502,7 +502,8 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 // the persistent grid, staged like a row, and a block holds two parts at once (the one it
 // reduces and the one it writes). 16 f32 elements per thread per part, whose exps stay in
 // registers until written; 16-bit parts take 32 (as many bytes), which stay in their stage
-// until written, so they need three stages (one reduced, one written, one in flight) — else 16.
+// until written, so they need three stages (one reduced, one written, one in flight) — else 16
+// (on Tile IR v2, 16 always).
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
@@ -510,7 +511,10 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   bool sixteen_bit = true;
   for (size_t i = 0; i < num_inputs; ++i)
     if (view_spans_rows(views[i]) && view_spans_cols(views[i])) sixteen_bit &= dtype_size(dtypes[i]) == 2;
-  for (int elems : sixteen_bit ? std::vector<int>{32, 16} : std::vector<int>{16}) {
+  // (Tile IR v2's tasks carry the part's terms in registers to the next iteration: 32 a thread
+  // beside the next part's 32 spilled 156 bytes at 64 registers.)
+  const bool recompute = sixteen_bit && hints.split_ir != 2;
+  for (int elems : recompute ? std::vector<int>{32, 16} : std::vector<int>{16}) {
     const int64_t chunks = std::max(1, elems / s.vec);
     const int64_t part = int64_t{threads} * chunks * s.vec;
     // One warp merges a row's parts: at most 32.
@@ -647,8 +651,10 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   // Persistent kernels count rows (and a row's ≤ 32 parts) in 32 bits.
   const bool persistent_ok = s.rows <= INT32_MAX / 32;
   if (per_row > 512 && persistent_ok && splittable && !s.window && s.cols > one_block &&
-      split_rows(s, views, dtypes, num_inputs, hints, device))
+      split_rows(s, views, dtypes, num_inputs, hints, device)) {
+    s.ir_v2 = s.block_online = hints.split_ir == 2;
     return s;
+  }
   // A staged row's tensor shared by every row (RMSNorm's w) is loaded after its reductions, one
   // vector at a time, so it holds no registers through them: x and y with one such tensor fit
   // 32 elements per thread in 64 registers. (Layernorm's x − mean, w and b spill in f32.)

@@ -378,6 +378,12 @@ struct ScheduleHints {
   // cluster's rows); 0, the default, at the first reduction's block barrier (one barrier fewer a
   // row, the copy issued that much later).
   int refill_at_read = 0;
+  // Which Tile IR rows split into parts that meet in global memory are built on: 2, Tile IR v2
+  // (each task's part published to the workspace's stamped words, the row's parts gathered by
+  // `gather_parts`; one block barrier a pass whatever block_online says); 1, the default, the
+  // first Tile IR's lowerer (its tasks pipelined: a task's parts are fetched while the next
+  // task reduces).
+  int split_ir = 1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

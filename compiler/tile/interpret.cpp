@@ -158,10 +158,12 @@ struct Cluster {
 // waiting on others gives up when one has failed, or when every thread waits (a deadlock: what
 // each waits for is said).
 struct Launch {
-  Launch(const Program& p, const std::vector<HostArg>& args, int64_t blocks) : p(p), args(args), blocks(blocks) {}
+  Launch(const Program& p, const std::vector<HostArg>& args, int64_t blocks, uint32_t epoch)
+      : p(p), args(args), blocks(blocks), epoch(epoch) {}
   const Program& p;
   const std::vector<HostArg>& args;
   const int64_t blocks;
+  const uint32_t epoch;  // stamped into the workspace's words (Publish)
   std::mutex m;
   std::condition_variable cv;
   std::exception_ptr first;
@@ -390,6 +392,10 @@ class Exec {
       }
       case Opcode::FillStage:
         return fill_stage(i);
+      case Opcode::Publish:
+        return publish(i);
+      case Opcode::GatherParts:
+        return gather_parts(i);
       case Opcode::StageRow:
         out(i).i = mem_.stage_rows.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(stage(i, idx(i.args[0]))));
         if (out(i).i < 0) fail(fmt::format("stage_row of stage {} of @{}, never filled", idx(i.args[0]), p_.shared[static_cast<size_t>(i.ring)].name));
@@ -696,6 +702,49 @@ class Exec {
     if (off < 0 || off >= elements)
       fail(fmt::format("{} of '{}' at element {}, outside its {} elements", what, prm.name, off, elements));
     return a.data + static_cast<size_t>(off) * size;
+  }
+  // Stamped word `w` of the workspace (Opcode::Publish): the value's f32 bits, then the epoch.
+  uint8_t* word_at(const Inst& i, int64_t w) const {
+    const HostArg& a = l_.args.at(static_cast<size_t>(i.param));
+    if (w < 0 || static_cast<size_t>(w + 1) * 8 > a.bytes)
+      fail(fmt::format("stamped word {} of '{}' outside its workspace of {} bytes", w, param(i).name, a.bytes));
+    return a.data + static_cast<size_t>(w) * 8;
+  }
+  void publish(const Inst& i) {
+    const int64_t n = static_cast<int64_t>(i.args.size()) - 1, task = idx(i.args[0]);
+    std::lock_guard<std::mutex> l(l_.m);
+    for (int64_t a = 0; a < n; ++a) {
+      const float v = static_cast<float>(one(i.args[static_cast<size_t>(a + 1)]));
+      uint8_t* w = word_at(i, task * n + a);
+      std::memcpy(w, &v, 4);
+      std::memcpy(w + 4, &l_.epoch, 4);
+    }
+    l_.cv.notify_all();
+  }
+  // Waits until every word of the row's parts carries this launch's epoch (another block's
+  // publish: the blocks of such a program run side by side).
+  void gather_parts(const Inst& i) {
+    const int64_t n = static_cast<int64_t>(i.results.size()), parts = static_cast<int64_t>(i.value);
+    const int64_t first = idx(i.args[0]) * parts * n;
+    auto stamped = [&] {
+      for (int64_t w = first; w < first + parts * n; ++w) {
+        uint32_t e;
+        std::memcpy(&e, word_at(i, w) + 4, 4);
+        if (e != l_.epoch) return false;
+      }
+      return true;
+    };
+    std::unique_lock<std::mutex> l(l_.m);
+    l_.wait(l, stamped, fmt::format("block {} waits for the parts of row {}", id_, idx(i.args[0])));
+    for (int64_t a = 0; a < n; ++a) {
+      std::vector<double> t(static_cast<size_t>(parts));
+      for (int64_t q = 0; q < parts; ++q) {
+        float v;
+        std::memcpy(&v, word_at(i, first + q * n + a), 4);
+        t[static_cast<size_t>(q)] = v;
+      }
+      out(i, static_cast<size_t>(a)).t = std::move(t);
+    }
   }
   // The u32 counter `slot` (arg 0) after the workspace's f32 view.
   uint8_t* counter_at(const Inst& i) const {
@@ -1124,13 +1173,29 @@ std::string not_interpretable(const Program& p) {
   return "";
 }
 
-void interpret(const Program& p, const std::vector<HostArg>& args, int64_t blocks) {
+// Whether a region gathers a row's parts from other blocks' publishes (all blocks resident).
+static bool gathers_parts(const Region& r) {
+  for (const Inst& i : r.body) {
+    if (i.opcode == Opcode::GatherParts) return true;
+    for (const Region& inner : i.regions)
+      if (gathers_parts(inner)) return true;
+  }
+  return false;
+}
+
+void interpret(const Program& p, const std::vector<HostArg>& args, int64_t blocks, uint32_t epoch) {
   if (std::string why = not_interpretable(p); !why.empty())
     throw UnsupportedError(fmt::format("kernel {} cannot be interpreted: {}", p.name, why));
   if (args.size() != p.params.size())
     throw Error(fmt::format("kernel {}: {} arguments for {} parameters", p.name, args.size(), p.params.size()));
-  Launch launch(p, args, blocks > 0 ? blocks : p.grid[0]);
+  Launch launch(p, args, blocks > 0 ? blocks : p.grid[0], epoch);
   const int n = p.cluster_blocks;
+  if (gathers_parts(p.body)) {  // (a persistent grid: every block resident, each on a thread)
+    std::vector<Cluster> each(static_cast<size_t>(launch.blocks), Cluster(p, 1));
+    side_by_side(launch, static_cast<int>(launch.blocks),
+                 [&](int b) { Exec(launch, each[static_cast<size_t>(b)], 0, b).run(); });
+    return;
+  }
   if (launch.blocks % n != 0)
     throw Error(fmt::format("kernel {}: {} blocks are not whole clusters of {}", p.name, launch.blocks, n));
   for (int64_t first = 0; first < launch.blocks; first += n) {

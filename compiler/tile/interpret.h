@@ -23,7 +23,7 @@
 // past Specialize the producer and each consumer group on threads of their own, meeting at the
 // stages' barriers (a consumer group's warps are one thread: its barriers and its warpgroups'
 // turns at steps are no-ops). A grid whose blocks wait for one another's writes (split rows
-// meeting in global memory) cannot run here.
+// meeting in the workspace: GatherParts) runs every block side by side.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,9 +43,10 @@ struct HostArg {
 std::string not_interpretable(const Program& p);
 
 // Runs `p` over `args` (one per parameter, in order) as a launch of `blocks` blocks (a
-// persistent grid's: its NumPrograms; 0: the program's grid). Throws Error where the program
-// goes wrong as the header says (naming the kernel, and the block where one did), and
-// UnsupportedError where not_interpretable says so.
-void interpret(const Program& p, const std::vector<HostArg>& args, int64_t blocks = 0);
+// persistent grid's: its NumPrograms; 0: the program's grid), the launch's `epoch` stamped into
+// the workspace's words (nonzero: a zeroed workspace holds none of this launch's). Throws Error
+// where the program goes wrong as the header says (naming the kernel, and the block where one
+// did), and UnsupportedError where not_interpretable says so.
+void interpret(const Program& p, const std::vector<HostArg>& args, int64_t blocks = 0, uint32_t epoch = 1);
 
 }  // namespace tilefuse::tir

@@ -166,6 +166,10 @@ const char* opcode_name(Opcode o) {
       return "claim";
     case Opcode::While:
       return "while";
+    case Opcode::Publish:
+      return "publish";
+    case Opcode::GatherParts:
+      return "gather_parts";
   }
   return "?";
 }
@@ -180,6 +184,7 @@ bool syncs_block(const Program& p, const Inst& i, bool in_consumer_group) {
       return whole_warps && (in.frag == Frag::Lanes || in.frag == Frag::None) && to != Frag::Lanes && to != Frag::Warps;
     }
     case Opcode::GatherWarps:
+    case Opcode::GatherParts:
       return true;
     case Opcode::Barrier:
     case Opcode::LastArrival:
@@ -679,6 +684,27 @@ std::vector<int> Builder::gather_blocks(const std::vector<int>& per_row) {
 
 std::vector<int> Builder::cluster_values(const std::vector<int>& per_row) {
   return exchange(Opcode::ClusterValues, per_row, p_.cluster_blocks, [](Type t) { return t; });
+}
+
+void Builder::publish(int workspace_param, int task, const std::vector<int>& values) {
+  Inst i;
+  i.opcode = Opcode::Publish;
+  i.param = workspace_param;
+  i.args = {task};
+  i.args.insert(i.args.end(), values.begin(), values.end());
+  emit(i, std::nullopt);
+}
+
+std::vector<int> Builder::gather_parts(int workspace_param, int row, int parts, int values) {
+  Inst i;
+  i.opcode = Opcode::GatherParts;
+  i.param = workspace_param;
+  i.value = parts;
+  i.args = {row};
+  for (int a = 0; a < values; ++a)
+    i.results.push_back(p_.add_value(Type::tile(DType::F32, {1, parts}, Space::Reg, Frag::WarpLanes)));
+  r_->body.push_back(i);
+  return i.results;
 }
 
 int Builder::reduce_lanes(Op op, int tile, int mask) {

@@ -283,6 +283,19 @@ enum class Opcode {
   FillStage,
   StageRow,
   Claim,
+  // Rows split into parts that are tasks of a persistent grid, whose blocks are all resident at
+  // once: a row's parts meet in the workspace `param`'s stamped words (8-byte words from its
+  // start, each a value's f32 bits and the launch's epoch; such a workspace has no f32 view and no
+  // counters). Publish: the block's first thread writes args 1… (one-element f32 tiles, a part's
+  // values, which every thread of the block holds) into task arg 0's words — word task·n + a
+  // holds arg a's, n the values — each by one 8-byte store. GatherParts: every part's values of
+  // row arg 0 — tasks row·parts … row·parts + parts − 1 (`value`: the parts) — once each word
+  // carries this launch's epoch; result a is a WarpLanes tile [1, parts] whose column p is part
+  // p's value of the a-th published value (printed `gather_parts %argW[%row] parts P : …`, the
+  // results' types). One block barrier: every thread of the block takes it (in a branch, on a
+  // condition they share).
+  Publish,
+  GatherParts,
   // A loop while a condition holds: args the initial carried values; region 0 (args: the
   // carried values) ends with a yield of a bool scalar, the condition; region 1 (no args; it sees
   // region 0's values) runs where it holds and ends with a yield of the next carried values.
@@ -559,6 +572,10 @@ class Builder {
   // The cluster's blocks' values of each of `per_row` (Opcode::ClusterValues): [a·n + r] is
   // block r's of per_row[a].
   std::vector<int> cluster_values(const std::vector<int>& per_row);
+  // A part's values published for task `task` (Opcode::Publish), and row `row`'s parts' values
+  // of `values` published values each (Opcode::GatherParts): a WarpLanes tile [1, parts] each.
+  void publish(int workspace_param, int task, const std::vector<int>& values);
+  std::vector<int> gather_parts(int workspace_param, int row, int parts, int values);
   // A lanes or warps tile spread over the blocked tile of `shape` (each thread's value over its
   // elements).
   int spread(int lanes, const Shape& shape);

@@ -245,6 +245,17 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             value(i.args[1]),
                             i.args.size() > 2 ? fmt::format(" next {} below {}", value(i.args[3]), value(i.args[2])) : "");
         break;
+      case Opcode::Publish:
+        *out += fmt::format("{}publish %arg{}[{}], {}\n", pad, i.param, value(i.args[0]),
+                            values(std::vector<int>(i.args.begin() + 1, i.args.end())));
+        break;
+      case Opcode::GatherParts: {
+        std::vector<std::string> types;
+        for (int v : i.results) types.push_back(type_of(v));
+        *out += fmt::format("{}{}gather_parts %arg{}[{}] parts {} : {}\n", pad, lhs, i.param, value(i.args[0]),
+                            number(i.value), fmt::join(types, ", "));
+        break;
+      }
       case Opcode::Yield:
         *out += fmt::format("{}yield {}\n", pad, values(i.args));
         break;
@@ -921,6 +932,31 @@ class Parser {
       punct("]");
       punct(":");
       results({type()});
+    } else if (op == "publish") {
+      i.opcode = Opcode::Publish;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = {use("a task")};
+      punct("]");
+      while (at_punct(",")) {
+        punct(",");
+        i.args.push_back(use("a published value"));
+      }
+    } else if (op == "gather_parts") {
+      i.opcode = Opcode::GatherParts;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = {use("a row")};
+      punct("]");
+      word("parts");
+      i.value = static_cast<double>(integer());
+      punct(":");
+      std::vector<Type> types = {type()};
+      while (at_punct(",")) {
+        punct(",");
+        types.push_back(type());
+      }
+      results(types);
     } else if (op == "claim") {
       i.opcode = Opcode::Claim;
       i.param = param_ref(p);

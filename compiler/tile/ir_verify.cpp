@@ -557,6 +557,40 @@ class Verifier {
       problem(fmt::format("{}: needs a counter slot and the rows dealt (then the rows and a ticket); gives a ticket",
                           where(i)));
   }
+  // A row's parts meeting in the workspace's stamped words (no f32 view, no counters), in a
+  // program of one row a block outside clusters and specialization: publish a task and one-element
+  // f32 tiles, gather_parts a row and a warp_lanes f32 tile [1, parts] per value, 1 < parts ≤ 32
+  // (a warp's lanes fetch them). (Its block barrier needs every thread: in a branch, on a
+  // condition the block's threads share — pipeline_part_gathers' pending task.)
+  void parts(const Inst& i) {
+    const bool gather = i.opcode == Opcode::GatherParts;
+    const Param* ws = i.param >= 0 && i.param < static_cast<int>(p_.params.size())
+                          ? &p_.params[static_cast<size_t>(i.param)]
+                          : nullptr;
+    if (!ws || !ws->workspace || num_elements(ws->view) != 0)
+      problem(fmt::format("{}: %arg{} is not a workspace of stamped words only", where(i), i.param));
+    if (p_.cluster_blocks > 1 || p_.specialized() || p_.layout.threads.size() != 2 || p_.layout.extent(0) != 1)
+      problem(fmt::format("{}: meets a row's parts in a program of one row a block (no clusters, no specialization)",
+                          where(i)));
+    if (i.args.empty() || !is_index(i.args[0]) || (gather ? i.args.size() != 1 || i.results.empty() : i.args.size() < 2)) {
+      problem(fmt::format("{}: needs {}", where(i), gather ? "a row and gives a value per published value"
+                                                           : "a task and the values it publishes"));
+      return;
+    }
+    if (!gather) {
+      for (size_t a = 1; a < i.args.size(); ++a)
+        if (const Type& t = type(i.args[a]);
+            !t.is_tile() || t.dtype != DType::F32 || t.frag != Frag::None || num_elements(t.shape) != 1)
+          problem(fmt::format("{}: publishes %{} of {}, not a one-element f32 tile", where(i), i.args[a], type_str(t)));
+      return;
+    }
+    const int64_t n = static_cast<int64_t>(i.value);
+    if (i.value != static_cast<double>(n) || n < 2 || n > 32)
+      problem(fmt::format("{}: {} parts, not from 2 to 32", where(i), i.value));
+    for (int v : i.results)
+      if (type(v) != Type::tile(DType::F32, {1, n}, Space::Reg, Frag::WarpLanes))
+        problem(fmt::format("{}: gives %{} of {}, not an f32 warp_lanes tile [1, {}]", where(i), v, type_str(type(v)), n));
+  }
   // Carried values of one type each from the initial value through region 0's args to the
   // results; region 0 yields a bool scalar, region 1 (seeing region 0's values) the next values.
   void while_loop(const Inst& i, std::set<int> scope) {
@@ -914,6 +948,10 @@ class Verifier {
           break;
         case Opcode::Claim:
           claim(i);
+          break;
+        case Opcode::Publish:
+        case Opcode::GatherParts:
+          parts(i);
           break;
       }
       for (int v : i.results) {

@@ -47,6 +47,7 @@
 #include "compiler/tile/build_support.h"
 #include "compiler/tile/fold_factors.h"
 #include "compiler/tile/ir_verify.h"
+#include "compiler/tile/pipeline.h"
 #include "compiler/tile/sink.h"
 
 namespace tilefuse::tir {
@@ -62,21 +63,27 @@ class RowReduction {
         cluster_(s_.cluster_blocks > 1),
         window_(s_.window),
         staged_(s_.stages > 0),
+        split_(s_.split_blocks > 1),
         passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || s_.split_blocks > 1 ||
-        s_.col_iters > 1 || s_.col_blocks() != s_.cluster_blocks || (cluster_ && s_.tile_rows() != 1) ||
+    if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || (split_ && (!staged_ || cluster_ || !s_.block_online)) ||
+        s_.col_iters > 1 || s_.col_blocks() != (split_ ? s_.split_blocks : s_.cluster_blocks) ||
+        (cluster_ && s_.tile_rows() != 1) ||
         !s_.elem_dims.empty() || (s_.block_online && cluster_ && !s_.cluster_online))
       throw CodegenError(fmt::format(
-          "kernel {}: Tile IR v2 builds only rows one block or cluster holds, staged or not, not {}",
+          "kernel {}: Tile IR v2 builds only rows one block or cluster holds, staged or not, or split into staged "
+          "parts, not {}",
           k_.name, s_.describe()));
     p_ = program_of(k_);
     p_.cluster_blocks = s_.cluster_blocks;
     p_.min_blocks_per_sm = s_.min_blocks_per_sm;
     add_params();
     Builder b(p_, p_.body);
-    if (staged_) {
+    if (split_) {
+      add_rings();
+      split_rows(b);
+    } else if (staged_) {
       add_rings();
       staged_rows(b);
     } else {
@@ -85,6 +92,7 @@ class RowReduction {
     }
     fold_row_factors(p_);
     sink_to_uses(p_);
+    if (split_) pipeline_part_gathers(p_);
     verify_program(p_);
     return std::move(p_);
   }
@@ -128,10 +136,10 @@ class RowReduction {
       throw CodegenError(fmt::format("kernel {}: its staged rows take {} bytes a stage, the schedule planned {}, in "
                                      "rows of {} threads",
                                      k_.name, bytes, s_.stage_bytes, s_.threads_per_row));
-    if (!s_.claims_rows()) return;
+    if (!s_.claims_rows() && !split_) return;
     Param ws;
     ws.name = "workspace";
-    ws.view = {0, 0};  // (no f32 values: the u32 counters only)
+    ws.view = {0, 0};  // (no f32 values: the u32 counters only, or a split row's stamped words)
     ws.workspace = true;
     workspace_ = static_cast<int>(p_.params.size());
     p_.params.push_back(ws);
@@ -195,11 +203,63 @@ class RowReduction {
     });
   }
 
+  // Rows split into parts (TileSchedule::split_blocks): each part of each row is a task of the
+  // persistent grid, task t the part t mod parts of row t / parts, dealt grid-stride (block b
+  // takes b, b + blocks, …) and staged as rows are. A task's pass publishes the part's values of
+  // its reductions and gathers the row's parts' (gather_parts: it waits for the other blocks'
+  // publishes, every block resident), so a row's reductions take one pass over it.
+  void split_rows(Builder& b) {
+    for (const auto& [id, pass] : passes_.pass_of)  // (a task's parts meet once: one exchange)
+      if (pass > 1)
+        throw CodegenError(fmt::format("kernel {}: split rows reduce in one pass over the row; %{} needs pass {}",
+                                       k_.name, id, pass));
+    const int block = b.program_id(0), blocks = b.num_programs(0);
+    zero_ = b.index(0);
+    rows_ = b.index(s_.rows);
+    parts_ = b.index(s_.split_blocks);
+    const int tasks = b.index(s_.rows * s_.split_blocks), part_cols = b.index(s_.tile_cols());
+    const int stages = b.index(s_.stages);
+    for (int k = 0; k < s_.stages; ++k) {
+      const int t = k == 0 ? block : b.add(block, b.mul(blocks, b.index(k)));
+      for (size_t i = 0; i < ring_of_.size(); ++i)
+        if (ring_of_[i] >= 0)
+          b.fill_stage(static_cast<int>(i), b.div(t, parts_), b.mul(b.rem(t, parts_), part_cols), ring_of_[i],
+                       b.index(k), rows_);
+    }
+    const int ahead = b.mul(blocks, stages);
+    b.while_loop(
+        {zero_, block}, [&](Builder& h, const std::vector<int>& c) { return h.less(c[1], tasks); },
+        [&](Builder& body, const std::vector<int>& c) {
+          stage_ = body.rem(c[0], stages);
+          const int parity = body.rem(body.div(c[0], stages), body.index(2));
+          for (int r = 0; r < static_cast<int>(p_.shared.size()); ++r) body.wait_full(r, stage_, parity);
+          task_ = c[1];
+          row0_ = body.div(task_, parts_);
+          col0_ = body.mul(body.rem(task_, parts_), part_cols);
+          // (The next iteration's values first: the row's parts' gather and what follows it move to
+          // the next iteration — pipeline_part_gathers.)
+          const std::vector<int> carried_next = {body.add(c[0], body.index(1)), body.add(task_, blocks)};
+          const int next = body.add(task_, ahead);  // (a task past the last: the end mark)
+          refill_row_ = body.div(next, parts_);
+          refill_col_ = body.mul(body.rem(next, parts_), part_cols);
+          refilled_ = false;
+          value_of_.clear();
+          in_row_ = -1;
+          row(body);
+          if (!refilled_) {
+            body.barrier();
+            refill(body);
+          }
+          return carried_next;
+        });
+  }
+
   // The stage just read gets its next row (or the end mark) — claimed, the row claimed ahead, and
   // the next is claimed: after a block barrier that follows every thread's reads of the stage.
   void refill(Builder& b) {
     for (size_t i = 0; i < ring_of_.size(); ++i)
-      if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), refill_row_, col0_, ring_of_[i], stage_, rows_);
+      if (ring_of_[i] >= 0)
+        b.fill_stage(static_cast<int>(i), refill_row_, split_ ? refill_col_ : col0_, ring_of_[i], stage_, rows_);
     if (s_.claims_rows()) next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, refill_row_);
     refilled_ = true;
   }
@@ -286,7 +346,7 @@ class RowReduction {
       out = as_used(b, g_, k_, id, shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)));
     } else if (n.op == Op::Iota) {
       out = iota_of(b, k_, n, row0_, col0_, window_ ? s_.vec : 0);
-    } else if (op_info(n.op).kind == OpKind::Reduce && cluster_ && s_.cluster_online) {
+    } else if (op_info(n.op).kind == OpKind::Reduce && ((cluster_ && s_.cluster_online) || split_)) {
       if (!value_of_.count(id)) over_cluster(b, passes_.pass_of.at(id));
       out = value_of_.at(id);
     } else if (op_info(n.op).kind == OpKind::Reduce && !cluster_ && s_.block_online) {
@@ -518,9 +578,17 @@ class RowReduction {
   void over_cluster(Builder& b, int pass) {
     const BlockPass bp = s_.block_online ? warps_pass(b, pass) : block_pass(b, pass);
     if (bp.ids.empty()) return;
-    const size_t n = static_cast<size_t>(s_.cluster_blocks);
+    const size_t n = static_cast<size_t>(split_ ? s_.split_blocks : s_.cluster_blocks);
     const bool by_lane = s_.block_online;
-    const std::vector<int> all = by_lane ? b.gather_blocks(bp.values) : b.cluster_values(bp.values);
+    std::vector<int> all;
+    if (split_) {  // (the row's parts: other blocks' tasks; f32 words)
+      std::vector<int> f32s;
+      for (int v : bp.values) f32s.push_back(as_f32(b, v));
+      b.publish(workspace_, task_, f32s);
+      all = b.gather_parts(workspace_, row0_, s_.split_blocks, static_cast<int>(bp.values.size()));
+    } else {
+      all = by_lane ? b.gather_blocks(bp.values) : b.cluster_values(bp.values);
+    }
     auto values_of = [&](NodeId id) {
       const size_t a = bp.index(id);
       return std::vector<int>(all.begin() + static_cast<std::ptrdiff_t>(a * n),
@@ -585,7 +653,7 @@ class RowReduction {
   const Graph& g_;
   const Kernel& k_;
   const TileSchedule& s_;
-  const bool cluster_, window_, staged_;
+  const bool cluster_, window_, staged_, split_;
   const RowPasses passes_;
   Program p_;
   std::vector<bool> masked_;
@@ -596,6 +664,8 @@ class RowReduction {
   // there (the claimed ticket, or the row `stages` ahead) and the next ticket (claimed).
   std::vector<int> ring_of_;
   int workspace_ = -1, rows_ = -1, dealt_ = -1, stage_ = -1, refill_row_ = -1, next_ticket_ = -1;
+  // Split rows: the parts of a row, the block's task, and the column its stage's refill takes.
+  int parts_ = -1, task_ = -1, refill_col_ = -1;
   bool refilled_ = false;
 };
 

@@ -182,6 +182,13 @@ std::vector<Variant> variants_of(uint64_t seed) {
       u.name += " --refill-at-read 1";
       u.fusion.schedule.refill_at_read = 1;
     }
+  // A quarter of the seeds with split rows on Tile IR v2 where rows split.
+  if (pick(0, 3) == 0)
+    for (Variant& u : out)
+      if (u.fusion.schedule.split != 0) {
+        u.name += " --split-ir 2";
+        u.fusion.schedule.split_ir = 2;
+      }
   return out;
 }
 

@@ -127,6 +127,10 @@ common options:
   --refill-at-read 0|1         staged rows on Tile IR v2: 1, each stage refilled as soon as every
                                thread has read it, behind a block barrier of its own; 0, the
                                default, at the first reduction's block barrier
+  --split-ir 1|2               rows split into parts that meet in global memory: on the first
+                               Tile IR (1, the default: a task's parts fetched while the next
+                               reduces) or on Tile IR v2 (2: each part published to the
+                               workspace and the row's parts gathered, one block barrier a pass)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -223,7 +227,7 @@ struct Args {
       gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
       gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
       attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, cluster_ir = 2, window_ir = 0,
-      cluster_online = 0, staged_ir = 1, block_online = -1, refill_at_read = 0;
+      cluster_online = 0, staged_ir = 1, block_online = -1, refill_at_read = 0, split_ir = 1;
   std::optional<uint64_t> seed;
 };
 
@@ -294,7 +298,7 @@ FusionOptions fusion_options(const Args& a) {
                  a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
                  a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster,
                  a.gemm_tma_store, a.attention_tma, a.attention_block_n, a.attention_pingpong, a.attention_persistent,
-                 a.row_ir, a.cluster_ir, a.window_ir, a.cluster_online, a.staged_ir, a.block_online, a.refill_at_read};
+                 a.row_ir, a.cluster_ir, a.window_ir, a.cluster_online, a.staged_ir, a.block_online, a.refill_at_read, a.split_ir};
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -383,6 +387,8 @@ Args parse(int argc, char** argv) {
       a.block_online = parse_int(s, value(), 0, 1);
     else if (s == "--refill-at-read")
       a.refill_at_read = parse_int(s, value(), 0, 1);
+    else if (s == "--split-ir")
+      a.split_ir = parse_int(s, value(), 1, 2);
     else if (s == "--wgmma")
       a.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")

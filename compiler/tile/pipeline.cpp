@@ -1,0 +1,199 @@
+#include "compiler/tile/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "compiler/support/error.h"
+
+namespace tilefuse::tir {
+
+namespace {
+
+// Copies of instructions with fresh results (and region args), their uses of values mapped.
+struct Cloner {
+  Program& p;
+  std::map<int, int> to;
+  int value(int v) const {
+    const auto it = to.find(v);
+    return it == to.end() ? v : it->second;
+  }
+  int fresh(int v) {
+    const Type t = p.types.at(static_cast<size_t>(v));  // (a copy: add_value grows the table)
+    return to[v] = p.add_value(t);
+  }
+  Inst clone(const Inst& i) {
+    Inst c = i;
+    for (int& a : c.args) a = value(a);
+    for (int& l : c.limits)
+      if (l >= 0) l = value(l);
+    for (int& r : c.results) r = fresh(r);
+    for (Region& r : c.regions) {
+      for (int& a : r.args) a = fresh(a);
+      for (Inst& inner : r.body) inner = clone(inner);
+    }
+    return c;
+  }
+};
+
+void defined_in(const Inst& i, std::set<int>& out) {
+  out.insert(i.results.begin(), i.results.end());
+  for (const Region& r : i.regions) {
+    out.insert(r.args.begin(), r.args.end());
+    for (const Inst& inner : r.body) defined_in(inner, out);
+  }
+}
+void used_in(const Inst& i, std::set<int>& out) {
+  out.insert(i.args.begin(), i.args.end());
+  for (int l : i.limits)
+    if (l >= 0) out.insert(l);
+  for (const Region& r : i.regions)
+    for (const Inst& inner : r.body) used_in(inner, out);
+}
+
+Inst constant(Program& p, const Type& t, double v) {
+  Inst c;
+  c.opcode = Opcode::Const;
+  c.value = v;
+  c.results = {p.add_value(t)};
+  return c;
+}
+Inst index_less(Program& p, int a, int b) {
+  Inst c;
+  c.opcode = Opcode::IndexLess;
+  c.args = {a, b};
+  c.results = {p.add_value(Type::scalar(DType::Bool))};
+  return c;
+}
+
+// The index arithmetic (sunk to the yield) that makes the loop's next value v, moved from the
+// part after the gather to the end of the part before it.
+void hoist(const Program& p, int v, std::vector<Inst>& moved, std::vector<Inst>& before) {
+  const auto at = std::find_if(moved.begin(), moved.end(), [&](const Inst& i) {
+    return std::find(i.results.begin(), i.results.end(), v) != i.results.end();
+  });
+  if (at == moved.end()) return;
+  switch (at->opcode) {
+    case Opcode::Const:
+    case Opcode::IndexAdd:
+    case Opcode::IndexMul:
+    case Opcode::IndexDiv:
+    case Opcode::IndexRem:
+    case Opcode::IndexMin:
+    case Opcode::IndexSub:
+      break;
+    default:
+      throw CodegenError(fmt::format("kernel {}: pipelining its parts' gather: the loop's next %{} comes from {} after it",
+                                     p.name, v, opcode_name(at->opcode)));
+  }
+  Inst i = *at;
+  moved.erase(at);
+  for (int a : i.args) hoist(p, a, moved, before);
+  before.push_back(std::move(i));
+}
+
+// The loop at `at` of the program's body, pipelined at its body's gather_parts `cut`.
+void pipeline(Program& p, size_t at, size_t cut) {
+  Inst loop = p.body.body[at];
+  Region& head = loop.regions.at(0);
+  Region& body = loop.regions.at(1);
+  std::vector<Inst> before(body.body.begin(), body.body.begin() + static_cast<std::ptrdiff_t>(cut));
+  std::vector<Inst> moved(body.body.begin() + static_cast<std::ptrdiff_t>(cut), body.body.end() - 1);
+  Inst yield = body.body.back();
+  for (int v : yield.args) hoist(p, v, moved, before);
+  // What the moved part reads from this iteration (the head's and the body's values before the
+  // gather): carried — but constants, which it makes again.
+  std::set<int> here(head.args.begin(), head.args.end()), used, own, defined_moved;
+  for (const Inst& i : head.body) defined_in(i, here);
+  for (const Inst& i : before) defined_in(i, here);
+  for (const Inst& i : moved) {
+    used_in(i, used);
+    defined_in(i, defined_moved);
+  }
+  std::map<int, const Inst*> constants;
+  for (const std::vector<Inst>* part : {&head.body, &before})
+    for (const Inst& i : *part)
+      if (i.opcode == Opcode::Const) constants[i.results.at(0)] = &i;
+  std::vector<int> live;
+  for (int v : used)
+    if (here.count(v) && !constants.count(v)) live.push_back(v);
+  for (int v : live)
+    if (const Type& t = p.types.at(static_cast<size_t>(v)); t.kind != Type::Kind::Index && !t.is_tile() &&
+                                                             t.kind != Type::Kind::Scalar)
+      throw CodegenError(fmt::format("kernel {}: pipelining its parts' gather would carry %{} of {}", p.name, v,
+                                     type_str(t)));
+
+  // Before the loop: the carried values' first (unread) values, and the flag's 0 and 1.
+  std::vector<Inst> prologue;
+  auto make = [&](Inst i) {
+    prologue.push_back(std::move(i));
+    return prologue.back().results.at(0);
+  };
+  const int zero = make(constant(p, Type::index(), 0)), one = make(constant(p, Type::index(), 1));
+  std::vector<int> inits = loop.args;
+  for (int v : live) inits.push_back(make(constant(p, p.types.at(static_cast<size_t>(v)), 0)));
+  inits.push_back(zero);
+
+  // The moved part for the task a flag says is pending, reading `from` in place of the live values
+  // (and its constants made again).
+  auto finish = [&](const std::vector<int>& from, int pending, std::vector<Inst>& out) {
+    Cloner c{p, {}};
+    for (size_t k = 0; k < live.size(); ++k) c.to[live[k]] = from[k];
+    Inst when;
+    when.opcode = Opcode::If;
+    Inst has = index_less(p, zero, pending);
+    when.args = {has.results.at(0)};
+    out.push_back(has);
+    Region r;
+    for (int v : used)
+      if (constants.count(v)) r.body.push_back(c.clone(*constants.at(v)));
+    for (const Inst& i : moved) r.body.push_back(c.clone(i));
+    when.regions.push_back(std::move(r));
+    out.push_back(std::move(when));
+  };
+
+  // The loop: its head given the carried live values and the flag as args too.
+  std::vector<int> head_live, head_args = head.args;
+  for (int v : live) head_live.push_back(p.add_value(Type(p.types.at(static_cast<size_t>(v)))));
+  head_args.insert(head_args.end(), head_live.begin(), head_live.end());
+  const int pending = p.add_value(Type::index());
+  head_args.push_back(pending);
+  head.args = head_args;
+  std::vector<Inst> new_body = before;
+  finish(head_live, pending, new_body);
+  yield.args.insert(yield.args.end(), live.begin(), live.end());
+  yield.args.push_back(one);
+  new_body.push_back(yield);
+  body.body = std::move(new_body);
+  loop.args = inits;
+  std::vector<int> after_live;  // (the loop's results after its own: the live values, the flag)
+  for (int v : live) after_live.push_back(p.add_value(Type(p.types.at(static_cast<size_t>(v)))));
+  const int after_pending = p.add_value(Type::index());
+  loop.results.insert(loop.results.end(), after_live.begin(), after_live.end());
+  loop.results.push_back(after_pending);
+  std::vector<Inst> epilogue;
+  finish(after_live, after_pending, epilogue);
+
+  std::vector<Inst>& top = p.body.body;
+  top[at] = std::move(loop);
+  top.insert(top.begin() + static_cast<std::ptrdiff_t>(at) + 1, epilogue.begin(), epilogue.end());
+  top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), prologue.begin(), prologue.end());
+}
+
+}  // namespace
+
+void pipeline_part_gathers(Program& p) {
+  for (size_t at = 0; at < p.body.body.size(); ++at) {
+    const Inst& i = p.body.body[at];
+    if (i.opcode != Opcode::While) continue;
+    const std::vector<Inst>& body = i.regions.at(1).body;
+    const auto gather = std::find_if(body.begin(), body.end(), [](const Inst& x) { return x.opcode == Opcode::GatherParts; });
+    if (gather == body.end()) continue;
+    pipeline(p, at, static_cast<size_t>(gather - body.begin()));
+    return;  // (one such loop a program)
+  }
+}
+
+}  // namespace tilefuse::tir

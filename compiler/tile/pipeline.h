@@ -1,0 +1,19 @@
+#pragma once
+// Pipelining a row's parts: a Tile IR v2 pass over a `while` loop (straight in the program's body)
+// whose body publishes a task's part and then gathers the row's parts (`gather_parts`, split
+// rows). As built, each iteration waits for the other blocks' parts of its own task's row right
+// after publishing its own: the wait — the slowest part's publish and an L2 round trip — sits on
+// every task's path. The pass moves everything from the gather to the end of the body one
+// iteration later: iteration j publishes task j's part, then (from the second iteration on)
+// gathers task j − 1's row and finishes task j − 1, whose parts were published while task j was
+// being reduced; the last task is finished after the loop. What the moved part reads from the
+// iteration before it — the values the head or the part before the gather defined — is carried
+// by the loop (constants are made again instead), with a flag that says a task is pending.
+// The yield's values must not come from the moved part.
+#include "compiler/tile/ir.h"
+
+namespace tilefuse::tir {
+
+void pipeline_part_gathers(Program& p);
+
+}  // namespace tilefuse::tir
