@@ -33,7 +33,9 @@
 // refills the stage — with the row `stages` ahead, or, claimed (TileSchedule::claims_rows: one
 // block a row), with a row it claimed from a counter ahead of need, and claims the next, so
 // that a block takes rows as fast as it finishes them; the last block to finish zeroes the
-// counters. Split rows are the first Tile IR's still.
+// counters. Rows split into parts (TileSchedule::split_blocks, `--split-ir 2`) are staged tasks
+// whose one pass ends in the row's parts met through the workspace (split_rows), pipelined by
+// pipeline_part_gathers.
 #include <fmt/format.h>
 
 #include <algorithm>
