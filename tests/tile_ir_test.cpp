@@ -633,6 +633,18 @@ TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
   EXPECT_FALSE(plan_fusion(one, o).kernels.at(0).schedule.block_online);
 }
 
+// Two launches of the plan through one executable (the second on what the first left in the
+// workspace), each on fresh seeded inputs, against the float64 reference.
+void expect_two_launches_match(const Plan& plan) {
+  Executable exe(plan);
+  const uint64_t seed = testing::test_seed();
+  for (uint64_t launch = 0; launch < 2; ++launch) {
+    TensorMap inputs = random_inputs(plan.graph, seed + launch);
+    CheckReport check = check_against_reference(plan, inputs, exe.run(inputs));
+    EXPECT_TRUE(check.ok) << "launch " << launch << ", inputs seeded " << seed + launch << ":\n" << check.text();
+  }
+}
+
 // Rows split into parts on Tile IR v2 (--split-ir 2): each iteration of the task loop reduces its
 // part and publishes it, then — pipelined — gathers the previous task's row (its row carried by
 // the loop) and stores it, under a flag that a task is pending; the last task is finished after
@@ -715,13 +727,7 @@ TEST(GpuTileIr, SplitRowsMatchFloat64) {
     for (const Kernel& k : plan.kernels)
       EXPECT_TRUE(k.schedule.split_blocks > 1 && k.schedule.ir_v2) << k.schedule.describe();
     if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-    Executable exe(plan);
-    const uint64_t seed = testing::test_seed();
-    for (uint64_t launch = 0; launch < 2; ++launch) {
-      TensorMap inputs = random_inputs(plan.graph, seed + launch);
-      CheckReport check = check_against_reference(plan, inputs, exe.run(inputs));
-      EXPECT_TRUE(check.ok) << "launch " << launch << ", inputs seeded " << seed + launch << ":\n" << check.text();
-    }
+    expect_two_launches_match(plan);  // (the second reads the first launch's stamped words)
   }
 }
 
@@ -742,13 +748,7 @@ TEST(GpuTileIr, ClaimedRowsMatchFloat64) {
     for (const Kernel& k : plan.kernels) claimed += k.schedule.claims_rows() && k.schedule.ir_v2;
     EXPECT_GE(claimed, 1);
     if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-    Executable exe(plan);
-    const uint64_t seed = testing::test_seed();
-    for (uint64_t launch = 0; launch < 2; ++launch) {  // (the second on the counters the first zeroed)
-      TensorMap inputs = random_inputs(plan.graph, seed + launch);
-      CheckReport check = check_against_reference(plan, inputs, exe.run(inputs));
-      EXPECT_TRUE(check.ok) << "launch " << launch << ", inputs seeded " << seed + launch << ":\n" << check.text();
-    }
+    expect_two_launches_match(plan);  // (the second on the counters the first zeroed)
   }
 }
 
