@@ -689,6 +689,9 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     EXPECT_GE(occurrences(ptx, "st.relaxed.gpu.global.b64"), 2u);  // (the max and the sum)
     EXPECT_GE(occurrences(ptx, "ld.relaxed.gpu.global.b64"), 2u);
     EXPECT_GE(occurrences(ptx, "nanosleep"), 1u);
+    // (The stages' setup; in the loop the warps' gather and the parts' — whose slots the warps'
+    // barrier guards between iterations, so none of their own after them; the last task's.)
+    EXPECT_EQ(occurrences(ptx, "bar.sync"), 4u);
     expect_assembled_unspilled(ptx, p->name);
   }
   const std::string header =

@@ -1322,14 +1322,18 @@ class Emitter {
     const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_;
     Value* outer_parity = loop_parity_;
     loop_parity_ = parity;
-    // Whether a block barrier, or an exchange, follows instruction k: one pass from the end.
+    // Whether a block barrier, or an exchange, follows instruction k: one pass from the end. (And
+    // whether one precedes it: a branch's slots are then written again only past a barrier.)
     std::vector<bool> barrier_after(r.body.size(), false), cluster_after(r.body.size(), false);
     for (size_t k = r.body.size(); k-- > 1;) {
       barrier_after[k - 1] = barrier_after[k] || has_block_barrier(r.body[k]);
       cluster_after[k - 1] = cluster_after[k] || exchanges_over_cluster(r.body[k].opcode);
     }
+    bool barrier_before = false;
     for (size_t k = 0; k < r.body.size(); ++k) {
       if (r.body[k].opcode == Opcode::Yield) continue;
+      barrier_around_ = barrier_before || barrier_after[k];
+      barrier_before = barrier_before || has_block_barrier(r.body[k]);
       barrier_after_ = barrier_after[k];
       cluster_after_ = cluster_after[k];
       loop_top_ = true;
@@ -1341,9 +1345,13 @@ class Emitter {
     loop_parity_ = outer_parity;
   }
   // Emits a region that does not stand straight in a loop's body (a branch's, a loop's condition).
-  void nested_region(const Region& r) {
+  // `between_iterations`: a block barrier of the loop's body outside it runs between any two
+  // iterations' runs of it (a branch straight in the body, with a barrier before or after it
+  // there), so its slots need no barrier or doubling of their own.
+  void nested_region(const Region& r, bool between_iterations = false) {
     const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_;
-    barrier_after_ = cluster_after_ = loop_top_ = false;
+    barrier_after_ = between_iterations;
+    cluster_after_ = loop_top_ = false;
     for (const Inst& i : r.body)
       if (i.opcode != Opcode::Yield) inst(i);
     barrier_after_ = outer_after;
@@ -1936,7 +1944,8 @@ class Emitter {
   }
 
   void when(const Inst& i) {
-    guarded(one(i.args[0]), [&] { nested_region(i.regions.at(0)); });
+    const bool between_iterations = loop_top_ && barrier_around_;
+    guarded(one(i.args[0]), [&] { nested_region(i.regions.at(0), between_iterations); });
   }
 
   Value* leader() {
@@ -2433,6 +2442,7 @@ class Emitter {
   bool in_consumers_ = false;              // emitting a Specialize's consumer region
   int loop_depth_ = 0;                     // For regions being emitted around the current instruction
   bool barrier_after_ = false;             // a block barrier follows it in its loop's body
+  bool barrier_around_ = false;            // another instruction of its loop's body has one
   bool cluster_after_ = false;             // an exchange over the cluster follows it there
   bool loop_top_ = false;                  // it stands straight in a loop's body
   Value* loop_parity_ = nullptr;           // there: the iteration's parity (i32)

@@ -584,6 +584,9 @@ class RowReduction {
     const bool by_lane = s_.block_online;
     std::vector<int> all;
     if (split_) {  // (the row's parts: other blocks' tasks; f32 words)
+      if (s_.rows * s_.split_blocks * static_cast<int64_t>(bp.values.size()) * 8 > s_.workspace_bytes())
+        throw CodegenError(fmt::format("kernel {}: a part's {} values take more than its {} bytes of the workspace",
+                                       k_.name, bp.values.size(), s_.workspace_bytes() / (s_.rows * s_.split_blocks)));
       std::vector<int> f32s;
       for (int v : bp.values) f32s.push_back(as_f32(b, v));
       b.publish(workspace_, task_, f32s);
