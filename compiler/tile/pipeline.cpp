@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -94,6 +95,99 @@ void hoist(const Program& p, int v, std::vector<Inst>& moved, std::vector<Inst>&
   before.push_back(std::move(i));
 }
 
+// What the loop carries for the moved part: values, and the cheap instructions (with the
+// constants they read) that make the rest again from them.
+struct Carried {
+  std::vector<int> values;
+  std::set<const Inst*> remade;
+  std::set<int> constants;
+};
+
+// A value that costs a register or so a thread (an index, a scalar, a per-thread or per-warp
+// tile, one element), made by an instruction that is cheap to run again.
+bool cheap(const Program& p, const Inst* def, int v) {
+  if (!def || !def->regions.empty()) return false;
+  switch (def->opcode) {
+    case Opcode::IndexMul:
+    case Opcode::IndexAdd:
+    case Opcode::IndexDiv:
+    case Opcode::IndexRem:
+    case Opcode::IndexMin:
+    case Opcode::IndexSub:
+    case Opcode::Compute:
+      break;
+    default:
+      return false;
+  }
+  const Type& t = p.types.at(static_cast<size_t>(v));
+  return !t.is_tile() || t.frag == Frag::Lanes || t.frag == Frag::Warps || t.frag == Frag::WarpLanes ||
+         num_elements(t.shape) == 1;
+}
+
+// The values the moved part needs, fewer where cheap ones can be made again from others: a
+// cheap value whose roots (the values it is made from, through cheap instructions, that the
+// loop would carry) are carried anyway is made again; cheap values whose roots are not are made
+// again only where their roots together are fewer than they (a softmax's warps' max and its
+// "seen" bit from the warps' raw max).
+Carried carry(const Program& p, const std::vector<int>& needed, const std::set<int>& here,
+              const std::map<int, const Inst*>& constants, const std::map<int, const Inst*>& defs) {
+  auto def_of = [&](int v) -> const Inst* {
+    const auto it = defs.find(v);
+    return it == defs.end() ? nullptr : it->second;
+  };
+  // (A cheap value's roots, and the instructions and constants that make it from them.)
+  std::function<void(int, std::set<int>&, std::set<const Inst*>&, std::set<int>&)> expand =
+      [&](int v, std::set<int>& roots, std::set<const Inst*>& insts, std::set<int>& consts) {
+        if (constants.count(v)) {
+          consts.insert(v);
+          return;
+        }
+        if (!here.count(v)) return;  // (from outside the loop)
+        const Inst* def = def_of(v);
+        if (!cheap(p, def, v)) {
+          roots.insert(v);
+          return;
+        }
+        insts.insert(def);
+        for (int a : def->args) expand(a, roots, insts, consts);
+      };
+  Carried out;
+  std::set<int> base;
+  std::vector<int> cheap_ones;
+  for (int v : needed) (cheap(p, def_of(v), v) ? cheap_ones.push_back(v) : static_cast<void>(base.insert(v)));
+  std::set<int> rest_roots;
+  std::vector<int> rest;
+  for (int v : cheap_ones) {
+    std::set<int> roots;
+    std::set<const Inst*> insts;
+    std::set<int> consts;
+    expand(v, roots, insts, consts);
+    if (std::includes(base.begin(), base.end(), roots.begin(), roots.end())) {
+      out.remade.insert(insts.begin(), insts.end());
+      out.constants.insert(consts.begin(), consts.end());
+    } else {
+      rest.push_back(v);
+      for (int r : roots)
+        if (!base.count(r)) rest_roots.insert(r);
+    }
+  }
+  if (!rest.empty() && rest_roots.size() < rest.size()) {
+    base.insert(rest_roots.begin(), rest_roots.end());
+    for (int v : rest) {
+      std::set<int> roots;
+      std::set<const Inst*> insts;
+      std::set<int> consts;
+      expand(v, roots, insts, consts);
+      out.remade.insert(insts.begin(), insts.end());
+      out.constants.insert(consts.begin(), consts.end());
+    }
+  } else {
+    base.insert(rest.begin(), rest.end());
+  }
+  out.values.assign(base.begin(), base.end());
+  return out;
+}
+
 // The loop at `at` of the program's body, pipelined at its body's gather_parts `cut`.
 void pipeline(Program& p, size_t at, size_t cut) {
   Inst loop = p.body.body[at];
@@ -105,7 +199,7 @@ void pipeline(Program& p, size_t at, size_t cut) {
   for (int v : yield.args) hoist(p, v, moved, before);
   // What the moved part reads from this iteration (the head's and the body's values before the
   // gather): carried — but constants, which it makes again.
-  std::set<int> here(head.args.begin(), head.args.end()), used, own, defined_moved;
+  std::set<int> here(head.args.begin(), head.args.end()), used, defined_moved;
   for (const Inst& i : head.body) defined_in(i, here);
   for (const Inst& i : before) defined_in(i, here);
   for (const Inst& i : moved) {
@@ -116,9 +210,15 @@ void pipeline(Program& p, size_t at, size_t cut) {
   for (const std::vector<Inst>* part : {&head.body, &before})
     for (const Inst& i : *part)
       if (i.opcode == Opcode::Const) constants[i.results.at(0)] = &i;
-  std::vector<int> live;
+  std::vector<int> needed;
   for (int v : used)
-    if (here.count(v) && !constants.count(v)) live.push_back(v);
+    if (here.count(v) && !constants.count(v)) needed.push_back(v);
+  std::map<int, const Inst*> defs;
+  for (const std::vector<Inst>* part : {&head.body, &before})
+    for (const Inst& i : *part)
+      for (int v : i.results) defs[v] = &i;
+  const Carried carried = carry(p, needed, here, constants, defs);
+  const std::vector<int>& live = carried.values;
   for (int v : live)
     if (const Type& t = p.types.at(static_cast<size_t>(v)); t.kind != Type::Kind::Index && !t.is_tile() &&
                                                              t.kind != Type::Kind::Scalar)
@@ -149,6 +249,11 @@ void pipeline(Program& p, size_t at, size_t cut) {
     Region r;
     for (int v : used)
       if (constants.count(v)) r.body.push_back(c.clone(*constants.at(v)));
+    for (int v : carried.constants)
+      if (!used.count(v)) r.body.push_back(c.clone(*constants.at(v)));
+    for (const std::vector<Inst>* part : {&head.body, &before})  // (in their order)
+      for (const Inst& i : *part)
+        if (carried.remade.count(&i)) r.body.push_back(c.clone(i));
     for (const Inst& i : moved) r.body.push_back(c.clone(i));
     when.regions.push_back(std::move(r));
     out.push_back(std::move(when));

@@ -8,7 +8,10 @@
 // gathers task j − 1's row and finishes task j − 1, whose parts were published while task j was
 // being reduced; the last task is finished after the loop. What the moved part reads from the
 // iteration before it — the values the head or the part before the gather defined — is carried
-// by the loop (constants are made again instead), with a flag that says a task is pending.
+// by the loop (constants are made again instead), with a flag that says a task is pending —
+// fewer values where cheap per-row ones can be made again from others the loop carries (a
+// softmax's task, warps' max, terms and block max, not also its row, "seen" bits and finite
+// maxima: 60 registers where 64).
 // The yield's values must not come from the moved part.
 #include "compiler/tile/ir.h"
 

@@ -94,7 +94,7 @@ class RowReduction {
     }
     fold_row_factors(p_);
     sink_to_uses(p_);
-    if (split_) pipeline_part_gathers(p_);
+    if (split_) pipeline_part_gathers(p_);  // (sinking again after it took 4 more registers)
     verify_program(p_);
     return std::move(p_);
   }
