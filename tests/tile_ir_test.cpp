@@ -647,9 +647,9 @@ void expect_two_launches_match(const Plan& plan) {
 
 // Rows split into parts on Tile IR v2 (--split-ir 2): each iteration of the task loop reduces its
 // part and publishes it, then — pipelined — gathers the previous task's row (made again from the
-// task the loop carries) and stores it, under a flag that a task is pending; the last task is finished after
-// the loop. The PTX stores and loads the stamped words whole at device scope and sleeps between
-// tries; ptxas takes it unspilled. The verifier refuses what the words cannot hold.
+// task the loop carries) and stores it, under a flag that a task is pending; the last task is
+// finished after the loop. The PTX stores and loads the stamped words whole at device scope and
+// sleeps between tries; ptxas takes it unspilled. The verifier refuses what the words cannot hold.
 TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
   using namespace dsl;
   for (DType dt : {DType::F32, DType::BF16}) {

@@ -174,6 +174,11 @@ const char* opcode_name(Opcode o) {
   return "?";
 }
 
+bool is_index_arithmetic(Opcode o) {
+  return o == Opcode::IndexMul || o == Opcode::IndexAdd || o == Opcode::IndexDiv || o == Opcode::IndexRem ||
+         o == Opcode::IndexMin || o == Opcode::IndexSub;
+}
+
 bool syncs_block(const Program& p, const Inst& i, bool in_consumer_group) {
   const int t = p.layout.threads.size() == 2 ? p.layout.threads[1] : 1;
   switch (i.opcode) {

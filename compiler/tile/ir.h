@@ -303,6 +303,8 @@ enum class Opcode {
   While,
 };
 const char* opcode_name(Opcode o);
+// IndexMul, IndexAdd, IndexDiv, IndexRem, IndexMin, IndexSub: pure index arithmetic.
+bool is_index_arithmetic(Opcode o);
 // Where row `row` of a windowed tensor (rows of `width`, back to back) starts within its aligned
 // vector of `vec` (a power of two): (row · width) mod vec, without forming the product.
 inline int64_t window_shift(int64_t row, int64_t width, int64_t vec) { return row % vec * (width % vec) % vec; }

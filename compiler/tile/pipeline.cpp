@@ -76,19 +76,9 @@ void hoist(const Program& p, int v, std::vector<Inst>& moved, std::vector<Inst>&
     return std::find(i.results.begin(), i.results.end(), v) != i.results.end();
   });
   if (at == moved.end()) return;
-  switch (at->opcode) {
-    case Opcode::Const:
-    case Opcode::IndexAdd:
-    case Opcode::IndexMul:
-    case Opcode::IndexDiv:
-    case Opcode::IndexRem:
-    case Opcode::IndexMin:
-    case Opcode::IndexSub:
-      break;
-    default:
-      throw CodegenError(fmt::format("kernel {}: pipelining its parts' gather: the loop's next %{} comes from {} after it",
-                                     p.name, v, opcode_name(at->opcode)));
-  }
+  if (at->opcode != Opcode::Const && !is_index_arithmetic(at->opcode))
+    throw CodegenError(fmt::format("kernel {}: pipelining its parts' gather: the loop's next %{} comes from {} after it",
+                                   p.name, v, opcode_name(at->opcode)));
   Inst i = *at;
   moved.erase(at);
   for (int a : i.args) hoist(p, a, moved, before);
@@ -106,19 +96,8 @@ struct Carried {
 // A value that costs a register or so a thread (an index, a scalar, a per-thread or per-warp
 // tile, one element), made by an instruction that is cheap to run again.
 bool cheap(const Program& p, const Inst* def, int v) {
-  if (!def || !def->regions.empty()) return false;
-  switch (def->opcode) {
-    case Opcode::IndexMul:
-    case Opcode::IndexAdd:
-    case Opcode::IndexDiv:
-    case Opcode::IndexRem:
-    case Opcode::IndexMin:
-    case Opcode::IndexSub:
-    case Opcode::Compute:
-      break;
-    default:
-      return false;
-  }
+  if (!def || !def->regions.empty() || (def->opcode != Opcode::Compute && !is_index_arithmetic(def->opcode)))
+    return false;
   const Type& t = p.types.at(static_cast<size_t>(v));
   return !t.is_tile() || t.frag == Frag::Lanes || t.frag == Frag::Warps || t.frag == Frag::WarpLanes ||
          num_elements(t.shape) == 1;

@@ -8,14 +8,9 @@ namespace {
 
 // Instructions with no effect but their value, cheap to compute anywhere in their region.
 bool movable(const Inst& i) {
+  if (is_index_arithmetic(i.opcode)) return i.regions.empty();
   switch (i.opcode) {
     case Opcode::Const:
-    case Opcode::IndexMul:
-    case Opcode::IndexAdd:
-    case Opcode::IndexDiv:
-    case Opcode::IndexRem:
-    case Opcode::IndexMin:
-    case Opcode::IndexSub:
     case Opcode::Splat:
     case Opcode::InBounds:
     case Opcode::InWindow:
