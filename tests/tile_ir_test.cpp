@@ -711,6 +711,8 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
                                   "  %5 = gather_parts %arg2[%2] parts 1 : tile<1x1xf32, warp_lanes>\n",    // one part
                                   "  %5 = gather_parts %arg2[%2] parts 40 : tile<1x40xf32, warp_lanes>\n",  // past a warp
                                   "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32>\n",     // not warp_lanes
+                                  "  publish %arg2[%0], %3, %3\n"
+                                  "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32, warp_lanes>\n",  // 2 values, 1
                               });
   EXPECT_TRUE(program_problems(parse_program(header +
                                              "  publish %arg2[%0], %3\n"

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <set>
 
 #include "compiler/support/error.h"
@@ -560,7 +561,7 @@ class Verifier {
   // A row's parts meeting in the workspace's stamped words (no f32 view, no counters), in a
   // program of one row a block outside clusters and specialization: publish a task and one-element
   // f32 tiles, gather_parts a row and a warp_lanes f32 tile [1, parts] per value, 1 < parts ≤ 32
-  // (a warp's lanes fetch them). (Its block barrier needs every thread: in a branch, on a
+  // (a warp's lanes fetch them), as many values everywhere. (Its block barrier needs every thread: in a branch, on a
   // condition the block's threads share — pipeline_part_gathers' pending task.)
   void parts(const Inst& i) {
     const bool gather = i.opcode == Opcode::GatherParts;
@@ -577,6 +578,12 @@ class Verifier {
                                                            : "a task and the values it publishes"));
       return;
     }
+    // (A task's words are its values one after another: every publish and gather of a workspace
+    // must agree on how many.)
+    const size_t values = gather ? i.results.size() : i.args.size() - 1;
+    if (const auto [at, fresh] = values_of_words_.emplace(i.param, values); !fresh && at->second != values)
+      problem(fmt::format("{}: {} values a task in %arg{}'s words, where another takes {}", where(i), values, i.param,
+                          at->second));
     if (!gather) {
       for (size_t a = 1; a < i.args.size(); ++a)
         if (const Type& t = type(i.args[a]);
@@ -1005,6 +1012,7 @@ class Verifier {
   std::vector<std::string> problems_;
   Role role_ = Role::Block;
   int depth_ = 0;  // regions entered (1: the program's body)
+  std::map<int, size_t> values_of_words_;  // workspace → the values a task publishes (gathers)
 };
 
 }  // namespace
