@@ -576,7 +576,8 @@ class RowReduction {
   // block r's and the warp combines them by shuffles, one rescale a lane (either way every block
   // gets the same bits). An online sum's block values are brought to the row's max M by
   // exp(c(m_b) − c(M)) before they are added; what uses the terms takes the block's times that
-  // factor (times its warp's, over warps: one multiply an element).
+  // factor (times its warp's, over warps: one multiply an element). A split row's parts are
+  // combined the same way, each block a part: publish and gather_parts in place of gather_blocks.
   void over_cluster(Builder& b, int pass) {
     const BlockPass bp = s_.block_online ? warps_pass(b, pass) : block_pass(b, pass);
     if (bp.ids.empty()) return;
