@@ -139,6 +139,11 @@ void Executable::load() {
       // rounds — 128 groups for 4096 rows instead of 132 — measured slower on the H200:
       // bench/NOTES.md v7.)
       if (c.persistent) grid = std::min<uint64_t>(grid, uint64_t(resident) * c.cluster_blocks);
+      // (A split row's parts wait for each other: they need a block each at once.)
+      if (const int parts = plan_.kernels[i].schedule.split_blocks; c.cooperative && grid < static_cast<uint64_t>(parts))
+        throw CudaError(fmt::format("kernel {}: its rows are split into {} parts that wait for each other, and this GPU "
+                                   "holds {} of its blocks at once; plan with --split 0",
+                                   c.name, parts, grid));
     }
     dev->grid.push_back(grid);
     dev->workspace.emplace_back(c.workspace_bytes);

@@ -76,7 +76,7 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 
 // Rows split into parts on Tile IR v2 (--split-ir 2): each part a task of a persistent grid of
 // fewer blocks than tasks, published to the workspace and the row's parts gathered from the
-// other blocks' (f32 rows of four parts, bf16 of two).
+// other blocks' (rows of four parts, f32 and bf16).
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -88,10 +88,17 @@ TEST(Interpret, SplitRowsMatchFloat64) {
     o.schedule.split_ir = 2;
     Plan p = plan_fusion(g, o);
     for (const Kernel& k : p.kernels) {
-      EXPECT_GT(k.schedule.split_blocks, 1) << k.schedule.describe();
+      EXPECT_EQ(k.schedule.split_blocks, 4) << k.schedule.describe();
       EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     }
-    testing::check_on_host(p, seed);
+    // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
+    // they straddle rounds and a block waits for parts of a round before its own.)
+    for (int64_t blocks : {4, 5, 9}) {
+      SCOPED_TRACE(std::to_string(blocks) + " blocks");
+      HostRunOptions grid;
+      grid.persistent_blocks = blocks;
+      testing::check_on_host(p, seed, grid);
+    }
   }
 }
 

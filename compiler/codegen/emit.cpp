@@ -42,7 +42,7 @@ class Emitter {
       throw CodegenError(fmt::format("kernel {}: codegen takes two-axis tiles, not {}", p_.name, l_.threads.size()));
     m_->setTargetTriple(llvm::Triple("nvptx64-nvidia-cuda"));
     // Tensors, then — where the program has a workspace — the workspace and the launch's epoch
-    // (the runtime passes both to every kernel with a workspace; this one needs no epoch).
+    // (the runtime passes both to every kernel with a workspace; split rows' words carry it).
     std::vector<llvm::Type*> params;
     for (const tir::Param& prm : p_.params)
       if (!prm.workspace) params.push_back(b_.getPtrTy(1));
@@ -1319,7 +1319,8 @@ class Emitter {
   // A loop's body region, each instruction told whether a block barrier follows it there and
   // that it stands straight in the loop's body; `parity`: the iteration's parity (i32).
   void loop_body(const Region& r, Value* parity) {
-    const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_;
+    const bool outer_after = barrier_after_, outer_cluster = cluster_after_, outer_top = loop_top_,
+               outer_around = barrier_around_;
     Value* outer_parity = loop_parity_;
     loop_parity_ = parity;
     // Whether a block barrier, or an exchange, follows instruction k: one pass from the end. (And
@@ -1342,6 +1343,7 @@ class Emitter {
     barrier_after_ = outer_after;
     cluster_after_ = outer_cluster;
     loop_top_ = outer_top;
+    barrier_around_ = outer_around;
     loop_parity_ = outer_parity;
   }
   // Emits a region that does not stand straight in a loop's body (a branch's, a loop's condition).

@@ -726,6 +726,8 @@ class Exec {
   void gather_parts(const Inst& i) {
     const int64_t n = static_cast<int64_t>(i.results.size()), parts = static_cast<int64_t>(i.value);
     const int64_t first = idx(i.args[0]) * parts * n;
+    word_at(i, first);  // (every word in the workspace: the wait below must not throw)
+    word_at(i, first + parts * n - 1);
     auto stamped = [&] {
       for (int64_t w = first; w < first + parts * n; ++w) {
         uint32_t e;
@@ -1191,6 +1193,9 @@ void interpret(const Program& p, const std::vector<HostArg>& args, int64_t block
   Launch launch(p, args, blocks > 0 ? blocks : p.grid[0], epoch);
   const int n = p.cluster_blocks;
   if (gathers_parts(p.body)) {  // (a persistent grid: every block resident, each on a thread)
+    if (launch.blocks > 256)
+      throw Error(fmt::format("kernel {}: {} blocks, each a thread of the host, for a persistent grid; give fewer",
+                              p.name, launch.blocks));
     std::vector<Cluster> each(static_cast<size_t>(launch.blocks), Cluster(p, 1));
     side_by_side(launch, static_cast<int>(launch.blocks),
                  [&](int b) { Exec(launch, each[static_cast<size_t>(b)], 0, b).run(); });

@@ -585,6 +585,7 @@ class Verifier {
       problem(fmt::format("{}: {} values a task in %arg{}'s words, where another takes {}", where(i), values, i.param,
                           at->second));
     if (!gather) {
+      if (!i.results.empty()) problem(fmt::format("{}: publish gives no values", where(i)));
       for (size_t a = 1; a < i.args.size(); ++a)
         if (const Type& t = type(i.args[a]);
             !t.is_tile() || t.dtype != DType::F32 || t.frag != Frag::None || num_elements(t.shape) != 1)
@@ -594,6 +595,9 @@ class Verifier {
     const int64_t n = static_cast<int64_t>(i.value);
     if (i.value != static_cast<double>(n) || n < 2 || n > 32)
       problem(fmt::format("{}: {} parts, not from 2 to 32", where(i), i.value));
+    else if (p_.layout.threads.size() == 2 && p_.layout.threads[1] < n)
+      problem(fmt::format("{}: {} parts for a row of {} threads (a thread fetches each)", where(i), n,
+                          p_.layout.threads[1]));
     for (int v : i.results)
       if (type(v) != Type::tile(DType::F32, {1, n}, Space::Reg, Frag::WarpLanes))
         problem(fmt::format("{}: gives %{} of {}, not an f32 warp_lanes tile [1, {}]", where(i), v, type_str(type(v)), n));

@@ -167,6 +167,35 @@ Carried carry(const Program& p, const std::vector<int>& needed, const std::set<i
   return out;
 }
 
+// What moves one iteration later must not touch the stages, counters or barriers the rest of
+// the iteration relies on: a stage refilled late would never fill for the next wait, a stage
+// read late would hold the next row.
+void check_movable(const Program& p, const Inst& i) {
+  switch (i.opcode) {
+    case Opcode::FillStage:
+    case Opcode::WaitFull:
+    case Opcode::WaitEmpty:
+    case Opcode::LoadShared:
+    case Opcode::StageRow:
+    case Opcode::Claim:
+    case Opcode::LastArrival:
+    case Opcode::ResetCount:
+    case Opcode::Barrier:
+    case Opcode::CopyAsync:
+    case Opcode::CommitGroup:
+    case Opcode::WaitGroup:
+    case Opcode::TmaLoad:
+    case Opcode::Release:
+    case Opcode::Publish:
+      throw CodegenError(fmt::format("kernel {}: pipelining its parts' gather would move {} an iteration later",
+                                     p.name, opcode_name(i.opcode)));
+    default:
+      break;
+  }
+  for (const Region& r : i.regions)
+    for (const Inst& inner : r.body) check_movable(p, inner);
+}
+
 // The loop at `at` of the program's body, pipelined at its body's gather_parts `cut`.
 void pipeline(Program& p, size_t at, size_t cut) {
   Inst loop = p.body.body[at];
@@ -178,12 +207,12 @@ void pipeline(Program& p, size_t at, size_t cut) {
   for (int v : yield.args) hoist(p, v, moved, before);
   // What the moved part reads from this iteration (the head's and the body's values before the
   // gather): carried — but constants, which it makes again.
-  std::set<int> here(head.args.begin(), head.args.end()), used, defined_moved;
+  std::set<int> here(head.args.begin(), head.args.end()), used;
   for (const Inst& i : head.body) defined_in(i, here);
   for (const Inst& i : before) defined_in(i, here);
   for (const Inst& i : moved) {
     used_in(i, used);
-    defined_in(i, defined_moved);
+    check_movable(p, i);
   }
   std::map<int, const Inst*> constants;
   for (const std::vector<Inst>* part : {&head.body, &before})

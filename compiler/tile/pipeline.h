@@ -11,7 +11,7 @@
 // by the loop (constants are made again instead), with a flag that says a task is pending —
 // fewer values where cheap per-row ones can be made again from others the loop carries (a
 // softmax's task, warps' max, terms and block max, not also its row, "seen" bits and finite
-// maxima: 60 registers where 64).
+// maxima). What moves must not touch stages, counters or barriers (refused).
 // The yield's values must not come from the moved part.
 #include "compiler/tile/ir.h"
 
