@@ -76,7 +76,8 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 
 // Rows split into parts on Tile IR v2 (--split-ir 2): each part a task of a persistent grid of
 // fewer blocks than tasks, published to the workspace and the row's parts gathered from the
-// other blocks' (rows of four parts, f32 and bf16).
+// other blocks' (rows of four parts, f32 and bf16; a softmax's max and online sum, an RMSNorm's
+// sum of squares and its weight read at the part's columns).
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -84,6 +85,7 @@ TEST(Interpret, SplitRowsMatchFloat64) {
     Graph g(std::string("host_split_") + dtype_name(dt));
     output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
     output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
+    output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
     FusionOptions o;
     o.schedule.split_ir = 2;
     Plan p = plan_fusion(g, o);

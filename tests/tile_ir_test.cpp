@@ -699,6 +699,18 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     EXPECT_EQ(occurrences(ptx, "bar.sync"), 4u);
     expect_assembled_unspilled(ptx, p->name);
   }
+  for (DType dt : {DType::F32, DType::BF16}) {  // (an RMSNorm's one sum of squares a part)
+    SCOPED_TRACE(std::string("rmsnorm ") + dtype_name(dt));
+    Graph g("split_norm");
+    output("y", rmsnorm(input(g, "x", {40, 131072}, dt), input(g, "w", {131072}, dt)));
+    FusionOptions o;
+    o.schedule.split_ir = 2;
+    Plan plan = plan_fusion(g, o);
+    ASSERT_GT(plan.kernels.at(0).schedule.split_blocks, 1) << plan.kernels[0].schedule.describe();
+    const std::optional<Program> p = round_tripped(plan);
+    ASSERT_TRUE(p.has_value());
+    expect_assembled_unspilled(program_ptx(*p), p->name);
+  }
   const std::string header =
       "tile.func @k(%arg0 \"x\": f32[64, 4096], %arg1 \"y\": f32[64, 1] out, %arg2 \"workspace\": f32[0, 0] workspace)\n"
       "    grid [256] threads 256 layout blocked<per_thread [1, 4], threads [1, 256], reps [1, 1]> {\n"
@@ -723,7 +735,8 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
 
 // Split rows on Tile IR v2 on the GPU: two launches through one executable (the second reads
 // words stamped with the first launch's epoch until its own parts arrive), f32 and bf16, a
-// softmax and a log_softmax of rows of several parts, more tasks than the grid has blocks.
+// softmax, a log_softmax and an RMSNorm of rows of several parts, more tasks than the grid has
+// blocks.
 TEST(GpuTileIr, SplitRowsMatchFloat64) {
   using namespace dsl;
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -731,6 +744,7 @@ TEST(GpuTileIr, SplitRowsMatchFloat64) {
     Graph g("split_rows");
     output("p", softmax(input(g, "x", {300, 131072}, dt), -1));
     output("l", log_softmax(input(g, "z", {70, 65536}, dt), -1));
+    output("n", rmsnorm(input(g, "v", {50, 65536}, dt), input(g, "w", {65536}, dt)));
     FusionOptions o;
     o.schedule.split_ir = 2;
     Plan plan = plan_fusion(g, o);

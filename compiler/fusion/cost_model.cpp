@@ -305,6 +305,9 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     // A row's parts may meet once through global memory when its only reductions are a max and
     // the online sum of its exps and every output is whole rows (written by each part).
     bool splittable = k.totals.reductions == 2 && k.totals.online_sums == 1;
+    // (On Tile IR v2 any whose reductions all finish in its first pass — one exchange a part — of
+    // at most two values a part: the workspace's 16 bytes a task. An RMSNorm's sum of squares.)
+    if (hints.split_ir == 2) splittable = k.passes == 2 && k.totals.reductions >= 1 && k.totals.reductions <= 2;
     for (NodeId t : k.outputs) splittable &= num_elements(g.node(t).shape) == num_elements(k.domain);
     // A long row's column tiles may be split into parts whose reductions meet in the workspace
     // when one pass over the row computes them all and every output is one value per row.

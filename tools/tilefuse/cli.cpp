@@ -128,9 +128,11 @@ common options:
                                thread has read it, behind a block barrier of its own; 0, the
                                default, at the first reduction's block barrier
   --split-ir 1|2               rows split into parts that meet in global memory: on the first
-                               Tile IR (1, the default: a task's parts fetched while the next
-                               reduces) or on Tile IR v2 (2: each part published to the
-                               workspace and the row's parts gathered, one block barrier a pass)
+                               Tile IR (1, the default: a softmax's max and sum, a task's parts
+                               fetched while the next reduces) or on Tile IR v2 (2: any rows
+                               whose one or two reductions finish in one pass, each part
+                               published to the workspace and the row's parts gathered one
+                               task later)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
