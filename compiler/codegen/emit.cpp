@@ -1299,11 +1299,16 @@ class Emitter {
     RowSlots slots;
     Value* first;  // null: not doubled
   };
+  // Slots for `values` values of `columns` columns each, doubled by the iteration's parity where
+  // they stand straight in a loop's body with no block barrier after them there.
+  WarpSlots loop_slots(const char* name, int values, int columns) {
+    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
+    return {row_slots(name, values, doubled ? 2 * columns : columns),
+            doubled ? b_.CreateMul(loop_parity_, i32(columns)) : nullptr};
+  }
   WarpSlots written_by_warps(const char* name, const std::vector<Value*>& values) {
     const int warps = l_.threads[1] / 32, n = static_cast<int>(values.size());
-    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
-    const RowSlots slots = row_slots(name, n, doubled ? 2 * warps : warps);
-    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(warps)) : nullptr;
+    const auto [slots, first] = loop_slots(name, n, warps);
     Value* warp = b_.CreateUDiv(thread_[1], i32(32));
     if (first) warp = b_.CreateAdd(warp, first);
     guarded(b_.CreateICmpEQ(b_.CreateURem(thread_[1], i32(32)), i32(0)), [&] {
@@ -2330,9 +2335,9 @@ class Emitter {
   // written again as written_by_warps' are.
   void gather_parts(const Inst& i) {
     const int parts = static_cast<int>(i.value), n = static_cast<int>(i.results.size());
-    const bool doubled = loop_depth_ > 0 && !barrier_after_ && loop_top_ && loop_parity_;
-    const RowSlots slots = row_slots("part_values", n, doubled ? 2 * parts : parts);
-    Value* first = doubled ? b_.CreateMul(loop_parity_, i32(parts)) : i32(0);
+    const WarpSlots w = loop_slots("part_values", n, parts);
+    const RowSlots& slots = w.slots;
+    Value* first = w.first ? w.first : i32(0);
     guarded(b_.CreateICmpULT(thread_[1], i32(parts)), [&] {
       Value* task = b_.CreateAdd(b_.CreateMul(b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()), b_.getInt64(parts)),
                                  b_.CreateZExt(thread_[1], b_.getInt64Ty()));
@@ -2379,7 +2384,7 @@ class Emitter {
     for (int a = 0; a < n; ++a)
       vals_[static_cast<size_t>(i.results[static_cast<size_t>(a)])] = {
           b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, column), llvm::Align(4))};
-    done_with({slots, doubled ? first : nullptr});
+    done_with(w);
   }
 
   // Every thread's earlier writes reach the block barrier; thread 0 releases them at device

@@ -107,63 +107,60 @@ bool cheap(const Program& p, const Inst* def, int v) {
 // cheap value whose roots (the values it is made from, through cheap instructions, that the
 // loop would carry) are carried anyway is made again; cheap values whose roots are not are made
 // again only where their roots together are fewer than they (a softmax's warps' max and its
-// "seen" bit from the warps' raw max).
+// "seen" bit from the warps' raw max). `here`: the values the head and the part before the cut
+// define; `defs`: the instructions of theirs that make them, by value.
 Carried carry(const Program& p, const std::vector<int>& needed, const std::set<int>& here,
-              const std::map<int, const Inst*>& constants, const std::map<int, const Inst*>& defs) {
+              const std::map<int, const Inst*>& defs) {
   auto def_of = [&](int v) -> const Inst* {
     const auto it = defs.find(v);
     return it == defs.end() ? nullptr : it->second;
   };
-  // (A cheap value's roots, and the instructions and constants that make it from them.)
-  std::function<void(int, std::set<int>&, std::set<const Inst*>&, std::set<int>&)> expand =
-      [&](int v, std::set<int>& roots, std::set<const Inst*>& insts, std::set<int>& consts) {
-        if (constants.count(v)) {
-          consts.insert(v);
-          return;
-        }
-        if (!here.count(v)) return;  // (from outside the loop)
-        const Inst* def = def_of(v);
-        if (!cheap(p, def, v)) {
-          roots.insert(v);
-          return;
-        }
-        insts.insert(def);
-        for (int a : def->args) expand(a, roots, insts, consts);
-      };
-  Carried out;
-  std::set<int> base;
-  std::vector<int> cheap_ones;
-  for (int v : needed) (cheap(p, def_of(v), v) ? cheap_ones.push_back(v) : static_cast<void>(base.insert(v)));
-  std::set<int> rest_roots;
-  std::vector<int> rest;
-  for (int v : cheap_ones) {
-    std::set<int> roots;
+  // A cheap value's roots, and the instructions and constants that make it from them.
+  struct Making {
+    std::set<int> roots, consts;
     std::set<const Inst*> insts;
-    std::set<int> consts;
-    expand(v, roots, insts, consts);
-    if (std::includes(base.begin(), base.end(), roots.begin(), roots.end())) {
-      out.remade.insert(insts.begin(), insts.end());
-      out.constants.insert(consts.begin(), consts.end());
+  };
+  std::function<void(int, Making&)> expand = [&](int v, Making& m) {
+    if (!here.count(v)) return;  // (from outside the loop)
+    const Inst* def = def_of(v);
+    if (def && def->opcode == Opcode::Const) {
+      m.consts.insert(v);
+    } else if (!cheap(p, def, v)) {
+      m.roots.insert(v);
     } else {
-      rest.push_back(v);
-      for (int r : roots)
+      m.insts.insert(def);
+      for (int a : def->args) expand(a, m);
+    }
+  };
+  std::set<int> base;
+  std::map<int, Making> cheap_ones;
+  for (int v : needed)
+    if (cheap(p, def_of(v), v))
+      expand(v, cheap_ones[v]);
+    else
+      base.insert(v);
+  // (Those whose roots are carried anyway are made again; the rest too where their roots are fewer.)
+  std::set<int> rest_roots;
+  size_t rest = 0;
+  for (const auto& [v, m] : cheap_ones)
+    if (!std::includes(base.begin(), base.end(), m.roots.begin(), m.roots.end())) {
+      ++rest;
+      for (int r : m.roots)
         if (!base.count(r)) rest_roots.insert(r);
     }
-  }
-  if (!rest.empty() && rest_roots.size() < rest.size()) {
-    base.insert(rest_roots.begin(), rest_roots.end());
-    for (int v : rest) {
-      std::set<int> roots;
-      std::set<const Inst*> insts;
-      std::set<int> consts;
-      expand(v, roots, insts, consts);
-      out.remade.insert(insts.begin(), insts.end());
-      out.constants.insert(consts.begin(), consts.end());
+  const bool remake_rest = rest_roots.size() < rest;
+  Carried out;
+  for (const auto& [v, m] : cheap_ones) {
+    if (!remake_rest && !std::includes(base.begin(), base.end(), m.roots.begin(), m.roots.end())) {
+      out.values.push_back(v);
+      continue;
     }
-  } else {
-    base.insert(rest.begin(), rest.end());
+    out.remade.insert(m.insts.begin(), m.insts.end());
+    out.constants.insert(m.consts.begin(), m.consts.end());
   }
-  out.values.assign(base.begin(), base.end());
+  if (remake_rest) base.insert(rest_roots.begin(), rest_roots.end());
+  out.values.insert(out.values.end(), base.begin(), base.end());
+  std::sort(out.values.begin(), out.values.end());
   return out;
 }
 
@@ -214,18 +211,21 @@ void pipeline(Program& p, size_t at, size_t cut) {
     used_in(i, used);
     check_movable(p, i);
   }
-  std::map<int, const Inst*> constants;
-  for (const std::vector<Inst>* part : {&head.body, &before})
-    for (const Inst& i : *part)
-      if (i.opcode == Opcode::Const) constants[i.results.at(0)] = &i;
-  std::vector<int> needed;
-  for (int v : used)
-    if (here.count(v) && !constants.count(v)) needed.push_back(v);
-  std::map<int, const Inst*> defs;
+  std::map<int, const Inst*> defs;  // (top level: what the moved part can read)
   for (const std::vector<Inst>* part : {&head.body, &before})
     for (const Inst& i : *part)
       for (int v : i.results) defs[v] = &i;
-  const Carried carried = carry(p, needed, here, constants, defs);
+  std::set<int> constants;
+  std::vector<int> needed;
+  for (int v : used) {
+    const auto def = defs.find(v);
+    if (def != defs.end() && def->second->opcode == Opcode::Const)
+      constants.insert(v);
+    else if (here.count(v))
+      needed.push_back(v);
+  }
+  const Carried carried = carry(p, needed, here, defs);
+  constants.insert(carried.constants.begin(), carried.constants.end());
   const std::vector<int>& live = carried.values;
   for (int v : live)
     if (const Type& t = p.types.at(static_cast<size_t>(v)); t.kind != Type::Kind::Index && !t.is_tile() &&
@@ -255,10 +255,7 @@ void pipeline(Program& p, size_t at, size_t cut) {
     when.args = {has.results.at(0)};
     out.push_back(has);
     Region r;
-    for (int v : used)
-      if (constants.count(v)) r.body.push_back(c.clone(*constants.at(v)));
-    for (int v : carried.constants)
-      if (!used.count(v)) r.body.push_back(c.clone(*constants.at(v)));
+    for (int v : constants) r.body.push_back(c.clone(*defs.at(v)));
     for (const std::vector<Inst>* part : {&head.body, &before})  // (in their order)
       for (const Inst& i : *part)
         if (carried.remade.count(&i)) r.body.push_back(c.clone(i));

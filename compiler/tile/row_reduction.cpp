@@ -42,6 +42,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/row_passes.h"
@@ -220,30 +221,29 @@ class RowReduction {
     rows_ = b.index(s_.rows);
     parts_ = b.index(s_.split_blocks);
     const int tasks = b.index(s_.rows * s_.split_blocks), part_cols = b.index(s_.tile_cols());
-    const int stages = b.index(s_.stages);
+    // Task t's row and its part's first column.
+    auto place = [&](Builder& in, int t) {
+      return std::pair<int, int>{in.div(t, parts_), in.mul(in.rem(t, parts_), part_cols)};
+    };
     for (int k = 0; k < s_.stages; ++k) {
-      const int t = k == 0 ? block : b.add(block, b.mul(blocks, b.index(k)));
+      const auto [row, col] = place(b, k == 0 ? block : b.add(block, b.mul(blocks, b.index(k))));
       for (size_t i = 0; i < ring_of_.size(); ++i)
-        if (ring_of_[i] >= 0)
-          b.fill_stage(static_cast<int>(i), b.div(t, parts_), b.mul(b.rem(t, parts_), part_cols), ring_of_[i],
-                       b.index(k), rows_);
+        if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), row, col, ring_of_[i], b.index(k), rows_);
     }
-    const int ahead = b.mul(blocks, stages);
+    const int ahead = b.mul(blocks, b.index(s_.stages));
     b.while_loop(
         {zero_, block}, [&](Builder& h, const std::vector<int>& c) { return h.less(c[1], tasks); },
         [&](Builder& body, const std::vector<int>& c) {
-          stage_ = body.rem(c[0], stages);
-          const int parity = body.rem(body.div(c[0], stages), body.index(2));
+          int parity;
+          std::tie(stage_, parity) = body.ring_stage(c[0], s_.stages, false);
           for (int r = 0; r < static_cast<int>(p_.shared.size()); ++r) body.wait_full(r, stage_, parity);
           task_ = c[1];
-          row0_ = body.div(task_, parts_);
-          col0_ = body.mul(body.rem(task_, parts_), part_cols);
+          std::tie(row0_, col0_) = place(body, task_);
           // (The next iteration's values first: the row's parts' gather and what follows it move to
           // the next iteration — pipeline_part_gathers.)
           const std::vector<int> carried_next = {body.add(c[0], body.index(1)), body.add(task_, blocks)};
-          const int next = body.add(task_, ahead);  // (a task past the last: the end mark)
-          refill_row_ = body.div(next, parts_);
-          refill_col_ = body.mul(body.rem(next, parts_), part_cols);
+          // (A task past the last: the end mark.)
+          std::tie(refill_row_, refill_col_) = place(body, body.add(task_, ahead));
           refilled_ = false;
           value_of_.clear();
           in_row_ = -1;
