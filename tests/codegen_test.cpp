@@ -440,8 +440,7 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   // Rows of 1000: the columns past them masked before the reductions.
   Plan odd = plan_fusion(rows1000, v2);
   EXPECT_NE(compile_kernel(odd.graph, odd.kernels[0]).tile_ir.find("in_bounds"), std::string::npos);
-  // `--row-ir 1` puts them on the first Tile IR. Windowed rows one block holds are on Tile IR v2
-  // but with `--window-ir 1`; those a cluster holds only with `--window-ir 2`.
+  // `--row-ir 1` puts them on the first Tile IR; `--window-ir 1` windowed rows.
   FusionOptions first;
   first.schedule.row_ir = 1;
   EXPECT_FALSE(plan_fusion(find_example("softmax").build(), first).kernels[0].schedule.ir_v2);
@@ -458,7 +457,8 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   const Kernel cluster_rows = plan_fusion(vocab, v2).kernels[0];
   ASSERT_GT(cluster_rows.schedule.cluster_blocks, 1) << cluster_rows.schedule.describe();
   EXPECT_TRUE(cluster_rows.schedule.window);
-  EXPECT_FALSE(cluster_rows.schedule.ir_v2);
+  EXPECT_TRUE(cluster_rows.schedule.ir_v2);
+  EXPECT_TRUE(cluster_rows.schedule.cluster_online);  // 16-bit windowed rows: one exchange a pass
   EXPECT_TRUE(plan_fusion(vocab, window_v2).kernels[0].schedule.ir_v2);
   FusionOptions bad;
   bad.schedule.row_ir = 3;
@@ -863,7 +863,9 @@ TEST(Codegen, PersistentRowsAreClaimedFromACounter) {
 // 16-bit parts of 32 elements per thread are written from their stage: each task reads its part
 // from shared memory twice (reduce, write), and the kernel carries no exps between iterations.
 TEST(Codegen, SixteenBitSplitPartsAreReadTwiceFromTheirStage) {
-  Plan p = plan_fusion(find_example("softmax_256k_bf16").build());
+  FusionOptions first;
+  first.schedule.split_ir = 1;
+  Plan p = plan_fusion(find_example("softmax_256k_bf16").build(), first);
   ASSERT_EQ(p.kernels[0].schedule.elems_per_thread(), 32);
   auto count = [](const std::string& text, const std::string& what) {
     size_t n = 0;

@@ -329,26 +329,21 @@ TEST(FusionReduce, LongRowsAreSplitIntoPartsAndReadOnce) {
   EXPECT_NE(report.find(fmt::format("rows split into {} parts that meet in global memory", s.split_blocks)),
             std::string::npos)
       << report;
-  // 16-bit parts of 32 elements stay in their stage until written, so they need three stages
-  // (one reduced, one written, one in flight); with fewer they take 16, as f32 does.
-  const TileSchedule& b = plan_fusion(find_example("softmax_256k_bf16").build()).kernels[0].schedule;
-  EXPECT_GT(b.split_blocks, 1);
-  EXPECT_EQ(b.elems_per_thread(), 32);
-  EXPECT_GE(b.stages, 3);
+  // 16-bit rows split too, with as many stages as asked for.
   FusionOptions two;
   two.schedule.stages = 2;
   const TileSchedule& b2 = plan_fusion(find_example("softmax_256k_bf16").build(), two).kernels[0].schedule;
   EXPECT_GT(b2.split_blocks, 1);
-  EXPECT_EQ(b2.elems_per_thread(), 16);
   EXPECT_EQ(b2.stages, 2);
-  // A row that one block holds is not split; nor is a row whose reductions are not a max and
-  // its online sum (RMSNorm: a cluster), nor one whose parts are not whole (an odd length).
+  // A row that one block holds is not split (RMSNorm's of 32768: its w is loaded after the
+  // reduction, so a block holds it as softmax's), nor one whose parts are not whole (an odd
+  // length). A longer RMSNorm row is: its sum of squares finishes in the parts' one pass.
   EXPECT_EQ(plan_fusion(find_example("softmax_32k").build()).kernels[0].schedule.split_blocks, 1);
+  EXPECT_EQ(plan_fusion(find_example("rmsnorm_32k").build()).kernels[0].schedule.split_blocks, 1);
   Graph long_rms("long_rms");
   dsl::output("y", dsl::rmsnorm(dsl::input(long_rms, "x", {64, 65536}), dsl::input(long_rms, "w", {65536})));
   Plan rms = plan_fusion(long_rms);
-  EXPECT_EQ(rms.kernels[0].schedule.split_blocks, 1);
-  EXPECT_GT(rms.kernels[0].schedule.cluster_blocks, 1);
+  EXPECT_GT(rms.kernels[0].schedule.split_blocks, 1) << rms.kernels[0].schedule.describe();
   // RMSNorm's w is shared by every row and loaded after the reduction: a row of 32768 holds 32
   // elements per thread in one block, like softmax's.
   const TileSchedule& rms32k = plan_fusion(find_example("rmsnorm_32k_bf16").build()).kernels[0].schedule;

@@ -535,6 +535,7 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     FusionOptions o;
     o.schedule.staged_ir = 2;
     o.schedule.split = 0;
+    o.schedule.cluster_online = 0;  // an exchange per reduction (the default is one a pass)
     Plan plan = plan_fusion(g, o);
     const TileSchedule& s = plan.kernels.at(0).schedule;
     ASSERT_TRUE(s.stages > 0 && s.cluster_blocks > 1 && s.ir_v2) << s.describe();

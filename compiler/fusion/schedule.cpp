@@ -429,6 +429,17 @@ TileSchedule choose_pointwise_schedule(const Shape& domain, const std::vector<Sh
   return s;
 }
 
+// Whether every input laid out along the rows holds 16-bit (or narrower) elements.
+static bool narrow_rows(const std::vector<Shape>& views, const std::vector<DType>& dtypes, size_t num_inputs) {
+  bool any = false;
+  for (size_t i = 0; i < num_inputs && i < views.size(); ++i) {
+    if (views[i].back() == 1) continue;
+    if (dtype_size(dtypes[i]) > 2) return false;
+    any = true;
+  }
+  return any;
+}
+
 // Rows a block holds on Tile IR v2 (or its parts of a cluster's, exchanged a pass at a time:
 // cluster_online) over two or more whole warps: one block barrier a pass where the hint asks for
 // it (TileSchedule::block_online).
@@ -644,10 +655,17 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   int64_t per_row = std::clamp<int64_t>(pow2_ceil((vecs + per_thread - 1) / per_thread), 1, 1024);
   int max_cluster = hints.max_cluster_blocks ? std::min(hints.max_cluster_blocks, device.max_cluster_blocks)
                                              : device.max_cluster_blocks;
-  // A row that one block holds (32 elements per thread) stays in one block: its rounds cost one
-  // block barrier, where a split row's tasks each add a merge (bench/NOTES.md v8). Longer rows
-  // are split rather than spread over a cluster, so that every SM takes part.
-  const int64_t one_block = int64_t{hints.block_threads ? hints.block_threads : 1024} * max_elems;
+  // A staged row's tensor shared by every row (RMSNorm's w) is loaded after its reductions, one
+  // vector at a time, so it holds no registers through them: x and y with one such tensor fit
+  // 32 elements per thread in 64 registers. (Layernorm's x − mean, w and b spill in f32.)
+  int per_row_tensors = 0;
+  for (const Shape& v : views) per_row_tensors += v.back() != 1 && view_spans_rows(v);
+  const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
+  // A row that one block holds (32 elements per thread, or what a staged row holds) stays in one
+  // block: its rounds cost one block barrier, where a split row's tasks each add a merge
+  // (bench/NOTES.md v8). Longer rows are split rather than spread over a cluster, so that every
+  // SM takes part.
+  const int64_t one_block = int64_t{hints.block_threads ? hints.block_threads : 1024} * std::max(max_elems, staged_elems);
   // Persistent kernels count rows (and a row's ≤ 32 parts) in 32 bits.
   const bool persistent_ok = s.rows <= INT32_MAX / 32;
   if (per_row > 512 && persistent_ok && splittable && !s.window && s.cols > one_block &&
@@ -655,19 +673,15 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     s.ir_v2 = s.block_online = hints.split_ir == 2;
     return s;
   }
-  // A staged row's tensor shared by every row (RMSNorm's w) is loaded after its reductions, one
-  // vector at a time, so it holds no registers through them: x and y with one such tensor fit
-  // 32 elements per thread in 64 registers. (Layernorm's x − mean, w and b spill in f32.)
-  int per_row_tensors = 0;
-  for (const Shape& v : views) per_row_tensors += v.back() != 1 && view_spans_rows(v);
-  const int staged_elems = per_row_tensors <= 2 && along_row <= 3 ? 32 : 16;
   if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
     // (One block a row claimed — always v2 —, or a cluster's taken grid-stride.)
     s.ir_v2 = hints.staged_ir == 2 || s.claims_rows();
-    s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
+    // A cluster's staged rows: one exchange a pass and each stage refilled at its read, as the
+    // first IR's lowerer did (level with it on an H100 that way: bench/NOTES.md).
+    s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online != 0;
     s.block_online = online_in_block(s, hints);
-    s.refill_at_read = s.ir_v2 && hints.refill_at_read == 1;
+    s.refill_at_read = s.ir_v2 && (hints.refill_at_read == 1 || (hints.refill_at_read < 0 && s.cluster_blocks > 1));
     return s;
   }
   // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded
@@ -718,7 +732,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
       s.ir_v2 = hints.cluster_ir == 2 && (!s.window || hints.window_ir == 2);
-      s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online == 1;
+      // Windowed 16-bit rows: one exchange a pass (1.011 of the first IR's time on a 50257-wide
+      // bf16 log_softmax, against 1.058 with an exchange per reduction; f32 rows the other way,
+      // 1.025 against 1.000: bench/NOTES.md, "One exchange a pass").
+      s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 &&
+                         (hints.cluster_online == 1 || (hints.cluster_online < 0 && s.window && narrow_rows(views, dtypes, num_inputs)));
       s.block_online = online_in_block(s, hints);
       return s;
     }

@@ -340,31 +340,30 @@ struct ScheduleHints {
   // from the aligned vector its first element lies in), each run's in-row bits (`in_window`),
   // reductions masked by them (`reduce … where %in_row`: threads whose elements all lie in their
   // rows combine them unmasked), under `row_ir` / `cluster_ir` as the rows' other kernels; or
-  // the first Tile IR's lowerer. 0, the default: Tile IR v2 for rows a block holds, one or
-  // several (level with the first IR on the H200, or faster: 0.963 on RMSNorm's 5003-wide bf16
-  // rows, 0.970 on 1003-wide ones four a block), the first IR for rows a cluster holds (Tile IR
-  // v2 ran 1.046–1.057 on a 50257-wide bf16 log_softmax, one cluster exchange per reduction
-  // where the first IR merges the max's and the sum's; 1.011 with cluster_online, which was
-  // slower on the f32 rows); 1: the first IR for all; 2: Tile IR v2 for all (bench/NOTES.md,
-  // "Windowed rows on Tile IR v2", "One exchange a pass", "Windowed rows several a block").
-  int window_ir = 0;
+  // the first Tile IR's lowerer. 2, the default: Tile IR v2 for all (level with the first IR on
+  // the H200 for rows a block holds, or faster: 0.963 on RMSNorm's 5003-wide bf16 rows; for rows
+  // a cluster holds 1.000–1.017 in f32, 1.011 on a 50257-wide bf16 log_softmax with its one
+  // exchange a pass); 0: v2 for rows a block holds, the first IR for a cluster's; 1: the first IR
+  // for all (bench/NOTES.md, "Windowed rows on Tile IR v2", "One exchange a pass").
+  int window_ir = 2;
   // Tile IR v2 rows a cluster holds: 1, each pass over the row in one exchange of the cluster's
   // blocks' values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and
-  // what uses its terms rescaled by exp(c(m_b) − c(M)) to the row's max M; 0, the default, an
-  // exchange per reduction, in order. Measured on the H200 (bench/NOTES.md, "One exchange a
-  // pass"): the single exchange ran 2–5% slower on f32 and 16-bit softmaxes and f32 vocabulary
-  // rows (the rescale's instructions cost more than the cluster barrier it saves), 4.5% faster
-  // on a 50257-wide bf16 log_softmax.
-  int cluster_online = 0;
-  // Which Tile IR persistent rows staged through shared memory (not split) are built on: 2, Tile
-  // IR v2 (bulk rings: the block's first thread fills each stage with a row — claimed from a
-  // counter where one block holds a row, grid-stride where a cluster does — and records it
-  // beside the stage, a `while` over the stages' rows until an end mark) for all; 1, the
-  // default, Tile IR v2 for rows claimed one a block (their only form since the H200 ran it
-  // level with the first IR's, f32 and bf16, with block_online) and the first IR's lowerer for
-  // rows a cluster holds (v2 ran 1.10× slower there: bench/NOTES.md, "Staged rows on Tile IR
-  // v2", "Windowed rows several a block").
-  int staged_ir = 1;
+  // what uses its terms rescaled by exp(c(m_b) − c(M)) to the row's max M; 0, an exchange per
+  // reduction, in order; -1, the default: one exchange a pass for a cluster's staged rows and
+  // windowed rows of 16-bit elements, an exchange per reduction for the rest. Measured on the
+  // H200 (bench/NOTES.md, "One exchange a pass"): the single exchange ran 2–5% slower on f32
+  // and 16-bit softmaxes and f32 vocabulary rows (the rescale's instructions cost more than the
+  // cluster barrier it saves), 4.5% faster on a 50257-wide bf16 log_softmax.
+  int cluster_online = -1;
+  // Which Tile IR persistent rows staged through shared memory (not split) are built on: 2, the
+  // default, Tile IR v2 (bulk rings: the block's first thread fills each stage with a row —
+  // claimed from a counter where one block holds a row, grid-stride where a cluster does — and
+  // records it beside the stage, a `while` over the stages' rows until an end mark) for all; 1,
+  // Tile IR v2 for rows claimed one a block (their only form) and the first IR's lowerer for
+  // rows a cluster holds. A cluster's staged rows on v2 ran 1.10× the first IR's time on the
+  // H200 with a stage refilled at the first reduction; level on an H100 with the refill at the
+  // read, its default (bench/NOTES.md, "Staged rows on Tile IR v2", "Split rows on Tile IR v2").
+  int staged_ir = 2;
   // Tile IR v2 rows a block holds over two or more whole warps, staged or not, and a block's
   // parts of rows a cluster holds with cluster_online 1: 1, each pass over the row in one block
   // barrier — a softmax's max and sum together, each warp's sum of exp(x − c(m_w)) and what uses
@@ -374,16 +373,16 @@ struct ScheduleHints {
   // the first IR; windowed rows of several a block spill at their register cap with it).
   int block_online = -1;
   // Tile IR v2 rows staged through shared memory: 1, each stage refilled as soon as every thread
-  // has read it, behind a block barrier of its own (the first IR's lower_staged does so for a
-  // cluster's rows); 0, the default, at the first reduction's block barrier (one barrier fewer a
-  // row, the copy issued that much later).
-  int refill_at_read = 0;
-  // Which Tile IR rows split into parts that meet in global memory are built on: 2, Tile IR v2
-  // (each task's part published to the workspace's stamped words, the row's parts gathered by
-  // `gather_parts`; one block barrier a pass whatever block_online says); 1, the default, the
-  // first Tile IR's lowerer (its tasks pipelined: a task's parts are fetched while the next
-  // task reduces).
-  int split_ir = 1;
+  // has read it, behind a block barrier of its own; 0, at the first reduction's block barrier
+  // (one barrier fewer a row, the copy issued that much later); -1, the default: 1 for a
+  // cluster's rows (as the first IR's lowerer did), 0 for rows claimed one a block (level either
+  // way on an H100: 0.995–1.004).
+  int refill_at_read = -1;
+  // Which Tile IR rows split into parts that meet in global memory are built on: 2, the default,
+  // Tile IR v2 (each task's part published to the workspace's stamped words, the row's parts
+  // gathered by `gather_parts` one task later; one block barrier a pass whatever block_online
+  // says; 0.993–0.994 of the first IR's time on an H100); 1, the first Tile IR's lowerer.
+  int split_ir = 2;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

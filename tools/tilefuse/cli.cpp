@@ -224,12 +224,8 @@ struct Args {
   bool host = false;  // run: each kernel's Tile IR interpreted on the host, not on the GPU
   LibraryGemmUse library_gemm = LibraryGemmUse::WhenFaster;
   std::string json_file, kernel, target = "sm_90";
-  int max_registers = 128, iters = 100, block_threads = 0, rows_per_thread = 0, max_cluster = 0, stages = -1,
-      split = -1, gemm_block_m = 0, gemm_block_n = 0, gemm_group = 0, window = -1, pack_heads = 1, kv_splits = -1,
-      gemm_wgmma = -1, attention_wgmma = 1, attention_overlap = -1, attention_block_m = 0, pitch_copy = -1, k_splits = 0,
-      gemm_tma = -1, gemm_persistent = -1, gemm_pingpong = 0, gemm_cluster = 2, gemm_tma_store = -1, attention_tma = -1,
-      attention_block_n = 0, attention_pingpong = 0, attention_persistent = -1, row_ir = 2, cluster_ir = 2, window_ir = 0,
-      cluster_online = 0, staged_ir = 1, block_online = -1, refill_at_read = 0, split_ir = 1;
+  int max_registers = 128, iters = 100;
+  ScheduleHints schedule;  // the schedule flags (their defaults are ScheduleHints')
   std::optional<uint64_t> seed;
 };
 
@@ -296,11 +292,7 @@ FusionOptions fusion_options(const Args& a) {
   fo.fuse = !a.no_fuse;
   fo.library_gemm = a.library_gemm;
   fo.max_registers = a.max_registers;
-  fo.schedule = {a.block_threads, a.rows_per_thread, a.max_cluster, a.stages, a.split,
-                 a.gemm_block_m, a.gemm_block_n, a.gemm_group, a.window, a.pack_heads, a.kv_splits,
-                 a.gemm_wgmma, a.attention_wgmma, a.attention_overlap, a.attention_block_m, a.pitch_copy, a.k_splits, a.gemm_tma, a.gemm_persistent, a.gemm_pingpong, a.gemm_cluster,
-                 a.gemm_tma_store, a.attention_tma, a.attention_block_n, a.attention_pingpong, a.attention_persistent,
-                 a.row_ir, a.cluster_ir, a.window_ir, a.cluster_online, a.staged_ir, a.block_online, a.refill_at_read, a.split_ir};
+  fo.schedule = a.schedule;
   if (a.target == "sm_80") {  // clusters, bulk copies and wgmma are sm_90's
     fo.profile.max_cluster_blocks = 1;
     fo.profile.bulk_copies = false;
@@ -364,85 +356,85 @@ Args parse(int argc, char** argv) {
     else if (s == "--iters")
       a.iters = parse_int(s, value(), 1, 1 << 20);
     else if (s == "--block-threads")
-      a.block_threads = parse_int(s, value(), 32, 1024);
+      a.schedule.block_threads = parse_int(s, value(), 32, 1024);
     else if (s == "--rows-per-thread")
-      a.rows_per_thread = parse_int(s, value(), 1, 16);
+      a.schedule.rows_per_thread = parse_int(s, value(), 1, 16);
     else if (s == "--max-cluster")
-      a.max_cluster = parse_int(s, value(), 1, 16);
+      a.schedule.max_cluster_blocks = parse_int(s, value(), 1, 16);
     else if (s == "--stages")
-      a.stages = parse_int(s, value(), 0, 4);
+      a.schedule.stages = parse_int(s, value(), 0, 4);
     else if (s == "--split")
-      a.split = parse_int(s, value(), 0, 1);
+      a.schedule.split = parse_int(s, value(), 0, 1);
     else if (s == "--window")
-      a.window = parse_int(s, value(), 0, 1);
+      a.schedule.window = parse_int(s, value(), 0, 1);
     else if (s == "--row-ir")
-      a.row_ir = parse_int(s, value(), 1, 2);
+      a.schedule.row_ir = parse_int(s, value(), 1, 2);
     else if (s == "--cluster-ir")
-      a.cluster_ir = parse_int(s, value(), 1, 2);
+      a.schedule.cluster_ir = parse_int(s, value(), 1, 2);
     else if (s == "--window-ir")
-      a.window_ir = parse_int(s, value(), 0, 2);
+      a.schedule.window_ir = parse_int(s, value(), 0, 2);
     else if (s == "--cluster-online")
-      a.cluster_online = parse_int(s, value(), 0, 1);
+      a.schedule.cluster_online = parse_int(s, value(), 0, 1);
     else if (s == "--staged-ir")
-      a.staged_ir = parse_int(s, value(), 1, 2);
+      a.schedule.staged_ir = parse_int(s, value(), 1, 2);
     else if (s == "--block-online")
-      a.block_online = parse_int(s, value(), 0, 1);
+      a.schedule.block_online = parse_int(s, value(), 0, 1);
     else if (s == "--refill-at-read")
-      a.refill_at_read = parse_int(s, value(), 0, 1);
+      a.schedule.refill_at_read = parse_int(s, value(), 0, 1);
     else if (s == "--split-ir")
-      a.split_ir = parse_int(s, value(), 1, 2);
+      a.schedule.split_ir = parse_int(s, value(), 1, 2);
     else if (s == "--wgmma")
-      a.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
+      a.schedule.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
-      a.gemm_tma = parse_int(s, value(), 0, 1);
+      a.schedule.gemm_tma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-tma")
-      a.attention_tma = parse_int_or_auto(s, value(), 0, 1);
+      a.schedule.attention_tma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-pingpong")
-      a.attention_pingpong = parse_int(s, value(), 0, 1);
+      a.schedule.attention_pingpong = parse_int(s, value(), 0, 1);
     else if (s == "--attention-persistent")
-      a.attention_persistent = parse_int_or_auto(s, value(), 0, 1);
+      a.schedule.attention_persistent = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-keys") {
       const std::string v = value();
       if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-keys needs 64 or 128, got '{}'", v));
-      a.attention_block_n = std::stoi(v);
+      a.schedule.attention_block_n = std::stoi(v);
     }
     else if (s == "--tma-store")
-      a.gemm_tma_store = parse_int(s, value(), 0, 1);
+      a.schedule.gemm_tma_store = parse_int(s, value(), 0, 1);
     else if (s == "--persistent")
-      a.gemm_persistent = parse_int(s, value(), 0, 1);
+      a.schedule.gemm_persistent = parse_int(s, value(), 0, 1);
     else if (s == "--pingpong")
-      a.gemm_pingpong = parse_int(s, value(), 0, 1);
+      a.schedule.gemm_pingpong = parse_int(s, value(), 0, 1);
     else if (s == "--gemm-cluster")
-      a.gemm_cluster = parse_int(s, value(), 1, 2);
+      a.schedule.gemm_cluster = parse_int(s, value(), 1, 2);
     else if (s == "--k-splits") {
       const std::string v = value();
-      a.k_splits = v == "auto" ? 0 : parse_int(s, v, 1, 4096);
+      a.schedule.gemm_k_splits = v == "auto" ? 0 : parse_int(s, v, 1, 4096);
     } else if (s == "--pitch-copy")
-      a.pitch_copy = parse_int_or_auto(s, value(), 0, 1);
+      a.schedule.pitch_copy = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-wgmma")
-      a.attention_wgmma = parse_int(s, value(), 0, 1);
+      a.schedule.attention_wgmma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-overlap")
-      a.attention_overlap = parse_int_or_auto(s, value(), 0, 1);
+      a.schedule.attention_overlap = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-rows") {
       const std::string v = value();
       if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-rows needs 64 or 128, got '{}'", v));
-      a.attention_block_m = std::stoi(v);
+      a.schedule.attention_block_m = std::stoi(v);
     }
     else if (s == "--pack-heads")
-      a.pack_heads = parse_int(s, value(), 0, 1);
+      a.schedule.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits")
-      a.kv_splits = parse_int_or_auto(s, value(), 0, 64);
+      a.schedule.kv_splits = parse_int_or_auto(s, value(), 0, 64);
     else if (s == "--gemm-tile") {
       const std::string v = value();
       const size_t x = v.find('x');
       if (x == std::string::npos) throw UsageError(fmt::format("--gemm-tile needs MxN (64, 128 or 256 each), got '{}'", v));
-      a.gemm_block_m = parse_int(s, v.substr(0, x), 64, 256);
-      a.gemm_block_n = parse_int(s, v.substr(x + 1), 64, 256);
-      for (int e : {a.gemm_block_m, a.gemm_block_n})
+      a.schedule.gemm_block_m = parse_int(s, v.substr(0, x), 64, 256);
+      a.schedule.gemm_block_n = parse_int(s, v.substr(x + 1), 64, 256);
+      for (int e : {a.schedule.gemm_block_m, a.schedule.gemm_block_n})
         if (e != 64 && e != 128 && e != 256)
           throw UsageError(fmt::format("--gemm-tile needs MxN (64, 128 or 256 each), got '{}'", v));
     } else if (s == "--gemm-group")
-      a.gemm_group = parse_int(s, value(), 1, 64);
+      a.schedule.gemm_group = parse_int(s, value(), 1, 64);
     else if (s == "--seed")
       a.seed = parse_seed(value());
     else if (s == "--library-gemm") {
