@@ -19,7 +19,8 @@ struct HostRunOptions {
   int64_t persistent_blocks = 3;
 };
 
-// Why `plan` cannot run on the host — a kernel on the first Tile IR — or "" where it can.
+// Why `plan` cannot run on the host — a kernel whose program the interpreter refuses
+// (tir::not_interpretable) — or "" where it can.
 std::string host_run_refusal(const Plan& plan);
 
 // The graph's outputs. Throws UnsupportedError where host_run_refusal says so, Error where a

@@ -6,7 +6,7 @@
 #   OLD=dir with the other build's tilefuse and libtilefuse.so (or libtilefuse.so.gz, unpacked here)
 #   NAMES="attention attention_causal"  ROUNDS=2  ITERS=30
 #   FLAGS="…"      options for both builds;  NEW_FLAGS / OLD_FLAGS: options for one side only
-#   (OLD=bundle with NEW_FLAGS="--row-ir 2": one build, two schedules);  NEW_ENV / OLD_ENV:
+#   (OLD=bundle with NEW_FLAGS="--cluster-online 1": one build, two schedules);  NEW_ENV / OLD_ENV:
 #   environment for one side only
 # Needs bundle/ (scripts/build_bundle.sh); logs under $OUT.
 set -uo pipefail

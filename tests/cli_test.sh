@@ -30,11 +30,11 @@ expect bad-target 2 "unknown target 'sm_75'" -- "$tf" ptx bias_gelu --target sm_
 expect bad-kernel 2 "has no kernel 'k9'; its kernels: bias_gelu_k0" -- "$tf" ptx bias_gelu --kernel k9
 expect two-names 2 "takes one example name" -- "$tf" graph bias_gelu bias_gelu_bf16
 expect bad-cluster 2 "--max-cluster needs an integer from 1 to 16, got '17'" -- "$tf" plan softmax_256k --max-cluster 17
-expect split-plan 0 "rows split into [0-9]+ parts that meet in global memory, 1 blocks per SM, persistent: [0-9]+ parts ahead in shared memory by bulk copies \([0-9]+ KiB per stage\), built on Tile IR v2" -- "$tf" plan softmax_256k
+expect split-plan 0 "rows split into [0-9]+ parts that meet in global memory, 1 blocks per SM, persistent: [0-9]+ parts ahead in shared memory by bulk copies \([0-9]+ KiB per stage\)" -- "$tf" plan softmax_256k
 expect claimed-plan 0 "persistent: [0-9]+ rows? ahead in shared memory by bulk copies \([0-9]+ KiB per stage\), rows after the first [0-9]+ rounds claimed from a counter" -- "$tf" plan softmax_32k_bf16
-expect cluster-plan 0 "clusters of [0-9]+ blocks per row \(an exchange a pass\), a block barrier a pass, 1 blocks per SM, persistent: [0-9]+ rows? ahead in shared memory by bulk copies \([0-9]+ KiB per stage\), each stage refilled as soon as read, built on Tile IR v2" -- "$tf" plan softmax_256k --split 0
+expect cluster-plan 0 "clusters of [0-9]+ blocks per row \(an exchange a pass\), a block barrier a pass, 1 blocks per SM, persistent: [0-9]+ rows? ahead in shared memory by bulk copies \([0-9]+ KiB per stage\), each stage refilled as soon as read" -- "$tf" plan softmax_256k --split 0
 expect bad-split 2 "--split needs an integer from 0 to 1, got '2'" -- "$tf" plan softmax_256k --split 2
-expect register-cluster-plan 0 "clusters of [0-9]+ blocks per row, 2 blocks per SM, built on Tile IR v2, 4-wide" -- "$tf" plan softmax_256k --stages 0
+expect register-cluster-plan 0 "clusters of [0-9]+ blocks per row, 2 blocks per SM, 4-wide" -- "$tf" plan softmax_256k --stages 0
 expect bad-stages 2 "--stages needs an integer from 0 to 4, got '5'" -- "$tf" plan softmax_256k --stages 5
 expect negative-stages 2 "--stages needs an integer from 0 to 4, got '-1'" -- "$tf" plan softmax_256k --stages -1
 expect bad-overlap 2 "--attention-overlap needs an integer from 0 to 1 or auto, got 'x'" -- "$tf" plan attention --attention-overlap x
@@ -44,7 +44,7 @@ expect two-warpgroups 0 "128 query rows per block" -- "$tf" plan attention --att
 expect odd-threads 2 "block_threads \(--block-threads 33\) must be a power of two" -- "$tf" plan bias_gelu --block-threads 33
 expect no-cluster-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --max-cluster 1 --split 0
 expect sm80-plan 0 "a loop of [0-9]+ column tiles" -- "$tf" plan softmax_256k --target sm_80
-expect sm80-no-cluster 0 "threads, [0-9]+ blocks\), (a block barrier a pass, )?built on Tile IR v2, 4-wide vectors" -- "$tf" plan softmax_32k --target sm_80
+expect sm80-no-cluster 0 "threads, [0-9]+ blocks\), (a block barrier a pass, )?4-wide vectors" -- "$tf" plan softmax_32k --target sm_80
 expect bench-needs-json 2 "bench needs --json FILE" -- "$tf" bench
 expect explain 0 "max 2, sum 1.3678794: probabilities \[0, 0.26894143, 0, 0.7310586\]" -- "$tf" explain softmax
 expect explain-row 0 "probabilities \[0.5, 0.5\]" -- "$tf" explain softmax --row 3,3 --tile 1

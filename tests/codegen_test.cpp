@@ -405,10 +405,9 @@ TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   EXPECT_THROW(plan_fusion(g, bad), Error);
 }
 
-// Row kernels held in one block's registers built on Tile IR v2 (the default): their rows'
-// reductions over the block's threads (shuffles, and a block barrier for rows of several warps),
-// the columns past the row masked with the op's identity before each reduction; through ptxas
-// without spills. Windowed rows stay on the first Tile IR.
+// Row kernels held in one block's registers: their rows' reductions over the block's threads
+// (shuffles, and a block barrier for rows of several warps), the columns past the row masked with
+// the op's identity before each reduction; through ptxas without spills.
 TEST(Codegen, RowKernelsOnTileIrV2) {
   const FusionOptions v2;
   int kernels = 0;
@@ -420,8 +419,6 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
     for (const Kernel& k : p.kernels) {
       if (k.kind != ScheduleKind::RowReduce) continue;
       ++kernels;
-      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
-      EXPECT_NE(k.schedule.describe().find("Tile IR v2"), std::string::npos);
       CompiledKernel c = compile_kernel(p.graph, k);
       EXPECT_NE(c.tile_ir.find("tile.func"), std::string::npos) << "a Tile IR v2 program";
       EXPECT_GT(count(c.tile_ir, R"(reduce_(sum|max) %\d+ axis 1)"), 0) << c.tile_ir;
@@ -440,28 +437,18 @@ TEST(Codegen, RowKernelsOnTileIrV2) {
   // Rows of 1000: the columns past them masked before the reductions.
   Plan odd = plan_fusion(rows1000, v2);
   EXPECT_NE(compile_kernel(odd.graph, odd.kernels[0]).tile_ir.find("in_bounds"), std::string::npos);
-  // `--row-ir 1` puts them on the first Tile IR; `--window-ir 1` windowed rows.
-  FusionOptions first;
-  first.schedule.row_ir = 1;
-  EXPECT_FALSE(plan_fusion(find_example("softmax").build(), first).kernels[0].schedule.ir_v2);
-  Graph rows4097("rows4097");
-  output("y", softmax(input(rows4097, "x", {64, 4097}), -1));
-  EXPECT_TRUE(plan_fusion(rows4097, v2).kernels[0].schedule.window);
-  EXPECT_TRUE(plan_fusion(rows4097, v2).kernels[0].schedule.ir_v2);
-  FusionOptions window_first = v2, window_v2 = v2;
-  window_first.schedule.window_ir = 1;
-  window_v2.schedule.window_ir = 2;
-  EXPECT_FALSE(plan_fusion(rows4097, window_first).kernels[0].schedule.ir_v2);
-  Graph vocab("vocab");
-  output("y", log_softmax(input(vocab, "x", {64, 50257}, DType::BF16), -1));
-  const Kernel cluster_rows = plan_fusion(vocab, v2).kernels[0];
-  ASSERT_GT(cluster_rows.schedule.cluster_blocks, 1) << cluster_rows.schedule.describe();
-  EXPECT_TRUE(cluster_rows.schedule.window);
-  EXPECT_TRUE(cluster_rows.schedule.ir_v2);
-  EXPECT_TRUE(cluster_rows.schedule.cluster_online);  // 16-bit windowed rows: one exchange a pass
-  EXPECT_TRUE(plan_fusion(vocab, window_v2).kernels[0].schedule.ir_v2);
+  // Windowed 16-bit rows a cluster holds: one exchange a pass by default; f32 rows one a
+  // reduction.
+  for (DType dt : {DType::BF16, DType::F32}) {
+    Graph vocab("vocab");
+    output("y", log_softmax(input(vocab, "x", {64, 50257}, dt), -1));
+    const Kernel cluster_rows = plan_fusion(vocab, v2).kernels[0];
+    ASSERT_GT(cluster_rows.schedule.cluster_blocks, 1) << cluster_rows.schedule.describe();
+    EXPECT_TRUE(cluster_rows.schedule.window);
+    EXPECT_EQ(cluster_rows.schedule.cluster_online, dt == DType::BF16) << cluster_rows.schedule.describe();
+  }
   FusionOptions bad;
-  bad.schedule.row_ir = 3;
+  bad.schedule.cluster_online = 2;
   EXPECT_THROW(plan_fusion(find_example("softmax").build(), bad), Error);
 }
 
@@ -488,7 +475,6 @@ TEST(Codegen, LoopedRowsOnTileIrV2CarryAPartialPerThread) {
     if (k.kind != ScheduleKind::RowReduce) continue;
     ASSERT_GT(k.schedule.col_iters, 1) << k.schedule.describe();
     ++looped;
-    EXPECT_TRUE(k.schedule.ir_v2);
     EXPECT_NE(k.schedule.describe().find("one partial a thread"), std::string::npos);
     CompiledKernel c = compile_kernel(p.graph, k, codegen_options_for("sm_80"));
     EXPECT_GT(count(c.tile_ir, R"(= for )"), 0) << c.tile_ir;
@@ -517,8 +503,7 @@ TEST(Codegen, LoopedRowsOnTileIrV2CarryAPartialPerThread) {
   EXPECT_EQ(looped, 3);
 }
 
-// Rows held in a cluster's registers (no staging or split rows) on Tile IR v2 under
-// `--cluster-ir 2`: the program is launched in clusters, each block holds its rank's columns and
+// Rows held in a cluster's registers (no staging or split rows): the program is launched in clusters, each block holds its rank's columns and
 // reduces them over its threads, and a `cluster_values` exchange (a write into every block's
 // shared memory and a cluster barrier) gives every block each block's values — of each
 // reduction, or with `--cluster-online 1` of each pass's reductions at once (the softmax's max
@@ -532,7 +517,6 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   FusionOptions o;
   o.schedule.stages = 0;
   o.schedule.split = 0;
-  o.schedule.cluster_ir = 2;
   int clusters = 0;
   for (int online : {0, 1, 2}) {
   o.schedule.cluster_online = online > 0;
@@ -542,7 +526,6 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
     SCOPED_TRACE(k.name + (online ? " online" : "") + (online == 2 ? " in blocks" : ""));
     ASSERT_GT(k.schedule.cluster_blocks, 1) << k.schedule.describe();
     ++clusters;
-    EXPECT_TRUE(k.schedule.ir_v2);
     EXPECT_EQ(k.schedule.block_online, online == 2);
     CompiledKernel c = compile_kernel(p.graph, k);
     EXPECT_NE(c.tile_ir.find(fmt::format(" cluster {} {{", k.schedule.cluster_blocks)), std::string::npos) << c.tile_ir;
@@ -598,13 +581,9 @@ TEST(Codegen, ClusterRowsOnTileIrV2ReduceOverTheCluster) {
   const tir::Program looped = tir::parse_program(exchanged_in("  for %5 = %1 to %2 step %3 {\n", "    yield \n"));
   EXPECT_TRUE(tir::program_problems(looped).empty()) << tir::program_problems(looped)[0];
   EXPECT_FALSE(tir::program_problems(tir::parse_program(exchanged_in("  if %4 {\n", ""))).empty());
-  o.schedule.cluster_ir = 1;
-  for (const Kernel& k : plan_fusion(g, o).kernels) {
-    EXPECT_FALSE(k.schedule.ir_v2) << k.schedule.describe();
-  }
 }
 
-// Row kernels on Tile IR v2 whose weight along the row an earlier kernel wrote (w·2, an output
+// Row kernels whose weight along the row an earlier kernel wrote (w·2, an output
 // too, read back rather than computed again) load it where it is first used, like any tensor —
 // also windowed, read shifted (GPU fuzz seeds 8945, 8999 and 163 more at 5530d69 stopped at
 // compile: map::at).
@@ -620,7 +599,6 @@ TEST(Codegen, RowKernelsLoadWeightsEarlierKernelsWrote) {
   for (const Kernel& k : p.kernels) {
     if (k.kind != ScheduleKind::RowReduce) continue;
     SCOPED_TRACE(k.name);
-    EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
     bool computed = false;  // an input that is not the graph's
     for (NodeId in : k.inputs) computed |= p.graph.node(in).op != Op::Input;
     EXPECT_TRUE(computed) << plan_report_text(p);
@@ -651,8 +629,8 @@ TEST(Codegen, OneBlockOfTheClusterScheduleExchangesNothing) {
   EXPECT_EQ(c.tile_ir.find("cluster_values"), std::string::npos) << c.tile_ir;
 }
 
-// Windowed rows (a width that is not a multiple of the vector width) on Tile IR v2 under
-// `--window-ir 2` (clusters with `--cluster-ir 2`): the tensors along the row read and written at
+// Windowed rows (a width that is not a multiple of the vector width), one block's and a
+// cluster's: the tensors along the row read and written at
 // window columns (`window 4`: whole vectors from each row's aligned start), each element's place
 // in its row tested (`in_window`) before the reductions, the output stored only where it is the
 // row's; a weight along the row (RMSNorm's) read at the same window columns; through ptxas. A
@@ -666,17 +644,13 @@ TEST(Codegen, WindowedRowsOnTileIrV2ReadWindowColumns) {
     Tensor v = input(g, "v", {3, 50257}, dt);
     output("ce", -sum(input(g, "t", {3, 50257}, dt) * log_softmax(v, -1), {-1}, true));
     output("rms", rmsnorm(input(g, "r", {5, 5003}, dt), input(g, "rw", {5003}, dt)));
-    FusionOptions o;
-    o.schedule.window_ir = 2;
-    o.schedule.cluster_ir = 2;
-    Plan p = plan_fusion(g, o);
+    Plan p = plan_fusion(g);
     int on_v2 = 0;
     for (const Kernel& k : p.kernels) {
       SCOPED_TRACE(k.name);
       ASSERT_TRUE(k.schedule.window) << k.schedule.describe();
       bool weight = false;  // (RMSNorm's w runs along its row)
       for (NodeId in : k.inputs) weight |= p.graph.node(in).name == "rw";
-      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
       ++on_v2;
       CompiledKernel c = compile_kernel(p.graph, k);
       for (size_t j = 0; weight && j < k.inputs.size(); ++j)  // (the weight's tile: the block's rows, each shifted)
@@ -860,26 +834,16 @@ TEST(Codegen, PersistentRowsAreClaimedFromACounter) {
   EXPECT_EQ(d.ptx.find("atom."), std::string::npos);
 }
 
-// 16-bit parts of 32 elements per thread are written from their stage: each task reads its part
-// from shared memory twice (reduce, write), and the kernel carries no exps between iterations.
-TEST(Codegen, SixteenBitSplitPartsAreReadTwiceFromTheirStage) {
-  FusionOptions first;
-  first.schedule.split_ir = 1;
-  Plan p = plan_fusion(find_example("softmax_256k_bf16").build(), first);
-  ASSERT_EQ(p.kernels[0].schedule.elems_per_thread(), 32);
-  auto count = [](const std::string& text, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
-  };
-  const std::string bf16 = compile_kernel(p.graph, p.kernels[0]).ptx;
-  // Each of the thread's vectors is read from the stage to reduce and to write in the loop, and
-  // to write the last task after it.
-  const size_t vectors = static_cast<size_t>(p.kernels[0].schedule.chunks_per_thread);
-  EXPECT_EQ(count(bf16, "ld.shared.v4.b32"), 3 * vectors);
-  Plan f = plan_fusion(find_example("softmax_256k").build());
-  EXPECT_EQ(count(compile_kernel(f.graph, f.kernels[0]).ptx, "ld.shared.v4.b32"),
-            static_cast<size_t>(f.kernels[0].schedule.chunks_per_thread));  // once: the exps are carried
+// A split row's part is read from its stage once, f32 or 16-bit: its exps are carried in
+// registers to the next task, which writes the part once every part of the row has published.
+TEST(Codegen, SplitPartsAreReadFromTheirStageOnce) {
+  for (const char* name : {"softmax_256k", "softmax_256k_bf16"}) {
+    SCOPED_TRACE(name);
+    Plan p = plan_fusion(find_example(name).build());
+    ASSERT_GT(p.kernels[0].schedule.split_blocks, 1);
+    const std::string ptx = compile_kernel(p.graph, p.kernels[0]).ptx;
+    EXPECT_EQ(count(ptx, R"(ld\.shared\.v4\.b32)"), p.kernels[0].schedule.chunks_per_thread);
+  }
 }
 
 // The short exp (one power of two, no overflow to inf: its only bound is 0 below −86.9) only

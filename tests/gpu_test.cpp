@@ -265,12 +265,8 @@ TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
     FusionOptions v2;
     v2.schedule.block_online = online;
     Plan p = plan_fusion(testing::row_kernels_graph(dt), v2);
-    int on_v2 = 0, in_one_barrier = 0;
-    for (const Kernel& k : p.kernels) {
-      on_v2 += k.schedule.ir_v2;
-      in_one_barrier += k.schedule.block_online;
-    }
-    EXPECT_GE(on_v2, 5);
+    int in_one_barrier = 0;
+    for (const Kernel& k : p.kernels) in_one_barrier += k.schedule.block_online;
     if (online) EXPECT_GE(in_one_barrier, 2);  // (the 4096 and 768 rows span whole warps)
     testing::check_on_gpu(p, seed);
   }
@@ -353,15 +349,13 @@ TEST(GpuReduce, SoftmaxSpecialRows) {
 // With split rows (the default for rows longer than a block holds), the parts are tasks of
 // blocks that meet only through their published pairs: the same special rows, across parts.
 // `looped`: planned for a device without clusters or bulk copies (sm_80), so each row is visited
-// by a loop over column tiles carrying each thread's running max and sum (Tile IR v2's
-// row_loop.cpp). `cluster_ir`: which IR builds rows a cluster holds (ScheduleHints::cluster_ir).
-// `window_ir`, `cluster_online`: ScheduleHints' (windowed rows a cluster holds on Tile IR v2 with
-// window_ir 2; cluster_online 1: each pass's reductions in one exchange). `staged_ir` 2: a
-// cluster's staged rows on Tile IR v2 too (claimed rows are v2's only). `block_online` 1: rows one block holds on Tile IR v2, each pass's
-// reductions behind one block barrier (warps whose elements are all −inf in row 0).
+// by a loop over column tiles carrying each thread's running max and sum (row_loop.cpp).
+// `cluster_online` 1: each pass's reductions over a cluster in one exchange (0: one a reduction).
+// `block_online` 1: rows one block holds, each pass's reductions behind one block barrier (warps
+// whose elements are all −inf in row 0; 0: a barrier a reduction).
 void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int split, int cluster,
-                        int parts, DType dt = DType::F32, bool looped = false, int cluster_ir = 2,
-                        int window_ir = 0, int cluster_online = 0, int staged_ir = 1, int block_online = 0) {
+                        int parts, DType dt = DType::F32, bool looped = false, int cluster_online = 0,
+                        int block_online = 0) {
   Graph g("cluster_special");
   output("y", softmax(input(g, "x", {rows, n}, dt), -1));
   output("lse", log_softmax(input(g, "z", {rows, n}, dt), -1));
@@ -372,10 +366,7 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     o.profile.max_cluster_blocks = 1;
     o.profile.bulk_copies = false;
   }
-  o.schedule.cluster_ir = cluster_ir;
-  o.schedule.window_ir = window_ir;
   o.schedule.cluster_online = cluster_online;
-  o.schedule.staged_ir = staged_ir;
   o.schedule.block_online = block_online;
   Plan p = plan_fusion(g, o);
   for (const Kernel& k : p.kernels) {
@@ -384,14 +375,8 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
     EXPECT_EQ(k.schedule.split_blocks > 1, parts > 1);
     EXPECT_EQ(k.schedule.stages > 0, stages != 0 && n > 16384);
     EXPECT_EQ(k.schedule.col_iters > 1, looped);
-    if (looped || (cluster_ir == 2 && stages == 0 && (!k.schedule.window || window_ir == 2))) {
-      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
-    }
-    EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && k.schedule.ir_v2 && cluster > 1);
-    if (k.schedule.stages > 0 && k.schedule.split_blocks == 1) {
-      EXPECT_EQ(k.schedule.ir_v2, staged_ir == 2 || k.schedule.claims_rows());  // (claimed: v2 only)
-    }
-    if (parts == 1 && !looped && (k.schedule.stages == 0 || k.schedule.ir_v2) && (cluster == 1 || cluster_online == 1)) {
+    EXPECT_EQ(k.schedule.cluster_online, cluster_online == 1 && cluster > 1);
+    if (parts == 1 && !looped && (cluster == 1 || cluster_online == 1)) {
       EXPECT_EQ(k.schedule.block_online, block_online == 1) << k.schedule.describe();
     }
   }
@@ -434,48 +419,43 @@ void check_special_rows(int64_t rows, int64_t n, int64_t period, int stages, int
 
 TEST(GpuReduce, WarpAndClusterSpecialRows) {
   check_special_rows(4, 65536, 4, -1, -1, 1, 4);  // staged, split into 4 parts of 1024 × 16
-  // bf16: 2 parts of 1024 × 32, each written from its stage with its exps recomputed
-  check_special_rows(4, 65536, 4, -1, -1, 1, 2, DType::BF16);
-  check_special_rows(4, 65536, 4, -1, 0, 2, 1);                // staged, clusters of 2 × 1024 threads
+  check_special_rows(4, 65536, 4, -1, -1, 1, 2, DType::BF16);  // bf16: parts of 1024 × 16
   check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16);  // staged, one block per row
-  // The same claimed rows on Tile IR v2, and more rows than the grid's blocks (claimed from the
-  // counter, the special rows met again in later rounds).
-  check_special_rows(4, 32768, 4, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2);
-  check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 2);
-  check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2);
-  // Rows a cluster's blocks stage, taken grid-stride, on Tile IR v2: the exchanges in the loop.
-  check_special_rows(4, 65536, 4, -1, 0, 2, 1, DType::F32, false, 2, 0, 0, 2);
-  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::BF16, false, 2, 0, 0, 2);
-  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 2, 0, 1, 2);  // an exchange a pass
-  check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads (Tile IR v2)
+  // More claimed rows than the grid's blocks (claimed from the counter, the special rows met
+  // again in later rounds).
+  check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32);
+  check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16);
+  // Rows a cluster's blocks stage, taken grid-stride: the exchanges in the loop, one a reduction
+  // or one a pass.
+  check_special_rows(4, 65536, 4, -1, 0, 2, 1);  // clusters of 2 × 1024 threads
+  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::BF16);
+  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 1);
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1);  // registers only, clusters of 4 × 512 threads
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16);
-  // The same clusters on the first Tile IR (--cluster-ir 1).
+  // An exchange a pass (--cluster-online 1): each block's max and its sum exchanged together,
+  // whole blocks' parts −inf in row 0; on rows of an odd width too (windowed).
   check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1);
   check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1);
-  // An exchange a pass (--cluster-online 1): each block's max and its sum exchanged together,
-  // whole blocks' parts −inf in row 0; on rows of an odd width too (windowed, Tile IR v2).
-  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 2, 0, 1);
-  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 2, 0, 1);
   for (int online : {0, 1}) {
-    check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, 2, 2, online);
-    check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 2, 2, online);
+    check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, online);
+    check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, online);
   }
   check_special_rows(300, 4096, 100, -1, -1, 1, 1);            // one block of 8 warps per row
   // A barrier a pass (--block-online 1): each warp's max and sum gathered together, staged
   // (claimed) and not.
-  check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 1, 1);
-  check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 1, 1);
-  check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 2, 0, 0, 2, 1);
-  check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 2, 0, 0, 2, 1);
+  check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::F32, false, 0, 1);
+  check_special_rows(300, 4096, 100, -1, -1, 1, 1, DType::BF16, false, 0, 1);
+  check_special_rows(300, 32768, 7, -1, -1, 1, 1, DType::F32, false, 0, 1);
+  check_special_rows(300, 32768, 5, -1, -1, 1, 1, DType::BF16, false, 0, 1);
   // A barrier a pass in each block of a cluster, its warps' values gathered, then one exchange
   // a pass over the cluster, its blocks' values over each warp's lanes: held in registers, and
-  // staged (taken grid-stride).
-  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 2, 0, 1, 1, 1);
-  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 2, 0, 1, 1, 1);
-  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 2, 0, 1, 2, 1);
+  // staged (taken grid-stride; the default for a cluster's staged rows).
+  check_special_rows(4, 65536, 4, 0, -1, 4, 1, DType::F32, false, 1, 1);
+  check_special_rows(4, 65544, 4, 0, -1, 4, 1, DType::BF16, false, 1, 1);
+  check_special_rows(300, 65536, 7, -1, 0, 2, 1, DType::F32, false, 1, 1);
   // Clusters of 7, 8 lanes a group of which 7 hold blocks' values; windowed rows.
-  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, 2, 2, 1, 1, 1);
-  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 2, 2, 1, 1, 1);
+  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::F32, false, 1, 1);
+  check_special_rows(4, 50257, 4, 0, -1, 4, 1, DType::BF16, false, 1, 1);
   // A loop over column tiles per row (sm_80's schedule; rows enough to fill the device, so the
   // plan keeps one kernel), the last tile masked in the odd width.
   check_special_rows(300, 65536, 100, 0, 0, 1, 1, DType::F32, true);
@@ -711,9 +691,7 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (int window : {1, 0, 2, 3}) {  // 1: the first IR's windows (--window 1 --window-ir 1
-                                       // --cluster-ir 1); 2: all on Tile IR v2 (--window-ir 2);
-                                       // 3: the defaults
+    for (int window : {1, 0, 3}) {  // 1: windows for all (--window 1); 0: none; 3: the defaults
       SCOPED_TRACE(std::string(dtype_name(dt)) + " window " + std::to_string(window));
       Graph g(std::string("windows_") + dtype_name(dt));
       Tensor x = input(g, "x", {37, 4097}, dt);
@@ -727,18 +705,10 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
       Tensor v = input(g, "v", {3, 50257}, dt);
       output("ce", -sum(input(g, "t", {3, 50257}, dt) * log_softmax(v, -1), {-1}, true));
       FusionOptions o;
-      if (window < 3) {
-        o.schedule.window = std::min(window, 1);
-        o.schedule.window_ir = o.schedule.cluster_ir = window == 2 ? 2 : 1;
-      }
+      if (window < 3) o.schedule.window = window;
       Plan p = plan_fusion(g, o);
       int windowed = 0;
-      for (const Kernel& k : p.kernels) {
-        windowed += k.schedule.window;
-        if (window == 2 && k.schedule.window) {  // (the 1001-wide rows several a block too)
-          EXPECT_TRUE(k.schedule.ir_v2) << k.name << "\n" << plan_report_text(p);
-        }
-      }
+      for (const Kernel& k : p.kernels) windowed += k.schedule.window;
       EXPECT_EQ(windowed > 0, window > 0) << plan_report_text(p);
       testing::check_on_gpu(p, seed);
     }

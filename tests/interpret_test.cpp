@@ -50,10 +50,9 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
     for (int online : {0, 1}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (online ? " block_online, refill_at_read" : ""));
       FusionOptions staged;
-      staged.schedule.staged_ir = 2;
       staged.schedule.split = 0;
       staged.schedule.block_online = online;
-      staged.schedule.cluster_online = online;  // (a cluster's staged rows on v2 need one exchange a pass)
+      staged.schedule.cluster_online = online;
       staged.schedule.refill_at_read = online;
       Plan p = plan_fusion(g, staged);
       int clustered = 0;
@@ -74,7 +73,7 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
   }
 }
 
-// Rows split into parts on Tile IR v2 (--split-ir 2): each part a task of a persistent grid of
+// Rows split into parts: each part a task of a persistent grid of
 // fewer blocks than tasks, published to the workspace and the row's parts gathered from the
 // other blocks' (rows of four parts, f32 and bf16; a softmax's max and online sum, an RMSNorm's
 // sum of squares and its weight read at the part's columns).
@@ -86,13 +85,8 @@ TEST(Interpret, SplitRowsMatchFloat64) {
     output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
     output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
     output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
-    FusionOptions o;
-    o.schedule.split_ir = 2;
-    Plan p = plan_fusion(g, o);
-    for (const Kernel& k : p.kernels) {
-      EXPECT_EQ(k.schedule.split_blocks, 4) << k.schedule.describe();
-      EXPECT_TRUE(k.schedule.ir_v2) << k.schedule.describe();
-    }
+    Plan p = plan_fusion(g);
+    for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.split_blocks, 4) << k.schedule.describe();
     // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
     // they straddle rounds and a block waits for parts of a round before its own.)
     for (int64_t blocks : {4, 5, 9}) {
@@ -104,7 +98,7 @@ TEST(Interpret, SplitRowsMatchFloat64) {
   }
 }
 
-// Windowed rows (odd widths) on Tile IR v2 with `--window-ir 2`: several rows a block, each
+// Windowed rows (odd widths): several rows a block, each
 // read from its own aligned start, a weight shared by the rows and one broadcast along some rows
 // only (each row's run shifted by its own place), the output stored only where it is the row's.
 TEST(Interpret, WindowedRowsSeveralABlockMatchFloat64) {
@@ -120,13 +114,11 @@ TEST(Interpret, WindowedRowsSeveralABlockMatchFloat64) {
     output("c", sum(cast(u, DType::F32) * iota(g, {19, 1005}, 1), {-1}, true));
     FusionOptions o;
     o.schedule.window = 1;  // (also layernorm's two weights along the row)
-    o.schedule.window_ir = 2;
     Plan p = plan_fusion(g, o);
     int windowed = 0, several = 0;
     for (const Kernel& k : p.kernels) {
       SCOPED_TRACE(k.name + ": " + k.schedule.describe());
       if (!k.schedule.window) continue;
-      EXPECT_TRUE(k.schedule.ir_v2);
       ++windowed;
       several += k.schedule.tile_rows() > 1;
     }
@@ -317,7 +309,7 @@ TEST(Interpret, StageRacesAreErrors) {
   o.schedule.gemm_wgmma = 1;
   const Plan plan = plan_fusion(g, o);
   ASSERT_TRUE(plan.kernels.at(0).schedule.tma) << plan.kernels[0].schedule.describe();
-  const Program p = *tir::build_program(plan.graph, plan.kernels[0]);
+  const Program p = tir::build_program(plan.graph, plan.kernels[0]);
   EXPECT_EQ(interpreted(p), "");
   auto broken = [&](const std::function<void(tir::Inst&)>& change) {
     Program q = p;
@@ -337,17 +329,6 @@ TEST(Interpret, StageRacesAreErrors) {
   EXPECT_NE(early.find("while a product reading it is in flight"), std::string::npos) << early;
   const std::string overwritten = broken(drop(tir::Opcode::WaitEmpty));
   EXPECT_NE(overwritten.find("without waiting for its last fill's release"), std::string::npos) << overwritten;
-}
-
-// What cannot run on the host says which kernel and why.
-TEST(Interpret, PlansItCannotRunSaySo) {
-  Graph g("first_ir");
-  output("y", softmax(input(g, "x", {8, 4096}), -1));
-  FusionOptions first;
-  first.schedule.row_ir = 1;
-  const std::string why = host_run_refusal(plan_fusion(g, first));
-  EXPECT_NE(why.find("first Tile IR"), std::string::npos) << why;
-  EXPECT_THROW(run_on_host(plan_fusion(g, first), random_inputs(g, 1)), UnsupportedError);
 }
 
 }  // namespace

@@ -322,14 +322,11 @@ TEST(TileIrBuild, FuzzKernelsVerifyAndRoundTrip) {
       continue;  // an f32 matmul, say: refused with its reason (fuzz_test checks the refusals)
     }
     for (const Kernel& k : plan.kernels) {
-      std::optional<Program> p = build_program(plan.graph, k);
-      // Rows that are windowed, clustered, staged, split or looped whole: the first Tile IR.
-      EXPECT_EQ(p.has_value(), k.kind != ScheduleKind::RowReduce || k.schedule.ir_v2) << k.name;
-      if (!p) continue;
+      const Program p = build_program(plan.graph, k);
       SCOPED_TRACE(fmt::format("seed {} kernel {}", seed, k.name));
       ++built;
-      EXPECT_TRUE(program_problems(*p).empty());
-      const std::string text = print_program(*p);
+      EXPECT_TRUE(program_problems(p).empty());
+      const std::string text = print_program(p);
       EXPECT_EQ(print_program(parse_program(text)), text);
     }
   }
@@ -349,9 +346,8 @@ TEST(TileIrBuild, PartlyBroadcastRowsAndEdges) {
   rows.schedule.window = 0;
   Plan plan = plan_fusion(g, rows);
   ASSERT_EQ(plan.kernels.size(), 1u);
-  std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
-  ASSERT_TRUE(p.has_value());
-  const std::string text = print_program(*p);
+  Program p = build_program(plan.graph, plan.kernels[0]);
+  const std::string text = print_program(p);
   EXPECT_NE(text.find("\"r\": f32[3, 1001] rows [3, 37] as [3, 1]"), std::string::npos) << text;
   EXPECT_NE(text.find("masked [0, 1]"), std::string::npos) << text;  // 111 rows, 1001 columns: edge tiles
 }
@@ -367,7 +363,7 @@ TEST(TileIrBuild, WrittenSixteenBitValuesAreRoundedBeforeTheirUses) {
   output("z", exp(y) + x);
   Plan plan = plan_fusion(g);
   ASSERT_EQ(plan.kernels.size(), 1u);
-  const std::string text = print_program(*build_program(plan.graph, plan.kernels[0]));
+  const std::string text = print_program(build_program(plan.graph, plan.kernels[0]));
   const size_t mul = text.find(" = mul "), cast = text.find(" = cast ", mul), exp = text.find(" = exp ");
   ASSERT_NE(cast, std::string::npos) << text;
   EXPECT_LT(cast, exp) << text;
@@ -386,10 +382,9 @@ TEST(TileIrBuild, MatMulLoopCarriesTheAccumulator) {
   Plan plan = plan_fusion(g);
   ASSERT_EQ(plan.kernels.size(), 1u);
   ASSERT_EQ(plan.kernels[0].kind, ScheduleKind::MatMul);
-  std::optional<Program> p = build_program(plan.graph, plan.kernels[0]);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_TRUE(program_problems(*p).empty());
-  const std::string text = print_program(*p);
+  Program p = build_program(plan.graph, plan.kernels[0]);
+  EXPECT_TRUE(program_problems(p).empty());
+  const std::string text = print_program(p);
   EXPECT_EQ(print_program(parse_program(text)), text);
   EXPECT_NE(text.find("\"a\": bf16[111, 50] col_major 37"), std::string::npos) << text;
   EXPECT_NE(text.find("\"b\": bf16[50, 29]"), std::string::npos) << text;
@@ -404,11 +399,10 @@ TEST(TileIrBuild, MatMulLoopCarriesTheAccumulator) {
 
 // The plan's first kernel as a Tile IR program that the verifier holds and whose text parses
 // back to itself (nullopt where the kernel has none).
-std::optional<Program> round_tripped(const Plan& plan) {
-  std::optional<Program> p = build_program(plan.graph, plan.kernels.at(0));
-  if (!p) return p;
-  EXPECT_TRUE(program_problems(*p).empty());
-  const std::string text = print_program(*p);
+Program round_tripped(const Plan& plan) {
+  Program p = build_program(plan.graph, plan.kernels.at(0));
+  EXPECT_TRUE(program_problems(p).empty());
+  const std::string text = print_program(p);
   EXPECT_EQ(print_program(parse_program(text)), text);
   return p;
 }
@@ -427,11 +421,10 @@ TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
   Plan plan = plan_fusion(g, mma_sync);
   ASSERT_EQ(plan.kernels.size(), 1u);
   ASSERT_GT(plan.kernels[0].schedule.stages, 1);
-  const std::optional<Program> p = round_tripped(plan);
-  ASSERT_TRUE(p.has_value());
-  const std::string text = print_program(*p);
-  ASSERT_EQ(p->shared.size(), 2u);
-  EXPECT_EQ(p->shared_bytes(), plan.kernels[0].schedule.dynamic_shared_bytes());
+  const Program p = round_tripped(plan);
+  const std::string text = print_program(p);
+  ASSERT_EQ(p.shared.size(), 2u);
+  EXPECT_EQ(p.shared_bytes(), plan.kernels[0].schedule.dynamic_shared_bytes());
   const std::string pending = fmt::format("wait_group {}", plan.kernels[0].schedule.stages - 2);
   for (const char* want : {"into @a_ring[", "into @b_ring[", "commit_group", "barrier", "= load @a_ring[",
                            "= load @b_ring[", "wait_group 0"})
@@ -442,10 +435,10 @@ TEST(TileIrBuild, StagedMatMulRunsThroughSharedRings) {
   FusionOptions direct;
   direct.schedule.stages = 0;
   Plan q = plan_fusion(g, direct);
-  EXPECT_TRUE(build_program(q.graph, q.kernels[0])->shared.empty());
+  EXPECT_TRUE(build_program(q.graph, q.kernels[0]).shared.empty());
 }
 
-// Claimed rows staged on Tile IR v2 (--staged-ir 2): each tensor along the rows has a bulk ring
+// Claimed rows staged through shared memory: each tensor along the rows has a bulk ring
 // of the schedule's stages and bytes; the stages are filled before a `while` whose condition
 // waits for the next stage and reads the row it holds; its body reads the row from the stage
 // before its first reduction, and refills the stage with the claimed row (and claims the next)
@@ -461,28 +454,25 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     Tensor z = x + r;
     output("y", z - mean(z, {1}, true));
     FusionOptions o;
-    o.schedule.staged_ir = 2;
     Plan plan = plan_fusion(g, o);
     ASSERT_EQ(plan.kernels.size(), 1u);
     const TileSchedule& s = plan.kernels[0].schedule;
     ASSERT_TRUE(s.claims_rows()) << s.describe();
-    ASSERT_TRUE(s.ir_v2) << s.describe();
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    ASSERT_EQ(p->shared.size(), 2u);  // x's and r's rows
-    for (const SharedRing& ring : p->shared) {
+    const Program p = round_tripped(plan);
+    ASSERT_EQ(p.shared.size(), 2u);  // x's and r's rows
+    for (const SharedRing& ring : p.shared) {
       EXPECT_TRUE(ring.bulk);
       EXPECT_EQ(ring.stages, s.stages);
     }
-    EXPECT_EQ(p->shared_bytes(), s.dynamic_shared_bytes());
-    const auto loop = std::find_if(p->body.body.begin(), p->body.body.end(),
+    EXPECT_EQ(p.shared_bytes(), s.dynamic_shared_bytes());
+    const auto loop = std::find_if(p.body.body.begin(), p.body.body.end(),
                                    [](const Inst& i) { return i.opcode == Opcode::While; });
-    ASSERT_NE(loop, p->body.body.end());
+    ASSERT_NE(loop, p.body.body.end());
     // Before it: the first stages' fills and a claim; after it, the count of finished blocks.
     auto count = [](const std::vector<Inst>& body, Opcode o) {
       return std::count_if(body.begin(), body.end(), [&](const Inst& i) { return i.opcode == o; });
     };
-    const std::vector<Inst> before(p->body.body.begin(), loop), after(loop + 1, p->body.body.end());
+    const std::vector<Inst> before(p.body.body.begin(), loop), after(loop + 1, p.body.body.end());
     EXPECT_EQ(count(before, Opcode::FillStage), 2 * s.stages);
     EXPECT_EQ(count(before, Opcode::Claim), 1);
     EXPECT_EQ(count(after, Opcode::LastArrival), 1);
@@ -503,12 +493,12 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     EXPECT_LT(first(Opcode::FillStage), first(Opcode::Claim));
     EXPECT_LT(first(Opcode::Claim), first(Opcode::Store));
     // In PTX: the rows by bulk copies completing on the stages' mbarriers, claimed by atomics.
-    const std::string ptx = program_ptx(*p);
+    const std::string ptx = program_ptx(p);
     for (const char* want : {"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
                              "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx", "atom.global.add.u32"})
       EXPECT_NE(ptx.find(want), std::string::npos) << want;
     if (!find_ptxas().empty()) {
-      EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+      EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
     }
   }
     // A tensor broadcast along some of the row dimensions has rows of its own to stage (GPU fuzz
@@ -520,12 +510,10 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     Tensor z = x * w;
     output("y", z - mean(z, {2}, true));
     FusionOptions o;
-    o.schedule.staged_ir = 2;
     Plan plan = plan_fusion(g, o);
-    ASSERT_TRUE(plan.kernels.at(0).schedule.claims_rows() && plan.kernels[0].schedule.ir_v2);
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    EXPECT_EQ(p->shared.size(), 2u);
+    ASSERT_TRUE(plan.kernels.at(0).schedule.claims_rows());
+    const Program p = round_tripped(plan);
+    EXPECT_EQ(p.shared.size(), 2u);
   }
   // Rows a cluster's blocks stage are taken grid-stride: no counter; each block its part's ring,
   // each reduction exchanged over the cluster inside the loop.
@@ -533,29 +521,27 @@ TEST(TileIrBuild, ClaimedRowsLoopWhileTheirStagesHoldRows) {
     Graph g("staged_cluster");
     output("y", softmax(input(g, "x", {64, 262144}, DType::F32), -1));
     FusionOptions o;
-    o.schedule.staged_ir = 2;
     o.schedule.split = 0;
     o.schedule.cluster_online = 0;  // an exchange per reduction (the default is one a pass)
     Plan plan = plan_fusion(g, o);
     const TileSchedule& s = plan.kernels.at(0).schedule;
-    ASSERT_TRUE(s.stages > 0 && s.cluster_blocks > 1 && s.ir_v2) << s.describe();
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    EXPECT_EQ(p->cluster_blocks, s.cluster_blocks);
-    EXPECT_EQ(p->shared.at(0).tile, (Shape{1, s.tile_cols()}));
-    const std::string text = print_program(*p);
+    ASSERT_TRUE(s.stages > 0 && s.cluster_blocks > 1) << s.describe();
+    const Program p = round_tripped(plan);
+    EXPECT_EQ(p.cluster_blocks, s.cluster_blocks);
+    EXPECT_EQ(p.shared.at(0).tile, (Shape{1, s.tile_cols()}));
+    const std::string text = print_program(p);
     EXPECT_EQ(text.find("claim"), std::string::npos) << text;
     EXPECT_EQ(text.find("workspace"), std::string::npos) << text;
-    const auto loop = std::find_if(p->body.body.begin(), p->body.body.end(),
+    const auto loop = std::find_if(p.body.body.begin(), p.body.body.end(),
                                    [](const Inst& i) { return i.opcode == Opcode::While; });
-    ASSERT_NE(loop, p->body.body.end());
+    ASSERT_NE(loop, p.body.body.end());
     const std::vector<Inst>& body = loop->regions.at(1).body;
     EXPECT_EQ(std::count_if(body.begin(), body.end(), [](const Inst& i) { return i.opcode == Opcode::ClusterValues; }),
               2);  // the max's and the sum's
-    const std::string ptx = program_ptx(*p);
+    const std::string ptx = program_ptx(p);
     EXPECT_NE(ptx.find("barrier.cluster.wait"), std::string::npos);
     if (!find_ptxas().empty()) {
-      EXPECT_TRUE(run_ptxas(ptx, p->name).has_value());
+      EXPECT_TRUE(run_ptxas(ptx, p.name).has_value());
     }
   }
   // A ticket is the block's first thread's: not an index for the block's arithmetic.
@@ -599,26 +585,23 @@ TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
       Plan plan = plan_fusion(*graph, o);
       ASSERT_EQ(plan.kernels.size(), 1u);
       ASSERT_TRUE(plan.kernels[0].schedule.block_online) << plan.kernels[0].schedule.describe();
-      const std::optional<Program> p = round_tripped(plan);
-      ASSERT_TRUE(p.has_value());
-      EXPECT_EQ(count(p->body.body, Opcode::GatherWarps), passes);
-      const std::string ptx = program_ptx(*p);
+      const Program p = round_tripped(plan);
+      EXPECT_EQ(count(p.body.body, Opcode::GatherWarps), passes);
+      const std::string ptx = program_ptx(p);
       EXPECT_EQ(occurrences(ptx, "bar.sync"), static_cast<size_t>(passes));
-      expect_assembled_unspilled(ptx, p->name);
+      expect_assembled_unspilled(ptx, p.name);
     }
   }
   {
     Graph g("online_claimed");
     output("y", softmax(input(g, "x", {300, 32768}, DType::F32), -1));
     FusionOptions staged = o;
-    staged.schedule.staged_ir = 2;
     Plan plan = plan_fusion(g, staged);
     ASSERT_TRUE(plan.kernels.at(0).schedule.claims_rows() && plan.kernels[0].schedule.block_online);
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    const auto loop = std::find_if(p->body.body.begin(), p->body.body.end(),
+    const Program p = round_tripped(plan);
+    const auto loop = std::find_if(p.body.body.begin(), p.body.body.end(),
                                    [](const Inst& i) { return i.opcode == Opcode::While; });
-    ASSERT_NE(loop, p->body.body.end());
+    ASSERT_NE(loop, p.body.body.end());
     const std::vector<Inst>& body = loop->regions.at(1).body;
     EXPECT_EQ(count(body, Opcode::GatherWarps), 1);
     auto first = [&](Opcode op) {
@@ -626,7 +609,7 @@ TEST(TileIrBuild, BlockOnlineRowsGatherEachPassOnce) {
     };
     EXPECT_LT(first(Opcode::GatherWarps), first(Opcode::FillStage));
     if (!find_ptxas().empty()) {
-      EXPECT_TRUE(run_ptxas(program_ptx(*p), p->name).has_value());
+      EXPECT_TRUE(run_ptxas(program_ptx(p), p.name).has_value());
     }
   }
   Graph one("one_warp_rows");
@@ -646,7 +629,7 @@ void expect_two_launches_match(const Plan& plan) {
   }
 }
 
-// Rows split into parts on Tile IR v2 (--split-ir 2): each iteration of the task loop reduces its
+// Rows split into parts: each iteration of the task loop reduces its
 // part and publishes it, then — pipelined — gathers the previous task's row (made again from the
 // task the loop carries) and stores it, under a flag that a task is pending; the last task is
 // finished after the loop. The PTX stores and loads the stamped words whole at device scope and
@@ -658,13 +641,10 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     Graph g("split_rows");
     output("y", softmax(input(g, "x", {40, 131072}, dt), -1));
     FusionOptions o;
-    o.schedule.split_ir = 2;
     Plan plan = plan_fusion(g, o);
     ASSERT_GT(plan.kernels.at(0).schedule.split_blocks, 1) << plan.kernels[0].schedule.describe();
-    ASSERT_TRUE(plan.kernels[0].schedule.ir_v2);
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    const std::vector<Inst>& top = p->body.body;
+    const Program p = round_tripped(plan);
+    const std::vector<Inst>& top = p.body.body;
     const auto loop = std::find_if(top.begin(), top.end(), [](const Inst& i) { return i.opcode == Opcode::While; });
     ASSERT_NE(loop, top.end());
     auto first = [](const std::vector<Inst>& body, Opcode op) {
@@ -691,26 +671,24 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     EXPECT_TRUE(std::any_of(loop + 1, top.end(), [&](const Inst& i) {
       return i.opcode == Opcode::If && first(i.regions.at(0).body, Opcode::GatherParts) != i.regions.at(0).body.end();
     })) << "the last task is not finished after the loop";
-    const std::string ptx = program_ptx(*p);
+    const std::string ptx = program_ptx(p);
     EXPECT_GE(occurrences(ptx, "st.relaxed.gpu.global.b64"), 2u);  // (the max and the sum)
     EXPECT_GE(occurrences(ptx, "ld.relaxed.gpu.global.b64"), 2u);
     EXPECT_GE(occurrences(ptx, "nanosleep"), 1u);
     // (The stages' setup; in the loop the warps' gather and the parts' — whose slots the warps'
     // barrier guards between iterations, so none of their own after them; the last task's.)
     EXPECT_EQ(occurrences(ptx, "bar.sync"), 4u);
-    expect_assembled_unspilled(ptx, p->name);
+    expect_assembled_unspilled(ptx, p.name);
   }
   for (DType dt : {DType::F32, DType::BF16}) {  // (an RMSNorm's one sum of squares a part)
     SCOPED_TRACE(std::string("rmsnorm ") + dtype_name(dt));
     Graph g("split_norm");
     output("y", rmsnorm(input(g, "x", {40, 131072}, dt), input(g, "w", {131072}, dt)));
     FusionOptions o;
-    o.schedule.split_ir = 2;
     Plan plan = plan_fusion(g, o);
     ASSERT_GT(plan.kernels.at(0).schedule.split_blocks, 1) << plan.kernels[0].schedule.describe();
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    expect_assembled_unspilled(program_ptx(*p), p->name);
+    const Program p = round_tripped(plan);
+    expect_assembled_unspilled(program_ptx(p), p.name);
   }
   const std::string header =
       "tile.func @k(%arg0 \"x\": f32[64, 4096], %arg1 \"y\": f32[64, 1] out, %arg2 \"workspace\": f32[0, 0] workspace)\n"
@@ -747,10 +725,9 @@ TEST(GpuTileIr, SplitRowsMatchFloat64) {
     output("l", log_softmax(input(g, "z", {70, 65536}, dt), -1));
     output("n", rmsnorm(input(g, "v", {50, 65536}, dt), input(g, "w", {65536}, dt)));
     FusionOptions o;
-    o.schedule.split_ir = 2;
     Plan plan = plan_fusion(g, o);
     for (const Kernel& k : plan.kernels)
-      EXPECT_TRUE(k.schedule.split_blocks > 1 && k.schedule.ir_v2) << k.schedule.describe();
+      EXPECT_GT(k.schedule.split_blocks, 1) << k.schedule.describe();
     if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
     expect_two_launches_match(plan);  // (the second reads the first launch's stamped words)
   }
@@ -767,10 +744,9 @@ TEST(GpuTileIr, ClaimedRowsMatchFloat64) {
     output("y", z - mean(z, {2}, true));
     output("s", softmax(x, -1));
     FusionOptions o;
-    o.schedule.staged_ir = 2;
     Plan plan = plan_fusion(g, o);
     int claimed = 0;
-    for (const Kernel& k : plan.kernels) claimed += k.schedule.claims_rows() && k.schedule.ir_v2;
+    for (const Kernel& k : plan.kernels) claimed += k.schedule.claims_rows();
     EXPECT_GE(claimed, 1);
     if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
     expect_two_launches_match(plan);  // (the second on the counters the first zeroed)
@@ -792,19 +768,18 @@ TEST(TileIrBuild, WgmmaMatMulStartsOneStepAndWaitsForThePrevious) {
   ASSERT_EQ(plan.kernels.size(), 1u);
   const TileSchedule& s = plan.kernels[0].schedule;
   ASSERT_TRUE(s.wgmma);
-  const std::optional<Program> p = round_tripped(plan);
-  ASSERT_TRUE(p.has_value());
-  const std::string text = print_program(*p);
-  ASSERT_EQ(p->shared.size(), 2u);
-  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(p->ring_offset(r) % 1024, 0);
-  EXPECT_EQ(p->shared_bytes(), s.dynamic_shared_bytes());
+  const Program p = round_tripped(plan);
+  const std::string text = print_program(p);
+  ASSERT_EQ(p.shared.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(p.ring_offset(r) % 1024, 0);
+  EXPECT_EQ(p.shared_bytes(), s.dynamic_shared_bytes());
   for (const std::string& want : {fmt::format("wait_group {}", s.stages - 3), std::string("fence_async"),
                                  std::string("= dot_async @a_ring["), std::string("pending 1 :"),
                                  std::string("pending 0 :"), std::string("wgmma]")})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   EXPECT_LT(text.find("fence_async"), text.find("barrier"));
   EXPECT_LT(text.find("barrier"), text.find("dot_async"));
-  Program bad = *p;
+  Program bad = p;
   bad.shared[0].wgmma = false;
   EXPECT_FALSE(program_problems(bad).empty());
 }
@@ -817,11 +792,10 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
   ASSERT_EQ(plan.kernels.size(), 1u);
   const TileSchedule& s = plan.kernels[0].schedule;
   ASSERT_TRUE(s.wgmma && s.tma) << s.describe();
-  const std::optional<Program> p = round_tripped(plan);
-  ASSERT_TRUE(p.has_value());
-  ASSERT_TRUE(p->specialized());
-  EXPECT_EQ(p->launch_threads(), p->block_threads() + 128);
-  const std::string text = print_program(*p);
+  const Program p = round_tripped(plan);
+  ASSERT_TRUE(p.specialized());
+  EXPECT_EQ(p.launch_threads(), p.block_threads() + 128);
+  const std::string text = print_program(p);
   // The producer waits for a stage to be emptied and fills it by TMA; the consumers wait for it
   // to be full, and release a stage only after waiting for the wgmma before theirs.
   const size_t producer = text.find("specialize producer {"), consumers = text.find("} consumers ");
@@ -838,7 +812,7 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
   EXPECT_EQ(text.find("barrier\n"), std::string::npos);
   // The weight is shared by both batches: its tensor map has one.
   int operands = 0;
-  for (const Param& prm : p->params) {
+  for (const Param& prm : p.params) {
     if (prm.name == "a") {
       EXPECT_EQ(prm.tma_rows, 100);
     }
@@ -856,17 +830,17 @@ TEST(TileIrBuild, TmaMatMulIsAProducerAndConsumers) {
       if (problem.find(what) != std::string::npos) return true;
     return false;
   };
-  Program no_map = *p;
+  Program no_map = p;
   no_map.params[0].tma_rows = 0;
   EXPECT_TRUE(named(no_map, "no tensor map")) << fmt::format("{}", fmt::join(program_problems(no_map), "; "));
-  Program no_roles = *p;
+  Program no_roles = p;
   no_roles.producer_registers = 0;
   EXPECT_TRUE(named(no_roles, "sets no producer and consumer registers"));
-  Program not_tma = *p;
+  Program not_tma = p;
   not_tma.shared[1].tma = false;
   EXPECT_TRUE(named(not_tma, "is not a TMA ring"));
   // A TMA copy moved into the consumers' region.
-  Program wrong_side = *p;
+  Program wrong_side = p;
   Inst& split = wrong_side.body.body.back();
   ASSERT_EQ(split.opcode, Opcode::Specialize);
   split.regions[1].body.insert(split.regions[1].body.begin(), Inst{});
@@ -898,10 +872,9 @@ TEST(TileIrBuild, TmaMatMulLoopsOverTilesOnAPersistentGrid) {
   ASSERT_TRUE(s.tma);
   EXPECT_EQ(s.tile_blocks, 5);
   EXPECT_GT(s.tiles(), 5);
-  const std::optional<Program> p = round_tripped(plan);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->grid, std::vector<int64_t>{5});
-  const std::string text = print_program(*p);
+  const Program p = round_tripped(plan);
+  EXPECT_EQ(p.grid, std::vector<int64_t>{5});
+  const std::string text = print_program(p);
   const size_t consumers = text.find("} consumers ");
   EXPECT_NE(text.find("step %", text.find("specialize producer")), std::string::npos) << text;
   EXPECT_LT(text.find("for %", text.find("specialize producer")), text.find("tma_load"));
@@ -928,10 +901,9 @@ TEST(TileIrBuild, AttentionWarpgroupsTakeTurns) {
     o.schedule.attention_pingpong = 1;
     const Plan plan = plan_fusion(g, o);
     ASSERT_TRUE(plan.kernels.at(0).schedule.warpgroup_turns) << plan.kernels.at(0).schedule.describe();
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    EXPECT_EQ(p->block_threads(), 256);
-    const std::string text = print_program(*p);
+    const Program p = round_tripped(plan);
+    EXPECT_EQ(p.block_threads(), 256);
+    const std::string text = print_program(p);
     const size_t loop = text.find("wait_full", text.find("} consumers"));
     const size_t wait = text.find("await_turn step", loop), handoff = text.find("hand_off step", loop);
     ASSERT_NE(wait, std::string::npos) << text;
@@ -940,7 +912,7 @@ TEST(TileIrBuild, AttentionWarpgroupsTakeTurns) {
     EXPECT_LT(text.find("dot_async", wait), handoff);
     EXPECT_LT(handoff, text.find("dot_wait", text.rfind("dot_async", handoff)));  // no wait before it
     EXPECT_NE(text.find(" of %", handoff), std::string::npos);
-    Program two_groups = *p;
+    Program two_groups = p;
     two_groups.consumer_groups = 2;
     bool named = false;
     for (const std::string& problem : program_problems(two_groups))
@@ -961,9 +933,8 @@ TEST(TileIrBuild, CausalTilesBelowTheDiagonalSkipTheMask) {
     output("o", attention(qkv("q"), qkv("k"), qkv("v"), 0.125, true));
     FusionOptions o;
     o.schedule.attention_tma = tma;
-    const std::optional<Program> p = round_tripped(plan_fusion(g, o));
-    ASSERT_TRUE(p.has_value());
-    const std::string text = print_program(*p);
+    const Program p = round_tripped(plan_fusion(g, o));
+    const std::string text = print_program(p);
     const size_t first = text.find("= for ", text.find(tma ? "} consumers" : "= for ") - 1);
     const size_t second = text.find("= for ", first + 1);
     ASSERT_NE(second, std::string::npos) << text;
@@ -994,20 +965,19 @@ TEST(TileIrBuild, TmaPingPongTakesTurns) {
   const TileSchedule& s = plan.kernels.at(0).schedule;
   ASSERT_EQ(s.consumer_groups, 2) << s.describe();
   EXPECT_EQ(s.block_m, 64);
-  const std::optional<Program> p = round_tripped(plan);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->consumer_groups, 2);
-  EXPECT_EQ(p->block_threads(), 128);
-  EXPECT_EQ(p->launch_threads(), 384);
-  EXPECT_EQ(p->consumer_registers, 240);
-  const std::string text = print_program(*p);
+  const Program p = round_tripped(plan);
+  EXPECT_EQ(p.consumer_groups, 2);
+  EXPECT_EQ(p.block_threads(), 128);
+  EXPECT_EQ(p.launch_threads(), 384);
+  EXPECT_EQ(p.consumer_registers, 240);
+  const std::string text = print_program(p);
   const size_t wait = text.find("await_turn"), handoff = text.find("hand_off");
   ASSERT_NE(wait, std::string::npos) << text;
   ASSERT_NE(handoff, std::string::npos) << text;
   EXPECT_LT(wait, text.find("dot_async", text.find("} consumers")));
   EXPECT_LT(text.rfind("pending 0 :"), handoff);
   EXPECT_LT(handoff, text.find("gelu", handoff));  // the epilogue after the hand-off
-  Program one_group = *p;
+  Program one_group = p;
   one_group.consumer_groups = 1;
   bool named = false;
   for (const std::string& problem : program_problems(one_group))
@@ -1032,10 +1002,9 @@ TEST(TileIrBuild, TmaClustersMulticastB) {
   Plan plan = plan_fusion(g, o);
   const TileSchedule& s = plan.kernels.at(0).schedule;
   ASSERT_EQ(s.cluster_blocks, 2) << s.describe();
-  const std::optional<Program> p = round_tripped(plan);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->cluster_blocks, 2);
-  const std::string text = print_program(*p);
+  const Program p = round_tripped(plan);
+  EXPECT_EQ(p.cluster_blocks, 2);
+  const std::string text = print_program(p);
   // B's copy is multicast, A's (each block its own rows) is not.
   int b_multicast = 0, a_multicast = 0;
   for (size_t at = text.find("tma_load"); at != std::string::npos; at = text.find("tma_load", at + 1)) {
@@ -1065,10 +1034,10 @@ TEST(TileIrBuild, TmaClustersMulticastB) {
       if (problem.find(what) != std::string::npos) return true;
     return false;
   };
-  Program unclustered = *p;
+  Program unclustered = p;
   unclustered.cluster_blocks = 1;
   EXPECT_TRUE(named(unclustered, "multicast"));
-  Program ping_pong = *p;
+  Program ping_pong = p;
   ping_pong.consumer_groups = 2;
   EXPECT_TRUE(named(ping_pong, "ping-pong consumer groups in clusters"));
 }
@@ -1105,10 +1074,9 @@ TEST(TileIrBuild, TmaMatMulStoresItsOutputsByTma) {
     const TileSchedule& s = plan.kernels.at(0).schedule;
     ASSERT_TRUE(s.tma);
     EXPECT_EQ(s.tma_store, c.by_tma);
-    const std::optional<Program> p = round_tripped(plan);
-    ASSERT_TRUE(p.has_value());
-    EXPECT_LE(p->shared_bytes(), 227 * 1024);
-    const std::string text = print_program(*p);
+    const Program p = round_tripped(plan);
+    EXPECT_LE(p.shared_bytes(), 227 * 1024);
+    const std::string text = print_program(p);
     const size_t consumers = text.find("} consumers ");
     EXPECT_EQ(text.find("tma_store") != std::string::npos, c.by_tma) << text;
     if (!c.by_tma) {
@@ -1121,8 +1089,8 @@ TEST(TileIrBuild, TmaMatMulStoresItsOutputsByTma) {
     EXPECT_GT(text.find("wait_stores"), text.rfind("tma_store"));
     EXPECT_EQ(text.find("wait_stores"), text.rfind("wait_stores"));
     // A TMA store through an operand's ring, or of an input, is refused.
-    Program wrong_ring = *p;
-    Program wrong_param = *p;
+    Program wrong_ring = p;
+    Program wrong_param = p;
     std::function<void(Region&, Program&, int, int)> retarget = [&](Region& r, Program& q, int ring, int param) {
       for (Inst& i : r.body) {
         if (i.opcode == Opcode::TmaStore) {
@@ -1145,9 +1113,8 @@ TEST(TileIrBuild, TmaMatMulStoresItsOutputsByTma) {
   o.profile.sm_count = 5;
   o.library_gemm = LibraryGemmUse::Never;
   o.schedule.gemm_pingpong = 1;
-  const std::optional<Program> p = round_tripped(plan_fusion(g, o));
-  ASSERT_TRUE(p.has_value());
-  EXPECT_NE(print_program(*p).find("@c_staging: bf16[4, 64, 64] staging"), std::string::npos) << print_program(*p);
+  const Program p = round_tripped(plan_fusion(g, o));
+  EXPECT_NE(print_program(p).find("@c_staging: bf16[4, 64, 64] staging"), std::string::npos) << print_program(p);
   // Two outputs: both from the registers.
   output("d", gelu(y));
   o.schedule.gemm_pingpong = 0;
@@ -1166,12 +1133,12 @@ TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {
     o.schedule.gemm_block_m = m;
     o.schedule.gemm_block_n = n;
     o.library_gemm = LibraryGemmUse::Never;
-    const std::optional<Program> p = round_tripped(plan_fusion(g, o));
-    ASSERT_TRUE(p.has_value() && p->specialized());
-    EXPECT_LE(p->producer_registers * 128 + p->consumer_registers * p->block_threads(),
-              p->entry_registers() * p->launch_threads());
-    EXPECT_GE(p->consumer_registers, 112);
-    Program greedy = *p;
+    const Program p = round_tripped(plan_fusion(g, o));
+    ASSERT_TRUE(p.specialized());
+    EXPECT_LE(p.producer_registers * 128 + p.consumer_registers * p.block_threads(),
+              p.entry_registers() * p.launch_threads());
+    EXPECT_GE(p.consumer_registers, 112);
+    Program greedy = p;
     greedy.consumer_registers = 240;
     EXPECT_EQ(program_problems(greedy).empty(), m < 256);
   }

@@ -27,13 +27,11 @@
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/emit.h"
 #include "compiler/tile/ir.h"
-#include "compiler/codegen/lower_to_llvm.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 #include "compiler/support/trace.h"
 #include "compiler/tile/build.h"
-#include "compiler/tile/lower_kernel.h"
 #include "tilefuse/source_hash.h"
 
 namespace tilefuse {
@@ -230,15 +228,10 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
         fmt::format("kernel {} stages its rows through shared memory by bulk copies, which need sm_90; "
                     "plan it for sm_80 without stages (--stages 0)",
                     k.name));
-  // Kernels whose schedules have moved to Tile IR v2 take it; the rest the first Tile IR.
-  std::optional<tir::Program> program = tir::build_program(g, k);
-  if (program) {
-    check_params_follow_kernel(g, k, *program);
-    opt = target_for(*program, opt);
-  }
-  std::optional<TileProgram> tile;
-  if (!program) tile = lower_kernel(g, k);
-  std::string tile_text = program ? tir::print_program(*program) : print_tile_program(*tile);
+  const tir::Program program = tir::build_program(g, k);
+  check_params_follow_kernel(g, k, program);
+  opt = target_for(program, opt);
+  const std::string tile_text = tir::print_program(program);
   dump("tile", k.name, tile_text);
   const std::string target = target_of(opt);
   const std::string material = tile_text + "|" + target;
@@ -268,18 +261,18 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   CompiledKernel c;
   c.name = k.name;
   c.tile_ir = tile_text;
-  c.block_threads = static_cast<unsigned>(program ? program->launch_threads() : k.schedule.block_threads());
-  if (program) c.tensor_maps = tensor_maps_of(*program);
+  c.block_threads = static_cast<unsigned>(program.launch_threads());
+  c.tensor_maps = tensor_maps_of(program);
   c.grid = static_cast<uint64_t>(k.schedule.grid());
   c.cluster_blocks = static_cast<unsigned>(k.schedule.cluster_blocks);
-  c.dynamic_shared_bytes = static_cast<unsigned>(program ? program->shared_bytes() : k.schedule.dynamic_shared_bytes());
+  c.dynamic_shared_bytes = static_cast<unsigned>(program.shared_bytes());
   c.persistent = k.schedule.stages > 0 && !k.schedule.contracts;
   c.workspace_bytes = static_cast<uint64_t>(k.schedule.workspace_bytes());
   c.cooperative = k.schedule.split_blocks > 1 && !k.schedule.reduces_columns;  // split rows wait for each other
   {
     TraceRange range("compile " + k.name);
     llvm::LLVMContext ctx;
-    c.ptx = module_ptx(program ? emit_program(*program, ctx) : lower_to_llvm(*tile, ctx), opt, &c.llvm_ir);
+    c.ptx = module_ptx(emit_program(program, ctx), opt, &c.llvm_ir);
     dump("llvm", k.name, c.llvm_ir);
     dump("ptx", k.name, c.ptx);
   }

@@ -302,12 +302,11 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     k.schedule = *s;
     k.schedule.partial_sums = k.totals.reductions;
   } else if (reduces) {
-    // A row's parts may meet once through global memory when its only reductions are a max and
-    // the online sum of its exps and every output is whole rows (written by each part).
-    bool splittable = k.totals.reductions == 2 && k.totals.online_sums == 1;
-    // (On Tile IR v2 any whose reductions all finish in its first pass — one exchange a part — of
-    // at most two values a part: the workspace's 16 bytes a task. An RMSNorm's sum of squares.)
-    if (hints.split_ir == 2) splittable = k.passes == 2 && k.totals.reductions >= 1 && k.totals.reductions <= 2;
+    // A row's parts may meet once through global memory when its reductions all finish in its
+    // first pass (one exchange a part) — at most two values a part, the workspace's 16 bytes a
+    // task: a softmax's max and online sum, an RMSNorm's sum of squares — and every output is
+    // whole rows (written by each part).
+    bool splittable = k.passes == 2 && k.totals.reductions >= 1 && k.totals.reductions <= 2;
     for (NodeId t : k.outputs) splittable &= num_elements(g.node(t).shape) == num_elements(k.domain);
     // A long row's column tiles may be split into parts whose reductions meet in the workspace
     // when one pass over the row computes them all and every output is one value per row.
@@ -560,7 +559,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     bool spans_cols = view_spans_cols(views[i]);
     int elems = (spans_rows ? s.rows_per_thread : 1) * (spans_cols ? s.vec * s.chunks_per_thread : 1);
     int words = static_cast<int>((elems * dtype_size(n.dtype) + 3) / 4);
-    // A row kernel loads a tensor shared by all rows where it is first used (lower_kernel), so
+    // A row kernel loads a tensor shared by all rows where it is first used, so
     // it is not held through the reductions with the rows.
     if (k.kind != ScheduleKind::RowReduce || spans_rows) loaded_regs += words;
     if (spans_rows || (spans_cols && s.rows == 1) || s.dims.size() == 1) inflight_per_thread += elems * dtype_size(n.dtype);

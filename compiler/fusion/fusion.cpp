@@ -667,17 +667,12 @@ void check_fusion_options(const FusionOptions& o) {
   if (h.stages < -1 || h.stages > 4) throw bad_hint("stages", "--stages", h.stages, "from 0 to 4");
   if (h.split < -1 || h.split > 1) throw bad_hint("split", "--split", h.split, "0 or 1");
   if (h.window < -1 || h.window > 1) throw bad_hint("window", "--window", h.window, "0 or 1");
-  if (h.row_ir < 1 || h.row_ir > 2) throw bad_hint("row_ir", "--row-ir", h.row_ir, "1 or 2");
-  if (h.cluster_ir < 1 || h.cluster_ir > 2) throw bad_hint("cluster_ir", "--cluster-ir", h.cluster_ir, "1 or 2");
-  if (h.window_ir < 0 || h.window_ir > 2) throw bad_hint("window_ir", "--window-ir", h.window_ir, "0, 1 or 2");
   if (h.cluster_online < -1 || h.cluster_online > 1)
-    throw bad_hint("cluster_online", "--cluster-online", h.cluster_online, "0 or 1");
-  if (h.staged_ir < 1 || h.staged_ir > 2) throw bad_hint("staged_ir", "--staged-ir", h.staged_ir, "1 or 2");
+    throw bad_hint("cluster_online", "--cluster-online", h.cluster_online, "-1, 0 or 1");
   if (h.block_online < -1 || h.block_online > 1)
     throw bad_hint("block_online", "--block-online", h.block_online, "0 or 1");
-  if (h.split_ir < 1 || h.split_ir > 2) throw bad_hint("split_ir", "--split-ir", h.split_ir, "1 or 2");
   if (h.refill_at_read < -1 || h.refill_at_read > 1)
-    throw bad_hint("refill_at_read", "--refill-at-read", h.refill_at_read, "0 or 1");
+    throw bad_hint("refill_at_read", "--refill-at-read", h.refill_at_read, "-1, 0 or 1");
   for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})
     if (v != 0 && v != 64 && v != 128 && v != 256) throw bad_hint(field, "--gemm-tile", v, "64, 128 or 256");
   if (int64_t{h.gemm_block_m ? h.gemm_block_m : 128} * (h.gemm_block_n ? h.gemm_block_n : 128) > 128 * 256)

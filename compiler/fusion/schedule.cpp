@@ -146,7 +146,7 @@ std::string TileSchedule::describe() const {
   if (!elem_dims.empty())
     loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
                         shape_str(elem_dims), elem_dims.back());
-  if (ir_v2) loop += col_iters > 1 ? ", built on Tile IR v2 (one partial a thread carried)" : ", built on Tile IR v2";
+  if (col_iters > 1) loop += ", one partial a thread carried";
   return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
                      tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
 }
@@ -440,11 +440,11 @@ static bool narrow_rows(const std::vector<Shape>& views, const std::vector<DType
   return any;
 }
 
-// Rows a block holds on Tile IR v2 (or its parts of a cluster's, exchanged a pass at a time:
+// Rows a block holds (or its parts of a cluster's, exchanged a pass at a time:
 // cluster_online) over two or more whole warps: one block barrier a pass where the hint asks for
 // it (TileSchedule::block_online).
 static bool online_in_block(const TileSchedule& s, const ScheduleHints& hints) {
-  return (hints.block_online == 1 || (hints.block_online < 0 && !s.window)) && s.ir_v2 &&
+  return (hints.block_online == 1 || (hints.block_online < 0 && !s.window)) &&
          (s.cluster_blocks == 1 || s.cluster_online) &&
          s.threads_per_row % 32 == 0 && s.threads_per_row >= 64;
 }
@@ -512,35 +512,24 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 // Rows of two or more whole parts (blocks of 1024 threads, one per SM): each part is a task of
 // the persistent grid, staged like a row, and a block holds two parts at once (the one it
 // reduces and the one it writes). 16 f32 elements per thread per part, whose exps stay in
-// registers until written; 16-bit parts take 32 (as many bytes), which stay in their stage
-// until written, so they need three stages (one reduced, one written, one in flight) — else 16
-// (on Tile IR v2, 16 always).
+// registers until written, 16-bit parts too: a task carries its part's terms in registers to the
+// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers.
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
   const int threads = hints.block_threads ? hints.block_threads : 1024;
-  bool sixteen_bit = true;
-  for (size_t i = 0; i < num_inputs; ++i)
-    if (view_spans_rows(views[i]) && view_spans_cols(views[i])) sixteen_bit &= dtype_size(dtypes[i]) == 2;
-  // (Tile IR v2's tasks carry the part's terms in registers to the next iteration: 32 a thread
-  // beside the next part's 32 spilled 156 bytes at 64 registers.)
-  const bool recompute = sixteen_bit && hints.split_ir != 2;
-  for (int elems : recompute ? std::vector<int>{32, 16} : std::vector<int>{16}) {
-    const int64_t chunks = std::max(1, elems / s.vec);
-    const int64_t part = int64_t{threads} * chunks * s.vec;
-    // One warp merges a row's parts: at most 32.
-    if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) continue;
-    TileSchedule t = s;
-    if (!plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device))
-      continue;
-    if (elems > 16 && t.stages < 3) continue;
-    s = t;
-    s.threads_per_row = threads;
-    s.chunks_per_thread = static_cast<int>(chunks);
-    s.split_blocks = static_cast<int>(s.cols / part);
-    return true;
-  }
-  return false;
+  const int64_t chunks = std::max(1, 16 / s.vec);
+  const int64_t part = int64_t{threads} * chunks * s.vec;
+  // One warp merges a row's parts: at most 32.
+  if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
+  TileSchedule t = s;
+  if (!plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device)) return false;
+  s = t;
+  s.threads_per_row = threads;
+  s.chunks_per_thread = static_cast<int>(chunks);
+  s.split_blocks = static_cast<int>(s.cols / part);
+  s.block_online = true;  // (one block barrier a pass whatever the hint says)
+  return true;
 }
 
 std::optional<TileSchedule> choose_column_schedule(const Shape& domain, int split, int end,
@@ -670,18 +659,15 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   const bool persistent_ok = s.rows <= INT32_MAX / 32;
   if (per_row > 512 && persistent_ok && splittable && !s.window && s.cols > one_block &&
       split_rows(s, views, dtypes, num_inputs, hints, device)) {
-    s.ir_v2 = s.block_online = hints.split_ir == 2;
     return s;
   }
   if (per_row > 512 && persistent_ok && !s.window &&
       stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
-    // (One block a row claimed — always v2 —, or a cluster's taken grid-stride.)
-    s.ir_v2 = hints.staged_ir == 2 || s.claims_rows();
-    // A cluster's staged rows: one exchange a pass and each stage refilled at its read, as the
-    // first IR's lowerer did (level with it on an H100 that way: bench/NOTES.md).
-    s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 && hints.cluster_online != 0;
+    // (One block a row claimed, or a cluster's taken grid-stride.) A cluster's staged rows: one
+    // exchange a pass and each stage refilled at its read (ScheduleHints::refill_at_read).
+    s.cluster_online = s.cluster_blocks > 1 && hints.cluster_online != 0;
     s.block_online = online_in_block(s, hints);
-    s.refill_at_read = s.ir_v2 && (hints.refill_at_read == 1 || (hints.refill_at_read < 0 && s.cluster_blocks > 1));
+    s.refill_at_read = hints.refill_at_read == 1 || (hints.refill_at_read < 0 && s.cluster_blocks > 1);
     return s;
   }
   // A row with no tensor along it but x, y and one weight shared by every row (RMSNorm's w, loaded
@@ -731,11 +717,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
         s.threads_per_row = warps_covering(vecs, blocks, s.chunks_per_thread);
       s.cluster_blocks = static_cast<int>(s.col_blocks());
       s.min_blocks_per_sm = std::max(1, 1024 / threads);
-      s.ir_v2 = hints.cluster_ir == 2 && (!s.window || hints.window_ir == 2);
-      // Windowed 16-bit rows: one exchange a pass (1.011 of the first IR's time on a 50257-wide
-      // bf16 log_softmax, against 1.058 with an exchange per reduction; f32 rows the other way,
-      // 1.025 against 1.000: bench/NOTES.md, "One exchange a pass").
-      s.cluster_online = s.ir_v2 && s.cluster_blocks > 1 &&
+      // Windowed 16-bit rows: one exchange a pass (ScheduleHints::cluster_online).
+      s.cluster_online = s.cluster_blocks > 1 &&
                          (hints.cluster_online == 1 || (hints.cluster_online < 0 && s.window && narrow_rows(views, dtypes, num_inputs)));
       s.block_online = online_in_block(s, hints);
       return s;
@@ -767,19 +750,17 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     s.threads_per_row = hints.block_threads ? hints.block_threads : 256;
     s.chunks_per_thread = 4;
     s.col_iters = (vecs + s.threads_per_row * s.chunks_per_thread - 1) / (s.threads_per_row * s.chunks_per_thread);
-    s.ir_v2 = true;  // (Tile IR v2's row_loop.cpp)
     if (part_sums > 0) split_loop_into_parts(s, part_sums, device);
     return s;
   }
   int threads = std::max<int>(hints.block_threads ? hints.block_threads : 256, s.threads_per_row);
   s.thread_rows = std::max(1, threads / s.threads_per_row);
   if (s.thread_rows > s.rows) s.thread_rows = static_cast<int>(pow2_ceil(s.rows));
-  s.ir_v2 = hints.row_ir == 2 && (!s.window || hints.window_ir != 1);
   s.block_online = online_in_block(s, hints);
-  if (s.ir_v2 && s.window && weights_along_row == 0) {
+  if (s.window && weights_along_row == 0) {
     // ptxas left alone gave a 4097-wide bf16 softmax 56 registers (6 blocks of 192 an SM); asked
     // for the blocks that a thread's elements and 16 more registers allow, it fits in 40 unspilled
-    // (8 blocks), as the first IR's lowerer does by itself. (Not with weights along the row: their
+    // (8 blocks). (Not with weights along the row: their
     // shifted loads' pairs of vectors spilled an RMSNorm's 5003-wide f32 rows at that cap.)
     const int regs = (s.elems_per_thread() + 16 + 7) / 8 * 8;
     s.min_blocks_per_sm = std::max(1, device.registers_per_sm / (regs * s.block_threads()));

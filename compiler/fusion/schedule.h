@@ -58,26 +58,23 @@ struct TileSchedule {
   // vectors whatever the width; the window's elements outside the row are masked in registers
   // and not stored (the vectors at the row's ends are written element by element).
   bool window = false;
-  // A row kernel built on Tile IR v2 (ScheduleHints::row_ir; rows looped over column tiles
-  // always: each reduction one partial per thread carried, a lanes tile).
-  bool ir_v2 = false;
   int threads_per_row = 1;
   int thread_rows = 1;
   int rows_per_thread = 1;
   int chunks_per_thread = 1;
   int64_t col_iters = 1;      // > 1: a row too long for registers, visited in column tiles by a loop
   int cluster_blocks = 1;     // > 1: the col_blocks() blocks of a row form one thread-block cluster
-  // Tile IR v2 rows a cluster holds: each pass over the row one exchange of the blocks' values,
+  // Rows a cluster holds: each pass over the row one exchange of the blocks' values,
   // an online sum of exp(u − c(max)) exchanged with its max and each block's sum rescaled
   // (ScheduleHints::cluster_online); otherwise an exchange per reduction.
   bool cluster_online = false;
-  // Tile IR v2 rows a block holds (or its parts of a cluster's, with cluster_online) over two or
+  // Rows a block holds (or its parts of a cluster's, with cluster_online) over two or
   // more whole warps: each pass over the row one block barrier — each warp reduces its part, an
   // online sum of exp(u − c(max)) with the warp's max, then the warps' values are gathered into
   // every warp and combined there, each warp's sum and terms rescaled to the row's max
   // (ScheduleHints::block_online); otherwise a barrier per reduction.
   bool block_online = false;
-  // Tile IR v2 staged rows: each stage refilled right after its reads, behind a block barrier
+  // Staged rows: each stage refilled right after its reads, behind a block barrier
   // of its own (ScheduleHints::refill_at_read), not at the first reduction's barrier.
   bool refill_at_read = false;
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
@@ -324,65 +321,31 @@ struct ScheduleHints {
   // query tile; -1 (the default) persistent where its static order of tiles balances the blocks'
   // work within 2% (TileSchedule::tile_balance; bench/NOTES.md, "The attention family").
   int attention_persistent = -1;
-  // Which Tile IR row kernels held in one block's registers are built on (TileSchedule::ir_v2):
-  // 2, the default: Tile IR v2, the rows' reductions over the block's threads, each reduction its
-  // own barrier (level with the first on the H200: bench/NOTES.md, "Row kernels on Tile IR v2
-  // measured"); 1: the first Tile IR's whole-kernel lowerer, until its other schedules move.
-  int row_ir = 2;
-  // Which Tile IR rows held in a cluster's registers (without windows or staging) are built on:
-  // 2, the default, Tile IR v2, each reduction over the block's threads and then the cluster's
-  // blocks (`reduce … axis 1` then `cluster_values`, one exchange each, or one a pass with
-  // `cluster_online`; level with the first IR on the H200);
-  // 1: the first Tile IR's lowerer (a softmax's max and sum merged in one exchange).
-  int cluster_ir = 2;
-  // Which Tile IR windowed rows (a width that is not a multiple of the vector width) are built
-  // on. Tile IR v2: the tensors read and written at window columns (`load … window 4`: each row
-  // from the aligned vector its first element lies in), each run's in-row bits (`in_window`),
-  // reductions masked by them (`reduce … where %in_row`: threads whose elements all lie in their
-  // rows combine them unmasked), under `row_ir` / `cluster_ir` as the rows' other kernels; or
-  // the first Tile IR's lowerer. 2, the default: Tile IR v2 for all (level with the first IR on
-  // the H200 for rows a block holds, or faster: 0.963 on RMSNorm's 5003-wide bf16 rows; for rows
-  // a cluster holds 1.000–1.017 in f32, 1.011 on a 50257-wide bf16 log_softmax with its one
-  // exchange a pass); 0: v2 for rows a block holds, the first IR for a cluster's; 1: the first IR
-  // for all (bench/NOTES.md, "Windowed rows on Tile IR v2", "One exchange a pass").
-  int window_ir = 2;
-  // Tile IR v2 rows a cluster holds: 1, each pass over the row in one exchange of the cluster's
-  // blocks' values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and
-  // what uses its terms rescaled by exp(c(m_b) − c(M)) to the row's max M; 0, an exchange per
-  // reduction, in order; -1, the default: one exchange a pass for a cluster's staged rows and
-  // windowed rows of 16-bit elements, an exchange per reduction for the rest. Measured on the
-  // H200 (bench/NOTES.md, "One exchange a pass"): the single exchange ran 2–5% slower on f32
-  // and 16-bit softmaxes and f32 vocabulary rows (the rescale's instructions cost more than the
-  // cluster barrier it saves), 4.5% faster on a 50257-wide bf16 log_softmax.
+  // Rows a cluster holds: 1, each pass over the row in one exchange of the cluster's blocks'
+  // values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and what uses
+  // its terms rescaled by exp(c(m_b) − c(M)) to the row's max M; 0, an exchange per reduction, in
+  // order; -1, the default: one exchange a pass for a cluster's staged rows and windowed rows of
+  // 16-bit elements, an exchange per reduction for the rest. Measured on the H200 (bench/NOTES.md,
+  // "One exchange a pass"): the single exchange ran 2–5% slower on f32 and 16-bit softmaxes and
+  // f32 vocabulary rows (the rescale's instructions cost more than the cluster barrier it saves),
+  // 1.011 of the time of the merged exchange before it against 1.058 for an exchange per
+  // reduction on a 50257-wide bf16 log_softmax.
   int cluster_online = -1;
-  // Which Tile IR persistent rows staged through shared memory (not split) are built on: 2, the
-  // default, Tile IR v2 (bulk rings: the block's first thread fills each stage with a row —
-  // claimed from a counter where one block holds a row, grid-stride where a cluster does — and
-  // records it beside the stage, a `while` over the stages' rows until an end mark) for all; 1,
-  // Tile IR v2 for rows claimed one a block (their only form) and the first IR's lowerer for
-  // rows a cluster holds. A cluster's staged rows on v2 ran 1.10× the first IR's time on the
-  // H200 with a stage refilled at the first reduction; level on an H100 with the refill at the
-  // read, its default (bench/NOTES.md, "Staged rows on Tile IR v2", "Split rows on Tile IR v2").
-  int staged_ir = 2;
-  // Tile IR v2 rows a block holds over two or more whole warps, staged or not, and a block's
-  // parts of rows a cluster holds with cluster_online 1: 1, each pass over the row in one block
-  // barrier — a softmax's max and sum together, each warp's sum of exp(x − c(m_w)) and what uses
-  // its terms rescaled by exp(c(m_w) − c(M)) to the row's max M, as the first Tile IR's lowerer
-  // does; 0, a barrier per reduction; -1, the default: 1 but for windowed rows (level on the H200
-  // with a barrier per reduction on resident rows, and what brings claimed rows on v2 level with
-  // the first IR; windowed rows of several a block spill at their register cap with it).
+  // Rows a block holds over two or more whole warps, staged or not, and a block's parts of rows a
+  // cluster holds with cluster_online 1: 1, each pass over the row in one block barrier — a
+  // softmax's max and sum together, each warp's sum of exp(x − c(m_w)) and what uses its terms
+  // rescaled by exp(c(m_w) − c(M)) to the row's max M; 0, a barrier per reduction; -1, the
+  // default: 1 but for windowed rows (level on the H200 with a barrier per reduction on resident
+  // rows, and 1–1.8% faster on claimed f32 rows; windowed rows of several a block spill at their
+  // register cap with it). Split rows take one barrier a pass whatever this says.
   int block_online = -1;
-  // Tile IR v2 rows staged through shared memory: 1, each stage refilled as soon as every thread
-  // has read it, behind a block barrier of its own; 0, at the first reduction's block barrier
-  // (one barrier fewer a row, the copy issued that much later); -1, the default: 1 for a
-  // cluster's rows (as the first IR's lowerer did), 0 for rows claimed one a block (level either
-  // way on an H100: 0.995–1.004).
+  // Rows staged through shared memory: 1, each stage refilled as soon as every thread has read
+  // it, behind a block barrier of its own; 0, at the first reduction's block barrier (one barrier
+  // fewer a row, the copy issued that much later); -1, the default: 1 for a cluster's rows, 0
+  // for rows claimed one a block (level either way on an H100: 0.995–1.004; a cluster's rows
+  // refilled at the first reduction ran 1.10× the time of the earlier lowerer that refilled at
+  // the read on the H200: bench/NOTES.md, "Staged rows on Tile IR v2").
   int refill_at_read = -1;
-  // Which Tile IR rows split into parts that meet in global memory are built on: 2, the default,
-  // Tile IR v2 (each task's part published to the workspace's stamped words, the row's parts
-  // gathered by `gather_parts` one task later; one block barrier a pass whatever block_online
-  // says; 0.993–0.994 of the first IR's time on an H100); 1, the first Tile IR's lowerer.
-  int split_ir = 2;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -808,15 +808,22 @@ class MatMulProgram {
 
 }  // namespace
 
-std::optional<Program> build_program(const Graph& g, const Kernel& k) {
-  if (k.kind == ScheduleKind::Pointwise) return pointwise(g, k);
-  if (k.kind == ScheduleKind::RowReduce && k.schedule.col_iters > 1 && k.schedule.ir_v2) return row_loop(g, k);
-  if (k.kind == ScheduleKind::RowReduce && k.schedule.ir_v2) return row_reduction(g, k);
-  if (k.kind == ScheduleKind::ColumnReduce) return ColumnReduction(g, k).build();
-  if (k.kind == ScheduleKind::MatMul) return MatMulProgram(g, k).build();
-  if (k.kind == ScheduleKind::Attention) return attention_kernel_program(g, k);
-  if (k.kind == ScheduleKind::Write) return write_at_program(g, k);
-  return std::nullopt;
+Program build_program(const Graph& g, const Kernel& k) {
+  switch (k.kind) {
+    case ScheduleKind::Pointwise:
+      return pointwise(g, k);
+    case ScheduleKind::RowReduce:
+      return k.schedule.col_iters > 1 ? row_loop(g, k) : row_reduction(g, k);
+    case ScheduleKind::ColumnReduce:
+      return ColumnReduction(g, k).build();
+    case ScheduleKind::MatMul:
+      return MatMulProgram(g, k).build();
+    case ScheduleKind::Attention:
+      return attention_kernel_program(g, k);
+    case ScheduleKind::Write:
+      return write_at_program(g, k);
+  }
+  throw CodegenError(fmt::format("kernel {}: no Tile IR for its kind", k.name));
 }
 
 }  // namespace tilefuse::tir

@@ -1,16 +1,13 @@
 #pragma once
-// Plan kernel → Tile IR v2: pointwise, column-reduction, matmul, attention and write kernels,
-// and — under `--row-ir 2` (TileSchedule::ir_v2) — row kernels held in one block's registers.
-// Other row-reduction kernels still take the first Tile IR (compiler/tile/tile_ir.h) until their
-// schedules move to v2.
-#include <optional>
+// Plan kernel → Tile IR v2: pointwise, row-reduction (held in registers, looped, staged, claimed,
+// split, in clusters, windowed), column-reduction, matmul, attention and write kernels.
 
 #include "compiler/fusion/plan.h"
 #include "compiler/tile/ir.h"
 
 namespace tilefuse::tir {
 
-// The program of kernel k of graph g, or nullopt for a kernel kind not yet on v2.
-std::optional<Program> build_program(const Graph& g, const Kernel& k);
+// The program of kernel k of graph g (not of a cuBLASLt kernel: it has none).
+Program build_program(const Graph& g, const Kernel& k);
 
 }  // namespace tilefuse::tir

@@ -52,8 +52,8 @@ int times_width(Builder& b, int x, int64_t cols, DType dtype);
 // the element's index along the iota's axis, from its index in the domain (a windowed row's
 // columns, where `window` is its vector: Inst::window).
 int iota_of(Builder& b, const Kernel& k, const Node& n, int row0, int col0, int window = 0);
-// A row kernel held in one block's or one cluster's registers (TileSchedule::ir_v2; windowed
-// too): row_reduction.cpp.
+// A row kernel held in one block's or one cluster's registers (windowed, staged, claimed,
+// split too): row_reduction.cpp.
 Program row_reduction(const Graph& g, const Kernel& k);
 // A row kernel whose rows are visited by a loop over column tiles: few long rows in parts, a
 // block each (TileSchedule::looped_parts), or whole rows; each reduction a partial per thread

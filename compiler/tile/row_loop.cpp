@@ -171,7 +171,7 @@ class RowLoop {
     return shifted_exp_arg(g_, k_, n, [&](NodeId o) { return spans_cols(o); });
   }
   // Node `id` as f32 where a reduction adds it up: a shifted exp unrounded (the sum of the f32
-  // terms, as the first IR's loop adds them).
+  // terms).
   int eval_f32(Builder& b, NodeId id, std::map<NodeId, int>& v) {
     const Node* d = shifted(g_.node(id));
     return d ? shifted_exp2(b, eval(b, d->operands[0], v), eval(b, d->operands[1], v)) : as_f32(b, eval(b, id, v));

@@ -1,5 +1,4 @@
-// Row kernels held in one block's or one cluster's registers (TileSchedule::ir_v2 without a loop
-// over column tiles): block b holds rows [b·tile_rows, (b + 1)·tile_rows), each spread over
+// Row kernels held in one block's or one cluster's registers (no loop over column tiles): block b holds rows [b·tile_rows, (b + 1)·tile_rows), each spread over
 // threads_per_row threads — or, in a cluster (TileSchedule::cluster_blocks), block b holds columns
 // [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks,
 // each reduction reduced over the block's threads, then exchanged (`cluster_values`) and
@@ -33,7 +32,7 @@
 // refills the stage — with the row `stages` ahead, or, claimed (TileSchedule::claims_rows: one
 // block a row), with a row it claimed from a counter ahead of need, and claims the next, so
 // that a block takes rows as fast as it finishes them; the last block to finish zeroes the
-// counters. Rows split into parts (TileSchedule::split_blocks, `--split-ir 2`) are staged tasks
+// counters. Rows split into parts (TileSchedule::split_blocks) are staged tasks
 // whose one pass ends in the row's parts met through the workspace (split_rows), pipelined by
 // pipeline_part_gathers.
 #include <fmt/format.h>

@@ -43,12 +43,12 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.fusion.profile.wgmma = false;
       v.codegen = codegen_options_for("sm_80");
       break;
-    case 1:  // long rows staged rather than split; half of them a cluster's on Tile IR v2 too
+    case 1:  // long rows staged rather than split; half of a cluster's an exchange a reduction
       v.name = "--split 0";
       v.fusion.schedule.split = 0;
       if (pick(0, 1)) {
-        v.name += " --staged-ir 2";
-        v.fusion.schedule.staged_ir = 2;
+        v.name += " --cluster-online 0";
+        v.fusion.schedule.cluster_online = 0;
       }
       break;
     case 2:
@@ -116,9 +116,9 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = std::string("--library-gemm never ") + names[which];
       break;
     }
-    case 10:  // row kernels one block holds, on the first Tile IR's lowerer
-      v.name = "--row-ir 1";
-      v.fusion.schedule.row_ir = 1;
+    case 10:  // one block barrier a pass over windowed rows too
+      v.name = "--block-online 1";
+      v.fusion.schedule.block_online = 1;
       break;
     case 11:  // rows looped over column tiles carrying a partial per thread (sm_80: no clusters,
               // bulk copies or split rows, so long rows loop)
@@ -129,21 +129,23 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.fusion.schedule.split = 0;
       v.codegen = codegen_options_for("sm_80");
       break;
-    case 12:  // rows held in clusters (no staging or split rows), on Tile IR v2, half of them an
-              // exchange a pass
-      v.name = "--stages 0 --split 0 --window-ir 2";
+    case 12:  // rows held in clusters (no staging or split rows), half of them an exchange a pass
+      v.name = "--stages 0 --split 0";
       v.fusion.schedule.stages = 0;
       v.fusion.schedule.split = 0;
-      v.fusion.schedule.window_ir = 2;
       if (pick(0, 1)) {
         v.name += " --cluster-online 1";
         v.fusion.schedule.cluster_online = 1;
       }
       break;
-    case 13:  // odd row widths in windows, on Tile IR v2
-      v.name = "--window 1 --window-ir 2";
+    case 13:  // odd row widths in windows, weights along them too, half of a cluster's rows an
+              // exchange a pass
+      v.name = "--window 1";
       v.fusion.schedule.window = 1;
-      v.fusion.schedule.window_ir = 2;
+      if (pick(0, 1)) {
+        v.name += " --cluster-online 1";
+        v.fusion.schedule.cluster_online = 1;
+      }
       break;
     default:
       break;
@@ -156,17 +158,15 @@ std::vector<Variant> variants_of(uint64_t seed) {
   }
   // Drawn last, and a variant of its own, so that every seed keeps the variants it had before (a
   // failure found then replays): now and then the first variant again with a block barrier a
-  // reduction over rows of whole warps (the default is one a pass; on top of its other hints:
-  // staged rows on Tile IR v2, clusters an exchange a pass), the default one half of the time
-  // with long rows staged on Tile IR v2.
+  // reduction over rows of whole warps (the default is one a pass; on top of its other hints),
+  // the default one half of the time with long rows staged.
   if (pick(0, 5) == 0) {
     Variant w = out.front();
     if (w.name == "default") {
       w.name.clear();
       if (pick(0, 1)) {
-        w.name = "--split 0 --staged-ir 2 ";
+        w.name = "--split 0 ";
         w.fusion.schedule.split = 0;
-        w.fusion.schedule.staged_ir = 2;
       }
     } else {
       w.name += " ";
@@ -175,20 +175,13 @@ std::vector<Variant> variants_of(uint64_t seed) {
     w.fusion.schedule.block_online = 0;
     out.push_back(w);
   }
-  // Drawn after all the rest, for the same reason: half of the variants with rows staged on Tile IR
-  // v2 refill each stage right after its reads.
+  // Drawn after all the rest, for the same reason: a quarter of the variants refill each stage of
+  // their staged rows at its read, or at the first reduction, whatever the default would.
   for (Variant& u : out)
-    if (u.fusion.schedule.staged_ir == 2 && pick(0, 1)) {
-      u.name += " --refill-at-read 1";
-      u.fusion.schedule.refill_at_read = 1;
+    if (pick(0, 3) == 0) {
+      u.fusion.schedule.refill_at_read = pick(0, 1);
+      u.name += fmt::format(" --refill-at-read {}", u.fusion.schedule.refill_at_read);
     }
-  // A quarter of the seeds with split rows on Tile IR v2 where rows split.
-  if (pick(0, 3) == 0)
-    for (Variant& u : out)
-      if (u.fusion.schedule.split != 0) {
-        u.name += " --split-ir 2";
-        u.fusion.schedule.split_ir = 2;
-      }
   return out;
 }
 

@@ -14,8 +14,8 @@ namespace tilefuse::fuzz {
 
 struct CaseOptions {
   bool gpu = false;  // run on the GPU and check against the reference
-  // Run each plan whose kernels are all on Tile IR v2 on the host (runtime/host_run.h) and check
-  // it against the reference: the passes checked without a GPU.
+  // Run each plan the interpreter can on the host (runtime/host_run.h) and check it against the
+  // reference: the passes checked without a GPU.
   bool interpret = false;
   RandomGraphOptions graph;
 };

@@ -34,8 +34,8 @@ const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [-
   --first S         first seed of a batch (default 1)
   --count N         cases in the batch (default 100)
   --gpu             run every plan on the GPU against the float64 reference
-  --interpret       run every plan whose kernels are all on Tile IR v2 on the host (each program
-                    interpreted) against the float64 reference
+  --interpret       run every plan on the host (each kernel's Tile IR interpreted) against the
+                    float64 reference, but those with ops the interpreter lacks (wgmma, TMA)
   --jobs J          cases at once, each on its own thread and stream (default: the hardware's
                     threads, at most 16)
   --max-elements N  elements of the largest tensor (default 1048576)

@@ -98,41 +98,18 @@ common options:
                                count) as aligned 16-byte windows with masked ends, 0 element by
                                element (default: windows, except rows that read two or more
                                weights along the row)
-  --row-ir 1|2                 row kernels held in one block's registers built on Tile IR v2 (2,
-                               the default; `tilefuse tile` prints it) or on the first Tile IR
-                               (1: its whole-kernel lowerer, for comparison)
-  --cluster-ir 1|2             rows held in a cluster's registers (not windowed or staged) built
-                               on Tile IR v2, each reduction over the cluster's blocks through
-                               distributed shared memory (2, the default), or on the first Tile
-                               IR (1)
-  --window-ir 0|1|2            windowed rows (odd widths in aligned vectors) built on Tile IR v2
-                               (window columns: each row from its own aligned start, stores of
-                               the row's elements only) or on the first Tile IR: 0, the default,
-                               v2 for one row a block, the first IR for rows a cluster holds or
-                               several a block; 1 the first IR for all; 2 v2 for all (clusters
-                               with --cluster-ir 2)
-  --cluster-online 0|1         rows a cluster holds on Tile IR v2: 1, one exchange of the blocks'
-                               values a pass over the row (a softmax's max and sum together, each
-                               block's sum rescaled to the row's max); 0, the default, one a
-                               reduction
-  --staged-ir 1|2              persistent rows staged through shared memory (claimed from a
-                               counter, or a cluster's taken grid-stride): rows claimed one a
-                               block are on Tile IR v2 (bulk rings filled by the block's first
-                               thread, a while loop over the rows the stages hold); a cluster's
-                               on the first Tile IR (1, the default) or on v2 too (2)
-  --block-online 0|1           rows one block holds on Tile IR v2 over whole warps: 1, one block
-                               barrier a pass over the row (each warp's max and online sum
-                               gathered into every warp together, each warp's sum rescaled to the
-                               row's max); 0, one a reduction (default: 1 but for windowed rows)
-  --refill-at-read 0|1         staged rows on Tile IR v2: 1, each stage refilled as soon as every
-                               thread has read it, behind a block barrier of its own; 0, the
-                               default, at the first reduction's block barrier
-  --split-ir 1|2               rows split into parts that meet in global memory: on the first
-                               Tile IR (1, the default: a softmax's max and sum, a task's parts
-                               fetched while the next reduces) or on Tile IR v2 (2: any rows
-                               whose one or two reductions finish in one pass, each part
-                               published to the workspace and the row's parts gathered one
-                               task later)
+  --cluster-online 0|1         rows a cluster holds: 1, one exchange of the blocks' values a
+                               pass over the row (a softmax's max and sum together, each
+                               block's sum rescaled to the row's max); 0, one a reduction
+                               (default: 1 for a cluster's staged rows and windowed 16-bit rows)
+  --block-online 0|1           rows one block holds over whole warps: 1, one block barrier a
+                               pass over the row (each warp's max and online sum gathered into
+                               every warp together, each warp's sum rescaled to the row's max);
+                               0, one a reduction (default: 1 but for windowed rows)
+  --refill-at-read 0|1         staged rows: 1, each stage refilled as soon as every thread has
+                               read it, behind a block barrier of its own; 0, at the first
+                               reduction's block barrier (default: 1 for a cluster's rows, 0
+                               for rows claimed one a block)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -367,22 +344,12 @@ Args parse(int argc, char** argv) {
       a.schedule.split = parse_int(s, value(), 0, 1);
     else if (s == "--window")
       a.schedule.window = parse_int(s, value(), 0, 1);
-    else if (s == "--row-ir")
-      a.schedule.row_ir = parse_int(s, value(), 1, 2);
-    else if (s == "--cluster-ir")
-      a.schedule.cluster_ir = parse_int(s, value(), 1, 2);
-    else if (s == "--window-ir")
-      a.schedule.window_ir = parse_int(s, value(), 0, 2);
     else if (s == "--cluster-online")
       a.schedule.cluster_online = parse_int(s, value(), 0, 1);
-    else if (s == "--staged-ir")
-      a.schedule.staged_ir = parse_int(s, value(), 1, 2);
     else if (s == "--block-online")
       a.schedule.block_online = parse_int(s, value(), 0, 1);
     else if (s == "--refill-at-read")
       a.schedule.refill_at_read = parse_int(s, value(), 0, 1);
-    else if (s == "--split-ir")
-      a.schedule.split_ir = parse_int(s, value(), 1, 2);
     else if (s == "--wgmma")
       a.schedule.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
