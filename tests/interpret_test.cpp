@@ -128,6 +128,37 @@ TEST(Interpret, WindowedRowsSeveralABlockMatchFloat64) {
   }
 }
 
+// Windowed rows staged through shared memory (odd widths whose elements fill whole 16-byte
+// vectors): each stage a part of its row's window, copied from the aligned vector the row starts
+// in — rows over a cluster's blocks taken grid-stride (a log_softmax, and a cross-entropy's two
+// inputs, 16 elements of each a thread), rows one block holds claimed from a counter, each with
+// every shift a row may have, in each of their forms; a tensor whose elements do not fill whole
+// vectors stays unstaged.
+TEST(Interpret, WindowedRowsStagedMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const testing::NamedHints& v : testing::staged_window_variants()) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + v.name);
+      FusionOptions o;
+      o.schedule = v.hints;
+      Plan p = plan_fusion(testing::staged_windows_graph(dt, 8), o);
+      int clusters = 0, claimed = 0;
+      for (const Kernel& k : p.kernels) {
+        SCOPED_TRACE(k.name + ": " + k.schedule.describe());
+        EXPECT_TRUE(k.schedule.window);
+        const bool whole = k.schedule.rows != 7;
+        EXPECT_EQ(k.schedule.stages > 0, whole);
+        clusters += whole && k.schedule.cluster_blocks > 1;
+        claimed += whole && k.schedule.claims_rows();
+      }
+      EXPECT_EQ(clusters, 2);
+      EXPECT_EQ(claimed, 1);
+      HostRunOptions grid;  // (several rounds of rows, and the claims' counter)
+      grid.persistent_blocks = 4;
+      testing::check_on_host(p, seed, grid);
+    }
+}
+
 // Pointwise domains (flat, odd element counts, broadcasts along the middle) and reductions over
 // leading axes (split over blocks that meet in the workspace).
 TEST(Interpret, PointwiseAndColumnKernelsMatchFloat64) {

@@ -55,6 +55,28 @@ Graph row_kernels_graph(DType dt) {
   return g;
 }
 
+Graph staged_windows_graph(DType dt, int64_t rows) {
+  using namespace dsl;
+  Graph g(std::string("staged_windows_") + dtype_name(dt));
+  output("l", log_softmax(input(g, "x", {rows, 50257}, dt), -1));
+  Tensor t = input(g, "t", {rows, 50257}, dt);
+  output("ce", -sum(t * log_softmax(input(g, "z", {rows, 50257}, dt), -1), {-1}, true));
+  output("p", softmax(input(g, "v", {2 * rows, 20001}, dt), -1));
+  output("q", softmax(input(g, "u", {7, 50257}, dt), -1));
+  return g;
+}
+
+std::vector<NamedHints> staged_window_variants() {
+  std::vector<NamedHints> out(3);
+  out[0].name = "defaults";
+  out[1].name = "--block-online 1";
+  out[1].hints.block_online = 1;
+  out[2].name = "--cluster-online 0 --refill-at-read 0";
+  out[2].hints.cluster_online = 0;
+  out[2].hints.refill_at_read = 0;
+  return out;
+}
+
 std::vector<PlannedCase> matmul_schedule_cases() {
   using namespace dsl;
   struct Case {

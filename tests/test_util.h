@@ -25,6 +25,19 @@ void check_on_host(const Plan& p, uint64_t seed, const HostRunOptions& options =
 // rows), weights along the row, a reduction of a product with a per-row factor.
 Graph row_kernels_graph(DType dt);
 
+// Windowed rows staged through shared memory, `rows` a multiple of 8 (odd widths whose elements
+// fill whole vectors): rows over a cluster's blocks (a log_softmax; a cross-entropy's two inputs),
+// rows one block holds (claimed), and one tensor that stays unstaged (7 rows: no whole vectors).
+Graph staged_windows_graph(DType dt, int64_t rows);
+// Schedule hints, named for a trace.
+struct NamedHints {
+  std::string name;
+  ScheduleHints hints;
+};
+// The staged windows' forms: the defaults, one block barrier a pass, an exchange a reduction with
+// each stage refilled at the first reduction's barrier.
+std::vector<NamedHints> staged_window_variants();
+
 // A plan and what it is (for a trace).
 struct PlannedCase {
   std::string name;

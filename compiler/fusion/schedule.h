@@ -386,7 +386,9 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the
 // device's `max_cluster_blocks` blocks, staged through shared memory where the device has bulk
-// copies and the row's parts are whole 16-byte multiples — else one row per block visited by a
+// copies and the row's parts are whole 16-byte multiples (or, for an odd width read in windows,
+// where the tensor's elements fill whole 16-byte vectors: each part of a row's window copied
+// whole) — else one row per block visited by a
 // loop over column tiles, or, where the rows are too few to fill the device and the kernel
 // allows it (`part_sums`), each row's column tiles split into parts, a block each, whose partial
 // reductions meet in the workspace (Tile IR v2).

@@ -23,7 +23,8 @@
 // shifted in registers). A block may hold several rows, each with its own shift.
 //
 // Rows staged through shared memory (TileSchedule::stages, a persistent grid): each tensor along
-// the rows has a bulk ring of `stages` rows (in a cluster, of the block's part of a row). The
+// the rows has a bulk ring of `stages` rows (in a cluster, of the block's part of a row; a
+// windowed row's stage holds its part of the row's window, read at window columns). The
 // block's first thread fills the stages with rows dealt grid-stride (group g of blocks — a
 // block, or a cluster — rows g, g + groups, …), and the block loops while the row its next
 // stage holds is a row (not the end mark): it waits for the stage, reads its part from it, and,
@@ -69,7 +70,7 @@ class RowReduction {
         passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || (split_ && (!staged_ || cluster_ || !s_.block_online)) ||
+    if ((s_.stages > 0 && s_.tile_rows() != 1) || (split_ && (!staged_ || cluster_ || !s_.block_online)) ||
         s_.col_iters > 1 || s_.col_blocks() != (split_ ? s_.split_blocks : s_.cluster_blocks) ||
         (cluster_ && s_.tile_rows() != 1) ||
         !s_.elem_dims.empty() || (s_.block_online && cluster_ && !s_.cluster_online))
@@ -168,7 +169,8 @@ class RowReduction {
     for (int k = 0; k < s_.stages; ++k) {
       const int dealt = k == 0 ? group : b.add(group, b.mul(groups, b.index(k)));
       for (size_t i = 0; i < ring_of_.size(); ++i)
-        if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), dealt, col0_, ring_of_[i], b.index(k), rows_);
+        if (ring_of_[i] >= 0)
+          b.fill_stage(static_cast<int>(i), dealt, col0_, ring_of_[i], b.index(k), rows_, fill_window());
     }
     std::vector<int> carried = {zero_};
     if (claimed) carried.push_back(b.claim(workspace_, zero_, dealt_));
@@ -260,10 +262,14 @@ class RowReduction {
   void refill(Builder& b) {
     for (size_t i = 0; i < ring_of_.size(); ++i)
       if (ring_of_[i] >= 0)
-        b.fill_stage(static_cast<int>(i), refill_row_, split_ ? refill_col_ : col0_, ring_of_[i], stage_, rows_);
+        b.fill_stage(static_cast<int>(i), refill_row_, split_ ? refill_col_ : col0_, ring_of_[i], stage_, rows_,
+                     fill_window());
     if (s_.claims_rows()) next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, refill_row_);
     refilled_ = true;
   }
+
+  // A windowed row's stages hold the block's part of its window (fill_stage … window V).
+  int fill_window() const { return window_ ? s_.vec : 0; }
 
   void add_params() {
     std::vector<Shape> shapes;
