@@ -68,12 +68,13 @@ Graph staged_windows_graph(DType dt, int64_t rows) {
 
 std::vector<NamedHints> staged_window_variants() {
   std::vector<NamedHints> out(3);
-  out[0].name = "defaults";
-  out[1].name = "--block-online 1";
+  out[0].name = "--stage-windows 1";
+  out[1].name = "--stage-windows 1 --block-online 1";
   out[1].hints.block_online = 1;
-  out[2].name = "--cluster-online 0 --refill-at-read 0";
+  out[2].name = "--stage-windows 1 --cluster-online 0 --refill-at-read 0";
   out[2].hints.cluster_online = 0;
   out[2].hints.refill_at_read = 0;
+  for (NamedHints& v : out) v.hints.stage_windows = 1;
   return out;
 }
 

@@ -34,8 +34,9 @@ struct NamedHints {
   std::string name;
   ScheduleHints hints;
 };
-// The staged windows' forms: the defaults, one block barrier a pass, an exchange a reduction with
-// each stage refilled at the first reduction's barrier.
+// The staged windows' forms (ScheduleHints::stage_windows): the defaults otherwise, one block
+// barrier a pass, an exchange a reduction with each stage refilled at the first reduction's
+// barrier.
 std::vector<NamedHints> staged_window_variants();
 
 // A plan and what it is (for a trace).

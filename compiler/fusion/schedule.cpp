@@ -497,7 +497,8 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
                        size_t num_inputs, int max_elems, int max_cluster, const ScheduleHints& hints,
                        const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0) return false;
-  if (s.window ? !stageable_window(s, views, dtypes, num_inputs) : s.cols % s.vec != 0) return false;
+  if (s.window ? hints.stage_windows != 1 || !stageable_window(s, views, dtypes, num_inputs) : s.cols % s.vec != 0)
+    return false;
   const int64_t vecs = s.covered_cols() / s.vec;
   int threads = hints.block_threads ? hints.block_threads : 1024;
   const int64_t chunks = std::max(1, max_elems / s.vec);

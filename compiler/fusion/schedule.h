@@ -346,6 +346,12 @@ struct ScheduleHints {
   // refilled at the first reduction ran 1.10× the time of the earlier lowerer that refilled at
   // the read on the H200: bench/NOTES.md, "Staged rows on Tile IR v2").
   int refill_at_read = -1;
+  // Windowed rows (odd widths) staged through shared memory where every input along the rows is
+  // laid out as the rows and its elements fill whole 16-byte vectors (each part of a row's window
+  // copied whole): 1; 0 (the default) held in registers. Measured on the H200 (bench/NOTES.md,
+  // "Windowed rows staged"): the 50257-wide vocabulary rows ran 1.09 (f32 log_softmax), 1.02
+  // (bf16) and 1.46 (cross-entropy) of their time in a cluster's registers.
+  int stage_windows = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -182,6 +182,12 @@ std::vector<Variant> variants_of(uint64_t seed) {
       u.fusion.schedule.refill_at_read = pick(0, 1);
       u.name += fmt::format(" --refill-at-read {}", u.fusion.schedule.refill_at_read);
     }
+  // And a quarter stage their windowed rows (odd widths) where they can.
+  for (Variant& u : out)
+    if (pick(0, 3) == 0) {
+      u.fusion.schedule.stage_windows = 1;
+      u.name += " --stage-windows 1";
+    }
   return out;
 }
 
