@@ -79,23 +79,30 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 // sum of squares and its weight read at the part's columns).
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
-  for (DType dt : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    Graph g(std::string("host_split_") + dtype_name(dt));
-    output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
-    output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
-    output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
-    Plan p = plan_fusion(g);
-    for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.split_blocks, 4) << k.schedule.describe();
-    // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
-    // they straddle rounds and a block waits for parts of a round before its own.)
-    for (int64_t blocks : {4, 5, 9}) {
-      SCOPED_TRACE(std::to_string(blocks) + " blocks");
-      HostRunOptions grid;
-      grid.persistent_blocks = blocks;
-      testing::check_on_host(p, seed, grid);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int reread : {0, 1}) {
+      if (reread && dt == DType::F32) continue;  // (16-bit parts only)
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (reread ? " --reread-parts 1" : ""));
+      Graph g(std::string("host_split_") + dtype_name(dt));
+      output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
+      output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
+      output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
+      FusionOptions o;
+      o.schedule.reread_parts = reread;
+      Plan p = plan_fusion(g, o);
+      for (const Kernel& k : p.kernels) {
+        EXPECT_EQ(k.schedule.split_blocks, reread ? 2 : 4) << k.schedule.describe();
+        EXPECT_EQ(k.schedule.rereads_parts(), reread == 1) << k.schedule.describe();
+      }
+      // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
+      // they straddle rounds and a block waits for parts of a round before its own.)
+      for (int64_t blocks : {4, 5, 9}) {
+        SCOPED_TRACE(std::to_string(blocks) + " blocks");
+        HostRunOptions grid;
+        grid.persistent_blocks = blocks;
+        testing::check_on_host(p, seed, grid);
+      }
     }
-  }
 }
 
 // Windowed rows (odd widths): several rows a block, each

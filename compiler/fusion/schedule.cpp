@@ -530,21 +530,33 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 // the persistent grid, staged like a row, and a block holds two parts at once (the one it
 // reduces and the one it writes). 16 f32 elements per thread per part, whose exps stay in
 // registers until written, 16-bit parts too: a task carries its part's terms in registers to the
-// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers.
+// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers —
+// unless the task reads its stage again for its outputs (ScheduleHints::reread_parts: 16-bit
+// parts of 32 elements, at least 3 stages).
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
   const int threads = hints.block_threads ? hints.block_threads : 1024;
-  const int64_t chunks = std::max(1, 16 / s.vec);
-  const int64_t part = int64_t{threads} * chunks * s.vec;
-  // One warp merges a row's parts: at most 32.
-  if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
+  // (16-bit parts of 32 elements a thread, read again from their stage: at least 3 stages.)
+  const bool reread = hints.reread_parts == 1 && s.vec == 8;
+  int64_t chunks = std::max(1, (reread ? 32 : 16) / s.vec);
   TileSchedule t = s;
-  if (!plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device)) return false;
+  for (;; chunks /= 2) {
+    const int64_t part = int64_t{threads} * chunks * s.vec;
+    t = s;
+    // One warp merges a row's parts: at most 32.
+    const bool fits = s.cols % part == 0 && s.cols / part >= 2 && s.cols / part <= 32 &&
+                      plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device);
+    if (chunks * s.vec <= 16) {
+      if (!fits) return false;
+      break;
+    }
+    if (fits && t.stages >= 3) break;
+  }
   s = t;
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(chunks);
-  s.split_blocks = static_cast<int>(s.cols / part);
+  s.split_blocks = static_cast<int>(s.cols / (int64_t{threads} * chunks * s.vec));
   s.block_online = true;  // (one block barrier a pass whatever the hint says)
   return true;
 }

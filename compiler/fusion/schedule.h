@@ -207,6 +207,10 @@ struct TileSchedule {
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
   }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
+  // Split parts of more than 16 elements a thread (ScheduleHints::reread_parts): a task's outputs
+  // are computed from its stage read again once its row's parts have met (an iteration later),
+  // not from terms carried in registers, and the stage is refilled only after that read.
+  bool rereads_parts() const { return split_blocks > 1 && stages > 0 && elems_per_thread() > 16; }
   // Whether a row or column index (up to the tiles' padded extent) can pass 2^31 − 1: codegen
   // then computes element indices in 64 bits (else 32, which is cheaper).
   bool wide_indices() const {
@@ -352,6 +356,11 @@ struct ScheduleHints {
   // "Windowed rows staged"): the 50257-wide vocabulary rows ran 1.09 (f32 log_softmax), 1.02
   // (bf16) and 1.46 (cross-entropy) of their time in a cluster's registers.
   int stage_windows = 0;
+  // Split rows of 16-bit elements: 1, parts of 32 elements a thread (twice the bytes a task, so
+  // half the tasks' fixed costs) whose outputs are computed from their stage read again once the
+  // row's parts have met, the stage refilled after that (TileSchedule::rereads_parts; at least 3
+  // stages); 0 (the default), parts of 16 elements whose terms the loop carries in registers.
+  int reread_parts = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -167,7 +167,9 @@ Carried carry(const Program& p, const std::vector<int>& needed, const std::set<i
 // What moves one iteration later must not touch the stages, counters or barriers the rest of
 // the iteration relies on: a stage refilled late would never fill for the next wait, a stage
 // read late would hold the next row.
-void check_movable(const Program& p, const Inst& i) {
+void check_movable(const Program& p, const Inst& i, bool rereads) {
+  const bool stage_work = i.opcode == Opcode::FillStage || i.opcode == Opcode::LoadShared || i.opcode == Opcode::Barrier;
+  if (rereads && stage_work) return;
   switch (i.opcode) {
     case Opcode::FillStage:
     case Opcode::WaitFull:
@@ -190,11 +192,11 @@ void check_movable(const Program& p, const Inst& i) {
       break;
   }
   for (const Region& r : i.regions)
-    for (const Inst& inner : r.body) check_movable(p, inner);
+    for (const Inst& inner : r.body) check_movable(p, inner, rereads);
 }
 
 // The loop at `at` of the program's body, pipelined at its body's gather_parts `cut`.
-void pipeline(Program& p, size_t at, size_t cut) {
+void pipeline(Program& p, size_t at, size_t cut, bool rereads) {
   Inst loop = p.body.body[at];
   Region& head = loop.regions.at(0);
   Region& body = loop.regions.at(1);
@@ -209,7 +211,7 @@ void pipeline(Program& p, size_t at, size_t cut) {
   for (const Inst& i : before) defined_in(i, here);
   for (const Inst& i : moved) {
     used_in(i, used);
-    check_movable(p, i);
+    check_movable(p, i, rereads);
   }
   std::map<int, const Inst*> defs;  // (top level: what the moved part can read)
   for (const std::vector<Inst>* part : {&head.body, &before})
@@ -294,14 +296,14 @@ void pipeline(Program& p, size_t at, size_t cut) {
 
 }  // namespace
 
-void pipeline_part_gathers(Program& p) {
+void pipeline_part_gathers(Program& p, bool rereads) {
   for (size_t at = 0; at < p.body.body.size(); ++at) {
     const Inst& i = p.body.body[at];
     if (i.opcode != Opcode::While) continue;
     const std::vector<Inst>& body = i.regions.at(1).body;
     const auto gather = std::find_if(body.begin(), body.end(), [](const Inst& x) { return x.opcode == Opcode::GatherParts; });
     if (gather == body.end()) continue;
-    pipeline(p, at, static_cast<size_t>(gather - body.begin()));
+    pipeline(p, at, static_cast<size_t>(gather - body.begin()), rereads);
     return;  // (one such loop a program)
   }
 }

@@ -67,6 +67,7 @@ class RowReduction {
         window_(s_.window),
         staged_(s_.stages > 0),
         split_(s_.split_blocks > 1),
+        reread_(s_.rereads_parts()),
         passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
@@ -95,7 +96,7 @@ class RowReduction {
     }
     fold_row_factors(p_);
     sink_to_uses(p_);
-    if (split_) pipeline_part_gathers(p_);  // (sinking again after it took 4 more registers)
+    if (split_) pipeline_part_gathers(p_, reread_);  // (sinking again after it took 4 more registers)
     verify_program(p_);
     return std::move(p_);
   }
@@ -107,12 +108,35 @@ class RowReduction {
     masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
     for (size_t i = 0; i < k_.inputs.size(); ++i)
       if (p_.params[i].view[0] != 1) load(b, i);
-    if (staged_ && s_.refill_at_read) {  // (every thread has read the stage before the barrier)
+    if (staged_ && s_.refill_at_read && !reread_) {  // (every thread has read the stage before the barrier)
       b.barrier();
       refill(b);
     }
+    if (reread_) {
+      reduce_then_read_again(b);
+      store(b);
+      b.barrier();  // (every thread has read the stage again)
+      refill(b);
+      return;
+    }
     compute_nodes(b);
     store(b);
+  }
+
+  // A split task that reads its stage again (TileSchedule::rereads_parts): the reductions (the
+  // row's parts met), then every other node from the inputs read again from the stage — a
+  // softmax's terms made again from the row's max, not carried at the block's and rescaled.
+  void reduce_then_read_again(Builder& b) {
+    for (NodeId id : k_.nodes)
+      if (op_info(g_.node(id).op).kind == OpKind::Reduce) eval(b, id, value_of_);
+    std::map<NodeId, int> again;
+    for (const auto& [id, v] : value_of_)
+      if (op_info(g_.node(id).op).kind == OpKind::Reduce) again[id] = v;
+    for (size_t i = 0; i < k_.inputs.size(); ++i)
+      if (ring_of_[i] >= 0)
+        again[k_.inputs[i]] = b.load_stage(ring_of_[i], stage_, zero_, tile_shape(p_.params[i]));
+    for (NodeId id : k_.nodes) eval(b, id, again);
+    value_of_ = std::move(again);
   }
 
   // ---- rows staged through bulk rings ----
@@ -245,7 +269,7 @@ class RowReduction {
           const std::vector<int> carried_next = {body.add(c[0], body.index(1)), body.add(task_, blocks)};
           // (A task past the last: the end mark.)
           std::tie(refill_row_, refill_col_) = place(body, body.add(task_, ahead));
-          refilled_ = false;
+          refilled_ = reread_;  // (reading it again, the task refills its stage after that)
           value_of_.clear();
           in_row_ = -1;
           row(body);
@@ -627,6 +651,7 @@ class RowReduction {
         }
       }
       value_of_[id] = as_used(b, g_, k_, id, acc);
+      if (reread_) continue;  // (its terms made again from the row's max)
       // The block's factor (0 where none of the block's elements counted), times the warp's.
       const int m_b = bp.value(m), seen = seen_max(b, m_b);
       const int c_b = as_f32(b, eval_with(b, c, m, finite_max(b, m_b, seen)));
@@ -664,7 +689,7 @@ class RowReduction {
   const Graph& g_;
   const Kernel& k_;
   const TileSchedule& s_;
-  const bool cluster_, window_, staged_, split_;
+  const bool cluster_, window_, staged_, split_, reread_;
   const RowPasses passes_;
   Program p_;
   std::vector<bool> masked_;

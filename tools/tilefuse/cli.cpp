@@ -114,6 +114,10 @@ common options:
                                shared memory where their tensors' elements fill whole vectors;
                                0, held in registers (default 0: the staged vocabulary rows ran
                                1.02–1.46x their time in registers on the H200)
+  --reread-parts 0|1           split rows of 16-bit elements: 1, parts of 32 elements a thread
+                               whose outputs are computed from their stage read again once the
+                               row's parts have met; 0, parts of 16 whose terms stay in
+                               registers (default 0)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -356,6 +360,8 @@ Args parse(int argc, char** argv) {
       a.schedule.refill_at_read = parse_int(s, value(), 0, 1);
     else if (s == "--stage-windows")
       a.schedule.stage_windows = parse_int(s, value(), 0, 1);
+    else if (s == "--reread-parts")
+      a.schedule.reread_parts = parse_int(s, value(), 0, 1);
     else if (s == "--wgmma")
       a.schedule.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
