@@ -80,19 +80,16 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16})
-    for (int reread : {0, 1}) {
-      if (reread && dt == DType::F32) continue;  // (16-bit parts only)
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (reread ? " --reread-parts 1" : ""));
-      Graph g(std::string("host_split_") + dtype_name(dt));
-      output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
-      output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
-      output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
+    for (const testing::NamedHints& form : testing::split_forms(dt)) {
+      SCOPED_TRACE(form.name);
+      const bool reread = form.hints.reread_parts == 1;
+      Graph g = testing::split_rows_graph(std::string("host_split_") + dtype_name(dt), dt, 5, 65536, 3, 3);
       FusionOptions o;
-      o.schedule.reread_parts = reread;
+      o.schedule = form.hints;
       Plan p = plan_fusion(g, o);
       for (const Kernel& k : p.kernels) {
         EXPECT_EQ(k.schedule.split_blocks, reread ? 2 : 4) << k.schedule.describe();
-        EXPECT_EQ(k.schedule.rereads_parts(), reread == 1) << k.schedule.describe();
+        EXPECT_EQ(k.schedule.rereads_parts(), reread) << k.schedule.describe();
       }
       // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
       // they straddle rounds and a block waits for parts of a round before its own.)

@@ -66,6 +66,27 @@ Graph staged_windows_graph(DType dt, int64_t rows) {
   return g;
 }
 
+Graph split_rows_graph(const std::string& name, DType dt, int64_t softmax_rows, int64_t softmax_width, int64_t log_rows,
+                       int64_t rms_rows) {
+  using namespace dsl;
+  Graph g(name);
+  output("p", softmax(input(g, "x", {softmax_rows, softmax_width}, dt), -1));
+  output("l", log_softmax(input(g, "z", {log_rows, 65536}, dt), -1));
+  output("n", rmsnorm(input(g, "v", {rms_rows, 65536}, dt), input(g, "w", {65536}, dt)));
+  return g;
+}
+
+std::vector<NamedHints> split_forms(DType dt) {
+  std::vector<NamedHints> out(1);
+  out[0].name = std::string(dtype_name(dt));
+  if (dtype_size(dt) == 2) {
+    out.push_back(out[0]);
+    out[1].name += " --reread-parts 1";
+    out[1].hints.reread_parts = 1;
+  }
+  return out;
+}
+
 std::vector<NamedHints> staged_window_variants() {
   std::vector<NamedHints> out(3);
   out[0].name = "--stage-windows 1";

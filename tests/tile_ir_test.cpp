@@ -717,21 +717,16 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
 // softmax, a log_softmax and an RMSNorm of rows of several parts, more tasks than the grid has
 // blocks.
 TEST(GpuTileIr, SplitRowsMatchFloat64) {
-  using namespace dsl;
   for (DType dt : {DType::F32, DType::BF16})
-    for (int reread : {0, 1}) {
-      if (reread && dt == DType::F32) continue;  // (16-bit parts only)
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (reread ? " --reread-parts 1" : ""));
-      Graph g("split_rows");
-      output("p", softmax(input(g, "x", {300, 131072}, dt), -1));
-      output("l", log_softmax(input(g, "z", {70, 65536}, dt), -1));
-      output("n", rmsnorm(input(g, "v", {50, 65536}, dt), input(g, "w", {65536}, dt)));
+    for (const testing::NamedHints& form : testing::split_forms(dt)) {
+      SCOPED_TRACE(form.name);
+      Graph g = testing::split_rows_graph("split_rows", dt, 300, 131072, 70, 50);
       FusionOptions o;
-      o.schedule.reread_parts = reread;
+      o.schedule = form.hints;
       Plan plan = plan_fusion(g, o);
       for (const Kernel& k : plan.kernels) {
         EXPECT_GT(k.schedule.split_blocks, 1) << k.schedule.describe();
-        EXPECT_EQ(k.schedule.rereads_parts(), reread == 1) << k.schedule.describe();
+        EXPECT_EQ(k.schedule.rereads_parts(), form.hints.reread_parts == 1) << k.schedule.describe();
       }
       if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
       expect_two_launches_match(plan);  // (the second reads the first launch's stamped words)
