@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
@@ -185,6 +186,27 @@ TEST(Check, UnwrittenAndNanElementsFail) {
   std::vector<double> nan = reference_run(g, in).at("y");
   nan[3] = NAN;
   EXPECT_FALSE(check_against_reference(p, in, as_outputs(g, {{"y", nan}})).ok);
+}
+
+// sigmoid(−100) is 3.7e-44 in float64, a subnormal f32 that kernels flushing subnormals give
+// as 0 (fuzz seed 15869: relative error 1 on sigmoid of a long row's sum). Values under the
+// smallest normal f32 compare as 0 in f32 and bf16 outputs; a wrong normal value still fails.
+TEST(Check, SubnormalF32ResultsCompareAsZero) {
+  Graph g("underflow");
+  output("y", sigmoid(input(g, "x", {4})));
+  Plan p = plan_fusion(g);
+  TensorMap in;
+  in["x"] = TensorData::from_doubles(DType::F32, {4}, {-100.0, -90.0, -95.0, -103.0});
+  const std::vector<double> y = reference_run(g, in).at("y");
+  for (double v : y) {
+    ASSERT_GT(v, 0.0);
+    ASSERT_LT(v, std::numeric_limits<float>::min());
+  }
+  const std::vector<double> zeros(4, 0.0);
+  EXPECT_TRUE(check_against_reference(p, in, as_outputs(g, {{"y", zeros}})).ok);
+  std::vector<double> wrong = zeros;
+  wrong[2] = 1e-3;
+  EXPECT_FALSE(check_against_reference(p, in, as_outputs(g, {{"y", wrong}})).ok);
 }
 
 }  // namespace
