@@ -117,7 +117,7 @@ common options:
   --reread-parts 0|1           split rows of 16-bit elements: 1, parts of 32 elements a thread
                                whose outputs are computed from their stage read again once the
                                row's parts have met; 0, parts of 16 whose terms stay in
-                               registers (default 0)
+                               registers (default 0: level on the H200)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
