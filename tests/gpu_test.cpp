@@ -714,24 +714,6 @@ TEST(GpuReduce, WindowedRowsMatchFloat64) {
     }
 }
 
-// Windowed rows staged through shared memory (Interpret.WindowedRowsStagedMatchFloat64's graph
-// at 272 rows: several rounds of the persistent grid), in each of their forms, f32 and 16-bit.
-TEST(GpuReduce, WindowedRowsStagedMatchFloat64) {
-  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-  const uint64_t seed = testing::test_seed();
-  for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (const testing::NamedHints& v : testing::staged_window_variants()) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + v.name);
-      FusionOptions o;
-      o.schedule = v.hints;
-      Plan p = plan_fusion(testing::staged_windows_graph(dt, 272), o);
-      int staged = 0;
-      for (const Kernel& k : p.kernels) staged += k.schedule.window && k.schedule.stages > 0;
-      EXPECT_EQ(staged, 3) << plan_report_text(p);
-      testing::check_on_gpu(p, seed);
-    }
-}
-
 // The same rows split over clusters of 2, 4, 8 and 16 blocks (blocks of 1024 down to 128
 // threads, 32 bf16 elements each), and without clusters (loops over column tiles: five rows
 // are planned as their statistics' kernels, each row in parts of the loop, and a pointwise

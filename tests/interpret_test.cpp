@@ -79,27 +79,23 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 // sum of squares and its weight read at the part's columns).
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
-  for (DType dt : {DType::F32, DType::BF16})
-    for (const testing::NamedHints& form : testing::split_forms(dt)) {
-      SCOPED_TRACE(form.name);
-      const bool reread = form.hints.reread_parts == 1;
-      Graph g = testing::split_rows_graph(std::string("host_split_") + dtype_name(dt), dt, 5, 65536, 3, 3);
-      FusionOptions o;
-      o.schedule = form.hints;
-      Plan p = plan_fusion(g, o);
-      for (const Kernel& k : p.kernels) {
-        EXPECT_EQ(k.schedule.split_blocks, reread ? 2 : 4) << k.schedule.describe();
-        EXPECT_EQ(k.schedule.rereads_parts(), reread) << k.schedule.describe();
-      }
-      // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
-      // they straddle rounds and a block waits for parts of a round before its own.)
-      for (int64_t blocks : {4, 5, 9}) {
-        SCOPED_TRACE(std::to_string(blocks) + " blocks");
-        HostRunOptions grid;
-        grid.persistent_blocks = blocks;
-        testing::check_on_host(p, seed, grid);
-      }
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("host_split_") + dtype_name(dt));
+    output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
+    output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
+    output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
+    Plan p = plan_fusion(g);
+    for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.split_blocks, 4) << k.schedule.describe();
+    // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
+    // they straddle rounds and a block waits for parts of a round before its own.)
+    for (int64_t blocks : {4, 5, 9}) {
+      SCOPED_TRACE(std::to_string(blocks) + " blocks");
+      HostRunOptions grid;
+      grid.persistent_blocks = blocks;
+      testing::check_on_host(p, seed, grid);
     }
+  }
 }
 
 // Windowed rows (odd widths): several rows a block, each
@@ -130,37 +126,6 @@ TEST(Interpret, WindowedRowsSeveralABlockMatchFloat64) {
     EXPECT_GT(several, 0) << "no kernel holds several windowed rows a block";
     testing::check_on_host(p, seed);
   }
-}
-
-// Windowed rows staged through shared memory (odd widths whose elements fill whole 16-byte
-// vectors): each stage a part of its row's window, copied from the aligned vector the row starts
-// in — rows over a cluster's blocks taken grid-stride (a log_softmax, and a cross-entropy's two
-// inputs, 16 elements of each a thread), rows one block holds claimed from a counter, each with
-// every shift a row may have, in each of their forms; a tensor whose elements do not fill whole
-// vectors stays unstaged.
-TEST(Interpret, WindowedRowsStagedMatchFloat64) {
-  const uint64_t seed = testing::test_seed();
-  for (DType dt : {DType::F32, DType::BF16})
-    for (const testing::NamedHints& v : testing::staged_window_variants()) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + v.name);
-      FusionOptions o;
-      o.schedule = v.hints;
-      Plan p = plan_fusion(testing::staged_windows_graph(dt, 8), o);
-      int clusters = 0, claimed = 0;
-      for (const Kernel& k : p.kernels) {
-        SCOPED_TRACE(k.name + ": " + k.schedule.describe());
-        EXPECT_TRUE(k.schedule.window);
-        const bool whole = k.schedule.rows != 7;
-        EXPECT_EQ(k.schedule.stages > 0, whole);
-        clusters += whole && k.schedule.cluster_blocks > 1;
-        claimed += whole && k.schedule.claims_rows();
-      }
-      EXPECT_EQ(clusters, 2);
-      EXPECT_EQ(claimed, 1);
-      HostRunOptions grid;  // (several rounds of rows, and the claims' counter)
-      grid.persistent_blocks = 4;
-      testing::check_on_host(p, seed, grid);
-    }
 }
 
 // Pointwise domains (flat, odd element counts, broadcasts along the middle) and reductions over

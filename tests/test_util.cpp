@@ -55,50 +55,6 @@ Graph row_kernels_graph(DType dt) {
   return g;
 }
 
-Graph staged_windows_graph(DType dt, int64_t rows) {
-  using namespace dsl;
-  Graph g(std::string("staged_windows_") + dtype_name(dt));
-  output("l", log_softmax(input(g, "x", {rows, 50257}, dt), -1));
-  Tensor t = input(g, "t", {rows, 50257}, dt);
-  output("ce", -sum(t * log_softmax(input(g, "z", {rows, 50257}, dt), -1), {-1}, true));
-  output("p", softmax(input(g, "v", {2 * rows, 20001}, dt), -1));
-  output("q", softmax(input(g, "u", {7, 50257}, dt), -1));
-  return g;
-}
-
-Graph split_rows_graph(const std::string& name, DType dt, int64_t softmax_rows, int64_t softmax_width, int64_t log_rows,
-                       int64_t rms_rows) {
-  using namespace dsl;
-  Graph g(name);
-  output("p", softmax(input(g, "x", {softmax_rows, softmax_width}, dt), -1));
-  output("l", log_softmax(input(g, "z", {log_rows, 65536}, dt), -1));
-  output("n", rmsnorm(input(g, "v", {rms_rows, 65536}, dt), input(g, "w", {65536}, dt)));
-  return g;
-}
-
-std::vector<NamedHints> split_forms(DType dt) {
-  std::vector<NamedHints> out(1);
-  out[0].name = std::string(dtype_name(dt));
-  if (dtype_size(dt) == 2) {
-    out.push_back(out[0]);
-    out[1].name += " --reread-parts 1";
-    out[1].hints.reread_parts = 1;
-  }
-  return out;
-}
-
-std::vector<NamedHints> staged_window_variants() {
-  std::vector<NamedHints> out(3);
-  out[0].name = "--stage-windows 1";
-  out[1].name = "--stage-windows 1 --block-online 1";
-  out[1].hints.block_online = 1;
-  out[2].name = "--stage-windows 1 --cluster-online 0 --refill-at-read 0";
-  out[2].hints.cluster_online = 0;
-  out[2].hints.refill_at_read = 0;
-  for (NamedHints& v : out) v.hints.stage_windows = 1;
-  return out;
-}
-
 std::vector<PlannedCase> matmul_schedule_cases() {
   using namespace dsl;
   struct Case {

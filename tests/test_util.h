@@ -25,27 +25,6 @@ void check_on_host(const Plan& p, uint64_t seed, const HostRunOptions& options =
 // rows), weights along the row, a reduction of a product with a per-row factor.
 Graph row_kernels_graph(DType dt);
 
-// Windowed rows staged through shared memory, `rows` a multiple of 8 (odd widths whose elements
-// fill whole vectors): rows over a cluster's blocks (a log_softmax; a cross-entropy's two inputs),
-// rows one block holds (claimed), and one tensor that stays unstaged (7 rows: no whole vectors).
-Graph staged_windows_graph(DType dt, int64_t rows);
-// Rows split into parts, each 65536 wide or more: a softmax of `softmax_rows` rows of
-// `softmax_width`, a log_softmax of `log_rows` and an RMSNorm of `rms_rows` rows of 65536.
-Graph split_rows_graph(const std::string& name, DType dt, int64_t softmax_rows, int64_t softmax_width, int64_t log_rows,
-                       int64_t rms_rows);
-// Schedule hints, named for a trace.
-struct NamedHints {
-  std::string name;
-  ScheduleHints hints;
-};
-// The staged windows' forms (ScheduleHints::stage_windows): the defaults otherwise, one block
-// barrier a pass, an exchange a reduction with each stage refilled at the first reduction's
-// barrier.
-std::vector<NamedHints> staged_window_variants();
-// The split rows' forms for `dt`: parts whose terms stay in registers, and for 16-bit rows parts
-// read again from their stage (ScheduleHints::reread_parts).
-std::vector<NamedHints> split_forms(DType dt);
-
 // A plan and what it is (for a trace).
 struct PlannedCase {
   std::string name;

@@ -717,20 +717,20 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
 // softmax, a log_softmax and an RMSNorm of rows of several parts, more tasks than the grid has
 // blocks.
 TEST(GpuTileIr, SplitRowsMatchFloat64) {
-  for (DType dt : {DType::F32, DType::BF16})
-    for (const testing::NamedHints& form : testing::split_forms(dt)) {
-      SCOPED_TRACE(form.name);
-      Graph g = testing::split_rows_graph("split_rows", dt, 300, 131072, 70, 50);
-      FusionOptions o;
-      o.schedule = form.hints;
-      Plan plan = plan_fusion(g, o);
-      for (const Kernel& k : plan.kernels) {
-        EXPECT_GT(k.schedule.split_blocks, 1) << k.schedule.describe();
-        EXPECT_EQ(k.schedule.rereads_parts(), form.hints.reread_parts == 1) << k.schedule.describe();
-      }
-      if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
-      expect_two_launches_match(plan);  // (the second reads the first launch's stamped words)
-    }
+  using namespace dsl;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g("split_rows");
+    output("p", softmax(input(g, "x", {300, 131072}, dt), -1));
+    output("l", log_softmax(input(g, "z", {70, 65536}, dt), -1));
+    output("n", rmsnorm(input(g, "v", {50, 65536}, dt), input(g, "w", {65536}, dt)));
+    FusionOptions o;
+    Plan plan = plan_fusion(g, o);
+    for (const Kernel& k : plan.kernels)
+      EXPECT_GT(k.schedule.split_blocks, 1) << k.schedule.describe();
+    if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+    expect_two_launches_match(plan);  // (the second reads the first launch's stamped words)
+  }
 }
 
 TEST(GpuTileIr, ClaimedRowsMatchFloat64) {

@@ -2007,14 +2007,11 @@ class Emitter {
   }
   // The block's first thread: the row (an index or its ticket) is the stage's, or — at or past
   // the rows — the end mark (the rows); a row is copied by one bulk copy that the stage's full
-  // barrier expects, the end mark arrives without bytes. A windowed row's part (Inst::window) is
-  // the aligned vectors of its window from the column on, as many as the stage holds and the
-  // window has (none: an arrival without bytes, as the end mark's).
+  // barrier expects, the end mark arrives without bytes.
   void fill_stage(const Inst& i) {
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     Value* row = one(i.args[0]);
-    Value* col = one(i.args[1]);
     Value* stage = as_i32(one(i.args[2]));
     Value* rows = one(i.args[3]);
     guarded(leader(), [&] {
@@ -2024,29 +2021,17 @@ class Emitter {
       auto* copy = llvm::BasicBlock::Create(ctx_, "fill", fn_);
       auto* mark = llvm::BasicBlock::Create(ctx_, "end.mark", fn_);
       auto* done = llvm::BasicBlock::Create(ctx_, "filled", fn_);
-      Value* bytes = i32(static_cast<int>(r.stage_bytes()));
-      Value* shift = nullptr;
-      if (i.window > 0) {
-        shift = window_shift(row, index(prm.view[1]), i.window);
-        // (The window's length less the column, at most the stage's columns; a multiple of V.)
-        Value* length = b_.CreateAnd(b_.CreateAdd(shift, index(prm.view[1] + i.window - 1)),
-                                     b_.CreateNot(index(i.window - 1)));
-        Value* left = b_.CreateSelect(b_.CreateICmpULT(col, length), b_.CreateSub(length, col), index(0));
-        Value* cols = as_i32(b_.CreateSelect(b_.CreateICmpULT(left, index(r.tile.back())), left, index(r.tile.back())));
-        bytes = b_.CreateMul(cols, i32(static_cast<int>(dtype_size(prm.dtype))));
-        real = b_.CreateAnd(real, b_.CreateICmpNE(cols, i32(0)));
-      }
       b_.CreateCondBr(real, copy, mark);
       b_.SetInsertPoint(copy);
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta, {}, {full, bytes});
-      Value* at = offset(prm, row, col);
-      if (shift) at = b_.CreateSub(at, b_.CreateZExt(shift, b_.getInt64Ty()));
-      Value* src = b_.CreateInBoundsGEP(storage_type(b_, prm.dtype), args_[static_cast<size_t>(i.param)], at);
+      const int bytes = static_cast<int>(r.stage_bytes());
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_expect_tx_scope_cta_space_cta, {}, {full, i32(bytes)});
+      Value* src = b_.CreateInBoundsGEP(storage_type(b_, prm.dtype), args_[static_cast<size_t>(i.param)],
+                                        offset(prm, row, one(i.args[1])));
       // The block's own shared memory, addressed in the cluster's window (addrspace 7).
       Value* dst = b_.CreateAddrSpaceCast(b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, stage_at(i.ring, stage)),
                                           b_.getPtrTy(7));
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_global_to_shared_cluster, {},
-                         {dst, full, src, bytes, b_.getInt16(0), b_.getInt64(0), b_.getFalse(), b_.getFalse()});
+                         {dst, full, src, i32(bytes), b_.getInt16(0), b_.getInt64(0), b_.getFalse(), b_.getFalse()});
       b_.CreateBr(done);
       b_.SetInsertPoint(mark);
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mbarrier_arrive_scope_cta_space_cta, {}, {full, i32(1)});

@@ -460,7 +460,7 @@ static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const 
   for (size_t i = 0; i < num_inputs; ++i) {
     if (!view_spans_rows(views[i]) || !view_spans_cols(views[i])) continue;
     const int64_t size = static_cast<int64_t>(dtype_size(dtypes[i]));
-    if ((part * size) % 16 != 0 || (!s.window && (s.cols * size) % 16 != 0)) return false;
+    if ((part * size) % 16 != 0 || (s.cols * size) % 16 != 0) return false;
     stage_bytes += part * size;
   }
   if (stage_bytes == 0) return false;
@@ -475,38 +475,21 @@ static bool plan_stages(TileSchedule& s, const std::vector<Shape>& views, const 
   return true;
 }
 
-// Windowed rows that may be staged: every input along the rows and columns laid out as the rows,
-// in vectors of 16 bytes, whose elements fill whole vectors (so no vector of a row's window lies
-// past the tensor's end: each is copied whole).
-static bool stageable_window(const TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
-                             size_t num_inputs) {
-  if (num_elements(s.dims) % s.vec != 0) return false;
-  for (size_t i = 0; i < num_inputs && i < views.size(); ++i)
-    if (view_spans_rows(views[i]) && view_spans_cols(views[i]) &&
-        (views[i] != s.dims || s.vec * dtype_size(dtypes[i]) != 16))
-      return false;
-  return true;
-}
-
 // Rows whose parts are whole 16-byte multiples, on a device with bulk copies: blocks of 1024
 // threads (32 elements each in registers, one block per SM), as many as the row needs in one
 // cluster, persistent over rows, each with `stages` rows' parts in shared memory ahead of it.
-// A windowed row's parts cover its window's aligned vectors, each block as few whole warps as
-// hold its part (the stages copy what of the window each part has).
 static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, int max_elems, int max_cluster, const ScheduleHints& hints,
                        const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0) return false;
-  if (s.window ? hints.stage_windows != 1 || !stageable_window(s, views, dtypes, num_inputs) : s.cols % s.vec != 0)
-    return false;
-  const int64_t vecs = s.covered_cols() / s.vec;
-  int threads = hints.block_threads ? hints.block_threads : 1024;
+  const int64_t vecs = s.cols / s.vec;
+  if (s.cols % s.vec != 0) return false;
+  const int threads = hints.block_threads ? hints.block_threads : 1024;
   const int64_t chunks = std::max(1, max_elems / s.vec);
   const int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);
   if (blocks > std::max(1, max_cluster)) return false;
   const int64_t balanced = (vecs + blocks * threads - 1) / (blocks * threads);
-  if (s.window && !hints.block_threads) threads = warps_covering(vecs, blocks, static_cast<int>(balanced));
-  if (!s.window && blocks * threads * balanced != vecs) return false;  // a part that is not whole
+  if (blocks * threads * balanced != vecs) return false;  // a part that is not whole
   // 64 registers per thread (32 elements and their arithmetic) fit 1024 threads per SM: one
   // block of 1024 threads, or two of 512, …
   if (!plan_stages(s, views, dtypes, num_inputs, threads * balanced * s.vec, std::max(1, 1024 / threads),
@@ -530,33 +513,21 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 // the persistent grid, staged like a row, and a block holds two parts at once (the one it
 // reduces and the one it writes). 16 f32 elements per thread per part, whose exps stay in
 // registers until written, 16-bit parts too: a task carries its part's terms in registers to the
-// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers —
-// unless the task reads its stage again for its outputs (ScheduleHints::reread_parts: 16-bit
-// parts of 32 elements, at least 3 stages).
+// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers.
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
   const int threads = hints.block_threads ? hints.block_threads : 1024;
-  // (16-bit parts of 32 elements a thread, read again from their stage: at least 3 stages.)
-  const bool reread = hints.reread_parts == 1 && s.vec == 8;
-  int64_t chunks = std::max(1, (reread ? 32 : 16) / s.vec);
+  const int64_t chunks = std::max(1, 16 / s.vec);
+  const int64_t part = int64_t{threads} * chunks * s.vec;
+  // One warp merges a row's parts: at most 32.
+  if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
   TileSchedule t = s;
-  for (;; chunks /= 2) {
-    const int64_t part = int64_t{threads} * chunks * s.vec;
-    t = s;
-    // One warp merges a row's parts: at most 32.
-    const bool fits = s.cols % part == 0 && s.cols / part >= 2 && s.cols / part <= 32 &&
-                      plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device);
-    if (chunks * s.vec <= 16) {
-      if (!fits) return false;
-      break;
-    }
-    if (fits && t.stages >= 3) break;
-  }
+  if (!plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device)) return false;
   s = t;
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(chunks);
-  s.split_blocks = static_cast<int>(s.cols / (int64_t{threads} * chunks * s.vec));
+  s.split_blocks = static_cast<int>(s.cols / part);
   s.block_online = true;  // (one block barrier a pass whatever the hint says)
   return true;
 }
@@ -690,20 +661,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       split_rows(s, views, dtypes, num_inputs, hints, device)) {
     return s;
   }
-  // Windowed rows of two inputs staged at once (cross-entropy's logits and targets) keep 16
-  // elements of each a thread: at 28 f32 elements the pair spilled 144 bytes at 64 registers.
-  int inputs_along_row = 0;
-  for (size_t i = 0; i < num_inputs; ++i) inputs_along_row += views[i].back() != 1;
-  const int staged_held = s.window && inputs_along_row >= 2 ? 16 : staged_elems;
-  if (per_row > 512 && persistent_ok &&
-      stage_rows(s, views, dtypes, num_inputs, staged_held, max_cluster, hints, device)) {
+  if (per_row > 512 && persistent_ok && !s.window &&
+      stage_rows(s, views, dtypes, num_inputs, staged_elems, max_cluster, hints, device)) {
     // (One block a row claimed, or a cluster's taken grid-stride.) A cluster's staged rows: one
-    // exchange a pass (windowed f32 rows one a reduction, as in registers: the 50257-wide f32
-    // log_softmax spilled 20 bytes at its 64 registers with one a pass) and each stage refilled
-    // at its read (ScheduleHints::refill_at_read).
-    s.cluster_online = s.cluster_blocks > 1 &&
-                       (hints.cluster_online == 1 ||
-                        (hints.cluster_online < 0 && (!s.window || narrow_rows(views, dtypes, num_inputs))));
+    // exchange a pass and each stage refilled at its read (ScheduleHints::refill_at_read).
+    s.cluster_online = s.cluster_blocks > 1 && hints.cluster_online != 0;
     s.block_online = online_in_block(s, hints);
     s.refill_at_read = hints.refill_at_read == 1 || (hints.refill_at_read < 0 && s.cluster_blocks > 1);
     return s;
@@ -728,6 +690,8 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     int threads = hints.block_threads ? hints.block_threads : 512;
     // Windowed rows of two tensors held at once (cross-entropy's logits and targets) keep 24
     // elements of each per thread: at 28 f32 the pair spilled 64 bytes at 64 registers.
+    int inputs_along_row = 0;
+    for (size_t i = 0; i < num_inputs; ++i) inputs_along_row += views[i].back() != 1;
     const int held = s.window && inputs_along_row >= 2 ? 24 : max_elems;
     int64_t chunks = std::max(1, held / s.vec);
     int64_t blocks = (vecs + threads * chunks - 1) / (threads * chunks);

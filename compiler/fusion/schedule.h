@@ -207,10 +207,6 @@ struct TileSchedule {
     return split_blocks > 1 ? rows * split_blocks * 16 : claims_rows() ? 8 : 0;
   }
   int elems_per_thread() const { return rows_per_thread * vec * chunks_per_thread; }
-  // Split parts of more than 16 elements a thread (ScheduleHints::reread_parts): a task's outputs
-  // are computed from its stage read again once its row's parts have met (an iteration later),
-  // not from terms carried in registers, and the stage is refilled only after that read.
-  bool rereads_parts() const { return split_blocks > 1 && stages > 0 && elems_per_thread() > 16; }
   // Whether a row or column index (up to the tiles' padded extent) can pass 2^31 − 1: codegen
   // then computes element indices in 64 bits (else 32, which is cheaper).
   bool wide_indices() const {
@@ -350,19 +346,6 @@ struct ScheduleHints {
   // refilled at the first reduction ran 1.10× the time of the earlier lowerer that refilled at
   // the read on the H200: bench/NOTES.md, "Staged rows on Tile IR v2").
   int refill_at_read = -1;
-  // Windowed rows (odd widths) staged through shared memory where every input along the rows is
-  // laid out as the rows and its elements fill whole 16-byte vectors (each part of a row's window
-  // copied whole): 1; 0 (the default) held in registers. Measured on the H200 (bench/NOTES.md,
-  // "Windowed rows staged"): the 50257-wide vocabulary rows ran 1.09 (f32 log_softmax), 1.02
-  // (bf16) and 1.46 (cross-entropy) of their time in a cluster's registers.
-  int stage_windows = 0;
-  // Split rows of 16-bit elements: 1, parts of 32 elements a thread (twice the bytes a task, so
-  // half the tasks' fixed costs) whose outputs are computed from their stage read again once the
-  // row's parts have met, the stage refilled after that (TileSchedule::rereads_parts; at least 3
-  // stages); 0 (the default), parts of 16 elements whose terms the loop carries in registers.
-  // Measured level on the H200 (softmax_256k_bf16 0.618 against 0.621 ms; the earlier lowerer's
-  // same form ran 0.543: bench/NOTES.md, "Issue 11's bar on the H200").
-  int reread_parts = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.
@@ -403,9 +386,7 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
 // Row reduction over axes [split, rank) of `domain`: whole rows held in registers where they fit
 // (32 elements per thread at most) — in one block, or split over a cluster of at most the
 // device's `max_cluster_blocks` blocks, staged through shared memory where the device has bulk
-// copies and the row's parts are whole 16-byte multiples (or, for an odd width read in windows,
-// where the tensor's elements fill whole 16-byte vectors: each part of a row's window copied
-// whole) — else one row per block visited by a
+// copies and the row's parts are whole 16-byte multiples — else one row per block visited by a
 // loop over column tiles, or, where the rows are too few to fill the device and the kernel
 // allows it (`part_sums`), each row's column tiles split into parts, a block each, whose partial
 // reductions meet in the workspace (Tile IR v2).

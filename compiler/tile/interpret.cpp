@@ -830,18 +830,9 @@ class Exec {
                        "still be reading it)",
                        s, ring.name));
     mem_.stage_rows[static_cast<size_t>(i.ring)][s] = std::min(row, rows);
-    if (row < rows && i.window > 0) {  // (the window's columns from col on; the stage's others NaN)
-      const int64_t width = prm.view[1], shift = window_shift(row, width, i.window);
-      const int64_t length = (shift + width + i.window - 1) / i.window * i.window;
-      for (int64_t c = 0; c < ring.tile.back(); ++c)
-        tile[static_cast<size_t>(c)] =
-            col + c < length
-                ? read_element(element(i, offset(prm, row, 0) - shift + col + c, "a windowed stage's fill"), dtype_of(prm))
-                : NAN;
-    } else if (row < rows) {
+    if (row < rows)
       for (int64_t c = 0; c < ring.tile.back(); ++c)
         tile[static_cast<size_t>(c)] = read_element(element(i, offset(prm, row, col + c), "a stage's fill"), dtype_of(prm));
-    }
     std::lock_guard<std::mutex> l(l_.m);  // (the copy complete: the stage's phase with it)
     mem_.full[static_cast<size_t>(i.ring)][s].completed++;
     l_.cv.notify_all();

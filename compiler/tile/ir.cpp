@@ -512,12 +512,11 @@ int Builder::num_programs(int axis) {
   return emit(i, Type::index());
 }
 
-void Builder::fill_stage(int param, int row, int col, int ring, int stage, int rows, int window) {
+void Builder::fill_stage(int param, int row, int col, int ring, int stage, int rows) {
   Inst i;
   i.opcode = Opcode::FillStage;
   i.param = param;
   i.ring = ring;
-  i.window = window;
   i.args = {row, col, stage, rows};
   emit(i, std::nullopt);
 }

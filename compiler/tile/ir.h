@@ -274,10 +274,6 @@ enum class Opcode {
   // tile, contiguous — into stage arg 2 of ring `ring` by one bulk copy, making the stage's full
   // barrier expect its bytes, and records the row as the stage's; a row at or past `limit` (arg
   // 3: the rows) is the end mark, recorded as the limit, the barrier arrived at without bytes.
-  // Windowed (Inst::window V, printed `window V`): the row's window from window column arg 1
-  // on — the parameter's elements from r·W − window_shift(r, W, V) + c, whole aligned vectors,
-  // as many as the stage's columns and the window's round_up(shift + W, V) columns allow (the
-  // stage's others unspecified; none: an arrival without bytes).
   // The row may be a ticket. StageRow: the row stage arg 0 of ring `ring` holds (read once its
   // full barrier's phase is waited for: WaitFull). Claim: the block's first thread takes the
   // next row from counter slot arg 0 of the workspace `param` — arg 1 (the rows dealt before
@@ -537,7 +533,7 @@ class Builder {
   int less(int a, int b);  // bool scalar a < b of two indices
   int num_programs(int axis);
   // Rows staged through bulk ring `ring` (Opcode::FillStage, StageRow, Claim).
-  void fill_stage(int param, int row, int col, int ring, int stage, int rows, int window = 0);
+  void fill_stage(int param, int row, int col, int ring, int stage, int rows);
   int stage_row(int ring, int stage);
   int claim(int workspace_param, int slot, int dealt, int rows = -1, int ticket = -1);
   // A blocked tile of `shape` from stage `stage` of bulk ring `ring`, from column `col` on.

@@ -232,10 +232,9 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         *out += fmt::format("{}{}num_programs {} : index\n", pad, lhs, i.axis);
         break;
       case Opcode::FillStage:
-        *out += fmt::format("{}fill_stage %arg{}[{}] into @{}[{}] rows {}{}\n", pad, i.param,
+        *out += fmt::format("{}fill_stage %arg{}[{}] into @{}[{}] rows {}\n", pad, i.param,
                             values(std::vector<int>(i.args.begin(), i.args.begin() + 2)),
-                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args[2]), value(i.args[3]),
-                            i.window > 0 ? fmt::format(" window {}", i.window) : "");
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args[2]), value(i.args[3]));
         break;
       case Opcode::StageRow:
         *out += fmt::format("{}{}stage_row @{}[{}] : index\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
@@ -925,7 +924,6 @@ class Parser {
       into_stage(p, i);
       word("rows");
       i.args.push_back(use("the rows"));
-      if (take_word("window")) i.window = static_cast<int>(integer());
     } else if (op == "stage_row") {
       i.opcode = Opcode::StageRow;
       i.ring = ring(p);

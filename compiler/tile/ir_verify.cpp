@@ -545,25 +545,9 @@ class Verifier {
     for (size_t k = 1; k < 4; ++k)
       if (!is_index(i.args[k])) problem(fmt::format("{}: %{} is not an index", where(i), i.args[k]));
     if (r->stage_bytes() % 16 != 0) problem(fmt::format("{}: @{}'s rows are not whole 16-byte chunks", where(i), r->name));
-    if (i.window > 0) {
-      if (prm) stage_window(i, *prm, *r);
-      return;
-    }
     // (A row of a tensor broadcast along some of the domain's row dimensions is contiguous too.)
     if (prm && (prm->view.size() != 2 || prm->view[1] % r->tile[1] != 0 || !prm->elem_dims.empty()))
       problem(fmt::format("{}: %arg{}'s rows {} are not whole stages of @{}", where(i), i.param, shape_str(prm->view), r->name));
-  }
-  // A windowed row's part copied whole 16-byte vectors at a time: rows laid out back to back whose
-  // elements fill whole vectors (no vector of a window past the tensor's end), a stage of whole
-  // vectors.
-  void stage_window(const Inst& i, const Param& prm, const SharedRing& r) {
-    const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
-    if (prm.view.size() != 2 || prm.view[0] == 1 || prm.col_major || !prm.row_dims.empty() ||
-        !prm.elem_dims.empty() || i.window * size != 16 || prm.view[0] * prm.view[1] % i.window != 0 ||
-        r.tile[1] % i.window != 0)
-      problem(fmt::format("{}: a window of {} staged from %arg{} needs rows laid out back to back, 16-byte vectors, "
-                          "elements filling whole vectors and stages of whole vectors",
-                          where(i), i.window, i.param));
   }
   void claim(const Inst& i) {
     if (i.param < 0 || i.param >= static_cast<int>(p_.params.size()) || !p_.params[static_cast<size_t>(i.param)].workspace)
@@ -706,10 +690,10 @@ class Verifier {
         for (int a : *uses) defined(a);
       tickets(i);
       const bool windowed = i.opcode == Opcode::Load || i.opcode == Opcode::Store || i.opcode == Opcode::InWindow ||
-                            (i.opcode == Opcode::Iota && i.args.size() == 2) || i.opcode == Opcode::FillStage;
+                            (i.opcode == Opcode::Iota && i.args.size() == 2);
       if (i.window != 0 && (!windowed || i.window < 2 || i.window > 16 || (i.window & (i.window - 1)) != 0))
-        problem(fmt::format("{}: a window of {} on a {} (a power of two to 16, on a load, a store, in_window, a "
-                            "linear iota or fill_stage)",
+        problem(fmt::format("{}: a window of {} on a {} (a power of two to 16, on a load, a store, in_window or a "
+                            "linear iota)",
                             where(i), i.window, opcode_name(i.opcode)));
       switch (i.opcode) {
         case Opcode::ProgramId:

@@ -167,9 +167,7 @@ Carried carry(const Program& p, const std::vector<int>& needed, const std::set<i
 // What moves one iteration later must not touch the stages, counters or barriers the rest of
 // the iteration relies on: a stage refilled late would never fill for the next wait, a stage
 // read late would hold the next row.
-void check_movable(const Program& p, const Inst& i, bool rereads) {
-  const bool stage_work = i.opcode == Opcode::FillStage || i.opcode == Opcode::LoadShared || i.opcode == Opcode::Barrier;
-  if (rereads && stage_work) return;
+void check_movable(const Program& p, const Inst& i) {
   switch (i.opcode) {
     case Opcode::FillStage:
     case Opcode::WaitFull:
@@ -192,11 +190,11 @@ void check_movable(const Program& p, const Inst& i, bool rereads) {
       break;
   }
   for (const Region& r : i.regions)
-    for (const Inst& inner : r.body) check_movable(p, inner, rereads);
+    for (const Inst& inner : r.body) check_movable(p, inner);
 }
 
 // The loop at `at` of the program's body, pipelined at its body's gather_parts `cut`.
-void pipeline(Program& p, size_t at, size_t cut, bool rereads) {
+void pipeline(Program& p, size_t at, size_t cut) {
   Inst loop = p.body.body[at];
   Region& head = loop.regions.at(0);
   Region& body = loop.regions.at(1);
@@ -211,7 +209,7 @@ void pipeline(Program& p, size_t at, size_t cut, bool rereads) {
   for (const Inst& i : before) defined_in(i, here);
   for (const Inst& i : moved) {
     used_in(i, used);
-    check_movable(p, i, rereads);
+    check_movable(p, i);
   }
   std::map<int, const Inst*> defs;  // (top level: what the moved part can read)
   for (const std::vector<Inst>* part : {&head.body, &before})
@@ -296,14 +294,14 @@ void pipeline(Program& p, size_t at, size_t cut, bool rereads) {
 
 }  // namespace
 
-void pipeline_part_gathers(Program& p, bool rereads) {
+void pipeline_part_gathers(Program& p) {
   for (size_t at = 0; at < p.body.body.size(); ++at) {
     const Inst& i = p.body.body[at];
     if (i.opcode != Opcode::While) continue;
     const std::vector<Inst>& body = i.regions.at(1).body;
     const auto gather = std::find_if(body.begin(), body.end(), [](const Inst& x) { return x.opcode == Opcode::GatherParts; });
     if (gather == body.end()) continue;
-    pipeline(p, at, static_cast<size_t>(gather - body.begin()), rereads);
+    pipeline(p, at, static_cast<size_t>(gather - body.begin()));
     return;  // (one such loop a program)
   }
 }

@@ -11,15 +11,12 @@
 // by the loop (constants are made again instead), with a flag that says a task is pending —
 // fewer values where cheap per-row ones can be made again from others the loop carries (a
 // softmax's task, warps' max, terms and block max, not also its row, "seen" bits and finite
-// maxima). What moves must not touch stages, counters or barriers (refused) — but where the task
-// reads its stage again (`rereads`, TileSchedule::rereads_parts): then its reads of the stage,
-// the block barrier after them and the stage's refill move with it (the stage is not refilled
-// before, so it still holds the task's part an iteration later).
+// maxima). What moves must not touch stages, counters or barriers (refused).
 // The yield's values must not come from the moved part.
 #include "compiler/tile/ir.h"
 
 namespace tilefuse::tir {
 
-void pipeline_part_gathers(Program& p, bool rereads = false);
+void pipeline_part_gathers(Program& p);
 
 }  // namespace tilefuse::tir

@@ -23,8 +23,7 @@
 // shifted in registers). A block may hold several rows, each with its own shift.
 //
 // Rows staged through shared memory (TileSchedule::stages, a persistent grid): each tensor along
-// the rows has a bulk ring of `stages` rows (in a cluster, of the block's part of a row; a
-// windowed row's stage holds its part of the row's window, read at window columns). The
+// the rows has a bulk ring of `stages` rows (in a cluster, of the block's part of a row). The
 // block's first thread fills the stages with rows dealt grid-stride (group g of blocks — a
 // block, or a cluster — rows g, g + groups, …), and the block loops while the row its next
 // stage holds is a row (not the end mark): it waits for the stage, reads its part from it, and,
@@ -67,11 +66,10 @@ class RowReduction {
         window_(s_.window),
         staged_(s_.stages > 0),
         split_(s_.split_blocks > 1),
-        reread_(s_.rereads_parts()),
         passes_(analyze_row_passes(g, k.nodes, k.outputs, k.domain)) {}
 
   Program build() {
-    if ((s_.stages > 0 && s_.tile_rows() != 1) || (split_ && (!staged_ || cluster_ || !s_.block_online)) ||
+    if ((s_.stages > 0 && (window_ || s_.tile_rows() != 1)) || (split_ && (!staged_ || cluster_ || !s_.block_online)) ||
         s_.col_iters > 1 || s_.col_blocks() != (split_ ? s_.split_blocks : s_.cluster_blocks) ||
         (cluster_ && s_.tile_rows() != 1) ||
         !s_.elem_dims.empty() || (s_.block_online && cluster_ && !s_.cluster_online))
@@ -96,7 +94,7 @@ class RowReduction {
     }
     fold_row_factors(p_);
     sink_to_uses(p_);
-    if (split_) pipeline_part_gathers(p_, reread_);  // (sinking again after it took 4 more registers)
+    if (split_) pipeline_part_gathers(p_);  // (sinking again after it took 4 more registers)
     verify_program(p_);
     return std::move(p_);
   }
@@ -108,35 +106,12 @@ class RowReduction {
     masked_ = {s_.rows % s_.tile_rows() != 0, window_ || s_.cols % s_.tile_cols() != 0};
     for (size_t i = 0; i < k_.inputs.size(); ++i)
       if (p_.params[i].view[0] != 1) load(b, i);
-    if (staged_ && s_.refill_at_read && !reread_) {  // (every thread has read the stage before the barrier)
+    if (staged_ && s_.refill_at_read) {  // (every thread has read the stage before the barrier)
       b.barrier();
       refill(b);
     }
-    if (reread_) {
-      reduce_then_read_again(b);
-      store(b);
-      b.barrier();  // (every thread has read the stage again)
-      refill(b);
-      return;
-    }
     compute_nodes(b);
     store(b);
-  }
-
-  // A split task that reads its stage again (TileSchedule::rereads_parts): the reductions (the
-  // row's parts met), then every other node from the inputs read again from the stage — a
-  // softmax's terms made again from the row's max, not carried at the block's and rescaled.
-  void reduce_then_read_again(Builder& b) {
-    for (NodeId id : k_.nodes)
-      if (op_info(g_.node(id).op).kind == OpKind::Reduce) eval(b, id, value_of_);
-    std::map<NodeId, int> again;
-    for (const auto& [id, v] : value_of_)
-      if (op_info(g_.node(id).op).kind == OpKind::Reduce) again[id] = v;
-    for (size_t i = 0; i < k_.inputs.size(); ++i)
-      if (ring_of_[i] >= 0)
-        again[k_.inputs[i]] = b.load_stage(ring_of_[i], stage_, zero_, tile_shape(p_.params[i]));
-    for (NodeId id : k_.nodes) eval(b, id, again);
-    value_of_ = std::move(again);
   }
 
   // ---- rows staged through bulk rings ----
@@ -193,8 +168,7 @@ class RowReduction {
     for (int k = 0; k < s_.stages; ++k) {
       const int dealt = k == 0 ? group : b.add(group, b.mul(groups, b.index(k)));
       for (size_t i = 0; i < ring_of_.size(); ++i)
-        if (ring_of_[i] >= 0)
-          b.fill_stage(static_cast<int>(i), dealt, col0_, ring_of_[i], b.index(k), rows_, fill_window());
+        if (ring_of_[i] >= 0) b.fill_stage(static_cast<int>(i), dealt, col0_, ring_of_[i], b.index(k), rows_);
     }
     std::vector<int> carried = {zero_};
     if (claimed) carried.push_back(b.claim(workspace_, zero_, dealt_));
@@ -269,7 +243,7 @@ class RowReduction {
           const std::vector<int> carried_next = {body.add(c[0], body.index(1)), body.add(task_, blocks)};
           // (A task past the last: the end mark.)
           std::tie(refill_row_, refill_col_) = place(body, body.add(task_, ahead));
-          refilled_ = reread_;  // (reading it again, the task refills its stage after that)
+          refilled_ = false;
           value_of_.clear();
           in_row_ = -1;
           row(body);
@@ -286,14 +260,10 @@ class RowReduction {
   void refill(Builder& b) {
     for (size_t i = 0; i < ring_of_.size(); ++i)
       if (ring_of_[i] >= 0)
-        b.fill_stage(static_cast<int>(i), refill_row_, split_ ? refill_col_ : col0_, ring_of_[i], stage_, rows_,
-                     fill_window());
+        b.fill_stage(static_cast<int>(i), refill_row_, split_ ? refill_col_ : col0_, ring_of_[i], stage_, rows_);
     if (s_.claims_rows()) next_ticket_ = b.claim(workspace_, zero_, dealt_, rows_, refill_row_);
     refilled_ = true;
   }
-
-  // A windowed row's stages hold the block's part of its window (fill_stage … window V).
-  int fill_window() const { return window_ ? s_.vec : 0; }
 
   void add_params() {
     std::vector<Shape> shapes;
@@ -651,7 +621,6 @@ class RowReduction {
         }
       }
       value_of_[id] = as_used(b, g_, k_, id, acc);
-      if (reread_) continue;  // (its terms made again from the row's max)
       // The block's factor (0 where none of the block's elements counted), times the warp's.
       const int m_b = bp.value(m), seen = seen_max(b, m_b);
       const int c_b = as_f32(b, eval_with(b, c, m, finite_max(b, m_b, seen)));
@@ -689,7 +658,7 @@ class RowReduction {
   const Graph& g_;
   const Kernel& k_;
   const TileSchedule& s_;
-  const bool cluster_, window_, staged_, split_, reread_;
+  const bool cluster_, window_, staged_, split_;
   const RowPasses passes_;
   Program p_;
   std::vector<bool> masked_;

@@ -182,18 +182,6 @@ std::vector<Variant> variants_of(uint64_t seed) {
       u.fusion.schedule.refill_at_read = pick(0, 1);
       u.name += fmt::format(" --refill-at-read {}", u.fusion.schedule.refill_at_read);
     }
-  // And a quarter stage their windowed rows (odd widths) where they can, a quarter split 16-bit
-  // rows into parts read again from their stage.
-  for (Variant& u : out)
-    if (pick(0, 3) == 0) {
-      u.fusion.schedule.stage_windows = 1;
-      u.name += " --stage-windows 1";
-    }
-  for (Variant& u : out)
-    if (pick(0, 3) == 0) {
-      u.fusion.schedule.reread_parts = 1;
-      u.name += " --reread-parts 1";
-    }
   return out;
 }
 

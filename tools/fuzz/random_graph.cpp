@@ -15,7 +15,7 @@ using namespace dsl;
 
 // Odd, prime, power-of-two and off-by-one sizes: vector widths that divide and that do not.
 const int64_t kSizes[] = {1, 2, 3, 5, 7, 8, 11, 13, 16, 17, 31, 32, 33, 64, 97, 128, 255, 256, 257, 509, 1024, 2049, 4096};
-// Long rows: whole vectors, and odd widths (windowed rows, staged where the rows fill whole vectors).
+// Long rows: whole vectors, and odd widths (windowed rows a cluster holds).
 const int64_t kLongRows[] = {16384, 20000, 20001, 32768, 40000, 50257, 65536, 131072, 262144};
 
 class Generator {

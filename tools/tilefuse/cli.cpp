@@ -110,14 +110,6 @@ common options:
                                read it, behind a block barrier of its own; 0, at the first
                                reduction's block barrier (default: 1 for a cluster's rows, 0
                                for rows claimed one a block)
-  --stage-windows 0|1          rows of an odd width (read in 16-byte windows): 1, staged through
-                               shared memory where their tensors' elements fill whole vectors;
-                               0, held in registers (default 0: the staged vocabulary rows ran
-                               1.02–1.46x their time in registers on the H200)
-  --reread-parts 0|1           split rows of 16-bit elements: 1, parts of 32 elements a thread
-                               whose outputs are computed from their stage read again once the
-                               row's parts have met; 0, parts of 16 whose terms stay in
-                               registers (default 0: level on the H200)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -358,10 +350,6 @@ Args parse(int argc, char** argv) {
       a.schedule.block_online = parse_int(s, value(), 0, 1);
     else if (s == "--refill-at-read")
       a.schedule.refill_at_read = parse_int(s, value(), 0, 1);
-    else if (s == "--stage-windows")
-      a.schedule.stage_windows = parse_int(s, value(), 0, 1);
-    else if (s == "--reread-parts")
-      a.schedule.reread_parts = parse_int(s, value(), 0, 1);
     else if (s == "--wgmma")
       a.schedule.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
