@@ -629,11 +629,13 @@ void expect_two_launches_match(const Plan& plan) {
   }
 }
 
-// Rows split into parts: each iteration of the task loop reduces its
-// part and publishes it, then — pipelined — gathers the previous task's row (made again from the
-// task the loop carries) and stores it, under a flag that a task is pending; the last task is
-// finished after the loop. The PTX stores and loads the stamped words whole at device scope and
-// sleeps between tries; ptxas takes it unspilled. The verifier refuses what the words cannot hold.
+// Rows split into parts: each iteration of the task loop reduces its part and publishes it,
+// then — pipelined — finishes the previous task's row and stores it, under a flag that a task is
+// pending; the last task is finished after the loop. The previous row's words are fetched at the
+// top of the iteration (their row made again from the task the loop carries) and gathered behind
+// the warps' gather's barrier, before the stage's refill: one block barrier a task. The PTX
+// stores and loads the stamped words whole at device scope and sleeps between tries; ptxas takes
+// it unspilled. The verifier refuses what the words cannot hold.
 TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
   using namespace dsl;
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -641,6 +643,8 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     Graph g("split_rows");
     output("y", softmax(input(g, "x", {40, 131072}, dt), -1));
     FusionOptions o;
+    EXPECT_EQ(plan_fusion(g, o).kernels.at(0).schedule.fetch_parts_early, dt != DType::F32) << "the default";
+    o.schedule.fetch_parts_early = 1;
     Plan plan = plan_fusion(g, o);
     ASSERT_GT(plan.kernels.at(0).schedule.split_blocks, 1) << plan.kernels[0].schedule.describe();
     const Program p = round_tripped(plan);
@@ -653,20 +657,29 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     const Region& head = loop->regions.at(0);
     const std::vector<Inst>& body = loop->regions.at(1).body;
     const auto publish = first(body, Opcode::Publish), pending = first(body, Opcode::If);
+    const auto fetch = first(body, Opcode::FetchParts), gather = first(body, Opcode::GatherParts);
     ASSERT_NE(publish, body.end());
     ASSERT_NE(pending, body.end());
+    ASSERT_NE(fetch, body.end());
+    ASSERT_NE(gather, body.end());
+    EXPECT_LT(fetch, first(body, Opcode::WaitFull)) << "the words are not fetched before the stage's wait";
+    EXPECT_LT(gather, first(body, Opcode::FillStage));
     EXPECT_LT(publish, pending);
-    EXPECT_EQ(first(body, Opcode::GatherParts), body.end()) << "the gather is not moved to the next iteration";
-    const std::vector<Inst>& finish = pending->regions.at(0).body;
-    const auto gather = first(finish, Opcode::GatherParts);
-    ASSERT_NE(gather, finish.end());
-    // (Its row made again in the branch from the task the loop carries from the iteration before.)
-    const auto row = std::find_if(finish.begin(), gather, [&](const Inst& i) {
-      return i.results == std::vector<int>{gather->args.at(0)};
+    EXPECT_EQ(first(body, Opcode::GatherWarps), body.end()) << "the warps are gathered behind a barrier of their own";
+    const PartsGather parts = parts_gather(p, *gather);
+    EXPECT_EQ(parts.from, fetch->results.at(0));
+    EXPECT_EQ(parts.when, pending->args.at(0));
+    EXPECT_FALSE(parts.warps.empty());
+    // (Its row made again from the task the loop carries from the iteration before.)
+    EXPECT_EQ(parts.row, fetch->args.at(0));
+    const auto row = std::find_if(body.begin(), fetch, [&](const Inst& i) {
+      return i.results == std::vector<int>{parts.row};
     });
-    ASSERT_NE(row, gather);
+    ASSERT_NE(row, fetch);
     EXPECT_EQ(row->opcode, Opcode::IndexDiv);
     EXPECT_NE(std::find(head.args.begin(), head.args.end(), row->args.at(0)), head.args.end());
+    const std::vector<Inst>& finish = pending->regions.at(0).body;
+    EXPECT_EQ(first(finish, Opcode::GatherParts), finish.end());
     EXPECT_NE(first(finish, Opcode::Store), finish.end());
     EXPECT_TRUE(std::any_of(loop + 1, top.end(), [&](const Inst& i) {
       return i.opcode == Opcode::If && first(i.regions.at(0).body, Opcode::GatherParts) != i.regions.at(0).body.end();
@@ -675,9 +688,9 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
     EXPECT_GE(occurrences(ptx, "st.relaxed.gpu.global.b64"), 2u);  // (the max and the sum)
     EXPECT_GE(occurrences(ptx, "ld.relaxed.gpu.global.b64"), 2u);
     EXPECT_GE(occurrences(ptx, "nanosleep"), 1u);
-    // (The stages' setup; in the loop the warps' gather and the parts' — whose slots the warps'
-    // barrier guards between iterations, so none of their own after them; the last task's.)
-    EXPECT_EQ(occurrences(ptx, "bar.sync"), 4u);
+    // (The stages' setup; in the loop the warps' and the parts' gather — their slots doubled by
+    // the iteration's parity, so no barrier of their own after them; the last task's.)
+    EXPECT_EQ(occurrences(ptx, "bar.sync"), 3u);
     expect_assembled_unspilled(ptx, p.name);
   }
   for (DType dt : {DType::F32, DType::BF16}) {  // (an RMSNorm's one sum of squares a part)
@@ -704,10 +717,24 @@ TEST(TileIrBuild, SplitRowsPublishThenFinishThePreviousTask) {
                                   "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32>\n",     // not warp_lanes
                                   "  publish %arg2[%0], %3, %3\n"
                                   "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32, warp_lanes>\n",  // 2 values, 1
+                                  "  %5 = fetch_parts %arg2[%0] parts 4 : words<4x1>\n"
+                                  "  %6 = gather_parts %arg2[%2] parts 4 from %5 : tile<1x4xf32, warp_lanes>\n",  // row
+                                  "  %5 = fetch_parts %arg2[%2] parts 4 : words<4x2>\n"
+                                  "  %6 = gather_parts %arg2[%2] parts 4 from %5 : tile<1x4xf32, warp_lanes>\n",  // 2, 1
+                                  "  %5 = fetch_parts %arg2[%2] parts 4 : words<8x1>\n",         // 8 parts' words
+                                  "  %5 = gather_parts %arg2[%2] parts 4 warps %3 : tile<1x4xf32, warp_lanes>, "
+                                  "tile<1x1xf32, warp_lanes>\n",                                   // not warps
                               });
   EXPECT_TRUE(program_problems(parse_program(header +
                                              "  publish %arg2[%0], %3\n"
                                              "  %5 = gather_parts %arg2[%2] parts 4 : tile<1x4xf32, warp_lanes>\n"
+                                             "}\n"))
+                  .empty());
+  EXPECT_TRUE(program_problems(parse_program(header +
+                                             "  %5 = fetch_parts %arg2[%2] parts 4 : words<4x1>\n"
+                                             "  %6 = const 1 : bool\n"
+                                             "  publish %arg2[%0], %3\n"
+                                             "  %7 = gather_parts %arg2[%2] parts 4 from %5 if %6 : tile<1x4xf32, warp_lanes>\n"
                                              "}\n"))
                   .empty());
 }

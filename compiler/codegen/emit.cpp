@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "compiler/codegen/elementwise.h"
 #include "compiler/codegen/math.h"
@@ -795,6 +796,8 @@ class Emitter {
         return publish(i);
       case Opcode::GatherParts:
         return gather_parts(i);
+      case Opcode::FetchParts:
+        return fetch_parts(i);
       case Opcode::Dot:
         return dot(i);
       case Opcode::CopyAsync:
@@ -1307,6 +1310,12 @@ class Emitter {
             doubled ? b_.CreateMul(loop_parity_, i32(columns)) : nullptr};
   }
   WarpSlots written_by_warps(const char* name, const std::vector<Value*>& values) {
+    const WarpSlots w = warps_write(name, values);
+    block_barrier();
+    return w;
+  }
+  // The warps' lane 0 write their values into slots of the row's warps (no barrier yet).
+  WarpSlots warps_write(const char* name, const std::vector<Value*>& values) {
     const int warps = l_.threads[1] / 32, n = static_cast<int>(values.size());
     const auto [slots, first] = loop_slots(name, n, warps);
     Value* warp = b_.CreateUDiv(thread_[1], i32(32));
@@ -1314,7 +1323,6 @@ class Emitter {
     guarded(b_.CreateICmpEQ(b_.CreateURem(thread_[1], i32(32)), i32(0)), [&] {
       for (int a = 0; a < n; ++a) b_.CreateAlignedStore(values[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
     });
-    block_barrier();
     return {slots, first};
   }
   void done_with(const WarpSlots& w) {
@@ -2329,30 +2337,66 @@ class Emitter {
       }
     });
   }
-  // The row's parts' values: thread p < parts (warp 0's lanes) loads part p's words until each
-  // carries the launch's epoch (sleeping between tries) and writes them into the block's slots,
-  // a block barrier, every lane reads its column's (a warp_lanes tile). In a loop the slots are
+  // Row arg 0's parts' words (i64), `n` a part: thread p < parts (warp 0's lanes) loads part p's,
+  // at device scope.
+  std::vector<Value*> part_words(const Inst& i, int parts, int n) {
+    Value* task = b_.CreateAdd(b_.CreateMul(b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()), b_.getInt64(parts)),
+                               b_.CreateZExt(thread_[1], b_.getInt64Ty()));
+    Value* word0 = b_.CreateMul(task, b_.getInt64(static_cast<uint64_t>(n)));
+    std::vector<Value*> w;
+    for (int a = 0; a < n; ++a) {
+      auto* ld = b_.CreateAlignedLoad(b_.getInt64Ty(), stamped_word(i, b_.CreateAdd(word0, b_.getInt64(a))),
+                                      llvm::Align(8), "part_word");
+      ld->setAtomic(llvm::AtomicOrdering::Monotonic, ctx_.getOrInsertSyncScopeID("device"));
+      w.push_back(ld);
+    }
+    return w;
+  }
+  // The loads of the row's parts' words issued, not waited for: warp 0's lanes p < parts hold
+  // them (the others 0), for the gather of the row that starts from them.
+  void fetch_parts(const Inst& i) {
+    const int parts = static_cast<int>(i.value);
+    const int n = static_cast<int>(type(i.results[0]).shape.at(1));
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    auto* fetch = llvm::BasicBlock::Create(ctx_, "parts.fetch", fn_);
+    auto* fetched = llvm::BasicBlock::Create(ctx_, "parts.fetched", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(thread_[1], i32(parts)), fetch, fetched);
+    b_.SetInsertPoint(fetch);
+    const std::vector<Value*> w = part_words(i, parts, n);
+    llvm::BasicBlock* loaded = b_.GetInsertBlock();
+    b_.CreateBr(fetched);
+    b_.SetInsertPoint(fetched);
+    std::vector<Value*>& out = vals_[static_cast<size_t>(i.results[0])];
+    out.clear();
+    for (Value* x : w) {
+      llvm::PHINode* phi = b_.CreatePHI(b_.getInt64Ty(), 2);
+      phi->addIncoming(x, loaded);
+      phi->addIncoming(b_.getInt64(0), from);
+      out.push_back(phi);
+    }
+  }
+  // The row's parts' values: thread p < parts (warp 0's lanes) loads part p's words (or starts
+  // from a fetch_parts' words) until each carries the launch's epoch (sleeping between tries) and
+  // writes them into the block's slots, a block barrier, every lane reads its column's (a
+  // warp_lanes tile). With a condition, only where it holds. Warps tiles gathered with them are
+  // written into their slots before the same barrier (as gather_warps'). In a loop the slots are
   // written again as written_by_warps' are.
   void gather_parts(const Inst& i) {
-    const int parts = static_cast<int>(i.value), n = static_cast<int>(i.results.size());
+    const tir::PartsGather g = tir::parts_gather(p_, i);
+    const int parts = static_cast<int>(i.value), n = static_cast<int>(i.results.size() - g.warps.size());
     const WarpSlots w = loop_slots("part_values", n, parts);
+    std::optional<WarpSlots> ws;
+    if (!g.warps.empty()) {
+      std::vector<Value*> mine;
+      for (int a : g.warps) mine.push_back(one(a));
+      ws = warps_write("gathered_warps", mine);
+    }
     const RowSlots& slots = w.slots;
     Value* first = w.first ? w.first : i32(0);
-    guarded(b_.CreateICmpULT(thread_[1], i32(parts)), [&] {
-      Value* task = b_.CreateAdd(b_.CreateMul(b_.CreateZExt(one(i.args[0]), b_.getInt64Ty()), b_.getInt64(parts)),
-                                 b_.CreateZExt(thread_[1], b_.getInt64Ty()));
-      Value* word0 = b_.CreateMul(task, b_.getInt64(static_cast<uint64_t>(n)));
-      auto load_words = [&] {
-        std::vector<Value*> w;
-        for (int a = 0; a < n; ++a) {
-          auto* ld = b_.CreateAlignedLoad(b_.getInt64Ty(), stamped_word(i, b_.CreateAdd(word0, b_.getInt64(a))),
-                                          llvm::Align(8), "part_word");
-          ld->setAtomic(llvm::AtomicOrdering::Monotonic, ctx_.getOrInsertSyncScopeID("device"));
-          w.push_back(ld);
-        }
-        return w;
-      };
-      const std::vector<Value*> initial = load_words();
+    Value* fetches = b_.CreateICmpULT(thread_[1], i32(parts));
+    if (g.when >= 0) fetches = b_.CreateAnd(fetches, one(g.when));
+    guarded(fetches, [&] {
+      const std::vector<Value*> initial = g.from >= 0 ? vals_.at(static_cast<size_t>(g.from)) : part_words(i, parts, n);
       llvm::BasicBlock* from = b_.GetInsertBlock();
       auto* check = llvm::BasicBlock::Create(ctx_, "parts.check", fn_);
       auto* reload = llvm::BasicBlock::Create(ctx_, "parts.reload", fn_);
@@ -2365,13 +2409,13 @@ class Emitter {
         words.back()->addIncoming(initial[static_cast<size_t>(a)], from);
       }
       Value* stamped = b_.getTrue();
-      for (llvm::PHINode* w : words)
+      for (llvm::PHINode* x : words)
         stamped = b_.CreateAnd(
-            stamped, b_.CreateICmpEQ(b_.CreateTrunc(b_.CreateLShr(w, b_.getInt64(32)), b_.getInt32Ty()), epoch_));
+            stamped, b_.CreateICmpEQ(b_.CreateTrunc(b_.CreateLShr(x, b_.getInt64(32)), b_.getInt32Ty()), epoch_));
       b_.CreateCondBr(stamped, ready, reload);
       b_.SetInsertPoint(reload);
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_nanosleep, {}, {b_.getInt32(32)});
-      const std::vector<Value*> again = load_words();
+      const std::vector<Value*> again = part_words(i, parts, n);
       for (int a = 0; a < n; ++a) words[static_cast<size_t>(a)]->addIncoming(again[static_cast<size_t>(a)], b_.GetInsertBlock());
       b_.CreateBr(check);
       b_.SetInsertPoint(ready);
@@ -2384,7 +2428,14 @@ class Emitter {
     for (int a = 0; a < n; ++a)
       vals_[static_cast<size_t>(i.results[static_cast<size_t>(a)])] = {
           b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, column), llvm::Align(4))};
-    done_with(w);
+    if (ws) {
+      Value* wcol = lane_column(l_.threads[1] / 32);
+      if (ws->first) wcol = b_.CreateAdd(ws->first, wcol);
+      for (size_t a = 0; a < g.warps.size(); ++a)
+        vals_[static_cast<size_t>(i.results[static_cast<size_t>(n) + a])] = {
+            b_.CreateAlignedLoad(b_.getFloatTy(), slot(ws->slots, static_cast<int>(a), wcol), llvm::Align(4))};
+    }
+    done_with(w);  // (the warps' slots are doubled, or not, as the parts' are)
   }
 
   // Every thread's earlier writes reach the block barrier; thread 0 releases them at device

@@ -673,6 +673,8 @@ void check_fusion_options(const FusionOptions& o) {
     throw bad_hint("block_online", "--block-online", h.block_online, "0 or 1");
   if (h.refill_at_read < -1 || h.refill_at_read > 1)
     throw bad_hint("refill_at_read", "--refill-at-read", h.refill_at_read, "-1, 0 or 1");
+  if (h.fetch_parts_early < -1 || h.fetch_parts_early > 1)
+    throw bad_hint("fetch_parts_early", "--fetch-parts-early", h.fetch_parts_early, "-1, 0 or 1");
   for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})
     if (v != 0 && v != 64 && v != 128 && v != 256) throw bad_hint(field, "--gemm-tile", v, "64, 128 or 256");
   if (int64_t{h.gemm_block_m ? h.gemm_block_m : 128} * (h.gemm_block_n ? h.gemm_block_n : 128) > 128 * 256)

@@ -38,6 +38,7 @@ std::string TileSchedule::describe() const {
                     split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
   if (claims_rows()) loop += fmt::format(", rows after the first {} rounds claimed from a counter", stages);
   if (refill_at_read) loop += ", each stage refilled as soon as read";
+  if (split_blocks > 1 && fetch_parts_early) loop += ", the pending part's words fetched at the top of each task";
   if (reduces_columns)
     return fmt::format(
         "column tiles of {} ({}×{} threads, {}×{} per loop step), {} reduced rows{} in {} part{} of {} rows each "
@@ -529,6 +530,8 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   s.chunks_per_thread = static_cast<int>(chunks);
   s.split_blocks = static_cast<int>(s.cols / part);
   s.block_online = true;  // (one block barrier a pass whatever the hint says)
+  const bool narrow = std::all_of(dtypes.begin(), dtypes.end(), [](DType t) { return dtype_size(t) <= 2; });
+  s.fetch_parts_early = hints.fetch_parts_early == 1 || (hints.fetch_parts_early < 0 && narrow);
   return true;
 }
 

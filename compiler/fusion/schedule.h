@@ -77,6 +77,10 @@ struct TileSchedule {
   // Staged rows: each stage refilled right after its reads, behind a block barrier
   // of its own (ScheduleHints::refill_at_read), not at the first reduction's barrier.
   bool refill_at_read = false;
+  // Split rows: each task's loop iteration fetches the pending task's parts' words at its top and
+  // gathers them behind the warps' gather's barrier (ScheduleHints::fetch_parts_early), not
+  // behind a barrier of their own after the publish (pipeline_part_gathers).
+  bool fetch_parts_early = false;
   int min_blocks_per_sm = 0;  // > 0: registers are capped so that this many blocks fit on an SM
   int stages = 0;             // > 0: persistent, rows prefetched into shared memory this deep
   int64_t stage_bytes = 0;    // shared memory of one stage: the block's part of every staged row
@@ -346,6 +350,14 @@ struct ScheduleHints {
   // refilled at the first reduction ran 1.10× the time of the earlier lowerer that refilled at
   // the read on the H200: bench/NOTES.md, "Staged rows on Tile IR v2").
   int refill_at_read = -1;
+  // Split rows: 1, the pending task's parts' words loaded at the top of each task's iteration
+  // (their L2 round trip under the stage's wait and the reduction) and gathered behind the
+  // warps' gather's barrier, one block barrier a task; 0, gathered after the publish behind a
+  // barrier of their own; -1, the default: 1 for 16-bit rows, 0 for f32 (on the H200,
+  // softmax_256k_bf16 0.588 ms against 0.609, softmax_256k f32 1.095 against 1.059: there the
+  // gather's wait for the other blocks' parts, now before the task's publish, delays every
+  // block's; bench/NOTES.md, "The parts' words fetched early").
+  int fetch_parts_early = -1;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -61,18 +61,21 @@ const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
   return d.op == Op::Sub && spans_row(d.operands[0]) && !spans_row(d.operands[1]) ? &d : nullptr;
 }
 
+constexpr double kLog2e = 1.4426950408889634;
+
 int shifted_exp2(Builder& b, int u, int c) {
-  constexpr double kLog2e = 1.4426950408889634;
   const int minus_c2 = b.compute(Op::Mul, {as_f32(b, c), b.scalar(-kLog2e, DType::F32)}, DType::F32);
   return b.softmax_exp2(b.compute(Op::Fma, {as_f32(b, u), b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
 }
 
-int shift_factor(Builder& b, int c_from, int c_to) {
-  return b.compute(Op::Exp, {b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32)}, DType::F32);
+int shift_factor(Builder& b, int c_from, int c_to, bool fast) {
+  const int d = b.compute(Op::Sub, {as_f32(b, c_from), as_f32(b, c_to)}, DType::F32);
+  if (!fast) return b.compute(Op::Exp, {d}, DType::F32);
+  return b.softmax_exp2(b.compute(Op::Mul, {d, b.scalar(kLog2e, DType::F32)}, DType::F32));
 }
 
-int rescaled(Builder& b, int s, int c_from, int c_to) {
-  const int factor = shift_factor(b, c_from, c_to);
+int rescaled(Builder& b, int s, int c_from, int c_to, bool fast) {
+  const int factor = shift_factor(b, c_from, c_to, fast);
   const int zero = b.scalar(0.0, DType::F32);
   return b.compute(Op::Where, {b.compute(Op::Ne, {s, zero}, DType::Bool), b.compute(Op::Mul, {s, factor}, DType::F32), zero},
                    DType::F32);

@@ -38,11 +38,15 @@ const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
 // rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most
 // 1 + |c|·2^-24·ln 2 (1e-3 at |c| = 1e4, under half a bf16 ulp).
 int shifted_exp2(Builder& b, int u, int c);
-// exp(c_from − c_to) in f32: what brings terms exp(u − c_from) to exp(u − c_to).
-int shift_factor(Builder& b, int c_from, int c_to);
+// exp(c_from − c_to) in f32: what brings terms exp(u − c_from) to exp(u − c_to). `fast` where
+// the terms are shifted_exp2's: 2^((c_from − c_to)·log2 e), one multiply and one ex2 (flushing
+// subnormal results) in place of the accurate exp's range reduction (about 17 instructions).
+// The factor's relative error, ≈ |c_from − c_to|·2^-23, weighs on a sum only by its part's
+// share of it, which is at most exp(c_from − c_to) of the whole.
+int shift_factor(Builder& b, int c_from, int c_to, bool fast = false);
 // An online sum's partial s (f32) of terms exp(u − c_from) brought to the shift c_to:
 // s · exp(c_from − c_to), 0 where s is (so that 0 · inf stays 0; a NaN stays NaN).
-int rescaled(Builder& b, int s, int c_from, int c_to);
+int rescaled(Builder& b, int s, int c_from, int c_to, bool fast = false);
 // The sum over a row of `cols` columns of a value x (of `dtype`) constant along it: x · cols, the
 // width an f32 scalar (a 16-bit one would be rounded: 4097 in bf16 is 4096) and the product not
 // rounded to `dtype` — a reduction's result is rounded only where its uses see memory

@@ -396,6 +396,9 @@ class Exec {
         return publish(i);
       case Opcode::GatherParts:
         return gather_parts(i);
+      case Opcode::FetchParts:  // (the row: the gather that starts from it loads the words again)
+        out(i).t = {static_cast<double>(idx(i.args[0]))};
+        return;
       case Opcode::StageRow:
         out(i).i = mem_.stage_rows.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(stage(i, idx(i.args[0]))));
         if (out(i).i < 0) fail(fmt::format("stage_row of stage {} of @{}, never filled", idx(i.args[0]), p_.shared[static_cast<size_t>(i.ring)].name));
@@ -724,7 +727,16 @@ class Exec {
   // Waits until every word of the row's parts carries this launch's epoch (another block's
   // publish: the blocks of such a program run side by side).
   void gather_parts(const Inst& i) {
-    const int64_t n = static_cast<int64_t>(i.results.size()), parts = static_cast<int64_t>(i.value);
+    const PartsGather g = parts_gather(p_, i);
+    for (size_t w = 0; w < g.warps.size(); ++w)  // (behind the same barrier)
+      out(i, i.results.size() - g.warps.size() + w).t = elems(g.warps[w]);
+    const int64_t n = static_cast<int64_t>(i.results.size() - g.warps.size()), parts = static_cast<int64_t>(i.value);
+    if (g.from >= 0 && static_cast<int64_t>(one(g.from)) != idx(g.row))
+      fail(fmt::format("gather_parts of row {} starts from the words of row {}", idx(g.row), one(g.from)));
+    if (g.when >= 0 && one(g.when) == 0) {  // (nobody waits; the values are unspecified)
+      for (int64_t a = 0; a < n; ++a) out(i, static_cast<size_t>(a)).t.assign(static_cast<size_t>(parts), NAN);
+      return;
+    }
     const int64_t first = idx(i.args[0]) * parts * n;
     word_at(i, first);  // (every word in the workspace: the wait below must not throw)
     word_at(i, first + parts * n - 1);

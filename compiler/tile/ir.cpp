@@ -52,6 +52,8 @@ std::string type_str(const Type& t) {
       return "index";
     case Type::Kind::Ticket:
       return "ticket";
+    case Type::Kind::Words:
+      return fmt::format("words<{}x{}>", t.shape.at(0), t.shape.at(1));
     case Type::Kind::Scalar:
       return dtype_name(t.dtype);
     case Type::Kind::Tile:
@@ -170,6 +172,8 @@ const char* opcode_name(Opcode o) {
       return "publish";
     case Opcode::GatherParts:
       return "gather_parts";
+    case Opcode::FetchParts:
+      return "fetch_parts";
   }
   return "?";
 }
@@ -710,6 +714,30 @@ std::vector<int> Builder::gather_parts(int workspace_param, int row, int parts, 
     i.results.push_back(p_.add_value(Type::tile(DType::F32, {1, parts}, Space::Reg, Frag::WarpLanes)));
   r_->body.push_back(i);
   return i.results;
+}
+
+int Builder::fetch_parts(int workspace_param, int row, int parts, int values) {
+  Inst i;
+  i.opcode = Opcode::FetchParts;
+  i.param = workspace_param;
+  i.value = parts;
+  i.args = {row};
+  return emit(i, Type::words(parts, values));
+}
+
+PartsGather parts_gather(const Program& p, const Inst& i) {
+  PartsGather g;
+  g.row = i.args.at(0);
+  for (size_t a = 1; a < i.args.size(); ++a) {
+    const Type& t = p.types.at(static_cast<size_t>(i.args[a]));
+    if (t.kind == Type::Kind::Words)
+      g.from = i.args[a];
+    else if (t.kind == Type::Kind::Scalar && t.dtype == DType::Bool)
+      g.when = i.args[a];
+    else
+      g.warps.push_back(i.args[a]);
+  }
+  return g;
 }
 
 int Builder::reduce_lanes(Op op, int tile, int mask) {

@@ -85,8 +85,11 @@ const char* frag_name(Frag f);
 // Ticket: an index that only the block's first thread holds (a row claimed from a counter by its
 // atomic, `claim`): only ops that thread runs for the block (`fill_stage`, `claim`) and loops
 // carrying it take one.
+// Words: a row's parts' stamped workspace words as warp 0's lanes p < parts first loaded them
+// (`fetch_parts`), not yet known to carry the launch's epoch — shape [parts, values]; only
+// warp 0's lanes hold them, and only the gather_parts of the same row takes one.
 struct Type {
-  enum class Kind { Index, Scalar, Tile, Ticket };
+  enum class Kind { Index, Scalar, Tile, Ticket, Words };
   Kind kind = Kind::Index;
   DType dtype = DType::F32;  // Scalar, Tile
   Shape shape;               // Tile: its extent per axis (1: the same along that axis)
@@ -96,13 +99,15 @@ struct Type {
   static Type index() { return {}; }
   static Type ticket() { return {Kind::Ticket, DType::F32, {}, Space::Reg}; }
   static Type scalar(DType t) { return {Kind::Scalar, t, {}, Space::Reg}; }
+  static Type words(int64_t parts, int64_t values) { return {Kind::Words, DType::F32, {parts, values}, Space::Reg}; }
   static Type tile(DType t, Shape s, Space sp = Space::Reg, Frag f = Frag::None) {
     return {Kind::Tile, t, std::move(s), sp, f};
   }
   bool is_tile() const { return kind == Kind::Tile; }
   bool operator==(const Type& o) const {
     return kind == o.kind &&
-           (kind == Kind::Index || kind == Kind::Ticket || (dtype == o.dtype && shape == o.shape && space == o.space && frag == o.frag));
+           (kind == Kind::Index || kind == Kind::Ticket || (kind == Kind::Words && shape == o.shape) ||
+            (dtype == o.dtype && shape == o.shape && space == o.space && frag == o.frag));
   }
   bool operator!=(const Type& o) const { return !(*this == o); }
 };
@@ -293,9 +298,18 @@ enum class Opcode {
   // carries this launch's epoch; result a is a WarpLanes tile [1, parts] whose column p is part
   // p's value of the a-th published value (printed `gather_parts %argW[%row] parts P : …`, the
   // results' types). One block barrier: every thread of the block takes it (in a branch, on a
-  // condition they share).
+  // condition they share). Optional args after the row, told apart by their types: `from %f`, a
+  // FetchParts' words of the same row, taken as the first look at the words (their L2 round trip
+  // already under way); `if %p`, a bool scalar: where it does not hold nobody waits and the
+  // parts' results are unspecified (a pipelined loop's first iteration, with no row pending);
+  // `warps %x, …`, warps tiles gathered as GatherWarps' behind the same barrier, their WarpLanes
+  // results after the parts' (printed `gather_parts %argW[%row] parts P from %f if %p warps %x :
+  // …`). FetchParts: warp 0's lanes p < parts issue the loads of row arg 0's part p's words
+  // (`value`: the parts) without waiting for them: a Words value (printed `fetch_parts
+  // %argW[%row] parts P : words<PxN>`).
   Publish,
   GatherParts,
+  FetchParts,
   // A loop while a condition holds: args the initial carried values; region 0 (args: the
   // carried values) ends with a yield of a bool scalar, the condition; region 1 (no args; it sees
   // region 0's values) runs where it holds and ends with a yield of the next carried values.
@@ -303,6 +317,15 @@ enum class Opcode {
   While,
 };
 const char* opcode_name(Opcode o);
+struct Program;
+struct Inst;
+// A GatherParts' args by role (its args after the row are told apart by their types): the row,
+// the FetchParts words it starts from and its condition (-1: none), the warps tiles it gathers.
+struct PartsGather {
+  int row = -1, from = -1, when = -1;
+  std::vector<int> warps;
+};
+PartsGather parts_gather(const Program& p, const Inst& i);
 // IndexMul, IndexAdd, IndexDiv, IndexRem, IndexMin, IndexSub: pure index arithmetic.
 bool is_index_arithmetic(Opcode o);
 // Where row `row` of a windowed tensor (rows of `width`, back to back) starts within its aligned
@@ -578,6 +601,9 @@ class Builder {
   // of `values` published values each (Opcode::GatherParts): a WarpLanes tile [1, parts] each.
   void publish(int workspace_param, int task, const std::vector<int>& values);
   std::vector<int> gather_parts(int workspace_param, int row, int parts, int values);
+  // Row `row`'s parts' words, `values` a part, loaded by warp 0's lanes without waiting
+  // (Opcode::FetchParts): a Words value for a later gather_parts of the row.
+  int fetch_parts(int workspace_param, int row, int parts, int values);
   // A lanes or warps tile spread over the blocked tile of `shape` (each thread's value over its
   // elements).
   int spread(int lanes, const Shape& shape);

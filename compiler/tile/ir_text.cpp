@@ -252,10 +252,19 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::GatherParts: {
         std::vector<std::string> types;
         for (int v : i.results) types.push_back(type_of(v));
-        *out += fmt::format("{}{}gather_parts %arg{}[{}] parts {} : {}\n", pad, lhs, i.param, value(i.args[0]),
-                            number(i.value), fmt::join(types, ", "));
+        const PartsGather g = parts_gather(p, i);
+        std::string extra;
+        if (g.from >= 0) extra += " from " + value(g.from);
+        if (g.when >= 0) extra += " if " + value(g.when);
+        if (!g.warps.empty()) extra += " warps " + values(g.warps);
+        *out += fmt::format("{}{}gather_parts %arg{}[{}] parts {}{} : {}\n", pad, lhs, i.param, value(i.args[0]),
+                            number(i.value), extra, fmt::join(types, ", "));
         break;
       }
+      case Opcode::FetchParts:
+        *out += fmt::format("{}{}fetch_parts %arg{}[{}] parts {} : {}\n", pad, lhs, i.param, value(i.args[0]),
+                            number(i.value), type_of(i.results[0]));
+        break;
       case Opcode::Yield:
         *out += fmt::format("{}yield {}\n", pad, values(i.args));
         break;
@@ -533,6 +542,21 @@ class Parser {
     }
     if (take_word("ticket")) {
       return Type::ticket();
+    }
+    if (take_word("words")) {
+      punct("<");
+      const std::string spec = expect(Token::Word, "a part count and a value count").text;
+      const size_t x = spec.find('x');
+      int64_t parts = 0, values = 0;
+      try {
+        if (x == std::string::npos) throw std::invalid_argument(spec);
+        parts = std::stoll(spec.substr(0, x));
+        values = std::stoll(spec.substr(x + 1));
+      } catch (const std::exception&) {
+        fail(fmt::format("bad words extents '{}'", spec));
+      }
+      punct(">");
+      return Type::words(parts, values);
     }
     const Token& w = expect(Token::Word, "a type");
     if (w.text != "tile") return Type::scalar(dtype_named(w.text));
@@ -950,6 +974,15 @@ class Parser {
       punct("]");
       word("parts");
       i.value = static_cast<double>(integer());
+      if (take_word("from")) i.args.push_back(use("fetched words"));
+      if (take_word("if")) i.args.push_back(use("a condition"));
+      if (take_word("warps")) {
+        i.args.push_back(use("a warps tile"));
+        while (at_punct(",")) {
+          punct(",");
+          i.args.push_back(use("a warps tile"));
+        }
+      }
       punct(":");
       std::vector<Type> types = {type()};
       while (at_punct(",")) {
@@ -957,6 +990,16 @@ class Parser {
         types.push_back(type());
       }
       results(types);
+    } else if (op == "fetch_parts") {
+      i.opcode = Opcode::FetchParts;
+      i.param = param_ref(p);
+      punct("[");
+      i.args = {use("a row")};
+      punct("]");
+      word("parts");
+      i.value = static_cast<double>(integer());
+      punct(":");
+      results({type()});
     } else if (op == "claim") {
       i.opcode = Opcode::Claim;
       i.param = param_ref(p);

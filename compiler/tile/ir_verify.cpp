@@ -562,9 +562,12 @@ class Verifier {
   // program of one row a block outside clusters and specialization: publish a task and one-element
   // f32 tiles, gather_parts a row and a warp_lanes f32 tile [1, parts] per value, 1 < parts ≤ 32
   // (a warp's lanes fetch them), as many values everywhere. (Its block barrier needs every thread: in a branch, on a
-  // condition the block's threads share — pipeline_part_gathers' pending task.)
+  // condition the block's threads share — pipeline_part_gathers' pending task.) A gather may
+  // start from a fetch_parts' words of its row, take a bool scalar condition and gather warps
+  // tiles behind its barrier (their warp_lanes results after the parts'); fetch_parts gives
+  // words<parts x values>.
   void parts(const Inst& i) {
-    const bool gather = i.opcode == Opcode::GatherParts;
+    const bool gather = i.opcode == Opcode::GatherParts, fetch = i.opcode == Opcode::FetchParts;
     const Param* ws = i.param >= 0 && i.param < static_cast<int>(p_.params.size())
                           ? &p_.params[static_cast<size_t>(i.param)]
                           : nullptr;
@@ -573,18 +576,28 @@ class Verifier {
     if (p_.cluster_blocks > 1 || p_.specialized() || p_.layout.threads.size() != 2 || p_.layout.extent(0) != 1)
       problem(fmt::format("{}: meets a row's parts in a program of one row a block (no clusters, no specialization)",
                           where(i)));
-    if (i.args.empty() || !is_index(i.args[0]) || (gather ? i.args.size() != 1 || i.results.empty() : i.args.size() < 2)) {
-      problem(fmt::format("{}: needs {}", where(i), gather ? "a row and gives a value per published value"
-                                                           : "a task and the values it publishes"));
+    const PartsGather g = gather ? parts_gather(p_, i) : PartsGather{};
+    const size_t warps = g.warps.size();
+    if (i.args.empty() || !is_index(i.args[0]) ||
+        (gather ? i.results.size() <= warps : fetch ? i.args.size() != 1 || i.results.size() != 1 : i.args.size() < 2)) {
+      problem(fmt::format("{}: needs {}", where(i), gather  ? "a row and gives a value per published value"
+                                                    : fetch ? "a row and gives its words"
+                                                            : "a task and the values it publishes"));
+      return;
+    }
+    if (fetch && type(i.results[0]).kind != Type::Kind::Words) {
+      problem(fmt::format("{}: gives %{} of {}, not words", where(i), i.results[0], type_str(type(i.results[0]))));
       return;
     }
     // (A task's words are its values one after another: every publish and gather of a workspace
     // must agree on how many.)
-    const size_t values = gather ? i.results.size() : i.args.size() - 1;
+    const size_t values = gather ? i.results.size() - warps
+                          : fetch ? static_cast<size_t>(type(i.results[0]).shape.at(1))
+                                  : i.args.size() - 1;
     if (const auto [at, fresh] = values_of_words_.emplace(i.param, values); !fresh && at->second != values)
       problem(fmt::format("{}: {} values a task in %arg{}'s words, where another takes {}", where(i), values, i.param,
                           at->second));
-    if (!gather) {
+    if (!gather && !fetch) {
       if (!i.results.empty()) problem(fmt::format("{}: publish gives no values", where(i)));
       for (size_t a = 1; a < i.args.size(); ++a)
         if (const Type& t = type(i.args[a]);
@@ -598,9 +611,32 @@ class Verifier {
     else if (p_.layout.threads.size() == 2 && p_.layout.threads[1] < n)
       problem(fmt::format("{}: {} parts for a row of {} threads (a thread fetches each)", where(i), n,
                           p_.layout.threads[1]));
-    for (int v : i.results)
-      if (type(v) != Type::tile(DType::F32, {1, n}, Space::Reg, Frag::WarpLanes))
+    if (fetch) {
+      if (type(i.results[0]).shape.at(0) != n)
+        problem(fmt::format("{}: gives {} for {} parts", where(i), type_str(type(i.results[0])), n));
+      return;
+    }
+    if (g.from >= 0 && type(g.from) != Type::words(n, static_cast<int64_t>(values)))
+      problem(fmt::format("{}: starts from %{} of {}, not words<{}x{}>", where(i), g.from, type_str(type(g.from)), n,
+                          values));
+    if (g.from >= 0) {  // (the fetch's row must be the gather's)
+      const auto at = fetched_row_.find(g.from);
+      if (at != fetched_row_.end() && at->second != g.row)
+        problem(fmt::format("{}: starts from words fetched for row %{}, not %{}", where(i), at->second, g.row));
+    }
+    for (size_t r = 0; r < values; ++r)
+      if (const int v = i.results[r]; type(v) != Type::tile(DType::F32, {1, n}, Space::Reg, Frag::WarpLanes))
         problem(fmt::format("{}: gives %{} of {}, not an f32 warp_lanes tile [1, {}]", where(i), v, type_str(type(v)), n));
+    for (size_t w = 0; w < warps; ++w) {
+      const Type& t = type(g.warps[w]);
+      Type want = t;
+      want.frag = Frag::WarpLanes;
+      if (!t.is_tile() || t.frag != Frag::Warps || t.dtype == DType::Bool)
+        problem(fmt::format("{}: gathers %{} of {}, not a floating-point warps tile", where(i), g.warps[w], type_str(t)));
+      else if (type(i.results[values + w]) != want)
+        problem(fmt::format("{}: %{} gathered is {}, not {}", where(i), g.warps[w], type_str(type(i.results[values + w])),
+                            type_str(want)));
+    }
   }
   // Carried values of one type each from the initial value through region 0's args to the
   // results; region 0 yields a bool scalar, region 1 (seeing region 0's values) the next values.
@@ -964,6 +1000,10 @@ class Verifier {
         case Opcode::GatherParts:
           parts(i);
           break;
+        case Opcode::FetchParts:
+          parts(i);
+          if (!i.results.empty() && !i.args.empty()) fetched_row_[i.results[0]] = i.args[0];
+          break;
       }
       for (int v : i.results) {
         if (!scope.insert(v).second) problem(fmt::format("{}: %{} is defined twice", where(i), v));
@@ -1017,6 +1057,7 @@ class Verifier {
   Role role_ = Role::Block;
   int depth_ = 0;  // regions entered (1: the program's body)
   std::map<int, size_t> values_of_words_;  // workspace → the values a task publishes (gathers)
+  std::map<int, int> fetched_row_;         // a fetch_parts' words → the row it fetched
 };
 
 }  // namespace

@@ -193,8 +193,76 @@ void check_movable(const Program& p, const Inst& i) {
     for (const Inst& inner : r.body) check_movable(p, inner);
 }
 
+void replace_uses(std::vector<Inst>& body, int from, int to) {
+  for (Inst& i : body) {
+    std::replace(i.args.begin(), i.args.end(), from, to);
+    for (int& l : i.limits)
+      if (l == from) l = to;
+    for (Region& r : i.regions) replace_uses(r.body, from, to);
+  }
+}
+
+// Where the pipelined body's gather (in the pending task's branch) waits on an L2 round trip
+// after the publish, behind a block barrier of its own, fetch its words at the top of the body
+// (the round trip under the stage's wait and the task's reduction) and gather them behind the
+// warps' gather's barrier (one barrier a task): the row made at the top from what the loop
+// carries, the gather taken out of the branch, under its condition, in the warps' gather's
+// place — or just before the branch where the body has none.
+void fetch_early(Program& p, Region& body) {
+  const auto branch = std::find_if(body.body.begin(), body.body.end(), [](const Inst& i) { return i.opcode == Opcode::If; });
+  if (branch == body.body.end() || branch == body.body.begin()) return;
+  std::vector<Inst>& inner = branch->regions.at(0).body;
+  const auto g = std::find_if(inner.begin(), inner.end(), [](const Inst& i) { return i.opcode == Opcode::GatherParts; });
+  if (g == inner.end() || g->args.size() != 1) return;
+  const Inst has = *(branch - 1);  // (the pending flag's test, made from the loop's args)
+  if (has.opcode != Opcode::IndexLess || branch->args.at(0) != has.results.at(0)) return;
+  // The row's index instructions, made again at the top of the body.
+  std::map<int, const Inst*> defs;
+  for (const Inst& i : inner)
+    for (int v : i.results) defs[v] = &i;
+  std::vector<Inst> top = {has};
+  Cloner c{p, {}};
+  std::function<bool(int)> remake = [&](int v) {
+    const auto d = defs.find(v);
+    if (d == defs.end()) return true;  // (from outside the branch)
+    if (d->second->opcode != Opcode::Const && !is_index_arithmetic(d->second->opcode)) return false;
+    if (c.to.count(v)) return true;
+    for (int a : d->second->args)
+      if (!remake(a)) return false;
+    top.push_back(c.clone(*d->second));
+    return true;
+  };
+  if (!remake(g->args[0])) return;
+  const int row = c.value(g->args[0]);
+  Inst fetch;
+  fetch.opcode = Opcode::FetchParts;
+  fetch.param = g->param;
+  fetch.value = g->value;
+  fetch.args = {row};
+  fetch.results = {p.add_value(Type::words(static_cast<int64_t>(g->value), static_cast<int64_t>(g->results.size())))};
+  top.push_back(fetch);
+  Inst gather = *g;
+  gather.args = {row, fetch.results[0], has.results[0]};
+  const int old_row = g->args[0];
+  inner.erase(g);
+  replace_uses(inner, old_row, row);
+  if (const auto d = defs.find(old_row); d != defs.end() && d->second->opcode != Opcode::Const)
+    inner.erase(inner.begin() + (d->second - inner.data()));
+  body.body.erase(branch - 1);  // (has: made at the top now)
+  const auto warps = std::find_if(body.body.begin(), body.body.end(), [](const Inst& i) { return i.opcode == Opcode::GatherWarps; });
+  if (warps != body.body.end()) {
+    gather.args.insert(gather.args.end(), warps->args.begin(), warps->args.end());
+    gather.results.insert(gather.results.end(), warps->results.begin(), warps->results.end());
+    *warps = gather;
+  } else {
+    const auto at = std::find_if(body.body.begin(), body.body.end(), [](const Inst& i) { return i.opcode == Opcode::If; });
+    body.body.insert(at, gather);
+  }
+  body.body.insert(body.body.begin(), top.begin(), top.end());
+}
+
 // The loop at `at` of the program's body, pipelined at its body's gather_parts `cut`.
-void pipeline(Program& p, size_t at, size_t cut) {
+void pipeline(Program& p, size_t at, size_t cut, bool fetch_parts_early) {
   Inst loop = p.body.body[at];
   Region& head = loop.regions.at(0);
   Region& body = loop.regions.at(1);
@@ -277,6 +345,7 @@ void pipeline(Program& p, size_t at, size_t cut) {
   yield.args.push_back(one);
   new_body.push_back(yield);
   body.body = std::move(new_body);
+  if (fetch_parts_early) fetch_early(p, body);
   loop.args = inits;
   std::vector<int> after_live;  // (the loop's results after its own: the live values, the flag)
   for (int v : live) after_live.push_back(p.add_value(Type(p.types.at(static_cast<size_t>(v)))));
@@ -294,14 +363,14 @@ void pipeline(Program& p, size_t at, size_t cut) {
 
 }  // namespace
 
-void pipeline_part_gathers(Program& p) {
+void pipeline_part_gathers(Program& p, bool fetch_parts_early) {
   for (size_t at = 0; at < p.body.body.size(); ++at) {
     const Inst& i = p.body.body[at];
     if (i.opcode != Opcode::While) continue;
     const std::vector<Inst>& body = i.regions.at(1).body;
     const auto gather = std::find_if(body.begin(), body.end(), [](const Inst& x) { return x.opcode == Opcode::GatherParts; });
     if (gather == body.end()) continue;
-    pipeline(p, at, static_cast<size_t>(gather - body.begin()));
+    pipeline(p, at, static_cast<size_t>(gather - body.begin()), fetch_parts_early);
     return;  // (one such loop a program)
   }
 }

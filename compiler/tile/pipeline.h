@@ -13,10 +13,15 @@
 // softmax's task, warps' max, terms and block max, not also its row, "seen" bits and finite
 // maxima). What moves must not touch stages, counters or barriers (refused).
 // The yield's values must not come from the moved part.
+// With `fetch_parts_early` the pending task's row's words are then fetched at the top of the
+// body (`fetch_parts`: warp 0's lanes issue the loads, their L2 round trip under the stage's
+// wait and the task's reduction) and gathered out of the pending branch — under its condition,
+// from those words — in the place of the body's warps' gather, whose warps tiles it gathers
+// behind the same block barrier: one barrier a task.
 #include "compiler/tile/ir.h"
 
 namespace tilefuse::tir {
 
-void pipeline_part_gathers(Program& p);
+void pipeline_part_gathers(Program& p, bool fetch_parts_early);
 
 }  // namespace tilefuse::tir

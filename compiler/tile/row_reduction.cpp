@@ -94,7 +94,7 @@ class RowReduction {
     }
     fold_row_factors(p_);
     sink_to_uses(p_);
-    if (split_) pipeline_part_gathers(p_);  // (sinking again after it took 4 more registers)
+    if (split_) pipeline_part_gathers(p_, s_.fetch_parts_early);  // (sinking again after it took 4 more registers)
     verify_program(p_);
     return std::move(p_);
   }
@@ -327,6 +327,10 @@ class RowReduction {
     });
   }
 
+  // Whether online sum id's terms are a shifted exp's (shifted_exp2): its rescale factors are
+  // then ex2's too (shift_factor).
+  bool fast_factor(NodeId id) const { return shifted(g_.node(g_.node(id).operands[0])) != nullptr; }
+
   void compute_nodes(Builder& b) {
     for (NodeId id : k_.nodes) eval(b, id, value_of_);
   }
@@ -549,9 +553,10 @@ class RowReduction {
       const NodeId m = passes_.online_with.at(id), c = passes_.shift_of.at(id);
       const int c_block = as_f32(b, eval_with(b, c, m, bp.value(m)));
       const int c_lane = as_f32(b, eval_with(b, c, m, gathered[bp.index(m)]));  // (each lane's warp's)
-      bp.values[k] = b.reduce(Op::ReduceSum, rescaled(b, gathered[k], c_lane, c_block), 1);
+      bp.values[k] = b.reduce(Op::ReduceSum, rescaled(b, gathered[k], c_lane, c_block, fast_factor(id)), 1);
       bp.online[id].factor = b.compute(
-          Op::Where, {warps[id].seen, shift_factor(b, warps[id].shift, c_block), b.scalar(0.0, DType::F32)}, DType::F32);
+          Op::Where, {warps[id].seen, shift_factor(b, warps[id].shift, c_block, fast_factor(id)), b.scalar(0.0, DType::F32)},
+          DType::F32);
     }
     return bp;
   }
@@ -612,11 +617,11 @@ class RowReduction {
       int acc = -1;
       if (by_lane) {
         const int c_lane = as_f32(b, eval_with(b, c, m, all[bp.index(m)]));  // (each lane's block's)
-        acc = b.reduce(Op::ReduceSum, rescaled(b, all[bp.index(id)], c_lane, c_row), 1);
+        acc = b.reduce(Op::ReduceSum, rescaled(b, all[bp.index(id)], c_lane, c_row, fast_factor(id)), 1);
       } else {
         const std::vector<int> maxes = values_of(m), sums = values_of(id);
         for (size_t r = 0; r < n; ++r) {
-          const int term = rescaled(b, sums[r], as_f32(b, eval_with(b, c, m, maxes[r])), c_row);
+          const int term = rescaled(b, sums[r], as_f32(b, eval_with(b, c, m, maxes[r])), c_row, fast_factor(id));
           acc = acc < 0 ? term : b.compute(Op::Add, {acc, term}, DType::F32);
         }
       }
@@ -624,7 +629,8 @@ class RowReduction {
       // The block's factor (0 where none of the block's elements counted), times the warp's.
       const int m_b = bp.value(m), seen = seen_max(b, m_b);
       const int c_b = as_f32(b, eval_with(b, c, m, finite_max(b, m_b, seen)));
-      int factor = b.compute(Op::Where, {seen, shift_factor(b, c_b, c_row), b.scalar(0.0, DType::F32)}, DType::F32);
+      int factor =
+          b.compute(Op::Where, {seen, shift_factor(b, c_b, c_row, fast_factor(id)), b.scalar(0.0, DType::F32)}, DType::F32);
       const Type terms = p_.types[static_cast<size_t>(t.terms)];  // (a copy: the builder adds types)
       if (t.factor >= 0) factor = b.spread(b.compute(Op::Mul, {t.factor, factor}, DType::F32), terms.shape);
       const NodeId e = g_.node(id).operands[0];

@@ -182,6 +182,12 @@ std::vector<Variant> variants_of(uint64_t seed) {
       u.fusion.schedule.refill_at_read = pick(0, 1);
       u.name += fmt::format(" --refill-at-read {}", u.fusion.schedule.refill_at_read);
     }
+  // And a quarter fetch a split row's pending parts early, or not, whatever the default would.
+  for (Variant& u : out)
+    if (pick(0, 3) == 0) {
+      u.fusion.schedule.fetch_parts_early = pick(0, 1);
+      u.name += fmt::format(" --fetch-parts-early {}", u.fusion.schedule.fetch_parts_early);
+    }
   return out;
 }
 

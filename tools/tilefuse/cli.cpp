@@ -110,6 +110,10 @@ common options:
                                read it, behind a block barrier of its own; 0, at the first
                                reduction's block barrier (default: 1 for a cluster's rows, 0
                                for rows claimed one a block)
+  --fetch-parts-early 0|1      split rows: 1, the pending task's parts' words loaded at the top
+                               of each task and gathered behind the warps' barrier; 0, gathered
+                               after the publish behind a barrier of their own (default: 1 for
+                               16-bit rows, 0 for f32)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -350,6 +354,8 @@ Args parse(int argc, char** argv) {
       a.schedule.block_online = parse_int(s, value(), 0, 1);
     else if (s == "--refill-at-read")
       a.schedule.refill_at_read = parse_int(s, value(), 0, 1);
+    else if (s == "--fetch-parts-early")
+      a.schedule.fetch_parts_early = parse_int(s, value(), 0, 1);
     else if (s == "--wgmma")
       a.schedule.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
