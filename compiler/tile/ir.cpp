@@ -704,12 +704,17 @@ void Builder::publish(int workspace_param, int task, const std::vector<int>& val
   emit(i, std::nullopt);
 }
 
-std::vector<int> Builder::gather_parts(int workspace_param, int row, int parts, int values) {
+static Inst parts_of_row(Opcode op, int workspace_param, int row, int parts) {
   Inst i;
-  i.opcode = Opcode::GatherParts;
+  i.opcode = op;
   i.param = workspace_param;
   i.value = parts;
   i.args = {row};
+  return i;
+}
+
+std::vector<int> Builder::gather_parts(int workspace_param, int row, int parts, int values) {
+  Inst i = parts_of_row(Opcode::GatherParts, workspace_param, row, parts);
   for (int a = 0; a < values; ++a)
     i.results.push_back(p_.add_value(Type::tile(DType::F32, {1, parts}, Space::Reg, Frag::WarpLanes)));
   r_->body.push_back(i);
@@ -717,12 +722,7 @@ std::vector<int> Builder::gather_parts(int workspace_param, int row, int parts, 
 }
 
 int Builder::fetch_parts(int workspace_param, int row, int parts, int values) {
-  Inst i;
-  i.opcode = Opcode::FetchParts;
-  i.param = workspace_param;
-  i.value = parts;
-  i.args = {row};
-  return emit(i, Type::words(parts, values));
+  return emit(parts_of_row(Opcode::FetchParts, workspace_param, row, parts), Type::words(parts, values));
 }
 
 PartsGather parts_gather(const Program& p, const Inst& i) {

@@ -536,6 +536,15 @@ class Parser {
     p.workspace = take_word("workspace");
     return p;
   }
+  // `%argW[%row] parts P` of gather_parts and fetch_parts.
+  void parts_of_row(const Program& p, Inst& i) {
+    i.param = param_ref(p);
+    punct("[");
+    i.args = {use("a row")};
+    punct("]");
+    word("parts");
+    i.value = static_cast<double>(integer());
+  }
   Type type() {
     if (take_word("index")) {
       return Type::index();
@@ -968,12 +977,7 @@ class Parser {
       }
     } else if (op == "gather_parts") {
       i.opcode = Opcode::GatherParts;
-      i.param = param_ref(p);
-      punct("[");
-      i.args = {use("a row")};
-      punct("]");
-      word("parts");
-      i.value = static_cast<double>(integer());
+      parts_of_row(p, i);
       if (take_word("from")) i.args.push_back(use("fetched words"));
       if (take_word("if")) i.args.push_back(use("a condition"));
       if (take_word("warps")) {
@@ -992,12 +996,7 @@ class Parser {
       results(types);
     } else if (op == "fetch_parts") {
       i.opcode = Opcode::FetchParts;
-      i.param = param_ref(p);
-      punct("[");
-      i.args = {use("a row")};
-      punct("]");
-      word("parts");
-      i.value = static_cast<double>(integer());
+      parts_of_row(p, i);
       punct(":");
       results({type()});
     } else if (op == "claim") {
