@@ -1,6 +1,7 @@
 // Tile IR v2 programs interpreted on the host (compiler/tile/interpret.h, runtime/host_run.h):
 // what the passes build checked against the float64 reference without a GPU, and the
 // interpreter's own strictness (masked elements, bounds, a cluster out of step).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,6 +95,26 @@ TEST(Interpret, SplitRowsMatchFloat64) {
       HostRunOptions grid;
       grid.persistent_blocks = blocks;
       testing::check_on_host(p, seed, grid);
+    }
+    // (Parts of 32 elements a thread in blocks of 512, of 64 in blocks of 256 — 16-bit only: f32
+    // is over the fused kernels' register budget — 4 parts a row.)
+    for (auto [threads, elements] : {std::pair{512, 32}, {256, 64}}) {
+      if (dt == DType::F32 && elements == 64) continue;
+      SCOPED_TRACE(fmt::format("{} threads, {} elements a thread", threads, elements));
+      FusionOptions o;
+      o.schedule.block_threads = threads;
+      o.schedule.part_elements = elements;
+      Plan q = plan_fusion(g, o);
+      int split = 0;
+      for (const Kernel& k : q.kernels) {
+        if (k.schedule.split_blocks < 2) continue;
+        ++split;
+        EXPECT_EQ(k.schedule.elems_per_thread(), elements) << k.schedule.describe();
+      }
+      EXPECT_EQ(split, 3);
+      HostRunOptions grid;
+      grid.persistent_blocks = 5;
+      testing::check_on_host(q, seed, grid);
     }
   }
 }

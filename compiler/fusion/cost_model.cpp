@@ -611,9 +611,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   if (s.stages > 0) {
     // Bulk copies keep `stages` rows' parts in flight per block; the persistent grid's groups
     // (a cluster of a row's blocks each) take rows in rounds, and the last round may be partial.
-    // (16-bit split parts stay in their stage until written: two of the stages are not ahead.)
-    const int ahead = s.split_blocks > 1 && s.elems_per_thread() > 16 ? s.stages - 2 : s.stages;
-    c.bytes_in_flight_per_sm = static_cast<double>(ahead * s.stage_bytes) * c.blocks_per_sm;
+    c.bytes_in_flight_per_sm = static_cast<double>(s.stages * s.stage_bytes) * c.blocks_per_sm;
     // Split rows: every block takes parts, so the rounds are rounds of parts.
     int64_t groups = std::max<int64_t>(1, int64_t{p.sm_count} * c.blocks_per_sm / s.cluster_blocks);
     int64_t tasks = s.row_blocks() * s.split_blocks;

@@ -673,6 +673,8 @@ void check_fusion_options(const FusionOptions& o) {
     throw bad_hint("block_online", "--block-online", h.block_online, "0 or 1");
   if (h.refill_at_read < -1 || h.refill_at_read > 1)
     throw bad_hint("refill_at_read", "--refill-at-read", h.refill_at_read, "-1, 0 or 1");
+  if (h.part_elements != 0 && h.part_elements != 16 && h.part_elements != 32 && h.part_elements != 64)
+    throw bad_hint("part_elements", "--part-elements", h.part_elements, "16, 32 or 64");
   if (h.fetch_parts_early < -1 || h.fetch_parts_early > 1)
     throw bad_hint("fetch_parts_early", "--fetch-parts-early", h.fetch_parts_early, "-1, 0 or 1");
   for (auto [field, v] : {std::pair<const char*, int>{"gemm_block_m", h.gemm_block_m}, {"gemm_block_n", h.gemm_block_n}})
@@ -758,6 +760,7 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--max-cluster", &ScheduleHints::max_cluster_blocks, 0},
                                {"--stages", &ScheduleHints::stages, -1},
                                {"--split", &ScheduleHints::split, -1},
+                               {"--part-elements", &ScheduleHints::part_elements, 0},
                                {"--gemm-tile", &ScheduleHints::gemm_block_m, 0, &ScheduleHints::gemm_block_n},
                                {"--gemm-group", &ScheduleHints::gemm_group, 0},
                                {"--wgmma", &ScheduleHints::gemm_wgmma, -1},

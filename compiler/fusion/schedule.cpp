@@ -27,12 +27,7 @@ std::string TileSchedule::describe() const {
   if (split_blocks > 1)
     loop += fmt::format(", rows split into {} parts that meet in global memory", split_blocks);
   if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
-  if (stages > 0 && split_blocks > 1 && elems_per_thread() > 16)  // parts stay staged until written
-    loop += fmt::format(
-        ", persistent: {} parts in shared memory by bulk copies (one reduced, one written, {} ahead; {} KiB "
-        "each)",
-        stages, stages - 2, stage_bytes / 1024);
-  else if (stages > 0)
+  if (stages > 0)
     loop +=
         fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
                     split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
@@ -512,19 +507,23 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 
 // Rows of two or more whole parts (blocks of 1024 threads, one per SM): each part is a task of
 // the persistent grid, staged like a row, and a block holds two parts at once (the one it
-// reduces and the one it writes). 16 f32 elements per thread per part, whose exps stay in
-// registers until written, 16-bit parts too: a task carries its part's terms in registers to the
-// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers.
+// reduces and the one it writes). 16 elements per thread per part (ScheduleHints::part_elements),
+// whose exps stay in registers until written: a task carries its part's terms in registers to the
+// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers —
+// more a thread take blocks of fewer threads, as many an SM as their registers allow.
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
   const int threads = hints.block_threads ? hints.block_threads : 1024;
-  const int64_t chunks = std::max(1, 16 / s.vec);
-  const int64_t part = int64_t{threads} * chunks * s.vec;
+  const int elems = hints.part_elements ? hints.part_elements : 16;
+  if (elems % s.vec != 0) return false;
+  const int64_t chunks = elems / s.vec;
+  const int64_t part = int64_t{threads} * elems;
   // One warp merges a row's parts: at most 32.
   if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
+  const int blocks_per_sm = std::clamp(65536 / (threads * (2 * elems + 32)), 1, std::max(1, 2048 / threads));
   TileSchedule t = s;
-  if (!plan_stages(t, views, dtypes, num_inputs, part, std::max(1, 1024 / threads), hints, device)) return false;
+  if (!plan_stages(t, views, dtypes, num_inputs, part, blocks_per_sm, hints, device)) return false;
   s = t;
   s.threads_per_row = threads;
   s.chunks_per_thread = static_cast<int>(chunks);

@@ -358,6 +358,12 @@ struct ScheduleHints {
   // gather's wait for the other blocks' parts, now before the task's publish, delays every
   // block's; bench/NOTES.md, "The parts' words fetched early").
   int fetch_parts_early = -1;
+  // Split rows: the elements each thread holds of a part (16, 32 or 64; whole vectors); 0, the
+  // default (16). A block of T threads then takes T·E elements a task, as many blocks an SM as
+  // the registers allow (about 2E + 32 a thread: ptxas' 63, 96 and 167 for 16, 32 and 64) —
+  // fewer warps a task for the same bytes, so fewer per-task shuffles, exps and barrier
+  // arrivals, and more independent elements a thread.
+  int part_elements = 0;
 };
 
 // Chooses vector width and tile for `domain` given every tensor the kernel reads or writes.

@@ -114,6 +114,8 @@ common options:
                                of each task and gathered behind the warps' barrier; 0, gathered
                                after the publish behind a barrier of their own (default: 1 for
                                16-bit rows, 0 for f32)
+  --part-elements 16|32|64     split rows: the elements each thread holds of a part (blocks of
+                               fewer threads then, as many an SM as registers allow; default 16)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
@@ -356,6 +358,8 @@ Args parse(int argc, char** argv) {
       a.schedule.refill_at_read = parse_int(s, value(), 0, 1);
     else if (s == "--fetch-parts-early")
       a.schedule.fetch_parts_early = parse_int(s, value(), 0, 1);
+    else if (s == "--part-elements")
+      a.schedule.part_elements = parse_int(s, value(), 16, 64);
     else if (s == "--wgmma")
       a.schedule.gemm_wgmma = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--tma")
