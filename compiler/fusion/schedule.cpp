@@ -514,8 +514,8 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
-  const int threads = hints.block_threads ? hints.block_threads : 1024;
   const int elems = hints.part_elements ? hints.part_elements : 16;
+  const int threads = hints.block_threads ? hints.block_threads : 16384 / elems;  // (parts of 16384 elements)
   if (elems % s.vec != 0) return false;
   const int64_t chunks = elems / s.vec;
   const int64_t part = int64_t{threads} * elems;

@@ -184,11 +184,9 @@ std::vector<Variant> variants_of(uint64_t seed) {
     }
   // And a quarter split rows in parts of 32 or 64 elements a thread (blocks of 512 or 256).
   for (Variant& u : out)
-    if (pick(0, 3) == 0 && !u.fusion.schedule.block_threads) {
+    if (pick(0, 3) == 0) {
       u.fusion.schedule.part_elements = pick(0, 1) ? 64 : 32;
-      u.fusion.schedule.block_threads = u.fusion.schedule.part_elements == 64 ? 256 : 512;
-      u.name += fmt::format(" --part-elements {} --block-threads {}", u.fusion.schedule.part_elements,
-                            u.fusion.schedule.block_threads);
+      u.name += fmt::format(" --part-elements {}", u.fusion.schedule.part_elements);
     }
   // And a quarter fetch a split row's pending parts early, or not, whatever the default would.
   for (Variant& u : out)

@@ -115,7 +115,8 @@ common options:
                                after the publish behind a barrier of their own (default: 1 for
                                16-bit rows, 0 for f32)
   --part-elements 16|32|64     split rows: the elements each thread holds of a part (blocks of
-                               fewer threads then, as many an SM as registers allow; default 16)
+                               16384 / N threads unless --block-threads says, as many an SM as
+                               registers allow; default 16)
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
