@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # softmax_256k(_bf16): b3244e6 (old) against this build's split parts in other block shapes.
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 for d in bench/tmp/old bundle; do [ -f $d/libtilefuse.so ] || gzip -dk $d/libtilefuse.so.gz; done
 export TILEFUSE_CACHE=0
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # softmax rows: b3244e6 (old) against this build, with the early fetch or the fast factors off.
-cd "$(dirname "$0")/../.."
+# (As run for ab2.log, on a build of 5093fe3 plus ebd640e's changes with two environment switches;
+# in ebd640e the early fetch is --fetch-parts-early, and the accurate factors have no switch.)
+cd "$(dirname "$0")/../../.."
 for d in bench/tmp/old bundle; do [ -f $d/libtilefuse.so ] || gzip -dk $d/libtilefuse.so.gz; done
 export TILEFUSE_CACHE=0
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -9,8 +11,7 @@ for r in 1 2; do
   for n in ${N:-softmax_256k_bf16 softmax_256k softmax_bf16 softmax_32k_bf16 off_log_softmax_vocab_bf16}; do
     run "old $n" bench/tmp/old/tilefuse run $n --bench --iters 30
     run "new $n" bundle/tilefuse run $n --bench --iters 30
-    run "nofetch $n" TF_NO_FETCH_EARLY=1 bundle/tilefuse run $n --bench --iters 30
-    run "exact $n" TF_EXACT_FACTOR=1 bundle/tilefuse run $n --bench --iters 30
+    run "nofetch $n" bundle/tilefuse run $n --bench --iters 30 --fetch-parts-early 0
   done
 done | tee ${OUT:-/tmp}/ab2.log
 python3 - ${OUT:-/tmp}/ab2.log <<'PY'
