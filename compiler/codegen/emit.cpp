@@ -1255,8 +1255,7 @@ class Emitter {
   // waits for earlier reads — in a loop, as reduce_across's are.
   void gather_warps(const Inst& i) {
     const WarpSlots w = written_by_warps("gathered_warps", args_values(i));
-    Value* column = lane_column(l_.threads[1] / 32);
-    if (w.first) column = b_.CreateAdd(w.first, column);
+    Value* column = warps_column(w);
     for (size_t a = 0; a < i.args.size(); ++a) vals_[static_cast<size_t>(i.results[a])] = slot_values(i, a, w.slots, column);
     done_with(w);
   }
@@ -1324,6 +1323,11 @@ class Emitter {
       for (int a = 0; a < n; ++a) b_.CreateAlignedStore(values[static_cast<size_t>(a)], slot(slots, a, warp), llvm::Align(4));
     });
     return {slots, first};
+  }
+  // The column of the warps' slots each lane reads (lane_column over the row's warps).
+  Value* warps_column(const WarpSlots& w) {
+    Value* column = lane_column(l_.threads[1] / 32);
+    return w.first ? b_.CreateAdd(w.first, column) : column;
   }
   void done_with(const WarpSlots& w) {
     if (loop_depth_ > 0 && !barrier_after_ && !w.first) block_barrier();
@@ -2429,8 +2433,7 @@ class Emitter {
       vals_[static_cast<size_t>(i.results[static_cast<size_t>(a)])] = {
           b_.CreateAlignedLoad(b_.getFloatTy(), slot(slots, a, column), llvm::Align(4))};
     if (ws) {
-      Value* wcol = lane_column(l_.threads[1] / 32);
-      if (ws->first) wcol = b_.CreateAdd(ws->first, wcol);
+      Value* wcol = warps_column(*ws);
       for (size_t a = 0; a < g.warps.size(); ++a)
         vals_[static_cast<size_t>(i.results[static_cast<size_t>(n) + a])] = {
             b_.CreateAlignedLoad(b_.getFloatTy(), slot(ws->slots, static_cast<int>(a), wcol), llvm::Align(4))};
