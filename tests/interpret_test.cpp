@@ -76,8 +76,8 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 
 // Rows split into parts: each part a task of a persistent grid of
 // fewer blocks than tasks, published to the workspace and the row's parts gathered from the
-// other blocks' (rows of four parts, f32 and bf16; a softmax's max and online sum, an RMSNorm's
-// sum of squares and its weight read at the part's columns).
+// other blocks' (parts of 64 KiB: rows of four f32 parts, of two bf16 ones; a softmax's max and
+// online sum, an RMSNorm's sum of squares and its weight read at the part's columns).
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -87,7 +87,8 @@ TEST(Interpret, SplitRowsMatchFloat64) {
     output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
     output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
     Plan p = plan_fusion(g);
-    for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.split_blocks, 4) << k.schedule.describe();
+    const int64_t part = 65536 / static_cast<int64_t>(dtype_size(dt));
+    for (const Kernel& k : p.kernels) EXPECT_EQ(k.schedule.split_blocks, 65536 / part) << k.schedule.describe();
     // (A grid of the row's parts, where a row's parts are one round's; of 5 and 9 blocks, where
     // they straddle rounds and a block waits for parts of a round before its own.)
     for (int64_t blocks : {4, 5, 9}) {
@@ -96,20 +97,20 @@ TEST(Interpret, SplitRowsMatchFloat64) {
       grid.persistent_blocks = blocks;
       testing::check_on_host(p, seed, grid);
     }
-    // (Parts of 32 elements a thread in blocks of 512, of 64 in blocks of 256 — 16-bit only: f32
-    // is over the fused kernels' register budget — 4 parts a row.)
+    // (Parts of 32 elements a thread, of 64 — 16-bit only: f32 is over the fused kernels' register
+    // budget — in blocks of fewer threads.)
     for (int elements : {32, 64}) {
       if (dt == DType::F32 && elements == 64) continue;
       SCOPED_TRACE(fmt::format("{} elements a thread", elements));
       FusionOptions o;
-      o.schedule.part_elements = elements;  // (blocks of 16384 / elements threads)
+      o.schedule.part_elements = elements;  // (blocks of part / elements threads)
       Plan q = plan_fusion(g, o);
       int split = 0;
       for (const Kernel& k : q.kernels) {
         if (k.schedule.split_blocks < 2) continue;
         ++split;
         EXPECT_EQ(k.schedule.elems_per_thread(), elements) << k.schedule.describe();
-        EXPECT_EQ(k.schedule.threads_per_row, 16384 / elements);
+        EXPECT_EQ(k.schedule.threads_per_row, part / elements);
       }
       EXPECT_EQ(split, 3);
       HostRunOptions grid;
@@ -117,6 +118,19 @@ TEST(Interpret, SplitRowsMatchFloat64) {
       testing::check_on_host(q, seed, grid);
     }
   }
+}
+
+// A block of one warp takes whole rows, not parts of them (the parts' gather is over a block's
+// warps): a plan asked for blocks of 32 threads builds and runs.
+TEST(Interpret, BlocksOfOneWarpDoNotSplitRows) {
+  Graph g("host_one_warp_rows");
+  output("p", softmax(input(g, "x", {3, 16384}, DType::F32), -1));
+  FusionOptions o;
+  o.schedule.block_threads = 32;
+  o.schedule.part_elements = 16;
+  Plan p = plan_fusion(g, o);
+  for (const Kernel& k : p.kernels) EXPECT_LT(k.schedule.split_blocks, 2) << k.schedule.describe();
+  testing::check_on_host(p, testing::test_seed());
 }
 
 // Windowed rows (odd widths): several rows a block, each

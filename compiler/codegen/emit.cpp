@@ -4,6 +4,7 @@
 #include "compiler/codegen/emit.h"
 
 #include <fmt/format.h>
+#include <llvm/IR/Dominators.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/InlineAsm.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "compiler/codegen/elementwise.h"
 #include "compiler/codegen/math.h"
@@ -106,6 +108,7 @@ class Emitter {
     }
     region(p_.body);
     b_.CreateRetVoid();
+    sink_unpacked_pairs();
     return verified(std::move(m_), p_.name);
   }
 
@@ -136,8 +139,29 @@ class Emitter {
   void count_uses(const Region& r) {
     for (const Inst& i : r.body) {
       for (int a : i.args) uses_[static_cast<size_t>(a)]++;
+      if (i.opcode == Opcode::Yield)
+        for (int a : i.args)
+          if (const Type& t = type(a); t.is_tile() && t.frag == Frag::None && (t.dtype == DType::BF16 || t.dtype == DType::F16))
+            carried_16bit_.insert(a);
       for (const Region& inner : i.regions) count_uses(inner);
     }
+  }
+
+  // Element x of a 16-bit tile that a loop carries, made again from the 32-bit word it was loaded
+  // in (through a move of its own: else LLVM reuses x). The loop keeps the words live anyway (in
+  // pairs); x's f32 value, made for the tile's first use, would stay live until its last (twice
+  // their registers: a 16-bit split part's reduction and its exps).
+  Value* again_from_word(Value* x, DType dt) {
+    auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
+    auto* e = ext ? llvm::dyn_cast<llvm::ExtractElementInst>(ext->getOperand(0)) : nullptr;
+    auto* at = e ? llvm::dyn_cast<llvm::ConstantInt>(e->getIndexOperand()) : nullptr;
+    const auto* vty = e ? llvm::dyn_cast<llvm::FixedVectorType>(e->getVectorOperand()->getType()) : nullptr;
+    if (!at || !vty || vty->getNumElements() % 2 != 0) return x;
+    const uint64_t c = at->getZExtValue();
+    Value* words = b_.CreateBitCast(e->getVectorOperand(), llvm::FixedVectorType::get(b_.getInt32Ty(), vty->getNumElements() / 2));
+    Value* word = own_register(b_, b_.CreateExtractElement(words, c / 2));
+    Value* two = b_.CreateBitCast(word, llvm::FixedVectorType::get(storage_type(b_, dt), 2));
+    return to_compute(b_, b_.CreateExtractElement(two, c % 2), dt);
   }
 
   // The thread's elements of a tile: along each axis a number of slots, each at a position within
@@ -709,7 +733,8 @@ class Emitter {
             continue;
           }
           const int a0 = at.shape[0] == 1 ? 0 : e0, a1 = at.shape[1] == 1 ? 0 : e1;
-          args.push_back(vals_[static_cast<size_t>(a)][static_cast<size_t>(a0 * slots(at, 1) + a1)]);
+          Value* x = vals_[static_cast<size_t>(a)][static_cast<size_t>(a0 * slots(at, 1) + a1)];
+          args.push_back(i.op == Op::Cast && carried_16bit_.count(a) ? again_from_word(x, at.dtype) : x);
         }
         if (broadcast_divisor) {
           Value*& inv = reciprocal[args[1]];
@@ -1455,44 +1480,125 @@ class Emitter {
   }
 
   // A loop's head (a For's or a While's), entered from `pre`: each carried value's elements as
-  // phis (carry: the region's args `args` take them), and the iteration's parity (i32).
+  // phis (carry: the region's args `args` take them), and the iteration's parity (i32). A tile's
+  // 16-bit elements are carried in pairs, a phi of 32 bits each (ptxas gives a 16-bit value a
+  // register of its own: a 16-bit part carried element by element takes twice the registers).
   struct LoopHead {
     llvm::BasicBlock* pre;
     std::vector<std::vector<llvm::PHINode*>> carried;
+    std::vector<std::optional<DType>> paired;  // (16-bit elements carried in pairs)
     llvm::PHINode* parity;
   };
   LoopHead open_loop(const char* name) {
-    LoopHead h{b_.GetInsertBlock(), {}, nullptr};
+    LoopHead h{b_.GetInsertBlock(), {}, {}, nullptr};
     auto* head = llvm::BasicBlock::Create(ctx_, name, fn_);
     b_.CreateBr(head);
     b_.SetInsertPoint(head);
     return h;
   }
+  // A carried blocked tile of 16-bit elements (held in f32, exactly), an even count a thread.
+  std::optional<DType> in_pairs(int v) const {
+    const Type& t = type(v);
+    const size_t n = vals_[static_cast<size_t>(v)].size();
+    if (!t.is_tile() || t.frag != Frag::None || (t.dtype != DType::BF16 && t.dtype != DType::F16) || n == 0 || n % 2 != 0)
+      return std::nullopt;
+    return t.dtype;
+  }
+  std::vector<Value*> packed_pairs(const std::vector<Value*>& v, DType dt) {
+    std::vector<Value*> out;
+    for (size_t e = 0; e < v.size(); e += 2) out.push_back(pack(v[e], v[e + 1], dt));
+    return out;
+  }
+  // (At the loop's head, each word through a register of its own: else LLVM's PRE would carry
+  // the pairs' f32 values made at the loop's end in their place.)
+  std::vector<Value*> unpacked_pairs(const std::vector<llvm::PHINode*>& words, DType dt, bool own) {
+    std::vector<Value*> out;
+    for (llvm::PHINode* w : words) {
+      Value* word = w;
+      if (own) {
+        word = own_register(b_, w);
+        unpacked_words_.push_back(llvm::cast<llvm::Instruction>(word));
+      }
+      Value* two = b_.CreateBitCast(word, llvm::FixedVectorType::get(storage_type(b_, dt), 2));
+      for (uint64_t c = 0; c < 2; ++c) out.push_back(to_compute(b_, b_.CreateExtractElement(two, c), dt));
+    }
+    return out;
+  }
   void carry(LoopHead& h, const std::vector<int>& inits, const std::vector<int>& args) {
     for (size_t k = 0; k < inits.size(); ++k) {
+      const std::vector<Value*>& init = vals_[static_cast<size_t>(inits[k])];
+      const std::optional<DType> pairs = in_pairs(inits[k]);
+      llvm::BasicBlock* at = b_.GetInsertBlock();
+      b_.SetInsertPoint(h.pre->getTerminator());
+      const std::vector<Value*> in = pairs ? packed_pairs(init, *pairs) : init;
+      b_.SetInsertPoint(at);
       std::vector<llvm::PHINode*> ps;
-      for (Value* init : vals_[static_cast<size_t>(inits[k])]) {
-        ps.push_back(b_.CreatePHI(init->getType(), 2));
-        ps.back()->addIncoming(init, h.pre);
+      for (Value* v : in) {
+        ps.push_back(b_.CreatePHI(v->getType(), 2));
+        ps.back()->addIncoming(v, h.pre);
       }
-      vals_[static_cast<size_t>(args[k])] = std::vector<Value*>(ps.begin(), ps.end());
       h.carried.push_back(std::move(ps));
+      h.paired.push_back(pairs);
     }
     h.parity = b_.CreatePHI(b_.getInt32Ty(), 2, "parity");
     h.parity->addIncoming(i32(0), h.pre);
+    for (size_t k = 0; k < inits.size(); ++k)  // (after every phi)
+      vals_[static_cast<size_t>(args[k])] = carried_values(h, k, true);
+  }
+  // Each carried word's unpacking (its move, bitcast, elements and their f32 values) moved from
+  // the loop's head to the nearest block that dominates every use of its values (the pending
+  // task's branch), before the first use there: at the head, the 16-bit part would be unpacked
+  // into f32 registers that live across the whole iteration.
+  void sink_unpacked_pairs() {
+    llvm::DominatorTree dom(*fn_);
+    for (llvm::Instruction* word : unpacked_words_) {
+      std::vector<llvm::Instruction*> chain = {word};
+      std::set<llvm::Instruction*> in_chain = {word};
+      for (size_t c = 0; c < chain.size(); ++c)
+        for (llvm::User* u : chain[c]->users())
+          if (auto* i = llvm::dyn_cast<llvm::Instruction>(u);
+              i && !in_chain.count(i) && (llvm::isa<llvm::BitCastInst>(i) || llvm::isa<llvm::ExtractElementInst>(i) || llvm::isa<llvm::FPExtInst>(i))) {
+            chain.push_back(i);
+            in_chain.insert(i);
+          }
+      std::set<llvm::Instruction*> users;
+      llvm::BasicBlock* to = nullptr;
+      for (llvm::Instruction* c : chain)
+        for (llvm::Use& u : c->uses()) {
+          auto* i = llvm::cast<llvm::Instruction>(u.getUser());
+          if (in_chain.count(i)) continue;
+          auto* phi = llvm::dyn_cast<llvm::PHINode>(i);
+          llvm::BasicBlock* at = phi ? phi->getIncomingBlock(u) : i->getParent();
+          to = to ? dom.findNearestCommonDominator(to, at) : at;
+          if (!phi) users.insert(i);
+        }
+      if (!to || to == word->getParent()) continue;
+      llvm::Instruction* before = to->getTerminator();
+      for (llvm::Instruction& i : *to)
+        if (users.count(&i)) {
+          before = &i;
+          break;
+        }
+      for (llvm::Instruction* c : chain) c->moveBefore(before->getIterator());
+    }
+  }
+  std::vector<Value*> carried_values(const LoopHead& h, size_t k, bool own) {
+    if (h.paired[k]) return unpacked_pairs(h.carried[k], *h.paired[k], own);
+    return std::vector<Value*>(h.carried[k].begin(), h.carried[k].end());
   }
   // The latch (the insertion point): the yielded values into the head's phis, back to the head;
   // then the loop's results, the phis, after it at `exit`.
   void close_loop(const LoopHead& h, const Inst& yield, llvm::BasicBlock* exit, const std::vector<int>& results) {
     llvm::BasicBlock* latch = b_.GetInsertBlock();
     h.parity->addIncoming(b_.CreateXor(h.parity, i32(1)), latch);
-    for (size_t k = 0; k < h.carried.size(); ++k)
-      for (size_t e = 0; e < h.carried[k].size(); ++e)
-        h.carried[k][e]->addIncoming(vals_[static_cast<size_t>(yield.args[k])][e], latch);
+    for (size_t k = 0; k < h.carried.size(); ++k) {
+      const std::vector<Value*>& next = vals_[static_cast<size_t>(yield.args[k])];
+      const std::vector<Value*> in = h.paired[k] ? packed_pairs(next, *h.paired[k]) : next;
+      for (size_t e = 0; e < h.carried[k].size(); ++e) h.carried[k][e]->addIncoming(in[e], latch);
+    }
     b_.CreateBr(h.parity->getParent());
     b_.SetInsertPoint(exit);
-    for (size_t k = 0; k < results.size(); ++k)
-      vals_[static_cast<size_t>(results[k])] = std::vector<Value*>(h.carried[k].begin(), h.carried[k].end());
+    for (size_t k = 0; k < results.size(); ++k) vals_[static_cast<size_t>(results[k])] = carried_values(h, k, false);
   }
 
   // lo ≤ iv < hi by step, the carried values (every element of a carried tile) as PHIs.
@@ -1541,7 +1647,8 @@ class Emitter {
       auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
       auto* e = ext ? llvm::dyn_cast<llvm::ExtractElementInst>(ext->getOperand(0)) : nullptr;
       auto* index = e ? llvm::dyn_cast<llvm::ConstantInt>(e->getIndexOperand()) : nullptr;
-      return index && index->getZExtValue() == at ? e->getVectorOperand() : nullptr;
+      const auto* pair = e ? llvm::dyn_cast<llvm::FixedVectorType>(e->getVectorOperand()->getType()) : nullptr;
+      return index && index->getZExtValue() == at && pair->getNumElements() == 2 ? e->getVectorOperand() : nullptr;
     };
     Value* both = half_of(lo, 0);
     if (both && both == half_of(hi, 1)) return b_.CreateBitCast(both, b_.getInt32Ty());
@@ -2492,7 +2599,9 @@ class Emitter {
   Value* epoch_ = nullptr;                  // the launch's (with a workspace)
   std::vector<int64_t> ring_at_;           // each ring's first byte in it
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
+  std::vector<llvm::Instruction*> unpacked_words_;  // carried 16-bit pairs' words at their loop's head
   std::vector<int> uses_;                  // value id → instructions using it
+  std::set<int> carried_16bit_;            // 16-bit tiles a loop yields (carried in pairs)
   std::map<int, const Inst*> bounds_of_;   // an in_bounds tile's value id → its instruction
   std::map<int, std::vector<Value*>> run_bits_of_;  // an in_window tile → its rows' bits (words)
   std::map<int, const Inst*> computed_by_;           // an elementwise value's id → its instruction

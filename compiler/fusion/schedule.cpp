@@ -505,18 +505,26 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   return true;
 }
 
-// Rows of two or more whole parts (blocks of 1024 threads, one per SM): each part is a task of
-// the persistent grid, staged like a row, and a block holds two parts at once (the one it
-// reduces and the one it writes). 16 elements per thread per part (ScheduleHints::part_elements),
-// whose exps stay in registers until written: a task carries its part's terms in registers to the
-// next iteration, and 32 a thread beside the next part's 32 spilled 156 bytes at 64 registers —
-// more a thread take blocks of fewer threads, as many an SM as their registers allow.
+// Rows of two or more whole parts of 64 KiB (blocks of 1024 threads, one per SM; a 16-bit part
+// of 16 elements a thread, 32 KiB): each part is a task of the persistent grid, staged like a
+// row, and a block holds two parts at once (the one it reduces and the one it writes). A thread
+// holds 16 elements of an f32 part, 32 of a 16-bit
+// one (ScheduleHints::part_elements; more a thread take blocks of fewer threads, as many an SM
+// as their registers allow): a task carries its part to the next iteration in registers — an
+// f32 part's exps, a 16-bit part itself, half their registers, its exps made again
+// (pipeline_part_gathers). Fewer parts a row wait on fewer siblings: bf16 softmax over 262144
+// columns took 1.075 of the first IR's time in 16 parts of 16384 whatever the block's shape
+// (bench/results/2026-12-05-h200-part-elements), the first IR's 8 parts of 32768 its time.
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
-  const int elems = hints.part_elements ? hints.part_elements : 16;
-  const int threads = hints.block_threads ? hints.block_threads : 16384 / elems;  // (parts of 16384 elements)
-  if (elems % s.vec != 0) return false;
+  size_t widest = 1;
+  for (DType t : dtypes) widest = std::max(widest, dtype_size(t));
+  const bool narrow = widest <= 2;
+  const int elems = hints.part_elements ? hints.part_elements : narrow ? 32 : 16;
+  const int threads =
+      hints.block_threads ? hints.block_threads : std::min(1024, static_cast<int>(65536 / widest) / elems);
+  if (elems % s.vec != 0 || threads <= 32 || threads > 1024) return false;  // (staged: warps of a block)
   const int64_t chunks = elems / s.vec;
   const int64_t part = int64_t{threads} * elems;
   // One warp merges a row's parts: at most 32.
@@ -529,7 +537,6 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   s.chunks_per_thread = static_cast<int>(chunks);
   s.split_blocks = static_cast<int>(s.cols / part);
   s.block_online = true;  // (one block barrier a pass whatever the hint says)
-  const bool narrow = std::all_of(dtypes.begin(), dtypes.end(), [](DType t) { return dtype_size(t) <= 2; });
   s.fetch_parts_early = hints.fetch_parts_early == 1 || (hints.fetch_parts_early < 0 && narrow);
   return true;
 }

@@ -358,11 +358,11 @@ struct ScheduleHints {
   // gather's wait for the other blocks' parts, now before the task's publish, delays every
   // block's; bench/NOTES.md, "The parts' words fetched early").
   int fetch_parts_early = -1;
-  // Split rows: the elements each thread holds of a part (16, 32 or 64; whole vectors); 0, the
-  // default (16). A block of T threads then takes T·E elements a task, as many blocks an SM as
-  // the registers allow (about 2E + 32 a thread: ptxas' 63, 96 and 167 for 16, 32 and 64) —
-  // fewer warps a task for the same bytes, so fewer per-task shuffles, exps and barrier
-  // arrivals, and more independent elements a thread.
+  // Split rows: the elements each thread holds of a part of 64 KiB (16, 32 or 64; whole
+  // vectors); 0, the default: 16 for f32, 32 for 16-bit rows (a 16-bit part is carried to the
+  // next task in pairs, its exps made again: ptxas' 64 registers for bf16's 32, 121 for 64). The
+  // part's E·T elements take blocks of T threads, as many an SM as the registers allow (about
+  // 2E + 32 a thread for f32).
   int part_elements = 0;
 };
 

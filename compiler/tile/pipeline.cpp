@@ -103,42 +103,82 @@ bool cheap(const Program& p, const Inst* def, int v) {
          num_elements(t.shape) == 1;
 }
 
+// A blocked tile made elementwise (Compute, Spread) that the loop could make again from what it
+// is made of, where that holds fewer bytes a thread: a 16-bit part's exps (f32) from the part
+// (16-bit) and its warps' max.
+bool elementwise(const Program& p, const Inst* def, int v) {
+  const Type& t = p.types.at(static_cast<size_t>(v));
+  return def && def->regions.empty() && (def->opcode == Opcode::Compute || def->opcode == Opcode::Spread) &&
+         t.is_tile() && t.frag == Frag::None;
+}
+
+// The bytes a thread holds of value v, to compare what a loop carries: a blocked tile's share of
+// its elements; anything else (an index, a scalar, a lanes, warps or warp-lanes tile) a register.
+int64_t thread_bytes(const Program& p, int v) {
+  const Type& t = p.types.at(static_cast<size_t>(v));
+  if (!t.is_tile() || t.frag != Frag::None) return 4;
+  const int64_t threads = std::max(1, p.layout.block_threads());
+  return std::max<int64_t>(4, num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype)) / threads);
+}
+
 // The values the moved part needs, fewer where cheap ones can be made again from others: a
 // cheap value whose roots (the values it is made from, through cheap instructions, that the
 // loop would carry) are carried anyway is made again; cheap values whose roots are not are made
 // again only where their roots together are fewer than they (a softmax's warps' max and its
-// "seen" bit from the warps' raw max). `here`: the values the head and the part before the cut
-// define; `defs`: the instructions of theirs that make them, by value.
+// "seen" bit from the warps' raw max). A blocked tile made elementwise is made again where the
+// roots it adds to those carried hold fewer bytes a thread than it (registers across the loop
+// bound a part's size). `here`: the values the head and the part before the cut define; `defs`:
+// the instructions of theirs that make them, by value.
 Carried carry(const Program& p, const std::vector<int>& needed, const std::set<int>& here,
               const std::map<int, const Inst*>& defs) {
   auto def_of = [&](int v) -> const Inst* {
     const auto it = defs.find(v);
     return it == defs.end() ? nullptr : it->second;
   };
-  // A cheap value's roots, and the instructions and constants that make it from them.
+  // A value's roots, and the instructions and constants that make it from them (through those
+  // `through` admits).
   struct Making {
     std::set<int> roots, consts;
     std::set<const Inst*> insts;
   };
-  std::function<void(int, Making&)> expand = [&](int v, Making& m) {
+  using Admits = bool (*)(const Program&, const Inst*, int);
+  std::function<void(int, Making&, Admits)> expand = [&](int v, Making& m, Admits through) {
     if (!here.count(v)) return;  // (from outside the loop)
     const Inst* def = def_of(v);
     if (def && def->opcode == Opcode::Const) {
       m.consts.insert(v);
-    } else if (!cheap(p, def, v)) {
+    } else if (!through(p, def, v)) {
       m.roots.insert(v);
     } else {
       m.insts.insert(def);
-      for (int a : def->args) expand(a, m);
+      for (int a : def->args) expand(a, m, through);
     }
   };
+  auto cheap_or_elementwise = [](const Program& q, const Inst* def, int v) {
+    return cheap(q, def, v) || elementwise(q, def, v);
+  };
   std::set<int> base;
-  std::map<int, Making> cheap_ones;
+  std::map<int, Making> cheap_ones, tiles;
   for (int v : needed)
     if (cheap(p, def_of(v), v))
-      expand(v, cheap_ones[v]);
+      expand(v, cheap_ones[v], cheap);
+    else if (elementwise(p, def_of(v), v))
+      expand(v, tiles[v], cheap_or_elementwise);
     else
       base.insert(v);
+  Carried out;
+  for (const auto& [v, m] : tiles) {
+    int64_t added = 0;
+    for (int r : m.roots)
+      if (!base.count(r)) added += thread_bytes(p, r);
+    if (added >= thread_bytes(p, v)) {
+      base.insert(v);
+      continue;
+    }
+    base.insert(m.roots.begin(), m.roots.end());
+    out.remade.insert(m.insts.begin(), m.insts.end());
+    out.constants.insert(m.consts.begin(), m.consts.end());
+  }
   // (Those whose roots are carried anyway are made again; the rest too where their roots are fewer.)
   std::set<int> rest_roots;
   size_t rest = 0;
@@ -149,7 +189,6 @@ Carried carry(const Program& p, const std::vector<int>& needed, const std::set<i
         if (!base.count(r)) rest_roots.insert(r);
     }
   const bool remake_rest = rest_roots.size() < rest;
-  Carried out;
   for (const auto& [v, m] : cheap_ones) {
     if (!remake_rest && !std::includes(base.begin(), base.end(), m.roots.begin(), m.roots.end())) {
       out.values.push_back(v);

@@ -182,10 +182,11 @@ std::vector<Variant> variants_of(uint64_t seed) {
       u.fusion.schedule.refill_at_read = pick(0, 1);
       u.name += fmt::format(" --refill-at-read {}", u.fusion.schedule.refill_at_read);
     }
-  // And a quarter split rows in parts of 32 or 64 elements a thread (blocks of 512 or 256).
+  // And a quarter split rows in parts of 16, 32 or 64 elements a thread (blocks of fewer threads
+  // for more).
   for (Variant& u : out)
     if (pick(0, 3) == 0) {
-      u.fusion.schedule.part_elements = pick(0, 1) ? 64 : 32;
+      u.fusion.schedule.part_elements = 16 << pick(0, 2);
       u.name += fmt::format(" --part-elements {}", u.fusion.schedule.part_elements);
     }
   // And a quarter fetch a split row's pending parts early, or not, whatever the default would.
