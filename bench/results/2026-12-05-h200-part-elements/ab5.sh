@@ -39,5 +39,6 @@ for n in dict.fromkeys(k[0] for k in runs):
     o = statistics.median(runs[(n, "old")])
     print(n, " ".join(f"{v}={statistics.median(x):.4f}({statistics.median(x)/o:.3f})" for (nn, v), x in runs.items() if nn == n))
 PY
+[ "${AB_ONLY:-0}" = 1 ] && exit 0
 bundle/tilefuse_tests --gtest_brief=1 --gtest_filter='Gpu*' 2>&1 | tail -4 | tee ${OUT:-/tmp}/tests.log
 bundle/tilefuse_fuzz --first 17200 --count 3000 --gpu --seconds 60 --jobs 12 --long-rows 0.4 2>&1 | tail -4 | tee ${OUT:-/tmp}/fuzz.log
