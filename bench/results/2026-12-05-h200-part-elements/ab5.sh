@@ -29,16 +29,7 @@ for r in 1 2 3; do
   fi
 done
 } | tee ${OUT:-/tmp}/ab5.log
-python3 - ${OUT:-/tmp}/ab5.log <<'PY'
-import re, statistics, sys, collections
-runs = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    m = re.match(r"(\S+) (\S+) +median ([0-9.]+) ms \(min ([0-9.]+)", line)
-    if m: runs[(m[2], m[1])].append(float(m[3]))
-for n in dict.fromkeys(k[0] for k in runs):
-    o = statistics.median(runs[(n, "old")])
-    print(n, " ".join(f"{v}={statistics.median(x):.4f}({statistics.median(x)/o:.3f})" for (nn, v), x in runs.items() if nn == n))
-PY
+python3 scripts/ab_medians.py ${OUT:-/tmp}/ab5.log
 [ "${AB_ONLY:-0}" = 1 ] && exit 0
 bundle/tilefuse_tests --gtest_brief=1 --gtest_filter='Gpu*' 2>&1 | tail -4 | tee ${OUT:-/tmp}/tests.log
 bundle/tilefuse_fuzz --first 17200 --count 3000 --gpu --seconds 60 --jobs 12 --long-rows 0.4 2>&1 | tail -4 | tee ${OUT:-/tmp}/fuzz.log
