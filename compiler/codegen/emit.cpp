@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 #include <llvm/IR/Dominators.h>
 #include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -18,8 +18,8 @@
 #include <set>
 
 #include "compiler/codegen/elementwise.h"
-#include "compiler/codegen/math.h"
 #include "compiler/codegen/llvm_support.h"
+#include "compiler/codegen/math.h"
 #include "compiler/support/error.h"
 
 namespace tilefuse {
@@ -94,6 +94,7 @@ class Emitter {
     vals_.resize(p_.types.size());
     uses_.assign(p_.types.size(), 0);
     count_uses(p_.body);
+    find_part_made(p_.body);
     set_thread(b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}));
     // Another block's shared memory may be written only once every block of the cluster runs:
     // each arrives here, and the first exchange waits (cluster_values).
@@ -136,15 +137,73 @@ class Emitter {
   Value* index(int64_t v) { return llvm::ConstantInt::get(index_ty(), static_cast<uint64_t>(v)); }
   Value* one(int v) const { return vals_.at(static_cast<size_t>(v)).at(0); }
 
+  // Element (e0, e1) of tile v as an operand of a tile's element (e0, e1): broadcast where v is
+  // one wide.
+  Value* operand(int v, int e0, int e1) {
+    const Type& t = type(v);
+    const int a0 = t.shape[0] == 1 ? 0 : e0, a1 = t.shape[1] == 1 ? 0 : e1;
+    return vals_[static_cast<size_t>(v)][static_cast<size_t>(a0 * slots(t, 1) + a1)];
+  }
+  // Element (e0, e1) of v — a 16-bit part a loop carries, or a tile made from it by cheap
+  // elementwise ops (part_made_) — made again from the part's words (again_from_word) at each use:
+  // else the f32 values made for a use before a reduction stay live until those after it (a
+  // softmax's part read for its max, then for its exps: twice the registers of the words).
+  Value* again(int v, int e0, int e1) {
+    if (carried_16bit_.count(v)) return again_from_word(operand(v, e0, e1), type(v).dtype);
+    const Inst& d = *computed_by_.at(v);
+    std::vector<Value*> args;
+    for (int a : d.args)
+      args.push_back(!type(a).is_tile()                               ? one(a)
+                     : carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1)
+                                                                      : operand(a, e0, e1));
+    return element(b_, d.op, type(v).dtype, args, p_.name, d.nonpositive_arg);
+  }
+  // The tiles of a carried part's shape made from it (or from each other) by casts, negations,
+  // sums, differences, products, fmas, maxima and minima.
+  void find_part_made(const Region& r) {
+    for (const Inst& i : r.body) {
+      for (const Region& inner : i.regions) find_part_made(inner);
+      if (i.opcode != Opcode::Compute || i.results.size() != 1) continue;
+      const bool cheap =
+          !i.flush_subnormal && (i.op == Op::Cast || i.op == Op::Neg || i.op == Op::Add || i.op == Op::Sub ||
+                                 i.op == Op::Mul || i.op == Op::Fma || i.op == Op::Max || i.op == Op::Min);
+      const Type& t = type(i.results[0]);
+      auto from_part = [&](int a) {
+        return (carried_16bit_.count(a) || part_made_.count(a)) && type(a).shape == t.shape;
+      };
+      if (cheap && t.is_tile() && t.frag == Frag::None &&
+          std::any_of(i.args.begin(), i.args.end(), from_part))
+        part_made_.insert(i.results[0]);
+    }
+  }
+
   void count_uses(const Region& r) {
     for (const Inst& i : r.body) {
       for (int a : i.args) uses_[static_cast<size_t>(a)]++;
+      const bool exact = i.opcode == Opcode::Load || i.opcode == Opcode::LoadShared ||
+                         i.opcode == Opcode::Const || (i.opcode == Opcode::Compute && i.op == Op::Cast);
+      for (int v : i.results)
+        if (exact && blocked_16bit(type(v))) exact_16bit_.insert(v);
       if (i.opcode == Opcode::Yield)
         for (int a : i.args)
-          if (const Type& t = type(a); t.is_tile() && t.frag == Frag::None && (t.dtype == DType::BF16 || t.dtype == DType::F16))
-            carried_16bit_.insert(a);
+          if (exact_16bit_.count(a)) carried_16bit_.insert(a);
       for (const Region& inner : i.regions) count_uses(inner);
     }
+  }
+  // A blocked tile of 16-bit elements (each held in f32: exactly where loaded, a constant or cast
+  // to 16 bits — exact_16bit_ —, else not rounded until stored).
+  static bool blocked_16bit(const Type& t) {
+    return t.is_tile() && t.frag == Frag::None && (t.dtype == DType::BF16 || t.dtype == DType::F16);
+  }
+
+  // Where x is a 16-bit element of a vector widened to f32 (fpext of extractelement at a
+  // constant): the vector, of elements of type `half`, and x's place in it.
+  static std::optional<std::pair<Value*, uint64_t>> widened_element(Value* x, llvm::Type* half) {
+    auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
+    auto* e = ext ? llvm::dyn_cast<llvm::ExtractElementInst>(ext->getOperand(0)) : nullptr;
+    auto* at = e ? llvm::dyn_cast<llvm::ConstantInt>(e->getIndexOperand()) : nullptr;
+    if (!at || e->getVectorOperand()->getType()->getScalarType() != half) return std::nullopt;
+    return std::pair<Value*, uint64_t>{e->getVectorOperand(), at->getZExtValue()};
   }
 
   // Element x of a 16-bit tile that a loop carries, made again from the 32-bit word it was loaded
@@ -152,15 +211,15 @@ class Emitter {
   // pairs); x's f32 value, made for the tile's first use, would stay live until its last (twice
   // their registers: a 16-bit split part's reduction and its exps).
   Value* again_from_word(Value* x, DType dt) {
-    auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
-    auto* e = ext ? llvm::dyn_cast<llvm::ExtractElementInst>(ext->getOperand(0)) : nullptr;
-    auto* at = e ? llvm::dyn_cast<llvm::ConstantInt>(e->getIndexOperand()) : nullptr;
-    const auto* vty = e ? llvm::dyn_cast<llvm::FixedVectorType>(e->getVectorOperand()->getType()) : nullptr;
-    if (!at || !vty || vty->getNumElements() % 2 != 0) return x;
-    const uint64_t c = at->getZExtValue();
-    Value* words = b_.CreateBitCast(e->getVectorOperand(), llvm::FixedVectorType::get(b_.getInt32Ty(), vty->getNumElements() / 2));
-    Value* word = own_register(b_, b_.CreateExtractElement(words, c / 2));
-    Value* two = b_.CreateBitCast(word, llvm::FixedVectorType::get(storage_type(b_, dt), 2));
+    llvm::Type* half = storage_type(b_, dt);
+    const auto element = widened_element(x, half);
+    const auto* vty = element ? llvm::dyn_cast<llvm::FixedVectorType>(element->first->getType()) : nullptr;
+    if (!vty || vty->getNumElements() % 2 != 0) return x;
+    const uint64_t c = element->second;
+    auto* words_ty = llvm::FixedVectorType::get(b_.getInt32Ty(), vty->getNumElements() / 2);
+    Value* word =
+        own_register(b_, b_.CreateExtractElement(b_.CreateBitCast(element->first, words_ty), c / 2));
+    Value* two = b_.CreateBitCast(word, llvm::FixedVectorType::get(half, 2));
     return to_compute(b_, b_.CreateExtractElement(two, c % 2), dt);
   }
 
@@ -732,9 +791,8 @@ class Emitter {
             args.push_back(one(a));
             continue;
           }
-          const int a0 = at.shape[0] == 1 ? 0 : e0, a1 = at.shape[1] == 1 ? 0 : e1;
-          Value* x = vals_[static_cast<size_t>(a)][static_cast<size_t>(a0 * slots(at, 1) + a1)];
-          args.push_back(i.op == Op::Cast && carried_16bit_.count(a) ? again_from_word(x, at.dtype) : x);
+          args.push_back(carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1)
+                                                                        : operand(a, e0, e1));
         }
         if (broadcast_divisor) {
           Value*& inv = reciprocal[args[1]];
@@ -1496,13 +1554,12 @@ class Emitter {
     b_.SetInsertPoint(head);
     return h;
   }
-  // A carried blocked tile of 16-bit elements (held in f32, exactly), an even count a thread.
-  std::optional<DType> in_pairs(int v) const {
-    const Type& t = type(v);
-    const size_t n = vals_[static_cast<size_t>(v)].size();
-    if (!t.is_tile() || t.frag != Frag::None || (t.dtype != DType::BF16 && t.dtype != DType::F16) || n == 0 || n % 2 != 0)
-      return std::nullopt;
-    return t.dtype;
+  // A loop's carried blocked tile of 16-bit elements that are exact in 16 bits both as it enters
+  // and as the body yields it, an even count a thread: its dtype (else it is carried in f32).
+  std::optional<DType> in_pairs(int init, int next) const {
+    const size_t n = vals_[static_cast<size_t>(init)].size();
+    if (!exact_16bit_.count(init) || !carried_16bit_.count(next) || n == 0 || n % 2 != 0) return std::nullopt;
+    return type(init).dtype;
   }
   std::vector<Value*> packed_pairs(const std::vector<Value*>& v, DType dt) {
     std::vector<Value*> out;
@@ -1524,10 +1581,10 @@ class Emitter {
     }
     return out;
   }
-  void carry(LoopHead& h, const std::vector<int>& inits, const std::vector<int>& args) {
+  void carry(LoopHead& h, const std::vector<int>& inits, const std::vector<int>& args, const Inst& yield) {
     for (size_t k = 0; k < inits.size(); ++k) {
       const std::vector<Value*>& init = vals_[static_cast<size_t>(inits[k])];
-      const std::optional<DType> pairs = in_pairs(inits[k]);
+      const std::optional<DType> pairs = in_pairs(inits[k], yield.args.at(k));
       llvm::BasicBlock* at = b_.GetInsertBlock();
       b_.SetInsertPoint(h.pre->getTerminator());
       const std::vector<Value*> in = pairs ? packed_pairs(init, *pairs) : init;
@@ -1552,27 +1609,22 @@ class Emitter {
   void sink_unpacked_pairs() {
     llvm::DominatorTree dom(*fn_);
     for (llvm::Instruction* word : unpacked_words_) {
-      std::vector<llvm::Instruction*> chain = {word};
-      std::set<llvm::Instruction*> in_chain = {word};
-      for (size_t c = 0; c < chain.size(); ++c)
-        for (llvm::User* u : chain[c]->users())
-          if (auto* i = llvm::dyn_cast<llvm::Instruction>(u);
-              i && !in_chain.count(i) && (llvm::isa<llvm::BitCastInst>(i) || llvm::isa<llvm::ExtractElementInst>(i) || llvm::isa<llvm::FPExtInst>(i))) {
-            chain.push_back(i);
-            in_chain.insert(i);
-          }
-      std::set<llvm::Instruction*> users;
+      const std::vector<llvm::Instruction*> chain = unpacking(word);
+      const std::set<llvm::Instruction*> in_chain(chain.begin(), chain.end());
+      std::set<llvm::Instruction*> users;  // (outside the chain, but phis)
       llvm::BasicBlock* to = nullptr;
+      bool dominated = true;
       for (llvm::Instruction* c : chain)
         for (llvm::Use& u : c->uses()) {
           auto* i = llvm::cast<llvm::Instruction>(u.getUser());
           if (in_chain.count(i)) continue;
           auto* phi = llvm::dyn_cast<llvm::PHINode>(i);
           llvm::BasicBlock* at = phi ? phi->getIncomingBlock(u) : i->getParent();
-          to = to ? dom.findNearestCommonDominator(to, at) : at;
+          to = !to ? at : dom.findNearestCommonDominator(to, at);
+          dominated = dominated && to;  // (none: an unreachable use; left in place)
           if (!phi) users.insert(i);
         }
-      if (!to || to == word->getParent()) continue;
+      if (!dominated || !to || to == word->getParent()) continue;
       llvm::Instruction* before = to->getTerminator();
       for (llvm::Instruction& i : *to)
         if (users.count(&i)) {
@@ -1581,6 +1633,18 @@ class Emitter {
         }
       for (llvm::Instruction* c : chain) c->moveBefore(before->getIterator());
     }
+  }
+  // A carried word's move and what unpacks it (bitcast, elements, their f32 values), defs first.
+  static std::vector<llvm::Instruction*> unpacking(llvm::Instruction* word) {
+    std::vector<llvm::Instruction*> chain = {word};
+    for (size_t c = 0; c < chain.size(); ++c)
+      for (llvm::User* u : chain[c]->users())
+        if (auto* i = llvm::dyn_cast<llvm::Instruction>(u);
+            i && std::find(chain.begin(), chain.end(), i) == chain.end() &&
+            (llvm::isa<llvm::BitCastInst>(i) || llvm::isa<llvm::ExtractElementInst>(i) ||
+             llvm::isa<llvm::FPExtInst>(i)))
+          chain.push_back(i);
+    return chain;
   }
   std::vector<Value*> carried_values(const LoopHead& h, size_t k, bool own) {
     if (h.paired[k]) return unpacked_pairs(h.carried[k], *h.paired[k], own);
@@ -1598,7 +1662,8 @@ class Emitter {
     }
     b_.CreateBr(h.parity->getParent());
     b_.SetInsertPoint(exit);
-    for (size_t k = 0; k < results.size(); ++k) vals_[static_cast<size_t>(results[k])] = carried_values(h, k, false);
+    for (size_t k = 0; k < results.size(); ++k)
+      vals_[static_cast<size_t>(results[k])] = carried_values(h, k, false);
   }
 
   // lo ≤ iv < hi by step, the carried values (every element of a carried tile) as PHIs.
@@ -1609,7 +1674,8 @@ class Emitter {
     llvm::PHINode* iv = b_.CreatePHI(index_ty(), 2, "iv");
     iv->addIncoming(one(i.args[0]), h.pre);
     vals_[static_cast<size_t>(r.args[0])] = {iv};
-    carry(h, std::vector<int>(i.args.begin() + 3, i.args.end()), std::vector<int>(r.args.begin() + 1, r.args.end()));
+    carry(h, std::vector<int>(i.args.begin() + 3, i.args.end()),
+          std::vector<int>(r.args.begin() + 1, r.args.end()), r.body.back());
     auto* body = llvm::BasicBlock::Create(ctx_, "loop.body", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn_);
     b_.CreateCondBr(b_.CreateICmpULT(iv, one(i.args[1])), body, exit);
@@ -1628,7 +1694,7 @@ class Emitter {
     const Region& body_r = i.regions.at(1);
     if (exchanges_over_cluster(head_r) || exchanges_over_cluster(body_r)) join_cluster();
     LoopHead h = open_loop("while");
-    carry(h, i.args, head_r.args);
+    carry(h, i.args, head_r.args, body_r.body.back());
     auto* body = llvm::BasicBlock::Create(ctx_, "while.body", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
     ++loop_depth_;
@@ -1643,16 +1709,14 @@ class Emitter {
   // Two 16-bit elements of a fragment (held in f32, exactly) packed into an i32 register: the
   // pair a conversion made (convert), or the two rounded and put together.
   Value* pack(Value* lo, Value* hi, DType dt) {
-    auto half_of = [](Value* x, uint64_t at) -> Value* {
-      auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
-      auto* e = ext ? llvm::dyn_cast<llvm::ExtractElementInst>(ext->getOperand(0)) : nullptr;
-      auto* index = e ? llvm::dyn_cast<llvm::ConstantInt>(e->getIndexOperand()) : nullptr;
-      const auto* pair = e ? llvm::dyn_cast<llvm::FixedVectorType>(e->getVectorOperand()->getType()) : nullptr;
-      return index && index->getZExtValue() == at && pair->getNumElements() == 2 ? e->getVectorOperand() : nullptr;
+    llvm::Type* half = storage_type(b_, dt);
+    auto half_of = [&](Value* x, uint64_t at) -> Value* {
+      const auto e = widened_element(x, half);
+      const auto* pair = e ? llvm::dyn_cast<llvm::FixedVectorType>(e->first->getType()) : nullptr;
+      return pair && pair->getNumElements() == 2 && e->second == at ? e->first : nullptr;
     };
     Value* both = half_of(lo, 0);
     if (both && both == half_of(hi, 1)) return b_.CreateBitCast(both, b_.getInt32Ty());
-    llvm::Type* half = storage_type(b_, dt);
     Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(half, 2));
     v = b_.CreateInsertElement(v, b_.CreateFPTrunc(lo, half), uint64_t{0});
     v = b_.CreateInsertElement(v, b_.CreateFPTrunc(hi, half), uint64_t{1});
@@ -2601,7 +2665,9 @@ class Emitter {
   std::vector<std::vector<Value*>> vals_;  // value id → the thread's elements
   std::vector<llvm::Instruction*> unpacked_words_;  // carried 16-bit pairs' words at their loop's head
   std::vector<int> uses_;                  // value id → instructions using it
-  std::set<int> carried_16bit_;            // 16-bit tiles a loop yields (carried in pairs)
+  std::set<int> exact_16bit_;              // blocked 16-bit tiles exact in 16 bits (blocked_16bit)
+  std::set<int> carried_16bit_;            // of them, those a loop yields (carried in pairs)
+  std::set<int> part_made_;                // tiles made cheaply from them (find_part_made)
   std::map<int, const Inst*> bounds_of_;   // an in_bounds tile's value id → its instruction
   std::map<int, std::vector<Value*>> run_bits_of_;  // an in_window tile → its rows' bits (words)
   std::map<int, const Inst*> computed_by_;           // an elementwise value's id → its instruction

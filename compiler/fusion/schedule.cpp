@@ -505,16 +505,16 @@ static bool stage_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   return true;
 }
 
-// Rows of two or more whole parts of 64 KiB (blocks of 1024 threads, one per SM; a 16-bit part
-// of 16 elements a thread, 32 KiB): each part is a task of the persistent grid, staged like a
-// row, and a block holds two parts at once (the one it reduces and the one it writes). A thread
-// holds 16 elements of an f32 part, 32 of a 16-bit
-// one (ScheduleHints::part_elements; more a thread take blocks of fewer threads, as many an SM
-// as their registers allow): a task carries its part to the next iteration in registers — an
-// f32 part's exps, a 16-bit part itself, half their registers, its exps made again
-// (pipeline_part_gathers). Fewer parts a row wait on fewer siblings: bf16 softmax over 262144
-// columns took 1.075 of the first IR's time in 16 parts of 16384 whatever the block's shape
-// (bench/results/2026-12-05-h200-part-elements), the first IR's 8 parts of 32768 its time.
+// Rows of two or more whole parts of 64 KiB (by default blocks of 1024 threads, one an SM): each
+// part is a task of the persistent grid, staged like a row, and a block holds two parts at once
+// (the one it reduces and the one it writes). A thread holds 16 elements of an f32 part, 32 of a
+// 16-bit one (ScheduleHints::part_elements: more a thread take blocks of fewer threads, as many
+// an SM as their registers allow; 16 of a 16-bit part make it 32 KiB). A task carries its part
+// to the next iteration in registers: an f32 part's exps; a 16-bit part itself, half their
+// registers, its exps made again (pipeline_part_gathers). Fewer parts a row, fewer siblings to
+// wait for: on the H200, bf16 softmax over 262144 columns in 16 parts of 16384 took 1.075 of
+// the first IR's time (8 parts of 32768) whatever the block's shape
+// (bench/results/2026-12-05-h200-part-elements).
 static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const std::vector<DType>& dtypes,
                        size_t num_inputs, const ScheduleHints& hints, const DeviceProfile& device) {
   if (!device.bulk_copies || hints.stages == 0 || hints.split == 0) return false;
@@ -529,7 +529,8 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   const int64_t part = int64_t{threads} * elems;
   // One warp merges a row's parts: at most 32.
   if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
-  const int blocks_per_sm = std::clamp(65536 / (threads * (2 * elems + 32)), 1, std::max(1, 2048 / threads));
+  const int registers = (narrow ? elems : 2 * elems) + 32;  // (about: a 16-bit part carried in pairs)
+  const int blocks_per_sm = std::clamp(65536 / (threads * registers), 1, std::max(1, 2048 / threads));
   TileSchedule t = s;
   if (!plan_stages(t, views, dtypes, num_inputs, part, blocks_per_sm, hints, device)) return false;
   s = t;

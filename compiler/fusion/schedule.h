@@ -362,7 +362,7 @@ struct ScheduleHints {
   // vectors); 0, the default: 16 for f32, 32 for 16-bit rows (a 16-bit part is carried to the
   // next task in pairs, its exps made again: ptxas' 64 registers for bf16's 32, 121 for 64). The
   // part's E·T elements take blocks of T threads, as many an SM as the registers allow (about
-  // 2E + 32 a thread for f32).
+  // 2E + 32 a thread for f32, E + 32 for 16-bit rows).
   int part_elements = 0;
 };
 

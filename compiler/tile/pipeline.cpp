@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -106,79 +107,122 @@ bool cheap(const Program& p, const Inst* def, int v) {
 // A blocked tile made elementwise (Compute, Spread) that the loop could make again from what it
 // is made of, where that holds fewer bytes a thread: a 16-bit part's exps (f32) from the part
 // (16-bit) and its warps' max.
-bool elementwise(const Program& p, const Inst* def, int v) {
+bool blocked_elementwise(const Program& p, const Inst* def, int v) {
   const Type& t = p.types.at(static_cast<size_t>(v));
   return def && def->regions.empty() && (def->opcode == Opcode::Compute || def->opcode == Opcode::Spread) &&
          t.is_tile() && t.frag == Frag::None;
 }
 
-// The bytes a thread holds of value v, to compare what a loop carries: a blocked tile's share of
-// its elements; anything else (an index, a scalar, a lanes, warps or warp-lanes tile) a register.
-int64_t thread_bytes(const Program& p, int v) {
+// The bytes a thread holds of value v (made by `def`, if known), to compare what a loop carries:
+// a blocked tile's share of its elements, each of a 16-bit tile in f32 but where loaded, a
+// constant or cast to 16 bits (exact there, the codegen carries them in pairs); anything else (an
+// index, a scalar, a lanes, warps or warp-lanes tile) a register.
+int64_t thread_bytes(const Program& p, int v, const Inst* def) {
   const Type& t = p.types.at(static_cast<size_t>(v));
   if (!t.is_tile() || t.frag != Frag::None) return 4;
-  const int64_t threads = std::max(1, p.layout.block_threads());
-  return std::max<int64_t>(4, num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype)) / threads);
+  const bool exact = !def || def->opcode == Opcode::Load || def->opcode == Opcode::LoadShared ||
+                     def->opcode == Opcode::Const || (def->opcode == Opcode::Compute && def->op == Op::Cast);
+  const int64_t size = exact ? static_cast<int64_t>(dtype_size(t.dtype)) : 4;
+  return std::max<int64_t>(4, num_elements(t.shape) * size / std::max(1, p.layout.block_threads()));
+}
+
+// A value's roots (the values it is made from that the loop would carry), and the instructions
+// and constants that make it from them.
+struct Making {
+  std::set<int> roots, consts;
+  std::set<const Inst*> insts;
+};
+
+// A value a loop can carry: an index, a scalar or a tile.
+bool carriable(const Program& p, int v) {
+  const Type& t = p.types.at(static_cast<size_t>(v));
+  return t.kind == Type::Kind::Index || t.kind == Type::Kind::Scalar || t.is_tile();
+}
+
+// The blocked tiles made again (their instructions and constants into `out`, their roots into
+// `base`, the values carried anyway): all of them where the roots they add to `base` hold fewer
+// bytes a thread than they do together, else each where its own do; the rest are carried (into
+// `base`), but those whose roots all are carried by then. A tile whose roots the loop cannot
+// carry is carried.
+void remake_tiles(const Program& p, const std::map<int, Making>& tiles,
+                  const std::map<int, const Inst*>& defs, std::set<int>& base, Carried& out) {
+  auto bytes_of = [&](int v) {
+    const auto d = defs.find(v);
+    return thread_bytes(p, v, d == defs.end() ? nullptr : d->second);
+  };
+  auto added = [&](const std::set<int>& roots) {
+    int64_t bytes = 0;
+    for (int r : roots)
+      if (!base.count(r)) bytes += carriable(p, r) ? bytes_of(r) : INT64_MAX / 4;
+    return bytes;
+  };
+  std::set<int> all_roots;
+  int64_t all_bytes = 0;
+  for (const auto& [v, m] : tiles) {
+    all_roots.insert(m.roots.begin(), m.roots.end());
+    all_bytes += bytes_of(v);
+  }
+  const bool all = added(all_roots) < all_bytes;
+  std::set<int> carried;
+  for (const auto& [v, m] : tiles)
+    if (all || added(m.roots) < bytes_of(v))
+      base.insert(m.roots.begin(), m.roots.end());
+    else
+      carried.insert(v);
+  for (const auto& [v, m] : tiles) {
+    if (carried.count(v) && !std::includes(base.begin(), base.end(), m.roots.begin(), m.roots.end())) {
+      base.insert(v);
+      continue;
+    }
+    out.remade.insert(m.insts.begin(), m.insts.end());
+    out.constants.insert(m.consts.begin(), m.consts.end());
+  }
 }
 
 // The values the moved part needs, fewer where cheap ones can be made again from others: a
-// cheap value whose roots (the values it is made from, through cheap instructions, that the
-// loop would carry) are carried anyway is made again; cheap values whose roots are not are made
-// again only where their roots together are fewer than they (a softmax's warps' max and its
-// "seen" bit from the warps' raw max). A blocked tile made elementwise is made again where the
-// roots it adds to those carried hold fewer bytes a thread than it (registers across the loop
-// bound a part's size). `here`: the values the head and the part before the cut define; `defs`:
-// the instructions of theirs that make them, by value.
+// cheap value whose roots (through cheap instructions) are carried anyway is made again; cheap
+// values whose roots are not are made again only where their roots together are fewer than they
+// (a softmax's warps' max and its "seen" bit from the warps' raw max). A blocked tile made
+// elementwise is made again where its roots hold fewer bytes a thread (remake_tiles: registers
+// across the loop bound a part's size). `here`: the values the head and the part before the cut
+// define; `defs`: the instructions of theirs that make them, by value.
 Carried carry(const Program& p, const std::vector<int>& needed, const std::set<int>& here,
               const std::map<int, const Inst*>& defs) {
   auto def_of = [&](int v) -> const Inst* {
     const auto it = defs.find(v);
     return it == defs.end() ? nullptr : it->second;
   };
-  // A value's roots, and the instructions and constants that make it from them (through those
-  // `through` admits).
-  struct Making {
-    std::set<int> roots, consts;
-    std::set<const Inst*> insts;
-  };
+  std::set<int> base;
+  // (Through the instructions `through` admits, stopping at values carried anyway.)
   using Admits = bool (*)(const Program&, const Inst*, int);
   std::function<void(int, Making&, Admits)> expand = [&](int v, Making& m, Admits through) {
     if (!here.count(v)) return;  // (from outside the loop)
     const Inst* def = def_of(v);
     if (def && def->opcode == Opcode::Const) {
       m.consts.insert(v);
-    } else if (!through(p, def, v)) {
+    } else if (base.count(v) || !through(p, def, v)) {
       m.roots.insert(v);
     } else {
       m.insts.insert(def);
       for (int a : def->args) expand(a, m, through);
     }
   };
-  auto cheap_or_elementwise = [](const Program& q, const Inst* def, int v) {
-    return cheap(q, def, v) || elementwise(q, def, v);
-  };
-  std::set<int> base;
-  std::map<int, Making> cheap_ones, tiles;
+  std::vector<int> cheap_values, tile_values;
   for (int v : needed)
     if (cheap(p, def_of(v), v))
-      expand(v, cheap_ones[v], cheap);
-    else if (elementwise(p, def_of(v), v))
-      expand(v, tiles[v], cheap_or_elementwise);
+      cheap_values.push_back(v);
+    else if (blocked_elementwise(p, def_of(v), v))
+      tile_values.push_back(v);
     else
       base.insert(v);
   Carried out;
-  for (const auto& [v, m] : tiles) {
-    int64_t added = 0;
-    for (int r : m.roots)
-      if (!base.count(r)) added += thread_bytes(p, r);
-    if (added >= thread_bytes(p, v)) {
-      base.insert(v);
-      continue;
-    }
-    base.insert(m.roots.begin(), m.roots.end());
-    out.remade.insert(m.insts.begin(), m.insts.end());
-    out.constants.insert(m.consts.begin(), m.consts.end());
-  }
+  std::map<int, Making> cheap_ones, tiles;
+  auto cheap_or_elementwise = [](const Program& q, const Inst* def, int v) {
+    return cheap(q, def, v) || blocked_elementwise(q, def, v);
+  };
+  for (int v : tile_values) expand(v, tiles[v], cheap_or_elementwise);
+  remake_tiles(p, tiles, defs, base, out);
+  for (int v : cheap_values) expand(v, cheap_ones[v], cheap);
   // (Those whose roots are carried anyway are made again; the rest too where their roots are fewer.)
   std::set<int> rest_roots;
   size_t rest = 0;

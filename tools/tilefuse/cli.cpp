@@ -115,9 +115,9 @@ common options:
                                after the publish behind a barrier of their own (default: 1 for
                                16-bit rows, 0 for f32)
   --part-elements 16|32|64     split rows: the elements each thread holds of a part of 64 KiB
-                               (of 32 KiB for 16 of 16-bit; blocks of as many threads as that
-                               takes, at most 1024, unless --block-threads says, as many an SM as registers allow; default 16 for f32, 32
-                               for 16-bit rows)
+                               (32 KiB for 16-bit rows at 16), in blocks of as many threads as
+                               that takes (at most 1024) unless --block-threads says, as many
+                               an SM as registers allow; default 16 for f32, 32 for 16-bit rows
   --pack-heads 0|1             schedule override: 1 gives attention with one query per head and
                                K/V heads shared by a group of query heads (GQA, MQA decode) one
                                block per K/V head, its query heads as the block's rows (default 1)
