@@ -77,7 +77,8 @@ TEST(Interpret, LongRowsStagedAndClusteredMatchFloat64) {
 // Rows split into parts: each part a task of a persistent grid of
 // fewer blocks than tasks, published to the workspace and the row's parts gathered from the
 // other blocks' (parts of 64 KiB: rows of four f32 parts, of two bf16 ones; a softmax's max and
-// online sum, an RMSNorm's sum of squares and its weight read at the part's columns).
+// online sum, an RMSNorm's sum of squares and its weight read at the part's columns, rows scaled
+// by a positive and a negative constant).
 TEST(Interpret, SplitRowsMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -86,7 +87,8 @@ TEST(Interpret, SplitRowsMatchFloat64) {
     output("p", softmax(input(g, "x", {5, 65536}, dt), -1));
     output("l", log_softmax(input(g, "z", {3, 65536}, dt), -1));
     output("n", rmsnorm(input(g, "v", {3, 65536}, dt), input(g, "w", {65536}, dt)));
-    output("s", log_softmax(input(g, "u", {3, 65536}, dt) * 3.0, -1));
+    output("s", log_softmax(input(g, "u", {3, 65536}, dt) * 3.0, -1));  // (the max of u, times 3)
+    output("t", softmax(-0.5 * input(g, "t0", {2, 65536}, dt), -1));    // (of the products)
     Plan p = plan_fusion(g);
     const int64_t part = 65536 / static_cast<int64_t>(dtype_size(dt));
     for (const Kernel& k : p.kernels)
@@ -114,7 +116,7 @@ TEST(Interpret, SplitRowsMatchFloat64) {
         EXPECT_EQ(k.schedule.elems_per_thread(), elements) << k.schedule.describe();
         EXPECT_EQ(k.schedule.threads_per_row, part / elements);
       }
-      EXPECT_EQ(split, 4);
+      EXPECT_EQ(split, 5);
       HostRunOptions grid;
       grid.persistent_blocks = 5;
       testing::check_on_host(q, seed, grid);

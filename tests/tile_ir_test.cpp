@@ -751,8 +751,9 @@ TEST(GpuTileIr, SplitRowsMatchFloat64) {
     output("p", softmax(input(g, "x", {300, 131072}, dt), -1));
     output("l", log_softmax(input(g, "z", {70, 65536}, dt), -1));
     output("n", rmsnorm(input(g, "v", {50, 65536}, dt), input(g, "w", {65536}, dt)));
-    // (A product the loop carries to the next task — not exact in 16 bits: carried in f32.)
+    // (Scaled rows: the max of u times 3; a negative scale's max of the products.)
     output("s", log_softmax(input(g, "u", {30, 65536}, dt) * 3.0, -1));
+    output("t", softmax(-0.5 * input(g, "t0", {20, 65536}, dt), -1));
     FusionOptions o;
     Plan plan = plan_fusion(g, o);
     for (const Kernel& k : plan.kernels)

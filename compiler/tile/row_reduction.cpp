@@ -1,16 +1,16 @@
-// Row kernels held in one block's or one cluster's registers (no loop over column tiles): block b holds rows [b·tile_rows, (b + 1)·tile_rows), each spread over
-// threads_per_row threads — or, in a cluster (TileSchedule::cluster_blocks), block b holds columns
-// [rank·tile_cols, (rank + 1)·tile_cols) of row b / cluster_blocks, rank = b mod cluster_blocks,
-// each reduction reduced over the block's threads, then exchanged (`cluster_values`) and
-// combined in rank order — one exchange a reduction, or one a pass over the row with online
-// sums rescaled (TileSchedule::cluster_online, over_cluster). A block's rows (or its part of a
-// cluster's, exchanged a pass at a time) over whole warps take each reduction behind a block
-// barrier of its own, or each pass behind one: the warps' values gathered into every warp,
-// online sums rescaled (TileSchedule::block_online, warps_pass).
-// The tensors along the rows are loaded first; a tensor shared by every row (layernorm's w) where
-// it is first used. Each reduction reduces along axis 1 over the row's threads (and the cluster's
-// blocks), only the row's columns counting (a mask); what uses it broadcasts the [rows, 1] result.
-// A 16-bit exp of u − c (softmax's exps) is one fma and one ex2 an element (shifted_exp2).
+// Row kernels held in one block's or one cluster's registers (no loop over column tiles): block b holds rows
+// [b·tile_rows, (b + 1)·tile_rows), each spread over threads_per_row threads — or, in a cluster
+// (TileSchedule::cluster_blocks), block b holds columns [rank·tile_cols, (rank + 1)·tile_cols) of row b /
+// cluster_blocks, rank = b mod cluster_blocks, each reduction reduced over the block's threads, then
+// exchanged (`cluster_values`) and combined in rank order — one exchange a reduction, or one a pass over the
+// row with online sums rescaled (TileSchedule::cluster_online, over_cluster). A block's rows (or its part of
+// a cluster's, exchanged a pass at a time) over whole warps take each reduction behind a block barrier of its
+// own, or each pass behind one: the warps' values gathered into every warp, online sums rescaled
+// (TileSchedule::block_online, warps_pass). The tensors along the rows are loaded first; a tensor shared by
+// every row (layernorm's w) where it is first used. Each reduction reduces along axis 1 over the row's
+// threads (and the cluster's blocks), only the row's columns counting (a mask); what uses it broadcasts the
+// [rows, 1] result. A 16-bit exp of u − c (softmax's exps) is one fma and one ex2 an element (shifted_exp2).
+// Over warps, a max or min of a row scaled by a positive constant is the row's, scaled (scaled_extreme).
 //
 // Windowed rows (TileSchedule::window: a width W that is not a multiple of the vector width)
 // are read and written at window columns (`load … window V`, Inst::window): each row of the
@@ -467,6 +467,28 @@ class RowReduction {
   }
   // Reduction id's operand along the row, or -1 where it is constant along the row (the
   // reduction then its own).
+  // A max or min of u·c or c·u (u along the row, c a positive constant) as the warps' extreme of
+  // u times c: the same value (rounding u·c is monotonic in u), from u's values (a 16-bit part's
+  // own, not products a split part would hold in f32 beside the next part: a bf16 softmax of
+  // x·0.5 spilled 96 bytes at 64 registers in parts of 32 a thread). -1 where it is not one.
+  int scaled_extreme(Builder& b, NodeId id) {
+    const Node& n = g_.node(id);
+    if (n.op != Op::ReduceMax && n.op != Op::ReduceMin) return -1;
+    const Node& product = g_.node(n.operands[0]);
+    if (product.op != Op::Mul ||
+        k_.inputs.end() != std::find(k_.inputs.begin(), k_.inputs.end(), n.operands[0]))
+      return -1;
+    for (int side = 0; side < 2; ++side) {
+      const Node& c = g_.node(product.operands[static_cast<size_t>(side)]);
+      if (c.op != Op::Constant || !(c.value > 0) || !std::isfinite(c.value)) continue;
+      const int u = eval(b, product.operands[static_cast<size_t>(1 - side)], value_of_);
+      if (!along_row(p_, u)) return -1;
+      const int extreme = b.reduce_warps(n.op, u, row_mask(b));
+      return b.compute(Op::Mul, {extreme, b.scalar(c.value, product.dtype)}, product.dtype);
+    }
+    return -1;
+  }
+
   int along_row_operand(Builder& b, NodeId id) {
     const int x = eval(b, g_.node(id).operands[0], value_of_);
     if (along_row(p_, x)) return x;
@@ -515,7 +537,10 @@ class RowReduction {
     BlockPass bp;
     std::vector<int> partials;  // each reduction's warps tile
     auto reduced = [&](NodeId id) {
-      if (const int x = along_row_operand(b, id); x >= 0) {
+      if (const int scaled = scaled_extreme(b, id); scaled >= 0) {
+        bp.ids.push_back(id);
+        partials.push_back(scaled);
+      } else if (const int x = along_row_operand(b, id); x >= 0) {
         bp.ids.push_back(id);
         partials.push_back(b.reduce_warps(g_.node(id).op, x, row_mask(b)));
       }
