@@ -233,6 +233,9 @@ CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(cons
       for (const auto& [name, m] : exe.measured()) {
         r.spilling += m.spill_bytes > 0;
         r.noted += !m.notes.empty();
+        for (const Kernel& k : exe.plan().kernels)
+          if (m.spill_bytes > 0 && k.name == name)
+            r.spills.push_back(fmt::format("{}: {} {} bytes ({})", v.name, name, m.spill_bytes, k.schedule.describe()));
       }
       r.plans++;
       const bool on_host = o.interpret && host_run_refusal(exe.plan()).empty();
