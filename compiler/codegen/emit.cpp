@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "compiler/codegen/elementwise.h"
 #include "compiler/codegen/llvm_support.h"
@@ -148,15 +149,21 @@ class Emitter {
   // elementwise ops (part_made_) — made again from the part's words (again_from_word) at each use:
   // else the f32 values made for a use before a reduction stay live until those after it (a
   // softmax's part read for its max, then for its exps: twice the registers of the words).
-  Value* again(int v, int e0, int e1) {
-    if (carried_16bit_.count(v)) return again_from_word(operand(v, e0, e1), type(v).dtype);
+  // (`made`: what one instruction's elements made again so far, by value and broadcast element.)
+  using MadeAgain = std::map<std::tuple<int, int, int>, Value*>;
+  Value* again(int v, int e0, int e1, MadeAgain& made) {
+    const Type& t = type(v);
+    const int a0 = t.shape[0] == 1 ? 0 : e0, a1 = t.shape[1] == 1 ? 0 : e1;
+    Value*& x = made[{v, a0, a1}];
+    if (x) return x;
+    if (carried_16bit_.count(v)) return x = again_from_word(operand(v, e0, e1), t.dtype);
     const Inst& d = *computed_by_.at(v);
     std::vector<Value*> args;
     for (int a : d.args)
       args.push_back(!type(a).is_tile()                               ? one(a)
-                     : carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1)
+                     : carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1, made)
                                                                       : operand(a, e0, e1));
-    return element(b_, d.op, type(v).dtype, args, p_.name, d.nonpositive_arg);
+    return x = element(b_, d.op, t.dtype, args, p_.name, d.nonpositive_arg);
   }
   // The tiles of a carried part's shape made from it (or from each other) by casts, negations,
   // sums, differences, products, fmas, maxima and minima.
@@ -782,6 +789,7 @@ class Emitter {
     const bool broadcast_divisor = i.op == Op::Div && t.is_tile() &&
                                    (!type(i.args[1]).is_tile() || elements(type(i.args[1])) < elements(t));
     std::map<Value*, Value*> reciprocal;
+    MadeAgain made;
     for (int e0 = 0; e0 < n0; ++e0)
       for (int e1 = 0; e1 < n1; ++e1) {
         std::vector<Value*> args;
@@ -791,7 +799,7 @@ class Emitter {
             args.push_back(one(a));
             continue;
           }
-          args.push_back(carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1)
+          args.push_back(carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1, made)
                                                                         : operand(a, e0, e1));
         }
         if (broadcast_divisor) {
@@ -1620,8 +1628,8 @@ class Emitter {
           if (in_chain.count(i)) continue;
           auto* phi = llvm::dyn_cast<llvm::PHINode>(i);
           llvm::BasicBlock* at = phi ? phi->getIncomingBlock(u) : i->getParent();
-          to = !to ? at : dom.findNearestCommonDominator(to, at);
-          dominated = dominated && to;  // (none: an unreachable use; left in place)
+          dominated = dominated && dom.isReachableFromEntry(at);  // (else left in place)
+          if (dominated) to = !to ? at : dom.findNearestCommonDominator(to, at);
           if (!phi) users.insert(i);
         }
       if (!dominated || !to || to == word->getParent()) continue;

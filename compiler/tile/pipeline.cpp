@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/support/error.h"
@@ -150,11 +151,14 @@ void remake_tiles(const Program& p, const std::map<int, Making>& tiles,
     const auto d = defs.find(v);
     return thread_bytes(p, v, d == defs.end() ? nullptr : d->second);
   };
-  auto added = [&](const std::set<int>& roots) {
+  auto added = [&](const std::set<int>& roots) {  // (none where a root cannot be carried)
     int64_t bytes = 0;
     for (int r : roots)
-      if (!base.count(r)) bytes += carriable(p, r) ? bytes_of(r) : INT64_MAX / 4;
-    return bytes;
+      if (!base.count(r)) {
+        if (!carriable(p, r)) return std::optional<int64_t>();
+        bytes += bytes_of(r);
+      }
+    return std::optional<int64_t>(bytes);
   };
   std::set<int> all_roots;
   int64_t all_bytes = 0;
@@ -162,10 +166,11 @@ void remake_tiles(const Program& p, const std::map<int, Making>& tiles,
     all_roots.insert(m.roots.begin(), m.roots.end());
     all_bytes += bytes_of(v);
   }
-  const bool all = added(all_roots) < all_bytes;
+  const std::optional<int64_t> all_added = added(all_roots);
+  const bool all = all_added && *all_added < all_bytes;
   std::set<int> carried;
   for (const auto& [v, m] : tiles)
-    if (all || added(m.roots) < bytes_of(v))
+    if (const std::optional<int64_t> own = added(m.roots); all || (own && *own < bytes_of(v)))
       base.insert(m.roots.begin(), m.roots.end());
     else
       carried.insert(v);

@@ -45,6 +45,7 @@
 
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/row_passes.h"
+#include "compiler/graph/dtype.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build_support.h"
 #include "compiler/tile/fold_factors.h"
@@ -465,12 +466,11 @@ class RowReduction {
         (passes_.online_with.count(id) ? online : plain).push_back(id);
     return {plain, online};
   }
-  // Reduction id's operand along the row, or -1 where it is constant along the row (the
-  // reduction then its own).
-  // A max or min of u·c or c·u (u along the row, c a positive constant) as the warps' extreme of
-  // u times c: the same value (rounding u·c is monotonic in u), from u's values (a 16-bit part's
-  // own, not products a split part would hold in f32 beside the next part: a bf16 softmax of
-  // x·0.5 spilled 96 bytes at 64 registers in parts of 32 a thread). -1 where it is not one.
+  // A max or min of u·c or c·u (u along the row, c a constant positive and finite in its dtype)
+  // as the warps' extreme of u times c, rounded as the product is where used: the same value
+  // (rounding u·c is monotonic in u), from u's values (a 16-bit part's own, not products a split
+  // part would hold in f32 beside the next part: a bf16 softmax of x·0.5 spilled 96 bytes at 64
+  // registers in parts of 32 a thread). -1 where it is not one.
   int scaled_extreme(Builder& b, NodeId id) {
     const Node& n = g_.node(id);
     if (n.op != Op::ReduceMax && n.op != Op::ReduceMin) return -1;
@@ -480,14 +480,21 @@ class RowReduction {
       return -1;
     for (int side = 0; side < 2; ++side) {
       const Node& c = g_.node(product.operands[static_cast<size_t>(side)]);
-      if (c.op != Op::Constant || !(c.value > 0) || !std::isfinite(c.value)) continue;
+      if (c.op != Op::Constant) continue;
+      const float f = static_cast<float>(c.value);
+      const double held = c.dtype == DType::BF16 ? round_to_bf16(f) : c.dtype == DType::F16 ? round_to_f16(f) : f;
+      if (!(held > 0) || !std::isfinite(held)) continue;
       const int u = eval(b, product.operands[static_cast<size_t>(1 - side)], value_of_);
       if (!along_row(p_, u)) return -1;
       const int extreme = b.reduce_warps(n.op, u, row_mask(b));
-      return b.compute(Op::Mul, {extreme, b.scalar(c.value, product.dtype)}, product.dtype);
+      return as_used(b, g_, k_, n.operands[0],
+                     b.compute(Op::Mul, {extreme, b.scalar(c.value, c.dtype)}, product.dtype));
     }
     return -1;
   }
+
+  // Reduction id's operand along the row, or -1 where it is constant along the row (the
+  // reduction then its own).
 
   int along_row_operand(Builder& b, NodeId id) {
     const int x = eval(b, g_.node(id).operands[0], value_of_);
