@@ -187,18 +187,16 @@ class Emitter {
   void count_uses(const Region& r) {
     for (const Inst& i : r.body) {
       for (int a : i.args) uses_[static_cast<size_t>(a)]++;
-      const bool exact = i.opcode == Opcode::Load || i.opcode == Opcode::LoadShared ||
-                         i.opcode == Opcode::Const || (i.opcode == Opcode::Compute && i.op == Op::Cast);
       for (int v : i.results)
-        if (exact && blocked_16bit(type(v))) exact_16bit_.insert(v);
+        if (tir::exact_in_dtype(i) && blocked_16bit(type(v))) exact_16bit_.insert(v);
       if (i.opcode == Opcode::Yield)
         for (int a : i.args)
           if (exact_16bit_.count(a)) carried_16bit_.insert(a);
       for (const Region& inner : i.regions) count_uses(inner);
     }
   }
-  // A blocked tile of 16-bit elements (each held in f32: exactly where loaded, a constant or cast
-  // to 16 bits — exact_16bit_ —, else not rounded until stored).
+  // A blocked tile of 16-bit elements (each held in f32: exactly where exact_in_dtype —
+  // exact_16bit_ —, else not rounded until stored).
   static bool blocked_16bit(const Type& t) {
     return t.is_tile() && t.frag == Frag::None && (t.dtype == DType::BF16 || t.dtype == DType::F16);
   }

@@ -103,4 +103,18 @@ float f16_bits_to_float(uint16_t h) {
 }
 float round_to_f16(float x) { return f16_bits_to_float(float_to_f16_bits(x)); }
 
+double rounded(DType t, double x) {
+  switch (t) {
+    case DType::BF16:
+      return round_to_bf16(static_cast<float>(x));
+    case DType::F16:
+      return round_to_f16(static_cast<float>(x));
+    case DType::Bool:
+      return x != 0.0;
+    case DType::F32:
+      break;
+  }
+  return static_cast<double>(static_cast<float>(x));
+}
+
 }  // namespace tilefuse

@@ -24,6 +24,8 @@ std::string shape_str(const Shape& s);
 // Host-side rounding used by the reference executor and by buffer conversion.
 float round_to_bf16(float x);
 float round_to_f16(float x);
+// x as a value of dtype t holds it (bool: 0 or 1; f32, bf16, f16 rounded to nearest even).
+double rounded(DType t, double x);
 uint16_t float_to_bf16_bits(float x);
 float bf16_bits_to_float(uint16_t b);
 uint16_t float_to_f16_bits(float x);

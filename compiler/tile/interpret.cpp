@@ -30,19 +30,6 @@ struct Val {
 
 double to_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-double rounded(DType dt, double x) {
-  switch (dt) {
-    case DType::BF16:
-      return round_to_bf16(static_cast<float>(x));
-    case DType::F16:
-      return round_to_f16(static_cast<float>(x));
-    case DType::Bool:
-      return x != 0.0;
-    case DType::F32:
-      break;
-  }
-  return to_f32(x);
-}
 
 double read_element(const uint8_t* at, DType dt) {
   switch (dt) {

@@ -183,6 +183,11 @@ bool is_index_arithmetic(Opcode o) {
          o == Opcode::IndexMin || o == Opcode::IndexSub;
 }
 
+bool exact_in_dtype(const Inst& def) {
+  return def.opcode == Opcode::Load || def.opcode == Opcode::LoadShared || def.opcode == Opcode::Const ||
+         (def.opcode == Opcode::Compute && def.op == Op::Cast);
+}
+
 bool syncs_block(const Program& p, const Inst& i, bool in_consumer_group) {
   const int t = p.layout.threads.size() == 2 ? p.layout.threads[1] : 1;
   switch (i.opcode) {

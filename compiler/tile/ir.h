@@ -328,6 +328,10 @@ struct PartsGather {
 PartsGather parts_gather(const Program& p, const Inst& i);
 // IndexMul, IndexAdd, IndexDiv, IndexRem, IndexMin, IndexSub: pure index arithmetic.
 bool is_index_arithmetic(Opcode o);
+// Whether the values `def` makes are exact in their dtype: loaded, a constant or a cast. (Other
+// 16-bit values are held in f32 unrounded until stored; the codegen carries exact ones through a
+// loop two to a 32-bit register.)
+bool exact_in_dtype(const Inst& def);
 // Where row `row` of a windowed tensor (rows of `width`, back to back) starts within its aligned
 // vector of `vec` (a power of two): (row · width) mod vec, without forming the product.
 inline int64_t window_shift(int64_t row, int64_t width, int64_t vec) { return row % vec * (width % vec) % vec; }

@@ -115,15 +115,13 @@ bool blocked_elementwise(const Program& p, const Inst* def, int v) {
 }
 
 // The bytes a thread holds of value v (made by `def`, if known), to compare what a loop carries:
-// a blocked tile's share of its elements, each of a 16-bit tile in f32 but where loaded, a
-// constant or cast to 16 bits (exact there, the codegen carries them in pairs); anything else (an
-// index, a scalar, a lanes, warps or warp-lanes tile) a register.
+// a blocked tile's share of its elements, each of a 16-bit tile in f32 but where exact in its
+// dtype (exact_in_dtype); anything else (an index, a scalar, a lanes, warps or warp-lanes tile) a
+// register.
 int64_t thread_bytes(const Program& p, int v, const Inst* def) {
   const Type& t = p.types.at(static_cast<size_t>(v));
   if (!t.is_tile() || t.frag != Frag::None) return 4;
-  const bool exact = !def || def->opcode == Opcode::Load || def->opcode == Opcode::LoadShared ||
-                     def->opcode == Opcode::Const || (def->opcode == Opcode::Compute && def->op == Op::Cast);
-  const int64_t size = exact ? static_cast<int64_t>(dtype_size(t.dtype)) : 4;
+  const int64_t size = !def || exact_in_dtype(*def) ? static_cast<int64_t>(dtype_size(t.dtype)) : 4;
   return std::max<int64_t>(4, num_elements(t.shape) * size / std::max(1, p.layout.block_threads()));
 }
 

@@ -481,9 +481,7 @@ class RowReduction {
     for (int side = 0; side < 2; ++side) {
       const Node& c = g_.node(product.operands[static_cast<size_t>(side)]);
       if (c.op != Op::Constant) continue;
-      const float f = static_cast<float>(c.value);
-      const double held = c.dtype == DType::BF16 ? round_to_bf16(f) : c.dtype == DType::F16 ? round_to_f16(f) : f;
-      if (!(held > 0) || !std::isfinite(held)) continue;
+      if (const double held = rounded(c.dtype, c.value); !(held > 0) || !std::isfinite(held)) continue;
       const int u = eval(b, product.operands[static_cast<size_t>(1 - side)], value_of_);
       if (!along_row(p_, u)) return -1;
       const int extreme = b.reduce_warps(n.op, u, row_mask(b));
@@ -495,7 +493,6 @@ class RowReduction {
 
   // Reduction id's operand along the row, or -1 where it is constant along the row (the
   // reduction then its own).
-
   int along_row_operand(Builder& b, NodeId id) {
     const int x = eval(b, g_.node(id).operands[0], value_of_);
     if (along_row(p_, x)) return x;
