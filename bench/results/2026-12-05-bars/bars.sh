@@ -4,6 +4,7 @@
 # copy ceiling from PyTorch; then the matmul's GPU tests and its Tile IR and sm_80 PTX.
 cd "$(dirname "$0")/../../.."
 export TILEFUSE_CACHE=0
+[ -f bundle/libtilefuse.so ] || gzip -dk bundle/libtilefuse.so.gz
 OUT=${OUT:-/tmp} OLD=bench/tmp/old ROUNDS=3 ITERS=30 \
   NAMES="bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_32k_bf16 softmax_256k
          softmax_256k_bf16 layernorm layernorm_bf16 rmsnorm rmsnorm_bf16 column_sum column_sum_bf16" \
