@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,12 +17,12 @@
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/fusion.h"
 #include "compiler/fusion/plan_check.h"
+#include "compiler/support/error.h"
 #include "compiler/tile/ir.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/pitch_copy.h"
-#include "runtime/device_probe.h"
-#include "compiler/support/error.h"
 #include "dsl_examples/examples.h"
+#include "runtime/device_probe.h"
 #include "tests/test_util.h"
 
 namespace tilefuse {
@@ -759,7 +760,10 @@ TEST(Codegen, DiskCacheServesOnlyItsOwnKernel) {
   c.grid = 5000000000ull;
   c.dynamic_shared_bytes = 49152;
   c.cooperative = true;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/77aa.tfk") << "tilefuse-kernel 4\n";  // an entry of the flat layout before shards
   disk_cache_store("00ff", "sm_90 x", c);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/77aa.tfk"));
   std::optional<CompiledKernel> back = disk_cache_load("00ff", c.tile_ir, "sm_90 x");
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->ptx, c.ptx);
@@ -769,13 +773,54 @@ TEST(Codegen, DiskCacheServesOnlyItsOwnKernel) {
   EXPECT_FALSE(disk_cache_load("00ff", "tile.func @other() {}", "sm_90 x").has_value());
   EXPECT_FALSE(disk_cache_load("00ff", c.tile_ir, "sm_80 x").has_value());
   EXPECT_EQ(disk_cache_info().entries, 1);
-  std::ofstream(dir + "/00ff.tfk", std::ios::trunc) << "tilefuse-kernel 1\ntarget 6\nsm_90";
+  std::ofstream(dir + "/00/00ff.tfk", std::ios::trunc) << "tilefuse-kernel 1\ntarget 6\nsm_90";
   EXPECT_FALSE(disk_cache_load("00ff", c.tile_ir, "sm_90 x").has_value());
   EXPECT_EQ(disk_cache_info().invalid, 1);
   EXPECT_EQ(disk_cache_clear(), 1);
   unsetenv("TILEFUSE_CACHE_DIR");
   if (was) setenv("TILEFUSE_CACHE", saved.c_str(), 1);
   std::filesystem::remove_all(dir);
+}
+
+// A store evicts the oldest entries of its own shard (the key's first two characters) past the
+// shard's 1/256 of the limit, never the entry it stored, and leaves the other shards alone.
+TEST(Codegen, DiskCacheEvictsTheOldestOfAShard) {
+  namespace fs = std::filesystem;
+  const std::string dir = ::testing::TempDir() + "tilefuse_cache_evict_test";
+  fs::remove_all(dir);
+  const char* was = std::getenv("TILEFUSE_CACHE");
+  const std::string saved = was ? was : "";
+  setenv("TILEFUSE_CACHE_DIR", dir.c_str(), 1);
+  setenv("TILEFUSE_CACHE_MAX_MB", "1", 1);  // 4 KiB a shard
+  unsetenv("TILEFUSE_CACHE");
+  CompiledKernel c;
+  c.name = "k";
+  c.ptx = std::string(1500, 'p');
+  auto tile = [](int i) { return fmt::format("tile.func @k{}() {{}}", i); };
+  c.tile_ir = tile(99);
+  disk_cache_store("02aa", "t", c);  // another shard
+  const auto start = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (int i = 0; i < 6; ++i) {
+    c.tile_ir = tile(i);
+    const std::string key = fmt::format("01{:02}", i);
+    disk_cache_store(key, "t", c);
+    fs::last_write_time(dir + "/01/" + key + ".tfk", start + std::chrono::minutes(i));
+  }
+  int64_t shard_bytes = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir + "/01"))
+    shard_bytes += static_cast<int64_t>(e.file_size());
+  EXPECT_LE(shard_bytes, 4096) << "the shard's entries stay within its share";
+  EXPECT_TRUE(disk_cache_load("0105", tile(5), "t").has_value()) << "the newest stays";
+  EXPECT_FALSE(disk_cache_load("0100", tile(0), "t").has_value()) << "the oldest goes";
+  EXPECT_TRUE(disk_cache_load("02aa", tile(99), "t").has_value()) << "other shards are untouched";
+  c.ptx = std::string(8000, 'p');  // one entry over the shard's share: kept until the next store
+  c.tile_ir = tile(7);
+  disk_cache_store("0107", "t", c);
+  EXPECT_TRUE(disk_cache_load("0107", tile(7), "t").has_value());
+  unsetenv("TILEFUSE_CACHE_DIR");
+  unsetenv("TILEFUSE_CACHE_MAX_MB");
+  if (was) setenv("TILEFUSE_CACHE", saved.c_str(), 1);
+  fs::remove_all(dir);
 }
 
 TEST(Codegen, SplitRowsExchangeStampedPairs) {

@@ -2,8 +2,9 @@
 // Compiled kernels kept on disk between processes, keyed by everything that decides the code:
 // the Tile IR text, the target, the LLVM version and a hash of the compiler's sources. One file
 // per kernel, written to a temporary name and renamed into place (so a reader sees a whole entry
-// or none, whatever other processes write at once); the oldest entries are removed once the
-// directory passes its size limit.
+// or none, whatever other processes write at once), in one of 256 shards named by the key's first
+// two characters; a store removes its shard's oldest entries once the shard passes its 1/256 of
+// the size limit.
 //
 // Where: TILEFUSE_CACHE_DIR, else $XDG_CACHE_HOME/tilefuse, else $HOME/.cache/tilefuse.
 // TILEFUSE_CACHE=0 (or off) turns it off; TILEFUSE_CACHE_MAX_MB bounds it (default 512).
