@@ -37,10 +37,10 @@ for round in 1 2 3; do
 done
 "$tf" cache stats >"$dir/stats" || fail "cache stats after concurrent writers: $(cat "$dir/stats")"
 grep -q "  6 kernels" "$dir/stats" || fail "expected the 6 distinct kernels: $(cat "$dir/stats")"
-ls -a "$TILEFUSE_CACHE_DIR" | grep -q '^\.[0-9a-f]\{32\}\.' && fail "temporary files left behind"
+[ -z "$(find "$TILEFUSE_CACHE_DIR" -name '.*.*')" ] || fail "temporary files left behind"
 
 # A damaged entry is not served: the kernel is compiled again and the entry replaced.
-entry=$(ls "$TILEFUSE_CACHE_DIR"/*.tfk | head -1)
+entry=$(ls "$TILEFUSE_CACHE_DIR"/*/*.tfk | head -1)
 head -c 100 "$entry" >"$entry.cut" && mv "$entry.cut" "$entry"
 "$tf" cache stats >/dev/null && fail "cache stats does not count a damaged entry"
 for n in bias_gelu softmax layernorm rmsnorm_bf16 column_sum matmul_bias_gelu; do
@@ -48,8 +48,11 @@ for n in bias_gelu softmax layernorm rmsnorm_bf16 column_sum matmul_bias_gelu; d
 done
 "$tf" cache stats >/dev/null || fail "the damaged entry was not replaced"
 
-# The size limit: these kernels take over 2 MB; under a 1 MB limit the oldest are evicted.
+# The size limit: these kernels with their LLVM IR (kept for a dump of it) take over 2 MB; under
+# a 1 MB limit the oldest are evicted.
 "$tf" cache clear >/dev/null
+mkdir -p "$dir/dumps"
+export TILEFUSE_DUMP=llvm TILEFUSE_DUMP_DIR="$dir/dumps"
 compiled=0
 for n in bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_256k layernorm layernorm_bf16 rmsnorm \
          rmsnorm_bf16 column_sum matmul matmul_bias_gelu log_softmax; do
@@ -58,16 +61,17 @@ for n in bias_gelu bias_gelu_bf16 softmax softmax_bf16 softmax_32k softmax_256k 
     compiled=$((compiled + $(report "$dir/limit.err" | cut -d' ' -f1)))
   done
 done
-bytes=$(du -sb "$TILEFUSE_CACHE_DIR" | cut -f1)
-entries=$(ls "$TILEFUSE_CACHE_DIR" | wc -l)
+bytes=$(find "$TILEFUSE_CACHE_DIR" -name '*.tfk' -printf '%s\n' | awk '{n += $1} END {print n + 0}')
+entries=$(find "$TILEFUSE_CACHE_DIR" -name '*.tfk' | wc -l)
 [ "$bytes" -le $((1 << 20)) ] || fail "cache holds $bytes bytes over its 1 MB limit"
 [ "$entries" -lt "$compiled" ] || fail "nothing evicted: $entries entries of $compiled kernels compiled"
+unset TILEFUSE_DUMP TILEFUSE_DUMP_DIR
 
 # Off.
 "$tf" cache clear >/dev/null
 TILEFUSE_CACHE=0 "$tf" ptx softmax --cache-report >/dev/null 2>"$dir/off.err"
 [ "$(report "$dir/off.err")" = "1 compiled, 0 from the disk cache" ] || fail "TILEFUSE_CACHE=0: $(cat "$dir/off.err")"
-[ -z "$(ls "$TILEFUSE_CACHE_DIR")" ] || fail "TILEFUSE_CACHE=0 wrote entries"
+[ -z "$(find "$TILEFUSE_CACHE_DIR" -name '*.tfk')" ] || fail "TILEFUSE_CACHE=0 wrote entries"
 
 echo "disk cache: $fails failed"
 [ $fails -eq 0 ]

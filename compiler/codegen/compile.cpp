@@ -99,14 +99,17 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
   return std::string(buf.str());
 }
 
-// A module through O3 to PTX; `llvm_ir` gets the optimized module's text.
+// A module through O3 to PTX; `llvm_ir`, where given, gets the optimized module's text (printing
+// it costs 7-10 ms of a GEMM's cold compile, so only a dump asks for it).
 static std::string module_ptx(std::unique_ptr<llvm::Module> module, const CodegenOptions& opt, std::string* llvm_ir) {
   llvm::TargetMachine& tm = target_machine(opt);
   module->setDataLayout(tm.createDataLayout());
   optimize(*module, tm);
-  llvm::raw_string_ostream os(*llvm_ir);
-  module->print(os, nullptr);
-  os.flush();
+  if (llvm_ir) {
+    llvm::raw_string_ostream os(*llvm_ir);
+    module->print(os, nullptr);
+    os.flush();
+  }
   return emit_ptx(*module, tm);
 }
 
@@ -162,8 +165,7 @@ std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
 
 std::string program_ptx(const tir::Program& p, const CodegenOptions& opt) {
   llvm::LLVMContext ctx;
-  std::string llvm_ir;
-  return module_ptx(emit_program(p, ctx), target_for(p, opt), &llvm_ir);
+  return module_ptx(emit_program(p, ctx), target_for(p, opt), nullptr);
 }
 
 namespace {
@@ -247,9 +249,12 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
     }
   }
   // On disk: named by two independent hashes of the key, the entry checked against the Tile IR.
+  // An entry stored without its LLVM IR does not serve a dump of the IR.
   const std::string disk_key = fmt::format("{:016x}{:016x}", key, fnv1a("tilefuse " + material));
-  if (std::optional<CompiledKernel> d =
-          opt.read_disk_cache ? disk_cache_load(disk_key, tile_text, target) : std::nullopt) {
+  const bool wants_llvm_ir = dump_enabled("llvm");
+  std::optional<CompiledKernel> d =
+      opt.read_disk_cache ? disk_cache_load(disk_key, tile_text, target) : std::nullopt;
+  if (d && (!wants_llvm_ir || !d->llvm_ir.empty())) {
     dump("llvm", k.name, d->llvm_ir);
     dump("ptx", k.name, d->ptx);
     std::lock_guard<std::mutex> lock(cache_mu);
@@ -272,7 +277,7 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   {
     TraceRange range("compile " + k.name);
     llvm::LLVMContext ctx;
-    c.ptx = module_ptx(emit_program(program, ctx), opt, &c.llvm_ir);
+    c.ptx = module_ptx(emit_program(program, ctx), opt, wants_llvm_ir ? &c.llvm_ir : nullptr);
     dump("llvm", k.name, c.llvm_ir);
     dump("ptx", k.name, c.ptx);
   }

@@ -28,7 +28,7 @@ struct TensorMapSpec {
 struct CompiledKernel {
   std::string name;
   std::string tile_ir;
-  std::string llvm_ir;  // after O3
+  std::string llvm_ir;  // after O3; empty unless TILEFUSE_DUMP names llvm (printing it is slow)
   std::string ptx;
   unsigned block_threads = 0;
   uint64_t grid = 0;            // blocks the tiles need

@@ -122,25 +122,36 @@ void remove_flat_entries(const std::string& dir) {
   for (const fs::directory_entry& e : entries_in(dir)) fs::remove(e.path(), ec);
 }
 
-// Oldest first (reads touch their entry), until the shard is under 80% of its share of the
-// limit. The entry just stored stays, so a limit under 256 entries still keeps one a shard.
-void evict(const fs::path& shard, const fs::path& stored) {
-  std::vector<std::pair<fs::file_time_type, fs::directory_entry>> all;
+// Oldest first (reads touch their entry), until `all` is under 80% of `limit`; never `stored`,
+// the entry just written.
+void evict_oldest(const std::vector<fs::directory_entry>& all, int64_t limit, const fs::path& stored) {
+  std::vector<std::pair<fs::file_time_type, fs::directory_entry>> by_age;
   int64_t total = 0;
   std::error_code ec;
-  for (const fs::directory_entry& e : entries_in(shard)) {
+  for (const fs::directory_entry& e : all) {
     total += static_cast<int64_t>(e.file_size(ec));
-    all.push_back({e.last_write_time(ec), e});
+    by_age.push_back({e.last_write_time(ec), e});
   }
-  const int64_t limit = limit_bytes() / kShards;
   if (total <= limit) return;
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [when, e] : all) {
+  std::sort(by_age.begin(), by_age.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [when, e] : by_age) {
     if (total <= limit / 10 * 8) break;
     if (e.path() == stored) continue;
     const int64_t size = static_cast<int64_t>(e.file_size(ec));
     if (fs::remove(e.path(), ec)) total -= size;
   }
+}
+
+// A shard of many entries (a cache of over ~1000) holds its 1/256 of the limit, and only its own
+// files are looked at; where shards hold a few, the whole cache is, cheaply, against the whole
+// limit (a small limit is kept exactly).
+void evict(const std::string& dir, const fs::path& shard, const fs::path& stored) {
+  constexpr size_t kFewEntries = 4;
+  std::vector<fs::directory_entry> own = entries_in(shard);
+  if (own.size() <= kFewEntries)
+    evict_oldest(entries(dir), limit_bytes(), stored);
+  else
+    evict_oldest(own, limit_bytes() / kShards, stored);
 }
 
 }  // namespace
@@ -235,7 +246,7 @@ void disk_cache_store(const std::string& key, const std::string& target, const C
     fs::remove(tmp, ec);
     return;
   }
-  evict(shard, path);
+  evict(dir, shard, path);
 }
 
 }  // namespace tilefuse

@@ -3,8 +3,8 @@
 // the Tile IR text, the target, the LLVM version and a hash of the compiler's sources. One file
 // per kernel, written to a temporary name and renamed into place (so a reader sees a whole entry
 // or none, whatever other processes write at once), in one of 256 shards named by the key's first
-// two characters; a store removes its shard's oldest entries once the shard passes its 1/256 of
-// the size limit.
+// two characters. A store removes the least recently used entries past the size limit: of its
+// own shard against its 1/256 of the limit where the shard holds many, else of the whole cache.
 //
 // Where: TILEFUSE_CACHE_DIR, else $XDG_CACHE_HOME/tilefuse, else $HOME/.cache/tilefuse.
 // TILEFUSE_CACHE=0 (or off) turns it off; TILEFUSE_CACHE_MAX_MB bounds it (default 512).
