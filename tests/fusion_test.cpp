@@ -15,6 +15,7 @@
 #include "compiler/fusion/library_gemm.h"
 #include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
+#include "compiler/fusion/row_passes.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/ir.h"
@@ -1035,6 +1036,39 @@ TEST(Fusion, IneffectiveHintsAreNamed) {
   std::vector<std::string> row = ineffective_hints(plan_fusion(find_example("softmax_256k").build(), o));
   EXPECT_EQ(row, std::vector<std::string>{"--rows-per-thread 3"});
   EXPECT_EQ(ineffective_hints(plan_fusion(find_example("bias_gelu").build(), o)), std::vector<std::string>{"--split 0"});
+}
+
+// Windowed rows ask ptxas for as many blocks an SM as a thread's registers allow. A kernel that
+// holds two row-sized values across its reductions (x for its own output beside x − max, a fuzz
+// graph's) needs room for both: at the one-row allowance (its 16 elements + 16) it spilled 352
+// bytes; a softmax holds one, and keeps that allowance.
+TEST(FusionReduce, WindowedRowsHoldingTwoValuesAskForFewerBlocks) {
+  Graph g("two_held");
+  Tensor x = input(g, "x", {1024, 97});
+  output("lsm", log_softmax(x));
+  output("side", pow(abs(x) + 0.5, tanh(x)));
+  FusionOptions o;
+  o.schedule.block_threads = 128;
+  Plan p = plan_fusion(g, o);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Kernel& k = p.kernels[0];
+  ASSERT_TRUE(k.schedule.window);
+  EXPECT_EQ(row_tiles_held(p.graph, k.nodes, k.outputs, k.domain), 2);
+  const int cap = 65536 / (k.schedule.min_blocks_per_sm * k.schedule.block_threads());
+  EXPECT_GE(cap, 2 * k.schedule.elems_per_thread() + 16) << "room for both held values";
+  if (!find_ptxas().empty()) {
+    std::optional<MeasuredKernel> m = run_ptxas(compile_kernel(p.graph, k).ptx, k.name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->spill_bytes, 0) << m->registers << " registers";
+  }
+  Graph h("one_held");
+  output("y", softmax(input(h, "x", {1024, 97})));
+  Plan q = plan_fusion(h, o);
+  ASSERT_EQ(q.kernels.size(), 1u);
+  const Kernel& s = q.kernels[0];
+  EXPECT_EQ(row_tiles_held(q.graph, s.nodes, s.outputs, s.domain), 1);
+  EXPECT_EQ(s.schedule.min_blocks_per_sm,
+            65536 / ((s.schedule.elems_per_thread() + 16 + 7) / 8 * 8 * s.schedule.block_threads()));
 }
 
 }  // namespace

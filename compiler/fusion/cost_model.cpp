@@ -314,8 +314,9 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     const int64_t row = num_elements(Shape(k.domain.begin() + k.split, k.domain.end()));
     for (NodeId t : k.outputs) per_row_outputs &= num_elements(g.node(t).shape) * row <= num_elements(k.domain);
     const int part_sums = per_row_outputs ? k.totals.reductions : 0;
-    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, part_sums, hints,
-                                 profile, why);
+    const int held = row_tiles_held(g, k.nodes, k.outputs, k.domain);
+    auto s = choose_row_schedule(k.domain, k.split, shapes, dtypes, k.inputs.size(), splittable, part_sums,
+                                 held, k.totals.scratch_regs, hints, profile, why);
     if (!s) return false;
     k.schedule = *s;
   } else {

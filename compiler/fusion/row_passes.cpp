@@ -69,4 +69,45 @@ RowPasses analyze_row_passes(const Graph& g, const std::vector<NodeId>& nodes,
   return rp;
 }
 
+int row_tiles_held(const Graph& g, const std::vector<NodeId>& nodes, const std::vector<NodeId>& outputs,
+                   const Shape& domain) {
+  const std::set<NodeId> members(nodes.begin(), nodes.end());
+  const int64_t row_elements = num_elements(domain);
+  auto row_sized = [&](NodeId n) { return num_elements(g.node(n).shape) == row_elements; };
+  std::map<NodeId, std::set<NodeId>> after;  // the kernel's reductions each node depends on
+  for (NodeId n : nodes) {
+    std::set<NodeId>& a = after[n];
+    for (NodeId o : g.node(n).operands)
+      if (members.count(o)) a.insert(after[o].begin(), after[o].end());
+    if (op_info(g.node(n).op).kind == OpKind::Reduce) a.insert(n);
+  }
+  auto depends = [&](NodeId n, NodeId r) { return members.count(n) && after[n].count(r); };
+  // The row-sized inputs of n's cone within the kernel.
+  std::function<void(NodeId, std::set<NodeId>&, std::set<NodeId>&)> inputs_of =
+      [&](NodeId n, std::set<NodeId>& seen, std::set<NodeId>& out) {
+        if (!seen.insert(n).second) return;
+        if (!members.count(n)) {
+          if (row_sized(n)) out.insert(n);
+          return;
+        }
+        for (NodeId o : g.node(n).operands) inputs_of(o, seen, out);
+      };
+  int most = 0;
+  for (NodeId r : nodes) {
+    if (op_info(g.node(r).op).kind != OpKind::Reduce) continue;
+    std::set<NodeId> held;
+    for (NodeId u : nodes)
+      if (u != r && depends(u, r))
+        for (NodeId o : g.node(u).operands)
+          if (row_sized(o) && !depends(o, r)) held.insert(o);
+    for (NodeId o : outputs)
+      if (members.count(o) && row_sized(o) && !depends(o, r)) {
+        std::set<NodeId> seen;
+        inputs_of(o, seen, held);
+      }
+    most = std::max(most, static_cast<int>(held.size()));
+  }
+  return most;
+}
+
 }  // namespace tilefuse

@@ -23,4 +23,12 @@ struct RowPasses {
 RowPasses analyze_row_passes(const Graph& g, const std::vector<NodeId>& nodes,
                              const std::vector<NodeId>& outputs, const Shape& domain);
 
+// Row-sized values (the domain's element count) a thread holds at once across a reduction: the
+// most, over the kernel's reductions r, of the values not depending on r that are needed after
+// it — operands of nodes depending on r, and for each output not depending on r (the codegen
+// computes its elementwise chain at its store, after the reductions) the row-sized inputs of its
+// cone. A softmax holds one (x, until x − max); 0 for a kernel without reductions.
+int row_tiles_held(const Graph& g, const std::vector<NodeId>& nodes, const std::vector<NodeId>& outputs,
+                   const Shape& domain);
+
 }  // namespace tilefuse

@@ -617,7 +617,8 @@ static void split_loop_into_parts(TileSchedule& s, int part_sums, const DevicePr
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, size_t num_inputs,
-                                                bool splittable, int part_sums, const ScheduleHints& hints,
+                                                bool splittable, int part_sums, int held_tiles,
+                                                int scratch_regs, const ScheduleHints& hints,
                                                 const DeviceProfile& device, std::string* why) {
   TileSchedule s;
   std::optional<std::vector<Shape>> collapsed = collapse_shapes(domain, split, operands, &s.dims, why);
@@ -772,7 +773,13 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     // for the blocks that a thread's elements and 16 more registers allow, it fits in 40 unspilled
     // (8 blocks). (Not with weights along the row: their
     // shifted loads' pairs of vectors spilled an RMSNorm's 5003-wide f32 rows at that cap.)
-    const int regs = (s.elems_per_thread() + 16 + 7) / 8 * 8;
+    // A thread holding more than its row across a reduction (x and x's own chain to an output
+    // beside x − max) needs each of them, and the temporaries of two elements in evaluation: at
+    // the one-row cap a fuzz graph's 16 elements a thread (log-softmax beside pow(|x| + 0.5,
+    // tanh x)) spilled 352 bytes at 32 registers and took 64 without spills.
+    const int e = s.elems_per_thread();
+    const int need = held_tiles <= 1 ? e + 16 : held_tiles * e + 16 + 8 * scratch_regs;
+    const int regs = (need + 7) / 8 * 8;
     s.min_blocks_per_sm = std::max(1, device.registers_per_sm / (regs * s.block_threads()));
   }
   return s;

@@ -412,13 +412,16 @@ TileSchedule choose_matmul_schedule(int64_t batch, int64_t m, int64_t n, int64_t
 // the kernel's reductions are one max and the online sum of its exps and it writes whole rows,
 // so a long row may be split into parts that meet once through global memory. `part_sums`: the
 // number of reductions of a kernel with one pass over its rows, no online sum and only per-row
-// outputs (0: not such a kernel).
+// outputs (0: not such a kernel). `held_tiles`: row-sized values held across a reduction
+// (row_tiles_held), and `scratch_regs` the kernel's largest per-element temporaries: they bound
+// the blocks an SM that windowed rows ask ptxas for.
 // Returns nullopt (with the reason) when the reduced axes do not collapse to one contiguous row
 // in every operand.
 std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
                                                 const std::vector<Shape>& operands,
                                                 const std::vector<DType>& dtypes, size_t num_inputs,
-                                                bool splittable, int part_sums, const ScheduleHints& hints,
+                                                bool splittable, int part_sums, int held_tiles,
+                                                int scratch_regs, const ScheduleHints& hints,
                                                 const DeviceProfile& device, std::string* why);
 
 }  // namespace tilefuse
