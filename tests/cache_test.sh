@@ -2,7 +2,8 @@
 # The disk cache of compiled kernels across processes: a second process compiles nothing for a
 # plan the first compiled, and prints the same PTX; eight processes writing one cache at once
 # leave only whole entries and each prints what a lone process prints; a damaged entry is
-# recompiled; the size limit evicts; TILEFUSE_CACHE=0 turns it off.
+# recompiled; the size limit evicts; `cache time` reports each phase of a cold compile;
+# TILEFUSE_CACHE=0 turns it off.
 set -uo pipefail
 tf="$1"
 dir=$(mktemp -d)
@@ -66,6 +67,14 @@ entries=$(find "$TILEFUSE_CACHE_DIR" -name '*.tfk' | wc -l)
 [ "$bytes" -le $((1 << 20)) ] || fail "cache holds $bytes bytes over its 1 MB limit"
 [ "$entries" -lt "$compiled" ] || fail "nothing evicted: $entries entries of $compiled kernels compiled"
 unset TILEFUSE_DUMP TILEFUSE_DUMP_DIR
+
+# Cold and warm compile times: each phase through LLVM, within the cold total.
+"$tf" cache time softmax >"$dir/time" 2>&1 || fail "cache time: $(cat "$dir/time")"
+grep -q "1 through LLVM: Tile IR [0-9.]*, LLVM IR [0-9.]*, O3 [0-9.]*, PTX [0-9.]*), warm [0-9.]* ms (1 from the disk cache)" \
+  "$dir/time" || fail "cache time: $(cat "$dir/time")"
+sed -E 's/.*cold ([0-9.]+) ms .*Tile IR ([0-9.]+), LLVM IR ([0-9.]+), O3 ([0-9.]+), PTX ([0-9.]+)\).*/\1 \2 \3 \4 \5/' "$dir/time" |
+  awk '{ if (NF != 5 || $2 + $3 + $4 + $5 > $1 + 0.05) exit 1 }' ||
+  fail "cache time: the phases exceed the cold total: $(cat "$dir/time")"
 
 # Off.
 "$tf" cache clear >/dev/null

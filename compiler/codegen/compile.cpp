@@ -9,14 +9,14 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,12 +26,12 @@
 
 #include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/emit.h"
-#include "compiler/tile/ir.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/support/dump.h"
 #include "compiler/support/error.h"
 #include "compiler/support/trace.h"
 #include "compiler/tile/build.h"
+#include "compiler/tile/ir.h"
 #include "tilefuse/source_hash.h"
 
 namespace tilefuse {
@@ -99,18 +99,29 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
   return std::string(buf.str());
 }
 
+static double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 // A module through O3 to PTX; `llvm_ir`, where given, gets the optimized module's text (printing
-// it costs 7-10 ms of a GEMM's cold compile, so only a dump asks for it).
-static std::string module_ptx(std::unique_ptr<llvm::Module> module, const CodegenOptions& opt, std::string* llvm_ir) {
+// it costs 7-10 ms of a GEMM's cold compile, so only a dump asks for it). `times`, where given,
+// gets O3's and the backend's milliseconds.
+static std::string module_ptx(std::unique_ptr<llvm::Module> module, const CodegenOptions& opt,
+                              std::string* llvm_ir, CompileCounts* times = nullptr) {
   llvm::TargetMachine& tm = target_machine(opt);
   module->setDataLayout(tm.createDataLayout());
+  auto start = std::chrono::steady_clock::now();
   optimize(*module, tm);
+  if (times) times->optimize_ms += ms_since(start);
   if (llvm_ir) {
     llvm::raw_string_ostream os(*llvm_ir);
     module->print(os, nullptr);
     os.flush();
   }
-  return emit_ptx(*module, tm);
+  start = std::chrono::steady_clock::now();
+  std::string ptx = emit_ptx(*module, tm);
+  if (times) times->ptx_ms += ms_since(start);
+  return ptx;
 }
 
 // A program on wgmma is sm_90a's: an sm_90 target emits that for it, sm_80 cannot run it.
@@ -230,7 +241,9 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
         fmt::format("kernel {} stages its rows through shared memory by bulk copies, which need sm_90; "
                     "plan it for sm_80 without stages (--stages 0)",
                     k.name));
+  const auto build_start = std::chrono::steady_clock::now();
   const tir::Program program = tir::build_program(g, k);
+  const double build_ms = ms_since(build_start);
   check_params_follow_kernel(g, k, program);
   opt = target_for(program, opt);
   const std::string tile_text = tir::print_program(program);
@@ -274,16 +287,25 @@ CompiledKernel compile_kernel(const Graph& g, const Kernel& k, const CodegenOpti
   c.persistent = k.schedule.stages > 0 && !k.schedule.contracts;
   c.workspace_bytes = static_cast<uint64_t>(k.schedule.workspace_bytes());
   c.cooperative = k.schedule.split_blocks > 1 && !k.schedule.reduces_columns;  // split rows wait for each other
+  CompileCounts times;
+  times.build_ms = build_ms;
   {
     TraceRange range("compile " + k.name);
     llvm::LLVMContext ctx;
-    c.ptx = module_ptx(emit_program(program, ctx), opt, wants_llvm_ir ? &c.llvm_ir : nullptr);
+    const auto emit_start = std::chrono::steady_clock::now();
+    std::unique_ptr<llvm::Module> module = emit_program(program, ctx);
+    times.emit_ms = ms_since(emit_start);
+    c.ptx = module_ptx(std::move(module), opt, wants_llvm_ir ? &c.llvm_ir : nullptr, &times);
     dump("llvm", k.name, c.llvm_ir);
     dump("ptx", k.name, c.ptx);
   }
   disk_cache_store(disk_key, target, c);
   std::lock_guard<std::mutex> lock(cache_mu);
   counts.compiled++;
+  counts.build_ms += times.build_ms;
+  counts.emit_ms += times.emit_ms;
+  counts.optimize_ms += times.optimize_ms;
+  counts.ptx_ms += times.ptx_ms;
   memory_cache[key] = c;
   return c;
 }

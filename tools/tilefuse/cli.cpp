@@ -70,8 +70,9 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
                                its Tile IR on the host)
   cache stats|clear            the disk cache of compiled kernels: where, entries, bytes; or
                                empty it
-  cache time NAME...           each example's kernels compiled cold (through LLVM) and warm
-                               (from the disk cache), timed
+  cache time NAME...           each example's kernels compiled cold (through LLVM: the Tile IR
+                               build, LLVM IR, O3 and PTX timed apart) and warm (from the
+                               disk cache), timed
 
 common options:
   --target sm_80|sm_90|sm_90a  codegen target (default sm_90)
@@ -525,9 +526,13 @@ int cmd_cache(const Args& a) {
       const CompileCounts mid = compile_counts();
       const double warm = compile_all(true);
       const CompileCounts after = compile_counts();
-      fmt::print("{}: {} kernel{}: cold {:.1f} ms ({} through LLVM), warm {:.1f} ms ({} from the disk cache)\n",
-                 a.names[i], p.kernels.size(), p.kernels.size() == 1 ? "" : "s", cold, mid.compiled - before.compiled,
-                 warm, after.from_disk - mid.from_disk);
+      fmt::print(
+          "{}: {} kernel{}: cold {:.1f} ms ({} through LLVM: Tile IR {:.1f}, LLVM IR {:.1f}, O3 {:.1f}, PTX "
+          "{:.1f}), warm {:.1f} ms ({} from the disk cache)\n",
+          a.names[i], p.kernels.size(), p.kernels.size() == 1 ? "" : "s", cold,
+          mid.compiled - before.compiled, mid.build_ms - before.build_ms, mid.emit_ms - before.emit_ms,
+          mid.optimize_ms - before.optimize_ms, mid.ptx_ms - before.ptx_ms, warm,
+          after.from_disk - mid.from_disk);
     }
     return 0;
   }
