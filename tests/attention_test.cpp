@@ -1266,6 +1266,32 @@ TEST(FusionAttention, FlashAttention3WhereTheProductsBoundTheKernel) {
   }
 }
 
+// Keys that fit one step leave the overlapped softmax nothing to overlap: not overlapped by
+// default (its second score tile made ptxas serialize the wgmmas at 16 keys), unless asked for.
+TEST(FusionAttention, OneKeyStepIsNotOverlapped) {
+  // A softcap's tanh an element makes the products' side bound the kernel (prefill's block).
+  Graph g("one_key_step");
+  Tensor q = input(g, "q", {2, 8, 1024, 48}, DType::BF16);
+  Tensor k = input(g, "k", {2, 8, 16, 48}, DType::BF16);
+  Tensor v = input(g, "v", {2, 8, 16, 48}, DType::BF16);
+  Tensor s = tanh(matmul(q, k, {.transpose_b = true, .out = DType::F32}) * (0.144 / 5)) * 5.0;
+  output("o", matmul(cast(softmax(s), DType::BF16), v, {.out = DType::BF16}));
+  const Plan p = plan_fusion(g);
+  const Kernel* a = only_attention(p);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->schedule.tma) << a->schedule.describe();
+  EXPECT_FALSE(a->schedule.overlap) << a->schedule.describe();
+  if (!find_ptxas().empty()) {
+    std::optional<MeasuredKernel> m = run_ptxas(compile_kernel(p.graph, *a).ptx, a->name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_TRUE(m->notes.empty()) << m->notes.front();
+    EXPECT_EQ(m->spill_bytes, 0);
+  }
+  FusionOptions o;
+  o.schedule.attention_overlap = 1;
+  EXPECT_TRUE(only_attention(plan_fusion(g, o))->schedule.overlap);
+}
+
 // The persistent grid is the default only where its static order of query tiles keeps the
 // blocks' work within 2%: not at N 4097 causal, whose 33 tiles a head put every block on the
 // same places of each group's longest-first order (1.40× the mean on 132 SMs), and the report

@@ -445,7 +445,11 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
               : hints.attention_block_n ? hints.attention_block_n
               : s.tma && !adds_a_score_tile(g, c) ? 128
                                                   : 64;
-  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 && (hints.attention_overlap == 1 || bound_by_products);
+  // Keys of one step leave nothing to overlap: the overlapped loop's two score tiles only cost
+  // registers there (16 keys at d 64: ptxas serialized the wgmmas).
+  const int64_t n_kv = g.node(c.scores).shape.back();
+  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 &&
+              (hints.attention_overlap == 1 || (bound_by_products && n_kv > s.block_n));
   // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
   // accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;

@@ -233,9 +233,14 @@ CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(cons
       for (const auto& [name, m] : exe.measured()) {
         r.spilling += m.spill_bytes > 0;
         r.noted += !m.notes.empty();
-        for (const Kernel& k : exe.plan().kernels)
-          if (m.spill_bytes > 0 && k.name == name)
+        for (const Kernel& k : exe.plan().kernels) {
+          if (k.name != name) continue;
+          if (m.spill_bytes > 0)
             r.spills.push_back(fmt::format("{}: {} {} bytes ({})", v.name, name, m.spill_bytes, k.schedule.describe()));
+          if (!m.notes.empty())
+            r.spills.push_back(fmt::format("{}: {} ptxas notes {} ({})", v.name, name,
+                                           fmt::join(m.notes, "; "), k.schedule.describe()));
+        }
       }
       r.plans++;
       const bool on_host = o.interpret && host_run_refusal(exe.plan()).empty();

@@ -36,7 +36,9 @@ struct CaseResult {
   std::string variant;  // the options the seed picked
   int kernels = 0;      // compiled, over every plan of the case
   int spilling = 0;     // kernels whose ptxas report shows spills
-  std::vector<std::string> spills;  // of them: "variant: kernel N bytes (its schedule)"
+  // Of them, and of those ptxas noted: "variant: kernel N bytes (its schedule)", "variant:
+  // kernel ptxas notes … (its schedule)".
+  std::vector<std::string> spills;
   int noted = 0;        // kernels ptxas notes a performance loss in (wgmma serialized, waits injected)
   int plans = 0;        // compiled
   int interpreted = 0;  // of them, run on the host (CaseOptions::interpret)

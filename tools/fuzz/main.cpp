@@ -43,7 +43,7 @@ const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [-
   --seconds S       take no new case after S seconds (a GPU call's budget): the summary says
                     how many of the seeds ran
   --verbose         a line for every case that did not pass (refused, unjudged) too, and for
-                    every kernel that spills
+                    every kernel that spills or that ptxas notes (wgmma serialized, waits injected)
 exit: 0 all held, 1 a case failed, 2 bad usage
 )";
 
@@ -193,7 +193,7 @@ int run_batch(const Args& a) {
         fmt::print("{} seed {} ({}): {}\n", outcome_name(r.outcome), r.seed, r.variant, r.message);
       }
       if (a.verbose)
-        for (const std::string& s : r.spills) fmt::print("spills seed {}, {}\n", r.seed, s);
+        for (const std::string& s : r.spills) fmt::print("ptxas seed {}, {}\n", r.seed, s);
       // A line now and then, flushed: a run killed from outside (out of memory, a time limit)
       // still says how far it got and how large it had grown.
       if (done % 100 == 0) {
