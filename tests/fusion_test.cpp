@@ -1041,7 +1041,8 @@ TEST(Fusion, IneffectiveHintsAreNamed) {
 // Windowed rows ask ptxas for as many blocks an SM as a thread's registers allow. A kernel that
 // holds two row-sized values across its reductions (x for its own output beside x − max, a fuzz
 // graph's) needs room for both: at the one-row allowance (its 16 elements + 16) it spilled 352
-// bytes; a softmax holds one, and keeps that allowance.
+// bytes; a softmax holds one, and keeps that allowance. A row's inputs count at once: they are
+// loaded before their first use.
 TEST(FusionReduce, WindowedRowsHoldingTwoValuesAskForFewerBlocks) {
   Graph g("two_held");
   Tensor x = input(g, "x", {1024, 97});
@@ -1069,6 +1070,22 @@ TEST(FusionReduce, WindowedRowsHoldingTwoValuesAskForFewerBlocks) {
   EXPECT_EQ(row_tiles_held(q.graph, s.nodes, s.outputs, s.domain), 1);
   EXPECT_EQ(s.schedule.min_blocks_per_sm,
             65536 / ((s.schedule.elems_per_thread() + 16 + 7) / 8 * 8 * s.schedule.block_threads()));
+  // Three inputs along the row are loaded at once (a fuzz graph's: 128 bytes spilled at 32).
+  Graph t("three_loaded");
+  Tensor a = input(t, "a", {169, 1799}), b = input(t, "b", {169, 1799}), c = input(t, "c", {169, 1799});
+  Tensor prod = a * (b - c);
+  output("y", prod / (abs(sum(prod, {1}, true)) + 1.0));
+  Plan r = plan_fusion(t);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  const Kernel& w = r.kernels[0];
+  ASSERT_TRUE(w.schedule.window);
+  EXPECT_GE(65536 / (w.schedule.min_blocks_per_sm * w.schedule.block_threads()),
+            3 * w.schedule.elems_per_thread() + 16);
+  if (!find_ptxas().empty()) {
+    std::optional<MeasuredKernel> m = run_ptxas(compile_kernel(r.graph, w).ptx, w.name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->spill_bytes, 0) << m->registers << " registers";
+  }
 }
 
 }  // namespace

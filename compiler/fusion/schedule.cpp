@@ -777,8 +777,14 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     // beside x − max) needs each of them, and the temporaries of two elements in evaluation: at
     // the one-row cap a fuzz graph's 16 elements a thread (log-softmax beside pow(|x| + 0.5,
     // tanh x)) spilled 352 bytes at 32 registers and took 64 without spills.
+    // The row's inputs are loaded before their first use, all at once: three f32 tensors of 12
+    // elements a thread (x·(y − z)) spilled 128 bytes at 32 registers and took 48 unspilled.
     const int e = s.elems_per_thread();
-    const int need = held_tiles <= 1 ? e + 16 : held_tiles * e + 16 + 8 * scratch_regs;
+    int loaded_words = 0;
+    for (size_t i = 0; i < num_inputs && i < views.size(); ++i)
+      if (views[i].back() != 1) loaded_words += (e * static_cast<int>(dtype_size(dtypes[i])) + 3) / 4;
+    const int held = std::max(std::max(1, held_tiles) * e, loaded_words);
+    const int need = held + 16 + (held_tiles >= 2 ? 8 * scratch_regs : 0);
     const int regs = (need + 7) / 8 * 8;
     s.min_blocks_per_sm = std::max(1, device.registers_per_sm / (regs * s.block_threads()));
   }
