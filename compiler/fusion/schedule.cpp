@@ -786,7 +786,11 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
     const int held = std::max(std::max(1, held_tiles) * e, loaded_words);
     const int need = held + 16 + (held_tiles >= 2 ? 8 * scratch_regs : 0);
     const int regs = (need + 7) / 8 * 8;
-    s.min_blocks_per_sm = std::max(1, device.registers_per_sm / (regs * s.block_threads()));
+    // The registers are four sub-partitions' of an SM, each holding whole warps: 25 blocks of
+    // two warps (50 warps, 13 on some) left 32 registers where 40 were asked for.
+    const int warps_per_partition = device.registers_per_sm / 4 / (32 * regs);
+    const int warps_per_block = (s.block_threads() + 31) / 32;
+    s.min_blocks_per_sm = std::max(1, 4 * warps_per_partition / warps_per_block);
   }
   return s;
 }
