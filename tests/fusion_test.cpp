@@ -1061,6 +1061,10 @@ TEST(FusionReduce, WindowedRowsHoldingTwoValuesAskForFewerBlocks) {
     const int warps = t.min_blocks_per_sm * ((t.block_threads() + 31) / 32);
     return 16384 / (((warps + 3) / 4) * 32) / 8 * 8;
   };
+  const DeviceProfile h200 = DeviceProfile::h200();
+  EXPECT_EQ(h200.registers_at_blocks(25, 64), 32) << "13 warps on some sub-partitions";
+  EXPECT_EQ(h200.blocks_by_registers(40, 64), 24);
+  EXPECT_EQ(h200.registers_at_blocks(24, 64), 40);
   EXPECT_GE(granted(k.schedule), 2 * k.schedule.elems_per_thread() + 16) << "room for both held values";
   if (!find_ptxas().empty()) {
     std::optional<MeasuredKernel> m = run_ptxas(compile_kernel(p.graph, k).ptx, k.name);

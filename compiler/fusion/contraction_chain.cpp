@@ -633,8 +633,9 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.registers = d > 128  ? static_cast<int>(115 + d / 2)
                 : s.wgmma ? static_cast<int>(64 + 0.9 * static_cast<double>(d)) + (s.overlap ? 20 : 0)
                           : static_cast<int>(94 + 1.14 * static_cast<double>(d));
-  c.blocks_per_sm = std::max(1, std::min(p.registers_per_sm / (c.registers * s.block_threads()),
-                                         static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
+  c.blocks_per_sm = std::max(
+      1, std::min(p.blocks_by_registers(c.registers, s.block_threads()),
+                  static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
   c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;  // the next key tile's copies
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }

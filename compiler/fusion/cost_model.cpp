@@ -508,9 +508,8 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   // Not capped at the device's limit: an estimate past it is an epilogue that would spill, which
   // the fusion pass's budget then refuses.
   c.registers = std::max(36 + acc + fragments, 24 + acc + operands + 4 * k.totals.scratch_regs);
-  const int regs_alloc = (c.registers + 7) / 8 * 8;
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
-                                          p.registers_per_sm / (regs_alloc * threads)}));
+                                          p.blocks_by_registers(c.registers, threads)}));
   if (s.stages > 0)
     c.blocks_per_sm = std::max<int>(1, std::min<int64_t>(c.blocks_per_sm, p.shared_bytes_per_sm / s.dynamic_shared_bytes()));
   // A grid of fewer blocks than SMs draws on their share of the bandwidth only. (Work: the
@@ -595,10 +594,9 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
                                                          2 * static_cast<int>(k.outputs.size()));
   int threads = s.block_threads();
   if (s.min_blocks_per_sm > 0)  // codegen caps the registers to fit that many blocks
-    c.registers = std::min(c.registers, p.registers_per_sm / (s.min_blocks_per_sm * threads) / 8 * 8);
-  int regs_alloc = (c.registers + 7) / 8 * 8;
+    c.registers = std::min(c.registers, p.registers_at_blocks(s.min_blocks_per_sm, threads));
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
-                                          p.registers_per_sm / (regs_alloc * threads)}));
+                                          p.blocks_by_registers(c.registers, threads)}));
   if (s.stages > 0)  // its stages take the shared memory of the blocks the schedule planned per SM
     c.blocks_per_sm = std::min(c.blocks_per_sm, s.min_blocks_per_sm);
   int64_t resident_blocks = std::min<int64_t>(c.blocks_per_sm, (s.grid() + p.sm_count - 1) / p.sm_count);

@@ -1,6 +1,7 @@
 #pragma once
 // The constants of the cost model. Defaults are the H200's measured figures (2026-11-30); the
 // runtime can measure a device and replace them.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -66,6 +67,20 @@ struct DeviceProfile {
   // Why cuBLASLt cannot run matmul kernels here, or empty where it can (the H200's profile
   // assumes it; the runtime fills this from runtime/cublaslt.h before it plans for a device).
   std::string library_gemm_missing;
+
+  // Blocks of `threads` an SM's registers hold at `registers` a thread (allocated in steps of
+  // 8): the register file is four sub-partitions, each holding whole warps, so 25 blocks of two
+  // warps at 40 registers (13 warps on some sub-partitions) leave them only 32. At least 1.
+  int blocks_by_registers(int registers, int threads) const {
+    const int alloc = (registers + 7) / 8 * 8;
+    const int warps_per_partition = registers_per_sm / 4 / (32 * alloc);
+    return std::max(1, 4 * warps_per_partition / ((threads + 31) / 32));
+  }
+  // The registers a thread gets (in steps of 8) where `blocks` blocks of `threads` share an SM.
+  int registers_at_blocks(int blocks, int threads) const {
+    const int warps_per_partition = (blocks * ((threads + 31) / 32) + 3) / 4;
+    return registers_per_sm / 4 / (32 * std::max(1, warps_per_partition)) / 8 * 8;
+  }
 
   static DeviceProfile h200() { return {}; }
 };

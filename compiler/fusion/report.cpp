@@ -58,8 +58,7 @@ static std::string occupancy(const Kernel& k, const MeasuredKernels& measured, c
   const int threads = k.schedule.block_threads();
   if (it == measured.end() || it->second.registers <= 0 || threads <= 0)
     return fmt::format("occupancy {} blocks/SM", k.cost.blocks_per_sm);
-  const int alloc = (it->second.registers + 7) / 8 * 8;
-  const int by_registers = p.registers_per_sm / (alloc * threads);
+  const int by_registers = p.blocks_by_registers(it->second.registers, threads);
   if (by_registers >= k.cost.blocks_per_sm) return fmt::format("occupancy {} blocks/SM", k.cost.blocks_per_sm);
   return fmt::format("occupancy {} blocks/SM at ptxas's registers (the model took {})", std::max(by_registers, 0),
                      k.cost.blocks_per_sm);

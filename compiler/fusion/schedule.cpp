@@ -530,7 +530,8 @@ static bool split_rows(TileSchedule& s, const std::vector<Shape>& views, const s
   // One warp merges a row's parts: at most 32.
   if (s.cols % part != 0 || s.cols / part < 2 || s.cols / part > 32) return false;
   const int registers = (narrow ? elems : 2 * elems) + 32;  // (about: a 16-bit part carried in pairs)
-  const int blocks_per_sm = std::clamp(65536 / (threads * registers), 1, std::max(1, 2048 / threads));
+  const int blocks_per_sm =
+      std::clamp(device.blocks_by_registers(registers, threads), 1, std::max(1, 2048 / threads));
   TileSchedule t = s;
   if (!plan_stages(t, views, dtypes, num_inputs, part, blocks_per_sm, hints, device)) return false;
   s = t;
@@ -785,12 +786,7 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
       if (views[i].back() != 1) loaded_words += (e * static_cast<int>(dtype_size(dtypes[i])) + 3) / 4;
     const int held = std::max(std::max(1, held_tiles) * e, loaded_words);
     const int need = held + 16 + (held_tiles >= 2 ? 8 * scratch_regs : 0);
-    const int regs = (need + 7) / 8 * 8;
-    // The registers are four sub-partitions' of an SM, each holding whole warps: 25 blocks of
-    // two warps (50 warps, 13 on some) left 32 registers where 40 were asked for.
-    const int warps_per_partition = device.registers_per_sm / 4 / (32 * regs);
-    const int warps_per_block = (s.block_threads() + 31) / 32;
-    s.min_blocks_per_sm = std::max(1, 4 * warps_per_partition / warps_per_block);
+    s.min_blocks_per_sm = device.blocks_by_registers(need, s.block_threads());
   }
   return s;
 }

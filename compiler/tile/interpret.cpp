@@ -30,7 +30,6 @@ struct Val {
 
 double to_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-
 double read_element(const uint8_t* at, DType dt) {
   switch (dt) {
     case DType::F32: {
