@@ -8,10 +8,14 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <regex>
 #include <vector>
 
+#include "compiler/codegen/compile.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
+#include "compiler/tile/ir.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/executable.h"
 #include "tests/test_util.h"
 
@@ -142,6 +146,49 @@ void check_functions(DType dt) {
 }
 
 TEST(GpuMath, F32FunctionsWithinTheirBounds) { check_functions(DType::F32); }
+
+// An attention score's tanh (math::tanh_absolute, Tile IR `tanh %x abs`): within 2^-20 of tanh
+// in absolute terms over the same inputs, ±1 at ±inf, NaN for NaN. No graph but an attention's
+// score chain computes it, so a pointwise tanh's program is marked `abs`, compiled and launched
+// here by hand.
+TEST(GpuMath, ScoreTanhWithinItsAbsoluteBound) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const int64_t n = int64_t{1} << 18;
+  const std::vector<double> x = inputs(testing::test_seed(), n);
+  Graph g("score_tanh");
+  output("y", tanh(input(g, "x", {n})));
+  const Plan plan = plan_fusion(g);
+  ASSERT_EQ(plan.kernels.size(), 1u);
+  const std::string text = compile_kernel(g, plan.kernels[0]).tile_ir;
+  const std::string marked = std::regex_replace(text, std::regex(R"((= tanh %[0-9]+) :)"), "$1 abs :");
+  ASSERT_NE(marked, text) << text;
+  const tir::Program p = tir::parse_program(marked);
+  cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
+  CUfunction f = module.function(p.name);
+  const unsigned threads = static_cast<unsigned>(p.block_threads()),
+                 shared = static_cast<unsigned>(p.shared_bytes());
+  ASSERT_GT(cuda::prepare_launch(f, {threads}, 1, shared, p.name), 0);
+  std::vector<float> xf(x.begin(), x.end()), y(x.size());
+  cuda::DeviceBuffer dx(xf.size() * 4), dy(y.size() * 4);
+  dx.upload(xf.data(), xf.size() * 4);
+  dy.fill_u32(0x7fc00001);  // NaN: an element left unwritten shows
+  CUdeviceptr args[] = {dx.ptr(), dy.ptr()};
+  void* params[] = {&args[0], &args[1]};
+  cuda::Stream stream;
+  cuda::launch(f, {static_cast<unsigned>(p.grid[0])}, {threads}, shared, stream.get(), params, p.name);
+  stream.synchronize();
+  dy.download(y.data(), y.size() * 4);
+  double worst = 0, worst_x = 0;
+  int failures = 0;
+  for (size_t i = 0; i < xf.size(); ++i) {
+    const double r = std::tanh(static_cast<double>(xf[i])), err = std::abs(y[i] - r);
+    const bool ok = std::isnan(r) ? std::isnan(y[i]) : err <= 0x1p-20;
+    if (ok && err > worst) worst = err, worst_x = xf[i];
+    if (!ok && ++failures <= 5) ADD_FAILURE() << fmt::format("tanh({:a}) = {:a}, exact {:a}", xf[i], y[i], r);
+  }
+  fmt::print("  score tanh: worst absolute error {:.3g} = 2^{:.2f} (at x = {}), {} of {} outside 2^-20\n",
+             worst, std::log2(worst), worst_x, failures, n);
+}
 TEST(GpuMath, Bf16FunctionsWithinAnUlp) { check_functions(DType::BF16); }
 TEST(GpuMath, F16FunctionsWithinAnUlp) { check_functions(DType::F16); }
 

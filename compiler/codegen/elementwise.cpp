@@ -61,8 +61,8 @@ double short_form_error(Op op, DType dtype) {
   }
 }
 
-Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a, const std::string& kernel,
-               bool nonpositive_arg) {
+Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value*>& a,
+               const std::string& kernel, bool nonpositive_arg, bool absolute_error) {
   const bool half = dtype == DType::BF16 || dtype == DType::F16;  // a result rounded to 16 bits
   switch (op) {
     case Op::Neg:
@@ -81,7 +81,8 @@ Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<Value
     case Op::Rsqrt:
       return math::rsqrt(b, a[0]);
     case Op::Tanh:
-      return half ? math::tanh_16bit(b, a[0]) : math::tanh(b, a[0]);
+      if (half) return math::tanh_16bit(b, a[0]);
+      return absolute_error ? math::tanh_absolute(b, a[0]) : math::tanh(b, a[0]);
     case Op::Erf:
       return math::erf(b, a[0]);
     case Op::Sigmoid:

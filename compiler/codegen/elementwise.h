@@ -18,8 +18,9 @@ llvm::Value* compute_constant(llvm::IRBuilder<>& b, double v, DType t);
 
 // `op` on one element; `dtype` is the result's (16-bit results take the short exp and GELU);
 // `nonpositive_arg`: an exp's argument is never positive (compiler/graph/sign.h), so the short f32
-// exp serves. Throws CodegenError naming `kernel` for an op that is not elementwise.
+// exp serves; `absolute_error`: only a tanh's absolute error counts (math::tanh_absolute). Throws
+// CodegenError naming `kernel` for an op that is not elementwise.
 llvm::Value* element(llvm::IRBuilder<>& b, Op op, DType dtype, const std::vector<llvm::Value*>& args,
-                     const std::string& kernel, bool nonpositive_arg = false);
+                     const std::string& kernel, bool nonpositive_arg = false, bool absolute_error = false);
 
 }  // namespace tilefuse

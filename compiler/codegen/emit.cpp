@@ -163,7 +163,7 @@ class Emitter {
       args.push_back(!type(a).is_tile()                               ? one(a)
                      : carried_16bit_.count(a) || part_made_.count(a) ? again(a, e0, e1, made)
                                                                       : operand(a, e0, e1));
-    return x = element(b_, d.op, t.dtype, args, p_.name, d.nonpositive_arg);
+    return x = element(b_, d.op, t.dtype, args, p_.name, d.nonpositive_arg, d.absolute_error);
   }
   // The tiles of a carried part's shape made from it (or from each other) by casts, negations,
   // sums, differences, products, fmas, maxima and minima.
@@ -807,8 +807,9 @@ class Emitter {
           out.push_back(b_.CreateFMul(args[0], inv));
           continue;
         }
-        out.push_back(i.flush_subnormal ? math::exp2_ftz(b_, args[0])
-                                        : element(b_, i.op, t.dtype, args, p_.name, i.nonpositive_arg));
+        out.push_back(i.flush_subnormal
+                          ? math::exp2_ftz(b_, args[0])
+                          : element(b_, i.op, t.dtype, args, p_.name, i.nonpositive_arg, i.absolute_error));
       }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }

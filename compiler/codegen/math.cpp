@@ -146,6 +146,13 @@ Value* tanh(llvm::IRBuilder<>& b, Value* x) {
   return copysign(b, res, x);
 }
 
+Value* tanh_absolute(llvm::IRBuilder<>& b, Value* x) {
+  Value* a = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  Value* t = exp2_ftz(b, b.CreateFMul(a, f32(b, -2.0 * 1.44269504088896340736)));
+  Value* r = b.CreateFMul(b.CreateFSub(f32(b, 1.0), t), reciprocal(b, b.CreateFAdd(f32(b, 1.0), t)));
+  return copysign(b, r, x);
+}
+
 // tanh.approx.f32: relative error about 2^-11, a quarter of a bf16 ulp.
 Value* tanh_16bit(llvm::IRBuilder<>& b, Value* x) {
   auto* ty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);

@@ -374,6 +374,30 @@ NodeId attention_output(const Graph& g, const Kernel& k) {
   return out;
 }
 
+bool absolute_error_suffices(const Graph& g, const ContractionChain& c, NodeId tanh) {
+  const NodeId p = c.cast >= 0 ? c.cast : c.probs;
+  if (g.node(tanh).op != Op::Tanh || g.node(tanh).dtype != DType::F32 || dtype_size(g.node(p).dtype) != 2)
+    return false;
+  double gain = 1;
+  for (NodeId at = tanh; at != c.x();) {
+    std::vector<NodeId> users;
+    for (NodeId n : c.score_ops)
+      for (NodeId o : g.node(n).operands)
+        if (o == at) users.push_back(n);
+    if (users.size() != 1) return false;
+    const Node& u = g.node(users[0]);
+    const NodeId other = u.operands.size() == 2 ? u.operands[u.operands[0] == at ? 1 : 0] : -1;
+    if (u.op == Op::Mul && is_constant(g, other))
+      gain *= std::fabs(g.node(other).value);
+    else if (u.op == Op::Div && u.operands[0] == at && is_constant(g, other))
+      gain /= std::fabs(g.node(other).value);
+    else if (u.op == Op::Where ? u.operands[0] == at : u.op != Op::Add && u.op != Op::Sub && u.op != Op::Neg)
+      return false;
+    at = users[0];
+  }
+  return gain <= 256;
+}
+
 int64_t trailing_broadcast_group(const std::vector<int64_t>& lead, const std::vector<int64_t>& kv_lead) {
   if (lead.empty() || kv_lead.size() != lead.size()) return 1;
   size_t d = lead.size();
@@ -569,7 +593,12 @@ bool attention_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const S
   s.key_limit = c->key_limit >= 0;
   k.totals = {};
   for (const std::vector<NodeId>* ops : {&c->score_ops, &c->index_ops})
-    for (NodeId n : *ops) k.totals.instructions_per_element += instructions_per_element(g, g.node(n));
+    for (NodeId n : *ops) {
+      const bool absolute = absolute_error_suffices(g, *c, n);
+      k.totals.instructions_per_element +=
+          absolute ? kTanhAbsoluteInstructions : instructions_per_element(g, g.node(n));
+      k.totals.mufu_per_element += absolute ? 2 : mufu_per_element(g.node(n));
+    }
   // First the schedule of every thread's cp.async, priced to learn what bounds the kernel; then
   // where the products do (prefill), FlashAttention-3's, unless the hints say otherwise.
   set_attention_pipeline(s, *c, g, dt, hints, false);
@@ -621,7 +650,8 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   c.instructions = scores * (6 + k.totals.instructions_per_element);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
   c.tensor_s = c.flops / matmul_flops_rate(s, p);
-  const double issue_s = c.instructions / p.instructions_per_s, exp_s = scores / p.exp2_per_s;
+  const double issue_s = c.instructions / p.instructions_per_s,
+               exp_s = scores * (1 + k.totals.mufu_per_element) / p.exp2_per_s;
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
   c.hidden_s = s.overlap ? (s.tma ? 0.23 : 0.17) * std::min(c.softmax_s, c.tensor_s / 2) : 0;

@@ -77,6 +77,14 @@ struct ContractionChain {
 // `score_ops` (the scores flow through its second operand; its condition is its first).
 std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops);
 
+// Whether score op `tanh` (an f32 tanh of chain c) may be computed with an absolute error bound
+// instead of a relative one (math::tanh_absolute: ≤ 2^-20). P is rounded to 16 bits before P·V,
+// and an absolute error δ in X multiplies P's term by e^δ: a relative error δ. The tanh's result
+// must reach X only through adds, subtractions, negations, masks' wheres and products or
+// quotients by constants, whose factors together are at most 256 — so δ ≤ 2^-12, an eighth of
+// P's rounding (a softcap's c·tanh(s/c) up to c = 256).
+bool absolute_error_suffices(const Graph& g, const ContractionChain& c, NodeId tanh);
+
 // The chain whose O is matmul `out`, or nullopt. `why` is set when a softmax's probabilities
 // reach `out` (an attention's shape) but something breaks the rule; left empty when `out` is no
 // such matmul at all.

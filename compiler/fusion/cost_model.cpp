@@ -53,6 +53,29 @@ double instructions_per_element(const Graph& g, const Node& n) {
   }
 }
 
+double mufu_per_element(const Node& n) {
+  const bool half = n.dtype == DType::BF16 || n.dtype == DType::F16;
+  switch (n.op) {
+    case Op::Exp:
+    case Op::Exp2:
+    case Op::Log:
+    case Op::Sqrt:
+    case Op::Rsqrt:
+    case Op::Erf:   // the large arguments' ex2, computed for every element
+    case Op::Gelu:  // erf's, or the 16-bit fit's ex2
+    case Op::Div:   // the reciprocal
+      return 1;
+    case Op::Tanh:
+      return half ? 1 : 2;  // tanh.approx; or ex2 and a reciprocal
+    case Op::Sigmoid:
+    case Op::GeluTanh:
+    case Op::Pow:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
 Shape aligned_shape(const Graph& g, NodeId n, const Kernel& k) {
   const Node& node = g.node(n);
   Shape s = node.shape;
@@ -137,6 +160,7 @@ bool node_fits(const Graph& g, const Kernel& k, NodeId n, std::string* why) {
 void add_totals(const Graph& g, NodeTotals& t, NodeId n) {
   const Node& node = g.node(n);
   t.instructions_per_element += instructions_per_element(g, node);
+  t.mufu_per_element += mufu_per_element(node);
   t.scratch_regs = std::max(t.scratch_regs, op_info(node.op).scratch_regs);
   t.reductions += op_info(node.op).kind == OpKind::Reduce;
 }

@@ -31,6 +31,12 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
 // results take the short exp and GELU, and an f32 exp of x − max x the short form for arguments
 // that are never positive.
 double instructions_per_element(const Graph& g, const Node& n);
+// Of those, the ones on the MUFU pipe (ex2, lg2, rcp, rsqrt, sqrt, tanh.approx: 16 a clock per
+// SM, a quarter of the issue rate).
+double mufu_per_element(const Node& n);
+// math::tanh_absolute (an attention score's tanh, contraction_chain.h): instructions per element,
+// two of them MUFU.
+constexpr double kTanhAbsoluteInstructions = 7;
 // The multiply-add rate a matmul schedule runs at (the profile's figure for its kind).
 double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p);
 

@@ -801,13 +801,15 @@ namespace {
 // chain, as a pointwise kernel computes it); else every value f32 and casts left out (the row
 // values the online recurrence holds in f32). An iota is the tile's query or key positions
 // (`query0`, `key0` the tile's first; query0 −1: every row query 0), as a [rows, 1] or [1, keys]
-// tile. A node of `pass` takes the value of the node it names (a mask that holds throughout).
+// tile. A node of `pass` takes the value of the node it names (a mask that holds throughout); a
+// tanh of `absolute` is computed where only its absolute error counts (Builder::score_tanh).
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
 };
-int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val, NodeId last,
-             bool typed, const Positions& at = {}, const std::map<NodeId, NodeId>& pass = {}) {
+int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val,
+             NodeId last, bool typed, const Positions& at = {}, const std::map<NodeId, NodeId>& pass = {},
+             const std::set<NodeId>& absolute = {}) {
   for (NodeId id : ops) {
     if (const auto p = pass.find(id); p != pass.end()) {  // a mask known to pass its operand on
       val[id] = val.at(p->second);
@@ -835,7 +837,7 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
       continue;
     }
     const DType dt = typed ? n.dtype : op_info(n.op).kind == OpKind::Compare ? DType::Bool : DType::F32;
-    val[id] = b.compute(n.op, args, dt);
+    val[id] = absolute.count(id) ? b.score_tanh(args.at(0)) : b.compute(n.op, args, dt);
   }
   return val.at(last);
 }
@@ -884,20 +886,23 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
   // So does a window's inside every row's window.
   std::vector<NodeId> below = ops;
   std::map<NodeId, NodeId> unscaled, pass;  // (masked tiles, unmasked tiles)
+  std::set<NodeId> absolute;
+  for (NodeId id : c.score_ops)
+    if (absolute_error_suffices(g, c, id)) absolute.insert(id);
   if (product >= 0) unscaled[product] = pass[product] = c.scores;
   for (NodeId mask : {c.causal_mask, c.window_mask})
     if (mask >= 0) {
       below = without_mask(g, below, mask, c.x());
       pass[mask] = g.node(mask).operands[1];
     }
-  return [&g, c, ops, below, unscaled, pass, block_m, block_n](Builder& b, int acc, int query0, int key0,
-                                                               const std::vector<int>& tensors, bool masked) {
+  return [&g, c, ops, below, unscaled, pass, absolute, block_m, block_n](
+             Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors, bool masked) {
     const DType sd = g.node(c.scores).dtype;
     std::map<NodeId, int> val = {{c.scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
     for (size_t t = 0; t < tensors.size(); ++t) val[c.tensors[t]] = tensors[t];
     const Positions at = {query0, key0, {block_m, block_n}};
-    const int x = masked ? evaluate(b, g, ops, val, c.x(), true, at, unscaled)
-                         : evaluate(b, g, below, val, c.x(), true, at, pass);
+    const int x = masked ? evaluate(b, g, ops, val, c.x(), true, at, unscaled, absolute)
+                         : evaluate(b, g, below, val, c.x(), true, at, pass, absolute);
     return g.node(c.x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
   };
 }

@@ -639,6 +639,12 @@ int Builder::softmax_exp2(int x) {
   return e;
 }
 
+int Builder::score_tanh(int x) {
+  const int t = compute(Op::Tanh, {x}, DType::F32);
+  r_->body.back().absolute_error = true;
+  return t;
+}
+
 int Builder::compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg) {
   Inst i;
   i.opcode = Opcode::Compute;

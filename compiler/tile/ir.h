@@ -374,6 +374,10 @@ struct Inst {
   // be 0. Each row's terms include one of 1 (its max's), so such a term adds nothing the f32
   // sum keeps, and ex2.approx.ftz is one MUFU instruction where ex2.approx is four.
   bool flush_subnormal = false;
+  // Compute tanh (f32) of an attention score (printed `tanh %x abs`): only its absolute error
+  // counts, the score shifting an exponent whose term is rounded to 16 bits (math::tanh_absolute;
+  // fusion/contraction_chain.h, absolute_error_suffices).
+  bool absolute_error = false;
   // TmaLoad in a cluster: the stage's 128-byte panels are shared out over the cluster's blocks
   // (block r copies panels r, r + cluster, …), each copy written into every block's stage.
   bool multicast = false;
@@ -586,6 +590,8 @@ class Builder {
   int compute(Op op, const std::vector<int>& args, DType dtype, bool nonpositive_arg = false);
   // 2^x (f32) for an online softmax's term, subnormal results flushed (Inst::flush_subnormal).
   int softmax_exp2(int x);
+  // tanh (f32) of an attention score, where only its absolute error counts (Inst::absolute_error).
+  int score_tanh(int x);
   // (`mask` ≥ 0: only the elements where that bool tile holds count; see Opcode::Reduce.)
   int reduce(Op op, int tile, int axis, int mask = -1);
   // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.

@@ -285,7 +285,11 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       case Opcode::Dot:
       case Opcode::Compute:
         *out += fmt::format("{}{}{} {}{} : {}\n", pad, lhs, mnemonic(i), values(i.args),
-                            i.nonpositive_arg ? " nonpositive" : i.flush_subnormal ? " ftz" : "", type_of(i.results[0]));
+                            i.nonpositive_arg   ? " nonpositive"
+                            : i.flush_subnormal ? " ftz"
+                            : i.absolute_error  ? " abs"
+                                                : "",
+                            type_of(i.results[0]));
         break;
     }
   }
@@ -691,7 +695,8 @@ class Parser {
   }
   std::vector<int> uses_until_colon() {
     std::vector<int> out;
-    while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive") && !at_word("ftz")) {
+    while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive") && !at_word("ftz") &&
+           !at_word("abs")) {
       if (!out.empty()) punct(",");
       out.push_back(use("a value"));
     }
@@ -1094,6 +1099,7 @@ class Parser {
       i.args = uses_until_colon();
       i.nonpositive_arg = take_word("nonpositive");
       i.flush_subnormal = take_word("ftz");
+      i.absolute_error = take_word("abs");
       punct(":");
       results({type()});
     }

@@ -422,6 +422,8 @@ class Verifier {
       problem(fmt::format("{}: only exp takes 'nonpositive'", where(i)));
     if (i.flush_subnormal && (i.op != Op::Exp2 || type(i.results[0]).dtype != DType::F32))
       problem(fmt::format("{}: only an f32 exp2 takes 'ftz'", where(i)));
+    if (i.absolute_error && (i.op != Op::Tanh || type(i.results[0]).dtype != DType::F32))
+      problem(fmt::format("{}: only an f32 tanh takes 'abs'", where(i)));
     if (i.args.size() != arity) {
       problem(fmt::format("{}: {} operands, needs {}", where(i), i.args.size(), arity));
       return;
