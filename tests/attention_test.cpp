@@ -1309,6 +1309,33 @@ TEST(FusionAttention, ASoftcapsTanhNeedsOnlyAnAbsoluteError) {
   }
 }
 
+// The scores never reach memory, so the kernel picks their roundings: ALiBi's S·scale + slope·(i_k
+// − i_q) is one fma a score (no separate product and sum of score tiles), and its positions'
+// difference one add from a per-row start (no key positions converted and subtracted).
+TEST(FusionAttention, AlibiScoresAreOneFmaOnThePositionsDifference) {
+  const Example* alibi = nullptr;
+  for (const Example& e : attention_family_examples())
+    if (e.name == "attention_alibi") alibi = &e;
+  ASSERT_NE(alibi, nullptr);
+  const Plan p = plan_fusion(alibi->build());
+  const Kernel* a = only_attention(p);
+  ASSERT_NE(a, nullptr);
+  const std::string tile = compile_kernel(p.graph, *a).tile_ir;
+  const std::string scores =
+      fmt::format("tile<{}x{}xf32, mma_acc>", a->schedule.block_m, a->schedule.block_n);
+  int fmas = 0;
+  for (std::string::size_type at = tile.find('\n'); at != std::string::npos; at = tile.find('\n', at + 1)) {
+    const std::string line = tile.substr(at + 1, tile.find('\n', at + 1) - at - 1);
+    if (line.find(scores) == std::string::npos) continue;
+    EXPECT_EQ(line.find(" = add "), std::string::npos) << line;
+    fmas += line.find(" = fma ") != std::string::npos;
+  }
+  EXPECT_GT(fmas, 0) << tile;
+  const std::string ptx = compile_kernel(p.graph, *a).ptx;
+  EXPECT_EQ(ptx.find("sub.f32"), std::string::npos);
+  EXPECT_EQ(ptx.find("sub.rn.f32"), std::string::npos);
+}
+
 TEST(FusionAttention, OneKeyStepIsNotOverlapped) {
   // A softcap's tanh an element makes the products' side bound the kernel (prefill's block).
   Graph g("one_key_step");

@@ -803,6 +803,31 @@ namespace {
 // (`query0`, `key0` the tile's first; query0 −1: every row query 0), as a [rows, 1] or [1, keys]
 // tile. A node of `pass` takes the value of the node it names (a mask that holds throughout); a
 // tanh of `absolute` is computed where only its absolute error counts (Builder::score_tanh).
+// Typed f32 products used only by a sum (S·scale + a bias) are one fma with it: the scores
+// never reach memory, so their roundings are the kernel's to choose (as the exponent's fold of
+// the scale is).
+// The f32 products of `ops` whose one use is an f32 sum among them: each is computed by its
+// sum's fma.
+std::set<NodeId> products_into_sums(const Graph& g, const std::vector<NodeId>& ops) {
+  std::map<NodeId, int> uses;
+  for (NodeId id : ops)
+    for (NodeId o : g.node(id).operands) ++uses[o];
+  std::set<NodeId> out;
+  for (NodeId id : ops) {
+    const Node& n = g.node(id);
+    if (n.op != Op::Add || n.dtype != DType::F32) continue;
+    for (NodeId o : n.operands) {
+      const Node& m = g.node(o);
+      if (m.op == Op::Mul && m.dtype == DType::F32 && uses[o] == 1 &&
+          std::find(ops.begin(), ops.end(), o) != ops.end()) {
+        out.insert(o);
+        break;  // one of the two
+      }
+    }
+  }
+  return out;
+}
+
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
@@ -810,7 +835,10 @@ struct Positions {
 int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val,
              NodeId last, bool typed, const Positions& at = {}, const std::map<NodeId, NodeId>& pass = {},
              const std::set<NodeId>& absolute = {}) {
+  std::set<NodeId> contracted = typed ? products_into_sums(g, ops) : std::set<NodeId>{};
+  for (const auto& [id, to] : pass) contracted.erase(id);
   for (NodeId id : ops) {
+    if (contracted.count(id)) continue;                   // (made by its sum's fma)
     if (const auto p = pass.find(id); p != pass.end()) {  // a mask known to pass its operand on
       val[id] = val.at(p->second);
       continue;
@@ -828,7 +856,10 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
     std::vector<int> args;
     for (NodeId o : n.operands) {
       const Node& on = g.node(o);
-      if (val.count(o)) args.push_back(val.at(o));
+      if (contracted.count(o))
+        args.push_back(-1);  // (its sum's fma computes it)
+      else if (val.count(o))
+        args.push_back(val.at(o));
       else if (on.op == Op::Constant) args.push_back(b.scalar(on.value, typed ? on.dtype : DType::F32));
       else throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
     }
@@ -837,7 +868,18 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
       continue;
     }
     const DType dt = typed ? n.dtype : op_info(n.op).kind == OpKind::Compare ? DType::Bool : DType::F32;
-    val[id] = absolute.count(id) ? b.score_tanh(args.at(0)) : b.compute(n.op, args, dt);
+    if (n.op == Op::Add && dt == DType::F32)
+      for (int side : {0, 1})
+        if (contracted.count(n.operands[side])) {
+          const Node& mul = g.node(n.operands[side]);
+          std::vector<int> fma;
+          for (NodeId o : mul.operands)
+            fma.push_back(val.count(o) ? val.at(o) : b.scalar(g.node(o).value, DType::F32));
+          fma.push_back(args[1 - side]);
+          val[id] = b.compute(Op::Fma, fma, DType::F32);
+          break;
+        }
+    if (!val.count(id)) val[id] = absolute.count(id) ? b.score_tanh(args.at(0)) : b.compute(n.op, args, dt);
   }
   return val.at(last);
 }
