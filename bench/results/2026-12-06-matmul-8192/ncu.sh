@@ -40,10 +40,10 @@ done
 sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
   --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy"
 # shellcheck disable=SC2086
-timeout 90 ncu --clock-control none --kernel-name regex:matmul --launch-skip 3 --launch-count 1 $sections \
+timeout 60 ncu --clock-control none --kernel-name regex:matmul --launch-skip 3 --launch-count 1 $sections \
   bundle/tilefuse run matmul --library-gemm never --bench --iters 5 >"$OUT/ncu_own.txt" 2>&1
 # shellcheck disable=SC2086
-timeout 90 ncu --clock-control none --kernel-name regex:'gemm|nvjet|xmma|cutlass' --launch-skip 3 --launch-count 1 \
+timeout 60 ncu --clock-control none --kernel-name regex:'gemm|nvjet|xmma|cutlass' --launch-skip 3 --launch-count 1 \
   $sections python3 "$OUT/peer.py" 5 >"$OUT/ncu_cublas.txt" 2>&1
 for f in own cublas; do
   echo "== $f"; grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|DRAM Throughput|Compute \(SM\)|L2 Hit|L1/TEX Hit|Registers Per|Shared Memory Config|Achieved Occupancy|No Eligible|Issued Warp|Warp Cycles Per Issued|Block Size|Grid Size|Memory Throughput|Executed Ipc|Theoretical Occ|Dynamic Shared|Cluster" "$OUT/ncu_$f.txt" | head -40
