@@ -782,7 +782,6 @@ class Emitter {
   void compute(const Inst& i) {
     const Type& t = type(i.results[0]);
     computed_by_[i.results[0]] = &i;
-    if (position_difference(i)) return;
     std::vector<Value*> out;
     const int n0 = t.is_tile() ? slots(t, 0) : 1, n1 = t.is_tile() ? slots(t, 1) : 1;
     const bool broadcast_divisor = i.op == Op::Div && t.is_tile() &&
@@ -1016,38 +1015,10 @@ class Emitter {
     return b_.CreateSub(one(i.args[1]), window_shift(row, one(i.args[2]), i.window));
   }
 
-  // An accumulator's keys' positions less its queries' — sub of an iota along the columns ([1, K])
-  // and one along the rows ([R, 1]), ALiBi's i_k − i_q — as one add a score: per row, the
-  // thread's first column's difference converted once, plus each column's constant offset. The
-  // key positions are no tile of their own held beside the scores (32 values a thread at 128
-  // keys). Exact below 2^24, as the positions' own conversions are. False where i is not one.
-  bool position_difference(const Inst& i) {
-    const Type& t = type(i.results[0]);
-    if (i.op != Op::Sub || !t.is_tile() || t.frag != Frag::Acc || t.dtype != DType::F32) return false;
-    const auto keys = iota_of_.find(i.args[0]), queries = iota_of_.find(i.args[1]);
-    if (keys == iota_of_.end() || queries == iota_of_.end() || keys->second->axis != 1 ||
-        queries->second->axis != 0 || type(i.args[0]).shape != Shape{1, t.shape[1]} ||
-        type(i.args[1]).shape != Shape{t.shape[0], 1})
-      return false;
-    Value* first_key = b_.CreateAdd(one(keys->second->args[0]), b_.CreateZExt(position(t, 1, 0), index_ty()));
-    std::vector<Value*> out;
-    for (int e0 = 0; e0 < slots(t, 0); ++e0) {
-      Value* query =
-          b_.CreateAdd(one(queries->second->args[0]), b_.CreateZExt(position(t, 0, e0), index_ty()));
-      Value* row = b_.CreateSIToFP(b_.CreateSub(first_key, query), b_.getFloatTy());
-      for (int e1 = 0; e1 < slots(t, 1); ++e1)  // (column offsets 8·(e1/2) + e1 % 2 from the first)
-        out.push_back(
-            e1 == 0 ? row
-                    : b_.CreateFAdd(row, llvm::ConstantFP::get(b_.getFloatTy(), 8 * (e1 / 2) + e1 % 2)));
-    }
-    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
-    return true;
-  }
   // offset + each element's position along the axis, as f32 (exact below 2^24); the linear form:
   // ((row0 + row)·stride + col0 + col − the row's window shift, where windowed) / div % mod.
   void iota(const Inst& i) {
     if (i.args.size() == 1) {
-      iota_of_[i.results[0]] = &i;
       positions(i, [&](Value* at) { return b_.CreateUIToFP(at, b_.getFloatTy()); });
       return;
     }
@@ -2705,7 +2676,6 @@ class Emitter {
   std::set<int> carried_16bit_;            // of them, those a loop yields (carried in pairs)
   std::set<int> part_made_;                // tiles made cheaply from them (find_part_made)
   std::map<int, const Inst*> bounds_of_;   // an in_bounds tile's value id → its instruction
-  std::map<int, const Inst*> iota_of_;     // an iota's value id (offset + positions) → its instruction
   std::map<int, std::vector<Value*>> run_bits_of_;  // an in_window tile → its rows' bits (words)
   std::map<int, const Inst*> computed_by_;           // an elementwise value's id → its instruction
   std::vector<llvm::Argument*> args_;      // param → its kernel argument

@@ -604,27 +604,33 @@ class AttentionProgram {
     const Shape scores = {s_.block_m, s_.block_n};
     const int key0 = b.mul(j, b.index(s_.block_n));
     // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the
-    // keys or the rows (rows past the head and keys past n_kv clamped).
+    // keys or the rows (rows past the head and keys past n_kv clamped); one row where it is
+    // broadcast along the queries and the block's rows are one head's (ALiBi's slope per head).
     std::vector<int> tensors;
     for (size_t t = 0; t < s_.tensors.size(); ++t) {
       const Param& prm = p_.params[static_cast<size_t>(tensor_param_[t])];
-      const bool rows = prm.view[0] != 1, keys = prm.view[1] != 1;
-      tensors.push_back(b.load(tensor_param_[t], {rows ? row0_ : zero_, keys ? key0 : zero_},
-                               {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys}, {rows ? row_end_ : -1, -1},
-                               Frag::Acc));
+      const bool rows = prm.view[0] != 1 && !(prm.row_view.back() == 1 && s_.group == 1),
+                 keys = prm.view[1] != 1;
+      tensors.push_back(b.load(tensor_param_[t], {prm.view[0] != 1 ? row0_ : zero_, keys ? key0 : zero_},
+                               {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys},
+                               {rows ? row_end_ : -1, -1}, Frag::Acc));
     }
     // X = f(S); where f is S·scale with a positive scale, X is left to the exponent (below) and
     // its row max is the raw scores' times the scale (rounding is monotonic: the same value).
     const bool scaled = (!s_.scores || s_.scores_unscaled) && s_.scale > 0;
-    if (s_.scores)
-      s = s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors, masked);
-    else if (!scaled)
+    int row_part = -1;  // X = s + row_part where ≥ 0 (AttentionShape::ScoreTile)
+    if (s_.scores) {
+      const AttentionShape::ScoreTile x = s_.scores(b, s, s_.group > 1 ? -1 : query0_, key0, tensors, masked);
+      s = x.x;
+      row_part = x.row;
+    } else if (!scaled)
       s = b.compute(Op::Mul, {s, b.scalar(s_.scale, DType::F32)}, DType::F32);
     const int ninf = b.scalar(-std::numeric_limits<double>::infinity(), DType::F32);
     if (masked && s_.n_kv % s_.block_n != 0)
       s = b.compute(Op::Where, {b.in_bounds(key0, b.index(s_.n_kv), 1, scores, Frag::Acc), s, ninf}, DType::F32);
     int tile_max = b.reduce(Op::ReduceMax, s, 1);
     if (scaled) tile_max = b.compute(Op::Mul, {tile_max, b.scalar(s_.scale, DType::F32)}, DType::F32);
+    if (row_part >= 0) tile_max = b.compute(Op::Add, {tile_max, row_part}, DType::F32);
     const int m = b.compute(Op::Max, {m_before, tile_max}, DType::F32);
     // The shift: the running max where it is finite (by default 0 while a row has seen no finite
     // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
@@ -635,11 +641,15 @@ class AttentionProgram {
     // e^(u·k − c) as 2^(u·(k·log2 e) − c·log2 e): an fma and an ex2.approx per score, −c·log2 e
     // once per row (P is rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
-    const int minus_shift2 = b.compute(Op::Mul, {shift, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+    int minus_shift2 = b.compute(Op::Mul, {shift, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
     auto exp_shifted = [&](int u, int k_log2e) {
       return b.softmax_exp2(b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32));
     };
     const int alpha = exp_shifted(m_before, log2e);
+    if (row_part >= 0)  // e^(s + r − c) = 2^(s·log2 e − (c − r)·log2 e)
+      minus_shift2 = b.compute(
+          Op::Mul, {b.compute(Op::Sub, {shift, row_part}, DType::F32), b.scalar(-M_LOG2E, DType::F32)},
+          DType::F32);
     const int p = exp_shifted(s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e);
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
@@ -797,92 +807,198 @@ Program attention_program(const AttentionShape& s, const std::string& name) {
 namespace {
 
 // The chain's nodes from `ops`, in order: `val` holds the value each starts from. `typed`: each
-// in its graph dtype, casts rounding as in every kernel, constants of their own dtype (the score
-// chain, as a pointwise kernel computes it); else every value f32 and casts left out (the row
-// values the online recurrence holds in f32). An iota is the tile's query or key positions
-// (`query0`, `key0` the tile's first; query0 −1: every row query 0), as a [rows, 1] or [1, keys]
-// tile. A node of `pass` takes the value of the node it names (a mask that holds throughout); a
-// tanh of `absolute` is computed where only its absolute error counts (Builder::score_tanh).
-// Typed f32 products used only by a sum (S·scale + a bias) are one fma with it: the scores
-// never reach memory, so their roundings are the kernel's to choose (as the exponent's fold of
-// the scale is).
-// The f32 products of `ops` whose one use is an f32 sum among them: each is computed by its
-// sum's fma.
-std::set<NodeId> products_into_sums(const Graph& g, const std::vector<NodeId>& ops) {
-  std::map<NodeId, int> uses;
-  for (NodeId id : ops)
-    for (NodeId o : g.node(id).operands) ++uses[o];
-  std::set<NodeId> out;
+// in its graph dtype, casts rounding as in every kernel, constants of their own dtype (a key
+// limit, as a pointwise kernel computes it); else every value f32 and casts left out (the row
+// values the online recurrence holds in f32).
+int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val,
+             NodeId last, bool typed) {
   for (NodeId id : ops) {
     const Node& n = g.node(id);
-    if (n.op != Op::Add || n.dtype != DType::F32) continue;
+    std::vector<int> args;
     for (NodeId o : n.operands) {
-      const Node& m = g.node(o);
-      if (m.op == Op::Mul && m.dtype == DType::F32 && uses[o] == 1 &&
-          std::find(ops.begin(), ops.end(), o) != ops.end()) {
-        out.insert(o);
-        break;  // one of the two
-      }
+      const Node& on = g.node(o);
+      if (val.count(o))
+        args.push_back(val.at(o));
+      else if (on.op == Op::Constant)
+        args.push_back(b.scalar(on.value, typed ? on.dtype : DType::F32));
+      else
+        throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
     }
+    if (!typed && n.op == Op::Cast)
+      val[id] = args.at(0);
+    else
+      val[id] = b.compute(n.op, args,
+                          typed                                   ? n.dtype
+                          : op_info(n.op).kind == OpKind::Compare ? DType::Bool
+                                                                  : DType::F32);
   }
-  return out;
+  return val.at(last);
 }
 
+// A score chain's value as the kernel holds it: f + r, r constant along the keys (a [rows, 1]
+// tile, or −1: none), f anything else (or −1: none); f may be a product a·b not yet computed
+// (`fa` ≥ 0), kept for the sum that uses it to make one fma.
+struct ScoreValue {
+  int f = -1, r = -1, fa = -1, fb = -1;
+};
+
+// The chain's X = f(S) as the kernel computes it (its nodes from `ops`, in order; `val` holds the
+// scores and the tensors' tiles): each in its graph dtype, casts rounding as in every kernel,
+// constants of their own dtype, as a pointwise kernel computes it — but for the roundings of f32
+// sums and products, which are the kernel's to choose (the scores never reach memory; as the
+// exponent's fold of the scale does):
+// - X's part constant along the keys is kept apart (ScoreValue::r) through sums, differences,
+//   negations, products and quotients by values uniform over the tile (constants, one-element
+//   tiles) and masks' where(c, ·, −inf): the kernel adds it to each tile's row max and takes it
+//   from the exponent's shift, once a row, where it cancels in P (ALiBi's slope·(i_k − i_q) is
+//   slope·i_k a key plus −slope·i_q a row: one fma a score on S);
+// - an f32 product used only by an f32 sum is one fma with it (`contracted`).
+// An iota is the tile's query or key positions (`at`: the tile's first; query0 −1: every row query
+// 0), as a [rows, 1] or [1, keys] tile. A node of `pass` takes the value of the node it names (a
+// mask that holds throughout); a tanh of `absolute` is computed where only its absolute error
+// counts (Builder::score_tanh).
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
 };
-int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::map<NodeId, int>& val,
-             NodeId last, bool typed, const Positions& at = {}, const std::map<NodeId, NodeId>& pass = {},
-             const std::set<NodeId>& absolute = {}) {
-  std::set<NodeId> contracted = typed ? products_into_sums(g, ops) : std::set<NodeId>{};
-  for (const auto& [id, to] : pass) contracted.erase(id);
-  for (NodeId id : ops) {
-    if (contracted.count(id)) continue;                   // (made by its sum's fma)
-    if (const auto p = pass.find(id); p != pass.end()) {  // a mask known to pass its operand on
-      val[id] = val.at(p->second);
-      continue;
+class ScoreChain {
+ public:
+  ScoreChain(Builder& b, const Graph& g, const std::vector<NodeId>& ops, const std::set<NodeId>& absolute)
+      : b_(b), g_(g), absolute_(absolute) {
+    std::map<NodeId, int> uses;
+    for (NodeId id : ops)
+      for (NodeId o : g.node(id).operands) ++uses[o];
+    for (NodeId id : ops) {
+      const Node& n = g.node(id);
+      if (n.op == Op::Add && n.dtype == DType::F32)
+        for (NodeId o : n.operands)
+          if (g.node(o).op == Op::Mul && g.node(o).dtype == DType::F32 && uses[o] == 1) contracted_.insert(o);
     }
-    const Node& n = g.node(id);
-    if (n.op == Op::Iota) {
-      const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
-      // (query0 −1: every row is query 0, the rows being heads)
-      val[id] = !keys && at.query0 < 0 ? b.tile_const(0, DType::F32, {at.scores[0], 1}, Frag::Acc)
-                                       : b.iota(keys ? at.key0 : at.query0, keys ? 1 : 0,
-                                                keys ? Shape{1, at.scores[1]} : Shape{at.scores[0], 1}, Frag::Acc);
-      if (n.dtype != DType::F32) val[id] = b.compute(Op::Cast, {val[id]}, n.dtype);
-      continue;
+  }
+  AttentionShape::ScoreTile evaluate(const std::vector<NodeId>& ops, std::map<NodeId, ScoreValue> val,
+                                     NodeId last, const Positions& at, const std::map<NodeId, NodeId>& pass) {
+    for (NodeId id : ops) {
+      if (const auto p = pass.find(id); p != pass.end())
+        val[id] = val.at(p->second);  // a mask known to pass its operand on
+      else
+        val[id] = node(id, val, at);
     }
-    std::vector<int> args;
+    const ScoreValue x = val.at(last);
+    const bool apart = x.r >= 0 && (x.f >= 0 || x.fa >= 0);
+    int f = apart ? computed(x) : joined(x);
+    if (g_.node(last).dtype != DType::F32) f = b_.compute(Op::Cast, {f}, DType::F32);
+    return {f, apart ? x.r : -1};
+  }
+
+ private:
+  ScoreValue node(NodeId id, const std::map<NodeId, ScoreValue>& val, const Positions& at) {
+    const Node& n = g_.node(id);
+    if (n.op == Op::Iota) return iota(n, at);
+    std::vector<ScoreValue> a;
     for (NodeId o : n.operands) {
-      const Node& on = g.node(o);
-      if (contracted.count(o))
-        args.push_back(-1);  // (its sum's fma computes it)
-      else if (val.count(o))
-        args.push_back(val.at(o));
-      else if (on.op == Op::Constant) args.push_back(b.scalar(on.value, typed ? on.dtype : DType::F32));
+      const Node& on = g_.node(o);
+      if (val.count(o))
+        a.push_back(val.at(o));
+      else if (on.op == Op::Constant)
+        a.push_back({b_.scalar(on.value, on.dtype)});
       else throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
     }
-    if (!typed && n.op == Op::Cast) {
-      val[id] = args.at(0);
-      continue;
-    }
-    const DType dt = typed ? n.dtype : op_info(n.op).kind == OpKind::Compare ? DType::Bool : DType::F32;
-    if (n.op == Op::Add && dt == DType::F32)
-      for (int side : {0, 1})
-        if (contracted.count(n.operands[side])) {
-          const Node& mul = g.node(n.operands[side]);
-          std::vector<int> fma;
-          for (NodeId o : mul.operands)
-            fma.push_back(val.count(o) ? val.at(o) : b.scalar(g.node(o).value, DType::F32));
-          fma.push_back(args[1 - side]);
-          val[id] = b.compute(Op::Fma, fma, DType::F32);
+    if (n.dtype == DType::F32) {
+      switch (n.op) {
+        case Op::Add:
+        case Op::Sub:
+          return sum(n.op, a[0], a[1]);
+        case Op::Neg:
+          return {neg(computed(a[0])), neg(a[0].r)};
+        case Op::Mul:
+        case Op::Div:
+          for (int side : {1, 0}) {
+            if (n.op == Op::Div && side == 0) break;  // (a quotient by a uniform divisor only)
+            const ScoreValue& u = a[static_cast<size_t>(side)];
+            const ScoreValue& v = a[static_cast<size_t>(1 - side)];
+            if (!uniform(u) || v.fa >= 0) continue;
+            if (n.op == Op::Mul && contracted_.count(id) && v.r < 0) return {-1, -1, v.f, u.f};
+            return {scaled(n.op, v.f, u.f), scaled(n.op, v.r, u.f)};
+          }
+          // (a product with a value constant along the keys, both apart: f·u a score, r·u a row)
+          if (n.op == Op::Mul && a[0].fa < 0 && a[1].fa < 0)
+            for (int side : {1, 0}) {
+              const ScoreValue& u = a[static_cast<size_t>(side)];
+              const ScoreValue& v = a[static_cast<size_t>(1 - side)];
+              if (u.f < 0 && u.r >= 0 && v.f >= 0)
+                return {scaled(Op::Mul, v.f, u.r), scaled(Op::Mul, v.r, u.r)};
+            }
           break;
-        }
-    if (!val.count(id)) val[id] = absolute.count(id) ? b.score_tanh(args.at(0)) : b.compute(n.op, args, dt);
+        case Op::Where:  // a mask's where(c, ·, −inf): the row part passes it
+          if (const Node& e = g_.node(n.operands[2]);
+              e.op == Op::Constant && std::isinf(e.value) && e.value < 0 && a[1].f >= 0)
+            return {b_.compute(Op::Where, {joined(a[0]), computed(a[1]), a[2].f}, DType::F32), a[1].r};
+          break;
+        default:
+          break;
+      }
+    }
+    std::vector<int> args;
+    for (const ScoreValue& v : a) args.push_back(joined(v));
+    if (absolute_.count(id)) return {b_.score_tanh(args.at(0))};
+    return {b_.compute(n.op, args, n.dtype)};
   }
-  return val.at(last);
-}
+  // The tile's key positions (f, [1, keys]); its query positions as the block's first query (f,
+  // uniform) plus each row's offset from it (r, [rows, 1]: small, so that a row part of positions
+  // times a slope stays exact near the diagonal); every row query 0 where query0 is −1.
+  ScoreValue iota(const Node& n, const Positions& at) {
+    const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
+    const Shape rows = {at.scores[0], 1};
+    ScoreValue v;
+    if (keys)
+      v.f = b_.iota(at.key0, 1, {1, at.scores[1]}, Frag::Acc);
+    else if (at.query0 < 0)
+      v.r = b_.tile_const(0, DType::F32, rows, Frag::Acc);
+    else
+      v = {b_.iota(at.query0, 0, {1, 1}, Frag::Acc), b_.iota(b_.index(0), 0, rows, Frag::Acc)};
+    if (n.dtype != DType::F32) return {b_.compute(Op::Cast, {joined(v)}, n.dtype)};
+    return v;
+  }
+  // f computed where it is a product kept for a sum.
+  int computed(const ScoreValue& v) {
+    return v.fa >= 0 ? b_.compute(Op::Mul, {v.fa, v.fb}, DType::F32) : v.f;
+  }
+  // The value whole: f + r.
+  int joined(const ScoreValue& v) {
+    const int f = computed(v);
+    if (v.r < 0) return f;
+    return f < 0 ? v.r : b_.compute(Op::Add, {f, v.r}, DType::F32);
+  }
+  bool uniform(const ScoreValue& v) const {
+    if (v.r >= 0 || v.fa >= 0 || v.f < 0) return false;
+    const Type& t = b_.program().types[static_cast<size_t>(v.f)];
+    return !t.is_tile() || (t.shape[0] == 1 && t.shape[1] == 1);
+  }
+  int neg(int v) { return v < 0 ? -1 : b_.compute(Op::Neg, {v}, DType::F32); }
+  int scaled(Op op, int v, int u) { return v < 0 ? -1 : b_.compute(op, {v, u}, DType::F32); }
+  ScoreValue sum(Op op, const ScoreValue& x, const ScoreValue& y) {
+    auto part = [&](int p, int q) {
+      if (q < 0) return p;
+      if (p < 0) return op == Op::Sub ? neg(q) : q;
+      return b_.compute(op, {p, q}, DType::F32);
+    };
+    ScoreValue out;
+    if (op == Op::Add && (x.fa >= 0) != (y.fa >= 0) &&
+        (x.fa >= 0 ? y.f : x.f) >= 0) {  // a product into the sum: fma
+      const ScoreValue& p = x.fa >= 0 ? x : y;
+      out.f = b_.compute(Op::Fma, {p.fa, p.fb, x.fa >= 0 ? y.f : x.f}, DType::F32);
+    } else {
+      out.f = part(computed(x), computed(y));
+    }
+    out.r = part(x.r, y.r);
+    return out;
+  }
+
+  Builder& b_;
+  const Graph& g_;
+  const std::set<NodeId>& absolute_;
+  std::set<NodeId> contracted_;
+};
 
 // Row value `id` of chain c (its max, a shift op, its sum or a divisor op) from the final running
 // max m and sum l, through the chain's ops up to it (f32).
@@ -940,12 +1056,18 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
   return [&g, c, ops, below, unscaled, pass, absolute, block_m, block_n](
              Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors, bool masked) {
     const DType sd = g.node(c.scores).dtype;
-    std::map<NodeId, int> val = {{c.scores, sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}};
-    for (size_t t = 0; t < tensors.size(); ++t) val[c.tensors[t]] = tensors[t];
+    std::map<NodeId, ScoreValue> val = {
+        {c.scores, {sd == DType::F32 ? acc : b.compute(Op::Cast, {acc}, sd)}}};
+    for (size_t t = 0; t < tensors.size(); ++t) {  // (a tile constant along the keys is a row part)
+      const Type& tt = b.program().types[static_cast<size_t>(tensors[t])];
+      val[c.tensors[t]] = tt.shape[0] > 1 && tt.shape[1] == 1 && g.node(c.tensors[t]).dtype == DType::F32
+                              ? ScoreValue{-1, tensors[t]}
+                              : ScoreValue{tensors[t]};
+    }
     const Positions at = {query0, key0, {block_m, block_n}};
-    const int x = masked ? evaluate(b, g, ops, val, c.x(), true, at, unscaled, absolute)
-                         : evaluate(b, g, below, val, c.x(), true, at, pass, absolute);
-    return g.node(c.x()).dtype == DType::F32 ? x : b.compute(Op::Cast, {x}, DType::F32);
+    ScoreChain chain(b, g, masked ? ops : below, absolute);
+    return masked ? chain.evaluate(ops, val, c.x(), at, unscaled)
+                  : chain.evaluate(below, val, c.x(), at, pass);
   };
 }
 

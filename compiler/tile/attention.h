@@ -118,9 +118,15 @@ struct AttentionShape {
   // shift c from the running max m, equal to m wherever m is finite (default: m; the kernel
   // takes 0 where m is −inf whatever the shift); the divisor from the final sum (default: 1
   // where the sum is 0).
+  // X as `x` and, where `row` ≥ 0, X = x + row with `row` a [rows, 1] tile: X's part constant
+  // along the keys, which cancels in P — the kernel adds it to each tile's row max and takes it
+  // from the exponent's shift (a value a row, not a score).
+  struct ScoreTile {
+    int x = -1, row = -1;
+  };
   using RowFn = std::function<int(Builder&, int)>;
-  using ScoresFn =
-      std::function<int(Builder&, int scores, int query0, int key0, const std::vector<int>& tensors, bool masked)>;
+  using ScoresFn = std::function<ScoreTile(Builder&, int scores, int query0, int key0,
+                                           const std::vector<int>& tensors, bool masked)>;
   ScoresFn scores;
   // `scores` gives X / scale, not X: X is its value times the positive `scale` (masks where(m, ·,
   // −inf) over S·scale, applied to S itself), which the kernel folds into the exponent as it does
