@@ -806,6 +806,21 @@ Program attention_program(const AttentionShape& s, const std::string& name) {
 
 namespace {
 
+// The values of node id's operands: from `val`, or made by `constant` for a constant.
+template <typename V, typename F>
+std::vector<V> operand_values(const Graph& g, NodeId id, const std::map<NodeId, V>& val, F constant) {
+  std::vector<V> out;
+  for (NodeId o : g.node(id).operands) {
+    if (val.count(o))
+      out.push_back(val.at(o));
+    else if (g.node(o).op == Op::Constant)
+      out.push_back(constant(g.node(o)));
+    else
+      throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
+  }
+  return out;
+}
+
 // The chain's nodes from `ops`, in order: `val` holds the value each starts from. `typed`: each
 // in its graph dtype, casts rounding as in every kernel, constants of their own dtype (a key
 // limit, as a pointwise kernel computes it); else every value f32 and casts left out (the row
@@ -814,16 +829,8 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
              NodeId last, bool typed) {
   for (NodeId id : ops) {
     const Node& n = g.node(id);
-    std::vector<int> args;
-    for (NodeId o : n.operands) {
-      const Node& on = g.node(o);
-      if (val.count(o))
-        args.push_back(val.at(o));
-      else if (on.op == Op::Constant)
-        args.push_back(b.scalar(on.value, typed ? on.dtype : DType::F32));
-      else
-        throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
-    }
+    const std::vector<int> args = operand_values(
+        g, id, val, [&](const Node& c) { return b.scalar(c.value, typed ? c.dtype : DType::F32); });
     if (!typed && n.op == Op::Cast)
       val[id] = args.at(0);
     else
@@ -894,15 +901,8 @@ class ScoreChain {
   ScoreValue node(NodeId id, const std::map<NodeId, ScoreValue>& val, const Positions& at) {
     const Node& n = g_.node(id);
     if (n.op == Op::Iota) return iota(n, at);
-    std::vector<ScoreValue> a;
-    for (NodeId o : n.operands) {
-      const Node& on = g_.node(o);
-      if (val.count(o))
-        a.push_back(val.at(o));
-      else if (on.op == Op::Constant)
-        a.push_back({b_.scalar(on.value, on.dtype)});
-      else throw CodegenError(fmt::format("attention: %{} reads %{}, which the kernel does not have", id, o));
-    }
+    const std::vector<ScoreValue> a =
+        operand_values(g_, id, val, [&](const Node& c) { return ScoreValue{b_.scalar(c.value, c.dtype)}; });
     if (n.dtype == DType::F32) {
       switch (n.op) {
         case Op::Add:
