@@ -160,7 +160,6 @@ bool node_fits(const Graph& g, const Kernel& k, NodeId n, std::string* why) {
 void add_totals(const Graph& g, NodeTotals& t, NodeId n) {
   const Node& node = g.node(n);
   t.instructions_per_element += instructions_per_element(g, node);
-  t.mufu_per_element += mufu_per_element(node);
   t.scratch_regs = std::max(t.scratch_regs, op_info(node.op).scratch_regs);
   t.reductions += op_info(node.op).kind == OpKind::Reduce;
 }

@@ -55,7 +55,7 @@ struct KernelCost {
 // costed without visiting the rest (cost_model.h: extend_kernel).
 struct NodeTotals {
   double instructions_per_element = 0;  // Σ instructions_per_element over the nodes
-  double mufu_per_element = 0;          // Σ mufu_per_element over the nodes
+  double mufu_per_element = 0;          // attention: Σ mufu_per_element over the score ops
   int scratch_regs = 0;                 // the largest scratch_regs of a node
   int reductions = 0;
   int online_sums = 0;  // row kernels: sums of exps computed in their max's pass

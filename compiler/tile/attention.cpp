@@ -609,9 +609,9 @@ class AttentionProgram {
     std::vector<int> tensors;
     for (size_t t = 0; t < s_.tensors.size(); ++t) {
       const Param& prm = p_.params[static_cast<size_t>(tensor_param_[t])];
-      const bool rows = prm.view[0] != 1 && !(prm.row_view.back() == 1 && s_.group == 1),
-                 keys = prm.view[1] != 1;
-      tensors.push_back(b.load(tensor_param_[t], {prm.view[0] != 1 ? row0_ : zero_, keys ? key0 : zero_},
+      const bool per_row = prm.view[0] != 1, keys = prm.view[1] != 1;
+      const bool rows = per_row && !(prm.row_view.back() == 1 && s_.group == 1);
+      tensors.push_back(b.load(tensor_param_[t], {per_row ? row0_ : zero_, keys ? key0 : zero_},
                                {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys},
                                {rows ? row_end_ : -1, -1}, Frag::Acc));
     }
@@ -641,16 +641,18 @@ class AttentionProgram {
     // e^(u·k − c) as 2^(u·(k·log2 e) − c·log2 e): an fma and an ex2.approx per score, −c·log2 e
     // once per row (P is rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
-    int minus_shift2 = b.compute(Op::Mul, {shift, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
-    auto exp_shifted = [&](int u, int k_log2e) {
+    auto minus_log2e_times = [&](int c) {
+      return b.compute(Op::Mul, {c, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+    };
+    auto exp_shifted = [&](int u, int k_log2e, int minus_shift2) {
       return b.softmax_exp2(b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32));
     };
-    const int alpha = exp_shifted(m_before, log2e);
-    if (row_part >= 0)  // e^(s + r − c) = 2^(s·log2 e − (c − r)·log2 e)
-      minus_shift2 = b.compute(
-          Op::Mul, {b.compute(Op::Sub, {shift, row_part}, DType::F32), b.scalar(-M_LOG2E, DType::F32)},
-          DType::F32);
-    const int p = exp_shifted(s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e);
+    const int minus_shift2 = minus_log2e_times(shift);
+    const int alpha = exp_shifted(m_before, log2e, minus_shift2);
+    // (e^(s + r − c) = 2^(s·log2 e − (c − r)·log2 e))
+    const int p = exp_shifted(
+        s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e,
+        row_part < 0 ? minus_shift2 : minus_log2e_times(b.compute(Op::Sub, {shift, row_part}, DType::F32)));
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
     return {m, alpha, p, l};
@@ -855,8 +857,8 @@ struct ScoreValue {
 // sums and products, which are the kernel's to choose (the scores never reach memory; as the
 // exponent's fold of the scale does):
 // - X's part constant along the keys is kept apart (ScoreValue::r) through sums, differences,
-//   negations, products and quotients by values uniform over the tile (constants, one-element
-//   tiles) and masks' where(c, ·, −inf): the kernel adds it to each tile's row max and takes it
+//   negations, products and quotients by values constant along the keys (constants, one-element
+//   tiles, row parts) and masks' where(c, ·, −inf): the kernel adds it to each tile's row max and takes it
 //   from the exponent's shift, once a row, where it cancels in P (ALiBi's slope·(i_k − i_q) is
 //   slope·i_k a key plus −slope·i_q a row: one fma a score on S);
 // - an f32 product used only by an f32 sum is one fma with it (`contracted`).
@@ -911,23 +913,16 @@ class ScoreChain {
         case Op::Neg:
           return {neg(computed(a[0])), neg(a[0].r)};
         case Op::Mul:
-        case Op::Div:
+        case Op::Div:  // by a value constant along the keys: (f + r)·u = f·u + r·u
           for (int side : {1, 0}) {
-            if (n.op == Op::Div && side == 0) break;  // (a quotient by a uniform divisor only)
-            const ScoreValue& u = a[static_cast<size_t>(side)];
+            if (n.op == Op::Div && side == 0) break;  // (a divisor, not a dividend)
             const ScoreValue& v = a[static_cast<size_t>(1 - side)];
-            if (!uniform(u) || v.fa >= 0) continue;
-            if (n.op == Op::Mul && contracted_.count(id) && v.r < 0) return {-1, -1, v.f, u.f};
-            return {scaled(n.op, v.f, u.f), scaled(n.op, v.r, u.f)};
+            const int u = along_rows(a[static_cast<size_t>(side)]);
+            if (u < 0 || v.fa >= 0) continue;
+            if (n.op == Op::Mul && contracted_.count(id) && v.f >= 0)
+              return {-1, scaled(n.op, v.r, u), v.f, u};
+            return {scaled(n.op, v.f, u), scaled(n.op, v.r, u)};
           }
-          // (a product with a value constant along the keys, both apart: f·u a score, r·u a row)
-          if (n.op == Op::Mul && a[0].fa < 0 && a[1].fa < 0)
-            for (int side : {1, 0}) {
-              const ScoreValue& u = a[static_cast<size_t>(side)];
-              const ScoreValue& v = a[static_cast<size_t>(1 - side)];
-              if (u.f < 0 && u.r >= 0 && v.f >= 0)
-                return {scaled(Op::Mul, v.f, u.r), scaled(Op::Mul, v.r, u.r)};
-            }
           break;
         case Op::Where:  // a mask's where(c, ·, −inf): the row part passes it
           if (const Node& e = g_.node(n.operands[2]);
@@ -969,10 +964,13 @@ class ScoreChain {
     if (v.r < 0) return f;
     return f < 0 ? v.r : b_.compute(Op::Add, {f, v.r}, DType::F32);
   }
-  bool uniform(const ScoreValue& v) const {
-    if (v.r >= 0 || v.fa >= 0 || v.f < 0) return false;
+  // v's value where it is constant along the keys (a row part alone, a scalar or a one-element
+  // tile), else −1.
+  int along_rows(const ScoreValue& v) const {
+    if (v.fa >= 0) return -1;
+    if (v.f < 0) return v.r;
     const Type& t = b_.program().types[static_cast<size_t>(v.f)];
-    return !t.is_tile() || (t.shape[0] == 1 && t.shape[1] == 1);
+    return v.r < 0 && (!t.is_tile() || (t.shape[0] == 1 && t.shape[1] == 1)) ? v.f : -1;
   }
   int neg(int v) { return v < 0 ? -1 : b_.compute(Op::Neg, {v}, DType::F32); }
   int scaled(Op op, int v, int u) { return v < 0 ? -1 : b_.compute(op, {v, u}, DType::F32); }
@@ -983,15 +981,26 @@ class ScoreChain {
       return b_.compute(op, {p, q}, DType::F32);
     };
     ScoreValue out;
-    if (op == Op::Add && (x.fa >= 0) != (y.fa >= 0) &&
-        (x.fa >= 0 ? y.f : x.f) >= 0) {  // a product into the sum: fma
-      const ScoreValue& p = x.fa >= 0 ? x : y;
-      out.f = b_.compute(Op::Fma, {p.fa, p.fb, x.fa >= 0 ? y.f : x.f}, DType::F32);
-    } else {
+    // A product into the sum: one fma with the other term (of two, the one with more elements a
+    // thread — S·scale rather than a key tile's slope·i_k).
+    const bool x_fused = x.fa >= 0 && (y.fa < 0 || elements(x) >= elements(y));
+    const ScoreValue& p = x_fused ? x : y;
+    const int other = computed(x_fused ? y : x);
+    if (op == Op::Add && p.fa >= 0 && other >= 0)
+      out.f = b_.compute(Op::Fma, {p.fa, p.fb, other}, DType::F32);
+    else
       out.f = part(computed(x), computed(y));
-    }
     out.r = part(x.r, y.r);
     return out;
+  }
+  // The elements of a product kept for a sum (its operands broadcast).
+  int64_t elements(const ScoreValue& v) const {
+    int64_t rows = 1, cols = 1;
+    for (int a : {v.fa, v.fb}) {
+      const Type& t = b_.program().types[static_cast<size_t>(a)];
+      if (t.is_tile()) rows = std::max(rows, t.shape[0]), cols = std::max(cols, t.shape[1]);
+    }
+    return rows * cols;
   }
 
   Builder& b_;
@@ -1065,9 +1074,9 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
                               : ScoreValue{tensors[t]};
     }
     const Positions at = {query0, key0, {block_m, block_n}};
-    ScoreChain chain(b, g, masked ? ops : below, absolute);
-    return masked ? chain.evaluate(ops, val, c.x(), at, unscaled)
-                  : chain.evaluate(below, val, c.x(), at, pass);
+    const std::vector<NodeId>& chain_ops = masked ? ops : below;
+    return ScoreChain(b, g, chain_ops, absolute)
+        .evaluate(chain_ops, val, c.x(), at, masked ? unscaled : pass);
   };
 }
 
