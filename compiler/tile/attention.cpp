@@ -80,6 +80,7 @@ class AttentionProgram {
       place_block(b, pid);
       const auto [lo, hi] = key_range(b);
       load_q(b);
+      load_key_constant_tensors(b);
       const std::vector<int> carried = key_loop(b, lo, hi);
       b.wait_group(0);  // nothing in flight when the block ends
       finish(b, tile_, carried);
@@ -145,6 +146,7 @@ class AttentionProgram {
     } else {
       load_q(b);
     }
+    load_key_constant_tensors(b);
     finish(b, tile_, s_.overlap ? tma_overlapped_loop(b, lo, hi, first_step, loop_init(b))
                                 : tma_key_loop(b, lo, hi, first_step, loop_init(b)));
   }
@@ -236,6 +238,7 @@ class AttentionProgram {
     int* role_param[3] = {&q_param_, &k_param_, &v_param_};
     const Shape views[3] = {{s_.batch_heads * s_.n_q, s_.d}, {kv_heads() * s_.d, s_.n_kv}, {kv_heads() * s_.n_kv, s_.d}};
     tensor_param_.assign(s_.tensors.size(), -1);
+    key_constant_tensors_.assign(s_.tensors.size(), -1);
     for (int at = 0; at < 3 + static_cast<int>(s_.tensors.size()); ++at) {
       for (int role = 0; role < 3; ++role) {
         if (s_.position[static_cast<size_t>(role)] != at) continue;
@@ -593,6 +596,28 @@ class AttentionProgram {
     return pa;
   }
 
+  // Tensor t's tile for the key tile from key0 — a [rows, 1] or [1, keys] one where it is
+  // broadcast along the keys or the rows (rows past the head and keys past n_kv clamped); one row
+  // where it is broadcast along the queries and the block's rows are one head's (ALiBi's slope per
+  // head).
+  int load_tensor(Builder& b, size_t t, int key0) {
+    const Param& prm = p_.params[static_cast<size_t>(tensor_param_[t])];
+    const bool per_row = prm.view[0] != 1, keys = prm.view[1] != 1;
+    const bool rows = per_row && !(prm.row_view.back() == 1 && s_.group == 1);
+    return b.load(tensor_param_[t], {per_row ? row0_ : zero_, keys ? key0 : zero_},
+                  {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys}, {rows ? row_end_ : -1, -1},
+                  Frag::Acc);
+  }
+  // The tiles of the tensors constant along the keys, loaded once before the key loop (−1 for
+  // the others): what f(S) computes from them alone stays out of the loop too (ALiBi's
+  // slope·(key positions within a tile)).
+  void load_key_constant_tensors(Builder& b) {
+    key_constant_tensors_.assign(s_.tensors.size(), -1);
+    for (size_t t = 0; t < s_.tensors.size(); ++t)
+      if (p_.params[static_cast<size_t>(tensor_param_[t])].view[1] == 1)
+        key_constant_tensors_[t] = load_tensor(b, t, zero_);
+  }
+
   // Key tile j's raw scores S through the chain's f(S) and the key mask, then the online
   // softmax's step: the new running max m, the rescale factor α of what was summed before, P and
   // the new running sum l. `masked` false: neither the causal mask nor the keys' end reaches the
@@ -603,18 +628,9 @@ class AttentionProgram {
   Online online(Builder& b, int j, int s, int m_before, int l_before, bool masked) {
     const Shape scores = {s_.block_m, s_.block_n};
     const int key0 = b.mul(j, b.index(s_.block_n));
-    // A score tile of each tensor — a [rows, 1] or [1, keys] one where it is broadcast along the
-    // keys or the rows (rows past the head and keys past n_kv clamped); one row where it is
-    // broadcast along the queries and the block's rows are one head's (ALiBi's slope per head).
-    std::vector<int> tensors;
-    for (size_t t = 0; t < s_.tensors.size(); ++t) {
-      const Param& prm = p_.params[static_cast<size_t>(tensor_param_[t])];
-      const bool per_row = prm.view[0] != 1, keys = prm.view[1] != 1;
-      const bool rows = per_row && !(prm.row_view.back() == 1 && s_.group == 1);
-      tensors.push_back(b.load(tensor_param_[t], {per_row ? row0_ : zero_, keys ? key0 : zero_},
-                               {rows ? s_.block_m : 1, keys ? s_.block_n : 1}, {rows, keys},
-                               {rows ? row_end_ : -1, -1}, Frag::Acc));
-    }
+    std::vector<int> tensors = key_constant_tensors_;
+    for (size_t t = 0; t < s_.tensors.size(); ++t)
+      if (tensors[t] < 0) tensors[t] = load_tensor(b, t, key0);
     // X = f(S); where f is S·scale with a positive scale, X is left to the exponent (below) and
     // its row max is the raw scores' times the scale (rounding is monotonic: the same value).
     const bool scaled = (!s_.scores || s_.scores_unscaled) && s_.scale > 0;
@@ -796,7 +812,7 @@ class AttentionProgram {
   Program p_;
   std::vector<int> q_;  // Q's fragments, 16 of d each
   int q_param_ = -1, k_param_ = -1, v_param_ = -1, o_param_ = -1;
-  std::vector<int> tensor_param_, row_param_;
+  std::vector<int> tensor_param_, row_param_, key_constant_tensors_;
   int zero_ = -1, tile_ = -1, bh_ = -1, kv_bh_ = -1, query0_ = -1, row0_ = -1, row_end_ = -1, split_ = -1, workspace_ = -1;
 };
 
@@ -858,17 +874,18 @@ struct ScoreValue {
 // exponent's fold of the scale does):
 // - X's part constant along the keys is kept apart (ScoreValue::r) through sums, differences,
 //   negations, products and quotients by values constant along the keys (constants, one-element
-//   tiles, row parts) and masks' where(c, ·, −inf): the kernel adds it to each tile's row max and takes it
-//   from the exponent's shift, once a row, where it cancels in P (ALiBi's slope·(i_k − i_q) is
-//   slope·i_k a key plus −slope·i_q a row: one fma a score on S);
+//   tiles, row parts) and masks' where(c, ·, −inf): the kernel adds it to each tile's row max and
+//   takes it from the exponent's shift, once a row a tile, where it cancels in P (ALiBi's
+//   slope·(i_k − i_q) is slope·(key offsets), the same in every tile, plus slope·(key0 − i_q) a
+//   row: one fma a score on S);
 // - an f32 product used only by an f32 sum is one fma with it (`contracted`).
-// An iota is the tile's query or key positions (`at`: the tile's first; query0 −1: every row query
-// 0), as a [rows, 1] or [1, keys] tile. A node of `pass` takes the value of the node it names (a
-// mask that holds throughout); a tanh of `absolute` is computed where only its absolute error
-// counts (Builder::score_tanh).
+// An iota is the tile's query or key positions (ScoreChain::iota). A node of `pass` takes the value of the
+// node it names (a mask that holds throughout); a tanh of `absolute` is computed where only its absolute
+// error counts (Builder::score_tanh).
 struct Positions {
   int query0 = -1, key0 = -1;
   Shape scores;  // the score tile's shape
+  bool key_offsets_apart = false;
 };
 class ScoreChain {
  public:
@@ -938,17 +955,25 @@ class ScoreChain {
     if (absolute_.count(id)) return {b_.score_tanh(args.at(0))};
     return {b_.compute(n.op, args, n.dtype)};
   }
-  // The tile's key positions (f, [1, keys]); its query positions as the block's first query (f,
-  // uniform) plus each row's offset from it (r, [rows, 1]: small, so that a row part of positions
-  // times a slope stays exact near the diagonal); every row query 0 where query0 is −1.
+  // The tile's positions, integers below 2^24 (exact in f32, and so are their sums and
+  // differences); every row query 0 where query0 is −1. Where `key_offsets_apart`, the key
+  // positions are the tile's first key (r, uniform) plus each key's offset from it (f, [1, keys]:
+  // the same in every tile, so that what f(S) makes of it alone is computed once a block) and the
+  // query positions are each row's (r, [rows, 1]); else the key positions are f and the query
+  // positions the block's first query (f, uniform) plus each row's offset from it (r). Either way
+  // ALiBi's slope·(i_k − i_q) is a product of small exact differences near the diagonal.
   ScoreValue iota(const Node& n, const Positions& at) {
     const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
-    const Shape rows = {at.scores[0], 1};
+    const Shape rows = {at.scores[0], 1}, key_row = {1, at.scores[1]};
     ScoreValue v;
-    if (keys)
-      v.f = b_.iota(at.key0, 1, {1, at.scores[1]}, Frag::Acc);
+    if (keys && at.key_offsets_apart)
+      v = {b_.iota(b_.index(0), 1, key_row, Frag::Acc), b_.iota(at.key0, 1, {1, 1}, Frag::Acc)};
+    else if (keys)
+      v.f = b_.iota(at.key0, 1, key_row, Frag::Acc);
     else if (at.query0 < 0)
       v.r = b_.tile_const(0, DType::F32, rows, Frag::Acc);
+    else if (at.key_offsets_apart)
+      v.r = b_.iota(at.query0, 0, rows, Frag::Acc);
     else
       v = {b_.iota(at.query0, 0, {1, 1}, Frag::Acc), b_.iota(b_.index(0), 0, rows, Frag::Acc)};
     if (n.dtype != DType::F32) return {b_.compute(Op::Cast, {joined(v)}, n.dtype)};
@@ -1043,8 +1068,8 @@ std::vector<NodeId> without_mask(const Graph& g, const std::vector<NodeId>& ops,
 // write it, f(S) in the graph's dtypes (the masks' nodes among them, in topological order), X in
 // f32.
 // `product` (≥ 0): the product S·k whose k the kernel folds into its exponent, passing S on here.
-AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, int64_t block_m, int64_t block_n,
-                                   NodeId product = -1) {
+AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, int64_t block_m,
+                                   int64_t block_n, bool offsets_fit, NodeId product = -1) {
   std::vector<NodeId> ops = c.score_ops;
   ops.insert(ops.end(), c.index_ops.begin(), c.index_ops.end());
   std::sort(ops.begin(), ops.end());
@@ -1062,7 +1087,19 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
       below = without_mask(g, below, mask, c.x());
       pass[mask] = g.node(mask).operands[1];
     }
-  return [&g, c, ops, below, unscaled, pass, absolute, block_m, block_n](
+  // Key positions held apart where X computes with them, not only compares them (ALiBi; a
+  // mask's condition gains little: the causal one is computed on the diagonal's tiles only), and
+  // where the registers allow (`offsets_fit`).
+  const bool key_offsets_apart =
+      offsets_fit && std::any_of(below.begin(), below.end(), [&](NodeId id) {
+        const Node& n = g.node(id);
+        return op_info(n.op).kind != OpKind::Compare &&
+               std::any_of(n.operands.begin(), n.operands.end(), [&](NodeId o) {
+                 const Node& p = g.node(o);
+                 return p.op == Op::Iota && p.axes.at(0) == static_cast<int>(p.shape.size()) - 1;
+               });
+      });
+  return [&g, c, ops, below, unscaled, pass, absolute, block_m, block_n, key_offsets_apart](
              Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors, bool masked) {
     const DType sd = g.node(c.scores).dtype;
     std::map<NodeId, ScoreValue> val = {
@@ -1073,7 +1110,7 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
                               ? ScoreValue{-1, tensors[t]}
                               : ScoreValue{tensors[t]};
     }
-    const Positions at = {query0, key0, {block_m, block_n}};
+    const Positions at = {query0, key0, {block_m, block_n}, key_offsets_apart};
     const std::vector<NodeId>& chain_ops = masked ? ops : below;
     return ScoreChain(b, g, chain_ops, absolute)
         .evaluate(chain_ops, val, c.x(), at, masked ? unscaled : pass);
@@ -1173,14 +1210,18 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
     s.row_outputs.push_back(std::move(r));
   }
   NodeId product = -1;
+  // A key tile's offsets held through the loop (ScoreChain::iota) take block_n / 4 registers a
+  // thread: at 128 keys ALiBi spilled 504 bytes beside S and O; at 64 none on wgmma, 12 on
+  // mma.sync (sm_80, at 255 registers).
+  const bool offsets_fit = s.wgmma && s.block_n <= 64;
   if (const std::optional<double> scale = positive_scale(g, *c, &product)) {  // X = masks(S)·scale: see online()
     s.scale = *scale;
     if (product != c->x()) {
-      s.scores = scores_of(g, *c, s.block_m, s.block_n, product);
+      s.scores = scores_of(g, *c, s.block_m, s.block_n, offsets_fit, product);
       s.scores_unscaled = true;
     }
   } else {
-    s.scores = scores_of(g, *c, s.block_m, s.block_n);
+    s.scores = scores_of(g, *c, s.block_m, s.block_n, offsets_fit);
   }
   s.shift = [&](Builder& b, int m) {
     std::map<NodeId, int> val = {{c->row_max, m}};
