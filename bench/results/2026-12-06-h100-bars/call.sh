@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# One call (asked for an H200, ran on an H100): ALiBi with its key offsets apart (bundle/) against 1855445 (bench/tmp/old) and
-# FlexAttention (issue 13's 1.3× bar), then every off-benchmark family graph checked against
-# float64 and timed with its prediction beside (issue 15; the peers' times are the 6f69ba2 call's).
+# One call (asked for an H200, ran on an H100): ALiBi with its key offsets apart (bundle/) against
+# 1855445 (bench/tmp/old) and FlexAttention (issue 13's 1.3× bar), then every off-benchmark family
+# graph checked against float64 and timed with its prediction beside (issue 15; the peers' times
+# are the 6f69ba2 call's). (The call ran the rounds as a loop of its own, new before old, with
+# attention_causal on the new bundle only; scripts/gpu_ab.sh runs the same commands on both.)
 cd "$(dirname "$0")/../../.."
 export TILEFUSE_CACHE=0 OUT=${OUT:-/tmp}
 [ -f bundle/libtilefuse.so ] || gzip -dk bundle/libtilefuse.so.gz
-[ -f bench/tmp/old/libtilefuse.so ] || gzip -dk bench/tmp/old/libtilefuse.so.gz
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-for round in 1 2; do
-  for run in "new attention_alibi" "old attention_alibi" "new attention_causal"; do
-    set -- $run
-    bin=bundle/tilefuse; [ "$1" = old ] && bin=bench/tmp/old/tilefuse
-    shift
-    timeout 60 $bin run "$@" --bench --iters 30 2>&1 | grep -E "median|rror" | sed "s/^/r$round $run /"
-  done
-done | tee "$OUT/ab.log"
+OLD=bench/tmp/old NAMES="attention_alibi attention_causal" bash scripts/gpu_ab.sh
 timeout 120 python3 bench/attention_peers.py attention_alibi 2>&1 | grep -E "^peer" | tee -a "$OUT/ab.log"
 names=$(bundle/tilefuse list | awk '/\[off-benchmark\]/{print $1}')
 # shellcheck disable=SC2086
