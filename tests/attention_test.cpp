@@ -433,6 +433,15 @@ std::vector<Graph> chains() {
     out.push_back(std::move(g));
   }
   {
+    // A bias along the keys from their positions alone: kept as the tile's first key (a part
+    // constant along the keys, one value a tile) plus its offsets (the same in every tile).
+    Graph g("key_positions");
+    Qkv t = qkv(g, 70, 150, 64, DType::BF16);
+    Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * 0.125 + iota(g, {70, 150}, 1) * 0.01;
+    output("o", matmul(cast(softmax(s), DType::BF16), t.v));
+    out.push_back(std::move(g));
+  }
+  {
     Graph g("bias_and_padding");  // a bf16 bias per (query, key) and an additive mask per (batch, key)
     Qkv t = qkv(g, 50, 77, 32, DType::BF16);
     Tensor s = matmul(t.q, t.k, {false, true, DType::F32}) * (1.0 / std::sqrt(32.0));
