@@ -1321,15 +1321,31 @@ TEST(FusionAttention, ASoftcapsTanhNeedsOnlyAnAbsoluteError) {
 }
 
 // The scores never reach memory, so the kernel picks their roundings and where it adds what: ALiBi's
-// S·scale + slope·(i_k − i_q) is one fma a score on S and a key tile's slope·(i_k − i_q0) (i_q0
-// the block's first query), and −slope·(i_q − i_q0), constant along the keys, is added to each
-// tile's row max and taken from the exponent's shift — no other arithmetic on score tiles (the
-// masked tiles' compare and where aside), and at 128 keys it fits without spilling.
+// S·scale + slope·(i_k − i_q) is one fma a score on S and the key tile's part (at 64 keys
+// slope·(offset in the tile), the same in every tile; at 128 slope·(i_k − i_q0), i_q0 the block's
+// first query), and the rest, constant along the keys, is added to each tile's row max and taken
+// from the exponent's shift — no other arithmetic on score tiles (the masked tiles' compare and
+// where aside), and at 128 keys it fits without spilling. The default plan steps 64 keys and says
+// why; plain causal attention steps 128.
 TEST(FusionAttention, AlibiScoresAreOneFmaAScore) {
   const Example* alibi = nullptr;
-  for (const Example& e : attention_family_examples())
+  const Example* causal = nullptr;
+  for (const Example& e : attention_family_examples()) {
     if (e.name == "attention_alibi") alibi = &e;
+    if (e.name == "attention_gqa_causal") causal = &e;
+  }
   ASSERT_NE(alibi, nullptr);
+  ASSERT_NE(causal, nullptr);
+  const std::string why = "f(S) adds a term of its own";
+  const Plan biased = plan_fusion(alibi->build()), unbiased = plan_fusion(causal->build());
+  ASSERT_NE(only_attention(biased), nullptr);
+  ASSERT_NE(only_attention(unbiased), nullptr);
+  const TileSchedule& with_bias = only_attention(biased)->schedule;
+  EXPECT_EQ(with_bias.block_n, 64);
+  EXPECT_NE(with_bias.describe().find(why), std::string::npos) << with_bias.describe();
+  const TileSchedule& plain = only_attention(unbiased)->schedule;
+  EXPECT_EQ(plain.block_n, 128);
+  EXPECT_EQ(plain.describe().find(why), std::string::npos) << plain.describe();
   for (int keys : {64, 128}) {
     FusionOptions o;
     o.schedule.attention_block_n = keys;

@@ -467,10 +467,11 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
   // at d 128: 288 bytes at 128 keys, none at 64). ALiBi no longer holds a tile (its row part and
   // key offsets are apart) and fits 128 keys, but 64 keep its key offsets through the loop (no
   // conversion or product a score): 2.44 ms on an H100 against 2.63–2.67 at 128 keys.
-  s.block_n = d > 128                   ? (s.tma ? 64 : 32)
-              : hints.attention_block_n ? hints.attention_block_n
-              : s.tma && !adds_a_score_tile(g, c) ? 128
-                                                  : 64;
+  s.keys_for_score_tile = d <= 128 && !hints.attention_block_n && s.tma && adds_a_score_tile(g, c);
+  s.block_n = d > 128                           ? (s.tma ? 64 : 32)
+              : hints.attention_block_n         ? hints.attention_block_n
+              : s.tma && !s.keys_for_score_tile ? 128
+                                                : 64;
   // Keys of one step leave nothing to overlap: the overlapped loop's two score tiles only cost
   // registers there (16 keys at d 64: ptxas serialized the wgmmas).
   const int64_t n_kv = g.node(c.scores).shape.back();

@@ -48,51 +48,63 @@ std::string TileSchedule::describe() const {
                        rows, cols, threads_per_row, vec, grid());
   if (attention)
     return fmt::format(
-        "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time "
+        "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time{} "
         "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
         "({}, {}; {} KiB each); {} over {} heads{}",
-        block_m, warps_m, !wgmma ? "mma.sync m16n8k16"
+        block_m, warps_m,
+        !wgmma ? "mma.sync m16n8k16"
         : tma  ? "wgmma m64nNk16 with Q from its shared-memory tile and P from registers"
-               : "wgmma m64nNk16 with Q and P from registers", n, block_n,
+               : "wgmma m64nNk16 with Q and P from registers",
+        n, block_n,
+        keys_for_score_tile ? " (not 128: f(S) adds a term of its own across queries and keys, which spilled "
+                              "or ran slower at 128)"
+                            : "",
         stages,
         tma ? fmt::format("TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' "
                           "warpgroups releasing each{}",
                           warpgroup_turns ? " and issuing their products in turns (ping-pong)" : "")
             : "cp.async",
         wgmma ? (overlap ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
-                                     : "read by wgmma")
+                         : "read by wgmma")
               : "ldmatrix",
         stage_bytes / 1024,
         tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}, the most loaded "
                                       "block {:.3f}× the mean",
-                                      tile_blocks, batch * m_blocks(), causal_offset >= 0 ? " longest first" : "",
-                                      tile_balance)
-        : tile_balance > 1.02 ? fmt::format("{} blocks (a persistent grid's static order would load one block {:.2f}× "
-                                            "the mean)",
-                                            grid(), tile_balance)
-                              : fmt::format("{} blocks", grid()),
+                                      tile_blocks, batch * m_blocks(),
+                                      causal_offset >= 0 ? " longest first" : "", tile_balance)
+        : tile_balance > 1.02
+            ? fmt::format("{} blocks (a persistent grid's static order would load one block {:.2f}× "
+                          "the mean)",
+                          grid(), tile_balance)
+            : fmt::format("{} blocks", grid()),
         batch,
-        (heads_per_block > 1 ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
-                                           heads_per_block)
-                             : "") +
-        (causal_offset >= 0 ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
-                                          "query skipped",
-                                          causal_offset)
-                            : "") +
-            (window_offset ? fmt::format("; a sliding window (query i sees keys from i {} {}): key tiles before a "
-                                         "block's first query's first key skipped",
-                                         *window_offset < 0 ? "−" : "+", std::llabs(*window_offset))
-                           : "") +
-            (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped" : "") +
-            (kv_splits > 1 ? fmt::format("; the keys split {} ways (split-KV), each part's output, max and sum merged "
-                                         "by the last block of its query tile through the workspace",
-                                         kv_splits)
-                           : "") +
-            (block_slots > 0 ? fmt::format("; split-KV for the device: {} blocks of heads and query tiles for its {} "
-                                           "block slots{}",
-                                           batch * m_blocks(), block_slots,
-                                           kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
-                             : ""));
+        (heads_per_block > 1
+             ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
+                           heads_per_block)
+             : "") +
+            (causal_offset >= 0
+                 ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
+                               "query skipped",
+                               causal_offset)
+                 : "") +
+            (window_offset
+                 ? fmt::format("; a sliding window (query i sees keys from i {} {}): key tiles before a "
+                               "block's first query's first key skipped",
+                               *window_offset < 0 ? "−" : "+", std::llabs(*window_offset))
+                 : "") +
+            (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped"
+                       : "") +
+            (kv_splits > 1
+                 ? fmt::format("; the keys split {} ways (split-KV), each part's output, max and sum merged "
+                               "by the last block of its query tile through the workspace",
+                               kv_splits)
+                 : "") +
+            (block_slots > 0
+                 ? fmt::format("; split-KV for the device: {} blocks of heads and query tiles for its {} "
+                               "block slots{}",
+                               batch * m_blocks(), block_slots,
+                               kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
+                 : ""));
   std::string operand_notes;  // copies into a padded pitch, split-K
   for (int i = 0; i < 2; ++i)
     if (operand_pitch[i] > 0)

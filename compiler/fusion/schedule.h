@@ -109,6 +109,9 @@ struct TileSchedule {
   // the key tile holding its first query's first key.
   std::optional<int64_t> window_offset;
   bool key_limit = false;  // each block's loop also ends at its head's length, read at run time
+  // 64 keys a step rather than 128 because f(S) adds a term of its own across queries and keys
+  // (adds_a_score_tile; for the report).
+  bool keys_for_score_tile = false;
   // Query heads whose rows one block holds (GQA and MQA with one query per head: the query heads
   // of a K/V head, which then is read once, not once per query head). batch counts K/V heads and
   // m their queries (heads_per_block of them) then.
