@@ -51,6 +51,14 @@ Timing time_copy(size_t bytes, int iters) {
   return summarize_ms(ms);
 }
 
+std::string foreign_profile_note(const DeviceProfile& p, const std::string& gpu) {
+  if (gpu.find(p.name) != std::string::npos || p.name.find(gpu) != std::string::npos) return "";
+  return fmt::format(
+      "predicted times are the cost model's for the {}, not for this {} (--measured-profile: "
+      "its own bandwidth, SMs and cuBLASLt rates)",
+      p.name, gpu);
+}
+
 DeviceProfile measure_device_profile(int iters) {
   const cuda::DeviceInfo& info = cuda::Context::get().info();
   DeviceProfile p;

@@ -3,6 +3,7 @@
 // this device instead of the H200 defaults, and what a benchmark divides by (the bytes any
 // implementation must move, a plan's matmul flops). The CLI's run --bench and bench use these.
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "compiler/fusion/device_profile.h"
@@ -36,6 +37,11 @@ DeviceProfile measure_device_profile(int iters = 20);
 // measured — the median of `iters` runs on random operands after warm-up — and added there.
 // Returns how many shapes it measured. Without a GPU or cuBLASLt, p is left as it is.
 int measure_library_gemms(const Graph& g, DeviceProfile& p, int iters = 50);
+
+// What a benchmark prints where its predictions are for another device than the GPU `gpu` it
+// runs on (the H200's defaults, timed on an H100): that they are, and how to get this device's.
+// Empty where either name contains the other (a measured profile carries the GPU's name).
+std::string foreign_profile_note(const DeviceProfile& p, const std::string& gpu);
 
 // Where a GPU is present but cuBLASLt does not load, p.library_gemm_missing says why, so that a
 // plan for this machine keeps its matmuls (the report names what that loses). Without a GPU, p is

@@ -11,6 +11,7 @@
 #include "compiler/support/error.h"
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/device_probe.h"
 #include "runtime/dlpack.h"
 #include "runtime/executable.h"
 #include "tests/test_util.h"
@@ -143,6 +144,20 @@ TEST(GpuRuntimeApi, RunsOnCallerBuffersAndStreams) {
     CheckReport check = check_against_reference(exe.plan(), host_in, host_out);
     EXPECT_TRUE(check.ok) << "inputs seeded " << seed << ":\n" << check.text();
   }
+}
+
+// A benchmark on another GPU than the profile's says that its predicted times are the profile's
+// device's; on that device, or with the profile measured on this one, it says nothing.
+TEST(RuntimeApi, PredictionsForAnotherDeviceAreNamed) {
+  const DeviceProfile h200;  // the defaults
+  EXPECT_EQ(foreign_profile_note(h200, "NVIDIA H200"), "");
+  const std::string note = foreign_profile_note(h200, "NVIDIA H100 80GB HBM3");
+  EXPECT_NE(note.find("H200"), std::string::npos) << note;
+  EXPECT_NE(note.find("NVIDIA H100 80GB HBM3"), std::string::npos) << note;
+  EXPECT_NE(note.find("--measured-profile"), std::string::npos) << note;
+  DeviceProfile measured;
+  measured.name = "NVIDIA H100 80GB HBM3 (measured)";
+  EXPECT_EQ(foreign_profile_note(measured, "NVIDIA H100 80GB HBM3"), "");
 }
 
 }  // namespace

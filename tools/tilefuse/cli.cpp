@@ -597,6 +597,8 @@ int cmd_run(const Args& a) {
     ok = check.ok;
   }
   if (a.bench) {
+    if (const std::string note = foreign_profile_note(exe.plan().options.profile, info.name); !note.empty())
+      fmt::print("  {}\n", note);
     Timing t = summarize_ms(exe.time(inputs, 10, a.iters));
     int64_t bytes = minimum_bytes(g);
     fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
@@ -632,6 +634,9 @@ int cmd_bench(const Args& a) {
   double copy_gbps = 2.0 * copy_bytes / (copy.median_ms * 1e-3) / 1e9;
   fmt::print("{}: copy ceiling {:.0f} GB/s ({:.4f} ms for 2 × {} bytes)\n", info.name, copy_gbps,
              copy.median_ms, copy_bytes);
+  if (const std::string note = foreign_profile_note(fusion_options(a).profile, info.name);
+      !note.empty() && !a.measured_profile)
+    fmt::print("{}\n", note);
   char date[16];
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
