@@ -79,12 +79,6 @@ bool is_constant_value(const Graph& g, NodeId id, double v) {
   return g.node(id).op == Op::Constant && g.node(id).value == v;
 }
 
-// An iota along the queries (from_end 2) or keys (1).
-bool iota_along(const Graph& g, NodeId id, int from_end) {
-  const Node& n = g.node(id);
-  return n.op == Op::Iota && static_cast<int>(n.shape.size()) - n.axes.at(0) == from_end;
-}
-
 // A comparison `above` op `below` as `op` (≥ or >), whichever way round it is written (a ≥ b or
 // b ≤ a): false where the node is neither.
 bool ordered(const Node& cmp, Op op, NodeId* above, NodeId* below) {
@@ -174,6 +168,11 @@ NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>&
 }
 
 }  // namespace
+
+bool iota_along(const Graph& g, NodeId id, int from_end) {
+  const Node& n = g.node(id);
+  return n.op == Op::Iota && static_cast<int>(n.shape.size()) - n.axes.at(0) == from_end;
+}
 
 // X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each where one of the
 // score ops (the scores flow through its second operand; its condition is its first).

@@ -77,6 +77,9 @@ struct ContractionChain {
 // `score_ops` (the scores flow through its second operand; its condition is its first).
 std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops);
 
+// Whether `id` is an iota along the queries (from_end 2) or the keys (1) of the scores.
+bool iota_along(const Graph& g, NodeId id, int from_end);
+
 // Whether score op `tanh` (an f32 tanh of chain c) may be computed with an absolute error bound
 // instead of a relative one (math::tanh_absolute: ≤ 2^-20). P is rounded to 16 bits before P·V,
 // and an absolute error δ in X multiplies P's term by e^δ: a relative error δ. The tanh's result

@@ -860,8 +860,8 @@ int evaluate(Builder& b, const Graph& g, const std::vector<NodeId>& ops, std::ma
   return val.at(last);
 }
 
-// A score chain's value as the kernel holds it: f + r, r constant along the keys (a [rows, 1]
-// tile, or −1: none), f anything else (or −1: none); f may be a product a·b not yet computed
+// A score chain's value as the kernel holds it: f + r, r constant along the keys (a [rows, 1] or
+// one-element tile, or −1: none), f anything else (or −1: none); f may be a product a·b not yet computed
 // (`fa` ≥ 0), kept for the sum that uses it to make one fma.
 struct ScoreValue {
   int f = -1, r = -1, fa = -1, fb = -1;
@@ -919,7 +919,7 @@ class ScoreChain {
  private:
   ScoreValue node(NodeId id, const std::map<NodeId, ScoreValue>& val, const Positions& at) {
     const Node& n = g_.node(id);
-    if (n.op == Op::Iota) return iota(n, at);
+    if (n.op == Op::Iota) return iota(id, at);
     const std::vector<ScoreValue> a =
         operand_values(g_, id, val, [&](const Node& c) { return ScoreValue{b_.scalar(c.value, c.dtype)}; });
     if (n.dtype == DType::F32) {
@@ -962,8 +962,8 @@ class ScoreChain {
   // query positions are each row's (r, [rows, 1]); else the key positions are f and the query
   // positions the block's first query (f, uniform) plus each row's offset from it (r). Either way
   // ALiBi's slope·(i_k − i_q) is a product of small exact differences near the diagonal.
-  ScoreValue iota(const Node& n, const Positions& at) {
-    const bool keys = n.axes.at(0) == static_cast<int>(n.shape.size()) - 1;
+  ScoreValue iota(NodeId id, const Positions& at) {
+    const bool keys = iota_along(g_, id, 1);
     const Shape rows = {at.scores[0], 1}, key_row = {1, at.scores[1]};
     ScoreValue v;
     if (keys && at.key_offsets_apart)
@@ -976,7 +976,8 @@ class ScoreChain {
       v.r = b_.iota(at.query0, 0, rows, Frag::Acc);
     else
       v = {b_.iota(at.query0, 0, {1, 1}, Frag::Acc), b_.iota(b_.index(0), 0, rows, Frag::Acc)};
-    if (n.dtype != DType::F32) return {b_.compute(Op::Cast, {joined(v)}, n.dtype)};
+    const DType dt = g_.node(id).dtype;
+    if (dt != DType::F32) return {b_.compute(Op::Cast, {joined(v)}, dt)};
     return v;
   }
   // f computed where it is a product kept for a sum.
@@ -1094,10 +1095,8 @@ AttentionShape::ScoresFn scores_of(const Graph& g, const ContractionChain& c, in
       offsets_fit && std::any_of(below.begin(), below.end(), [&](NodeId id) {
         const Node& n = g.node(id);
         return op_info(n.op).kind != OpKind::Compare &&
-               std::any_of(n.operands.begin(), n.operands.end(), [&](NodeId o) {
-                 const Node& p = g.node(o);
-                 return p.op == Op::Iota && p.axes.at(0) == static_cast<int>(p.shape.size()) - 1;
-               });
+               std::any_of(n.operands.begin(), n.operands.end(),
+                           [&](NodeId o) { return iota_along(g, o, 1); });
       });
   return [&g, c, ops, below, unscaled, pass, absolute, block_m, block_n, key_offsets_apart](
              Builder& b, int acc, int query0, int key0, const std::vector<int>& tensors, bool masked) {

@@ -118,9 +118,9 @@ struct AttentionShape {
   // shift c from the running max m, equal to m wherever m is finite (default: m; the kernel
   // takes 0 where m is −inf whatever the shift); the divisor from the final sum (default: 1
   // where the sum is 0).
-  // X as `x` and, where `row` ≥ 0, X = x + row with `row` a [rows, 1] tile: X's part constant
-  // along the keys, which cancels in P — the kernel adds it to each tile's row max and takes it
-  // from the exponent's shift (a value a row, not a score).
+  // X as `x` and, where `row` ≥ 0, X = x + row with `row` a [rows, 1] or one-element tile (this
+  // key tile's): X's part constant along the keys, which cancels in P — the kernel adds it to the
+  // tile's row max and takes it from the exponent's shift (a value a row, not a score).
   struct ScoreTile {
     int x = -1, row = -1;
   };
