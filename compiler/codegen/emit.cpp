@@ -1936,13 +1936,14 @@ class Emitter {
   // matrix l / 8, each lane receiving two elements of each. A's 16×16 pieces take matrices
   // (rows +0, k +0), (+8, +0), (+0, +8), (+8, +8) — its registers a0a1 … a6a7; B's pairs of 16×8
   // pieces (k +0, n +0), (+8, +0), (+0, +8), (+8, +8) — b0b1, b2b3 of each. Where the stored rows
-  // run along the fragment's pairs (a column-major A, a row-major B) the load transposes.
+  // run along the fragment's pairs (a column-major A, a row-major B) the load transposes. A read
+  // of the stage's transpose is one of a ring stored the other way: the same stored rows.
   void load_shared(const Inst& i) {
     if (p_.shared[static_cast<size_t>(i.ring)].bulk) return load_stage_row(i);
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const Type& t = type(i.results[0]);
     const bool a = t.frag == Frag::A;
-    const size_t stored_along = r.col_major ? 0 : 1, pairs_along = a ? 1 : 0;
+    const size_t stored_along = r.col_major != i.transposed ? 0 : 1, pairs_along = a ? 1 : 0;
     const auto id = stored_along == pairs_along ? llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16
                                                 : llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16;
     Value* stage = as_i32(one(i.args[0]));

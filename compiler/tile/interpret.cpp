@@ -866,7 +866,7 @@ class Exec {
     }
   }
 
-  // The result's tile from a stage at (row, col) within it.
+  // The result's tile from a stage at (row, col) within it (or within its transpose).
   void load_shared(const Inst& i) {
     const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
     check_read(i.ring, idx(i.args[0]));
@@ -878,10 +878,11 @@ class Exec {
     std::vector<double> o(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
-        if (r0 + r >= ring_rows || c0 + c >= ring_cols)
-          fail(fmt::format("a read of ring @{} at ({}, {}), outside its stage of {}", ring.name, r0 + r, c0 + c,
-                           shape_str(ring.tile)));
-        o[static_cast<size_t>(r * cols + c)] = tile[static_cast<size_t>((r0 + r) * ring_cols + c0 + c)];
+        const int64_t at_row = i.transposed ? c0 + c : r0 + r, at_col = i.transposed ? r0 + r : c0 + c;
+        if (at_row >= ring_rows || at_col >= ring_cols)
+          fail(fmt::format("a read of ring @{} at ({}, {}), outside its stage of {}", ring.name, at_row,
+                           at_col, shape_str(ring.tile)));
+        o[static_cast<size_t>(r * cols + c)] = tile[static_cast<size_t>(at_row * ring_cols + at_col)];
       }
     out(i).t = std::move(o);
   }

@@ -435,10 +435,12 @@ void Builder::barrier() {
   emit(i, std::nullopt);
 }
 
-int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag) {
+int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag,
+                         bool transposed) {
   Inst i;
   i.opcode = Opcode::LoadShared;
   i.ring = ring;
+  i.transposed = transposed;
   i.args = {stage};
   i.args.insert(i.args.end(), offsets.begin(), offsets.end());
   return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape, Space::Reg, frag));

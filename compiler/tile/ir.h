@@ -165,21 +165,21 @@ enum class Opcode {
   // W: element (i, j) holds where column c + j of row r + i is one of the row's own elements,
   // 0 ≤ c + j − window_shift(r + i, W, window) < W (printed `in_window %r, %c, %w vec V`).
   InWindow,
-  Iota,       // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota);
-              // with two offsets, the linear index (see Inst::iota_stride)
-  Compute,    // an elementwise graph op over tiles and scalars, numpy-broadcast
-  Reduce,     // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
-              // every element counts, or — with a mask (arg 1: a bool tile broadcast to the
-              // input's shape; printed `where %m`) — those where it holds (a blocked tile's); a blocked
-              // tile's rows also over the threads sharing them (a power of two up to a warp, or
-              // whole warps); an accumulator fragment along its columns (warps_n 1): the warp's
-              // quads combine. Along axis 1 into a lanes tile (the result's type says so): each
-              // thread's own elements of a row only, one value per thread; a lanes tile's rows
-              // reduce over their threads as a blocked tile's do. Along axis 1 into a warps tile:
-              // a blocked or lanes tile's rows within each warp (shuffles); a warp_lanes tile's
-              // rows into one column (shuffles over the row's warps' columns).
-  Spread,     // a lanes or warps tile (arg 0) as a blocked tile of the result's type: each of a
-              // thread's elements of a row takes the thread's value of that row
+  Iota,     // f32 tile: offset (arg 0) plus each element's position along `axis` (a graph iota);
+            // with two offsets, the linear index (see Inst::iota_stride)
+  Compute,  // an elementwise graph op over tiles and scalars, numpy-broadcast
+  Reduce,   // tile reduced along `axis` by `op` (ReduceSum, ReduceMax, ReduceMin): extent 1 there;
+            // every element counts, or — with a mask (arg 1: a bool tile broadcast to the
+            // input's shape; printed `where %m`) — those where it holds (a blocked tile's); a blocked
+            // tile's rows also over the threads sharing them (a power of two up to a warp, or
+            // whole warps); an accumulator fragment along its columns (warps_n 1): the warp's
+            // quads combine. Along axis 1 into a lanes tile (the result's type says so): each
+            // thread's own elements of a row only, one value per thread; a lanes tile's rows
+            // reduce over their threads as a blocked tile's do. Along axis 1 into a warps tile:
+            // a blocked or lanes tile's rows within each warp (shuffles); a warp_lanes tile's
+            // rows into one column (shuffles over the row's warps' columns).
+  Spread,   // a lanes or warps tile (arg 0) as a blocked tile of the result's type: each of a
+            // thread's elements of a row takes the thread's value of that row
   // Warps tiles (args, floating-point) gathered into every warp of their rows (results: WarpLanes tiles of
   // the same shapes, printed `gather_warps %m, %s : …`): the warps' lane 0 write their values to
   // shared memory, a block barrier, each lane reads its column's. One exchange for all its args.
@@ -202,22 +202,24 @@ enum class Opcode {
   // without leaving registers — the m16n8 accumulator layout of two adjacent column pieces is
   // the m16k16 A layout. Needs warps_n 1 (each warp holds whole rows).
   Convert,
-  For,        // results = the carried values after the loop; region args: the induction
-              // variable and the carried values; args: lo, hi, step, initial carried values
-  Yield,      // the carried values of the next iteration (the For region's terminator)
-  If,         // runs its region when the bool scalar arg 0 holds
+  For,    // results = the carried values after the loop; region args: the induction
+          // variable and the carried values; args: lo, hi, step, initial carried values
+  Yield,  // the carried values of the next iteration (the For region's terminator)
+  If,     // runs its region when the bool scalar arg 0 holds
   // Workspace counters (u32 slots after the workspace parameter's view): LastArrival counts this
   // block in slot arg 0 (releasing its earlier writes) and gives whether it is the arg 1'th,
   // the last (acquiring the others' writes); ResetCount zeroes the slot for the next launch.
   LastArrival,
   ResetCount,
-  Dot,        // acc (arg 2) + A (arg 0) · B (arg 1): tensor-core fragments (mma.sync m16n8k16)
+  Dot,  // acc (arg 2) + A (arg 0) · B (arg 1): tensor-core fragments (mma.sync m16n8k16)
   // Shared-memory rings (Program::shared): CopyAsync copies a parameter's tile at (arg 0, arg 1)
   // into stage arg 2 of ring `ring`, the block's threads taking 16-byte chunks (cp.async; masked
   // chunks are zero-filled); CommitGroup closes the thread's copies issued since the last one
   // into a group; WaitGroup waits until at most `value` of its groups are pending; Barrier is
   // the block's barrier; LoadShared reads fragments of stage arg 0 of a ring at (arg 1, arg 2)
-  // within its tile (ldmatrix).
+  // within its tile (ldmatrix) — or, `transposed`, within the stage's transpose (printed `load
+  // @ring[…] transposed`): one stage of a [keys, d] tile is both a product's B operand [16 keys,
+  // d] and, transposed, [16 of d, keys] (the attention backward's K, Q and dO).
   CopyAsync,
   CommitGroup,
   WaitGroup,
@@ -227,8 +229,8 @@ enum class Opcode {
   // ring `ring_b` ([k, n]), A that stage of ring `ring` ([block_m, k]: each warpgroup its 64
   // rows) — or, with `ring` −1, the A fragments args 2… ([block_m, 16] each, in registers, k/16
   // of them: a product fed to the next dot, attention's Q or P); its result is the accumulator in
-  // flight, which only a DotWait, another DotAsync on it or a Yield may use. DotWait waits until at most `value` of
-  // the warpgroup's DotAsyncs are in flight and gives its args' values usable. FenceAsync orders
+  // flight, which only a DotWait, another DotAsync on it or a Yield may use. DotWait waits until at most
+  // `value` of the warpgroup's DotAsyncs are in flight and gives its args' values usable. FenceAsync orders
   // the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by the
   // asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
   DotAsync,
@@ -386,6 +388,7 @@ struct Inst {
   // did past an online softmax, to write the next P's fragments into the registers the product
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
+  bool transposed = false;  // LoadShared: the stage read as its transpose
   std::vector<Region> regions;
 };
 
@@ -547,7 +550,8 @@ class Builder {
   void commit_group();
   void wait_group(int pending);
   void barrier();
-  int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag);
+  int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag,
+                  bool transposed = false);
   int dot_async(int ring_a, int ring_b, int stage, int acc);
   // acc + A·B with A the fragments `a` (registers) and B stage `stage` of ring `ring_b`.
   int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc);

@@ -97,8 +97,9 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         break;
       }
       case Opcode::LoadShared:
-        *out += fmt::format("{}{}load @{}[{}] : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
-                            values(i.args), type_of(i.results[0]));
+        *out +=
+            fmt::format("{}{}load @{}[{}]{} : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
+                        values(i.args), i.transposed ? " transposed" : "", type_of(i.results[0]));
         break;
       case Opcode::DotAsync: {
         const std::string a = i.ring >= 0 ? fmt::format("@{}[{}]", p.shared.at(static_cast<size_t>(i.ring)).name,
@@ -762,6 +763,7 @@ class Parser {
       punct("[");
       i.args = uses_until_colon();
       punct("]");
+      i.transposed = take_word("transposed");
       punct(":");
       results({type()});
     } else if (op == "copy_async") {

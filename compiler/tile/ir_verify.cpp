@@ -396,8 +396,10 @@ class Verifier {
     for (int a : i.args)
       if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
     check_tile_shape(i, t);
+    if (i.transposed && r->tile.size() != 2)
+      problem(fmt::format("{}: a transposed read of @{}", where(i), r->name));
     for (size_t d = 0; d < 2 && d < t.shape.size(); ++d)
-      if (t.shape[d] > r->tile.at(d))
+      if (t.shape[d] > r->tile.at(i.transposed ? 1 - d : d))
         problem(fmt::format("{}: {} is larger than @{}'s tile {}", where(i), type_str(t), r->name, shape_str(r->tile)));
   }
 

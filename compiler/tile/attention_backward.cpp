@@ -1,0 +1,255 @@
+#include "compiler/tile/attention_backward.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "compiler/support/error.h"
+#include "compiler/tile/ir_verify.h"
+
+namespace tilefuse::tir {
+
+namespace {
+
+using Part = AttentionBackwardShape::Part;
+
+class AttentionBackwardProgram {
+ public:
+  explicit AttentionBackwardProgram(const AttentionBackwardShape& s) : s_(s) {}
+
+  Program build(const std::string& name) {
+    check();
+    const int warps = s_.block_rows / 16;
+    p_.name = name;
+    p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
+    p_.mma = MmaConfig{warps, 1, 16, s_.block_cols};
+    p_.grid = {s_.batch_heads * row_tiles()};
+    p_.min_blocks_per_sm = 2;
+    p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
+    add_params();
+    // The block's rows' two operands (one stage each), then the other side's two rings.
+    for (const char* ring : {"a1_tile", "a2_tile"})
+      p_.shared.push_back({ring, s_.dtype, 1, {s_.block_rows, s_.d}});
+    for (const char* ring : {"b1_ring", "b2_ring"})
+      p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}});
+    Builder b(p_, p_.body);
+    zero_ = b.index(0);
+    place(b, b.program_id(0));
+    for (int a = 0; a < 2; ++a)
+      b.copy_async(a_param_[a], {row0_, zero_}, a, zero_, {true, false}, {row_end_, -1});
+    if (queries()) load_row_statistics(b);
+    const auto [lo, hi] = col_range(b);
+    const std::vector<int> grads = col_loop(b, lo, hi);
+    b.wait_group(0);  // nothing in flight when the block ends
+    store_gradients(b, grads);
+    verify_program(p_);
+    return std::move(p_);
+  }
+
+ private:
+  bool queries() const { return s_.part == Part::Queries; }
+  int64_t rows() const { return queries() ? s_.n_q : s_.n_kv; }
+  int64_t cols() const { return queries() ? s_.n_kv : s_.n_q; }
+  int64_t row_tiles() const { return (rows() + s_.block_rows - 1) / s_.block_rows; }
+  int64_t col_tiles() const { return (cols() + s_.block_cols - 1) / s_.block_cols; }
+
+  void check() const {
+    if (s_.dtype != DType::BF16 && s_.dtype != DType::F16)
+      throw Error(fmt::format("the attention backward on tensor cores takes bf16 or f16, not {}",
+                              dtype_name(s_.dtype)));
+    if (s_.d != 16 && s_.d != 32 && s_.d != 64 && s_.d != 128)
+      throw Error(
+          fmt::format("the attention backward's head dimension must be 16, 32, 64 or 128, not {}", s_.d));
+    if (s_.block_rows % 16 != 0 || s_.block_rows < 16 || s_.block_rows > 128 || s_.block_cols % 16 != 0 ||
+        s_.block_cols < 16 || s_.block_cols > 128)
+      throw Error(fmt::format("attention backward tiles of {}×{}: multiples of 16 up to 128", s_.block_rows,
+                              s_.block_cols));
+    if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
+      throw Error(fmt::format("attention backward over {} heads of {} queries and {} keys", s_.batch_heads,
+                              s_.n_q, s_.n_kv));
+  }
+
+  // q, k, v, do, lse, delta, then the gradients. The row statistics are [batch_heads·n_q, 1] to
+  // the queries kernel (a value per row of its tiles) and [batch_heads, n_q] to the keys kernel
+  // (a row of values across each query tile, its columns).
+  void add_params() {
+    const Shape q_rows = {s_.batch_heads * s_.n_q, s_.d}, kv_rows = {s_.batch_heads * s_.n_kv, s_.d};
+    const Shape stats = queries() ? Shape{s_.batch_heads * s_.n_q, 1} : Shape{s_.batch_heads, s_.n_q};
+    auto add = [&](const char* name, DType dtype, const Shape& view, bool output) {
+      Param prm;
+      prm.name = name;
+      prm.dtype = dtype;
+      prm.view = view;
+      prm.output = output;
+      p_.params.push_back(prm);
+      return static_cast<int>(p_.params.size()) - 1;
+    };
+    const int q = add("q", s_.dtype, q_rows, false), k = add("k", s_.dtype, kv_rows, false);
+    const int v = add("v", s_.dtype, kv_rows, false), d_o = add("do", s_.dtype, q_rows, false);
+    lse_param_ = add("lse", DType::F32, stats, false);
+    delta_param_ = add("delta", DType::F32, stats, false);
+    if (queries()) {
+      a_param_ = {q, d_o};
+      b_param_ = {k, v};
+      grad_param_ = {add("dq", s_.dtype, q_rows, true)};
+    } else {
+      a_param_ = {k, v};
+      b_param_ = {q, d_o};
+      grad_param_ = {add("dk", s_.dtype, kv_rows, true), add("dv", s_.dtype, kv_rows, true)};
+    }
+  }
+
+  // Program id `pid`'s head and row tile: its first row (of the head's), its rows in the
+  // parameters' views and their end.
+  void place(Builder& b, int pid) {
+    bh_ = b.div(pid, b.index(row_tiles()));
+    first_row_ = b.mul(b.rem(pid, b.index(row_tiles())), b.index(s_.block_rows));
+    row0_ = b.add(b.mul(bh_, b.index(rows())), first_row_);
+    row_end_ = b.add(b.mul(bh_, b.index(rows())), b.index(rows()));
+  }
+
+  // The queries kernel's L and D, once: [rows, 1] each, L where it is finite and 0 elsewhere (a
+  // row that saw no key: its scores are masked, so its P is e^−inf = 0 either way).
+  void load_row_statistics(Builder& b) {
+    const Shape shape = {s_.block_rows, 1};
+    lse_ = finite_or_zero(
+        b, b.load(lse_param_, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc));
+    delta_ = b.load(delta_param_, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
+  }
+  // The keys kernel's L and D for the query tile from q0: [1, cols] each, 0 past the queries
+  // (there Q's and dO's rows are zeros: P is 1 and dP − D is 0, and both products add nothing).
+  std::pair<int, int> col_statistics(Builder& b, int q0) {
+    const Shape shape = {1, s_.block_cols};
+    const int in = b.in_bounds(q0, b.index(s_.n_q), 1, shape, Frag::Acc);
+    const int lse = b.load(lse_param_, {bh_, q0}, shape, {false, true}, {}, Frag::Acc);
+    const int delta = b.load(delta_param_, {bh_, q0}, shape, {false, true}, {}, Frag::Acc);
+    return {finite_or_zero(b, lse), b.compute(Op::Where, {in, delta, b.scalar(0, DType::F32)}, DType::F32)};
+  }
+  // x where it is finite or +inf, else 0 (−inf, and NaN: what a masked load leaves).
+  static int finite_or_zero(Builder& b, int x) {
+    const int finite =
+        b.compute(Op::Gt, {x, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
+    return b.compute(Op::Where, {finite, x, b.scalar(0, DType::F32)}, DType::F32);
+  }
+
+  // The column tiles the block's rows see: all of them, or under a causal mask from the first
+  // query that sees the block's first key (keys kernel) or to the tile of the last key its last
+  // query sees (queries kernel).
+  std::pair<int, int> col_range(Builder& b) {
+    const int tiles = b.index(col_tiles()), bc = b.index(s_.block_cols);
+    if (!s_.causal_offset) return {zero_, tiles};
+    const int64_t off = *s_.causal_offset;
+    if (queries()) {  // keys [0, last query + off], none where that is negative
+      const int last = b.add(first_row_, b.index(s_.block_rows));  // one past the block's last query
+      const int seen = off >= 0 ? b.add(last, b.index(off)) : b.sub(last, b.min(last, b.index(-off)));
+      return {zero_, b.min(tiles, b.div(b.add(seen, b.index(s_.block_cols - 1)), bc))};
+    }
+    // queries from the block's first key − off on
+    const int first =
+        off >= 0 ? b.sub(first_row_, b.min(first_row_, b.index(off))) : b.add(first_row_, b.index(-off));
+    return {b.min(tiles, b.div(first, bc)), tiles};
+  }
+
+  // Column tile j's B₁ and B₂ into stage `stage` of their rings (past the head's rows
+  // zero-filled: their products add nothing).
+  void copy_cols(Builder& b, int j, int stage) {
+    const int head = b.mul(bh_, b.index(cols()));
+    const int first = b.add(head, b.mul(j, b.index(s_.block_cols))), end = b.add(head, b.index(cols()));
+    for (int r = 0; r < 2; ++r)
+      b.copy_async(b_param_[r], {first, zero_}, 2 + r, stage, {true, false}, {end, -1});
+    b.commit_group();
+  }
+
+  // The loop over column tiles [lo, hi), two stages: each step waits for its tile's copies (the
+  // first with the resident operands'), starts the next tile's and runs on its own.
+  std::vector<int> col_loop(Builder& b, int lo, int hi) {
+    const int two = b.index(2);
+    copy_cols(b, lo, b.rem(lo, two));
+    std::vector<int> init;
+    for (size_t g = 0; g < grad_param_.size(); ++g)
+      init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
+    return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
+      in.wait_group(0);
+      in.barrier();  // tile j in place, and every thread past its reads of the other stage
+      const int next = in.add(j, in.index(1));
+      copy_cols(in, next, in.rem(next, two));
+      return step(in, j, in.rem(j, two), c);
+    });
+  }
+
+  // A_a·B_bᵀ over the head dimension: B's stage read transposed.
+  int scores(Builder& b, int a, int stage) {
+    int acc = b.tile_const(0, DType::F32, {s_.block_rows, s_.block_cols}, Frag::Acc);
+    for (int64_t kk = 0; kk < s_.d; kk += 16) {
+      const int af = b.load_shared(a, zero_, {zero_, b.index(kk)}, {s_.block_rows, 16}, Frag::A);
+      const int bf = b.load_shared(2 + a, stage, {b.index(kk), zero_}, {16, s_.block_cols}, Frag::B, true);
+      acc = b.dot(af, bf, acc);
+    }
+    return acc;
+  }
+  // acc + x·B_r: x's columns (the stage's rows) as A fragments in the inputs' dtype.
+  int accumulate(Builder& b, int acc, int x, int ring, int stage) {
+    for (int64_t kk = 0; kk < s_.block_cols; kk += 16) {
+      const int xa = b.convert(x, static_cast<int>(kk / 16), s_.dtype);
+      const int bf = b.load_shared(ring, stage, {b.index(kk), zero_}, {16, s_.d}, Frag::B);
+      acc = b.dot(xa, bf, acc);
+    }
+    return acc;
+  }
+
+  // One column tile: the scores again, P, dP and dS, and the gradients' products.
+  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& grads) {
+    const int c0 = b.mul(j, b.index(s_.block_cols));
+    int lse = lse_, delta = delta_;
+    if (!queries()) std::tie(lse, delta) = col_statistics(b, c0);
+    // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e)
+    const int minus_lse2 = b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+    int p = b.softmax_exp2(b.compute(
+        Op::Fma, {scores(b, 0, stage), b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2}, DType::F32));
+    if (s_.causal_offset) p = b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
+    // (dV's product first: dP's tile is not yet live beside the two accumulators — at d 128 the
+    // other order spilled ~500 bytes.)
+    const int dv = queries() ? -1 : accumulate(b, grads[1], p, 3, stage);  // dV += Pᵀ·dO
+    const int ds =
+        b.compute(Op::Mul, {p, b.compute(Op::Sub, {scores(b, 1, stage), delta}, DType::F32)}, DType::F32);
+    const int dx = accumulate(b, grads[0], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
+    if (queries()) return {dx};
+    return {dx, dv};
+  }
+  // Where each query of the tile sees its key: key ≤ query + offset.
+  int visible(Builder& b, int c0) {
+    const Shape shape = {s_.block_rows, s_.block_cols};
+    const int row = b.iota(first_row_, 0, shape, Frag::Acc), col = b.iota(c0, 1, shape, Frag::Acc);
+    const int query = queries() ? row : col, key = queries() ? col : row;
+    const int reach =
+        b.compute(Op::Add, {query, b.scalar(static_cast<double>(*s_.causal_offset), DType::F32)}, DType::F32);
+    return b.compute(Op::Le, {key, reach}, DType::Bool);
+  }
+
+  // dK·scale and dV, or dQ·scale, in the inputs' dtype.
+  void store_gradients(Builder& b, const std::vector<int>& grads) {
+    for (size_t g = 0; g < grads.size(); ++g) {
+      int y = grads[g];
+      if (g == 0) y = b.compute(Op::Mul, {y, b.scalar(s_.scale, DType::F32)}, DType::F32);
+      y = b.compute(Op::Cast, {y}, s_.dtype);
+      b.store(grad_param_[g], {row0_, zero_}, y, {true, false}, {row_end_, -1});
+    }
+  }
+
+  const AttentionBackwardShape s_;
+  Program p_;
+  std::vector<int> a_param_, b_param_, grad_param_;
+  int lse_param_ = -1, delta_param_ = -1;
+  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, lse_ = -1, delta_ = -1;
+};
+
+}  // namespace
+
+Program attention_backward_program(const AttentionBackwardShape& s, const std::string& name) {
+  return AttentionBackwardProgram(s).build(name);
+}
+
+}  // namespace tilefuse::tir

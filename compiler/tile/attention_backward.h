@@ -1,0 +1,57 @@
+#pragma once
+// The attention backward in Tile IR v2, FlashAttention-2's form with no atomics: given the
+// forward's q, k and v, the gradient dO of its output, each query row's log-sum-exp L (so that
+// P = e^(S·scale − L) without a max or a sum) and D = rowsum(dO∘O), two kernels recompute the
+// probabilities tile by tile rather than read an N×N matrix:
+//
+//   keys:    a block per tile of keys, K and V resident, a loop over the query tiles:
+//              Sᵀ = K·Qᵀ;  Pᵀ = e^(Sᵀ·scale − L);  dV += Pᵀ·dO
+//              dPᵀ = V·dOᵀ;  dSᵀ = Pᵀ∘(dPᵀ − D);  dK += dSᵀ·Q        then dK·scale and dV
+//   queries: a block per tile of queries, Q and dO resident, a loop over the key tiles:
+//              S = Q·Kᵀ;  P = e^(S·scale − L);  dP = dO·Vᵀ;  dS = P∘(dP − D);  dQ += dS·K
+//            then dQ·scale
+//
+// Both are one loop: the block's rows' operands A₁, A₂ (K, V or Q, dO) wait in shared memory,
+// the other side's B₁, B₂ (Q, dO or K, V) come through two-stage rings (cp.async), each stage
+// read twice — transposed for the scores (A·Bᵀ) and as it is for the gradient's product — on
+// mma.sync m16n8k16. P and dS stay in registers: their accumulator tiles are the next products'
+// A fragments, rounded to the inputs' dtype as the forward rounds P. The queries kernel does the
+// scores' two products again (7 products in all against 5 with dQ added up across the keys'
+// blocks), but no block waits for another and dQ comes out the same on every run.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "compiler/graph/dtype.h"
+#include "compiler/tile/ir.h"
+
+namespace tilefuse::tir {
+
+struct AttentionBackwardShape {
+  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads, n_kv, d]; L and D: [batch_heads, n_q].
+  int64_t batch_heads = 1, n_q = 0, n_kv = 0, d = 64;
+  DType dtype = DType::BF16;  // of q, k, v, dO and the gradients: bf16 or f16
+  double scale = 0.125;
+  // Which gradients the kernel computes: dK and dV (a block per key tile) or dQ (a block per
+  // query tile).
+  enum class Part { Keys, Queries };
+  Part part = Part::Keys;
+  int block_rows = 64;  // the block's keys (Keys) or queries (Queries): 16 per warp
+  int block_cols = 64;  // the other side's per loop step (attention_backward_block_cols)
+  // Query i sees no key past i + causal_offset: the loops skip the tiles wholly past it and mask
+  // the rest.
+  std::optional<int64_t> causal_offset;
+};
+
+// The columns a step takes: 64, but 32 for dK and dV at d 128, whose two accumulators take 128
+// registers of each thread — at 64 the step's scores, P and dP beside them spilled ~500 bytes.
+inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part part) {
+  return part == AttentionBackwardShape::Part::Keys && d > 64 ? 32 : 64;
+}
+
+// Parameters: q, k, v, do, lse, delta, then dk and dv (Keys) or dq (Queries). Throws Error
+// naming what is unsupported (d other than 16, 32, 64, 128; f32).
+Program attention_backward_program(const AttentionBackwardShape& s,
+                                   const std::string& name = "attention_backward");
+
+}  // namespace tilefuse::tir

@@ -1,0 +1,346 @@
+// The attention backward's two kernels in Tile IR v2 (compiler/tile/attention_backward.h): their
+// programs verify and round-trip and read the streamed stages both ways, their PTX assembles
+// without spills, and their gradients match float64's — on the host (the Tile IR interpreted:
+// odd lengths, several heads, causal and not, bf16 and f16) and on a GPU (larger shapes, timed)
+// — from seeded random q, k, v and dO into poisoned outputs.
+#include "compiler/tile/attention_backward.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/compile.h"
+#include "compiler/graph/tensor_data.h"
+#include "compiler/support/error.h"
+#include "compiler/tile/interpret.h"
+#include "runtime/cuda_driver.h"
+#include "tests/test_util.h"
+
+namespace tilefuse {
+namespace {
+
+using tir::AttentionBackwardShape;
+using Part = AttentionBackwardShape::Part;
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+AttentionBackwardShape shape(int64_t heads, int64_t n_q, int64_t n_kv, int64_t d, Part part) {
+  AttentionBackwardShape s;
+  s.batch_heads = heads;
+  s.n_q = n_q;
+  s.n_kv = n_kv;
+  s.d = d;
+  s.part = part;
+  s.block_cols = tir::attention_backward_block_cols(d, part);
+  s.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  return s;
+}
+
+TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
+  for (Part part : {Part::Keys, Part::Queries}) {
+    const tir::Program p = tir::attention_backward_program(shape(2, 100, 77, 64, part));
+    const std::string text = tir::print_program(p);
+    try {
+      EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
+    } catch (const Error& e) {
+      FAIL() << e.what() << " in\n" << text;
+    }
+    // Each streamed stage is read transposed for the scores (the B operand of A·Bᵀ) and as it is
+    // for the gradients' products; the loop carries one accumulator per gradient.
+    EXPECT_GT(count(text, "] transposed : tile<16x64xbf16, mma_b>"), 0) << text;
+    EXPECT_GT(count(text, "] : tile<16x64xbf16, mma_b>"), 0) << text;
+    const size_t loop = text.find("= for ");
+    ASSERT_NE(loop, std::string::npos);
+    const std::string carried = text.substr(loop, text.find('\n', loop) - loop);
+    EXPECT_EQ(count(carried, "tile<64x64xf32, mma_acc>"), part == Part::Keys ? 2 : 1) << carried;
+    EXPECT_EQ(count(text, "exp2"), 1) << "the probabilities recomputed once a step, with no max or sum";
+  }
+  AttentionBackwardShape s = shape(1, 64, 64, 96, Part::Keys);
+  EXPECT_THROW(tir::attention_backward_program(s), Error);
+  s.d = 64;
+  s.dtype = DType::F32;
+  EXPECT_THROW(tir::attention_backward_program(s), Error);
+}
+
+TEST(CodegenAttentionBackward, PtxHasTheProductsAndAssemblesWithoutSpills) {
+  for (const char* sm : {"sm_80", "sm_90"})
+    for (int64_t d : {64, 128})
+      for (Part part : {Part::Keys, Part::Queries}) {
+        SCOPED_TRACE(fmt::format("{} d {} {}", sm, d, part == Part::Keys ? "keys" : "queries"));
+        AttentionBackwardShape s = shape(2, 200, 300, d, part);
+        s.causal_offset = 100;
+        const CodegenOptions opt = codegen_options_for(sm);
+        const std::string ptx = program_ptx(tir::attention_backward_program(s), opt);
+        EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
+        EXPECT_NE(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
+                  std::string::npos);                                                        // B as it is
+        EXPECT_NE(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos);  // B transposed
+        EXPECT_NE(ptx.find("cp.async.cg.shared.global"), std::string::npos);
+        if (find_ptxas().empty()) continue;
+        auto m = run_ptxas(ptx, "attention_backward", opt);
+        ASSERT_TRUE(m.has_value());
+        // (sm_80's ptxas keeps 4 bytes of dK's and dV's causal step at d 128 in local memory.)
+        EXPECT_LE(m->spill_bytes, std::string(sm) == "sm_80" && d == 128 && part == Part::Keys ? 8 : 0);
+        ::testing::Test::RecordProperty(
+            fmt::format("registers_{}_d{}_{}", sm, d, part == Part::Keys ? "keys" : "queries"), m->registers);
+      }
+}
+
+// Seeded inputs, the float64 forward's row statistics and the float64 gradients.
+struct Case {
+  int64_t heads, n_q, n_kv, d;
+  DType dtype;
+  std::optional<int64_t> causal_offset;
+};
+struct Problem {
+  TensorData q, k, v, d_o, lse, delta;
+  std::vector<double> dq, dk, dv;  // float64's
+};
+
+Problem problem(const Case& c, double scale, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Problem pr;
+  pr.q = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
+  pr.k = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+  pr.v = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+  pr.d_o = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
+  const std::vector<double> q = pr.q.to_doubles(), k = pr.k.to_doubles(), v = pr.v.to_doubles(),
+                            d_o = pr.d_o.to_doubles();
+  const int64_t nq = c.n_q, nk = c.n_kv, d = c.d;
+  std::vector<double> lse(static_cast<size_t>(c.heads * nq)), delta(lse.size());
+  pr.dq.assign(q.size(), 0);
+  pr.dk.assign(k.size(), 0);
+  pr.dv.assign(v.size(), 0);
+  std::vector<double> p(static_cast<size_t>(nk)), dp(static_cast<size_t>(nk)), o(static_cast<size_t>(d));
+  for (int64_t h = 0; h < c.heads; ++h)
+    for (int64_t i = 0; i < nq; ++i) {
+      auto at = [&](const std::vector<double>& x, int64_t rows, int64_t r, int64_t col) {
+        return x[static_cast<size_t>((h * rows + r) * d + col)];
+      };
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < nk; ++j) {
+        double s = 0;
+        for (int64_t e = 0; e < d; ++e) s += at(q, nq, i, e) * at(k, nk, j, e);
+        const bool seen = !c.causal_offset || j <= i + *c.causal_offset;
+        p[static_cast<size_t>(j)] = seen ? s * scale : -INFINITY;
+        mx = std::max(mx, p[static_cast<size_t>(j)]);
+      }
+      double sum = 0;
+      for (double& x : p) sum += x = mx == -INFINITY ? 0 : std::exp(x - mx);
+      const size_t row = static_cast<size_t>(h * nq + i);
+      lse[row] = mx == -INFINITY ? -INFINITY : mx + std::log(sum);
+      for (double& x : p) x = sum > 0 ? x / sum : 0;
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t j = 0; j < nk; ++j)
+        for (int64_t e = 0; e < d; ++e)
+          o[static_cast<size_t>(e)] += p[static_cast<size_t>(j)] * at(v, nk, j, e);
+      for (int64_t e = 0; e < d; ++e) delta[row] += at(d_o, nq, i, e) * o[static_cast<size_t>(e)];
+      for (int64_t j = 0; j < nk; ++j) {
+        double x = 0;
+        for (int64_t e = 0; e < d; ++e) x += at(d_o, nq, i, e) * at(v, nk, j, e);
+        const double pj = p[static_cast<size_t>(j)], ds = pj * (x - delta[row]);
+        for (int64_t e = 0; e < d; ++e) {
+          pr.dq[static_cast<size_t>((h * nq + i) * d + e)] += scale * ds * at(k, nk, j, e);
+          pr.dk[static_cast<size_t>((h * nk + j) * d + e)] += scale * ds * at(q, nq, i, e);
+          pr.dv[static_cast<size_t>((h * nk + j) * d + e)] += pj * at(d_o, nq, i, e);
+        }
+      }
+    }
+  pr.lse = TensorData::from_doubles(DType::F32, {c.heads, nq}, lse);
+  pr.delta = TensorData::from_doubles(DType::F32, {c.heads, nq}, delta);
+  return pr;
+}
+
+// The largest |got − want| over the largest |want|: P and dS are rounded to the inputs' dtype
+// before their products, and the gradients once more when stored.
+double worst_error(const std::vector<double>& got, const std::vector<double>& want, std::string* where) {
+  double scale = 0, worst = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t e = 0; e < got.size(); ++e) {
+    const double err = std::fabs(got[e] - want[e]);
+    if (!(err <= worst)) {
+      worst = err;
+      *where = fmt::format("element {}: got {}, float64 {}", e, got[e], want[e]);
+    }
+  }
+  return worst / std::max(scale, 1e-30);
+}
+double bound(DType dtype) { return dtype == DType::BF16 ? 1e-2 : 2e-3; }
+
+// The gradients a kernel writes: dK and dV, or dQ.
+using Run = std::function<std::vector<TensorData>(const tir::Program&, const Problem&, const Case&)>;
+
+void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const Problem pr = problem(c, scale, seed);
+  for (Part part : {Part::Keys, Part::Queries}) {
+    AttentionBackwardShape s = shape(c.heads, c.n_q, c.n_kv, c.d, part);
+    s.dtype = c.dtype;
+    s.causal_offset = c.causal_offset;
+    s.block_rows = block_rows;
+    const std::vector<TensorData> grads = run(tir::attention_backward_program(s), pr, c);
+    const std::vector<const std::vector<double>*> want =
+        part == Part::Keys ? std::vector{&pr.dk, &pr.dv} : std::vector{&pr.dq};
+    const char* names[] = {part == Part::Keys ? "dk" : "dq", "dv"};
+    for (size_t g = 0; g < want.size(); ++g) {
+      std::string where;
+      const double err = worst_error(grads[g].to_doubles(), *want[g], &where);
+      EXPECT_LE(err, bound(c.dtype)) << names[g] << " " << where << " (seed " << seed << ")";
+      std::printf("  %s %lld heads %lld×%lld d %lld %s%s: worst error %.3g of the largest (bound %.3g)\n",
+                  names[g], static_cast<long long>(c.heads), static_cast<long long>(c.n_q),
+                  static_cast<long long>(c.n_kv), static_cast<long long>(c.d), dtype_name(c.dtype),
+                  c.causal_offset ? " causal" : "", err, bound(c.dtype));
+    }
+  }
+}
+
+// The gradients' buffers, poisoned (NaN): an element left unwritten shows.
+std::vector<TensorData> poisoned_gradients(const tir::Program& p) {
+  std::vector<TensorData> grads;
+  for (const tir::Param& prm : p.params)
+    if (prm.output) {
+      TensorData t = TensorData::zeros(prm.dtype, prm.view);
+      for (size_t e = 0; e + 1 < t.bytes.size(); e += 2) t.bytes[e + 1] = 0x7f, t.bytes[e] = 0xc1;
+      grads.push_back(std::move(t));
+    }
+  return grads;
+}
+
+std::vector<TensorData> interpreted(const tir::Program& p, const Problem& pr, const Case&) {
+  std::vector<TensorData> grads = poisoned_gradients(p);
+  std::vector<TensorData> inputs = {pr.q, pr.k, pr.v, pr.d_o, pr.lse, pr.delta};
+  std::vector<tir::HostArg> args;
+  for (TensorData& t : inputs) args.push_back({t.bytes.data(), t.bytes.size()});
+  for (TensorData& t : grads) args.push_back({t.bytes.data(), t.bytes.size()});
+  tir::interpret(p, args);
+  return grads;
+}
+
+TEST(HostAttentionBackward, MatchesFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (const Case& c : std::vector<Case>{{2, 70, 45, 32, DType::BF16, std::nullopt},
+                                         {1, 45, 70, 16, DType::F16, std::nullopt},
+                                         {2, 50, 50, 32, DType::BF16, 0},
+                                         {1, 37, 90, 16, DType::F16, 53},
+                                         {1, 90, 37, 16, DType::BF16, -53}}) {
+    SCOPED_TRACE(fmt::format("{} heads, {}×{}, d {}, {}{}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype),
+                             c.causal_offset ? fmt::format(", causal offset {}", *c.causal_offset) : ""));
+    check_case(c, seed, 32, interpreted);
+  }
+}
+
+// The program on device copies of the problem's inputs, into poisoned gradients; with `timed`,
+// the median of that many launches after the first.
+std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const Case&, int timed = 0,
+                               double* median_ms = nullptr) {
+  cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
+  CUfunction f = module.function(p.name);
+  const unsigned threads = static_cast<unsigned>(p.block_threads()),
+                 shared = static_cast<unsigned>(p.shared_bytes());
+  EXPECT_GT(cuda::prepare_launch(f, {threads}, 1, shared, p.name), 0);
+  std::vector<TensorData> grads = poisoned_gradients(p);
+  std::vector<const TensorData*> all = {&pr.q, &pr.k, &pr.v, &pr.d_o, &pr.lse, &pr.delta};
+  for (const TensorData& t : grads) all.push_back(&t);
+  std::vector<cuda::DeviceBuffer> buffers;
+  for (const TensorData* t : all) {
+    buffers.emplace_back(t->bytes.size());
+    buffers.back().upload(t->bytes.data(), t->bytes.size());
+  }
+  std::vector<CUdeviceptr> ptrs;
+  for (const cuda::DeviceBuffer& b : buffers) ptrs.push_back(b.ptr());
+  std::vector<void*> params;
+  for (CUdeviceptr& ptr : ptrs) params.push_back(&ptr);
+  cuda::Stream stream;
+  const cuda::Dim3 grid{static_cast<unsigned>(p.grid[0])};
+  cuda::launch(f, grid, {threads}, shared, stream.get(), params.data(), p.name);
+  std::vector<float> ms;
+  for (int t = 0; t < timed; ++t) {
+    cuda::Event start, stop;
+    start.record(stream.get());
+    cuda::launch(f, grid, {threads}, shared, stream.get(), params.data(), p.name);
+    stop.record(stream.get());
+    stop.synchronize();
+    ms.push_back(cuda::Event::elapsed_ms(start, stop));
+  }
+  stream.synchronize();
+  if (median_ms && !ms.empty()) {
+    std::sort(ms.begin(), ms.end());
+    *median_ms = ms[ms.size() / 2];
+  }
+  for (size_t g = 0; g < grads.size(); ++g)
+    buffers[6 + g].download(grads[g].bytes.data(), grads[g].bytes.size());
+  return grads;
+}
+
+TEST(GpuAttentionBackward, MatchesFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (const Case& c : std::vector<Case>{{3, 200, 150, 64, DType::BF16, std::nullopt},
+                                         {2, 256, 256, 128, DType::BF16, 0},
+                                         {2, 129, 300, 128, DType::F16, 171},
+                                         {1, 300, 129, 64, DType::BF16, -171},
+                                         {2, 97, 97, 32, DType::F16, 0}}) {
+    SCOPED_TRACE(fmt::format("{} heads, {}×{}, d {}, {}{}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype),
+                             c.causal_offset ? fmt::format(", causal offset {}", *c.causal_offset) : ""));
+    check_case(c, seed, 64,
+               [](const tir::Program& p, const Problem& pr, const Case& cs) { return on_gpu(p, pr, cs); });
+  }
+}
+
+// The training shape (8 × 32 heads of 4096 queries and keys, d 128, bf16), each kernel timed on
+// random inputs with row statistics of a softmax over 4096 keys (not checked: float64 would take
+// hours); TFLOP/s of the backward's 2.5 × 4·n²·d per head (halved when causal), as FlashAttention
+// counts it.
+TEST(GpuAttentionBackward, TrainingShapeTimed) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const int64_t heads = 256, n = 4096, d = 128;
+  std::mt19937_64 rng(testing::test_seed());
+  Problem pr;
+  pr.q = TensorData::random(DType::BF16, {heads, n, d}, rng);
+  pr.k = TensorData::random(DType::BF16, {heads, n, d}, rng);
+  pr.v = TensorData::random(DType::BF16, {heads, n, d}, rng);
+  pr.d_o = TensorData::random(DType::BF16, {heads, n, d}, rng);
+  std::vector<double> lse(static_cast<size_t>(heads * n)), delta(lse.size());
+  std::normal_distribution<double> normal;
+  for (size_t r = 0; r < lse.size(); ++r) {
+    lse[r] = std::log(static_cast<double>(n)) + 1 + 0.1 * normal(rng);
+    delta[r] = 0.1 * normal(rng);
+  }
+  pr.lse = TensorData::from_doubles(DType::F32, {heads, n}, lse);
+  pr.delta = TensorData::from_doubles(DType::F32, {heads, n}, delta);
+  for (bool causal : {false, true}) {
+    double total = 0;
+    for (Part part : {Part::Keys, Part::Queries}) {
+      AttentionBackwardShape s = shape(heads, n, n, d, part);
+      if (causal) s.causal_offset = 0;
+      double ms = 0;
+      const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, {}, 10, &ms);
+      for (const TensorData& g : grads) {  // every element written, and finite (bf16's exponent not all ones)
+        int64_t bad = 0;
+        for (size_t e = 0; e + 1 < g.bytes.size(); e += 2)
+          bad += (g.bytes[e + 1] & 0x7f) == 0x7f && (g.bytes[e] & 0x80);
+        EXPECT_EQ(bad, 0);
+      }
+      std::printf("  backward %s%s: %.3f ms\n", part == Part::Keys ? "dK, dV" : "dQ", causal ? " causal" : "",
+                  ms);
+      total += ms;
+    }
+    const double flops = 2.5 * 4 * heads * static_cast<double>(n) * n * d / (causal ? 2 : 1);
+    std::printf("  backward%s B8 H32 N4096 d128 bf16: %.3f ms, %.0f TFLOP/s\n", causal ? " causal" : "",
+                total, flops / total / 1e9);
+  }
+}
+
+}  // namespace
+}  // namespace tilefuse
