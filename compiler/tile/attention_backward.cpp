@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -17,6 +18,8 @@ namespace {
 using Part = AttentionBackwardShape::Part;
 
 class AttentionBackwardProgram {
+  using Grad = AttentionBackwardShape::Grad;
+
  public:
   explicit AttentionBackwardProgram(const AttentionBackwardShape& s) : s_(s) {}
 
@@ -72,13 +75,13 @@ class AttentionBackwardProgram {
                               s_.n_q, s_.n_kv));
   }
 
-  // q, k, v, do, lse, delta, then the gradients. The row statistics are [batch_heads·n_q, 1] to
-  // the queries kernel (a value per row of its tiles) and [batch_heads, n_q] to the keys kernel
-  // (a row of values across each query tile, its columns).
+  // The inputs in their positions, then the gradients. The row statistics are [batch_heads·n_q,
+  // 1] to the queries kernel (a value per row of its tiles) and [batch_heads, n_q] to the keys
+  // kernel (a row of values across each query tile, its columns).
   void add_params() {
     const Shape q_rows = {s_.batch_heads * s_.n_q, s_.d}, kv_rows = {s_.batch_heads * s_.n_kv, s_.d};
     const Shape stats = queries() ? Shape{s_.batch_heads * s_.n_q, 1} : Shape{s_.batch_heads, s_.n_q};
-    auto add = [&](const char* name, DType dtype, const Shape& view, bool output) {
+    auto add = [&](const std::string& name, DType dtype, const Shape& view, bool output) {
       Param prm;
       prm.name = name;
       prm.dtype = dtype;
@@ -87,18 +90,32 @@ class AttentionBackwardProgram {
       p_.params.push_back(prm);
       return static_cast<int>(p_.params.size()) - 1;
     };
-    const int q = add("q", s_.dtype, q_rows, false), k = add("k", s_.dtype, kv_rows, false);
-    const int v = add("v", s_.dtype, kv_rows, false), d_o = add("do", s_.dtype, q_rows, false);
-    lse_param_ = add("lse", DType::F32, stats, false);
-    delta_param_ = add("delta", DType::F32, stats, false);
-    if (queries()) {
-      a_param_ = {q, d_o};
-      b_param_ = {k, v};
-      grad_param_ = {add("dq", s_.dtype, q_rows, true)};
-    } else {
-      a_param_ = {k, v};
-      b_param_ = {q, d_o};
-      grad_param_ = {add("dk", s_.dtype, kv_rows, true), add("dv", s_.dtype, kv_rows, true)};
+    std::array<int, 7> param{};
+    for (int at = 0; at < 7; ++at)
+      for (size_t i = 0; i < 7; ++i)
+        if (s_.position[i] == at)
+          param[i] = add(s_.names[i], i < 4 ? s_.dtype : DType::F32,
+                         i == 0 || i == 3 ? q_rows
+                         : i < 3          ? kv_rows
+                                          : stats,
+                         false);
+    if (p_.params.size() != 7)
+      throw Error("attention backward: the inputs' positions are not 0 to 6 once each");
+    a_param_ = queries() ? std::vector<int>{param[0], param[3]} : std::vector<int>{param[1], param[2]};
+    b_param_ = queries() ? std::vector<int>{param[1], param[2]} : std::vector<int>{param[0], param[3]};
+    shift_param_ = param[4];
+    divisor_param_ = param[5];
+    delta_param_ = param[6];
+    using Output = AttentionBackwardShape::Output;
+    std::vector<Output> outputs = s_.outputs;
+    if (outputs.empty())
+      outputs = queries() ? std::vector<Output>{{Grad::Q, "dq"}}
+                          : std::vector<Output>{{Grad::K, "dk"}, {Grad::V, "dv"}};
+    for (const Output& o : outputs) {
+      if ((o.grad == Grad::Q) != queries())
+        throw Error(fmt::format("attention backward: the {} kernel does not compute {}",
+                                queries() ? "queries'" : "keys'", o.name));
+      grads_.push_back({o.grad, add(o.name, s_.dtype, queries() ? q_rows : kv_rows, true)});
     }
   }
 
@@ -111,28 +128,35 @@ class AttentionBackwardProgram {
     row_end_ = b.add(b.mul(bh_, b.index(rows())), b.index(rows()));
   }
 
-  // The queries kernel's L and D, once: [rows, 1] each, L where it is finite and 0 elsewhere (a
-  // row that saw no key: its scores are masked, so its P is e^−inf = 0 either way).
+  // The queries kernel's −L·log2 e and D, once: [rows, 1] each.
   void load_row_statistics(Builder& b) {
     const Shape shape = {s_.block_rows, 1};
-    lse_ = finite_or_zero(
-        b, b.load(lse_param_, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc));
-    delta_ = b.load(delta_param_, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
+    auto load = [&](int param) {
+      return b.load(param, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
+    };
+    minus_lse2_ = minus_log2_lse(b, load(shift_param_), load(divisor_param_));
+    delta_ = load(delta_param_);
   }
-  // The keys kernel's L and D for the query tile from q0: [1, cols] each, 0 past the queries
-  // (there Q's and dO's rows are zeros: P is 1 and dP − D is 0, and both products add nothing).
+  // The keys kernel's −L·log2 e and D for the query tile from q0: [1, cols] each. Past the
+  // queries c is 0, h 1 and D 0: there Q's and dO's rows are zeros, so P is 1 and dP − D 0, and
+  // both products add nothing.
   std::pair<int, int> col_statistics(Builder& b, int q0) {
     const Shape shape = {1, s_.block_cols};
     const int in = b.in_bounds(q0, b.index(s_.n_q), 1, shape, Frag::Acc);
-    const int lse = b.load(lse_param_, {bh_, q0}, shape, {false, true}, {}, Frag::Acc);
-    const int delta = b.load(delta_param_, {bh_, q0}, shape, {false, true}, {}, Frag::Acc);
-    return {finite_or_zero(b, lse), b.compute(Op::Where, {in, delta, b.scalar(0, DType::F32)}, DType::F32)};
+    auto load = [&](int param, double outside) {
+      const int x = b.load(param, {bh_, q0}, shape, {false, true}, {}, Frag::Acc);
+      return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
+    };
+    return {minus_log2_lse(b, load(shift_param_, 0), load(divisor_param_, 1)), load(delta_param_, 0)};
   }
-  // x where it is finite or +inf, else 0 (−inf, and NaN: what a masked load leaves).
-  static int finite_or_zero(Builder& b, int x) {
+  // −(c + ln h)·log2 e, c taken as 0 where it is −inf (a row that saw no key: its scores are
+  // masked, so its P is e^−inf = 0 either way).
+  static int minus_log2_lse(Builder& b, int c, int h) {
     const int finite =
-        b.compute(Op::Gt, {x, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
-    return b.compute(Op::Where, {finite, x, b.scalar(0, DType::F32)}, DType::F32);
+        b.compute(Op::Gt, {c, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
+    const int shift = b.compute(Op::Where, {finite, c, b.scalar(0, DType::F32)}, DType::F32);
+    const int lse = b.compute(Op::Add, {shift, b.compute(Op::Log, {h}, DType::F32)}, DType::F32);
+    return b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
   }
 
   // The column tiles the block's rows see: all of them, or under a causal mask from the first
@@ -169,7 +193,7 @@ class AttentionBackwardProgram {
     const int two = b.index(2);
     copy_cols(b, lo, b.rem(lo, two));
     std::vector<int> init;
-    for (size_t g = 0; g < grad_param_.size(); ++g)
+    for (size_t g = 0; g < grads_.size(); ++g)
       init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
     return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
       in.wait_group(0);
@@ -201,23 +225,28 @@ class AttentionBackwardProgram {
   }
 
   // One column tile: the scores again, P, dP and dS, and the gradients' products.
-  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& grads) {
+  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& acc) {
     const int c0 = b.mul(j, b.index(s_.block_cols));
-    int lse = lse_, delta = delta_;
-    if (!queries()) std::tie(lse, delta) = col_statistics(b, c0);
+    int minus_lse2 = minus_lse2_, delta = delta_;
+    if (!queries()) std::tie(minus_lse2, delta) = col_statistics(b, c0);
     // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e)
-    const int minus_lse2 = b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
     int p = b.softmax_exp2(b.compute(
         Op::Fma, {scores(b, 0, stage), b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2}, DType::F32));
     if (s_.causal_offset) p = b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
-    // (dV's product first: dP's tile is not yet live beside the two accumulators — at d 128 the
-    // other order spilled ~500 bytes.)
-    const int dv = queries() ? -1 : accumulate(b, grads[1], p, 3, stage);  // dV += Pᵀ·dO
+    std::vector<int> out = acc;
+    // dV's product first: dP's tile is not live yet beside the two accumulators (the other order
+    // spilled ~500 bytes at d 128).
+    bool ds_needed = false;
+    for (size_t g = 0; g < grads_.size(); ++g) {
+      if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
+      ds_needed |= grads_[g].grad != Grad::V;
+    }
+    if (!ds_needed) return out;
     const int ds =
         b.compute(Op::Mul, {p, b.compute(Op::Sub, {scores(b, 1, stage), delta}, DType::F32)}, DType::F32);
-    const int dx = accumulate(b, grads[0], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
-    if (queries()) return {dx};
-    return {dx, dv};
+    for (size_t g = 0; g < grads_.size(); ++g)
+      if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
+    return out;
   }
   // Where each query of the tile sees its key: key ≤ query + offset.
   int visible(Builder& b, int c0) {
@@ -230,20 +259,25 @@ class AttentionBackwardProgram {
   }
 
   // dK·scale and dV, or dQ·scale, in the inputs' dtype.
-  void store_gradients(Builder& b, const std::vector<int>& grads) {
-    for (size_t g = 0; g < grads.size(); ++g) {
-      int y = grads[g];
-      if (g == 0) y = b.compute(Op::Mul, {y, b.scalar(s_.scale, DType::F32)}, DType::F32);
-      y = b.compute(Op::Cast, {y}, s_.dtype);
-      b.store(grad_param_[g], {row0_, zero_}, y, {true, false}, {row_end_, -1});
+  void store_gradients(Builder& b, const std::vector<int>& acc) {
+    for (size_t g = 0; g < grads_.size(); ++g) {
+      int y = acc[g];
+      if (grads_[g].grad != Grad::V) y = b.compute(Op::Mul, {y, b.scalar(s_.scale, DType::F32)}, DType::F32);
+      b.store(grads_[g].param, {row0_, zero_}, b.compute(Op::Cast, {y}, s_.dtype), {true, false},
+              {row_end_, -1});
     }
   }
 
+  struct Gradient {
+    Grad grad;
+    int param;
+  };
   const AttentionBackwardShape s_;
   Program p_;
-  std::vector<int> a_param_, b_param_, grad_param_;
-  int lse_param_ = -1, delta_param_ = -1;
-  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, lse_ = -1, delta_ = -1;
+  std::vector<int> a_param_, b_param_;
+  std::vector<Gradient> grads_;
+  int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1;
+  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, delta_ = -1;
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 // The attention backward in Tile IR v2, FlashAttention-2's form with no atomics: given the
-// forward's q, k and v, the gradient dO of its output, each query row's log-sum-exp L (so that
-// P = e^(S·scale − L) without a max or a sum) and D = rowsum(dO∘O), two kernels recompute the
+// forward's q, k and v, the gradient dO of its output, each query row's shift c and divisor h
+// from the forward (P = e^(S·scale − c) / h = e^(S·scale − L), L = c + ln h the row's
+// log-sum-exp, with no max or sum of its own) and D = rowsum(dO∘O), two kernels recompute the
 // probabilities tile by tile rather than read an N×N matrix:
 //
 //   keys:    a block per tile of keys, K and V resident, a loop over the query tiles:
@@ -18,9 +19,11 @@
 // A fragments, rounded to the inputs' dtype as the forward rounds P. The queries kernel does the
 // scores' two products again (7 products in all against 5 with dQ added up across the keys'
 // blocks), but no block waits for another and dQ comes out the same on every run.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/graph/dtype.h"
 #include "compiler/tile/ir.h"
@@ -28,7 +31,7 @@
 namespace tilefuse::tir {
 
 struct AttentionBackwardShape {
-  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads, n_kv, d]; L and D: [batch_heads, n_q].
+  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads, n_kv, d]; c, h and D: [batch_heads, n_q].
   int64_t batch_heads = 1, n_q = 0, n_kv = 0, d = 64;
   DType dtype = DType::BF16;  // of q, k, v, dO and the gradients: bf16 or f16
   double scale = 0.125;
@@ -41,16 +44,28 @@ struct AttentionBackwardShape {
   // Query i sees no key past i + causal_offset: the loops skip the tiles wholly past it and mask
   // the rest.
   std::optional<int64_t> causal_offset;
+  // The parameters: the inputs q, k, v, do, shift (c), divisor (h) and delta (D) in the order
+  // `position` gives (position[i] is input i's place), then the gradients `outputs` lists — by
+  // default the part's: dk and dv, or dq.
+  enum class Grad { Q, K, V };
+  std::array<std::string, 7> names = {"q", "k", "v", "do", "shift", "divisor", "delta"};
+  std::array<int, 7> position = {0, 1, 2, 3, 4, 5, 6};
+  struct Output {
+    Grad grad;
+    std::string name;
+  };
+  std::vector<Output> outputs;
 };
 
 // The columns a step takes: 64, but 32 for dK and dV at d 128, whose two accumulators take 128
-// registers of each thread — at 64 the step's scores, P and dP beside them spilled ~500 bytes.
+// registers of each thread — at 64 the step's scores, P and dP beside them spilled ~500 bytes; at
+// 32 ptxas still keeps 4–12 bytes of the causal step in local memory (sm_80, sm_90).
 inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part part) {
   return part == AttentionBackwardShape::Part::Keys && d > 64 ? 32 : 64;
 }
 
-// Parameters: q, k, v, do, lse, delta, then dk and dv (Keys) or dq (Queries). Throws Error
-// naming what is unsupported (d other than 16, 32, 64, 128; f32).
+// Throws Error naming what is unsupported (d other than 16, 32, 64, 128; f32; a gradient of the
+// other part).
 Program attention_backward_program(const AttentionBackwardShape& s,
                                    const std::string& name = "attention_backward");
 
