@@ -17,10 +17,17 @@
 #include <vector>
 
 #include "compiler/codegen/compile.h"
+#include "compiler/dsl/autodiff.h"
+#include "compiler/dsl/dsl.h"
+#include "compiler/fusion/fusion.h"
+#include "compiler/fusion/report.h"
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/interpret.h"
+#include "dsl_examples/examples.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/executable.h"
+#include "runtime/host_run.h"
 #include "tests/test_util.h"
 
 namespace tilefuse {
@@ -109,13 +116,9 @@ struct Problem {
   std::vector<double> dq, dk, dv;  // float64's
 };
 
-Problem problem(const Case& c, double scale, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Problem pr;
-  pr.q = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
-  pr.k = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
-  pr.v = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
-  pr.d_o = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
+// The float64 forward's row statistics and gradients of the problem's q, k, v and dO.
+void reference(const Case& c, double scale, Problem* out) {
+  Problem& pr = *out;
   const std::vector<double> q = pr.q.to_doubles(), k = pr.k.to_doubles(), v = pr.v.to_doubles(),
                             d_o = pr.d_o.to_doubles();
   const int64_t nq = c.n_q, nk = c.n_kv, d = c.d;
@@ -162,6 +165,16 @@ Problem problem(const Case& c, double scale, uint64_t seed) {
   pr.shift = TensorData::from_doubles(DType::F32, {c.heads, nq}, shift);
   pr.divisor = TensorData::from_doubles(DType::F32, {c.heads, nq}, divisor);
   pr.delta = TensorData::from_doubles(DType::F32, {c.heads, nq}, delta);
+}
+
+Problem problem(const Case& c, double scale, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Problem pr;
+  pr.q = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
+  pr.k = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+  pr.v = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+  pr.d_o = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
+  reference(c, scale, &pr);
   return pr;
 }
 
@@ -345,6 +358,121 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
     std::printf("  backward%s B8 H32 N4096 d128 bf16: %.3f ms, %.0f TFLOP/s\n", causal ? " causal" : "",
                 total, flops / total / 1e9);
   }
+}
+
+// ---- found by fusion in the gradient graph ----
+
+const int64_t kHeads[2] = {2, 3};
+
+Plan train_plan(int64_t n, int64_t d, bool causal) {
+  return plan_fusion(attention_train_graph(fmt::format("train_n{}_d{}{}", n, d, causal ? "_causal" : ""),
+                                           kHeads[0], kHeads[1], n, d, causal));
+}
+
+std::vector<const Kernel*> backward_kernels(const Plan& p) {
+  std::vector<const Kernel*> out;
+  for (const Kernel& k : p.kernels)
+    if (k.kind == ScheduleKind::AttentionBackward) out.push_back(&k);
+  return out;
+}
+
+std::vector<std::string> written(const Plan& p, const Kernel& k) {
+  std::vector<std::string> names;
+  for (NodeId o : k.outputs)
+    for (const GraphOutput& out : p.graph.outputs())
+      if (out.node == o) names.push_back(out.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// dsl::grad of attention plans its backward as two kernels that recompute P — one writing dK and
+// dV, one dQ — and no kernel writes a tensor of the scores' shape; the report says so.
+TEST(FusionAttentionBackward, TheGradientGraphBecomesTwoKernels) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const Plan p = train_plan(100, 64, causal);
+    const std::vector<const Kernel*> backward = backward_kernels(p);
+    ASSERT_EQ(backward.size(), 2u) << plan_report_text(p);
+    std::vector<std::vector<std::string>> outputs = {written(p, *backward[0]), written(p, *backward[1])};
+    std::sort(outputs.begin(), outputs.end());
+    EXPECT_EQ(outputs, (std::vector<std::vector<std::string>>{{"dk", "dv"}, {"dq"}}));
+    for (const Kernel& k : p.kernels)
+      for (NodeId o : k.outputs) {
+        const Shape& sh = p.graph.node(o).shape;
+        EXPECT_FALSE(sh.size() == 4 && sh[2] == 100 && sh[3] == 100)
+            << k.name << " writes %" << o << " " << shape_str(sh);
+      }
+    const std::string report = plan_report_text(p);
+    EXPECT_NE(report.find("attention backward %"), std::string::npos) << report;
+    EXPECT_NE(report.find("never reach memory"), std::string::npos) << report;
+  }
+}
+
+// A score function other than S·scale with a causal mask (here a softcap) keeps the plan that
+// writes P and dS, and the plan says why.
+TEST(FusionAttentionBackward, OutsideTheRuleThePlanSaysWhy) {
+  using namespace dsl;
+  Graph g("softcap_train");
+  const Shape shape = {2, 40, 32};
+  Tensor q = input(g, "q", shape, DType::BF16), k = input(g, "k", shape, DType::BF16);
+  Tensor v = input(g, "v", shape, DType::BF16);
+  MatMulOptions t;
+  t.transpose_b = true;
+  Tensor s = matmul(q, k, t) * 0.125;
+  Tensor o = matmul(cast(softmax(tanh(s * 0.05) * 20.0, -1), DType::BF16), v);
+  output("o", o);
+  const std::vector<Tensor> grads = grad({o}, {input(g, "do", shape, DType::BF16)}, {q, k, v});
+  output("dq", grads[0]);
+  const Plan p = plan_fusion(g);
+  EXPECT_TRUE(backward_kernels(p).empty());
+  const std::string report = plan_report_text(p);
+  EXPECT_NE(
+      report.find("not the fused attention backward: dS reaches the gradient's product from P∘(dP − D)"),
+      std::string::npos)
+      << report;
+}
+
+// The gradients' products on their own, for a plan's outputs: float64's from the plan's inputs.
+void check_plan_gradients(const Plan& p, const TensorMap& inputs, const TensorMap& outputs, int64_t n,
+                          int64_t d, bool causal) {
+  Case c{kHeads[0] * kHeads[1], n, n, d, DType::BF16, causal ? std::optional<int64_t>(0) : std::nullopt};
+  Problem pr;
+  pr.q = inputs.at("q");
+  pr.k = inputs.at("k");
+  pr.v = inputs.at("v");
+  pr.d_o = inputs.at("do");
+  reference(c, 1.0 / std::sqrt(static_cast<double>(d)), &pr);
+  for (auto [name, want] : {std::pair{"dq", &pr.dq}, std::pair{"dk", &pr.dk}, std::pair{"dv", &pr.dv}}) {
+    std::string where;
+    const double err = worst_error(outputs.at(name).to_doubles(), *want, &where);
+    EXPECT_LE(err, bound(c.dtype)) << name << " " << where << " (" << p.graph.name() << ")";
+    std::printf("  %s %s: worst error %.3g of the largest (bound %.3g)\n", p.graph.name().c_str(), name, err,
+                bound(c.dtype));
+  }
+}
+
+// The fused plans interpreted on the host: their gradients against float64's.
+TEST(HostAttentionBackward, FusedPlansMatchFloat64) {
+  const uint64_t seed = testing::test_seed();
+  for (bool causal : {false, true}) {
+    const Plan p = train_plan(70, 32, causal);
+    ASSERT_EQ(backward_kernels(p).size(), 2u);
+    const TensorMap inputs = random_inputs(p.graph, seed);
+    check_plan_gradients(p, inputs, run_on_host(p, inputs), 70, 32, causal);
+  }
+}
+
+TEST(GpuAttentionBackward, FusedPlansMatchFloat64) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const uint64_t seed = testing::test_seed();
+  for (bool causal : {false, true})
+    for (int64_t n : {100, 257}) {
+      const Plan p = train_plan(n, 128, causal);
+      ASSERT_EQ(backward_kernels(p).size(), 2u);
+      const TensorMap inputs = random_inputs(p.graph, seed);
+      Executable exe(p);
+      check_plan_gradients(p, inputs, exe.run(inputs), n, 128, causal);
+    }
 }
 
 }  // namespace

@@ -101,8 +101,9 @@ std::optional<double> query_offset(const Graph& g, NodeId id) {
   return g.node(a.operands[static_cast<size_t>(c)]).value;
 }
 
-// A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number ≥ 0: c.
-std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_t n_kv) {
+}  // namespace
+
+std::optional<int64_t> causal_mask_offset(const Graph& g, NodeId condition, int64_t n_kv) {
   NodeId query, key;
   if (!ordered(g.node(condition), Op::Ge, &query, &key) || !iota_along(g, key, 1)) return std::nullopt;
   const std::optional<double> offset = query_offset(g, query);
@@ -111,6 +112,8 @@ std::optional<int64_t> causal_offset_of(const Graph& g, NodeId condition, int64_
     return std::nullopt;
   return static_cast<int64_t>(*offset);
 }
+
+namespace {
 
 // A sliding window's mask condition (i_q + c) − i_k < W (or ≤ W, written either way round; c a
 // constant or none, W a constant): query i sees no key before i + the offset returned.
@@ -130,7 +133,7 @@ std::optional<int64_t> window_offset_of(const Graph& g, NodeId condition) {
 // The first causal mask's offset, and the mask (its where) in *mask.
 std::optional<int64_t> causal_offset(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops, NodeId* mask) {
   for (NodeId m : score_masks(g, x, score_ops))
-    if (std::optional<int64_t> c = causal_offset_of(g, g.node(m).operands[0], g.node(x).shape.back())) {
+    if (std::optional<int64_t> c = causal_mask_offset(g, g.node(m).operands[0], g.node(x).shape.back())) {
       *mask = m;
       return c;
     }

@@ -77,6 +77,9 @@ struct ContractionChain {
 // `score_ops` (the scores flow through its second operand; its condition is its first).
 std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops);
 
+// A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number from 0 to n_kv − 1: c.
+std::optional<int64_t> causal_mask_offset(const Graph& g, NodeId condition, int64_t n_kv);
+
 // Whether `id` is an iota along the queries (from_end 2) or the keys (1) of the scores.
 bool iota_along(const Graph& g, NodeId id, int from_end);
 

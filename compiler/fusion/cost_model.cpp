@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/fusion/attention_backward.h"
 #include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/row_passes.h"
 #include "compiler/fusion/write_at.h"
@@ -383,8 +384,13 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   int matmuls = 0;
   for (NodeId n : k.nodes)
     if (g.node(n).op == Op::MatMul && matmuls++ == 0) mm = n;
-  if (matmuls > 1) {  // a contraction chain (attention), or nothing
-    if (!attention_kernel(g, k, profile, hints, why)) return std::nullopt;
+  if (matmuls > 1) {  // a contraction chain (attention), its backward, or nothing
+    std::string backward_why;
+    if (attention_backward_kernel(g, k, profile, &backward_why)) return k;
+    if (!attention_kernel(g, k, profile, hints, why)) {
+      if (!backward_why.empty()) *why = backward_why;
+      return std::nullopt;
+    }
     return k;
   }
   if (mm >= 0) {
@@ -416,11 +422,13 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   std::sort(sorted_outputs.begin(), sorted_outputs.end());
   // What changes the domain or the legality of the other nodes is built whole: the first
   // reduction, or a pointwise kernel whose first output (its domain) changes.
-  const bool domain_moves = (base.kind == ScheduleKind::Pointwise &&
-                             (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain)) ||
-                            base.kind == ScheduleKind::ColumnReduce ||  // its few nodes are checked as a whole
-                            base.kind == ScheduleKind::MatMul || base.kind == ScheduleKind::Attention ||
-                            base.kind == ScheduleKind::Write || pn.op == Op::MatMul || pn.op == Op::WriteAt;
+  const bool domain_moves =
+      (base.kind == ScheduleKind::Pointwise &&
+       (reduce || sorted_outputs.empty() || g.node(sorted_outputs[0]).shape != base.domain)) ||
+      base.kind == ScheduleKind::ColumnReduce ||  // its few nodes are checked as a whole
+      base.kind == ScheduleKind::MatMul || base.kind == ScheduleKind::Attention ||
+      base.kind == ScheduleKind::AttentionBackward || base.kind == ScheduleKind::Write ||
+      pn.op == Op::MatMul || pn.op == Op::WriteAt;
   if (domain_moves) {
     std::vector<NodeId> nodes = base.nodes;
     nodes.push_back(p);
@@ -563,6 +571,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   c = {};
   if (k.kind == ScheduleKind::MatMul) return estimate_matmul_cost(g, k, p);
   if (k.kind == ScheduleKind::Attention) return estimate_attention_cost(g, k, p);
+  if (k.kind == ScheduleKind::AttentionBackward) return estimate_attention_backward_cost(g, k, p);
   const TileSchedule& s = k.schedule;
   int64_t domain_elems = num_elements(k.domain);
   // Per-thread elements an operand occupies: full tiles hold rows_per_thread × vec, a bias

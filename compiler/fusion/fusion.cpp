@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/fusion/attention_backward.h"
 #include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/library_gemm.h"
@@ -28,6 +29,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "matmul";
     case ScheduleKind::Attention:
       return "attention";
+    case ScheduleKind::AttentionBackward:
+      return "attention-backward";
     case ScheduleKind::Write:
       return "write";
   }
@@ -136,13 +139,18 @@ class FusionPass {
     plan.unfused_kernels = ordered_kernels();
     plan.unfused = totals_of(plan.unfused_kernels);
     if (opt_.fuse) {
-      if (opt_.contraction_chains) fuse_contraction_chains(&plan.decisions);
+      if (opt_.contraction_chains) {
+        fuse_contraction_chains(&plan.decisions);
+        fuse_backward_chains(&plan.decisions);
+      }
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it)
         if (is_compute(*it) && live_[it->id] && !users_[it->id].empty() && !in_chain_.count(it->id))
           plan.decisions.push_back(decide(it->id));
       merge_sharing_kernels(&plan.decisions);
       for (FusionDecision& d : plan.decisions)
         if (chain_why_.count(d.producer)) d.reason += "; not one attention kernel: " + chain_why_.at(d.producer);
+        else if (backward_why_.count(d.producer))
+          d.reason += "; not the fused attention backward: " + backward_why_.at(d.producer);
     }
     plan.kernels = ordered_kernels();
     plan.fused = totals_of(plan.kernels);
@@ -305,7 +313,9 @@ class FusionPass {
       o.predicted_s += k.predicted_s;
       // A matmul's tiles set its registers whatever it fuses; what its epilogue adds costs
       // occupancy, not spills, up to the device's per-thread limit.
-      const int budget = c.kernel->kind == ScheduleKind::MatMul || c.kernel->kind == ScheduleKind::Attention
+      const int budget = c.kernel->kind == ScheduleKind::MatMul ||
+                                 c.kernel->kind == ScheduleKind::Attention ||
+                                 c.kernel->kind == ScheduleKind::AttentionBackward
                              ? std::max(opt_.max_registers, opt_.profile.max_registers_per_thread)
                              : opt_.max_registers;
       if (k.registers > budget && o.fits) {
@@ -485,6 +495,110 @@ class FusionPass {
     }
   }
 
+  // Attention backward chains (attention_backward.h), weighed after the forward's: each becomes
+  // two kernels — dK and dV, and dQ — both holding the chain's nodes from S to dS' (in each
+  // group: computed in each, written by neither), where both are legal, fit and together are
+  // predicted faster than the plan that writes P and dS. Its nodes are then decided.
+  void fuse_backward_chains(std::vector<FusionDecision>* decisions) {
+    std::set<NodeId> seen;
+    for (const Node& n : g_.nodes()) {
+      if (n.op != Op::MatMul || !live_[n.id] || in_chain_.count(n.id)) continue;
+      std::string why;
+      const std::optional<BackwardChain> c = match_attention_backward(g_, n.id, &why);
+      if (!c) {
+        if (!why.empty()) backward_why_[n.operands[0]] = why;
+        continue;
+      }
+      if (!seen.insert(c->probs).second) continue;
+      std::vector<std::vector<NodeId>> parts;  // each part's live gradients
+      for (bool keys : {true, false}) {
+        std::vector<NodeId> grads;
+        for (NodeId x : c->gradients(keys))
+          if (live_[x]) grads.push_back(x);
+        if (!grads.empty()) parts.push_back(grads);
+      }
+      std::vector<NodeId> all = c->shared();
+      for (const std::vector<NodeId>& grads : parts) all.insert(all.end(), grads.begin(), grads.end());
+      bool alone = true;  // every node still a kernel of its own
+      for (NodeId x : all)
+        alone &= live_[x] && !in_chain_.count(x) && where_[x].size() == 1 &&
+                 groups_[*where_[x].begin()].size() == 1;
+      if (!alone) continue;
+      std::sort(all.begin(), all.end());
+      const FusionOption before = scores_written(all);
+      const auto groups = groups_;
+      const auto where = where_;
+      const auto cache = cache_;
+      FusionOption after = backward_kernels(*c, parts);
+      if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s) {
+        groups_ = groups;
+        where_ = where;
+        cache_ = cache;
+        backward_why_[c->ds()] = !after.legal || !after.fits
+                                     ? after.why_not
+                                     : "the model predicts the plan that writes P and dS faster";
+        continue;
+      }
+      in_chain_.insert(all.begin(), all.end());
+      FusionDecision d;
+      d.producer = c->scores;
+      d.consumers = users_[c->scores];
+      d.options = {before, after};
+      record_outcome(d, before, after);
+      const Node& s = g_.node(c->scores);
+      d.reason = fmt::format(
+          "attention backward %{} Q·Kᵀ → P, dP, dS → the gradients: {} kernel{} ({}) recomputing P from the "
+          "forward's shift and divisor a tile at a time (the scores' two products done in each); P and dS "
+          "{}{} "
+          "never reach memory (against the plan that writes them and reads them again)",
+          c->scores, parts.size(), parts.size() == 1 ? "" : "s",
+          parts.size() == 2 ? "dK and dV over the queries, dQ over the keys" : "one loop",
+          dtype_name(s.dtype), shape_str(s.shape));
+      decisions->push_back(d);
+    }
+  }
+  // A backward chain's parts as kernels: each part's first gradient's group takes the chain's
+  // shared nodes and the part's other gradients (the shared nodes leave their own groups).
+  FusionOption backward_kernels(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts) {
+    std::vector<int> targets;
+    const std::vector<NodeId> shared = c.shared();
+    for (const std::vector<NodeId>& grads : parts) {
+      const int t = *where_[grads[0]].begin();
+      targets.push_back(t);
+      std::vector<NodeId> moved = shared;
+      moved.insert(moved.end(), grads.begin() + 1, grads.end());
+      for (NodeId x : moved) {
+        for (auto h = where_[x].begin(); h != where_[x].end();) {
+          if (std::find(targets.begin(), targets.end(), *h) != targets.end()) {
+            ++h;
+            continue;
+          }
+          groups_[*h].erase(x);
+          cache_[*h] = {};
+          h = where_[x].erase(h);
+        }
+        groups_[t].insert(x);
+        where_[x].insert(t);
+      }
+      cache_[t] = {};
+    }
+    FusionOption o;
+    o.verdict = Verdict::Fused;
+    for (int t : targets) {
+      const CachedKernel& k = kernel(t);
+      if (!k.kernel) {
+        o.legal = false;
+        o.why_not = k.why;
+        return o;
+      }
+      o.kernels++;
+      o.bytes += k.kernel->cost.bytes();
+      o.registers = std::max(o.registers, k.kernel->cost.registers);
+      o.predicted_s += k.kernel->cost.predicted_s;
+    }
+    return o;
+  }
+
   // The chain as the edge-by-edge decisions plan it without the rule (the scores written and read
   // again): the kernels of that plan that compute any of its nodes.
   FusionOption scores_written(const std::vector<NodeId>& nodes) {
@@ -645,6 +759,7 @@ class FusionPass {
   std::vector<CachedKernel> cache_;
   std::set<NodeId> in_chain_;               // nodes of the attention kernels fused
   std::optional<Plan> without_chains_;       // the plan with no chain fused (scores_written)
+  std::map<NodeId, std::string> backward_why_;  // dS' (or what a product takes): why no backward fused
   std::map<NodeId, std::string> chain_why_;  // a probabilities node: why its chain did not fuse         // group id → its kernel
 };
 

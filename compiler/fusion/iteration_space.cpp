@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/fusion/attention_backward.h"
 #include "compiler/fusion/contraction_chain.h"
 #include "compiler/fusion/cost_model.h"
 
@@ -108,11 +109,44 @@ IterationSpace attention_space(const Graph& g, const Kernel& k) {
   return s;
 }
 
+// dK, dV[b…, n, e] = Σ_m … (keys' part; Q, dO [b…, m, e]) or dQ[b…, m, e] = Σ_n … (queries'):
+// parallel {b…, the part's rows, e}, reduced along the other side. (d, contracted in the scores,
+// is e: Q's and K's columns are both.)
+IterationSpace attention_backward_space(const Graph& g, const Kernel& k) {
+  IterationSpace s;
+  bool keys = false;
+  const BackwardChain c = backward_chain_of(g, k, &keys);
+  const Shape& q = g.node(c.q).shape;
+  const size_t batch = q.size() - 2;
+  std::vector<int> lead;
+  for (size_t d = 0; d < batch; ++d) {
+    lead.push_back(static_cast<int>(s.axes.size()));
+    s.axes.push_back({batch == 1 ? "b" : fmt::format("b{}", d), q[d], false});
+  }
+  const int rows = static_cast<int>(s.axes.size()), e = rows + 1, cols = rows + 2;
+  s.axes.push_back({keys ? "n" : "m", keys ? c.n_kv : c.n_q, false});
+  s.axes.push_back({"e", c.d, false});
+  s.axes.push_back({keys ? "m" : "n", keys ? c.n_q : c.n_kv, true});
+  const int m = keys ? cols : rows, n = keys ? rows : cols;
+  auto along = [&](int r, int col) {
+    std::vector<int> axes = lead;
+    axes.push_back(r);
+    axes.push_back(col);
+    return axes;
+  };
+  for (NodeId id : k.inputs)
+    s.operands.push_back(
+        {id, false, id == c.k || id == c.v ? along(n, e) : aligned_map(g.node(id).shape, along(m, e))});
+  for (NodeId id : k.outputs) s.operands.push_back({id, true, along(keys ? n : m, e)});
+  return s;
+}
+
 }  // namespace
 
 IterationSpace iteration_space(const Graph& g, const Kernel& k) {
   if (k.kind == ScheduleKind::MatMul) return matmul_space(g, k);
   if (k.kind == ScheduleKind::Attention) return attention_space(g, k);
+  if (k.kind == ScheduleKind::AttentionBackward) return attention_backward_space(g, k);
   IterationSpace s;
   std::vector<int> all;
   for (size_t d = 0; d < k.domain.size(); ++d) {
@@ -156,7 +190,7 @@ std::vector<std::string> space_problems(const Graph& g, const Kernel& k, const I
       used[static_cast<size_t>(a)] = true;
       if (axis.extent != shape[d])
         out.push_back(fmt::format("%{} dimension {} ({}) runs along {} of {}", m.node, d, shape[d], axis.name, axis.extent));
-      if (m.output && axis.reduced && (k.kind == ScheduleKind::MatMul || k.kind == ScheduleKind::Attention))
+      if (m.output && axis.reduced && k.schedule.contracts)
         out.push_back(fmt::format("output %{} runs along the contracted axis {}", m.node, axis.name));
     }
   }

@@ -18,7 +18,7 @@ namespace tilefuse {
 // product's shape) and a pointwise epilogue on its result. Attention: a contraction chain
 // (compiler/fusion/contraction_chain.h), O = softmax(f(Q·Kᵀ))·V as one loop over key tiles.
 // Write: a write_at node alone, storing its value's slices into its cache in place.
-enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul, Attention, Write };
+enum class ScheduleKind { Pointwise, RowReduce, ColumnReduce, MatMul, Attention, AttentionBackward, Write };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct KernelCost {

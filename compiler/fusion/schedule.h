@@ -104,6 +104,10 @@ struct TileSchedule {
   // A causal mask (causal_offset ≥ 0: query i sees no key past i + causal_offset) ends each
   // block's loop at the key tile holding its last query's last key.
   bool contracts = false, attention = false;
+  // The attention backward (contracts too; fusion/attention_backward.h): 1, dK and dV — each block
+  // block_m keys of one of `batch` heads (m keys, n queries, head dimension k), looping over the
+  // queries block_n at a time; 2, dQ — block_m queries, looping over the n keys. 0: neither.
+  int attention_backward = 0;
   int64_t causal_offset = -1;
   // A sliding window (query i sees no key before i + window_offset) starts each block's loop at
   // the key tile holding its first query's first key.
@@ -189,7 +193,8 @@ struct TileSchedule {
   int64_t col_blocks() const { return (covered_cols() + tile_cols() - 1) / tile_cols(); }
   // Blocks the tiles need; a staged (persistent) kernel launches fewer and loops.
   int64_t grid() const {
-    if (attention) return tile_blocks > 0 ? tile_blocks : batch * m_blocks() * kv_splits;
+    if (attention || attention_backward > 0)
+      return tile_blocks > 0 ? tile_blocks : batch * m_blocks() * kv_splits;
     if (contracts) return tile_blocks > 0 ? tile_blocks : tiles() * k_splits;
     return reduces_columns ? outer * col_blocks() * split_blocks : row_blocks() * col_blocks();
   }

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <tuple>
 #include <vector>
 
+#include "compiler/fusion/attention_backward.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/ir_verify.h"
 
@@ -284,6 +286,38 @@ class AttentionBackwardProgram {
 
 Program attention_backward_program(const AttentionBackwardShape& s, const std::string& name) {
   return AttentionBackwardProgram(s).build(name);
+}
+
+Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
+  bool keys = false;
+  const BackwardChain c = backward_chain_of(g, k, &keys);
+  AttentionBackwardShape s;
+  s.batch_heads = c.batch;
+  s.n_q = c.n_q;
+  s.n_kv = c.n_kv;
+  s.d = c.d;
+  s.dtype = g.node(c.q).dtype;
+  s.scale = c.scale;
+  s.part = keys ? AttentionBackwardShape::Part::Keys : AttentionBackwardShape::Part::Queries;
+  s.block_rows = k.schedule.block_m;
+  s.block_cols = k.schedule.block_n;
+  s.causal_offset = c.causal_offset;
+  const NodeId inputs[7] = {c.q, c.k, c.v, c.d_o, c.shift, c.divisor, c.delta};
+  for (size_t i = 0; i < 7; ++i) {
+    const auto at = std::find(k.inputs.begin(), k.inputs.end(), inputs[i]);
+    if (at == k.inputs.end())
+      throw CodegenError(fmt::format("kernel {}: %{} is not among its inputs", k.name, inputs[i]));
+    s.position[i] = static_cast<int>(at - k.inputs.begin());
+    s.names[i] = tensor_name(g.node(inputs[i]));
+  }
+  for (NodeId o : k.outputs) {
+    std::string name = fmt::format("%{}", o);
+    for (const GraphOutput& out : g.outputs())
+      if (out.node == o) name = out.name;
+    using Grad = AttentionBackwardShape::Grad;
+    s.outputs.push_back({o == c.dq ? Grad::Q : o == c.dk ? Grad::K : Grad::V, name});
+  }
+  return attention_backward_program(s, k.name);
 }
 
 }  // namespace tilefuse::tir

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/fusion/plan.h"
 #include "compiler/graph/dtype.h"
 #include "compiler/tile/ir.h"
 
@@ -68,5 +69,9 @@ inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part
 // other part).
 Program attention_backward_program(const AttentionBackwardShape& s,
                                    const std::string& name = "attention_backward");
+
+// The program of an attention backward kernel of a plan (ScheduleKind::AttentionBackward): its
+// chain's shape, scale and causal mask, its parameters in the kernel's order.
+Program attention_backward_kernel_program(const Graph& g, const Kernel& k);
 
 }  // namespace tilefuse::tir

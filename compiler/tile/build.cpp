@@ -12,6 +12,7 @@
 #include "compiler/graph/sign.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/attention.h"
+#include "compiler/tile/attention_backward.h"
 #include "compiler/tile/build_support.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/write_at.h"
@@ -820,6 +821,8 @@ Program build_program(const Graph& g, const Kernel& k) {
       return MatMulProgram(g, k).build();
     case ScheduleKind::Attention:
       return attention_kernel_program(g, k);
+    case ScheduleKind::AttentionBackward:
+      return attention_backward_kernel_program(g, k);
     case ScheduleKind::Write:
       return write_at_program(g, k);
   }

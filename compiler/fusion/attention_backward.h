@@ -1,0 +1,64 @@
+#pragma once
+// The attention backward found in a gradient graph. Autodiff's rule for a contraction chain
+// (compiler/dsl/autodiff.cpp) recomputes the probabilities from the forward's row values instead
+// of keeping them:
+//   S = Q·Kᵀ;  X = f(S);  P = e^(X − c) / h           c, h: the forward's shift and divisor per row
+//   dP = dO·Vᵀ;  dS = P∘(dP − D)                        D = rowsum(dO∘O), computed before
+//   dS' = cast(mask(dS)·scale)                          (f's scale; its mask's where(m, ·, 0))
+//   dQ = dS'·K;  dK = dS'ᵀ·Q;  dV = cast(P)ᵀ·dO
+// The gradients then come from two kernels that recompute P a tile at a time
+// (tile/attention_backward.h): dK and dV from a loop over the query tiles for each key tile, dQ
+// from a loop over the key tiles for each query tile. Both hold the nodes from S to dS', which
+// the fusion pass puts in both (computed twice, written by neither): no N×N tensor reaches
+// memory. f is S·scale (a positive constant) with at most a causal mask; other score functions,
+// K/V heads shared by query heads and head dimensions other than 16–128 keep the plan that
+// writes P and dS, and the match says why.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/fusion/device_profile.h"
+#include "compiler/fusion/plan.h"
+
+namespace tilefuse {
+
+struct BackwardChain {
+  NodeId scores = -1;                // S = Q·Kᵀ
+  std::vector<NodeId> score_ops;     // X = f(S), in order
+  std::vector<NodeId> index_ops;     // the causal mask's iotas and comparison
+  NodeId shifted = -1, exp = -1;     // X − c, its exp
+  NodeId probs = -1;                 // P = e^(X − c) / h
+  NodeId probs_cast = -1;            // P in the inputs' dtype (dV's operand), or -1
+  NodeId shift = -1, divisor = -1;   // c and h, read
+  NodeId dp = -1;                    // dO·Vᵀ
+  std::vector<NodeId> ds_ops;        // from P and dP to dS' (its last), in order
+  NodeId delta = -1;                 // D, read
+  NodeId dq = -1, dk = -1, dv = -1;  // the gradients' products the graph has (-1: none)
+  NodeId q = -1, k = -1, v = -1, d_o = -1;
+  double scale = 1;
+  std::optional<int64_t> causal_offset;
+  int64_t batch = 1, n_q = 0, n_kv = 0, d = 0;  // batch: the product of Q's leading axes
+  NodeId ds() const { return ds_ops.back(); }
+  // From S to dS': what both kernels compute, sorted.
+  std::vector<NodeId> shared() const;
+  // The part's gradients the graph has: dK and dV (keys) or dQ.
+  std::vector<NodeId> gradients(bool keys) const;
+};
+
+// The backward chain one of whose gradient products is `grad`, or nullopt; `why` says what broke
+// the rule where `grad` takes P or dS as an operand but something else does not fit.
+std::optional<BackwardChain> match_attention_backward(const Graph& g, NodeId grad, std::string* why);
+
+// The chain of kernel k (its nodes a chain's shared nodes and one part's gradients): the part's
+// kind, domain, schedule and cost; false with the reason in `why`.
+bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why);
+
+// The chain whose gradients kernel k computes (an AttentionBackward kernel), and whether it is
+// the keys' part.
+BackwardChain backward_chain_of(const Graph& g, const Kernel& k, bool* keys);
+
+// Its products at the mma.sync rate and its exponentials and other per-score work, against its
+// bytes read and written once.
+void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DeviceProfile& p);
+
+}  // namespace tilefuse
