@@ -6,6 +6,7 @@
 #include "compiler/tile/attention_backward.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,7 +50,7 @@ AttentionBackwardShape shape(int64_t heads, int64_t n_q, int64_t n_kv, int64_t d
   s.n_kv = n_kv;
   s.d = d;
   s.part = part;
-  s.block_cols = tir::attention_backward_block_cols(d, part);
+  s.block_cols = tir::attention_backward_block_cols(d, part, false);
   s.scale = 1.0 / std::sqrt(static_cast<double>(d));
   return s;
 }
@@ -103,6 +104,32 @@ TEST(CodegenAttentionBackward, PtxHasTheProductsAndAssemblesWithoutSpills) {
         ::testing::Test::RecordProperty(
             fmt::format("registers_{}_d{}_{}", sm, d, part == Part::Keys ? "keys" : "queries"), m->registers);
       }
+}
+
+// On wgmma (sm_90a): every product a wgmma.mma_async from the rings, the scores' B read
+// transposed, and ptxas neither spills nor serializes them.
+TEST(CodegenAttentionBackward, WgmmaPtxAssemblesWithoutSpills) {
+  const CodegenOptions opt = codegen_options_for("sm_90a");
+  for (int64_t d : {64, 128})
+    for (Part part : {Part::Keys, Part::Queries}) {
+      SCOPED_TRACE(fmt::format("d {} {}", d, part == Part::Keys ? "keys" : "queries"));
+      AttentionBackwardShape s = shape(2, 200, 300, d, part);
+      s.causal_offset = 100;
+      s.wgmma = true;
+      s.block_cols = tir::attention_backward_block_cols(d, part, true);
+      const tir::Program p = tir::attention_backward_program(s);
+      EXPECT_NE(tir::print_program(p).find("] transposed, "), std::string::npos);
+      const std::string ptx = program_ptx(p, opt);
+      EXPECT_NE(ptx.find("wgmma.mma_async.sync.aligned"), std::string::npos);
+      EXPECT_EQ(ptx.find("mma.sync.aligned"), std::string::npos);
+      if (find_ptxas().empty()) continue;
+      auto m = run_ptxas(ptx, "attention_backward", opt);
+      ASSERT_TRUE(m.has_value());
+      EXPECT_LE(m->spill_bytes, d == 128 && part == Part::Keys ? 16 : 0);
+      EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
+      ::testing::Test::RecordProperty(
+          fmt::format("registers_wgmma_d{}_{}", d, part == Part::Keys ? "keys" : "queries"), m->registers);
+    }
 }
 
 // Seeded inputs, the float64 forward's row statistics and the float64 gradients.
@@ -197,7 +224,7 @@ double bound(DType dtype) { return dtype == DType::BF16 ? 1e-2 : 2e-3; }
 // The gradients a kernel writes: dK and dV, or dQ.
 using Run = std::function<std::vector<TensorData>(const tir::Program&, const Problem&, const Case&)>;
 
-void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run) {
+void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bool wgmma = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const Problem pr = problem(c, scale, seed);
   for (Part part : {Part::Keys, Part::Queries}) {
@@ -205,6 +232,8 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run) {
     s.dtype = c.dtype;
     s.causal_offset = c.causal_offset;
     s.block_rows = block_rows;
+    s.wgmma = wgmma;
+    s.block_cols = tir::attention_backward_block_cols(c.d, part, wgmma);
     const std::vector<TensorData> grads = run(tir::attention_backward_program(s), pr, c);
     const std::vector<const std::vector<double>*> want =
         part == Part::Keys ? std::vector{&pr.dk, &pr.dv} : std::vector{&pr.dq};
@@ -213,10 +242,10 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run) {
       std::string where;
       const double err = worst_error(grads[g].to_doubles(), *want[g], &where);
       EXPECT_LE(err, bound(c.dtype)) << names[g] << " " << where << " (seed " << seed << ")";
-      std::printf("  %s %lld heads %lld×%lld d %lld %s%s: worst error %.3g of the largest (bound %.3g)\n",
+      std::printf("  %s %lld heads %lld×%lld d %lld %s%s%s: worst error %.3g of the largest (bound %.3g)\n",
                   names[g], static_cast<long long>(c.heads), static_cast<long long>(c.n_q),
                   static_cast<long long>(c.n_kv), static_cast<long long>(c.d), dtype_name(c.dtype),
-                  c.causal_offset ? " causal" : "", err, bound(c.dtype));
+                  c.causal_offset ? " causal" : "", wgmma ? " wgmma" : "", err, bound(c.dtype));
     }
   }
 }
@@ -253,6 +282,13 @@ TEST(HostAttentionBackward, MatchesFloat64) {
     SCOPED_TRACE(fmt::format("{} heads, {}×{}, d {}, {}{}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype),
                              c.causal_offset ? fmt::format(", causal offset {}", *c.causal_offset) : ""));
     check_case(c, seed, 32, interpreted);
+  }
+  // On wgmma: warpgroups of 64 rows, d 64.
+  for (const Case& c :
+       std::vector<Case>{{2, 70, 45, 64, DType::BF16, std::nullopt}, {1, 90, 37, 64, DType::F16, 5}}) {
+    SCOPED_TRACE(
+        fmt::format("wgmma: {} heads, {}×{}, d {}, {}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype)));
+    check_case(c, seed, 64, interpreted, true);
   }
 }
 
@@ -309,15 +345,19 @@ TEST(GpuAttentionBackward, MatchesFloat64) {
                                          {2, 97, 97, 32, DType::F16, 0}}) {
     SCOPED_TRACE(fmt::format("{} heads, {}×{}, d {}, {}{}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype),
                              c.causal_offset ? fmt::format(", causal offset {}", *c.causal_offset) : ""));
-    check_case(c, seed, 64,
-               [](const tir::Program& p, const Problem& pr, const Case& cs) { return on_gpu(p, pr, cs); });
+    for (bool wgmma : {false, true})
+      if (!wgmma || c.d >= 64)
+        check_case(
+            c, seed, 64,
+            [](const tir::Program& p, const Problem& pr, const Case& cs) { return on_gpu(p, pr, cs); },
+            wgmma);
   }
 }
 
-// The training shape (8 × 32 heads of 4096 queries and keys, d 128, bf16), each kernel timed on
-// random inputs with row statistics of a softmax over 4096 keys (not checked: float64 would take
-// hours); TFLOP/s of the backward's 2.5 × 4·n²·d per head (halved when causal), as FlashAttention
-// counts it.
+// The training shape (8 × 32 heads of 4096 queries and keys, d 128, bf16), each kernel (mma.sync,
+// and on sm_90 wgmma) timed on random inputs with row statistics of a softmax over 4096 keys (not
+// checked: float64 would take hours); TFLOP/s of the backward's 2.5 × 4·n²·d per head (halved
+// when causal), as FlashAttention counts it.
 TEST(GpuAttentionBackward, TrainingShapeTimed) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const int64_t heads = 256, n = 4096, d = 128;
@@ -337,27 +377,33 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
   pr.shift = TensorData::from_doubles(DType::F32, {heads, n}, shift);
   pr.divisor = TensorData::from_doubles(DType::F32, {heads, n}, divisor);
   pr.delta = TensorData::from_doubles(DType::F32, {heads, n}, delta);
-  for (bool causal : {false, true}) {
-    double total = 0;
-    for (Part part : {Part::Keys, Part::Queries}) {
-      AttentionBackwardShape s = shape(heads, n, n, d, part);
-      if (causal) s.causal_offset = 0;
-      double ms = 0;
-      const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, {}, 10, &ms);
-      for (const TensorData& g : grads) {  // every element written, and finite (bf16's exponent not all ones)
-        int64_t bad = 0;
-        for (size_t e = 0; e + 1 < g.bytes.size(); e += 2)
-          bad += (g.bytes[e + 1] & 0x7f) == 0x7f && (g.bytes[e] & 0x80);
-        EXPECT_EQ(bad, 0);
+  const bool hopper = cuda::Context::get().info().cc_major >= 9;
+  for (bool wgmma : {false, true})
+    for (bool causal : {false, true}) {
+      if (wgmma && !hopper) continue;
+      double total = 0;
+      for (Part part : {Part::Keys, Part::Queries}) {
+        AttentionBackwardShape s = shape(heads, n, n, d, part);
+        if (causal) s.causal_offset = 0;
+        s.wgmma = wgmma;
+        s.block_cols = tir::attention_backward_block_cols(d, part, wgmma);
+        double ms = 0;
+        const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, {}, 10, &ms);
+        for (const TensorData& g :
+             grads) {  // every element written, and finite (bf16's exponent not all ones)
+          int64_t bad = 0;
+          for (size_t e = 0; e + 1 < g.bytes.size(); e += 2)
+            bad += (g.bytes[e + 1] & 0x7f) == 0x7f && (g.bytes[e] & 0x80);
+          EXPECT_EQ(bad, 0);
+        }
+        std::printf("  backward %s%s (%s): %.3f ms\n", part == Part::Keys ? "dK, dV" : "dQ",
+                    causal ? " causal" : "", wgmma ? "wgmma" : "mma.sync", ms);
+        total += ms;
       }
-      std::printf("  backward %s%s: %.3f ms\n", part == Part::Keys ? "dK, dV" : "dQ", causal ? " causal" : "",
-                  ms);
-      total += ms;
+      const double flops = 2.5 * 4 * heads * static_cast<double>(n) * n * d / (causal ? 2 : 1);
+      std::printf("  backward%s B8 H32 N4096 d128 bf16 (%s): %.3f ms, %.0f TFLOP/s\n",
+                  causal ? " causal" : "", wgmma ? "wgmma" : "mma.sync", total, flops / total / 1e9);
     }
-    const double flops = 2.5 * 4 * heads * static_cast<double>(n) * n * d / (causal ? 2 : 1);
-    std::printf("  backward%s B8 H32 N4096 d128 bf16: %.3f ms, %.0f TFLOP/s\n", causal ? " causal" : "",
-                total, flops / total / 1e9);
-  }
 }
 
 // ---- found by fusion in the gradient graph ----
@@ -454,12 +500,14 @@ void check_plan_gradients(const Plan& p, const TensorMap& inputs, const TensorMa
 // The fused plans interpreted on the host: their gradients against float64's.
 TEST(HostAttentionBackward, FusedPlansMatchFloat64) {
   const uint64_t seed = testing::test_seed();
-  for (bool causal : {false, true}) {
-    const Plan p = train_plan(70, 32, causal);
-    ASSERT_EQ(backward_kernels(p).size(), 2u);
-    const TensorMap inputs = random_inputs(p.graph, seed);
-    check_plan_gradients(p, inputs, run_on_host(p, inputs), 70, 32, causal);
-  }
+  for (bool causal : {false, true})
+    for (int64_t d : {32, 64}) {  // (d 64: on wgmma)
+      const Plan p = train_plan(70, d, causal);
+      ASSERT_EQ(backward_kernels(p).size(), 2u);
+      EXPECT_EQ(backward_kernels(p)[0]->schedule.wgmma, d == 64);
+      const TensorMap inputs = random_inputs(p.graph, seed);
+      check_plan_gradients(p, inputs, run_on_host(p, inputs), 70, d, causal);
+    }
 }
 
 TEST(GpuAttentionBackward, FusedPlansMatchFloat64) {

@@ -2057,9 +2057,10 @@ class Emitter {
     const bool a_in_registers = i.ring < 0;
     const Type& tc = type(i.args[1]);
     const int n = static_cast<int>(tc.shape[1]), regs = n / 2;
-    const int64_t depth = rb.tile[0];
+    // (Transposed, B is the stage's transpose: k runs along the other axis of the same stored rows.)
+    const int64_t depth = rb.tile[i.transposed ? 1 : 0];
     Value* stage = as_i32(one(i.args[0]));
-    const Operand bo = descriptor(i.ring_b, stage, i32(0), rb.col_major);
+    const Operand bo = descriptor(i.ring_b, stage, i32(0), rb.col_major != i.transposed);
     std::optional<Operand> a;
     if (!a_in_registers) {
       const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];

@@ -347,7 +347,8 @@ BackwardChain backward_chain_of(const Graph& g, const Kernel& k, bool* keys) {
   throw CodegenError(fmt::format("kernel {}: no attention backward chain", k.name));
 }
 
-bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why) {
+bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
+                               std::string* why) {
   std::optional<BackwardChain> c;
   bool keys = false;
   for (NodeId n : k.nodes)
@@ -380,8 +381,9 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
   s.m = keys ? c->n_kv : c->n_q;
   s.n = keys ? c->n_q : c->n_kv;
   s.k = c->d;
+  s.wgmma = hints.attention_wgmma == 1 && p.wgmma && c->d >= 64;
   s.block_m = 64;
-  s.block_n = keys && c->d > 64 ? 32 : 64;  // tir::attention_backward_block_cols
+  s.block_n = !s.wgmma && keys && c->d > 64 ? 32 : 64;  // tir::attention_backward_block_cols
   s.warps_m = 4;
   s.warps_n = 1;
   s.threads_per_row = 128;
@@ -410,14 +412,16 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
   // P's and dS's conversions — ~8 issued instructions beside one exponential.
   c.instructions = pairs * (s.causal_offset >= 0 ? 10 : 8);
   c.memory_s = static_cast<double>(c.bytes()) / p.hbm_bytes_per_s;
-  c.tensor_s = c.flops / p.mma_sync_flops;
+  c.tensor_s = c.flops / (s.wgmma ? p.wgmma_flops : p.mma_sync_flops);
   const double issue_s = c.instructions / p.instructions_per_s, exp_s = pairs / p.exp2_per_s;
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
   c.compute_s = c.tensor_s + c.softmax_s;
-  // ptxas: the keys' part at d 128 holds two accumulators of 64 registers a thread and takes all
-  // 255; at d 64 ~250 (it has room); the queries' part ~210 at d 64, ~245 at d 128.
-  c.registers = s.attention_backward == 1 ? 255 : 200 + static_cast<int>(s.k / 3);
+  // ptxas on mma.sync: the keys' part at d 128 holds two accumulators of 64 registers a thread
+  // and takes all 255; at d 64 ~250 (it has room); the queries' part ~210 at d 64, ~245 at d 128.
+  // On wgmma (no A fragments in registers): ~205 and 120–160.
+  c.registers = s.wgmma ? (s.attention_backward == 1 ? 210 : 100 + static_cast<int>(s.k / 2))
+                        : (s.attention_backward == 1 ? 255 : 200 + static_cast<int>(s.k / 3));
   c.blocks_per_sm = std::max(
       1, std::min(p.blocks_by_registers(c.registers, s.block_threads()),
                   static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));

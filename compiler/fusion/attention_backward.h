@@ -51,7 +51,10 @@ std::optional<BackwardChain> match_attention_backward(const Graph& g, NodeId gra
 
 // The chain of kernel k (its nodes a chain's shared nodes and one part's gradients): the part's
 // kind, domain, schedule and cost; false with the reason in `why`.
-bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, std::string* why);
+// On wgmma where the device has it, the head dimension is 64 or 128 and hints.attention_wgmma
+// is 1 (the forward's hint).
+bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
+                               std::string* why);
 
 // The chain whose gradients kernel k computes (an AttentionBackward kernel), and whether it is
 // the keys' part.

@@ -386,7 +386,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
     if (g.node(n).op == Op::MatMul && matmuls++ == 0) mm = n;
   if (matmuls > 1) {  // a contraction chain (attention), its backward, or nothing
     std::string backward_why;
-    if (attention_backward_kernel(g, k, profile, &backward_why)) return k;
+    if (attention_backward_kernel(g, k, profile, hints, &backward_why)) return k;
     if (!attention_kernel(g, k, profile, hints, why)) {
       if (!backward_why.empty()) *why = backward_why;
       return std::nullopt;

@@ -46,22 +46,26 @@ std::string TileSchedule::describe() const {
     return fmt::format("in place: {} slices of {} elements written into the cache at the positions read at run time, "
                        "{} threads × {}-wide vectors per slice ({} blocks); nothing else of the cache moves",
                        rows, cols, threads_per_row, vec, grid());
-  if (attention_backward > 0)
+  if (attention_backward > 0) {
+    const bool keys = attention_backward == 1;
     return fmt::format(
-        "attention backward, {}: {} {} per block (4 warps of 16, mma.sync m16n8k16), a loop over {} {} {} at "
-        "a "
-        "time recomputing P from the forward's shift and divisor and carrying {}; the block's {} in shared "
-        "memory, the {} tiles through 2 shared-memory stages (cp.async; ldmatrix, each stage read transposed "
-        "for the scores and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}",
-        attention_backward == 1 ? "dK and dV" : "dQ", block_m, attention_backward == 1 ? "keys" : "queries",
-        n, attention_backward == 1 ? "queries" : "keys", block_n,
-        attention_backward == 1 ? "dK and dV" : "dQ", attention_backward == 1 ? "K and V" : "Q and dO",
-        attention_backward == 1 ? "queries' Q and dO" : "keys' K and V", stage_bytes / 1024, grid(), batch,
+        "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {} {} {} at a time "
+        "recomputing P from the forward's shift and divisor and carrying {}; the block's {} in shared "
+        "memory, "
+        "the {} tiles through 2 shared-memory stages (cp.async, {}: each stage read transposed for the "
+        "scores "
+        "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}",
+        keys ? "dK and dV" : "dQ", block_m, keys ? "keys" : "queries", block_m / 16,
+        wgmma ? "wgmma m64nNk16, P and dS from registers" : "mma.sync m16n8k16", n, keys ? "queries" : "keys",
+        block_n, keys ? "dK and dV" : "dQ", keys ? "K and V" : "Q and dO",
+        keys ? "queries' Q and dO" : "keys' K and V", wgmma ? "read by wgmma" : "ldmatrix",
+        stage_bytes / 1024, grid(), batch,
         causal_offset >= 0
             ? fmt::format("; causal (query i sees keys up to i + {}): the tiles past the diagonal "
                           "skipped, the rest masked",
                           causal_offset)
             : "");
+  }
   if (attention)
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time{} "

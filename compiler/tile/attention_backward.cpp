@@ -32,14 +32,14 @@ class AttentionBackwardProgram {
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_cols};
     p_.grid = {s_.batch_heads * row_tiles()};
-    p_.min_blocks_per_sm = 2;
+    p_.min_blocks_per_sm = s_.block_rows > 64 ? 1 : 2;  // (two warpgroups: 255 registers a thread)
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
     add_params();
     // The block's rows' two operands (one stage each), then the other side's two rings.
     for (const char* ring : {"a1_tile", "a2_tile"})
-      p_.shared.push_back({ring, s_.dtype, 1, {s_.block_rows, s_.d}});
+      p_.shared.push_back({ring, s_.dtype, 1, {s_.block_rows, s_.d}, false, s_.wgmma});
     for (const char* ring : {"b1_ring", "b2_ring"})
-      p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}});
+      p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}, false, s_.wgmma});
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     place(b, b.program_id(0));
@@ -72,6 +72,11 @@ class AttentionBackwardProgram {
         s_.block_cols < 16 || s_.block_cols > 128)
       throw Error(fmt::format("attention backward tiles of {}×{}: multiples of 16 up to 128", s_.block_rows,
                               s_.block_cols));
+    if (s_.wgmma && (s_.d < 64 || s_.block_rows % 64 != 0))
+      throw Error(
+          fmt::format("the attention backward on wgmma takes d 64 or 128 and warpgroups of 64 rows, not d {} "
+                      "and {} rows",
+                      s_.d, s_.block_rows));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention backward over {} heads of {} queries and {} keys", s_.batch_heads,
                               s_.n_q, s_.n_kv));
@@ -199,6 +204,7 @@ class AttentionBackwardProgram {
       init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
     return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
       in.wait_group(0);
+      if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
       in.barrier();  // tile j in place, and every thread past its reads of the other stage
       const int next = in.add(j, in.index(1));
       copy_cols(in, next, in.rem(next, two));
@@ -209,6 +215,7 @@ class AttentionBackwardProgram {
   // A_a·B_bᵀ over the head dimension: B's stage read transposed.
   int scores(Builder& b, int a, int stage) {
     int acc = b.tile_const(0, DType::F32, {s_.block_rows, s_.block_cols}, Frag::Acc);
+    if (s_.wgmma) return b.dot_async(a, 2 + a, stage, acc, true);  // (in flight: waited for by the caller)
     for (int64_t kk = 0; kk < s_.d; kk += 16) {
       const int af = b.load_shared(a, zero_, {zero_, b.index(kk)}, {s_.block_rows, 16}, Frag::A);
       const int bf = b.load_shared(2 + a, stage, {b.index(kk), zero_}, {16, s_.block_cols}, Frag::B, true);
@@ -218,6 +225,12 @@ class AttentionBackwardProgram {
   }
   // acc + x·B_r: x's columns (the stage's rows) as A fragments in the inputs' dtype.
   int accumulate(Builder& b, int acc, int x, int ring, int stage) {
+    if (s_.wgmma) {  // (in flight: waited for by the caller)
+      std::vector<int> xa;
+      for (int64_t kk = 0; kk < s_.block_cols; kk += 16)
+        xa.push_back(b.convert(x, static_cast<int>(kk / 16), s_.dtype));
+      return b.dot_async(xa, ring, stage, acc);
+    }
     for (int64_t kk = 0; kk < s_.block_cols; kk += 16) {
       const int xa = b.convert(x, static_cast<int>(kk / 16), s_.dtype);
       const int bf = b.load_shared(ring, stage, {b.index(kk), zero_}, {16, s_.d}, Frag::B);
@@ -233,23 +246,41 @@ class AttentionBackwardProgram {
     if (!queries()) std::tie(minus_lse2, delta) = col_statistics(b, c0);
     // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e)
     int p = b.softmax_exp2(b.compute(
-        Op::Fma, {scores(b, 0, stage), b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2}, DType::F32));
+        Op::Fma, {done(b, scores(b, 0, stage)), b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2},
+        DType::F32));
     if (s_.causal_offset) p = b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
     std::vector<int> out = acc;
     // dV's product first: dP's tile is not live yet beside the two accumulators (the other order
     // spilled ~500 bytes at d 128).
     bool ds_needed = false;
+    int v_at = -1;
     for (size_t g = 0; g < grads_.size(); ++g) {
-      if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
+      if (grads_[g].grad == Grad::V) {
+        out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
+        v_at = static_cast<int>(g);
+      }
       ds_needed |= grads_[g].grad != Grad::V;
     }
-    if (!ds_needed) return out;
-    const int ds =
-        b.compute(Op::Mul, {p, b.compute(Op::Sub, {scores(b, 1, stage), delta}, DType::F32)}, DType::F32);
+    if (!ds_needed) {
+      if (v_at >= 0) out[static_cast<size_t>(v_at)] = done(b, out[static_cast<size_t>(v_at)]);
+      return out;
+    }
+    int dp = scores(b, 1, stage);
+    if (s_.wgmma) {  // dV's product and dP's in flight together, both waited for here
+      std::vector<int> flight = {dp};
+      if (v_at >= 0) flight.push_back(out[static_cast<size_t>(v_at)]);
+      const std::vector<int> waited = b.dot_wait(flight, 0);
+      dp = waited[0];
+      if (v_at >= 0) out[static_cast<size_t>(v_at)] = waited[1];
+    }
+    const int ds = b.compute(Op::Mul, {p, b.compute(Op::Sub, {dp, delta}, DType::F32)}, DType::F32);
     for (size_t g = 0; g < grads_.size(); ++g)
-      if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
+      if (grads_[g].grad != Grad::V)
+        out[g] = done(b, accumulate(b, acc[g], ds, 2, stage));  // dQ += dS·K, dK += dSᵀ·Q
     return out;
   }
+  // A product on wgmma waited for (on mma.sync it is done already).
+  int done(Builder& b, int v) { return s_.wgmma ? b.dot_wait({v}, 0)[0] : v; }
   // Where each query of the tile sees its key: key ≤ query + offset.
   int visible(Builder& b, int c0) {
     const Shape shape = {s_.block_rows, s_.block_cols};
@@ -301,6 +332,7 @@ Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
   s.part = keys ? AttentionBackwardShape::Part::Keys : AttentionBackwardShape::Part::Queries;
   s.block_rows = k.schedule.block_m;
   s.block_cols = k.schedule.block_n;
+  s.wgmma = k.schedule.wgmma;
   s.causal_offset = c.causal_offset;
   const NodeId inputs[7] = {c.q, c.k, c.v, c.d_o, c.shift, c.divisor, c.delta};
   for (size_t i = 0; i < 7; ++i) {

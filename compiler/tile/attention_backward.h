@@ -42,6 +42,9 @@ struct AttentionBackwardShape {
   Part part = Part::Keys;
   int block_rows = 64;  // the block's keys (Keys) or queries (Queries): 16 per warp
   int block_cols = 64;  // the other side's per loop step (attention_backward_block_cols)
+  // All five products on warpgroup MMA (sm_90a wgmma) from the rings — A₁ and A₂ from their
+  // tiles, B read transposed for the scores — P and dS as register operands; d 64 or 128.
+  bool wgmma = false;
   // Query i sees no key past i + causal_offset: the loops skip the tiles wholly past it and mask
   // the rest.
   std::optional<int64_t> causal_offset;
@@ -58,11 +61,13 @@ struct AttentionBackwardShape {
   std::vector<Output> outputs;
 };
 
-// The columns a step takes: 64, but 32 for dK and dV at d 128, whose two accumulators take 128
-// registers of each thread — at 64 the step's scores, P and dP beside them spilled ~500 bytes; at
-// 32 ptxas still keeps 4–12 bytes of the causal step in local memory (sm_80, sm_90).
-inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part part) {
-  return part == AttentionBackwardShape::Part::Keys && d > 64 ? 32 : 64;
+// The columns a step takes: 64, but on mma.sync 32 for dK and dV at d 128, whose two
+// accumulators take 128 registers of each thread — at 64 the step's scores, P and dP beside them
+// (and the K and V fragments) spilled ~500 bytes; at 32 ptxas still keeps 4–12 bytes of the
+// causal step in local memory (sm_80, sm_90). On wgmma, with no fragments of K and V in
+// registers, 64 keeps 4 bytes there and ran 20% faster than 32 (bench/NOTES.md).
+inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part part, bool wgmma) {
+  return !wgmma && part == AttentionBackwardShape::Part::Keys && d > 64 ? 32 : 64;
 }
 
 // Throws Error naming what is unsupported (d other than 16, 32, 64, 128; f32; a gradient of the

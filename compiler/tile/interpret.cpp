@@ -914,8 +914,15 @@ class Exec {
     if (i.ring >= 0) reads.push_back({i.ring, p_.shared.at(static_cast<size_t>(i.ring)).stages == 1 ? 0 : s});
     for (const auto& [r, st] : reads) check_read(r, st);
     in_flight_.push_back(reads);
-    const std::vector<double>& b = mem_.rings.at(static_cast<size_t>(i.ring_b)).at(static_cast<size_t>(stage_of(rb, s)));
-    const int64_t k = rb.tile[0], n = rb.tile[1];
+    std::vector<double> b =
+        mem_.rings.at(static_cast<size_t>(i.ring_b)).at(static_cast<size_t>(stage_of(rb, s)));
+    const int64_t k = rb.tile[i.transposed ? 1 : 0], n = rb.tile[i.transposed ? 0 : 1];
+    if (i.transposed) {  // B[r][c] is the stage's [c][r]
+      std::vector<double> t(b.size());
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) t[static_cast<size_t>(r * n + c)] = b[static_cast<size_t>(c * k + r)];
+      b = std::move(t);
+    }
     const Type& acc = type(i.args[1]);
     const int64_t m = rows_of(acc);
     if (cols_of(acc) != n) fail(fmt::format("dot_async of an accumulator {} wide with a B tile {} wide", cols_of(acc), n));

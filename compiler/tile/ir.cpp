@@ -446,19 +446,21 @@ int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, c
   return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape, Space::Reg, frag));
 }
 
-int Builder::dot_async(int ring_a, int ring_b, int stage, int acc) {
+int Builder::dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed) {
   Inst i;
   i.opcode = Opcode::DotAsync;
   i.ring = ring_a;
   i.ring_b = ring_b;
+  i.transposed = b_transposed;
   i.args = {stage, acc};
   return emit(i, p_.types.at(static_cast<size_t>(acc)));
 }
 
-int Builder::dot_async(const std::vector<int>& a, int ring_b, int stage, int acc) {
+int Builder::dot_async(const std::vector<int>& a, int ring_b, int stage, int acc, bool b_transposed) {
   Inst i;
   i.opcode = Opcode::DotAsync;
   i.ring_b = ring_b;
+  i.transposed = b_transposed;
   i.args = {stage, acc};
   i.args.insert(i.args.end(), a.begin(), a.end());
   return emit(i, p_.types.at(static_cast<size_t>(acc)));

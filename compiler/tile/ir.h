@@ -229,10 +229,12 @@ enum class Opcode {
   // ring `ring_b` ([k, n]), A that stage of ring `ring` ([block_m, k]: each warpgroup its 64
   // rows) — or, with `ring` −1, the A fragments args 2… ([block_m, 16] each, in registers, k/16
   // of them: a product fed to the next dot, attention's Q or P); its result is the accumulator in
-  // flight, which only a DotWait, another DotAsync on it or a Yield may use. DotWait waits until at most
-  // `value` of the warpgroup's DotAsyncs are in flight and gives its args' values usable. FenceAsync orders
-  // the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by the
-  // asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
+  // flight, which only a DotWait, another DotAsync on it or a Yield may use. With `transposed`,
+  // B is the stage's transpose (printed `@ring[stage] transposed`): a [keys, d] stage is both a
+  // product's B [keys, d] and, transposed, the scores' B [d, keys] (the attention backward's). DotWait waits
+  // until at most `value` of the warpgroup's DotAsyncs are in flight and gives its args' values usable.
+  // FenceAsync orders the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by
+  // the asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
   DotAsync,
   DotWait,
   FenceAsync,
@@ -388,7 +390,7 @@ struct Inst {
   // did past an online softmax, to write the next P's fragments into the registers the product
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
-  bool transposed = false;  // LoadShared: the stage read as its transpose
+  bool transposed = false;  // LoadShared, DotAsync (B): the stage read as its transpose
   std::vector<Region> regions;
 };
 
@@ -552,9 +554,9 @@ class Builder {
   void barrier();
   int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag,
                   bool transposed = false);
-  int dot_async(int ring_a, int ring_b, int stage, int acc);
+  int dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed = false);
   // acc + A·B with A the fragments `a` (registers) and B stage `stage` of ring `ring_b`.
-  int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc);
+  int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc, bool b_transposed = false);
   std::vector<int> dot_wait(const std::vector<int>& accs, int pending, bool pinned = false);
   void fence_async();
   // Warp specialization: `producer` and `consumers` fill Specialize's two regions (the

@@ -105,8 +105,9 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
         const std::string a = i.ring >= 0 ? fmt::format("@{}[{}]", p.shared.at(static_cast<size_t>(i.ring)).name,
                                                         value(i.args[0]))
                                           : values(std::vector<int>(i.args.begin() + 2, i.args.end()));
-        *out += fmt::format("{}{}dot_async {}, @{}[{}], {} : {}\n", pad, lhs, a, p.shared.at(static_cast<size_t>(i.ring_b)).name,
-                            value(i.args[0]), value(i.args[1]), type_of(i.results[0]));
+        *out += fmt::format("{}{}dot_async {}, @{}[{}]{}, {} : {}\n", pad, lhs, a,
+                            p.shared.at(static_cast<size_t>(i.ring_b)).name, value(i.args[0]),
+                            i.transposed ? " transposed" : "", value(i.args[1]), type_of(i.results[0]));
         break;
       }
       case Opcode::DotWait: {
@@ -839,6 +840,7 @@ class Parser {
       const int b_stage = use("the stage");
       if (stage >= 0 && b_stage != stage) fail("dot_async reads one stage of both rings");
       punct("]");
+      i.transposed = take_word("transposed");
       punct(",");
       i.args.push_back(b_stage);
       i.args.push_back(use("the accumulator"));

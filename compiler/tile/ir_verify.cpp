@@ -1031,8 +1031,9 @@ class Verifier {
     const Type& c = type(i.args[1]);
     if (!is_index(i.args[0])) problem(fmt::format("{}: the stage is not an index", where(i)));
     if (b.dtype != DType::BF16 && b.dtype != DType::F16) problem(fmt::format("{}: multiplies bf16 or f16", where(i)));
-    const int64_t k = b.tile.at(0), n = b.tile.at(1);
-    if (!b.wgmma || (b.col_major ? k : n) % 64 != 0 || k % 16 != 0)
+    // (Transposed, B is the stage's transpose: a ring stored the other way.)
+    const int64_t k = b.tile.at(i.transposed ? 1 : 0), n = b.tile.at(i.transposed ? 0 : 1);
+    if (!b.wgmma || (b.col_major != i.transposed ? k : n) % 64 != 0 || k % 16 != 0)
       problem(fmt::format("{}: B's ring is not laid out for wgmma in whole 128-byte panels", where(i)));
     if (from_ring) {
       const SharedRing& a = p_.shared[static_cast<size_t>(i.ring)];
