@@ -398,10 +398,7 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
   const TileSchedule& s = k.schedule;
   KernelCost& c = k.cost;
   c = {};
-  for (NodeId i : k.inputs)
-    c.bytes_read += num_elements(g.node(i).shape) * static_cast<int64_t>(dtype_size(g.node(i).dtype));
-  for (NodeId o : k.outputs)
-    c.bytes_written += num_elements(g.node(o).shape) * static_cast<int64_t>(dtype_size(g.node(o).dtype));
+  count_tensor_bytes(g, k, &c);
   // The tiles the loops visit: under a causal mask about half (each block's from or to the
   // diagonal).
   const double pairs = static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *

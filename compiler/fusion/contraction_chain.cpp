@@ -629,10 +629,7 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p) 
   const TileSchedule& s = k.schedule;
   KernelCost& c = k.cost;
   c = {};
-  for (NodeId i : k.inputs)
-    c.bytes_read += num_elements(g.node(i).shape) * static_cast<int64_t>(dtype_size(g.node(i).dtype));
-  for (NodeId o : k.outputs)
-    c.bytes_written += num_elements(g.node(o).shape) * static_cast<int64_t>(dtype_size(g.node(o).dtype));
+  count_tensor_bytes(g, k, &c);
   // The scores of the key tiles the loops visit (all of them, unless a causal mask ends them or a
   // window starts them).
   double tiles = 0;

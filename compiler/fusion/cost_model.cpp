@@ -19,6 +19,11 @@ static int64_t tensor_bytes(const Node& n) {
   return num_elements(n.shape) * static_cast<int64_t>(dtype_size(n.dtype));
 }
 
+void count_tensor_bytes(const Graph& g, const Kernel& k, KernelCost* c) {
+  for (NodeId t : k.inputs) c->bytes_read += tensor_bytes(g.node(t));
+  for (NodeId o : k.outputs) c->bytes_written += tensor_bytes(g.node(o));
+}
+
 double instructions_per_element(const Graph& g, const Node& n) {
   bool half = n.dtype == DType::BF16 || n.dtype == DType::F16;
   switch (n.op) {
@@ -504,8 +509,7 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   const TileSchedule& s = k.schedule;
   const Node& mm = g.node(contraction(g, k));
-  for (NodeId t : k.inputs) c.bytes_read += tensor_bytes(g.node(t));
-  for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
+  count_tensor_bytes(g, k, &c);
   // An operand copied into a padded pitch first: the copy reads it and writes the padded rows,
   // which the kernel then reads instead; each copy one more launch.
   for (int i = 0; i < 2; ++i) {

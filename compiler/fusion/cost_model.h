@@ -37,6 +37,8 @@ double mufu_per_element(const Node& n);
 // math::tanh_absolute (an attention score's tanh, contraction_chain.h): instructions per element,
 // two of them MUFU.
 constexpr double kTanhAbsoluteInstructions = 7;
+// The bytes of kernel k's inputs and outputs, each once, into its cost's bytes read and written.
+void count_tensor_bytes(const Graph& g, const Kernel& k, KernelCost* c);
 // The multiply-add rate a matmul schedule runs at (the profile's figure for its kind).
 double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p);
 

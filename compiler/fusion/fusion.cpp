@@ -480,11 +480,7 @@ class FusionPass {
       cache_[into[0]] = std::move(kernels[into[0]]);
       in_chain_.insert(nodes.begin(), nodes.end());
       after.verdict = Verdict::Fused;
-      FusionDecision d;
-      d.producer = c->scores;
-      d.consumers = users_[c->scores];
-      d.options = {before, after};
-      record_outcome(d, before, after);
+      FusionDecision d = chain_decision(c->scores, before, after);
       const Node& s = g_.node(c->scores);
       d.reason = fmt::format(
           "contraction chain %{} matmul → softmax → %{} matmul: one kernel looping over the {} keys, carrying the "
@@ -540,11 +536,7 @@ class FusionPass {
         continue;
       }
       in_chain_.insert(all.begin(), all.end());
-      FusionDecision d;
-      d.producer = c->scores;
-      d.consumers = users_[c->scores];
-      d.options = {before, after};
-      record_outcome(d, before, after);
+      FusionDecision d = chain_decision(c->scores, before, after);
       const Node& s = g_.node(c->scores);
       d.reason = fmt::format(
           "attention backward %{} Q·Kᵀ → P, dP, dS → the gradients: {} kernel{} ({}) recomputing P from the "
@@ -597,6 +589,17 @@ class FusionPass {
       o.predicted_s += k.kernel->cost.predicted_s;
     }
     return o;
+  }
+
+  // The decision that fused a chain whose first product is `scores`: the plan without the rule
+  // against the chain's kernels (its reason the caller's).
+  FusionDecision chain_decision(NodeId scores, const FusionOption& before, const FusionOption& after) {
+    FusionDecision d;
+    d.producer = scores;
+    d.consumers = users_[scores];
+    d.options = {before, after};
+    record_outcome(d, before, after);
+    return d;
   }
 
   // The chain as the edge-by-edge decisions plan it without the rule (the scores written and read
