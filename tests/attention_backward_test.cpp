@@ -137,6 +137,7 @@ struct Case {
   int64_t heads, n_q, n_kv, d;
   DType dtype;
   std::optional<int64_t> causal_offset;
+  int64_t group = 1;  // query heads per K/V head
 };
 struct Problem {
   TensorData q, k, v, d_o, shift, divisor, delta;  // c and h: the forward's row max and sum
@@ -156,13 +157,14 @@ void reference(const Case& c, double scale, Problem* out) {
   std::vector<double> p(static_cast<size_t>(nk)), dp(static_cast<size_t>(nk)), o(static_cast<size_t>(d));
   for (int64_t h = 0; h < c.heads; ++h)
     for (int64_t i = 0; i < nq; ++i) {
-      auto at = [&](const std::vector<double>& x, int64_t rows, int64_t r, int64_t col) {
-        return x[static_cast<size_t>((h * rows + r) * d + col)];
+      const int64_t kh = h / c.group;  // (K/V heads shared by `group` query heads)
+      auto at = [&](const std::vector<double>& x, int64_t head, int64_t rows, int64_t r, int64_t col) {
+        return x[static_cast<size_t>((head * rows + r) * d + col)];
       };
       double mx = -INFINITY;
       for (int64_t j = 0; j < nk; ++j) {
         double s = 0;
-        for (int64_t e = 0; e < d; ++e) s += at(q, nq, i, e) * at(k, nk, j, e);
+        for (int64_t e = 0; e < d; ++e) s += at(q, h, nq, i, e) * at(k, kh, nk, j, e);
         const bool seen = !c.causal_offset || j <= i + *c.causal_offset;
         p[static_cast<size_t>(j)] = seen ? s * scale : -INFINITY;
         mx = std::max(mx, p[static_cast<size_t>(j)]);
@@ -176,16 +178,16 @@ void reference(const Case& c, double scale, Problem* out) {
       std::fill(o.begin(), o.end(), 0.0);
       for (int64_t j = 0; j < nk; ++j)
         for (int64_t e = 0; e < d; ++e)
-          o[static_cast<size_t>(e)] += p[static_cast<size_t>(j)] * at(v, nk, j, e);
-      for (int64_t e = 0; e < d; ++e) delta[row] += at(d_o, nq, i, e) * o[static_cast<size_t>(e)];
+          o[static_cast<size_t>(e)] += p[static_cast<size_t>(j)] * at(v, kh, nk, j, e);
+      for (int64_t e = 0; e < d; ++e) delta[row] += at(d_o, h, nq, i, e) * o[static_cast<size_t>(e)];
       for (int64_t j = 0; j < nk; ++j) {
         double x = 0;
-        for (int64_t e = 0; e < d; ++e) x += at(d_o, nq, i, e) * at(v, nk, j, e);
+        for (int64_t e = 0; e < d; ++e) x += at(d_o, h, nq, i, e) * at(v, kh, nk, j, e);
         const double pj = p[static_cast<size_t>(j)], ds = pj * (x - delta[row]);
         for (int64_t e = 0; e < d; ++e) {
-          pr.dq[static_cast<size_t>((h * nq + i) * d + e)] += scale * ds * at(k, nk, j, e);
-          pr.dk[static_cast<size_t>((h * nk + j) * d + e)] += scale * ds * at(q, nq, i, e);
-          pr.dv[static_cast<size_t>((h * nk + j) * d + e)] += pj * at(d_o, nq, i, e);
+          pr.dq[static_cast<size_t>((h * nq + i) * d + e)] += scale * ds * at(k, kh, nk, j, e);
+          pr.dk[static_cast<size_t>((kh * nk + j) * d + e)] += scale * ds * at(q, h, nq, i, e);
+          pr.dv[static_cast<size_t>((kh * nk + j) * d + e)] += pj * at(d_o, h, nq, i, e);
         }
       }
     }
@@ -198,8 +200,8 @@ Problem problem(const Case& c, double scale, uint64_t seed) {
   std::mt19937_64 rng(seed);
   Problem pr;
   pr.q = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
-  pr.k = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
-  pr.v = TensorData::random(c.dtype, {c.heads, c.n_kv, c.d}, rng);
+  pr.k = TensorData::random(c.dtype, {c.heads / c.group, c.n_kv, c.d}, rng);
+  pr.v = TensorData::random(c.dtype, {c.heads / c.group, c.n_kv, c.d}, rng);
   pr.d_o = TensorData::random(c.dtype, {c.heads, c.n_q, c.d}, rng);
   reference(c, scale, &pr);
   return pr;
@@ -232,6 +234,7 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bo
     s.dtype = c.dtype;
     s.causal_offset = c.causal_offset;
     s.block_rows = block_rows;
+    s.group = c.group;
     s.wgmma = wgmma;
     s.block_cols = tir::attention_backward_block_cols(c.d, part, wgmma);
     const std::vector<TensorData> grads = run(tir::attention_backward_program(s), pr, c);
@@ -242,10 +245,11 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bo
       std::string where;
       const double err = worst_error(grads[g].to_doubles(), *want[g], &where);
       EXPECT_LE(err, bound(c.dtype)) << names[g] << " " << where << " (seed " << seed << ")";
-      std::printf("  %s %lld heads %lld×%lld d %lld %s%s%s: worst error %.3g of the largest (bound %.3g)\n",
-                  names[g], static_cast<long long>(c.heads), static_cast<long long>(c.n_q),
-                  static_cast<long long>(c.n_kv), static_cast<long long>(c.d), dtype_name(c.dtype),
-                  c.causal_offset ? " causal" : "", wgmma ? " wgmma" : "", err, bound(c.dtype));
+      std::printf(
+          "  %s %lld heads /%lld %lld×%lld d %lld %s%s%s: worst error %.3g of the largest (bound %.3g)\n",
+          names[g], static_cast<long long>(c.heads), static_cast<long long>(c.group),
+          static_cast<long long>(c.n_q), static_cast<long long>(c.n_kv), static_cast<long long>(c.d),
+          dtype_name(c.dtype), c.causal_offset ? " causal" : "", wgmma ? " wgmma" : "", err, bound(c.dtype));
     }
   }
 }
@@ -278,14 +282,17 @@ TEST(HostAttentionBackward, MatchesFloat64) {
                                          {1, 45, 70, 16, DType::F16, std::nullopt},
                                          {2, 50, 50, 32, DType::BF16, 0},
                                          {1, 37, 90, 16, DType::F16, 53},
-                                         {1, 90, 37, 16, DType::BF16, -53}}) {
-    SCOPED_TRACE(fmt::format("{} heads, {}×{}, d {}, {}{}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype),
+                                         {1, 90, 37, 16, DType::BF16, -53},
+                                         {4, 45, 70, 16, DType::BF16, std::nullopt, 4}}) {
+    SCOPED_TRACE(fmt::format("{} heads ({} a K/V head), {}×{}, d {}, {}{}", c.heads, c.group, c.n_q, c.n_kv,
+                             c.d, dtype_name(c.dtype),
                              c.causal_offset ? fmt::format(", causal offset {}", *c.causal_offset) : ""));
     check_case(c, seed, 32, interpreted);
   }
-  // On wgmma: warpgroups of 64 rows, d 64.
-  for (const Case& c :
-       std::vector<Case>{{2, 70, 45, 64, DType::BF16, std::nullopt}, {1, 90, 37, 64, DType::F16, 5}}) {
+  // On wgmma: warpgroups of 64 rows, d 64; a K/V head shared by 3 query heads (GQA), causal.
+  for (const Case& c : std::vector<Case>{{2, 70, 45, 64, DType::BF16, std::nullopt},
+                                         {1, 90, 37, 64, DType::F16, 5},
+                                         {6, 50, 70, 64, DType::BF16, 20, 3}}) {
     SCOPED_TRACE(
         fmt::format("wgmma: {} heads, {}×{}, d {}, {}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype)));
     check_case(c, seed, 64, interpreted, true);
@@ -342,8 +349,10 @@ TEST(GpuAttentionBackward, MatchesFloat64) {
                                          {2, 256, 256, 128, DType::BF16, 0},
                                          {2, 129, 300, 128, DType::F16, 171},
                                          {1, 300, 129, 64, DType::BF16, -171},
-                                         {2, 97, 97, 32, DType::F16, 0}}) {
-    SCOPED_TRACE(fmt::format("{} heads, {}×{}, d {}, {}{}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype),
+                                         {2, 97, 97, 32, DType::F16, 0},
+                                         {8, 300, 200, 128, DType::BF16, 0, 4}}) {
+    SCOPED_TRACE(fmt::format("{} heads ({} a K/V head), {}×{}, d {}, {}{}", c.heads, c.group, c.n_q, c.n_kv,
+                             c.d, dtype_name(c.dtype),
                              c.causal_offset ? fmt::format(", causal offset {}", *c.causal_offset) : ""));
     for (bool wgmma : {false, true})
       if (!wgmma || c.d >= 64)
@@ -409,6 +418,22 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
 // ---- found by fusion in the gradient graph ----
 
 const int64_t kHeads[2] = {2, 3};
+
+// q [2, 2, 3, n, d] with K and V [2, 2, 1, n, d]: each K/V head shared by 3 query heads (GQA).
+Graph gqa_train_graph(int64_t n, int64_t d, bool causal) {
+  using namespace dsl;
+  Graph g(fmt::format("gqa_train_n{}_d{}{}", n, d, causal ? "_causal" : ""));
+  const Shape qs = {2, 2, 3, n, d}, kvs = {2, 2, 1, n, d};
+  Tensor q = input(g, "q", qs, DType::BF16), k = input(g, "k", kvs, DType::BF16),
+         v = input(g, "v", kvs, DType::BF16);
+  Tensor o = attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(d)), causal);
+  output("o", o);
+  const std::vector<Tensor> grads = grad({o}, {input(g, "do", qs, DType::BF16)}, {q, k, v});
+  output("dq", grads[0]);
+  output("dk", grads[1]);
+  output("dv", grads[2]);
+  return g;
+}
 
 Plan train_plan(int64_t n, int64_t d, bool causal) {
   return plan_fusion(attention_train_graph(fmt::format("train_n{}_d{}{}", n, d, causal ? "_causal" : ""),
@@ -480,8 +505,14 @@ TEST(FusionAttentionBackward, OutsideTheRuleThePlanSaysWhy) {
 
 // The gradients' products on their own, for a plan's outputs: float64's from the plan's inputs.
 void check_plan_gradients(const Plan& p, const TensorMap& inputs, const TensorMap& outputs, int64_t n,
-                          int64_t d, bool causal) {
-  Case c{kHeads[0] * kHeads[1], n, n, d, DType::BF16, causal ? std::optional<int64_t>(0) : std::nullopt};
+                          int64_t d, bool causal, int64_t group = 1) {
+  Case c{group > 1 ? 12 : kHeads[0] * kHeads[1],
+         n,
+         n,
+         d,
+         DType::BF16,
+         causal ? std::optional<int64_t>(0) : std::nullopt,
+         group};
   Problem pr;
   pr.q = inputs.at("q");
   pr.k = inputs.at("k");
@@ -508,6 +539,11 @@ TEST(HostAttentionBackward, FusedPlansMatchFloat64) {
       const TensorMap inputs = random_inputs(p.graph, seed);
       check_plan_gradients(p, inputs, run_on_host(p, inputs), 70, d, causal);
     }
+  // GQA: dK and dV summed over the 3 query heads of each K/V head in the keys' kernel.
+  const Plan p = plan_fusion(gqa_train_graph(50, 64, true));
+  ASSERT_EQ(backward_kernels(p).size(), 2u) << plan_report_text(p);
+  const TensorMap inputs = random_inputs(p.graph, seed);
+  check_plan_gradients(p, inputs, run_on_host(p, inputs), 50, 64, true, 3);
 }
 
 TEST(GpuAttentionBackward, FusedPlansMatchFloat64) {
@@ -521,6 +557,13 @@ TEST(GpuAttentionBackward, FusedPlansMatchFloat64) {
       Executable exe(p);
       check_plan_gradients(p, inputs, exe.run(inputs), n, 128, causal);
     }
+  for (int64_t d : {64, 128}) {  // GQA
+    const Plan p = plan_fusion(gqa_train_graph(200, d, true));
+    ASSERT_EQ(backward_kernels(p).size(), 2u);
+    const TensorMap inputs = random_inputs(p.graph, seed);
+    Executable exe(p);
+    check_plan_gradients(p, inputs, exe.run(inputs), 200, d, true, 3);
+  }
 }
 
 }  // namespace

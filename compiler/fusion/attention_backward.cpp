@@ -29,6 +29,14 @@ std::vector<NodeId> BackwardChain::gradients(bool keys) const {
   return out;
 }
 
+std::vector<NodeId> BackwardChain::part(bool keys) const {
+  std::vector<NodeId> out = gradients(keys);
+  for (NodeId n : {dk_product, dv_product})
+    if (keys && n >= 0 && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 namespace {
 
 bool constant_value(const Graph& g, NodeId id, double v) {
@@ -171,22 +179,46 @@ bool match_probs(const Graph& g, NodeId p, BackwardChain* c, std::string* why) {
 }
 
 // The gradients' products: users of dS' (dQ = dS'·K, dK = dS'ᵀ·Q) and of P in its cast (dV =
-// P'ᵀ·dO).
+// P'ᵀ·dO); dK and dV each summed over the query heads of a K/V head where they are shared (a
+// reduction of its product over the broadcast axes, to K's shape).
 void find_gradients(const Graph& g, BackwardChain* c) {
   const std::vector<std::vector<NodeId>> users = g.users();
+  auto summed = [&](NodeId product) {
+    if (c->group == 1) return product;
+    for (NodeId u : users[static_cast<size_t>(product)])
+      if (g.node(u).op == Op::ReduceSum && g.node(u).keepdim && g.node(u).shape == g.node(c->k).shape)
+        return u;
+    return NodeId{-1};
+  };
   for (NodeId u : users[static_cast<size_t>(c->ds())]) {
     const Node& m = g.node(u);
     if (m.op != Op::MatMul || m.transpose_b || m.operands[0] != c->ds()) continue;
     if (!m.transpose_a && m.operands[1] == c->k) c->dq = u;
-    if (m.transpose_a && m.operands[1] == c->q) c->dk = u;
+    if (m.transpose_a && m.operands[1] == c->q) c->dk_product = u;
   }
   const NodeId p = c->probs_cast >= 0 ? c->probs_cast : c->probs;
   for (NodeId u : users[static_cast<size_t>(p)]) {
     const Node& m = g.node(u);
     if (m.op == Op::MatMul && m.transpose_a && !m.transpose_b && m.operands[0] == p &&
         m.operands[1] == c->d_o)
-      c->dv = u;
+      c->dv_product = u;
   }
+  c->dk = c->dk_product >= 0 ? summed(c->dk_product) : -1;
+  c->dv = c->dv_product >= 0 ? summed(c->dv_product) : -1;
+  if (c->dk < 0) c->dk_product = -1;
+  if (c->dv < 0) c->dv_product = -1;
+}
+
+// The gradients in the inputs' dtype (the kernels store them so).
+bool gradients_fit(const Graph& g, const BackwardChain& c, std::string* why) {
+  const DType dt = g.node(c.q).dtype;
+  for (NodeId n : {c.dq, c.dk, c.dv})
+    if (n >= 0 && g.node(n).dtype != dt) {
+      *why = fmt::format("the gradient %{} is {}, not the inputs' {}", n, dtype_name(g.node(n).dtype),
+                         dtype_name(dt));
+      return false;
+    }
+  return true;
 }
 
 // Shapes and dtypes the kernels take: Q and dO [b…, n_q, d], K and V [b…, n_kv, d] with the same
@@ -194,11 +226,20 @@ void find_gradients(const Graph& g, BackwardChain* c) {
 // row values.
 bool fits_kernels(const Graph& g, BackwardChain* c, std::string* why) {
   const Shape &q = g.node(c->q).shape, &k = g.node(c->k).shape;
-  if (q.size() < 2 || k.size() != q.size() || g.node(c->v).shape != k || g.node(c->d_o).shape != q ||
-      !std::equal(q.begin(), q.end() - 2, k.begin())) {
+  bool heads_fit =
+      q.size() >= 2 && k.size() == q.size() && g.node(c->v).shape == k && g.node(c->d_o).shape == q;
+  if (heads_fit) {  // K's and V's heads Q's, or shared by a trailing run of Q's head axes
+    const std::vector<int64_t> lead(q.begin(), q.end() - 2), kv_lead(k.begin(), k.end() - 2);
+    c->group = trailing_broadcast_group(lead, kv_lead);
+    heads_fit = num_elements(Shape(kv_lead.begin(), kv_lead.end())) * c->group ==
+                num_elements(Shape(lead.begin(), lead.end()));
+    for (size_t d = 0; heads_fit && d < lead.size(); ++d)
+      heads_fit = kv_lead[d] == lead[d] || kv_lead[d] == 1;
+  }
+  if (!heads_fit) {
     *why = fmt::format(
         "Q {}, K {}, V {}, dO {}: the fused backward takes Q and dO of one shape and K and V of "
-        "another with Q's leading axes (not yet K/V heads shared by query heads)",
+        "another whose heads are Q's or shared by a trailing run of Q's head axes",
         shape_str(q), shape_str(k), shape_str(g.node(c->v).shape), shape_str(g.node(c->d_o).shape));
     return false;
   }
@@ -222,12 +263,6 @@ bool fits_kernels(const Graph& g, BackwardChain* c, std::string* why) {
     if (g.node(n).shape != rows || g.node(n).dtype != DType::F32) {
       *why = fmt::format("%{} {} is not one f32 value per query row {}", n, shape_str(g.node(n).shape),
                          shape_str(rows));
-      return false;
-    }
-  for (NodeId n : {c->dq, c->dk, c->dv})
-    if (n >= 0 && g.node(n).dtype != dt) {
-      *why = fmt::format("the gradient %{} is {}, not the inputs' {}", n, dtype_name(g.node(n).dtype),
-                         dtype_name(dt));
       return false;
     }
   std::vector<NodeId> reads = {c->q, c->k, c->v, c->d_o, c->shift, c->divisor, c->delta};
@@ -307,6 +342,7 @@ std::optional<BackwardChain> match_from_ds(const Graph& g, NodeId user, std::str
   std::sort(c.ds_ops.begin(), c.ds_ops.end());
   if (!fits_kernels(g, &c, why)) return std::nullopt;
   find_gradients(g, &c);
+  if (!gradients_fit(g, c, why)) return std::nullopt;
   return c;
 }
 
@@ -320,7 +356,7 @@ std::optional<BackwardChain> match_attention_backward(const Graph& g, NodeId gra
   const NodeId a = strip_cast(g, m.operands[0], &casts);
   if (g.node(a).op != Op::Div) {  // dQ or dK
     std::optional<BackwardChain> c = match_from_ds(g, grad, why);
-    if (c && grad != c->dq && grad != c->dk) return std::nullopt;
+    if (c && grad != c->dq && grad != c->dk_product) return std::nullopt;
     return c;
   }
   if (!m.transpose_a) return std::nullopt;  // P·V: a forward's product
@@ -329,7 +365,7 @@ std::optional<BackwardChain> match_attention_backward(const Graph& g, NodeId gra
     if (n.op != Op::MatMul || n.id == grad || n.transpose_b) continue;
     std::string w;
     std::optional<BackwardChain> c = match_from_ds(g, n.id, &w);
-    if (c && c->probs == a && c->dv == grad) return c;
+    if (c && c->probs == a && c->dv_product == grad) return c;
     if (!w.empty()) *why = w;
   }
   return std::nullopt;
@@ -359,8 +395,8 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
     }
   if (!c) return false;
   std::vector<NodeId> want = c->shared();
-  const std::vector<NodeId> grads = c->gradients(keys);
-  want.insert(want.end(), grads.begin(), grads.end());
+  const std::vector<NodeId> grads = c->gradients(keys), part = c->part(keys);
+  want.insert(want.end(), part.begin(), part.end());
   std::sort(want.begin(), want.end());
   if (k.nodes != want) {
     *why = fmt::format("the kernel holds other nodes than the attention backward's {} part",
@@ -377,9 +413,11 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
   s = {};
   s.contracts = true;
   s.attention_backward = keys ? 1 : 2;
-  s.batch = c->batch;
+  // (The keys kernel's block takes a K/V head's keys and loops over each of its query heads' queries.)
+  s.batch = keys ? c->batch / c->group : c->batch;
   s.m = keys ? c->n_kv : c->n_q;
-  s.n = keys ? c->n_q : c->n_kv;
+  s.n = keys ? c->n_q * c->group : c->n_kv;
+  s.heads_per_block = c->group;
   s.k = c->d;
   s.wgmma = hints.attention_wgmma == 1 && p.wgmma && c->d >= 64;
   s.block_m = 64;

@@ -10,9 +10,10 @@
 // (tile/attention_backward.h): dK and dV from a loop over the query tiles for each key tile, dQ
 // from a loop over the key tiles for each query tile. Both hold the nodes from S to dS', which
 // the fusion pass puts in both (computed twice, written by neither): no N×N tensor reaches
-// memory. f is S·scale (a positive constant) with at most a causal mask; other score functions,
-// K/V heads shared by query heads and head dimensions other than 16–128 keep the plan that
-// writes P and dS, and the match says why.
+// memory. K/V heads shared by query heads (GQA, MQA) have dK and dV summed over each K/V head's
+// query heads by its block. f is S·scale (a positive constant) with at most a causal mask; other
+// score functions and head dimensions other than 16–128 keep the plan that writes P and dS, and
+// the match says why.
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +34,11 @@ struct BackwardChain {
   NodeId dp = -1;                    // dO·Vᵀ
   std::vector<NodeId> ds_ops;        // from P and dP to dS' (its last), in order
   NodeId delta = -1;                 // D, read
-  NodeId dq = -1, dk = -1, dv = -1;  // the gradients' products the graph has (-1: none)
+  NodeId dq = -1, dk = -1, dv = -1;  // the gradients the graph has (-1: none)
+  // dK's and dV's products (dk and dv themselves, or — K/V heads shared — what they sum over the
+  // query heads of a K/V head).
+  NodeId dk_product = -1, dv_product = -1;
+  int64_t group = 1;  // query heads per K/V head
   NodeId q = -1, k = -1, v = -1, d_o = -1;
   double scale = 1;
   std::optional<int64_t> causal_offset;
@@ -43,6 +48,8 @@ struct BackwardChain {
   std::vector<NodeId> shared() const;
   // The part's gradients the graph has: dK and dV (keys) or dQ.
   std::vector<NodeId> gradients(bool keys) const;
+  // Its nodes besides the shared ones: the gradients and their products.
+  std::vector<NodeId> part(bool keys) const;
 };
 
 // The backward chain one of whose gradient products is `grad`, or nullopt; `why` says what broke

@@ -506,10 +506,10 @@ class FusionPass {
         continue;
       }
       if (!seen.insert(c->probs).second) continue;
-      std::vector<std::vector<NodeId>> parts;  // each part's live gradients
+      std::vector<std::vector<NodeId>> parts;  // each part's live gradients and their products
       for (bool keys : {true, false}) {
         std::vector<NodeId> grads;
-        for (NodeId x : c->gradients(keys))
+        for (NodeId x : c->part(keys))
           if (live_[x]) grads.push_back(x);
         if (!grads.empty()) parts.push_back(grads);
       }
@@ -549,8 +549,8 @@ class FusionPass {
       decisions->push_back(d);
     }
   }
-  // A backward chain's parts as kernels: each part's first gradient's group takes the chain's
-  // shared nodes and the part's other gradients (the shared nodes leave their own groups).
+  // A backward chain's parts as kernels: each part's first node's group takes the chain's shared
+  // nodes and the part's other nodes (the shared nodes leave their own groups).
   FusionOption backward_kernels(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts) {
     std::vector<int> targets;
     const std::vector<NodeId> shared = c.shared();

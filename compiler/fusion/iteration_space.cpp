@@ -119,9 +119,10 @@ IterationSpace attention_backward_space(const Graph& g, const Kernel& k) {
   const Shape& q = g.node(c.q).shape;
   const size_t batch = q.size() - 2;
   std::vector<int> lead;
-  for (size_t d = 0; d < batch; ++d) {
+  const Shape& kv = g.node(c.k).shape;
+  for (size_t d = 0; d < batch; ++d) {  // (the keys' part sums over query heads sharing a K/V head)
     lead.push_back(static_cast<int>(s.axes.size()));
-    s.axes.push_back({batch == 1 ? "b" : fmt::format("b{}", d), q[d], false});
+    s.axes.push_back({batch == 1 ? "b" : fmt::format("b{}", d), q[d], keys && kv[d] == 1 && q[d] > 1});
   }
   const int rows = static_cast<int>(s.axes.size()), e = rows + 1, cols = rows + 2;
   s.axes.push_back({keys ? "n" : "m", keys ? c.n_kv : c.n_q, false});
@@ -134,10 +135,12 @@ IterationSpace attention_backward_space(const Graph& g, const Kernel& k) {
     axes.push_back(col);
     return axes;
   };
+  // (K, V, dK and dV shared by query heads: 1 along the head axes they are broadcast on.)
   for (NodeId id : k.inputs)
     s.operands.push_back(
-        {id, false, id == c.k || id == c.v ? along(n, e) : aligned_map(g.node(id).shape, along(m, e))});
-  for (NodeId id : k.outputs) s.operands.push_back({id, true, along(keys ? n : m, e)});
+        {id, false, aligned_map(g.node(id).shape, id == c.k || id == c.v ? along(n, e) : along(m, e))});
+  for (NodeId id : k.outputs)
+    s.operands.push_back({id, true, aligned_map(g.node(id).shape, along(keys ? n : m, e))});
   return s;
 }
 

@@ -49,17 +49,20 @@ std::string TileSchedule::describe() const {
   if (attention_backward > 0) {
     const bool keys = attention_backward == 1;
     return fmt::format(
-        "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {} {} {} at a time "
+        "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {}{} {} {} at a time "
         "recomputing P from the forward's shift and divisor and carrying {}; the block's {} in shared "
         "memory, "
         "the {} tiles through 2 shared-memory stages (cp.async, {}: each stage read transposed for the "
         "scores "
         "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}",
         keys ? "dK and dV" : "dQ", block_m, keys ? "keys" : "queries", block_m / 16,
-        wgmma ? "wgmma m64nNk16, P and dS from registers" : "mma.sync m16n8k16", n, keys ? "queries" : "keys",
-        block_n, keys ? "dK and dV" : "dQ", keys ? "K and V" : "Q and dO",
-        keys ? "queries' Q and dO" : "keys' K and V", wgmma ? "read by wgmma" : "ldmatrix",
-        stage_bytes / 1024, grid(), batch,
+        wgmma ? "wgmma m64nNk16, P and dS from registers" : "mma.sync m16n8k16",
+        keys && heads_per_block > 1
+            ? fmt::format("each of the {} query heads sharing its K/V head's ", heads_per_block)
+            : "",
+        keys ? n / heads_per_block : n, keys ? "queries" : "keys", block_n, keys ? "dK and dV" : "dQ",
+        keys ? "K and V" : "Q and dO", keys ? "queries' Q and dO" : "keys' K and V",
+        wgmma ? "read by wgmma" : "ldmatrix", stage_bytes / 1024, grid(), batch,
         causal_offset >= 0
             ? fmt::format("; causal (query i sees keys up to i + {}): the tiles past the diagonal "
                           "skipped, the rest masked",

@@ -31,7 +31,7 @@ class AttentionBackwardProgram {
     p_.name = name;
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_cols};
-    p_.grid = {s_.batch_heads * row_tiles()};
+    p_.grid = {(queries() ? s_.batch_heads : kv_heads()) * row_tiles()};
     p_.min_blocks_per_sm = s_.block_rows > 64 ? 1 : 2;  // (two warpgroups: 255 registers a thread)
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
     add_params();
@@ -56,6 +56,7 @@ class AttentionBackwardProgram {
 
  private:
   bool queries() const { return s_.part == Part::Queries; }
+  int64_t kv_heads() const { return s_.batch_heads / s_.group; }
   int64_t rows() const { return queries() ? s_.n_q : s_.n_kv; }
   int64_t cols() const { return queries() ? s_.n_kv : s_.n_q; }
   int64_t row_tiles() const { return (rows() + s_.block_rows - 1) / s_.block_rows; }
@@ -77,6 +78,9 @@ class AttentionBackwardProgram {
           fmt::format("the attention backward on wgmma takes d 64 or 128 and warpgroups of 64 rows, not d {} "
                       "and {} rows",
                       s_.d, s_.block_rows));
+    if (s_.group < 1 || s_.batch_heads % s_.group != 0)
+      throw Error(
+          fmt::format("attention backward: {} query heads in groups of {}", s_.batch_heads, s_.group));
     if (s_.n_q < 1 || s_.n_kv < 1 || s_.batch_heads < 1)
       throw Error(fmt::format("attention backward over {} heads of {} queries and {} keys", s_.batch_heads,
                               s_.n_q, s_.n_kv));
@@ -86,7 +90,7 @@ class AttentionBackwardProgram {
   // 1] to the queries kernel (a value per row of its tiles) and [batch_heads, n_q] to the keys
   // kernel (a row of values across each query tile, its columns).
   void add_params() {
-    const Shape q_rows = {s_.batch_heads * s_.n_q, s_.d}, kv_rows = {s_.batch_heads * s_.n_kv, s_.d};
+    const Shape q_rows = {s_.batch_heads * s_.n_q, s_.d}, kv_rows = {kv_heads() * s_.n_kv, s_.d};
     const Shape stats = queries() ? Shape{s_.batch_heads * s_.n_q, 1} : Shape{s_.batch_heads, s_.n_q};
     auto add = [&](const std::string& name, DType dtype, const Shape& view, bool output) {
       Param prm;
@@ -126,8 +130,8 @@ class AttentionBackwardProgram {
     }
   }
 
-  // Program id `pid`'s head and row tile: its first row (of the head's), its rows in the
-  // parameters' views and their end.
+  // Program id `pid`'s head (a query head, or the keys kernel's K/V head) and row tile: its first
+  // row (of the head's), its rows in the parameters' views and their end.
   void place(Builder& b, int pid) {
     bh_ = b.div(pid, b.index(row_tiles()));
     first_row_ = b.mul(b.rem(pid, b.index(row_tiles())), b.index(s_.block_rows));
@@ -147,11 +151,11 @@ class AttentionBackwardProgram {
   // The keys kernel's −L·log2 e and D for the query tile from q0: [1, cols] each. Past the
   // queries c is 0, h 1 and D 0: there Q's and dO's rows are zeros, so P is 1 and dP − D 0, and
   // both products add nothing.
-  std::pair<int, int> col_statistics(Builder& b, int q0) {
+  std::pair<int, int> col_statistics(Builder& b, int query_head, int q0) {
     const Shape shape = {1, s_.block_cols};
     const int in = b.in_bounds(q0, b.index(s_.n_q), 1, shape, Frag::Acc);
     auto load = [&](int param, double outside) {
-      const int x = b.load(param, {bh_, q0}, shape, {false, true}, {}, Frag::Acc);
+      const int x = b.load(param, {query_head, q0}, shape, {false, true}, {}, Frag::Acc);
       return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
     };
     return {minus_log2_lse(b, load(shift_param_, 0), load(divisor_param_, 1)), load(delta_param_, 0)};
@@ -184,31 +188,55 @@ class AttentionBackwardProgram {
     return {b.min(tiles, b.div(first, bc)), tiles};
   }
 
-  // Column tile j's B₁ and B₂ into stage `stage` of their rings (past the head's rows
-  // zero-filled: their products add nothing).
-  void copy_cols(Builder& b, int j, int stage) {
-    const int head = b.mul(bh_, b.index(cols()));
-    const int first = b.add(head, b.mul(j, b.index(s_.block_cols))), end = b.add(head, b.index(cols()));
+  // The other side's head of the block's group's `head`-th (keys kernel: a query head of the
+  // block's K/V head's group; queries kernel: the block's query head's K/V head).
+  int col_head(Builder& b, int head) {
+    if (queries()) return s_.group == 1 ? bh_ : b.div(bh_, b.index(s_.group));
+    return s_.group == 1 ? bh_ : b.add(b.mul(bh_, b.index(s_.group)), head);
+  }
+
+  // Column tile j of the other side's head `head` (col_head): its B₁ and B₂ into stage `stage` of
+  // their rings (past the head's rows zero-filled: their products add nothing).
+  void copy_cols(Builder& b, int head, int j, int stage) {
+    const int first_row = b.mul(head, b.index(cols()));
+    const int first = b.add(first_row, b.mul(j, b.index(s_.block_cols)));
+    const int end = b.add(first_row, b.index(cols()));
     for (int r = 0; r < 2; ++r)
       b.copy_async(b_param_[r], {first, zero_}, 2 + r, stage, {true, false}, {end, -1});
     b.commit_group();
   }
 
-  // The loop over column tiles [lo, hi), two stages: each step waits for its tile's copies (the
-  // first with the resident operands'), starts the next tile's and runs on its own.
+  // Step t of the loop: the other side's head and its column tile. The keys kernel of a K/V head
+  // shared by `group` query heads goes over each one's tiles [lo, hi) in turn; otherwise step t
+  // is tile t. (The step after the last — whose tile the loop's last step copies, unread — stays
+  // in the group's last head.)
+  std::pair<int, int> at_step(Builder& b, int t, int lo, int span) {
+    if (queries() || s_.group == 1) return {col_head(b, zero_), t};
+    return {col_head(b, b.min(b.div(t, span), b.index(s_.group - 1))), b.add(lo, b.rem(t, span))};
+  }
+
+  // The loop over the column tiles [lo, hi) (of each query head of the group), two stages: each
+  // step waits for its tile's copies (the first with the resident operands'), starts the next
+  // tile's and runs on its own.
   std::vector<int> col_loop(Builder& b, int lo, int hi) {
     const int two = b.index(2);
-    copy_cols(b, lo, b.rem(lo, two));
+    const bool grouped = !queries() && s_.group > 1;
+    const int span = grouped ? b.max(b.sub(hi, lo), b.index(1)) : -1;  // (at least 1: a divisor)
+    const int from = grouped ? zero_ : lo, to = grouped ? b.mul(b.sub(hi, lo), b.index(s_.group)) : hi;
+    const auto [head0, j0] = at_step(b, from, lo, span);
+    copy_cols(b, head0, j0, b.rem(from, two));
     std::vector<int> init;
     for (size_t g = 0; g < grads_.size(); ++g)
       init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
-    return b.for_loop(lo, hi, b.index(1), init, [&](Builder& in, int j, const std::vector<int>& c) {
+    return b.for_loop(from, to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
       in.wait_group(0);
       if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
-      in.barrier();  // tile j in place, and every thread past its reads of the other stage
-      const int next = in.add(j, in.index(1));
-      copy_cols(in, next, in.rem(next, two));
-      return step(in, j, in.rem(j, two), c);
+      in.barrier();                    // tile t in place, and every thread past its reads of the other stage
+      const int next = in.add(t, in.index(1));
+      const auto [next_head, next_j] = at_step(in, next, lo, span);
+      copy_cols(in, next_head, next_j, in.rem(next, two));
+      const auto [head, j] = at_step(in, t, lo, span);
+      return step(in, head, j, in.rem(t, two), c);
     });
   }
 
@@ -240,10 +268,10 @@ class AttentionBackwardProgram {
   }
 
   // One column tile: the scores again, P, dP and dS, and the gradients' products.
-  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& acc) {
+  std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc) {
     const int c0 = b.mul(j, b.index(s_.block_cols));
     int minus_lse2 = minus_lse2_, delta = delta_;
-    if (!queries()) std::tie(minus_lse2, delta) = col_statistics(b, c0);
+    if (!queries()) std::tie(minus_lse2, delta) = col_statistics(b, head, c0);
     // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e)
     int p = b.softmax_exp2(b.compute(
         Op::Fma, {done(b, scores(b, 0, stage)), b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2},
@@ -324,6 +352,7 @@ Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
   const BackwardChain c = backward_chain_of(g, k, &keys);
   AttentionBackwardShape s;
   s.batch_heads = c.batch;
+  s.group = c.group;
   s.n_q = c.n_q;
   s.n_kv = c.n_kv;
   s.d = c.d;

@@ -32,8 +32,12 @@
 namespace tilefuse::tir {
 
 struct AttentionBackwardShape {
-  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads, n_kv, d]; c, h and D: [batch_heads, n_q].
+  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads / group, n_kv, d]; c, h and D:
+  // [batch_heads, n_q].
   int64_t batch_heads = 1, n_q = 0, n_kv = 0, d = 64;
+  // Query heads per K/V head (GQA, MQA), a K/V head's consecutive: the keys kernel's block sums
+  // dK and dV over its K/V head's query heads (looping over each one's query tiles in turn).
+  int64_t group = 1;
   DType dtype = DType::BF16;  // of q, k, v, dO and the gradients: bf16 or f16
   double scale = 0.125;
   // Which gradients the kernel computes: dK and dV (a block per key tile) or dQ (a block per
