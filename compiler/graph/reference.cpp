@@ -201,6 +201,13 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
   auto noisy = [&](NodeId n, int64_t i, double v) {
     return options.noise == 0 ? v : v * (1 + noise_of(n) * unit_noise(options.noise_seed, n, i));
   };
+  // A sum, difference or product of whole numbers that is one below 2^24 in magnitude, as f32
+  // computes it exactly (a causal mask's i_q + offset: noise there would move the diagonal).
+  auto exact_integer_arithmetic = [](const Node& n, const auto& arg, int64_t i, double v) {
+    if (n.op != Op::Add && n.op != Op::Sub && n.op != Op::Mul) return false;
+    auto whole = [](double x) { return std::fabs(x) <= 0x1p24 && x == std::floor(x); };
+    return whole(arg(0, i)) && whole(arg(1, i)) && whole(v);
+  };
   for (const Node& n : g.nodes()) {
     int64_t count = num_elements(n.shape);
     std::vector<double>& out = val[n.id];
@@ -285,7 +292,8 @@ std::map<std::string, std::vector<double>> reference_run(const Graph& g, const T
           // x·(1 + erf(x/√2))/2: f32's 1 + erf cancels for x ≪ 0, so its noise is absolute, in |x|.
           v += 0.5 * std::abs(arg(0, i)) * noise_of(n.id) * unit_noise(options.noise_seed, n.id, i);
         else if (kind != OpKind::Compare && kind != OpKind::Select && n.op != Op::Max && n.op != Op::Min &&
-                 n.op != Op::Abs && n.op != Op::Neg && n.op != Op::Relu && n.op != Op::Cast)
+                 n.op != Op::Abs && n.op != Op::Neg && n.op != Op::Relu && n.op != Op::Cast &&
+                 !exact_integer_arithmetic(n, arg, i, v))
           v = noisy(n.id, i, v);  // the ops f32 computes exactly stay exact
         out[i] = rounds(n) ? round_to(n.dtype, v) : v;
       }
