@@ -148,6 +148,9 @@ const std::vector<Example>& examples() {
        "one kernel, the backward two that recompute P from its row statistics (dK, dV over the query tiles; "
        "dQ over the keys)",
        [] { return attention_train_graph("attention_train", 8, 32, 4096, 128, false); }},
+      {"attention_train_causal", "the same step with a causal mask",
+       [] { return attention_train_graph("attention_train_causal", 8, 32, 4096, 128, true); },
+       "attention_train"},
       {"attention_train_small",
        "the same step at bf16[2, 3, 100, 64], causal: small enough to check against float64",
        [] { return attention_train_graph("attention_train_small", 2, 3, 100, 64, true); }, "attention_train"},

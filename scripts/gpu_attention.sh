@@ -19,7 +19,7 @@ for args in "attention_small --check" "attention --bench --iters 20" "attention_
   "attention_decode_32k --bench --iters 30" "attention_decode_128k --bench --iters 30" \
   "attention_decode_gqa_b64 --check --bench --iters 50" "attention_decode_gqa_128k --bench --iters 50" \
   "attention_decode_step --check --bench --iters 50" \
-  "attention_train_small --check" "attention_train --bench --iters 5" \
+  "attention_train_small --check" "attention_train --bench --iters 5" "attention_train_causal --bench --iters 5" \
   "attention_decode_gqa --bench --iters 50 --pack-heads 0 --kv-splits 1" \
   "attention_decode --bench --iters 50 --kv-splits 2" \
   "attention_decode_128k --bench --iters 30 --kv-splits 16" \
