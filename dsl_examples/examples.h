@@ -22,8 +22,11 @@ struct Example {
 
 const std::vector<Example>& examples();
 // O = attention(q, k, v) over [batch, heads, n, d] bf16 and, given "do", dq, dk, dv from dsl::grad
-// (dsl_examples/training.cpp; tests build it at their own shapes).
-Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal);
+// (dsl_examples/training.cpp; tests build it at their own shapes). With `group` > 1, K/V heads
+// shared by that many query heads: q [batch, heads / group, group, n, d], k and v [batch,
+// heads / group, 1, n, d].
+Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d,
+                            bool causal, int64_t group = 1);
 // O = attention(q, k, v) of q_heads query heads over kv_heads K/V heads (q [batch, kv_heads,
 // group, n_q, d], k and v [batch, kv_heads, 1, n_kv, d], bf16), causal or not
 // (dsl_examples/attention.cpp; tests build it at their own shapes).

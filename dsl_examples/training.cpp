@@ -28,11 +28,13 @@ Graph mlp_train_graph(const std::string& name, int64_t tokens, int64_t width, in
 // O = attention(q, k, v) (causal or not) and, given dL/dO, dq, dk and dv from dsl::grad — whose
 // attention rule gives FlashAttention-2's form: the forward one kernel writing O and its row
 // statistics, the backward recomputing the probabilities from them.
-Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d, bool causal) {
+Graph attention_train_graph(const std::string& name, int64_t batch, int64_t heads, int64_t n, int64_t d,
+                            bool causal, int64_t group) {
   Graph g(name);
-  const Shape shape = {batch, heads, n, d};
-  Tensor q = input(g, "q", shape, DType::BF16), k = input(g, "k", shape, DType::BF16);
-  Tensor v = input(g, "v", shape, DType::BF16);
+  const Shape shape = group > 1 ? Shape{batch, heads / group, group, n, d} : Shape{batch, heads, n, d};
+  const Shape kv = group > 1 ? Shape{batch, heads / group, 1, n, d} : shape;
+  Tensor q = input(g, "q", shape, DType::BF16), k = input(g, "k", kv, DType::BF16);
+  Tensor v = input(g, "v", kv, DType::BF16);
   Tensor o = attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(d)), causal);
   output("o", o);
   const std::vector<Tensor> grads = grad({o}, {input(g, "do", shape, DType::BF16)}, {q, k, v});

@@ -422,18 +422,8 @@ const int64_t kHeads[2] = {2, 3};
 
 // q [2, 2, 3, n, d] with K and V [2, 2, 1, n, d]: each K/V head shared by 3 query heads (GQA).
 Graph gqa_train_graph(int64_t n, int64_t d, bool causal) {
-  using namespace dsl;
-  Graph g(fmt::format("gqa_train_n{}_d{}{}", n, d, causal ? "_causal" : ""));
-  const Shape qs = {2, 2, 3, n, d}, kvs = {2, 2, 1, n, d};
-  Tensor q = input(g, "q", qs, DType::BF16), k = input(g, "k", kvs, DType::BF16),
-         v = input(g, "v", kvs, DType::BF16);
-  Tensor o = attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(d)), causal);
-  output("o", o);
-  const std::vector<Tensor> grads = grad({o}, {input(g, "do", qs, DType::BF16)}, {q, k, v});
-  output("dq", grads[0]);
-  output("dk", grads[1]);
-  output("dv", grads[2]);
-  return g;
+  return attention_train_graph(fmt::format("gqa_train_n{}_d{}{}", n, d, causal ? "_causal" : ""), 2, 6, n, d,
+                               causal, 3);
 }
 
 Plan train_plan(int64_t n, int64_t d, bool causal) {

@@ -39,9 +39,6 @@ std::vector<NodeId> BackwardChain::part(bool keys) const {
 
 namespace {
 
-bool constant_value(const Graph& g, NodeId id, double v) {
-  return g.node(id).op == Op::Constant && g.node(id).value == v;
-}
 // The constant operand of a binary node and its other operand, or false.
 bool with_constant(const Graph& g, const Node& n, double* c, NodeId* other) {
   if (n.operands.size() != 2) return false;
@@ -60,18 +57,6 @@ NodeId strip_cast(const Graph& g, NodeId id, std::vector<NodeId>* casts) {
   }
   return id;
 }
-// The nodes of a mask's condition: iotas, constants and elementwise ops of them.
-bool condition_nodes(const Graph& g, NodeId id, std::set<NodeId>* nodes) {
-  const Node& n = g.node(id);
-  if (n.op == Op::Constant) return true;
-  const OpKind kind = op_info(n.op).kind;
-  if (n.op != Op::Iota && kind != OpKind::Unary && kind != OpKind::Binary && kind != OpKind::Compare)
-    return false;
-  for (NodeId o : n.operands)
-    if (!condition_nodes(g, o, nodes)) return false;
-  nodes->insert(id);
-  return true;
-}
 
 // dS' from its last node down to the product P∘(dP − D): casts, a product by a constant (the
 // scale) and where(m, ·, 0) (the mask's gradient), in any order. The product, or -1.
@@ -87,7 +72,7 @@ NodeId ds_product(const Graph& g, NodeId at, std::vector<NodeId>* ops, double* s
       ops->push_back(at);
       *scale = c;
       at = other;
-    } else if (n.op == Op::Where && constant_value(g, n.operands[2], 0) && *mask < 0) {
+    } else if (n.op == Op::Where && is_constant_value(g, n.operands[2], 0) && *mask < 0) {
       ops->push_back(at);
       *mask = n.operands[0];
       at = n.operands[1];
@@ -144,7 +129,7 @@ bool match_probs(const Graph& g, NodeId p, BackwardChain* c, std::string* why) {
       c->scale = s;
       c->score_ops.push_back(at);
       at = other;
-    } else if (n.op == Op::Where && mask < 0 && constant_value(g, n.operands[2], -INFINITY)) {
+    } else if (n.op == Op::Where && mask < 0 && is_constant_value(g, n.operands[2], -INFINITY)) {
       mask = at;
       c->score_ops.push_back(at);
       at = n.operands[1];
@@ -165,9 +150,9 @@ bool match_probs(const Graph& g, NodeId p, BackwardChain* c, std::string* why) {
   }
   if (mask >= 0) {
     const NodeId cond = g.node(mask).operands[0];
-    std::set<NodeId> nodes;
+    std::set<NodeId> nodes, tensors;
     c->causal_offset = causal_mask_offset(g, cond, s.shape.back());
-    if (!c->causal_offset || !condition_nodes(g, cond, &nodes)) {
+    if (!c->causal_offset || !index_only(g, cond, &nodes, &tensors) || !tensors.empty()) {
       *why = fmt::format("the recomputed scores' mask %{} is not causal (i_q + c ≥ i_k)", mask);
       return false;
     }

@@ -37,31 +37,6 @@ bool row_reduction(const Node& n, Op op, const Graph& g) {
          n.axes[0] == static_cast<int>(g.node(n.operands[0]).shape.size()) - 1;
 }
 
-// Whether `id` is computed without the scores: from iotas along its last two axes (queries,
-// keys), constants and tensors computed outside (`leaves`, read from memory) — a mask or bias
-// the kernel computes from its tiles' positions and tiles of those tensors; its nodes (not the
-// constants, not the tensors) go into `nodes`. Nothing that reaches a matmul is a leaf (the
-// scores are). (The shapes are checked against the scores' once those are known.)
-bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes, std::set<NodeId>* leaves) {
-  const Node& n = g.node(id);
-  if (n.op == Op::Constant) return true;
-  if (n.op == Op::Input) {
-    leaves->insert(id);
-    return true;
-  }
-  if (n.op == Op::Iota) {
-    const int from_end = static_cast<int>(n.shape.size()) - n.axes.at(0);
-    if (from_end != 1 && from_end != 2) return false;
-    nodes->insert(id);
-    return true;
-  }
-  if (!elementwise(n)) return false;
-  for (NodeId o : n.operands)
-    if (!index_only(g, o, nodes, leaves)) return false;
-  nodes->insert(id);
-  return true;
-}
-
 // Whether `shape` broadcasts into `scores` without widening it, and an iota among `masks` runs
 // along a whole axis of the scores.
 bool fits_scores(const Graph& g, NodeId id, const Shape& scores) {
@@ -73,10 +48,6 @@ bool fits_scores(const Graph& g, NodeId id, const Shape& scores) {
   if (n.op == Op::Iota && n.shape[static_cast<size_t>(n.axes.at(0))] != scores[off + static_cast<size_t>(n.axes.at(0))])
     return false;
   return true;
-}
-
-bool is_constant_value(const Graph& g, NodeId id, double v) {
-  return g.node(id).op == Op::Constant && g.node(id).value == v;
 }
 
 // A comparison `above` op `below` as `op` (≥ or >), whichever way round it is written (a ≥ b or
@@ -102,6 +73,35 @@ std::optional<double> query_offset(const Graph& g, NodeId id) {
 }
 
 }  // namespace
+
+bool is_constant_value(const Graph& g, NodeId id, double v) {
+  return g.node(id).op == Op::Constant && g.node(id).value == v;
+}
+
+// Whether `id` is computed without the scores: from iotas along its last two axes (queries,
+// keys), constants and tensors computed outside (`leaves`, read from memory) — a mask or bias
+// the kernel computes from its tiles' positions and tiles of those tensors; its nodes (not the
+// constants, not the tensors) go into `nodes`. Nothing that reaches a matmul is a leaf (the
+// scores are). (The shapes are checked against the scores' once those are known.)
+bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes, std::set<NodeId>* leaves) {
+  const Node& n = g.node(id);
+  if (n.op == Op::Constant) return true;
+  if (n.op == Op::Input) {
+    leaves->insert(id);
+    return true;
+  }
+  if (n.op == Op::Iota) {
+    const int from_end = static_cast<int>(n.shape.size()) - n.axes.at(0);
+    if (from_end != 1 && from_end != 2) return false;
+    nodes->insert(id);
+    return true;
+  }
+  if (!elementwise(n)) return false;
+  for (NodeId o : n.operands)
+    if (!index_only(g, o, nodes, leaves)) return false;
+  nodes->insert(id);
+  return true;
+}
 
 std::optional<int64_t> causal_mask_offset(const Graph& g, NodeId condition, int64_t n_kv) {
   NodeId query, key;

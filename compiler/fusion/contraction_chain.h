@@ -20,6 +20,7 @@
 // left to the ordinary decisions, which write the scores; the match says why it failed.
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,14 @@ struct ContractionChain {
 // X's masks: X = where(m₁, where(m₂, …, −inf), −inf), outermost first, each where one of
 // `score_ops` (the scores flow through its second operand; its condition is its first).
 std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<NodeId>& score_ops);
+
+// Whether node `id` is the constant v.
+bool is_constant_value(const Graph& g, NodeId id, double v);
+// Whether `id` is computed without the scores: from iotas along its last two axes (queries,
+// keys), constants and tensors computed outside (`leaves`, read from memory) — a mask or bias
+// the kernel computes from its tiles' positions and tiles of those tensors; its nodes (not the
+// constants, not the tensors) go into `nodes`.
+bool index_only(const Graph& g, NodeId id, std::set<NodeId>* nodes, std::set<NodeId>* leaves);
 
 // A mask condition i_q + c ≥ i_k (or i_k ≤ i_q + c), c a whole number from 0 to n_kv − 1: c.
 std::optional<int64_t> causal_mask_offset(const Graph& g, NodeId condition, int64_t n_kv);

@@ -522,19 +522,20 @@ class FusionPass {
       if (!alone) continue;
       std::sort(all.begin(), all.end());
       const FusionOption before = scores_written(all);
-      const auto groups = groups_;
-      const auto where = where_;
-      const auto cache = cache_;
-      FusionOption after = backward_kernels(*c, parts);
+      std::set<int> touched;
+      for (NodeId x : all) touched.insert(*where_[x].begin());
+      std::vector<Undo> undos;
+      std::map<int, CachedKernel> kernels;
+      const FusionOption after = backward_kernels(*c, parts, &undos, &kernels);
       if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s) {
-        groups_ = groups;
-        where_ = where;
-        cache_ = cache;
+        for (auto u = undos.rbegin(); u != undos.rend(); ++u) undo(*u);
         backward_why_[c->ds()] = !after.legal || !after.fits
                                      ? after.why_not
                                      : "the model predicts the plan that writes P and dS faster";
         continue;
       }
+      for (int h : touched) cache_[h] = {};
+      for (auto& [h, k] : kernels) cache_[h] = std::move(k);
       in_chain_.insert(all.begin(), all.end());
       FusionDecision d = chain_decision(c->scores, before, after);
       const Node& s = g_.node(c->scores);
@@ -549,35 +550,27 @@ class FusionPass {
       decisions->push_back(d);
     }
   }
-  // A backward chain's parts as kernels: each part's first node's group takes the chain's shared
-  // nodes and the part's other nodes (the shared nodes leave their own groups).
-  FusionOption backward_kernels(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts) {
+  // A backward chain's parts as kernels: each part's nodes merged into one group and the chain's
+  // shared nodes duplicated into every part's group (computed in each, written by none) — the
+  // moves applied, their undos in `undos` — and the parts' kernels built into `kernels`.
+  FusionOption backward_kernels(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts,
+                                std::vector<Undo>* undos, std::map<int, CachedKernel>* kernels) {
     std::vector<int> targets;
-    const std::vector<NodeId> shared = c.shared();
-    for (const std::vector<NodeId>& grads : parts) {
-      const int t = *where_[grads[0]].begin();
-      targets.push_back(t);
-      std::vector<NodeId> moved = shared;
-      moved.insert(moved.end(), grads.begin() + 1, grads.end());
-      for (NodeId x : moved) {
-        for (auto h = where_[x].begin(); h != where_[x].end();) {
-          if (std::find(targets.begin(), targets.end(), *h) != targets.end()) {
-            ++h;
-            continue;
-          }
-          groups_[*h].erase(x);
-          cache_[*h] = {};
-          h = where_[x].erase(h);
-        }
-        groups_[t].insert(x);
-        where_[x].insert(t);
-      }
-      cache_[t] = {};
+    for (const std::vector<NodeId>& nodes : parts) {
+      std::vector<int> into;
+      for (NodeId x : nodes) into.push_back(*where_[x].begin());
+      if (into.size() > 1) undos->push_back(apply(Move{Verdict::Merged, -1, into}));
+      targets.push_back(into[0]);
     }
+    for (NodeId x : c.shared()) undos->push_back(apply(Move{Verdict::Duplicated, x, targets}));
     FusionOption o;
     o.verdict = Verdict::Fused;
     for (int t : targets) {
-      const CachedKernel& k = kernel(t);
+      CachedKernel& k = (*kernels)[t];
+      k.built = true;
+      const auto& members = groups_[t];
+      k.kernel = build_kernel(g_, {members.begin(), members.end()}, outputs_of(t), opt_.profile,
+                              opt_.schedule, &k.why);
       if (!k.kernel) {
         o.legal = false;
         o.why_not = k.why;
