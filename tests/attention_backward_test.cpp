@@ -75,6 +75,25 @@ TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
     EXPECT_EQ(count(carried, "tile<64x64xf32, mma_acc>"), part == Part::Keys ? 2 : 1) << carried;
     EXPECT_EQ(count(text, "exp2"), 1) << "the probabilities recomputed once a step, with no max or sum";
   }
+  {  // One kernel for all three (wgmma): dSᵀ stored to shared memory, dS·K in halves of d read
+     // from it and added into the workspace, the last key block's conversion.
+    AttentionBackwardShape s = shape(2, 100, 77, 128, Part::All);
+    s.wgmma = true;
+    const tir::Program p = tir::attention_backward_program(s);
+    const std::string text = tir::print_program(p);
+    try {
+      EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
+    } catch (const Error& e) {
+      FAIL() << e.what() << " in\n" << text;
+    }
+    EXPECT_EQ(count(text, "store @ds_tile[%"), 1) << text;
+    EXPECT_EQ(count(text, "dot_async @ds_tile["), 2) << text;
+    EXPECT_EQ(count(text, "cols 64, "), 1) << text;
+    EXPECT_EQ(count(text, "store_add %arg"), 2) << text;
+    EXPECT_EQ(count(text, "last_arrival"), 1) << text;
+    s.wgmma = false;
+    EXPECT_THROW(tir::attention_backward_program(s), Error);  // (wgmma only)
+  }
   AttentionBackwardShape s = shape(1, 64, 64, 96, Part::Keys);
   EXPECT_THROW(tir::attention_backward_program(s), Error);
   s.d = 64;
@@ -112,8 +131,9 @@ TEST(CodegenAttentionBackward, PtxHasTheProductsAndAssemblesWithoutSpills) {
 TEST(CodegenAttentionBackward, WgmmaPtxAssemblesWithoutSpills) {
   const CodegenOptions opt = codegen_options_for("sm_90a");
   for (int64_t d : {64, 128})
-    for (Part part : {Part::Keys, Part::Queries}) {
-      SCOPED_TRACE(fmt::format("d {} {}", d, part == Part::Keys ? "keys" : "queries"));
+    for (Part part : {Part::Keys, Part::Queries, Part::All}) {
+      const char* part_name = part == Part::Keys ? "keys" : part == Part::Queries ? "queries" : "all";
+      SCOPED_TRACE(fmt::format("d {} {}", d, part_name));
       AttentionBackwardShape s = shape(2, 200, 300, d, part);
       s.causal_offset = 100;
       s.wgmma = true;
@@ -126,10 +146,12 @@ TEST(CodegenAttentionBackward, WgmmaPtxAssemblesWithoutSpills) {
       if (find_ptxas().empty()) continue;
       auto m = run_ptxas(ptx, "attention_backward", opt);
       ASSERT_TRUE(m.has_value());
-      EXPECT_LE(m->spill_bytes, d == 128 && part == Part::Keys ? 16 : 0);
+      if (part == Part::All) EXPECT_NE(ptx.find("red.global.add.v2.f32"), std::string::npos);
+      EXPECT_LE(m->spill_bytes, d == 128 ? (part == Part::Keys ? 16 : part == Part::All ? 64 : 0) : 0);
       EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
-      ::testing::Test::RecordProperty(
-          fmt::format("registers_wgmma_d{}_{}", d, part == Part::Keys ? "keys" : "queries"), m->registers);
+      std::printf("  wgmma d %lld %s: %d registers, %d bytes spilled\n", static_cast<long long>(d), part_name,
+                  m->registers, m->spill_bytes);
+      ::testing::Test::RecordProperty(fmt::format("registers_wgmma_d{}_{}", d, part_name), m->registers);
     }
 }
 
@@ -230,7 +252,9 @@ using Run = std::function<std::vector<TensorData>(const tir::Program&, const Pro
 void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bool wgmma = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const Problem pr = problem(c, scale, seed);
-  for (Part part : {Part::Keys, Part::Queries}) {
+  std::vector<Part> parts = {Part::Keys, Part::Queries};
+  if (wgmma) parts.push_back(Part::All);  // (dQ added up across the key blocks: wgmma only)
+  for (Part part : parts) {
     AttentionBackwardShape s = shape(c.heads, c.n_q, c.n_kv, c.d, part);
     s.dtype = c.dtype;
     s.causal_offset = c.causal_offset;
@@ -239,18 +263,22 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bo
     s.wgmma = wgmma;
     s.block_cols = tir::attention_backward_block_cols(c.d, part, wgmma);
     const std::vector<TensorData> grads = run(tir::attention_backward_program(s), pr, c);
-    const std::vector<const std::vector<double>*> want =
-        part == Part::Keys ? std::vector{&pr.dk, &pr.dv} : std::vector{&pr.dq};
-    const char* names[] = {part == Part::Keys ? "dk" : "dq", "dv"};
+    const std::vector<const std::vector<double>*> want = part == Part::Keys ? std::vector{&pr.dk, &pr.dv}
+                                                         : part == Part::All
+                                                             ? std::vector{&pr.dk, &pr.dv, &pr.dq}
+                                                             : std::vector{&pr.dq};
+    const std::vector<const char*> names =
+        part == Part::Queries ? std::vector{"dq"} : std::vector{"dk", "dv", "dq"};
     for (size_t g = 0; g < want.size(); ++g) {
       std::string where;
       const double err = worst_error(grads[g].to_doubles(), *want[g], &where);
       EXPECT_LE(err, bound(c.dtype)) << names[g] << " " << where << " (seed " << seed << ")";
       std::printf(
-          "  %s %lld heads /%lld %lld×%lld d %lld %s%s%s: worst error %.3g of the largest (bound %.3g)\n",
-          names[g], static_cast<long long>(c.heads), static_cast<long long>(c.group),
-          static_cast<long long>(c.n_q), static_cast<long long>(c.n_kv), static_cast<long long>(c.d),
-          dtype_name(c.dtype), c.causal_offset ? " causal" : "", wgmma ? " wgmma" : "", err, bound(c.dtype));
+          "  %s%s %lld heads /%lld %lld×%lld d %lld %s%s%s: worst error %.3g of the largest (bound %.3g)\n",
+          names[g], part == Part::All ? " (one kernel)" : "", static_cast<long long>(c.heads),
+          static_cast<long long>(c.group), static_cast<long long>(c.n_q), static_cast<long long>(c.n_kv),
+          static_cast<long long>(c.d), dtype_name(c.dtype), c.causal_offset ? " causal" : "",
+          wgmma ? " wgmma" : "", err, bound(c.dtype));
     }
   }
 }
@@ -267,13 +295,25 @@ std::vector<TensorData> poisoned_gradients(const tir::Program& p) {
   return grads;
 }
 
-std::vector<TensorData> interpreted(const tir::Program& p, const Problem& pr, const Case&) {
+// The zeroed workspace of a program that adds dQ up (none for the others): dQ's sums, then a
+// counter per K/V head.
+std::vector<uint8_t> workspace_of(const tir::Program& p, const Case& c) {
+  for (const tir::Param& prm : p.params)
+    if (prm.workspace)
+      return std::vector<uint8_t>(static_cast<size_t>((num_elements(prm.view) + c.heads / c.group) * 4), 0);
+  return {};
+}
+
+std::vector<TensorData> interpreted(const tir::Program& p, const Problem& pr, const Case& c) {
   std::vector<TensorData> grads = poisoned_gradients(p);
   std::vector<TensorData> inputs = {pr.q, pr.k, pr.v, pr.d_o, pr.shift, pr.divisor, pr.delta};
+  std::vector<uint8_t> workspace = workspace_of(p, c);
   std::vector<tir::HostArg> args;
   for (TensorData& t : inputs) args.push_back({t.bytes.data(), t.bytes.size()});
   for (TensorData& t : grads) args.push_back({t.bytes.data(), t.bytes.size()});
+  if (!workspace.empty()) args.push_back({workspace.data(), workspace.size()});
   tir::interpret(p, args);
+  for (uint8_t byte : workspace) EXPECT_EQ(byte, 0) << "the workspace is not left zero";
   return grads;
 }
 
@@ -302,7 +342,9 @@ TEST(HostAttentionBackward, MatchesFloat64) {
 
 // The program on device copies of the problem's inputs, into poisoned gradients; with `timed`,
 // the median of that many launches after the first.
-std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const Case&, int timed = 0,
+// A program with a workspace (dQ's sums) runs twice before its gradients are read: the second
+// launch finds the workspace as the first left it.
+std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const Case& c, int timed = 0,
                                double* median_ms = nullptr) {
   cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
   CUfunction f = module.function(p.name);
@@ -317,13 +359,21 @@ std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const C
     buffers.emplace_back(t->bytes.size());
     buffers.back().upload(t->bytes.data(), t->bytes.size());
   }
+  const std::vector<uint8_t> workspace = workspace_of(p, c);
+  if (!workspace.empty()) {
+    buffers.emplace_back(workspace.size());
+    buffers.back().fill_u8(0);
+  }
   std::vector<CUdeviceptr> ptrs;
   for (const cuda::DeviceBuffer& b : buffers) ptrs.push_back(b.ptr());
   std::vector<void*> params;
   for (CUdeviceptr& ptr : ptrs) params.push_back(&ptr);
+  uint32_t epoch = 1;  // (a kernel with a workspace takes the launch's epoch after it)
+  if (!workspace.empty()) params.push_back(&epoch);
   cuda::Stream stream;
   const cuda::Dim3 grid{static_cast<unsigned>(p.grid[0])};
   cuda::launch(f, grid, {threads}, shared, stream.get(), params.data(), p.name);
+  if (!workspace.empty()) cuda::launch(f, grid, {threads}, shared, stream.get(), params.data(), p.name);
   std::vector<float> ms;
   for (int t = 0; t < timed; ++t) {
     cuda::Event start, stop;
@@ -388,23 +438,34 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
   pr.divisor = TensorData::from_doubles(DType::F32, {heads, n}, divisor);
   pr.delta = TensorData::from_doubles(DType::F32, {heads, n}, delta);
   const bool hopper = cuda::Context::get().info().cc_major >= 9;
+  const Case whole = {heads, n, n, d, DType::BF16, std::nullopt};
   for (bool wgmma : {false, true})
     for (bool causal : {false, true}) {
       if (wgmma && !hopper) continue;
       double total = 0;
-      for (Part part : {Part::Keys, Part::Queries}) {
+      for (Part part : {Part::Keys, Part::Queries, Part::All}) {
+        if (part == Part::All && !wgmma) continue;
         AttentionBackwardShape s = shape(heads, n, n, d, part);
         if (causal) s.causal_offset = 0;
         s.wgmma = wgmma;
         s.block_cols = tir::attention_backward_block_cols(d, part, wgmma);
         double ms = 0;
-        const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, {}, 10, &ms);
+        const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, whole, 10, &ms);
         for (const TensorData& g :
              grads) {  // every element written, and finite (bf16's exponent not all ones)
           int64_t bad = 0;
           for (size_t e = 0; e + 1 < g.bytes.size(); e += 2)
             bad += (g.bytes[e + 1] & 0x7f) == 0x7f && (g.bytes[e] & 0x80);
           EXPECT_EQ(bad, 0);
+        }
+        const double flops =
+            (part == Part::All ? 2.5 : 1.0) * 4 * heads * static_cast<double>(n) * n * d / (causal ? 2 : 1);
+        if (part == Part::All) {  // the one kernel against the two
+          std::printf(
+              "  backward%s B8 H32 N4096 d128 bf16 as one kernel, dQ added up (wgmma): %.3f ms, %.0f "
+              "TFLOP/s (two kernels: %.3f ms)\n",
+              causal ? " causal" : "", ms, flops / ms / 1e9, total);
+          continue;
         }
         std::printf("  backward %s%s (%s): %.3f ms\n", part == Part::Keys ? "dK, dV" : "dQ",
                     causal ? " causal" : "", wgmma ? "wgmma" : "mma.sync", ms);

@@ -124,7 +124,17 @@ static std::string module_ptx(std::unique_ptr<llvm::Module> module, const Codege
   return ptx;
 }
 
-// A program on wgmma is sm_90a's: an sm_90 target emits that for it, sm_80 cannot run it.
+static bool adds_into_memory(const tir::Region& r) {
+  for (const tir::Inst& i : r.body) {
+    if (i.opcode == tir::Opcode::Store && i.reduce_add) return true;
+    for (const tir::Region& inner : i.regions)
+      if (adds_into_memory(inner)) return true;
+  }
+  return false;
+}
+
+// A program on wgmma is sm_90a's: an sm_90 target emits that for it, sm_80 cannot run it. Its
+// reduce-add stores are red.global.add.v2.f32, which needs PTX 8.1.
 static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
   if (!p.uses_wgmma()) return opt;
   if (opt.sm == "sm_80")
@@ -132,6 +142,7 @@ static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
                                   "sm_80 (--target sm_80 plans mma.sync) or with --wgmma 0 / --attention-wgmma 0",
                                   p.name));
   opt.sm = "sm_90a";
+  if (adds_into_memory(p.body)) opt.ptx_features = "+ptx81";
   return opt;
 }
 

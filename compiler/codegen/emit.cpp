@@ -703,6 +703,13 @@ class Emitter {
       }
       guarded(ok, [&] {
         Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
+        if (i.reduce_add) {
+          std::vector<Value*> xs;
+          for (int e : elems) xs.push_back(values[static_cast<size_t>(e)]);
+          return add_into(ptr, xs,
+                          whole ? [&](int e) { return inside(i, 1, b_.CreateAdd(col, index(e))); }
+                                : std::function<Value*(int)>());
+        }
         if (!whole) {
           b_.CreateAlignedStore(data, ptr, llvm::Align(dtype_size(prm.dtype) * static_cast<size_t>(width)));
           return;
@@ -725,6 +732,30 @@ class Emitter {
         b_.SetInsertPoint(done);
       });
     });
+  }
+
+  // A run of f32 values added into the elements from `ptr` on by relaxed atomic adds at the GPU's
+  // scope — a pair at once where the program is sm_90a's (one that runs wgmma:
+  // red.global.add.v2.f32 needs sm_90), else an element at a time; where `inside` is given (a run
+  // that may pass the view's end), each element only where it says so.
+  void add_into(Value* ptr, const std::vector<Value*>& xs, const std::function<Value*(int)>& inside) {
+    if (xs.size() == 2 && !inside && p_.uses_wgmma()) {
+      asm_call(b_.getVoidTy(), "red.global.add.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}",
+               {b_.CreatePtrToInt(ptr, b_.getInt64Ty()), xs[0], xs[1]});
+      return;
+    }
+    llvm::SyncScope::ID device = ctx_.getOrInsertSyncScopeID("device");
+    for (size_t e = 0; e < xs.size(); ++e) {
+      auto add = [&] {
+        b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd,
+                           b_.CreateInBoundsGEP(b_.getFloatTy(), ptr, b_.getInt64(e)), xs[e], llvm::Align(4),
+                           llvm::AtomicOrdering::Monotonic, device);
+      };
+      if (inside)
+        guarded(inside(static_cast<int>(e)), add);
+      else
+        add();
+    }
   }
 
   // A run that may pass the view's end along its columns: whole where it fits, else its elements
@@ -894,6 +925,8 @@ class Emitter {
         return copy_async(i);
       case Opcode::LoadShared:
         return load_shared(i);
+      case Opcode::StoreShared:
+        return store_shared(i);
       case Opcode::DotAsync:
         return dot_async(i);
       case Opcode::DotWait:
@@ -1986,6 +2019,69 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
+  // A register tile rounded into a ring's whole stage — or, transposed, into its transpose's
+  // places. Where the tile's rows lie along the stored rows (a row-major ring written as it is, a
+  // column-major one transposed), a thread's two adjacent columns are one 4-byte store (each
+  // quad's four pairs one 16-byte chunk, a warp's 8 rows 8 chunks the swizzle puts in different
+  // banks); otherwise each element is one.
+  void store_shared(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const Type& t = type(i.args[1]);
+    const std::vector<Value*>& values = vals_[static_cast<size_t>(i.args[1])];
+    Value* stage = as_i32(one(i.args[0]));
+    const bool along = r.col_major == i.transposed;  // the tile's columns along the stored rows
+    if (along && p_.uses_wgmma() && t.frag == Frag::Acc && slots(t, 0) % 2 == 0 && slots(t, 1) % 4 == 0)
+      return store_matrices(i, t, values, stage);
+    size_t axis;
+    const int width = along && run(t, &axis) == 2 && axis == 1 ? 2 : 1;
+    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    for (int e0 = 0; e0 < n0; ++e0)
+      for (int e1 = 0; e1 < n1; e1 += width) {
+        Value* row = position(t, 0, e0);
+        Value* col = position(t, 1, e1);
+        Value* o = along ? row : col;  // the stored row, and the element's place along it
+        Value* q = along ? col : row;
+        Value* at =
+            b_.CreateInBoundsGEP(b_.getInt8Ty(), ring_address(i.ring, stage, o, b_.CreateUDiv(q, i32(8))),
+                                 b_.CreateMul(b_.CreateURem(q, i32(8)), i32(2)));
+        Value* x = values[static_cast<size_t>(e0 * n1 + e1)];
+        Value* data = width == 2 ? pair_to_storage(x, values[static_cast<size_t>(e0 * n1 + e1 + 1)], r.dtype)
+                                 : to_storage(b_, x, r.dtype);
+        b_.CreateAlignedStore(data, at, llvm::Align(2 * static_cast<size_t>(width)));
+      }
+  }
+
+  // An accumulator's rows along a ring's stored rows by stmatrix (sm_90): four 8×8 matrices an
+  // instruction — rows +0 and +8 of a warp's 16, at two column pieces — each lane giving one
+  // stored row's 16 bytes (row lane % 8 of matrix lane / 8) and holding, as the m16n8 accumulator
+  // layout does, two elements of each. A thread keeps one address per instruction, not one per
+  // pair (loop-invariant, they were hoisted and held: 32 registers where this holds 8).
+  void store_matrices(const Inst& i, const Type& t, const std::vector<Value*>& values, Value* stage) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    Value* matrix = b_.CreateUDiv(lane_, i32(8));
+    for (int e0 = 0; e0 < n0; e0 += 2)
+      for (int e1 = 0; e1 < n1; e1 += 4) {
+        // The lane's stored row: the warp's rows from slot e0's with group lane % 8 (+8 for the
+        // odd matrices); its 16-byte piece: column slot e1's, +8 for matrices 2 and 3.
+        Value* row = b_.CreateAdd(
+            b_.CreateSub(position(t, 0, e0), group_),
+            b_.CreateAdd(b_.CreateURem(lane_, i32(8)), b_.CreateMul(b_.CreateURem(matrix, i32(2)), i32(8))));
+        Value* col = b_.CreateAdd(b_.CreateSub(position(t, 1, e1), b_.CreateMul(in_group_, i32(2))),
+                                  b_.CreateMul(b_.CreateUDiv(matrix, i32(2)), i32(8)));
+        Value* at = ring_address(i.ring, stage, row, b_.CreateUDiv(col, i32(8)));
+        // (The shared window's address, 32 bits, as the wgmma descriptors take it.)
+        std::vector<Value*> args = {b_.CreateTrunc(b_.CreatePtrToInt(at, b_.getInt64Ty()), b_.getInt32Ty())};
+        for (int m = 0; m < 4; ++m) {  // matrix m: slot row e0 + m % 2, column pair e1 + 2·(m / 2)
+          const size_t at_slot = static_cast<size_t>((e0 + m % 2) * n1 + e1 + 2 * (m / 2));
+          args.push_back(b_.CreateBitCast(pair_to_storage(values[at_slot], values[at_slot + 1], r.dtype),
+                                          b_.getInt32Ty()));
+        }
+        asm_call(b_.getVoidTy(), "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};",
+                 "r,r,r,r,r,~{memory}", args);
+      }
+  }
+
   // ---- warpgroup MMA (wgmma) ----
 
   Value* asm_call(llvm::Type* result, const std::string& text, const std::string& constraints,
@@ -2060,7 +2156,8 @@ class Emitter {
     // (Transposed, B is the stage's transpose: k runs along the other axis of the same stored rows.)
     const int64_t depth = rb.tile[i.transposed ? 1 : 0];
     Value* stage = as_i32(one(i.args[0]));
-    const Operand bo = descriptor(i.ring_b, stage, i32(0), rb.col_major != i.transposed);
+    const Operand bo =
+        descriptor(i.ring_b, stage, i32(static_cast<int>(i.b_col)), rb.col_major != i.transposed);
     std::optional<Operand> a;
     if (!a_in_registers) {
       const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];

@@ -40,6 +40,9 @@ class AttentionBackwardProgram {
       p_.shared.push_back({ring, s_.dtype, 1, {s_.block_rows, s_.d}, false, s_.wgmma});
     for (const char* ring : {"b1_ring", "b2_ring"})
       p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}, false, s_.wgmma});
+    // dS [queries, keys] for dQ's product, stored as its transpose dSᵀ is held: a key's queries in
+    // each stored row (column-major), wgmma's A read M-major.
+    if (all()) p_.shared.push_back({"ds_tile", s_.dtype, 1, {s_.block_cols, s_.block_rows}, true, true});
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     place(b, b.program_id(0));
@@ -50,12 +53,14 @@ class AttentionBackwardProgram {
     const std::vector<int> grads = col_loop(b, lo, hi);
     b.wait_group(0);  // nothing in flight when the block ends
     store_gradients(b, grads);
+    if (all()) convert_dq(b);
     verify_program(p_);
     return std::move(p_);
   }
 
  private:
   bool queries() const { return s_.part == Part::Queries; }
+  bool all() const { return s_.part == Part::All; }
   int64_t kv_heads() const { return s_.batch_heads / s_.group; }
   int64_t rows() const { return queries() ? s_.n_q : s_.n_kv; }
   int64_t cols() const { return queries() ? s_.n_kv : s_.n_q; }
@@ -78,6 +83,11 @@ class AttentionBackwardProgram {
           fmt::format("the attention backward on wgmma takes d 64 or 128 and warpgroups of 64 rows, not d {} "
                       "and {} rows",
                       s_.d, s_.block_rows));
+    if (all() && (!s_.wgmma || s_.block_rows != 64 || s_.block_cols != 64))
+      throw Error(
+          fmt::format("the attention backward adds dQ up across key blocks on wgmma with 64×64 tiles, not "
+                      "{}{}×{}",
+                      s_.wgmma ? "" : "mma.sync, ", s_.block_rows, s_.block_cols));
     if (s_.group < 1 || s_.batch_heads % s_.group != 0)
       throw Error(
           fmt::format("attention backward: {} query heads in groups of {}", s_.batch_heads, s_.group));
@@ -121,12 +131,26 @@ class AttentionBackwardProgram {
     std::vector<Output> outputs = s_.outputs;
     if (outputs.empty())
       outputs = queries() ? std::vector<Output>{{Grad::Q, "dq"}}
+                : all()   ? std::vector<Output>{{Grad::K, "dk"}, {Grad::V, "dv"}, {Grad::Q, "dq"}}
                           : std::vector<Output>{{Grad::K, "dk"}, {Grad::V, "dv"}};
     for (const Output& o : outputs) {
-      if ((o.grad == Grad::Q) != queries())
+      if (!all() && (o.grad == Grad::Q) != queries())
         throw Error(fmt::format("attention backward: the {} kernel does not compute {}",
                                 queries() ? "queries'" : "keys'", o.name));
-      grads_.push_back({o.grad, add(o.name, s_.dtype, queries() ? q_rows : kv_rows, true)});
+      const int param = add(o.name, s_.dtype, o.grad == Grad::Q ? q_rows : kv_rows, true);
+      if (all() && o.grad == Grad::Q)
+        dq_param_ = param;  // (added up in the workspace, not carried by the loop)
+      else
+        grads_.push_back({o.grad, param});
+    }
+    if (all()) {
+      if (dq_param_ < 0) throw Error("attention backward: the part All computes dq");
+      Param ws;
+      ws.name = "dq_sums";
+      ws.view = q_rows;
+      ws.workspace = true;
+      workspace_ = static_cast<int>(p_.params.size());
+      p_.params.push_back(ws);
     }
   }
 
@@ -302,10 +326,61 @@ class AttentionBackwardProgram {
       if (v_at >= 0) out[static_cast<size_t>(v_at)] = waited[1];
     }
     const int ds = b.compute(Op::Mul, {p, b.compute(Op::Sub, {dp, delta}, DType::F32)}, DType::F32);
+    if (all()) {  // dSᵀ to shared memory first: its f32 tile then dies before dK's product starts
+      b.store_shared(ds_ring(), zero_, ds, true);
+      b.fence_async();
+    }
     for (size_t g = 0; g < grads_.size(); ++g)
-      if (grads_[g].grad != Grad::V)
-        out[g] = done(b, accumulate(b, acc[g], ds, 2, stage));  // dQ += dS·K, dK += dSᵀ·Q
+      if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
+    if (all()) {
+      add_dq(b, head, c0, &out);  // (waits for dK's product with its own)
+      return out;
+    }
+    for (size_t g = 0; g < grads_.size(); ++g)
+      if (grads_[g].grad != Grad::V) out[g] = done(b, out[g]);
     return out;
+  }
+
+  int ds_ring() const { return static_cast<int>(p_.shared.size()) - 1; }
+  // dS·K of the step's query tile (from c0 of query head `head`) added into dQ's sums, while dK's
+  // product (in `out`) is in flight: per 64 of d a product of dS read from the shared tile dSᵀ
+  // was stored to (A M-major) and K's resident stage, waited for and added by red.global.add.
+  // The block's barrier here makes every thread's stores whole before wgmma reads them; the
+  // loop's barrier at the next step's top keeps the next stores from overwriting the tile while
+  // it is read (each product is waited for within its step).
+  void add_dq(Builder& b, int head, int c0, std::vector<int>* out) {
+    b.barrier();
+    const int first = b.mul(head, b.index(s_.n_q));
+    const int row = b.add(first, c0), end = b.add(first, b.index(s_.n_q));
+    for (size_t g = 0; g < grads_.size(); ++g)
+      if (grads_[g].grad == Grad::K) (*out)[g] = b.dot_wait({(*out)[g]}, 0)[0];
+    for (int64_t col = 0; col < s_.d; col += 64) {
+      const int zero = b.tile_const(0, DType::F32, {s_.block_cols, 64}, Frag::Acc);
+      const int part = b.dot_wait({b.dot_async(ds_ring(), 0, zero_, zero, false, col)}, 0)[0];
+      b.store_add(workspace_, {row, b.index(col)}, part, {true, false}, {end, -1});
+    }
+  }
+
+  // In the last of a K/V head's key blocks to finish: its query heads' dQ from the sums, ·scale in
+  // the inputs' dtype, and the sums and the head's counter zeroed for the next launch.
+  void convert_dq(Builder& b) {
+    const int64_t rows = s_.group * s_.n_q, tile = 64;
+    b.when(b.last_arrival(workspace_, bh_, b.index(row_tiles())), [&](Builder& in) {
+      const int first = in.mul(bh_, in.index(rows)), end = in.add(first, in.index(rows));
+      const Shape shape = {tile, s_.d};
+      in.for_loop(
+          zero_, in.index((rows + tile - 1) / tile), in.index(1), {},
+          [&](Builder& l, int t, const std::vector<int>&) {
+            const int r = l.add(first, l.mul(t, l.index(tile)));
+            const int sums = l.load(workspace_, {r, zero_}, shape, {true, false}, {end, -1}, Frag::Acc);
+            const int dq = l.compute(Op::Mul, {sums, l.scalar(s_.scale, DType::F32)}, DType::F32);
+            l.store(dq_param_, {r, zero_}, l.compute(Op::Cast, {dq}, s_.dtype), {true, false}, {end, -1});
+            l.store(workspace_, {r, zero_}, l.tile_const(0, DType::F32, shape, Frag::Acc), {true, false},
+                    {end, -1});
+            return std::vector<int>{};
+          });
+      in.reset_count(workspace_, bh_);
+    });
   }
   // A product on wgmma waited for (on mma.sync it is done already).
   int done(Builder& b, int v) { return s_.wgmma ? b.dot_wait({v}, 0)[0] : v; }
@@ -337,11 +412,16 @@ class AttentionBackwardProgram {
   Program p_;
   std::vector<int> a_param_, b_param_;
   std::vector<Gradient> grads_;
-  int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1;
+  int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
   int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, delta_ = -1;
 };
 
 }  // namespace
+
+int64_t attention_backward_workspace_bytes(const AttentionBackwardShape& s) {
+  if (s.part != AttentionBackwardShape::Part::All) return 0;
+  return (s.batch_heads * s.n_q * s.d + s.batch_heads / std::max<int64_t>(s.group, 1)) * 4;
+}
 
 Program attention_backward_program(const AttentionBackwardShape& s, const std::string& name) {
   return AttentionBackwardProgram(s).build(name);

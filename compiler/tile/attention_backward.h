@@ -11,6 +11,11 @@
 //   queries: a block per tile of queries, Q and dO resident, a loop over the key tiles:
 //              S = Q·Kᵀ;  P = e^(S·scale − L);  dP = dO·Vᵀ;  dS = P∘(dP − D);  dQ += dS·K
 //            then dQ·scale
+//   all:     the keys kernel that also adds up dQ (sm_90a, wgmma): each step stores dSᵀ to shared
+//            memory and adds its dS·K into an f32 workspace (red.global.add); the last of a K/V
+//            head's key blocks to finish converts the head's dQ (·scale, to the inputs' dtype)
+//            and zeroes the workspace for the next launch — 5 products where the two kernels
+//            take 7, dQ's sums in an order that differs from run to run
 //
 // Both are one loop: the block's rows' operands A₁, A₂ (K, V or Q, dO) wait in shared memory,
 // the other side's B₁, B₂ (Q, dO or K, V) come through two-stage rings (cp.async), each stage
@@ -40,9 +45,9 @@ struct AttentionBackwardShape {
   int64_t group = 1;
   DType dtype = DType::BF16;  // of q, k, v, dO and the gradients: bf16 or f16
   double scale = 0.125;
-  // Which gradients the kernel computes: dK and dV (a block per key tile) or dQ (a block per
-  // query tile).
-  enum class Part { Keys, Queries };
+  // Which gradients the kernel computes: dK and dV (a block per key tile), dQ (a block per
+  // query tile), or all three (a block per key tile, dQ added up across them; wgmma only).
+  enum class Part { Keys, Queries, All };
   Part part = Part::Keys;
   int block_rows = 64;  // the block's keys (Keys) or queries (Queries): 16 per warp
   int block_cols = 64;  // the other side's per loop step (attention_backward_block_cols)
@@ -54,7 +59,8 @@ struct AttentionBackwardShape {
   std::optional<int64_t> causal_offset;
   // The parameters: the inputs q, k, v, do, shift (c), divisor (h) and delta (D) in the order
   // `position` gives (position[i] is input i's place), then the gradients `outputs` lists — by
-  // default the part's: dk and dv, or dq.
+  // default the part's: dk and dv, dq, or all three. The part All then takes its workspace (dQ's
+  // f32 sums, then a counter per K/V head: attention_backward_workspace_bytes).
   enum class Grad { Q, K, V };
   std::array<std::string, 7> names = {"q", "k", "v", "do", "shift", "divisor", "delta"};
   std::array<int, 7> position = {0, 1, 2, 3, 4, 5, 6};
@@ -73,6 +79,10 @@ struct AttentionBackwardShape {
 inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part part, bool wgmma) {
   return !wgmma && part == AttentionBackwardShape::Part::Keys && d > 64 ? 32 : 64;
 }
+
+// The workspace of the part All: dQ's f32 sums of every query row, then a u32 counter per K/V head
+// (zero at the first launch; each launch leaves it zero). 0 for the other parts.
+int64_t attention_backward_workspace_bytes(const AttentionBackwardShape& s);
 
 // Throws Error naming what is unsupported (d other than 16, 32, 64, 128; f32; a gradient of the
 // other part).

@@ -393,6 +393,8 @@ class Exec {
         return copy_async(i);
       case Opcode::LoadShared:
         return load_shared(i);
+      case Opcode::StoreShared:
+        return store_shared(i);
       case Opcode::Dot:
         return dot(i);
       case Opcode::Convert:
@@ -806,7 +808,13 @@ class Exec {
         const int64_t col = window_column(i, row, idx(i.args[1]) + (cols == 1 ? 0 : c));
         if (!inside(i, 0, row) || !inside(i, 1, col)) continue;
         if (!prm.output && !prm.workspace) fail(fmt::format("a store to input '{}'", prm.name));
-        write_element(element(i, offset(prm, row, col), "a store"), dtype_of(prm), at(v, r, c));
+        uint8_t* e = element(i, offset(prm, row, col), "a store");
+        if (i.reduce_add) {  // (other blocks add into the same elements)
+          std::lock_guard<std::mutex> lock(l_.m);
+          write_element(e, DType::F32, read_element(e, DType::F32) + static_cast<float>(at(v, r, c)));
+        } else {
+          write_element(e, dtype_of(prm), at(v, r, c));
+        }
       }
   }
 
@@ -887,6 +895,20 @@ class Exec {
     out(i).t = std::move(o);
   }
 
+  // The tile, rounded to the ring's dtype, as the whole stage (or its transpose).
+  void store_shared(const Inst& i) {
+    const SharedRing& ring = p_.shared.at(static_cast<size_t>(i.ring));
+    const int64_t s = stage(i, idx(i.args[0]));
+    check_not_in_flight(i.ring, s, "writes");
+    std::vector<double>& tile = stage_tile(i, s);
+    const int64_t rows = rows_of(type(i.args[1])), cols = cols_of(type(i.args[1]));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t at_row = i.transposed ? c : r, at_col = i.transposed ? r : c;
+        tile[static_cast<size_t>(at_row * ring.tile[1] + at_col)] = rounded(ring.dtype, at(i.args[1], r, c));
+      }
+  }
+
   void dot(const Inst& i) {
     const Type &a = type(i.args[0]), &b = type(i.args[1]), &acc = type(i.args[2]);
     out(i).t = product(elems(i.args[2]), elems(i.args[0]), a.dtype, elems(i.args[1]), b.dtype, rows_of(acc), cols_of(a),
@@ -916,16 +938,20 @@ class Exec {
     in_flight_.push_back(reads);
     std::vector<double> b =
         mem_.rings.at(static_cast<size_t>(i.ring_b)).at(static_cast<size_t>(stage_of(rb, s)));
-    const int64_t k = rb.tile[i.transposed ? 1 : 0], n = rb.tile[i.transposed ? 0 : 1];
-    if (i.transposed) {  // B[r][c] is the stage's [c][r]
-      std::vector<double> t(b.size());
+    const int64_t k = rb.tile[i.transposed ? 1 : 0], width = rb.tile[i.transposed ? 0 : 1];
+    const Type& acc = type(i.args[1]);
+    const int64_t n = cols_of(acc);  // B's columns b_col … b_col + n − 1
+    if (i.b_col + n > width)
+      fail(fmt::format("dot_async of B's columns {} to {} of {}", i.b_col, i.b_col + n, width));
+    {  // B[r][c] is the stage's [r][b_col + c], or transposed its [b_col + c][r]
+      std::vector<double> t(static_cast<size_t>(k * n));
       for (int64_t r = 0; r < k; ++r)
-        for (int64_t c = 0; c < n; ++c) t[static_cast<size_t>(r * n + c)] = b[static_cast<size_t>(c * k + r)];
+        for (int64_t c = 0; c < n; ++c)
+          t[static_cast<size_t>(r * n + c)] =
+              b[static_cast<size_t>(i.transposed ? (i.b_col + c) * k + r : r * width + i.b_col + c)];
       b = std::move(t);
     }
-    const Type& acc = type(i.args[1]);
     const int64_t m = rows_of(acc);
-    if (cols_of(acc) != n) fail(fmt::format("dot_async of an accumulator {} wide with a B tile {} wide", cols_of(acc), n));
     std::vector<double> a(static_cast<size_t>(m * k));
     if (i.ring >= 0) {
       const SharedRing& ra = p_.shared.at(static_cast<size_t>(i.ring));

@@ -134,6 +134,8 @@ const char* opcode_name(Opcode o) {
       return "wait_stores";
     case Opcode::LoadShared:
       return "load";
+    case Opcode::StoreShared:
+      return "store";
     case Opcode::Load:
       return "load";
     case Opcode::Store:
@@ -446,12 +448,13 @@ int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, c
   return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape, Space::Reg, frag));
 }
 
-int Builder::dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed) {
+int Builder::dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed, int64_t b_col) {
   Inst i;
   i.opcode = Opcode::DotAsync;
   i.ring = ring_a;
   i.ring_b = ring_b;
   i.transposed = b_transposed;
+  i.b_col = b_col;
   i.args = {stage, acc};
   return emit(i, p_.types.at(static_cast<size_t>(acc)));
 }
@@ -611,6 +614,21 @@ void Builder::store(int param, const std::vector<int>& offsets, int tile, const 
   i.args = offsets;
   i.args.push_back(tile);
   set_masks(i, offsets.size(), masked, limits);
+  emit(i, std::nullopt);
+}
+
+void Builder::store_add(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked,
+                        const std::vector<int>& limits) {
+  store(param, offsets, tile, masked, limits);
+  r_->body.back().reduce_add = true;
+}
+
+void Builder::store_shared(int ring, int stage, int tile, bool transposed) {
+  Inst i;
+  i.opcode = Opcode::StoreShared;
+  i.ring = ring;
+  i.transposed = transposed;
+  i.args = {stage, tile};
   emit(i, std::nullopt);
 }
 

@@ -158,7 +158,9 @@ enum class Opcode {
   IndexCeil,  // index: ⌈x⌉ of a one-element tile's value x (every thread's the same), 0 where x ≤ 0
               // or NaN (a runtime loop bound from a tensor: a sequence's length)
   Load,       // tile of `param` at the element offsets args (one per axis), masked at the edges
-  Store,      // args: offsets..., the tile
+  Store,      // args: offsets..., the tile; with `reduce_add` (printed `store_add`), each element is
+              // added into the f32 parameter's (a relaxed atomic add: blocks may add into the same
+              // elements in any order)
   Splat,      // a tile of the given type, every element the scalar argument
   InBounds,   // bool tile: offset (arg 0) plus each element's position along `axis` < limit (arg 1)
   // Windowed rows (Inst::window): bool tile, args the row and column offsets and the rows' width
@@ -220,11 +222,16 @@ enum class Opcode {
   // within its tile (ldmatrix) — or, `transposed`, within the stage's transpose (printed `load
   // @ring[…] transposed`): one stage of a [keys, d] tile is both a product's B operand [16 keys,
   // d] and, transposed, [16 of d, keys] (the attention backward's K, Q and dO).
+  // StoreShared writes a register tile (arg 1) rounded to the ring's dtype into the whole stage arg
+  // 0 of ring `ring` — or, `transposed`, its transpose (printed `store @ring[…] transposed, %x`):
+  // a product's tile made an operand of the next product that registers cannot feed (the
+  // attention backward's dSᵀ, the A of dQ's product).
   CopyAsync,
   CommitGroup,
   WaitGroup,
   Barrier,
   LoadShared,
+  StoreShared,
   // Warpgroup MMA (sm_90a wgmma): DotAsync starts acc (arg 1) + A·B, B the whole stage arg 0 of
   // ring `ring_b` ([k, n]), A that stage of ring `ring` ([block_m, k]: each warpgroup its 64
   // rows) — or, with `ring` −1, the A fragments args 2… ([block_m, 16] each, in registers, k/16
@@ -233,6 +240,8 @@ enum class Opcode {
   // B is the stage's transpose (printed `@ring[stage] transposed`): a [keys, d] stage is both a
   // product's B [keys, d] and, transposed, the scores' B [d, keys] (the attention backward's). DotWait waits
   // until at most `value` of the warpgroup's DotAsyncs are in flight and gives its args' values usable.
+  // B's columns start at `b_col` (printed `@ring[stage] cols N`; a multiple of 64): a product of
+  // part of a stage's width (the backward's dQ, [queries, d] in halves of d).
   // FenceAsync orders the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by
   // the asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
   DotAsync,
@@ -390,7 +399,9 @@ struct Inst {
   // did past an online softmax, to write the next P's fragments into the registers the product
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
-  bool transposed = false;  // LoadShared, DotAsync (B): the stage read as its transpose
+  bool transposed = false;  // LoadShared, DotAsync (B), StoreShared: the stage's transpose
+  bool reduce_add = false;  // Store: added into the parameter's elements (store_add)
+  int64_t b_col = 0;        // DotAsync: B's first column of its stage
   std::vector<Region> regions;
 };
 
@@ -554,7 +565,7 @@ class Builder {
   void barrier();
   int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag,
                   bool transposed = false);
-  int dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed = false);
+  int dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed = false, int64_t b_col = 0);
   // acc + A·B with A the fragments `a` (registers) and B stage `stage` of ring `ring_b`.
   int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc, bool b_transposed = false);
   std::vector<int> dot_wait(const std::vector<int>& accs, int pending, bool pinned = false);
@@ -587,6 +598,11 @@ class Builder {
   void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});
+  // The tile added into an f32 parameter's elements (Inst::reduce_add).
+  void store_add(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
+                 const std::vector<int>& limits = {});
+  // Tile `tile` (or its transpose) into stage `stage` of `ring` (StoreShared).
+  void store_shared(int ring, int stage, int tile, bool transposed = false);
   // Windowed rows of vector `vec` (Inst::window): a load and a store at window columns, their
   // rows masked against the view's where `rows_masked`.
   int load_window(int param, int row, int col, const Shape& shape, int vec, bool rows_masked);

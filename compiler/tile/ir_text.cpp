@@ -86,8 +86,9 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
       }
       case Opcode::Store: {
         std::vector<int> offsets(i.args.begin(), i.args.end() - 1);
-        *out += fmt::format("{}store %arg{}[{}], {}{} : {}\n", pad, i.param, values(offsets), value(i.args.back()),
-                            masked(i, value), type_of(i.args.back()));
+        *out +=
+            fmt::format("{}{} %arg{}[{}], {}{} : {}\n", pad, i.reduce_add ? "store_add" : "store", i.param,
+                        values(offsets), value(i.args.back()), masked(i, value), type_of(i.args.back()));
         break;
       }
       case Opcode::CopyAsync: {
@@ -101,13 +102,20 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
             fmt::format("{}{}load @{}[{}]{} : {}\n", pad, lhs, p.shared.at(static_cast<size_t>(i.ring)).name,
                         values(i.args), i.transposed ? " transposed" : "", type_of(i.results[0]));
         break;
+      case Opcode::StoreShared:
+        *out += fmt::format("{}store @{}[{}]{}, {} : {}\n", pad,
+                            p.shared.at(static_cast<size_t>(i.ring)).name, value(i.args[0]),
+                            i.transposed ? " transposed" : "", value(i.args[1]), type_of(i.args[1]));
+        break;
       case Opcode::DotAsync: {
         const std::string a = i.ring >= 0 ? fmt::format("@{}[{}]", p.shared.at(static_cast<size_t>(i.ring)).name,
                                                         value(i.args[0]))
                                           : values(std::vector<int>(i.args.begin() + 2, i.args.end()));
-        *out += fmt::format("{}{}dot_async {}, @{}[{}]{}, {} : {}\n", pad, lhs, a,
-                            p.shared.at(static_cast<size_t>(i.ring_b)).name, value(i.args[0]),
-                            i.transposed ? " transposed" : "", value(i.args[1]), type_of(i.results[0]));
+        *out +=
+            fmt::format("{}{}dot_async {}, @{}[{}]{}{}, {} : {}\n", pad, lhs, a,
+                        p.shared.at(static_cast<size_t>(i.ring_b)).name, value(i.args[0]),
+                        i.transposed ? " transposed" : "", i.b_col ? fmt::format(" cols {}", i.b_col) : "",
+                        value(i.args[1]), type_of(i.results[0]));
         break;
       }
       case Opcode::DotWait: {
@@ -841,6 +849,7 @@ class Parser {
       if (stage >= 0 && b_stage != stage) fail("dot_async reads one stage of both rings");
       punct("]");
       i.transposed = take_word("transposed");
+      if (take_word("cols")) i.b_col = integer();
       punct(",");
       i.args.push_back(b_stage);
       i.args.push_back(use("the accumulator"));
@@ -886,8 +895,20 @@ class Parser {
     } else if (op == "wait_group") {
       i.opcode = Opcode::WaitGroup;
       i.value = static_cast<double>(integer());
-    } else if (op == "load" || op == "store") {
+    } else if (op == "store" && peek().kind == Token::Symbol) {
+      i.opcode = Opcode::StoreShared;
+      i.ring = ring(p);
+      punct("[");
+      i.args.push_back(use("the stage"));
+      punct("]");
+      i.transposed = take_word("transposed");
+      punct(",");
+      i.args.push_back(use("the stored tile"));
+      punct(":");
+      type();
+    } else if (op == "load" || op == "store" || op == "store_add") {
       i.opcode = op == "load" ? Opcode::Load : Opcode::Store;
+      i.reduce_add = op == "store_add";
       param_at(p, i);
       const size_t rank = i.args.size();
       if (i.opcode == Opcode::Store) {

@@ -403,6 +403,24 @@ class Verifier {
         problem(fmt::format("{}: {} is larger than @{}'s tile {}", where(i), type_str(t), r->name, shape_str(r->tile)));
   }
 
+  // A register tile of the stage's shape (or, transposed, its transpose's), a 16-bit ring's whole
+  // stage: an accumulator.
+  void store_shared(const Inst& i) {
+    if (i.ring < 0 || i.ring >= static_cast<int>(p_.shared.size()) || i.args.size() != 2) {
+      problem(fmt::format("{}: needs a ring, a stage and a tile", where(i)));
+      return;
+    }
+    const SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const Type& t = type(i.args[1]);
+    if (!is_index(i.args[0])) problem(fmt::format("{}: the stage is not an index", where(i)));
+    const bool fits = t.is_tile() && t.space == Space::Reg && t.shape.size() == 2 && r.tile.size() == 2 &&
+                      t.shape[0] == r.tile[i.transposed ? 1 : 0] &&
+                      t.shape[1] == r.tile[i.transposed ? 0 : 1];
+    if (!fits || t.frag != Frag::Acc || dtype_size(r.dtype) != 2 || r.tma || r.bulk || r.staging)
+      problem(fmt::format("{}: {} into @{}'s stage of {} {}{}", where(i), type_str(t), r.name,
+                          shape_str(r.tile), dtype_name(r.dtype), i.transposed ? " (transposed)" : ""));
+  }
+
   // A reduction's mask: a blocked bool tile broadcast to the reduced (blocked) tile's shape.
   void reduce_mask(const Inst& i, const Type& t) {
     const Type& m = type(i.args[1]);
@@ -778,6 +796,9 @@ class Verifier {
         case Opcode::Store: {
           memory(i, i.opcode == Opcode::Store);
           const int tile = i.opcode == Opcode::Store ? i.args.back() : i.results.at(0);
+          if (i.reduce_add && (p_.params.at(static_cast<size_t>(i.param)).dtype != DType::F32 ||
+                               type(tile).dtype != DType::F32 || i.window != 0))
+            problem(fmt::format("{}: adds f32 tiles into an f32 parameter", where(i)));
           if (per_thread_columns(type(tile).frag))
             problem(fmt::format("{}: a {} tile is not loaded or stored (spread or reduce it first)", where(i),
                                 frag_name(type(tile).frag)));
@@ -960,6 +981,9 @@ class Verifier {
         case Opcode::LoadShared:
           load_shared(i);
           break;
+        case Opcode::StoreShared:
+          store_shared(i);
+          break;
         case Opcode::WaitGroup:
           if (i.value < 0 || i.value != static_cast<int>(i.value))
             problem(fmt::format("{}: {} pending groups", where(i), i.value));
@@ -1032,9 +1056,14 @@ class Verifier {
     if (!is_index(i.args[0])) problem(fmt::format("{}: the stage is not an index", where(i)));
     if (b.dtype != DType::BF16 && b.dtype != DType::F16) problem(fmt::format("{}: multiplies bf16 or f16", where(i)));
     // (Transposed, B is the stage's transpose: a ring stored the other way.)
-    const int64_t k = b.tile.at(i.transposed ? 1 : 0), n = b.tile.at(i.transposed ? 0 : 1);
+    // (B's columns from b_col on, as many as the accumulator's: whole panels of the stage.)
+    const int64_t k = b.tile.at(i.transposed ? 1 : 0), width = b.tile.at(i.transposed ? 0 : 1);
+    const int64_t n = c.shape.size() == 2 ? c.shape[1] : width;
     if (!b.wgmma || (b.col_major != i.transposed ? k : n) % 64 != 0 || k % 16 != 0)
       problem(fmt::format("{}: B's ring is not laid out for wgmma in whole 128-byte panels", where(i)));
+    if (i.b_col < 0 || i.b_col % 64 != 0 || i.b_col + n > width)
+      problem(fmt::format("{}: B's columns {} to {} of @{}'s {} (from a multiple of 64, within the stage)",
+                          where(i), i.b_col, i.b_col + n, b.name, width));
     if (from_ring) {
       const SharedRing& a = p_.shared[static_cast<size_t>(i.ring)];
       if (!a.wgmma || a.dtype != b.dtype || a.tile.at(1) != k || (a.col_major ? a.tile.at(0) : k) % 64 != 0)

@@ -259,6 +259,7 @@ void check_movable(const Program& p, const Inst& i) {
     case Opcode::WaitFull:
     case Opcode::WaitEmpty:
     case Opcode::LoadShared:
+    case Opcode::StoreShared:
     case Opcode::StageRow:
     case Opcode::Claim:
     case Opcode::LastArrival:

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: the training examples and their peers in one call — the attention
+# backward's GPU tests (float64 checks, the B8 H32 N4096 d128 kernels timed: two kernels, and one
+# adding dQ up), attention_train (causal and not) and mlp_train through the CLI, and PyTorch's
+# SDPA (cuDNN, flash) forward and backward and the MLP step (eager, torch.compile) on the same
+# shapes. Needs bundle/ (scripts/build_bundle.sh); writes its logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
+echo "bundle $(cat $B/COMMIT 2>/dev/null)"
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+timeout 240 $B/tilefuse_tests --gtest_filter='GpuAttentionBackward.*' >"$OUT/backward_tests.log" 2>&1
+echo "tests exit: $?"
+grep -E "^\[ +(OK|FAILED|PASSED) |Failure|seed|worst|backward|Expected|Which" "$OUT/backward_tests.log" | head -80
+echo "== tilefuse run"
+for args in "attention_train --bench --iters 5" "attention_train_causal --bench --iters 5" \
+  "mlp_train_small --check" "mlp_train --bench --iters 10"; do
+  echo "-- tilefuse run $args"
+  # shellcheck disable=SC2086
+  timeout 120 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
+done | tee "$OUT/train_runs.log"
+echo "== PyTorch peers, same shapes"
+timeout 150 python3 bench/mlp_train_peers.py 2>&1 | tee "$OUT/mlp_peers.log"
+timeout 150 python3 - <<'PY' 2>&1 | tee "$OUT/attention_train_peers.log"
+import sys
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+sys.path.insert(0, "bench")
+from gpu_timing import median_ms
+b, h, n, d = 8, 32, 4096, 128
+q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(3))
+do = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
+for causal in (False, True):
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]:
+        with sdpa_kernel(backend):
+            fwd = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            def step():
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+            t = median_ms(step)
+        f = 3.5 * 4 * b * h * n * n * d / (2 if causal else 1)
+        print(f"sdpa {name} train {'causal ' if causal else ''}B{b} H{h} N{n} d{d}: fwd {fwd:.3f} ms, "
+              f"fwd+bwd {t:.3f} ms ({f / t / 1e9:.1f} TFLOP/s), bwd {t - fwd:.3f} ms")
+PY
