@@ -3,7 +3,8 @@
 # backward's GPU tests (float64 checks, the B8 H32 N4096 d128 kernels timed: two kernels, and one
 # adding dQ up), attention_train (causal and not) and mlp_train through the CLI, and PyTorch's
 # SDPA (cuDNN, flash) forward and backward and the MLP step (eager, torch.compile) on the same
-# shapes. Needs bundle/ (scripts/build_bundle.sh); writes its logs under $OUT.
+# shapes; Nsight Compute's DRAM bytes of attention_train's kernels (no N×N term). Needs bundle/
+# (scripts/build_bundle.sh); writes its logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
@@ -19,6 +20,12 @@ for args in "attention_train --bench --iters 5" "attention_train_causal --bench 
   # shellcheck disable=SC2086
   timeout 120 $B/tilefuse run $args 2>&1 | grep -vE "^\s*$|^  output"
 done | tee "$OUT/train_runs.log"
+echo "== Nsight Compute: DRAM bytes of each attention_train kernel (q, k, v, dO, O 268435456 bytes each;"
+echo "   an N×N bf16 tensor 8589934592)"
+for n in attention_train attention_train_causal; do
+  timeout 200 ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+    -k regex:${n}_k -c 4 $B/tilefuse run $n 2>&1 | grep -E "^  ${n}_k. \(|dram__|gpu__time"
+done | tee "$OUT/train_ncu.log"
 echo "== PyTorch peers, same shapes"
 timeout 150 python3 bench/mlp_train_peers.py 2>&1 | tee "$OUT/mlp_peers.log"
 timeout 150 python3 - <<'PY' 2>&1 | tee "$OUT/attention_train_peers.log"

@@ -2182,10 +2182,19 @@ class Emitter {
                                               : fmt::format("${}", a_at);
     const std::string trans = a_in_registers ? fmt::format("{}", bo.mn_major ? 1 : 0)
                                              : fmt::format("{}, {}", a->mn_major ? 1 : 0, bo.mn_major ? 1 : 0);
-    const std::string text = fmt::format(
-        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, {}, ${}, p, 1, 1, "
-        "{};\n}}",
-        one_at, n, type, type, regs_list, a_text, b_at, trans);
+    // A step's descriptors are the k-0 ones plus an immediate, added inside its asm: as operands
+    // of their own they were loop-invariant values LLVM hoisted and kept, two registers a step.
+    auto step_text = [&](int64_t kk) {
+      const uint64_t a_step = a_in_registers ? 0 : a->k_step(16 * kk), b_step = bo.k_step(16 * kk);
+      std::string adds, a_operand = a_text, b_operand = fmt::format("${}", b_at);
+      if (a_step) adds += fmt::format("add.s64 da, {}, {};\n", a_text, a_step), a_operand = "da";
+      if (b_step) adds += fmt::format("add.s64 db, ${}, {};\n", b_at, b_step), b_operand = "db";
+      return fmt::format(
+          "{{\n.reg .pred p;\n.reg .b64 da, db;\n{}setp.ne.b32 p, ${}, "
+          "0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} "
+          "{{{}}}, {}, {}, p, 1, 1, {};\n}}",
+          adds, one_at, n, type, type, regs_list, a_operand, b_operand, trans);
+    };
     // Every step's operands first (A's registers packed before the fence: registers written
     // between wgmmas make ptxas insert a warpgroup.arrive before each), then the wgmmas.
     // An accumulator of zeros is not read: the first step's scale-d is 0 (D = A·B), and its
@@ -2201,9 +2210,9 @@ class Emitter {
       if (a_in_registers) {
         operands = a_registers(vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])], 0, rb.dtype);
       } else {
-        operands.push_back(b_.CreateAdd(a->desc, b_.getInt64(a->k_step(16 * kk))));
+        operands.push_back(a->desc);
       }
-      operands.push_back(b_.CreateAdd(bo.desc, b_.getInt64(bo.k_step(16 * kk))));
+      operands.push_back(bo.desc);
       operands.push_back(i32(from_zero && kk == 0 ? 0 : 1));
       steps.push_back(std::move(operands));
     }
@@ -2211,8 +2220,8 @@ class Emitter {
     // constant, or of a value used again) then come before it. A separate fence let them fall
     // between it and the wgmma, and ptxas serialized the kernel's wgmma (C7511).
     for (size_t kk = 0; kk < steps.size(); ++kk)
-      acc = tied(kk == 0 ? "wgmma.fence.sync.aligned;\n" + text : text, acc, steps[kk],
-                 a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
+      acc = tied((kk == 0 ? "wgmma.fence.sync.aligned;\n" : "") + step_text(static_cast<int64_t>(kk)), acc,
+                 steps[kk], a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     std::vector<Value*> out(acc.size());
     for (size_t slot = 0; slot < reg_of.size(); ++slot) out[slot] = acc[reg_of[slot]];
