@@ -56,15 +56,20 @@ AttentionBackwardShape shape(int64_t heads, int64_t n_q, int64_t n_kv, int64_t d
   return s;
 }
 
+// The program's text, checked to parse back into the same text.
+std::string round_tripped(const tir::Program& p) {
+  const std::string text = tir::print_program(p);
+  try {
+    EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what() << " in\n" << text;
+  }
+  return text;
+}
+
 TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
   for (Part part : {Part::Keys, Part::Queries}) {
-    const tir::Program p = tir::attention_backward_program(shape(2, 100, 77, 64, part));
-    const std::string text = tir::print_program(p);
-    try {
-      EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
-    } catch (const Error& e) {
-      FAIL() << e.what() << " in\n" << text;
-    }
+    const std::string text = round_tripped(tir::attention_backward_program(shape(2, 100, 77, 64, part)));
     // Each streamed stage is read transposed for the scores (the B operand of A·Bᵀ) and as it is
     // for the gradients' products; the loop carries one accumulator per gradient.
     EXPECT_GT(count(text, "] transposed : tile<16x64xbf16, mma_b>"), 0) << text;
@@ -79,13 +84,7 @@ TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
      // from it and added into the workspace, the last key block's conversion.
     AttentionBackwardShape s = shape(2, 100, 77, 128, Part::All);
     s.wgmma = true;
-    const tir::Program p = tir::attention_backward_program(s);
-    const std::string text = tir::print_program(p);
-    try {
-      EXPECT_EQ(tir::print_program(tir::parse_program(text)), text);
-    } catch (const Error& e) {
-      FAIL() << e.what() << " in\n" << text;
-    }
+    const std::string text = round_tripped(tir::attention_backward_program(s));
     EXPECT_EQ(count(text, "store @ds_tile[%"), 1) << text;
     EXPECT_EQ(count(text, "dot_async @ds_tile["), 2) << text;
     EXPECT_EQ(count(text, "cols 64, "), 1) << text;
