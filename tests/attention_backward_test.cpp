@@ -486,9 +486,17 @@ Graph gqa_train_graph(int64_t n, int64_t d, bool causal) {
                                causal, 3);
 }
 
-Plan train_plan(int64_t n, int64_t d, bool causal) {
+// `dq_sums`: ScheduleHints::attention_dq_sums (1: dQ summed across the key blocks in the keys'
+// kernel; 0: dQ's own kernel; -1: the model's choice).
+FusionOptions dq_form(int dq_sums) {
+  FusionOptions o;
+  o.schedule.attention_dq_sums = dq_sums;
+  return o;
+}
+Plan train_plan(int64_t n, int64_t d, bool causal, int dq_sums = 0) {
   return plan_fusion(attention_train_graph(fmt::format("train_n{}_d{}{}", n, d, causal ? "_causal" : ""),
-                                           kHeads[0], kHeads[1], n, d, causal));
+                                           kHeads[0], kHeads[1], n, d, causal),
+                     dq_form(dq_sums));
 }
 
 std::vector<const Kernel*> backward_kernels(const Plan& p) {
@@ -532,6 +540,34 @@ TEST(FusionAttentionBackward, TheGradientGraphBecomesTwoKernels) {
 
 // A score function other than S·scale with a causal mask (here a softcap) keeps the plan that
 // writes P and dS, and the plan says why.
+// FlashAttention-2's form — dQ's products summed across the key blocks in the keys' kernel — is
+// priced beside the two kernels: at the training shape its sums' traffic at L2 loses, and the
+// decision says by how much; asked for, it is one kernel writing all three gradients through a
+// workspace; where wgmma cannot run it, the two kernels stay and the decision says why.
+TEST(FusionAttentionBackward, DqSummedAcrossKeyBlocksIsPriced) {
+  const Graph g = attention_train_graph("train", 8, 32, 4096, 128, false);
+  const Plan chosen = plan_fusion(g, dq_form(-1));
+  EXPECT_EQ(backward_kernels(chosen).size(), 2u);
+  const std::string report = plan_report_text(chosen);
+  EXPECT_NE(report.find("dQ summed across the key blocks in one kernel (5 products, not 7) predicted"),
+            std::string::npos)
+      << report;
+  const Plan summed = plan_fusion(g, dq_form(1));
+  const std::vector<const Kernel*> one = backward_kernels(summed);
+  ASSERT_EQ(one.size(), 1u) << plan_report_text(summed);
+  EXPECT_EQ(written(summed, *one[0]), (std::vector<std::string>{"dk", "dq", "dv"}));
+  EXPECT_GT(one[0]->schedule.workspace_bytes(), 0);
+  EXPECT_GT(one[0]->cost.reduce_s, 0);
+  EXPECT_GT(one[0]->cost.predicted_s, 0);
+  double two_s = 0;
+  for (const Kernel* k : backward_kernels(chosen)) two_s += k->cost.predicted_s;
+  EXPECT_LT(two_s, one[0]->cost.predicted_s);  // (as the model chose)
+  // d 32 is mma.sync's: no summed form.
+  const Plan small = train_plan(70, 32, false, 1);
+  EXPECT_EQ(backward_kernels(small).size(), 2u);
+  EXPECT_NE(plan_report_text(small).find("not dQ summed across the key blocks: "), std::string::npos);
+}
+
 TEST(FusionAttentionBackward, OutsideTheRuleThePlanSaysWhy) {
   using namespace dsl;
   Graph g("softcap_train");
@@ -583,42 +619,50 @@ void check_plan_gradients(const Plan& p, const TensorMap& inputs, const TensorMa
 TEST(HostAttentionBackward, FusedPlansMatchFloat64) {
   const uint64_t seed = testing::test_seed();
   for (bool causal : {false, true})
-    for (int64_t d : {32, 64}) {  // (d 64: on wgmma)
-      const Plan p = train_plan(70, d, causal);
-      ASSERT_EQ(backward_kernels(p).size(), 2u);
-      EXPECT_EQ(backward_kernels(p)[0]->schedule.wgmma, d == 64);
-      const TensorMap inputs = random_inputs(p.graph, seed);
-      const TensorMap outputs = run_on_host(p, inputs);
-      check_plan_gradients(p, inputs, outputs, 70, d, causal);
-      // The generic check judges it too: its noisy reference keeps the mask's i_q + offset exact
-      // (whole numbers, as f32 adds them), so the diagonal does not move.
-      const CheckReport check = check_against_reference(p, inputs, outputs);
-      EXPECT_TRUE(check.ok && !check.ill_conditioned) << check.text();
-    }
-  // GQA: dK and dV summed over the 3 query heads of each K/V head in the keys' kernel.
-  const Plan p = plan_fusion(gqa_train_graph(50, 64, true));
-  ASSERT_EQ(backward_kernels(p).size(), 2u) << plan_report_text(p);
-  const TensorMap inputs = random_inputs(p.graph, seed);
-  check_plan_gradients(p, inputs, run_on_host(p, inputs), 50, 64, true, 3);
+    for (int64_t d : {32, 64})  // (d 64: on wgmma, where dQ may be summed in the keys' kernel)
+      for (int sums : {0, 1}) {
+        if (sums && d < 64) continue;
+        const Plan p = train_plan(70, d, causal, sums);
+        ASSERT_EQ(backward_kernels(p).size(), sums ? 1u : 2u) << plan_report_text(p);
+        EXPECT_EQ(backward_kernels(p)[0]->schedule.wgmma, d == 64);
+        const TensorMap inputs = random_inputs(p.graph, seed);
+        const TensorMap outputs = run_on_host(p, inputs);
+        check_plan_gradients(p, inputs, outputs, 70, d, causal);
+        // The generic check judges it too: its noisy reference keeps the mask's i_q + offset exact
+        // (whole numbers, as f32 adds them), so the diagonal does not move.
+        const CheckReport check = check_against_reference(p, inputs, outputs);
+        EXPECT_TRUE(check.ok && !check.ill_conditioned) << check.text();
+      }
+  // GQA: dK and dV summed over the 3 query heads of each K/V head in the keys' kernel (and dQ
+  // summed there across the key blocks, or in its own kernel).
+  for (int sums : {0, 1}) {
+    const Plan p = plan_fusion(gqa_train_graph(50, 64, true), dq_form(sums));
+    ASSERT_EQ(backward_kernels(p).size(), sums ? 1u : 2u) << plan_report_text(p);
+    const TensorMap inputs = random_inputs(p.graph, seed);
+    check_plan_gradients(p, inputs, run_on_host(p, inputs), 50, 64, true, 3);
+  }
 }
 
 TEST(GpuAttentionBackward, FusedPlansMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();
-  for (bool causal : {false, true})
-    for (int64_t n : {100, 257}) {
-      const Plan p = train_plan(n, 128, causal);
-      ASSERT_EQ(backward_kernels(p).size(), 2u);
+  const int sums_forms = cuda::Context::get().info().cc_major >= 9 ? 2 : 1;  // (summed dQ: wgmma)
+  for (int sums = 0; sums < sums_forms; ++sums) {
+    for (bool causal : {false, true})
+      for (int64_t n : {100, 257}) {
+        const Plan p = train_plan(n, 128, causal, sums);
+        ASSERT_EQ(backward_kernels(p).size(), sums ? 1u : 2u);
+        const TensorMap inputs = random_inputs(p.graph, seed);
+        Executable exe(p);
+        check_plan_gradients(p, inputs, exe.run(inputs), n, 128, causal);
+      }
+    for (int64_t d : {64, 128}) {  // GQA
+      const Plan p = plan_fusion(gqa_train_graph(200, d, true), dq_form(sums));
+      ASSERT_EQ(backward_kernels(p).size(), sums ? 1u : 2u);
       const TensorMap inputs = random_inputs(p.graph, seed);
       Executable exe(p);
-      check_plan_gradients(p, inputs, exe.run(inputs), n, 128, causal);
+      check_plan_gradients(p, inputs, exe.run(inputs), 200, d, true, 3);
     }
-  for (int64_t d : {64, 128}) {  // GQA
-    const Plan p = plan_fusion(gqa_train_graph(200, d, true));
-    ASSERT_EQ(backward_kernels(p).size(), 2u);
-    const TensorMap inputs = random_inputs(p.graph, seed);
-    Executable exe(p);
-    check_plan_gradients(p, inputs, exe.run(inputs), 200, d, true, 3);
   }
 }
 

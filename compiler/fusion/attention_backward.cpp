@@ -361,7 +361,7 @@ BackwardChain backward_chain_of(const Graph& g, const Kernel& k, bool* keys) {
     if (g.node(n).op != Op::MatMul) continue;
     std::string why;
     if (std::optional<BackwardChain> c = match_attention_backward(g, n, &why)) {
-      *keys = n != c->dq;
+      *keys = k.schedule.attention_backward != 2;  // (dK and dV's blocks, with dQ's sums or without)
       return *c;
     }
   }
@@ -379,16 +379,37 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
       if (c) keys = n != c->dq;
     }
   if (!c) return false;
-  std::vector<NodeId> want = c->shared();
-  const std::vector<NodeId> grads = c->gradients(keys), part = c->part(keys);
+  // The keys' part, the queries', or both in one kernel (dQ summed across the key blocks).
+  std::vector<NodeId> want = c->shared(), grads = c->gradients(keys);
+  const std::vector<NodeId> part = c->part(keys);
   want.insert(want.end(), part.begin(), part.end());
+  std::vector<NodeId> all_grads = c->gradients(true), all = want, other = c->part(!keys);
+  const std::vector<NodeId> other_grads = c->gradients(!keys);
+  all_grads.insert(all_grads.end(), other_grads.begin(), other_grads.end());
+  all.insert(all.end(), other.begin(), other.end());
   std::sort(want.begin(), want.end());
-  if (k.nodes != want) {
+  std::sort(all.begin(), all.end());
+  std::vector<NodeId> outputs = k.outputs;
+  std::sort(outputs.begin(), outputs.end());
+  std::sort(all_grads.begin(), all_grads.end());
+  const bool sums = !other.empty() && k.nodes == all && outputs == all_grads;
+  if (sums) {
+    if (hints.attention_dq_sums == 0) {
+      *why = "dQ summed across the key blocks is turned off (--attention-dq-sums 0)";
+      return false;
+    }
+    if (!(hints.attention_wgmma == 1 && p.wgmma && (c->d == 64 || c->d == 128))) {
+      *why = "dQ summed across the key blocks needs wgmma (sm_90a) and d 64 or 128";
+      return false;
+    }
+    keys = true;
+    grads = c->gradients(true);
+  } else if (k.nodes != want) {
     *why = fmt::format("the kernel holds other nodes than the attention backward's {} part",
                        keys ? "keys'" : "queries'");
     return false;
   }
-  if (k.outputs != grads) {
+  if (!sums && k.outputs != grads) {
     *why = "a node of the attention backward is used outside it, so it would be written";
     return false;
   }
@@ -397,14 +418,14 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
   TileSchedule& s = k.schedule;
   s = {};
   s.contracts = true;
-  s.attention_backward = keys ? 1 : 2;
+  s.attention_backward = sums ? 3 : keys ? 1 : 2;
   // (The keys kernel's block takes a K/V head's keys and loops over each of its query heads' queries.)
   s.batch = keys ? c->batch / c->group : c->batch;
   s.m = keys ? c->n_kv : c->n_q;
   s.n = keys ? c->n_q * c->group : c->n_kv;
   s.heads_per_block = c->group;
   s.k = c->d;
-  s.wgmma = hints.attention_wgmma == 1 && p.wgmma && c->d >= 64;
+  s.wgmma = sums || (hints.attention_wgmma == 1 && p.wgmma && c->d >= 64);
   s.block_m = 64;
   s.block_n = !s.wgmma && keys && c->d > 64 ? 32 : 64;  // tir::attention_backward_block_cols
   s.warps_m = 4;
@@ -426,8 +447,13 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
   // diagonal).
   const double pairs = static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
                        (s.causal_offset >= 0 ? 0.5 : 1.0);
-  const int products = s.attention_backward == 1 ? 4 : 3;
+  const int products = s.attention_backward == 3 ? 5 : s.attention_backward == 1 ? 4 : 3;
   c.flops = 2.0 * products * pairs * static_cast<double>(s.k);
+  // dQ's sums: each key block adds its [queries, d] f32 product for every query tile it visits.
+  if (s.attention_backward == 3)
+    c.reduce_s = static_cast<double>((s.m + s.block_m - 1) / s.block_m) * static_cast<double>(s.batch) *
+                 static_cast<double>(s.n) * static_cast<double>(s.k) * 4 *
+                 (s.causal_offset >= 0 ? 0.5 : 1.0) / p.l2_reduce_bytes_per_s;
   // Per score: P's fma and ex2 (MUFU), the mask's compare and select, dP − D and its product,
   // P's and dS's conversions — ~8 issued instructions beside one exponential.
   c.instructions = pairs * (s.causal_offset >= 0 ? 10 : 8);
@@ -436,12 +462,13 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
   const double issue_s = c.instructions / p.instructions_per_s, exp_s = pairs / p.exp2_per_s;
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
-  c.compute_s = c.tensor_s + c.softmax_s;
+  c.compute_s = c.tensor_s + c.softmax_s + c.reduce_s;
   // ptxas on mma.sync: the keys' part at d 128 holds two accumulators of 64 registers a thread
   // and takes all 255; at d 64 ~250 (it has room); the queries' part ~210 at d 64, ~245 at d 128.
   // On wgmma (no A fragments in registers): ~205 and 120–160.
-  c.registers = s.wgmma ? (s.attention_backward == 1 ? 210 : 100 + static_cast<int>(s.k / 2))
-                        : (s.attention_backward == 1 ? 255 : 200 + static_cast<int>(s.k / 3));
+  c.registers = s.attention_backward == 3 ? 255
+                : s.wgmma ? (s.attention_backward == 1 ? 210 : 100 + static_cast<int>(s.k / 2))
+                          : (s.attention_backward == 1 ? 255 : 200 + static_cast<int>(s.k / 3));
   c.blocks_per_sm = std::max(
       1, std::min(p.blocks_by_registers(c.registers, s.block_threads()),
                   static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));

@@ -11,7 +11,10 @@
 // from a loop over the key tiles for each query tile. Both hold the nodes from S to dS', which
 // the fusion pass puts in both (computed twice, written by neither): no N×N tensor reaches
 // memory. K/V heads shared by query heads (GQA, MQA) have dK and dV summed over each K/V head's
-// query heads by its block. f is S·scale (a positive constant) with at most a causal mask; other
+// query heads by its block. The other form, FlashAttention-2's — all three gradients in the keys'
+// kernel, dQ's products summed across its blocks into an f32 workspace (wgmma, d 64 or 128) —
+// is priced beside them and kept where faster (fusion.cpp, weigh_dq_sums; its sums' traffic at
+// L2 in the cost). f is S·scale (a positive constant) with at most a causal mask; other
 // score functions and head dimensions other than 16–128 keep the plan that writes P and dS, and
 // the match says why.
 #include <optional>
@@ -56,19 +59,20 @@ struct BackwardChain {
 // the rule where `grad` takes P or dS as an operand but something else does not fit.
 std::optional<BackwardChain> match_attention_backward(const Graph& g, NodeId grad, std::string* why);
 
-// The chain of kernel k (its nodes a chain's shared nodes and one part's gradients): the part's
-// kind, domain, schedule and cost; false with the reason in `why`.
+// The chain of kernel k (its nodes a chain's shared nodes and one part's gradients, or both
+// parts': dQ summed in the keys' kernel unless hints.attention_dq_sums is 0): the part's kind,
+// domain, schedule and cost; false with the reason in `why`.
 // On wgmma where the device has it, the head dimension is 64 or 128 and hints.attention_wgmma
 // is 1 (the forward's hint).
 bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p, const ScheduleHints& hints,
                                std::string* why);
 
-// The chain whose gradients kernel k computes (an AttentionBackward kernel), and whether it is
-// the keys' part.
+// The chain whose gradients kernel k computes (an AttentionBackward kernel), and whether its
+// blocks are the keys' (dK and dV, with dQ's sums or without).
 BackwardChain backward_chain_of(const Graph& g, const Kernel& k, bool* keys);
 
-// Its products at the mma.sync rate and its exponentials and other per-score work, against its
-// bytes read and written once.
+// Its products at the mma.sync or wgmma rate, its exponentials and other per-score work and dQ's
+// sums at L2 (not overlapped), against its bytes read and written once.
 void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DeviceProfile& p);
 
 }  // namespace tilefuse

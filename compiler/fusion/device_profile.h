@@ -42,6 +42,10 @@ struct DeviceProfile {
   double launch_s = 2.5e-6;           // back-to-back launch on one stream
   double memory_latency_s = 800e-9;   // loaded DRAM latency that in-flight bytes must cover
   double l2_bytes = 50e6;             // last-level cache a re-read can hit
+  // f32 reduce-adds from every SM into one tensor at L2 (red.global.add, 8 bytes a thread):
+  // measured on an H100 (2026-12-06), the one-kernel attention backward's 34 GB of dQ sums
+  // adding ~10 ms to its products' time.
+  double l2_reduce_bytes_per_s = 3.4e12;
   int sm_count = 132;
   int max_threads_per_sm = 2048;
   int max_blocks_per_sm = 32;

@@ -526,7 +526,8 @@ class FusionPass {
       for (NodeId x : all) touched.insert(*where_[x].begin());
       std::vector<Undo> undos;
       std::map<int, CachedKernel> kernels;
-      const FusionOption after = backward_kernels(*c, parts, &undos, &kernels);
+      FusionOption after = backward_kernels(*c, parts, &undos, &kernels);
+      const std::string other_form = weigh_dq_sums(*c, &parts, &after, &undos, &kernels);
       if (!after.legal || !after.fits || after.predicted_s >= before.predicted_s) {
         for (auto u = undos.rbegin(); u != undos.rend(); ++u) undo(*u);
         backward_why_[c->ds()] = !after.legal || !after.fits
@@ -539,17 +540,60 @@ class FusionPass {
       in_chain_.insert(all.begin(), all.end());
       FusionDecision d = chain_decision(c->scores, before, after);
       const Node& s = g_.node(c->scores);
+      const bool sums = parts.size() == 1 && !c->gradients(true).empty() && !c->gradients(false).empty();
       d.reason = fmt::format(
           "attention backward %{} Q·Kᵀ → P, dP, dS → the gradients: {} kernel{} ({}) recomputing P from the "
-          "forward's shift and divisor a tile at a time (the scores' two products done in each); P and dS "
-          "{}{} "
-          "never reach memory (against the plan that writes them and reads them again)",
+          "forward's shift and divisor a tile at a time{}; P and dS {}{} never reach memory (against the "
+          "plan "
+          "that writes them and reads them again){}",
           c->scores, parts.size(), parts.size() == 1 ? "" : "s",
-          parts.size() == 2 ? "dK and dV over the queries, dQ over the keys" : "one loop",
-          dtype_name(s.dtype), shape_str(s.shape));
+          parts.size() == 2 ? "dK and dV over the queries, dQ over the keys"
+          : sums            ? "dK and dV over the queries, dQ's products summed across the key blocks"
+                            : "one loop",
+          parts.size() == 2 ? " (the scores' two products done in each)" : "", dtype_name(s.dtype),
+          shape_str(s.shape), other_form.empty() ? "" : "; " + other_form);
       decisions->push_back(d);
     }
   }
+  // FlashAttention-2's form beside the two kernels built (`parts`, `after`, their `undos` and
+  // `kernels`): all the gradients in one kernel, dQ's products summed across the key blocks
+  // (5 products where the two kernels take 7, and the sums' traffic at L2). The one the hint
+  // asks for, or the faster, is left applied in the four; the text says how the other compared.
+  std::string weigh_dq_sums(const BackwardChain& c, std::vector<std::vector<NodeId>>* parts,
+                            FusionOption* after, std::vector<Undo>* undos,
+                            std::map<int, CachedKernel>* kernels) {
+    const int hint = opt_.schedule.attention_dq_sums;
+    if (parts->size() != 2 || hint == 0) return "";
+    for (auto u = undos->rbegin(); u != undos->rend(); ++u) undo(*u);
+    std::vector<NodeId> grads = (*parts)[0];
+    grads.insert(grads.end(), (*parts)[1].begin(), (*parts)[1].end());
+    std::vector<Undo> one_undos;
+    std::map<int, CachedKernel> one_kernels;
+    const FusionOption one = backward_kernels(c, {grads}, &one_undos, &one_kernels);
+    const bool possible = one.legal && one.fits;
+    if (possible && (hint == 1 || !after->legal || !after->fits || one.predicted_s < after->predicted_s)) {
+      const std::string text = fmt::format(
+          "the two kernels (dQ over the keys, deterministic) predicted {:.3f} ms", after->predicted_s * 1e3);
+      *parts = {grads};
+      *after = one;
+      *undos = std::move(one_undos);
+      *kernels = std::move(one_kernels);
+      return text;
+    }
+    for (auto u = one_undos.rbegin(); u != one_undos.rend(); ++u) undo(*u);
+    undos->clear();
+    kernels->clear();
+    *after = backward_kernels(c, *parts, undos, kernels);
+    double reduce_s = 0;
+    for (const auto& [h, k] : one_kernels)
+      if (k.kernel) reduce_s += k.kernel->cost.reduce_s;
+    return possible ? fmt::format(
+                          "dQ summed across the key blocks in one kernel (5 products, not 7) predicted "
+                          "{:.3f} ms, {:.3f} of them its f32 sums at L2",
+                          one.predicted_s * 1e3, reduce_s * 1e3)
+                    : "not dQ summed across the key blocks: " + one.why_not;
+  }
+
   // A backward chain's parts as kernels: each part's nodes merged into one group and the chain's
   // shared nodes duplicated into every part's group (computed in each, written by none) — the
   // moves applied, their undos in `undos` — and the parts' kernels built into `kernels`.
@@ -881,6 +925,7 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--attention-tma", &ScheduleHints::attention_tma, -1},
                                {"--attention-keys", &ScheduleHints::attention_block_n, 0},
                                {"--attention-pingpong", &ScheduleHints::attention_pingpong, 0},
+                               {"--attention-dq-sums", &ScheduleHints::attention_dq_sums, -1},
                                {"--attention-persistent", &ScheduleHints::attention_persistent, -1}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;

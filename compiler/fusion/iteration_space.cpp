@@ -127,7 +127,9 @@ IterationSpace attention_backward_space(const Graph& g, const Kernel& k) {
   const int rows = static_cast<int>(s.axes.size()), e = rows + 1, cols = rows + 2;
   s.axes.push_back({keys ? "n" : "m", keys ? c.n_kv : c.n_q, false});
   s.axes.push_back({"e", c.d, false});
-  s.axes.push_back({keys ? "m" : "n", keys ? c.n_q : c.n_kv, true});
+  // (With dQ summed in the keys' kernel, dQ runs along the queries dK and dV are summed over, and
+  // is summed over the keys they run along: neither axis is reduced for every output.)
+  s.axes.push_back({keys ? "m" : "n", keys ? c.n_q : c.n_kv, k.schedule.attention_backward != 3});
   const int m = keys ? cols : rows, n = keys ? rows : cols;
   auto along = [&](int r, int col) {
     std::vector<int> axes = lead;
@@ -139,8 +141,9 @@ IterationSpace attention_backward_space(const Graph& g, const Kernel& k) {
   for (NodeId id : k.inputs)
     s.operands.push_back(
         {id, false, aligned_map(g.node(id).shape, id == c.k || id == c.v ? along(n, e) : along(m, e))});
+  // (dQ, summed in the keys' kernel: along the queries its blocks reduce over.)
   for (NodeId id : k.outputs)
-    s.operands.push_back({id, true, aligned_map(g.node(id).shape, along(keys ? n : m, e))});
+    s.operands.push_back({id, true, aligned_map(g.node(id).shape, along(keys && id != c.dq ? n : m, e))});
   return s;
 }
 

@@ -48,6 +48,9 @@ struct KernelCost {
   // bound named by exp_bound), and how much of the softmax the schedule hides under the products.
   double tensor_s = 0, softmax_s = 0, hidden_s = 0;
   bool exp_bound = false;
+  // Reductions into memory at L2 (the attention backward's dQ summed across key blocks): their
+  // time, not overlapped with the products (measured: bench/NOTES.md).
+  double reduce_s = 0;
   int64_t bytes() const { return bytes_read + bytes_written + reread_bytes + copy_bytes + scratch_bytes; }
 };
 

@@ -162,9 +162,10 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     if (k.kind == ScheduleKind::AttentionBackward)
       s += fmt::format(
           "    arithmetic: the products {} on the tensor cores ({}), P's exponentials and the "
-          "per-score work {} ({}-bound), not overlapped\n",
+          "per-score work {} ({}-bound){}, not overlapped\n",
           ms(k.cost.tensor_s), k.schedule.wgmma ? "wgmma" : "mma.sync", ms(k.cost.softmax_s),
-          k.cost.exp_bound ? "exponent (MUFU)" : "issue");
+          k.cost.exp_bound ? "exponent (MUFU)" : "issue",
+          k.cost.reduce_s > 0 ? fmt::format(", dQ's f32 sums {} at L2", ms(k.cost.reduce_s)) : "");
     if (k.cost.copy_bytes > 0)
       s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
                        bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));

@@ -47,15 +47,18 @@ std::string TileSchedule::describe() const {
                        "{} threads × {}-wide vectors per slice ({} blocks); nothing else of the cache moves",
                        rows, cols, threads_per_row, vec, grid());
   if (attention_backward > 0) {
-    const bool keys = attention_backward == 1;
+    const bool keys = attention_backward != 2, sums = attention_backward == 3;
     return fmt::format(
         "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {}{} {} {} at a time "
         "recomputing P from the forward's shift and divisor and carrying {}; the block's {} in shared "
         "memory, "
         "the {} tiles through 2 shared-memory stages (cp.async, {}: each stage read transposed for the "
         "scores "
-        "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}",
-        keys ? "dK and dV" : "dQ", block_m, keys ? "keys" : "queries", block_m / 16,
+        "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}{}",
+        sums   ? "dK, dV and dQ"
+        : keys ? "dK and dV"
+               : "dQ",
+        block_m, keys ? "keys" : "queries", block_m / 16,
         wgmma ? "wgmma m64nNk16, P and dS from registers" : "mma.sync m16n8k16",
         keys && heads_per_block > 1
             ? fmt::format("each of the {} query heads sharing its K/V head's ", heads_per_block)
@@ -67,7 +70,10 @@ std::string TileSchedule::describe() const {
             ? fmt::format("; causal (query i sees keys up to i + {}): the tiles past the diagonal "
                           "skipped, the rest masked",
                           causal_offset)
-            : "");
+            : "",
+        sums ? "; each step's dS·K added into dQ's f32 sums in the workspace (red.global.add), the last "
+               "block of a K/V head converting its query heads' dQ"
+             : "");
   }
   if (attention)
     return fmt::format(

@@ -106,7 +106,8 @@ struct TileSchedule {
   bool contracts = false, attention = false;
   // The attention backward (contracts too; fusion/attention_backward.h): 1, dK and dV — each block
   // block_m keys of one of `batch` heads (m keys, n queries, head dimension k), looping over the
-  // queries block_n at a time; 2, dQ — block_m queries, looping over the n keys. 0: neither.
+  // queries block_n at a time; 2, dQ — block_m queries, looping over the n keys; 3, all three —
+  // 1's blocks, each adding its dS·K into dQ's f32 sums in the workspace. 0: none.
   int attention_backward = 0;
   int64_t causal_offset = -1;
   // A sliding window (query i sees no key before i + window_offset) starts each block's loop at
@@ -208,6 +209,8 @@ struct TileSchedule {
   // Column reductions split over blocks: each part's f32 sums, then a u32 count of the parts
   // done per column tile (the last block of a tile zeroes it again).
   int64_t workspace_bytes() const {
+    if (attention_backward == 3)  // dQ's f32 sums of every query row, a counter per K/V head
+      return (batch * n * k + batch) * 4;
     if (attention && kv_splits > 1)  // each split's rows of O (its padded width), m and l; a counter per tile
       return (kv_splits * batch * m * (padded_head_dim(k) + 2) + batch * m_blocks()) * 4;
     if (contracts && k_splits > 1)  // each split's partial product; a counter per tile
@@ -291,6 +294,10 @@ struct ScheduleHints {
   // warpgroups over one K/V ring: each key tile read once for twice the queries; one block per
   // SM); 0: the default (64).
   int attention_block_m = 0;
+  // The attention backward's dQ: 1 summed across the key blocks in the dK/dV kernel (one kernel,
+  // reduce-adds into an f32 workspace; wgmma, d 64 or 128), 0 its own kernel over the key tiles
+  // (deterministic), -1 (the default) whichever the cost model predicts faster.
+  int attention_dq_sums = -1;
   // Matmul operands whose rows are not whole 16-byte chunks (a K or N not a multiple of 8 in
   // 16-bit): 1 copied first into a padded pitch so that the staged schedules can read them
   // (TileSchedule::operand_pitch); 0 read in place by the direct schedule; -1 (the default)

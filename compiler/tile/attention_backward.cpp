@@ -438,7 +438,9 @@ Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
   s.d = c.d;
   s.dtype = g.node(c.q).dtype;
   s.scale = c.scale;
-  s.part = keys ? AttentionBackwardShape::Part::Keys : AttentionBackwardShape::Part::Queries;
+  s.part = k.schedule.attention_backward == 3 ? AttentionBackwardShape::Part::All
+           : keys                             ? AttentionBackwardShape::Part::Keys
+                                              : AttentionBackwardShape::Part::Queries;
   s.block_rows = k.schedule.block_m;
   s.block_cols = k.schedule.block_n;
   s.wgmma = k.schedule.wgmma;

@@ -165,6 +165,11 @@ common options:
                                decode)
   --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default
                                128 on TMA, 64 otherwise)
+  --attention-dq-sums 0|1|auto schedule override: 1 sums the attention backward's dQ across the
+                               key blocks in the dK/dV kernel (one kernel, reduce-adds into an
+                               f32 workspace; wgmma, d 64 or 128); 0 gives dQ its own kernel
+                               over the key tiles (deterministic); auto (the default): whichever
+                               the cost model predicts faster
   --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
                                issue their products in turns, one's softmax under the other's
                                products (FlashAttention-3's ping-pong; measured 1–2% slower with
@@ -369,6 +374,8 @@ Args parse(int argc, char** argv) {
       a.schedule.gemm_tma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-tma")
       a.schedule.attention_tma = parse_int_or_auto(s, value(), 0, 1);
+    else if (s == "--attention-dq-sums")
+      a.schedule.attention_dq_sums = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-pingpong")
       a.schedule.attention_pingpong = parse_int(s, value(), 0, 1);
     else if (s == "--attention-persistent")
