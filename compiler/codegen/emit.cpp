@@ -2019,45 +2019,18 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
-  // A register tile rounded into a ring's whole stage — or, transposed, into its transpose's
-  // places. Where the tile's rows lie along the stored rows (a row-major ring written as it is, a
-  // column-major one transposed), a thread's two adjacent columns are one 4-byte store (each
-  // quad's four pairs one 16-byte chunk, a warp's 8 rows 8 chunks the swizzle puts in different
-  // banks); otherwise each element is one.
+  // An accumulator rounded into a ring's whole stage (or its transpose's places, the tile's rows
+  // along the stored rows either way: the verifier holds it): by stmatrix (sm_90), four 8×8
+  // matrices an instruction — rows +0 and +8 of a warp's 16, at two column pieces — each lane
+  // giving one stored row's 16 bytes (row lane % 8 of matrix lane / 8) and holding, as the m16n8
+  // accumulator layout does, two elements of each. A thread keeps one address per instruction,
+  // not one per pair (loop-invariant, those were hoisted and held: 32 registers where this holds
+  // 8, and the one-kernel attention backward spilled 100 bytes).
   void store_shared(const Inst& i) {
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const Type& t = type(i.args[1]);
     const std::vector<Value*>& values = vals_[static_cast<size_t>(i.args[1])];
     Value* stage = as_i32(one(i.args[0]));
-    const bool along = r.col_major == i.transposed;  // the tile's columns along the stored rows
-    if (along && p_.uses_wgmma() && t.frag == Frag::Acc && slots(t, 0) % 2 == 0 && slots(t, 1) % 4 == 0)
-      return store_matrices(i, t, values, stage);
-    size_t axis;
-    const int width = along && run(t, &axis) == 2 && axis == 1 ? 2 : 1;
-    const int n0 = slots(t, 0), n1 = slots(t, 1);
-    for (int e0 = 0; e0 < n0; ++e0)
-      for (int e1 = 0; e1 < n1; e1 += width) {
-        Value* row = position(t, 0, e0);
-        Value* col = position(t, 1, e1);
-        Value* o = along ? row : col;  // the stored row, and the element's place along it
-        Value* q = along ? col : row;
-        Value* at =
-            b_.CreateInBoundsGEP(b_.getInt8Ty(), ring_address(i.ring, stage, o, b_.CreateUDiv(q, i32(8))),
-                                 b_.CreateMul(b_.CreateURem(q, i32(8)), i32(2)));
-        Value* x = values[static_cast<size_t>(e0 * n1 + e1)];
-        Value* data = width == 2 ? pair_to_storage(x, values[static_cast<size_t>(e0 * n1 + e1 + 1)], r.dtype)
-                                 : to_storage(b_, x, r.dtype);
-        b_.CreateAlignedStore(data, at, llvm::Align(2 * static_cast<size_t>(width)));
-      }
-  }
-
-  // An accumulator's rows along a ring's stored rows by stmatrix (sm_90): four 8×8 matrices an
-  // instruction — rows +0 and +8 of a warp's 16, at two column pieces — each lane giving one
-  // stored row's 16 bytes (row lane % 8 of matrix lane / 8) and holding, as the m16n8 accumulator
-  // layout does, two elements of each. A thread keeps one address per instruction, not one per
-  // pair (loop-invariant, they were hoisted and held: 32 registers where this holds 8).
-  void store_matrices(const Inst& i, const Type& t, const std::vector<Value*>& values, Value* stage) {
-    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const int n0 = slots(t, 0), n1 = slots(t, 1);
     Value* matrix = b_.CreateUDiv(lane_, i32(8));
     for (int e0 = 0; e0 < n0; e0 += 2)

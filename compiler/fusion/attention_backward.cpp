@@ -380,19 +380,16 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
     }
   if (!c) return false;
   // The keys' part, the queries', or both in one kernel (dQ summed across the key blocks).
-  std::vector<NodeId> want = c->shared(), grads = c->gradients(keys);
-  const std::vector<NodeId> part = c->part(keys);
-  want.insert(want.end(), part.begin(), part.end());
-  std::vector<NodeId> all_grads = c->gradients(true), all = want, other = c->part(!keys);
-  const std::vector<NodeId> other_grads = c->gradients(!keys);
-  all_grads.insert(all_grads.end(), other_grads.begin(), other_grads.end());
-  all.insert(all.end(), other.begin(), other.end());
-  std::sort(want.begin(), want.end());
-  std::sort(all.begin(), all.end());
-  std::vector<NodeId> outputs = k.outputs;
+  auto sorted_union = [](std::vector<NodeId> a, const std::vector<NodeId>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    std::sort(a.begin(), a.end());
+    return a;
+  };
+  const std::vector<NodeId> want = sorted_union(c->shared(), c->part(keys));
+  std::vector<NodeId> grads = c->gradients(keys), outputs = k.outputs;
   std::sort(outputs.begin(), outputs.end());
-  std::sort(all_grads.begin(), all_grads.end());
-  const bool sums = !other.empty() && k.nodes == all && outputs == all_grads;
+  const bool sums = !c->part(!keys).empty() && k.nodes == sorted_union(want, c->part(!keys)) &&
+                    outputs == sorted_union(c->gradients(true), c->gradients(false));
   if (sums) {
     if (hints.attention_dq_sums == 0) {
       *why = "dQ summed across the key blocks is turned off (--attention-dq-sums 0)";

@@ -581,9 +581,9 @@ class FusionPass {
       return text;
     }
     for (auto u = one_undos.rbegin(); u != one_undos.rend(); ++u) undo(*u);
+    // (The two kernels' moves again: into the same groups, so their kernels as built stand.)
     undos->clear();
-    kernels->clear();
-    *after = backward_kernels(c, *parts, undos, kernels);
+    apply_parts(c, *parts, undos);
     double reduce_s = 0;
     for (const auto& [h, k] : one_kernels)
       if (k.kernel) reduce_s += k.kernel->cost.reduce_s;
@@ -594,11 +594,11 @@ class FusionPass {
                     : "not dQ summed across the key blocks: " + one.why_not;
   }
 
-  // A backward chain's parts as kernels: each part's nodes merged into one group and the chain's
-  // shared nodes duplicated into every part's group (computed in each, written by none) — the
-  // moves applied, their undos in `undos` — and the parts' kernels built into `kernels`.
-  FusionOption backward_kernels(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts,
-                                std::vector<Undo>* undos, std::map<int, CachedKernel>* kernels) {
+  // A backward chain's parts as groups: each part's nodes merged into one and the chain's shared
+  // nodes duplicated into every part's (computed in each, written by none) — the moves applied,
+  // their undos in `undos`. The parts' groups.
+  std::vector<int> apply_parts(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts,
+                               std::vector<Undo>* undos) {
     std::vector<int> targets;
     for (const std::vector<NodeId>& nodes : parts) {
       std::vector<int> into;
@@ -607,6 +607,12 @@ class FusionPass {
       targets.push_back(into[0]);
     }
     for (NodeId x : c.shared()) undos->push_back(apply(Move{Verdict::Duplicated, x, targets}));
+    return targets;
+  }
+  // The parts applied (apply_parts) and their kernels built into `kernels`.
+  FusionOption backward_kernels(const BackwardChain& c, const std::vector<std::vector<NodeId>>& parts,
+                                std::vector<Undo>* undos, std::map<int, CachedKernel>* kernels) {
+    const std::vector<int> targets = apply_parts(c, parts, undos);
     FusionOption o;
     o.verdict = Verdict::Fused;
     for (int t : targets) {

@@ -418,11 +418,6 @@ class AttentionBackwardProgram {
 
 }  // namespace
 
-int64_t attention_backward_workspace_bytes(const AttentionBackwardShape& s) {
-  if (s.part != AttentionBackwardShape::Part::All) return 0;
-  return (s.batch_heads * s.n_q * s.d + s.batch_heads / std::max<int64_t>(s.group, 1)) * 4;
-}
-
 Program attention_backward_program(const AttentionBackwardShape& s, const std::string& name) {
   return AttentionBackwardProgram(s).build(name);
 }

@@ -59,8 +59,9 @@ struct AttentionBackwardShape {
   std::optional<int64_t> causal_offset;
   // The parameters: the inputs q, k, v, do, shift (c), divisor (h) and delta (D) in the order
   // `position` gives (position[i] is input i's place), then the gradients `outputs` lists — by
-  // default the part's: dk and dv, dq, or all three. The part All then takes its workspace (dQ's
-  // f32 sums, then a counter per K/V head: attention_backward_workspace_bytes).
+  // default the part's: dk and dv, dq, or all three. The part All then takes its workspace: dQ's
+  // f32 sums of every query row, then a u32 counter per K/V head (zero at the first launch; each
+  // launch leaves it zero; TileSchedule::workspace_bytes sizes it).
   enum class Grad { Q, K, V };
   std::array<std::string, 7> names = {"q", "k", "v", "do", "shift", "divisor", "delta"};
   std::array<int, 7> position = {0, 1, 2, 3, 4, 5, 6};
@@ -79,10 +80,6 @@ struct AttentionBackwardShape {
 inline int attention_backward_block_cols(int64_t d, AttentionBackwardShape::Part part, bool wgmma) {
   return !wgmma && part == AttentionBackwardShape::Part::Keys && d > 64 ? 32 : 64;
 }
-
-// The workspace of the part All: dQ's f32 sums of every query row, then a u32 counter per K/V head
-// (zero at the first launch; each launch leaves it zero). 0 for the other parts.
-int64_t attention_backward_workspace_bytes(const AttentionBackwardShape& s);
 
 // Throws Error naming what is unsupported (d other than 16, 32, 64, 128; f32; a gradient of the
 // other part).

@@ -404,7 +404,9 @@ class Verifier {
   }
 
   // A register tile of the stage's shape (or, transposed, its transpose's), a 16-bit ring's whole
-  // stage: an accumulator.
+  // stage: an accumulator whose rows lie along the stored rows (a row-major ring written as it
+  // is, a column-major one transposed), in whole 16-column pieces, in a program on wgmma — codegen
+  // writes it by stmatrix (sm_90).
   void store_shared(const Inst& i) {
     if (i.ring < 0 || i.ring >= static_cast<int>(p_.shared.size()) || i.args.size() != 2) {
       problem(fmt::format("{}: needs a ring, a stage and a tile", where(i)));
@@ -416,9 +418,13 @@ class Verifier {
     const bool fits = t.is_tile() && t.space == Space::Reg && t.shape.size() == 2 && r.tile.size() == 2 &&
                       t.shape[0] == r.tile[i.transposed ? 1 : 0] &&
                       t.shape[1] == r.tile[i.transposed ? 0 : 1];
-    if (!fits || t.frag != Frag::Acc || dtype_size(r.dtype) != 2 || r.tma || r.bulk || r.staging)
-      problem(fmt::format("{}: {} into @{}'s stage of {} {}{}", where(i), type_str(t), r.name,
-                          shape_str(r.tile), dtype_name(r.dtype), i.transposed ? " (transposed)" : ""));
+    if (!fits || t.frag != Frag::Acc || dtype_size(r.dtype) != 2 || r.tma || r.bulk || r.staging ||
+        r.col_major != i.transposed || t.shape[1] % 16 != 0 || !p_.uses_wgmma())
+      problem(fmt::format(
+          "{}: {} into @{}'s stage of {} {}{} (an accumulator of whole 16-column pieces, its rows "
+          "along the stored rows, in a program on wgmma)",
+          where(i), type_str(t), r.name, shape_str(r.tile), dtype_name(r.dtype),
+          i.transposed ? " (transposed)" : ""));
   }
 
   // A reduction's mask: a blocked bool tile broadcast to the reduced (blocked) tile's shape.
