@@ -163,16 +163,16 @@ class AttentionBackwardProgram {
     row_end_ = b.add(b.mul(bh_, b.index(rows())), b.index(rows()));
   }
 
-  // The queries kernel's −L·log2 e and D, once: [rows, 1] each.
+  // The queries kernel's −L·log2 e and −D, once: [rows, 1] each.
   void load_row_statistics(Builder& b) {
     const Shape shape = {s_.block_rows, 1};
     auto load = [&](int param) {
       return b.load(param, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
     };
     minus_lse2_ = minus_log2_lse(b, load(shift_param_), load(divisor_param_));
-    delta_ = load(delta_param_);
+    dp_start_ = negated(b, load(delta_param_));
   }
-  // The keys kernel's −L·log2 e and D for the query tile from q0: [1, cols] each. Past the
+  // The keys kernel's −L·log2 e and −D for the query tile from q0: [1, cols] each. Past the
   // queries c is 0, h 1 and D 0: there Q's and dO's rows are zeros, so P is 1 and dP − D 0, and
   // both products add nothing.
   std::pair<int, int> col_statistics(Builder& b, int query_head, int q0) {
@@ -182,7 +182,10 @@ class AttentionBackwardProgram {
       const int x = b.load(param, {query_head, q0}, shape, {false, true}, {}, Frag::Acc);
       return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
     };
-    return {minus_log2_lse(b, load(shift_param_, 0), load(divisor_param_, 1)), load(delta_param_, 0)};
+    return {minus_log2_lse(b, load(shift_param_, 0), load(divisor_param_, 1)), negated(b, load(delta_param_, 0))};
+  }
+  static int negated(Builder& b, int x) {
+    return b.compute(Op::Mul, {x, b.scalar(-1, DType::F32)}, DType::F32);
   }
   // −(c + ln h)·log2 e, c taken as 0 where it is −inf (a row that saw no key: its scores are
   // masked, so its P is e^−inf = 0 either way).
@@ -264,9 +267,14 @@ class AttentionBackwardProgram {
     });
   }
 
-  // A_a·B_bᵀ over the head dimension: B's stage read transposed.
-  int scores(Builder& b, int a, int stage) {
-    int acc = b.tile_const(0, DType::F32, {s_.block_rows, s_.block_cols}, Frag::Acc);
+  // A_a·B_bᵀ over the head dimension, B's stage read transposed, onto `start` ([rows, 1] or
+  // [1, cols], broadcast; none: zeros). A start takes no registers of its own while the product is
+  // in flight. (On wgmma only a product that starts with nothing else in flight may have one:
+  // LLVM sinks the start's moves to the product, and ptxas waits for the product before it.)
+  int scores(Builder& b, int a, int stage, int start = -1) {
+    const Shape shape = {s_.block_rows, s_.block_cols};
+    int acc = b.tile_const(start < 0 ? 0 : 1, DType::F32, shape, Frag::Acc);
+    if (start >= 0) acc = b.compute(Op::Mul, {acc, start}, DType::F32);
     if (s_.wgmma) return b.dot_async(a, 2 + a, stage, acc, true);  // (in flight: waited for by the caller)
     for (int64_t kk = 0; kk < s_.d; kk += 16) {
       const int af = b.load_shared(a, zero_, {zero_, b.index(kk)}, {s_.block_rows, 16}, Frag::A);
@@ -291,69 +299,73 @@ class AttentionBackwardProgram {
     return acc;
   }
 
-  // One column tile: the scores again, P, dP and dS, and the gradients' products.
+  // One column tile: the scores again, P, dP − D and dS, and the gradients' products.
   std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc) {
     const int c0 = b.mul(j, b.index(s_.block_cols));
-    int minus_lse2 = minus_lse2_, delta = delta_;
-    if (!queries()) std::tie(minus_lse2, delta) = col_statistics(b, head, c0);
-    // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e)
-    int p = b.softmax_exp2(b.compute(
-        Op::Fma, {done(b, scores(b, 0, stage)), b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2},
-        DType::F32));
-    if (s_.causal_offset) p = b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
+    int minus_lse2 = minus_lse2_, dp_start = dp_start_;
+    if (!queries()) std::tie(minus_lse2, dp_start) = col_statistics(b, head, c0);
+    bool ds_needed = false;
+    for (const Gradient& g : grads_) ds_needed |= g.grad != Grad::V;
+    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, dp_start, ds_needed, head, acc);
+    const int p = probabilities(b, scores(b, 0, stage), minus_lse2, c0);
     std::vector<int> out = acc;
     // dV's product first: dP's tile is not live yet beside the two accumulators (the other order
     // spilled ~500 bytes at d 128).
-    bool ds_needed = false;
-    int v_at = -1;
-    for (size_t g = 0; g < grads_.size(); ++g) {
-      if (grads_[g].grad == Grad::V) {
-        out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
-        v_at = static_cast<int>(g);
-      }
-      ds_needed |= grads_[g].grad != Grad::V;
-    }
-    if (!ds_needed) {
-      if (v_at >= 0) out[static_cast<size_t>(v_at)] = done(b, out[static_cast<size_t>(v_at)]);
-      return out;
-    }
-    int dp = scores(b, 1, stage);
-    if (s_.wgmma) {  // dV's product and dP's in flight together, both waited for here
-      std::vector<int> flight = {dp};
-      if (v_at >= 0) flight.push_back(out[static_cast<size_t>(v_at)]);
-      const std::vector<int> waited = b.dot_wait(flight, 0);
-      dp = waited[0];
-      if (v_at >= 0) out[static_cast<size_t>(v_at)] = waited[1];
-    }
-    const int ds = b.compute(Op::Mul, {p, b.compute(Op::Sub, {dp, delta}, DType::F32)}, DType::F32);
-    if (all()) {  // dSᵀ to shared memory first: its f32 tile then dies before dK's product starts
-      b.store_shared(ds_ring(), zero_, ds, true);
-      b.fence_async();
-    }
+    for (size_t g = 0; g < grads_.size(); ++g)
+      if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
+    if (!ds_needed) return out;
+    // (dP's product from zeros and −D added after: started from −D, sm_90's mma.sync form spilled)
+    const int dp = b.compute(Op::Add, {scores(b, 1, stage), dp_start}, DType::F32);
+    const int ds = b.compute(Op::Mul, {p, dp}, DType::F32);
     for (size_t g = 0; g < grads_.size(); ++g)
       if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
-    if (all()) {
-      add_dq(b, head, c0, &out);  // (waits for dK's product with its own)
-      return out;
-    }
-    for (size_t g = 0; g < grads_.size(); ++g)
-      if (grads_[g].grad != Grad::V) out[g] = done(b, out[g]);
     return out;
   }
 
+  // The step on wgmma in two rounds of products: dP and the scores in flight together (dP does not
+  // wait for P; it starts first, from −D), then P and dS, then the gradients' products in flight
+  // together, each round waited for once.
+  std::vector<int> paired_step(Builder& b, int stage, int c0, int minus_lse2, int dp_start, bool ds_needed,
+                               int head, const std::vector<int>& acc) {
+    std::vector<int> flight;
+    if (ds_needed) flight.push_back(scores(b, 1, stage, dp_start));
+    flight.push_back(scores(b, 0, stage));
+    const std::vector<int> waited = b.dot_wait(flight, 0);
+    const int p = probabilities(b, waited.back(), minus_lse2, c0);
+    std::vector<int> out = acc;
+    for (size_t g = 0; g < grads_.size(); ++g)
+      if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
+    if (ds_needed) {
+      const int ds = b.compute(Op::Mul, {p, waited[0]}, DType::F32);
+      if (all()) {  // dSᵀ to shared memory first: its f32 tile then dies before dK's product starts
+        b.store_shared(ds_ring(), zero_, ds, true);
+        b.fence_async();
+      }
+      for (size_t g = 0; g < grads_.size(); ++g)
+        if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
+    }
+    if (all()) add_dq(b, head, c0);  // (its products issued behind the gradients')
+    return b.dot_wait(out, 0);
+  }
+
+  // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e), 0 where the causal mask hides the key.
+  int probabilities(Builder& b, int s, int minus_lse2, int c0) {
+    const int p = b.softmax_exp2(
+        b.compute(Op::Fma, {s, b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2}, DType::F32));
+    if (!s_.causal_offset) return p;
+    return b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
+  }
+
   int ds_ring() const { return static_cast<int>(p_.shared.size()) - 1; }
-  // dS·K of the step's query tile (from c0 of query head `head`) added into dQ's sums, while dK's
-  // product (in `out`) is in flight: per 64 of d a product of dS read from the shared tile dSᵀ
-  // was stored to (A M-major) and K's resident stage, waited for and added by red.global.add.
-  // The block's barrier here makes every thread's stores whole before wgmma reads them; the
-  // loop's barrier at the next step's top keeps the next stores from overwriting the tile while
-  // it is read (each product is waited for within its step).
-  void add_dq(Builder& b, int head, int c0, std::vector<int>* out) {
+  // dS·K of the step's query tile (from c0 of query head `head`) added into dQ's sums: per 64 of d
+  // a product of dS read from the shared tile dSᵀ was stored to (A M-major) and K's resident
+  // stage, waited for and added by red.global.add. The block's barrier here makes every thread's
+  // stores whole before wgmma reads them; the loop's barrier at the next step's top keeps the next
+  // stores from overwriting the tile while it is read (each product is waited for within its step).
+  void add_dq(Builder& b, int head, int c0) {
     b.barrier();
     const int first = b.mul(head, b.index(s_.n_q));
     const int row = b.add(first, c0), end = b.add(first, b.index(s_.n_q));
-    for (size_t g = 0; g < grads_.size(); ++g)
-      if (grads_[g].grad == Grad::K) (*out)[g] = b.dot_wait({(*out)[g]}, 0)[0];
     for (int64_t col = 0; col < s_.d; col += 64) {
       const int zero = b.tile_const(0, DType::F32, {s_.block_cols, 64}, Frag::Acc);
       const int part = b.dot_wait({b.dot_async(ds_ring(), 0, zero_, zero, false, col)}, 0)[0];
@@ -382,8 +394,6 @@ class AttentionBackwardProgram {
       in.reset_count(workspace_, bh_);
     });
   }
-  // A product on wgmma waited for (on mma.sync it is done already).
-  int done(Builder& b, int v) { return s_.wgmma ? b.dot_wait({v}, 0)[0] : v; }
   // Where each query of the tile sees its key: key ≤ query + offset.
   int visible(Builder& b, int c0) {
     const Shape shape = {s_.block_rows, s_.block_cols};
@@ -413,7 +423,7 @@ class AttentionBackwardProgram {
   std::vector<int> a_param_, b_param_;
   std::vector<Gradient> grads_;
   int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
-  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, delta_ = -1;
+  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, dp_start_ = -1;
 };
 
 }  // namespace
