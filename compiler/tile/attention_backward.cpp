@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -170,20 +171,29 @@ class AttentionBackwardProgram {
       return b.load(param, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
     };
     minus_lse2_ = minus_log2_lse(b, load(shift_param_), load(divisor_param_));
-    dp_start_ = negated(b, load(delta_param_));
+    minus_delta_ = negated(b, load(delta_param_));
   }
-  // The keys kernel's −L·log2 e and −D for the query tile from q0: [1, cols] each. Past the
-  // queries c is 0, h 1 and D 0: there Q's and dO's rows are zeros, so P is 1 and dP − D 0, and
-  // both products add nothing.
-  std::pair<int, int> col_statistics(Builder& b, int query_head, int q0) {
-    const Shape shape = {1, s_.block_cols};
-    const int in = b.in_bounds(q0, b.index(s_.n_q), 1, shape, Frag::Acc);
-    auto load = [&](int param, double outside) {
-      const int x = b.load(param, {query_head, q0}, shape, {false, true}, {}, Frag::Acc);
+  // The keys kernel's c, h and D of the query tile from q0 of query head `query_head`, as loaded:
+  // [1, cols] each (none past the head's queries).
+  std::vector<int> load_col_statistics(Builder& b, int query_head, int q0) {
+    std::vector<int> raw;
+    for (int param : {shift_param_, divisor_param_, delta_param_})
+      raw.push_back(b.load(param, {query_head, q0}, {1, s_.block_cols}, {false, true}, {}, Frag::Acc));
+    return raw;
+  }
+  // From them −L·log2 e and −D. Past the queries c is taken as 0, h 1 and D 0: there Q's and dO's
+  // rows are zeros, so P is 1 and dP − D 0, and both products add nothing.
+  std::pair<int, int> col_statistics(Builder& b, const std::vector<int>& raw, int q0) {
+    const int in = b.in_bounds(q0, b.index(s_.n_q), 1, {1, s_.block_cols}, Frag::Acc);
+    auto inside = [&](int x, double outside) {
       return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
     };
-    return {minus_log2_lse(b, load(shift_param_, 0), load(divisor_param_, 1)), negated(b, load(delta_param_, 0))};
+    return {minus_log2_lse(b, inside(raw[0], 0), inside(raw[1], 1)), negated(b, inside(raw[2], 0))};
   }
+  // The keys kernel on wgmma loads the next step's c, h and D while its gradients' products run
+  // and carries them into that step (48 registers a thread at 64 columns): loaded at their use,
+  // their latency from L2 was the kernel's largest stall (Nsight Compute, bench/NOTES.md).
+  bool prefetched() const { return s_.wgmma && s_.part == Part::Keys; }
   static int negated(Builder& b, int x) {
     return b.compute(Op::Mul, {x, b.scalar(-1, DType::F32)}, DType::F32);
   }
@@ -255,22 +265,34 @@ class AttentionBackwardProgram {
     std::vector<int> init;
     for (size_t g = 0; g < grads_.size(); ++g)
       init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
-    return b.for_loop(from, to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
-      in.wait_group(0);
-      if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
-      in.barrier();                    // tile t in place, and every thread past its reads of the other stage
-      const int next = in.add(t, in.index(1));
-      const auto [next_head, next_j] = at_step(in, next, lo, span);
-      copy_cols(in, next_head, next_j, in.rem(next, two));
-      const auto [head, j] = at_step(in, t, lo, span);
-      return step(in, head, j, in.rem(t, two), c);
-    });
+    if (prefetched()) {
+      const std::vector<int> raw = load_col_statistics(b, head0, b.mul(j0, b.index(s_.block_cols)));
+      init.insert(init.end(), raw.begin(), raw.end());
+    }
+    std::vector<int> out =
+        b.for_loop(from, to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
+          in.wait_group(0);
+          if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
+          in.barrier();  // tile t in place, and every thread past its reads of the other stage
+          const int next = in.add(t, in.index(1));
+          const auto [next_head, next_j] = at_step(in, next, lo, span);
+          copy_cols(in, next_head, next_j, in.rem(next, two));
+          const auto [head, j] = at_step(in, t, lo, span);
+          const std::vector<int> acc(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(grads_.size()));
+          std::vector<int> raw(c.begin() + static_cast<std::ptrdiff_t>(grads_.size()), c.end());
+          const auto prefetch = [&] {
+            return load_col_statistics(in, next_head, in.mul(next_j, in.index(s_.block_cols)));
+          };
+          return step(in, head, j, in.rem(t, two), acc, raw, prefetch);
+        });
+    out.resize(grads_.size());
+    return out;
   }
 
   // A_a·B_bᵀ over the head dimension, B's stage read transposed, onto `start` ([rows, 1] or
   // [1, cols], broadcast; none: zeros). A start takes no registers of its own while the product is
   // in flight. (On wgmma only a product that starts with nothing else in flight may have one:
-  // LLVM sinks the start's moves to the product, and ptxas waits for the product before it.)
+  // LLVM sinks the start's moves to the product, and ptxas waits for the product before it, C7517.)
   int scores(Builder& b, int a, int stage, int start = -1) {
     const Shape shape = {s_.block_rows, s_.block_cols};
     int acc = b.tile_const(start < 0 ? 0 : 1, DType::F32, shape, Frag::Acc);
@@ -300,13 +322,18 @@ class AttentionBackwardProgram {
   }
 
   // One column tile: the scores again, P, dP − D and dS, and the gradients' products.
-  std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc) {
+  // Prefetched, `raw` holds the step's c, h and D, and `prefetch` loads the next step's: the step
+  // returns them after the gradients.
+  std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc,
+                        const std::vector<int>& raw, const std::function<std::vector<int>()>& prefetch) {
     const int c0 = b.mul(j, b.index(s_.block_cols));
-    int minus_lse2 = minus_lse2_, dp_start = dp_start_;
-    if (!queries()) std::tie(minus_lse2, dp_start) = col_statistics(b, head, c0);
+    int minus_lse2 = minus_lse2_, minus_delta = minus_delta_;
+    if (!queries())
+      std::tie(minus_lse2, minus_delta) =
+          col_statistics(b, prefetched() ? raw : load_col_statistics(b, head, c0), c0);
     bool ds_needed = false;
     for (const Gradient& g : grads_) ds_needed |= g.grad != Grad::V;
-    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, dp_start, ds_needed, head, acc);
+    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, minus_delta, ds_needed, head, acc, prefetch);
     const int p = probabilities(b, scores(b, 0, stage), minus_lse2, c0);
     std::vector<int> out = acc;
     // dV's product first: dP's tile is not live yet beside the two accumulators (the other order
@@ -314,29 +341,39 @@ class AttentionBackwardProgram {
     for (size_t g = 0; g < grads_.size(); ++g)
       if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
     if (!ds_needed) return out;
-    // (dP's product from zeros and −D added after: started from −D, sm_90's mma.sync form spilled)
-    const int dp = b.compute(Op::Add, {scores(b, 1, stage), dp_start}, DType::F32);
+    const int dp = b.compute(Op::Add, {scores(b, 1, stage), minus_delta}, DType::F32);
     const int ds = b.compute(Op::Mul, {p, dp}, DType::F32);
     for (size_t g = 0; g < grads_.size(); ++g)
       if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
     return out;
   }
 
-  // The step on wgmma in two rounds of products: dP and the scores in flight together (dP does not
-  // wait for P; it starts first, from −D), then P and dS, then the gradients' products in flight
-  // together, each round waited for once.
-  std::vector<int> paired_step(Builder& b, int stage, int c0, int minus_lse2, int dp_start, bool ds_needed,
-                               int head, const std::vector<int>& acc) {
-    std::vector<int> flight;
-    if (ds_needed) flight.push_back(scores(b, 1, stage, dp_start));
-    flight.push_back(scores(b, 0, stage));
-    const std::vector<int> waited = b.dot_wait(flight, 0);
-    const int p = probabilities(b, waited.back(), minus_lse2, c0);
+  // The step on wgmma. The keys kernel starts dP's product first, from −D (its result dP − D, D's
+  // registers free while it runs), then the scores', waits for both, and starts dV's and dK's
+  // products on P and dS, waited for at the step's end. The queries kernel, with no dV to start,
+  // starts the scores' product first and computes P while dP's runs. (Each order in the other
+  // kernel ran slower or spilled: the queries kernel 6% slower, the keys kernel at d 128 32 bytes.)
+  std::vector<int> paired_step(Builder& b, int stage, int c0, int minus_lse2, int minus_delta, bool ds_needed,
+                               int head, const std::vector<int>& acc,
+                               const std::function<std::vector<int>()>& prefetch) {
+    int p = -1, ds = -1;
+    if (queries()) {
+      const int s = scores(b, 0, stage), dp = scores(b, 1, stage);
+      p = probabilities(b, b.dot_wait({s}, 1)[0], minus_lse2, c0);
+      ds = b.compute(Op::Mul, {p, b.compute(Op::Add, {b.dot_wait({dp}, 0)[0], minus_delta}, DType::F32)},
+                     DType::F32);
+    } else {
+      std::vector<int> flight;
+      if (ds_needed) flight.push_back(scores(b, 1, stage, minus_delta));
+      flight.push_back(scores(b, 0, stage));
+      const std::vector<int> waited = b.dot_wait(flight, 0);
+      p = probabilities(b, waited.back(), minus_lse2, c0);
+      if (ds_needed) ds = b.compute(Op::Mul, {p, waited[0]}, DType::F32);
+    }
     std::vector<int> out = acc;
     for (size_t g = 0; g < grads_.size(); ++g)
       if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
     if (ds_needed) {
-      const int ds = b.compute(Op::Mul, {p, waited[0]}, DType::F32);
       if (all()) {  // dSᵀ to shared memory first: its f32 tile then dies before dK's product starts
         b.store_shared(ds_ring(), zero_, ds, true);
         b.fence_async();
@@ -344,8 +381,11 @@ class AttentionBackwardProgram {
       for (size_t g = 0; g < grads_.size(); ++g)
         if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
     }
+    const std::vector<int> next = prefetched() ? prefetch() : std::vector<int>{};
     if (all()) add_dq(b, head, c0);  // (its products issued behind the gradients')
-    return b.dot_wait(out, 0);
+    out = b.dot_wait(out, 0);
+    out.insert(out.end(), next.begin(), next.end());
+    return out;
   }
 
   // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e), 0 where the causal mask hides the key.
@@ -423,7 +463,7 @@ class AttentionBackwardProgram {
   std::vector<int> a_param_, b_param_;
   std::vector<Gradient> grads_;
   int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
-  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, dp_start_ = -1;
+  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, minus_delta_ = -1;
 };
 
 }  // namespace
