@@ -2149,52 +2149,56 @@ class Emitter {
     const char* type = rb.dtype == DType::BF16 ? "bf16" : "f16";
     std::string regs_list;
     for (int k = 0; k < regs; ++k) regs_list += fmt::format("{}${}", k ? ", " : "", k);
-    // Operands after the tied accumulators: A's descriptor or four registers, B's descriptor, 1.
-    const int a_at = 2 * regs, b_at = a_at + (a_in_registers ? 4 : 1), one_at = b_at + 1;
-    const std::string a_text = a_in_registers ? fmt::format("{{${}, ${}, ${}, ${}}}", a_at, a_at + 1, a_at + 2, a_at + 3)
-                                              : fmt::format("${}", a_at);
+    // Every step in one asm after the fence, the accumulators tied through it once: as an asm a
+    // step, LLVM carried the accumulators through each (an extractvalue per register and step;
+    // the same SASS, attention's cold compile 126 → 77 ms, bench/NOTES.md). Operands after
+    // the tied accumulators: A's descriptor or each step's four registers, B's descriptor, and
+    // the first step's scale-d (0: an accumulator of zeros is not read, D = A·B).
+    const int64_t steps = depth / 16;
+    const int a_at = 2 * regs, b_at = a_at + (a_in_registers ? 4 * static_cast<int>(steps) : 1),
+              first_at = b_at + 1;
     const std::string trans = a_in_registers ? fmt::format("{}", bo.mn_major ? 1 : 0)
                                              : fmt::format("{}, {}", a->mn_major ? 1 : 0, bo.mn_major ? 1 : 0);
-    // A step's descriptors are the k-0 ones plus an immediate, added inside its asm: as operands
+    // A step's descriptors are the k-0 ones plus an immediate, added inside the asm: as operands
     // of their own they were loop-invariant values LLVM hoisted and kept, two registers a step.
-    auto step_text = [&](int64_t kk) {
+    std::string text = fmt::format(
+        "wgmma.fence.sync.aligned;\n{{\n.reg .pred p, on;\n.reg .b64 da, db;\nsetp.ne.b32 p, ${}, 0;\n"
+        "setp.eq.b32 on, ${}, ${};\n",
+        first_at, first_at, first_at);
+    for (int64_t kk = 0; kk < steps; ++kk) {
       const uint64_t a_step = a_in_registers ? 0 : a->k_step(16 * kk), b_step = bo.k_step(16 * kk);
-      std::string adds, a_operand = a_text, b_operand = fmt::format("${}", b_at);
-      if (a_step) adds += fmt::format("add.s64 da, {}, {};\n", a_text, a_step), a_operand = "da";
-      if (b_step) adds += fmt::format("add.s64 db, ${}, {};\n", b_at, b_step), b_operand = "db";
-      return fmt::format(
-          "{{\n.reg .pred p;\n.reg .b64 da, db;\n{}setp.ne.b32 p, ${}, "
-          "0;\nwgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} "
-          "{{{}}}, {}, {}, p, 1, 1, {};\n}}",
-          adds, one_at, n, type, type, regs_list, a_operand, b_operand, trans);
-    };
-    // Every step's operands first (A's registers packed before the fence: registers written
-    // between wgmmas make ptxas insert a warpgroup.arrive before each), then the wgmmas.
-    // An accumulator of zeros is not read: the first step's scale-d is 0 (D = A·B), and its
-    // registers need not be set.
+      const int r = a_at + 4 * static_cast<int>(kk);
+      std::string a_operand = a_in_registers ? fmt::format("{{${}, ${}, ${}, ${}}}", r, r + 1, r + 2, r + 3)
+                                             : fmt::format("${}", a_at);
+      std::string b_operand = fmt::format("${}", b_at);
+      if (a_step) text += fmt::format("add.s64 da, {}, {};\n", a_operand, a_step), a_operand = "da";
+      if (b_step) text += fmt::format("add.s64 db, {}, {};\n", b_operand, b_step), b_operand = "db";
+      text += fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{{}}}, {}, {}, {}, 1, 1, {};\n",
+                          n, type, type, regs_list, a_operand, b_operand, kk == 0 ? "p" : "on", trans);
+    }
+    text += "}";
+    // The steps' operands (A's registers packed before the asm: registers written between
+    // wgmmas make ptxas insert a warpgroup.arrive before each). The fence inside the asm: the
+    // copies LLVM makes of its tied accumulators (of a constant, or of a value used again) then
+    // come before it; a separate fence let them fall between it and the wgmma, and ptxas
+    // serialized the kernel's wgmma (C7511).
     const bool from_zero = std::all_of(in.begin(), in.end(), [](Value* v) {
       auto* c = llvm::dyn_cast<llvm::ConstantFP>(v);
       return c && c->isZero() && !c->isNegative();
     });
     if (from_zero) std::fill(acc.begin(), acc.end(), llvm::PoisonValue::get(b_.getFloatTy()));
-    std::vector<std::vector<Value*>> steps;
-    for (int64_t kk = 0; kk < depth / 16; ++kk) {
-      std::vector<Value*> operands;
-      if (a_in_registers) {
-        operands = a_registers(vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])], 0, rb.dtype);
-      } else {
-        operands.push_back(a->desc);
-      }
-      operands.push_back(bo.desc);
-      operands.push_back(i32(from_zero && kk == 0 ? 0 : 1));
-      steps.push_back(std::move(operands));
+    std::vector<Value*> operands;
+    std::string constraints;
+    for (int64_t kk = 0; kk < steps && a_in_registers; ++kk) {
+      const std::vector<Value*> four =
+          a_registers(vals_[static_cast<size_t>(i.args[static_cast<size_t>(2 + kk)])], 0, rb.dtype);
+      operands.insert(operands.end(), four.begin(), four.end());
+      constraints += "r,r,r,r,";
     }
-    // The fence in the first wgmma's asm: the copies LLVM makes of its tied accumulators (of a
-    // constant, or of a value used again) then come before it. A separate fence let them fall
-    // between it and the wgmma, and ptxas serialized the kernel's wgmma (C7511).
-    for (size_t kk = 0; kk < steps.size(); ++kk)
-      acc = tied((kk == 0 ? "wgmma.fence.sync.aligned;\n" : "") + step_text(static_cast<int64_t>(kk)), acc,
-                 steps[kk], a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
+    if (!a_in_registers) operands.push_back(a->desc), constraints += "l,";
+    operands.push_back(bo.desc);
+    operands.push_back(i32(from_zero ? 0 : 1));
+    acc = tied(text, acc, operands, constraints + "l,r");
     b_.CreateIntrinsic(llvm::Intrinsic::nvvm_wgmma_commit_group_sync_aligned, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<Value*>{});
     std::vector<Value*> out(acc.size());
     for (size_t slot = 0; slot < reg_of.size(); ++slot) out[slot] = acc[reg_of[slot]];
