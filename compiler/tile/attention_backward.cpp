@@ -164,14 +164,14 @@ class AttentionBackwardProgram {
     row_end_ = b.add(b.mul(bh_, b.index(rows())), b.index(rows()));
   }
 
-  // The queries kernel's −L·log2 e and −D, once: [rows, 1] each.
+  // The queries kernel's −L·log2 e and D, once: [rows, 1] each.
   void load_row_statistics(Builder& b) {
     const Shape shape = {s_.block_rows, 1};
     auto load = [&](int param) {
       return b.load(param, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
     };
     minus_lse2_ = minus_log2_lse(b, load(shift_param_), load(divisor_param_));
-    minus_delta_ = negated(b, load(delta_param_));
+    delta_ = load(delta_param_);
   }
   // The keys kernel's c, h and D of the query tile from q0 of query head `query_head`, as loaded:
   // [1, cols] each (none past the head's queries).
@@ -181,22 +181,19 @@ class AttentionBackwardProgram {
       raw.push_back(b.load(param, {query_head, q0}, {1, s_.block_cols}, {false, true}, {}, Frag::Acc));
     return raw;
   }
-  // From them −L·log2 e and −D. Past the queries c is taken as 0, h 1 and D 0: there Q's and dO's
+  // From them −L·log2 e and D. Past the queries c is taken as 0, h 1 and D 0: there Q's and dO's
   // rows are zeros, so P is 1 and dP − D 0, and both products add nothing.
   std::pair<int, int> col_statistics(Builder& b, const std::vector<int>& raw, int q0) {
     const int in = b.in_bounds(q0, b.index(s_.n_q), 1, {1, s_.block_cols}, Frag::Acc);
     auto inside = [&](int x, double outside) {
       return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
     };
-    return {minus_log2_lse(b, inside(raw[0], 0), inside(raw[1], 1)), negated(b, inside(raw[2], 0))};
+    return {minus_log2_lse(b, inside(raw[0], 0), inside(raw[1], 1)), inside(raw[2], 0)};
   }
   // The keys kernel on wgmma loads the next step's c, h and D while its gradients' products run
   // and carries them into that step (48 registers a thread at 64 columns): loaded at their use,
   // their latency from L2 was the kernel's largest stall (Nsight Compute, bench/NOTES.md).
   bool prefetched() const { return s_.wgmma && s_.part == Part::Keys; }
-  static int negated(Builder& b, int x) {
-    return b.compute(Op::Mul, {x, b.scalar(-1, DType::F32)}, DType::F32);
-  }
   // −(c + ln h)·log2 e, c taken as 0 where it is −inf (a row that saw no key: its scores are
   // masked, so its P is e^−inf = 0 either way).
   static int minus_log2_lse(Builder& b, int c, int h) {
@@ -327,13 +324,13 @@ class AttentionBackwardProgram {
   std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc,
                         const std::vector<int>& raw, const std::function<std::vector<int>()>& prefetch) {
     const int c0 = b.mul(j, b.index(s_.block_cols));
-    int minus_lse2 = minus_lse2_, minus_delta = minus_delta_;
+    int minus_lse2 = minus_lse2_, delta = delta_;
     if (!queries())
-      std::tie(minus_lse2, minus_delta) =
+      std::tie(minus_lse2, delta) =
           col_statistics(b, prefetched() ? raw : load_col_statistics(b, head, c0), c0);
     bool ds_needed = false;
     for (const Gradient& g : grads_) ds_needed |= g.grad != Grad::V;
-    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, minus_delta, ds_needed, head, acc, prefetch);
+    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, delta, ds_needed, head, acc, prefetch);
     const int p = probabilities(b, scores(b, 0, stage), minus_lse2, c0);
     std::vector<int> out = acc;
     // dV's product first: dP's tile is not live yet beside the two accumulators (the other order
@@ -341,8 +338,8 @@ class AttentionBackwardProgram {
     for (size_t g = 0; g < grads_.size(); ++g)
       if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
     if (!ds_needed) return out;
-    const int dp = b.compute(Op::Add, {scores(b, 1, stage), minus_delta}, DType::F32);
-    const int ds = b.compute(Op::Mul, {p, dp}, DType::F32);
+    const int ds =
+        b.compute(Op::Mul, {p, b.compute(Op::Sub, {scores(b, 1, stage), delta}, DType::F32)}, DType::F32);
     for (size_t g = 0; g < grads_.size(); ++g)
       if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
     return out;
@@ -353,18 +350,20 @@ class AttentionBackwardProgram {
   // products on P and dS, waited for at the step's end. The queries kernel, with no dV to start,
   // starts the scores' product first and computes P while dP's runs. (Each order in the other
   // kernel ran slower or spilled: the queries kernel 6% slower, the keys kernel at d 128 32 bytes.)
-  std::vector<int> paired_step(Builder& b, int stage, int c0, int minus_lse2, int minus_delta, bool ds_needed,
+  std::vector<int> paired_step(Builder& b, int stage, int c0, int minus_lse2, int delta, bool ds_needed,
                                int head, const std::vector<int>& acc,
                                const std::function<std::vector<int>()>& prefetch) {
     int p = -1, ds = -1;
     if (queries()) {
       const int s = scores(b, 0, stage), dp = scores(b, 1, stage);
       p = probabilities(b, b.dot_wait({s}, 1)[0], minus_lse2, c0);
-      ds = b.compute(Op::Mul, {p, b.compute(Op::Add, {b.dot_wait({dp}, 0)[0], minus_delta}, DType::F32)},
+      ds = b.compute(Op::Mul, {p, b.compute(Op::Sub, {b.dot_wait({dp}, 0)[0], delta}, DType::F32)},
                      DType::F32);
     } else {
       std::vector<int> flight;
-      if (ds_needed) flight.push_back(scores(b, 1, stage, minus_delta));
+      if (ds_needed)
+        flight.push_back(
+            scores(b, 1, stage, b.compute(Op::Mul, {delta, b.scalar(-1, DType::F32)}, DType::F32)));
       flight.push_back(scores(b, 0, stage));
       const std::vector<int> waited = b.dot_wait(flight, 0);
       p = probabilities(b, waited.back(), minus_lse2, c0);
@@ -463,7 +462,7 @@ class AttentionBackwardProgram {
   std::vector<int> a_param_, b_param_;
   std::vector<Gradient> grads_;
   int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
-  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, minus_delta_ = -1;
+  int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, delta_ = -1;
 };
 
 }  // namespace
