@@ -136,4 +136,18 @@ void estimate_attention_cost(const Graph& g, Kernel& k, const DeviceProfile& p);
 // pinned): where its cost has the softmax over 1.25× the products.
 bool attention_pins_pv_wait(const Kernel& k);
 
+// The persistent causal grid's static order: position t of the order (block b takes positions b,
+// b + blocks, …) → its head and query tile. Under the causal triangle each head's tiles pair up —
+// its j-th longest (the last queries) with its j-th shortest — and waves of `blocks` pairs take
+// 2 × blocks positions, the pairs' long tiles first, so that every block takes a long tile and
+// then its complement: the blocks' work stays level, and the heads in flight are the few of one
+// wave, their K and V in L2 (with groups of 8 heads each longest first, blocks drifted apart over
+// ~30 heads, 60 MB of K and V: bench/NOTES.md). An odd count's middle tiles come after all the
+// pairs. A sliding window's tiles, of nearly equal work and a window's keys each, keep groups of 8
+// heads, each group's tiles longest first.
+struct QueryTilePlace {
+  int64_t head, tile;
+};
+QueryTilePlace causal_tile_place(int64_t t, int64_t m_blocks, int64_t heads, int64_t blocks, bool window);
+
 }  // namespace tilefuse

@@ -100,11 +100,18 @@ std::string TileSchedule::describe() const {
         tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}, the most loaded "
                                       "block {:.3f}× the mean",
                                       tile_blocks, batch * m_blocks(),
-                                      causal_offset >= 0 ? " longest first" : "", tile_balance)
+                                      causal_offset < 0 ? ""
+                                      : window_offset   ? " longest first"
+                                                        : " in pairs of a long and a short tile",
+                                      tile_balance)
         : tile_balance > 1.02
             ? fmt::format("{} blocks (a persistent grid's static order would load one block {:.2f}× "
                           "the mean)",
                           grid(), tile_balance)
+        : tile_balance > 0 && middle_tiles_last()
+            ? fmt::format("{} blocks (a persistent grid's pairs would leave each head's middle query "
+                          "tile to a last round)",
+                          grid())
             : fmt::format("{} blocks", grid()),
         batch,
         (heads_per_block > 1

@@ -163,6 +163,9 @@ struct TileSchedule {
   // grid's static order of query tiles (key steps plus a tile's start), as the planner weighed
   // it; 0 where no persistent grid was weighed.
   double tile_balance = 0;
+  // Causal attention (no window) with an odd count of query tiles a head: a persistent grid's
+  // pairs of a long and a short tile leave each head's middle one to a round after them.
+  bool middle_tiles_last() const { return causal_offset >= 0 && !window_offset && m_blocks() % 2 == 1; }
   int64_t tiles() const { return batch * m_blocks() * n_blocks(); }
   // Persistent TMA matmuls: 2 (ping-pong) runs two groups of block_threads() consumers, each on
   // tiles of its own (the block's tiles alternately), their k loops taking turns so that one

@@ -91,21 +91,14 @@ class AttentionProgram {
 
  private:
   // The block's query tile `tile` (a head's, or — heads packed — a K/V head's): its head, first
-  // query and rows. Causal tiles differ in work: each head's longest (last queries) come first,
-  // so that the last wave is of short ones.
+  // query and rows. Causal tiles differ in work: on a persistent grid they come in
+  // causal_tile_place's order; otherwise each head's longest (last queries) first, so that the
+  // last wave is of short ones.
   void place(Builder& b, int tile) {
     tile_ = tile;
     int mt;
     if (persistent() && s_.causal_offset) {
-      // On a persistent grid, groups of up to 8 heads (their K and V, 2 MB each at 4096 keys of
-      // d 128, stay in L2 while the SMs share them), each group's tiles longest first across its
-      // heads.
-      const int64_t g = std::min<int64_t>(8, block_heads());
-      const int per_group = b.index(g * m_blocks());
-      const int group = b.div(tile, per_group), within = b.rem(tile, per_group);
-      const int heads = b.min(b.index(g), b.sub(b.index(block_heads()), b.mul(group, b.index(g))));
-      mt = b.sub(b.index(m_blocks() - 1), b.div(within, heads));
-      bh_ = b.add(b.mul(group, b.index(g)), b.rem(within, heads));
+      std::tie(bh_, mt) = causal_place(b, tile);
     } else {
       bh_ = b.div(tile, b.index(m_blocks()));
       mt = b.rem(tile, b.index(m_blocks()));
@@ -117,6 +110,40 @@ class AttentionProgram {
     query0_ = s_.group > 1 ? zero_ : block_row0;  // packed heads: every row is its head's query 0
     row0_ = b.add(first_row, block_row0);
     row_end_ = b.add(first_row, b.index(head_rows()));
+  }
+  // causal_tile_place's order (compiler/fusion/contraction_chain.h) in index arithmetic: tile →
+  // (head, query tile). Past the pairs (t ≥ 2·pairs) the middle tiles of an odd count, a head
+  // each; 0/1 flags select by product.
+  std::pair<int, int> causal_place(Builder& b, int t) {
+    if (s_.window_offset) {  // groups of 8 heads, longest first
+      const int64_t g = std::min<int64_t>(8, block_heads());
+      const int per_group = b.index(g * m_blocks());
+      const int group = b.div(t, per_group), within = b.rem(t, per_group);
+      const int heads = b.min(b.index(g), b.sub(b.index(block_heads()), b.mul(group, b.index(g))));
+      return {b.add(b.mul(group, b.index(g)), b.rem(within, heads)),
+              b.sub(b.index(m_blocks() - 1), b.div(within, heads))};
+    }
+    const int64_t m = m_blocks(), half = m / 2, pairs = block_heads() * half, blocks = s_.persistent_blocks;
+    auto idx = [&](int64_t v) { return b.index(v); };
+    if (pairs == 0) return {t, idx(half)};  // (one query tile a head)
+    int head = zero_, tile = zero_;
+    {
+      const int tp = b.min(t, idx(2 * pairs - 1));
+      const int wave = b.div(tp, idx(2 * blocks)), r = b.sub(tp, b.mul(wave, idx(2 * blocks)));
+      const int first = b.mul(wave, idx(blocks)), n = b.min(idx(blocks), b.sub(idx(pairs), first));
+      const int is_short = b.min(idx(1), b.div(r, n));
+      const int pair = b.add(first, b.sub(r, b.mul(is_short, n)));
+      const int j = b.rem(pair, idx(half));
+      head = b.div(pair, idx(half));
+      // long: m − 1 − j; short: j
+      tile = b.add(j, b.mul(b.sub(idx(1), is_short), b.sub(idx(m - 1), b.mul(idx(2), j))));
+    }
+    if (m % 2 == 0) return {head, tile};
+    const int single = b.min(idx(1), b.div(t, idx(2 * pairs)));  // 1 past the pairs
+    const int paired = b.sub(idx(1), single);
+    const int single_head = b.sub(b.max(t, idx(2 * pairs)), idx(2 * pairs));
+    return {b.add(b.mul(paired, head), b.mul(single, single_head)),
+            b.add(b.mul(paired, tile), b.mul(single, idx(half)))};
   }
   // A block per query tile (and key split): program id `pid`'s.
   void place_block(Builder& b, int pid) {
