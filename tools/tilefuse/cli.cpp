@@ -178,10 +178,11 @@ common options:
   --attention-persistent 0|1|auto
                                schedule override: 1 runs TMA attention (without split keys) on a
                                persistent grid of a block per SM taking the query tiles in turn
-                               (causal: longest first), the next tile's Q, K and V copied while
-                               this one finishes (d ≤ 128); 0 a block per query tile; auto (the
-                               default): persistent where that static order balances the blocks'
-                               work within 2%
+                               (causal: a head's long and short tiles in pairs; windows:
+                               longest first), the next tile's Q, K and V copied while this one
+                               finishes (d ≤ 128); 0 a block per query tile; auto (the default):
+                               persistent where that static order balances the blocks' work
+                               within 2% (not causal with an odd count of tiles a head)
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
