@@ -558,8 +558,10 @@ static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfil
   // A causal grid's odd count of query tiles a head leaves each head's middle tile to a round
   // after the pairs: at N 4097 that measured 3.5% slower (by minima) than a block a tile, though
   // the model counts it balanced (bench/NOTES.md, 2026-12-06); a block a tile there.
-  const bool auto_ok = query_tiles >= 4 * sms && s.tile_balance <= 1.02 && !s.middle_tiles_last();
-  const bool chosen = hints.attention_persistent == 1 || (hints.attention_persistent < 0 && auto_ok);
+  const bool balanced =
+      can && hints.attention_persistent < 0 && query_tiles >= 4 * sms && s.tile_balance <= 1.02;
+  s.middle_tiles_declined = balanced && s.middle_tiles_last();
+  const bool chosen = hints.attention_persistent == 1 || (balanced && !s.middle_tiles_declined);
   s.tile_blocks = can && chosen ? blocks : 0;
 }
 

@@ -139,8 +139,9 @@ bool attention_pins_pv_wait(const Kernel& k);
 // The persistent causal grid's static order: position t of the order (block b takes positions b,
 // b + blocks, …) → its head and query tile. Under the causal triangle each head's tiles pair up —
 // its j-th longest (the last queries) with its j-th shortest — and waves of `blocks` pairs take
-// 2 × blocks positions, the pairs' long tiles first, so that every block takes a long tile and
-// then its complement: the blocks' work stays level, and the heads in flight are the few of one
+// 2 × blocks positions, the pairs' long tiles first, so that in each full wave every block takes
+// a long tile and then its complement (a last, partial wave's short tiles go round the blocks as
+// they come): the blocks' work stays level, and the heads in flight are the few of one
 // wave, their K and V in L2 (with groups of 8 heads each longest first, blocks drifted apart over
 // ~30 heads, 60 MB of K and V: bench/NOTES.md). An odd count's middle tiles come after all the
 // pairs. A sliding window's tiles, of nearly equal work and a window's keys each, keep groups of 8

@@ -108,7 +108,7 @@ std::string TileSchedule::describe() const {
             ? fmt::format("{} blocks (a persistent grid's static order would load one block {:.2f}× "
                           "the mean)",
                           grid(), tile_balance)
-        : tile_balance > 0 && middle_tiles_last()
+        : middle_tiles_declined
             ? fmt::format("{} blocks (a persistent grid's pairs would leave each head's middle query "
                           "tile to a last round)",
                           grid())

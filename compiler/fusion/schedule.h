@@ -163,9 +163,15 @@ struct TileSchedule {
   // grid's static order of query tiles (key steps plus a tile's start), as the planner weighed
   // it; 0 where no persistent grid was weighed.
   double tile_balance = 0;
-  // Causal attention (no window) with an odd count of query tiles a head: a persistent grid's
-  // pairs of a long and a short tile leave each head's middle one to a round after them.
-  bool middle_tiles_last() const { return causal_offset >= 0 && !window_offset && m_blocks() % 2 == 1; }
+  // Causal attention (no window) with an odd count of 3 or more query tiles a head: a
+  // persistent grid's pairs of a long and a short tile leave each head's middle one to a round
+  // after them.
+  bool middle_tiles_last() const {
+    return causal_offset >= 0 && !window_offset && m_blocks() > 1 && m_blocks() % 2 == 1;
+  }
+  // The persistent grid balanced the blocks and would have been chosen but for
+  // middle_tiles_last() (the report says so).
+  bool middle_tiles_declined = false;
   int64_t tiles() const { return batch * m_blocks() * n_blocks(); }
   // Persistent TMA matmuls: 2 (ping-pong) runs two groups of block_threads() consumers, each on
   // tiles of its own (the block's tiles alternately), their k loops taking turns so that one
@@ -341,7 +347,8 @@ struct ScheduleHints {
   // TMA attention without split keys on a persistent grid of one block per SM looping over the
   // query tiles (TileSchedule::tile_blocks, AttentionShape::persistent_blocks): 1; 0 a block per
   // query tile; -1 (the default) persistent where its static order of tiles balances the blocks'
-  // work within 2% (TileSchedule::tile_balance; bench/NOTES.md, "The attention family").
+  // work within 2% (TileSchedule::tile_balance; bench/NOTES.md, "The attention family"), but not
+  // for a causal mask's odd count of 3 or more query tiles a head (middle_tiles_last).
   int attention_persistent = -1;
   // Rows a cluster holds: 1, each pass over the row in one exchange of the cluster's blocks'
   // values — a softmax's max and sum together, each block's sum of exp(x − c(m_b)) and what uses

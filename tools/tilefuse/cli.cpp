@@ -182,7 +182,8 @@ common options:
                                longest first), the next tile's Q, K and V copied while this one
                                finishes (d ≤ 128); 0 a block per query tile; auto (the default):
                                persistent where that static order balances the blocks' work
-                               within 2% (not causal with an odd count of tiles a head)
+                               within 2% (not under a causal mask without a window with an odd
+                               count of tiles a head, 3 or more)
   --pitch-copy 0|1|auto        schedule override: 1 copies a 16-bit matmul operand whose rows
                                are not whole 16-byte chunks (K or N not a multiple of 8) into a
                                padded pitch before the kernel, which then runs staged; 0 reads
