@@ -126,18 +126,14 @@ class AttentionProgram {
     const int64_t m = m_blocks(), half = m / 2, pairs = block_heads() * half, blocks = s_.persistent_blocks;
     auto idx = [&](int64_t v) { return b.index(v); };
     if (pairs == 0) return {t, idx(half)};  // (one query tile a head)
-    int head = zero_, tile = zero_;
-    {
-      const int tp = b.min(t, idx(2 * pairs - 1));
-      const int wave = b.div(tp, idx(2 * blocks)), r = b.sub(tp, b.mul(wave, idx(2 * blocks)));
-      const int first = b.mul(wave, idx(blocks)), n = b.min(idx(blocks), b.sub(idx(pairs), first));
-      const int is_short = b.min(idx(1), b.div(r, n));
-      const int pair = b.add(first, b.sub(r, b.mul(is_short, n)));
-      const int j = b.rem(pair, idx(half));
-      head = b.div(pair, idx(half));
-      // long: m − 1 − j; short: j
-      tile = b.add(j, b.mul(b.sub(idx(1), is_short), b.sub(idx(m - 1), b.mul(idx(2), j))));
-    }
+    const int tp = b.min(t, idx(2 * pairs - 1));
+    const int wave = b.div(tp, idx(2 * blocks)), r = b.sub(tp, b.mul(wave, idx(2 * blocks)));
+    const int first = b.mul(wave, idx(blocks)), n = b.min(idx(blocks), b.sub(idx(pairs), first));
+    const int is_short = b.min(idx(1), b.div(r, n));
+    const int pair = b.add(first, b.sub(r, b.mul(is_short, n)));
+    const int j = b.rem(pair, idx(half)), head = b.div(pair, idx(half));
+    // long: m − 1 − j; short: j
+    const int tile = b.add(j, b.mul(b.sub(idx(1), is_short), b.sub(idx(m - 1), b.mul(idx(2), j))));
     if (m % 2 == 0) return {head, tile};
     const int single = b.min(idx(1), b.div(t, idx(2 * pairs)));  // 1 past the pairs
     const int paired = b.sub(idx(1), single);

@@ -58,9 +58,8 @@ struct AttentionShape {
   bool tma = false;
   // On TMA without split keys or a key limit, > 0: a persistent grid of this many blocks, block
   // b taking query tiles b, b + persistent_blocks, … (causal: in causal_tile_place's order,
-  // compiler/fusion/contraction_chain.h), its
-  // rings' stages following on from tile to tile, so that the producer fills the next tile's
-  // first stages while the consumers finish this one's.
+  // compiler/fusion/contraction_chain.h), its rings' stages following on from tile to tile, so
+  // that the producer fills the next tile's first stages while the consumers finish this one's.
   int64_t persistent_blocks = 0;
   // On TMA: the two consumer warpgroups issue each step's products in turns — one waits until
   // the other has issued its own — so that one's softmax runs while the other's products hold
