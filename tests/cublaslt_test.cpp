@@ -1,21 +1,22 @@
 // cuBLASLt through runtime/cublaslt.h against a float64 GEMM: row-major operands, transposes,
 // batches with a shared weight, and the native epilogues, on seeded random inputs into a
 // poisoned output.
+#include "runtime/cublaslt.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
-#include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_probe.h"
 #include "tests/test_util.h"
@@ -112,6 +113,16 @@ TEST(GpuCublaslt, MeasuresLibraryRatesOnce) {
   const std::string dir = ::testing::TempDir() + "tilefuse_library_rates_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   setenv("TILEFUSE_CACHE_DIR", dir.c_str(), 1);
+  // The rates are kept beside the disk cache, so the test turns it on whatever the environment
+  // says (the GPU scripts run with TILEFUSE_CACHE=0), and puts the setting back when it ends.
+  struct CacheOn {
+    std::optional<std::string> was;
+    CacheOn() {
+      if (const char* v = std::getenv("TILEFUSE_CACHE")) was = v;
+      setenv("TILEFUSE_CACHE", "1", 1);
+    }
+    ~CacheOn() { was ? setenv("TILEFUSE_CACHE", was->c_str(), 1) : unsetenv("TILEFUSE_CACHE"); }
+  } cache_on;
   Graph g("mm");
   output("y", dsl::matmul(dsl::input(g, "a", {512, 1024}, DType::BF16), dsl::input(g, "w", {1024, 768}, DType::BF16)));
   output("z", dsl::matmul(dsl::input(g, "x", {64, 96}, DType::F32), dsl::input(g, "v", {96, 32}, DType::F32)));

@@ -54,8 +54,8 @@ double short_form_error(Op op, DType dtype) {
     case Op::Sigmoid:
     case Op::GeluTanh:  // (sigmoid_16bit: exp_16bit and a reciprocal)
       return 0x1.0p-22 + 89 * 0x1.0p-24;
-    case Op::Gelu:  // gelu_16bit's fit
-      return 4e-6;
+    case Op::Gelu:  // gelu_16bit's fit (4.8e-5 measured over [−40, 40] by its fitting script)
+      return 5e-5;
     default:
       return 0;
   }

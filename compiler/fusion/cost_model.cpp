@@ -47,7 +47,7 @@ double instructions_per_element(const Graph& g, const Node& n) {
     case Op::Sigmoid:
       return half ? 4 : 13;
     case Op::Gelu:
-      return half ? 14 : 25;
+      return half ? 11 : 25;
     case Op::GeluTanh:
       return half ? 10 : 19;
     case Op::Div:
