@@ -97,9 +97,15 @@ std::vector<PlannedCase> matmul_schedule_cases() {
       y = gelu(y + input(g, "bias", {s.back()}, dt) + input(g, "res", {s[s.size() - 2], s.back()}, dt));
     }
     output("c", y);
-    for (int variant = 0; variant < 7; ++variant) {
-      static const char* const names[] = {"default", "mma.sync", "direct", "wgmma cp.async", "ping-pong",
-                                          "clusters", "tma, stores from registers"};
+    for (int variant = 0; variant < (c.epilogue ? 8 : 7); ++variant) {
+      static const char* const names[] = {"default",
+                                          "mma.sync",
+                                          "direct",
+                                          "wgmma cp.async",
+                                          "ping-pong",
+                                          "clusters",
+                                          "tma, stores from registers",
+                                          "rolled epilogue"};
       FusionOptions o;
       o.library_gemm = LibraryGemmUse::Never;  // tilefuse's own GEMM (GpuMatMul.LibraryGemm* the library's)
       o.schedule.gemm_wgmma = variant == 0 || variant >= 3 ? 1 : 0;
@@ -113,6 +119,7 @@ std::vector<PlannedCase> matmul_schedule_cases() {
         o.profile.sm_count = 2;
       }
       if (variant == 6) o.schedule.gemm_tma_store = 0;
+      if (variant == 7) o.schedule.rolled_epilogue = 1;  // (where the schedule stores by TMA)
       o.schedule.stages = variant == 2 ? 0 : -1;
       o.schedule.pitch_copy = variant == 2 ? -1 : 1;  // odd rows: the copies, where the schedule is staged
       out.push_back({fmt::format("{}, {}", c.name, names[variant]), plan_fusion(g, o)});

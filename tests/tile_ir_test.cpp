@@ -1153,6 +1153,52 @@ TEST(TileIrBuild, TmaMatMulStoresItsOutputsByTma) {
   EXPECT_FALSE(two.kernels[0].schedule.tma_store);
 }
 
+// A rolled epilogue (--rolled-epilogue 1; auto where the epilogue evaluates a transcendental
+// function): the product staged for the TMA store, and the epilogue run once per chunk of a
+// staged panel in the store's region — its GELU appears once in the program, not once per
+// accumulator element — keeping its text through a round trip. An output whose dtype is not
+// the product's stays unrolled (the staged chunk holds the output's dtype), and so does a
+// chain without a transcendental function under auto.
+TEST(TileIrBuild, TmaMatMulRollsItsEpilogueOverStagedChunks) {
+  using namespace dsl;
+  auto plan_of = [](std::optional<DType> product, bool gelu_it, int rolled) {
+    Graph g("mm");
+    Tensor y = matmul(input(g, "a", {300, 200}, DType::BF16), input(g, "w", {200, 1024}, DType::BF16),
+                      {false, false, product});
+    Tensor z = y + input(g, "bias", {1024}, product.value_or(DType::BF16));
+    z = gelu_it ? gelu(z) : relu(z);
+    output("c", cast(z + input(g, "res", {300, 1024}, product.value_or(DType::BF16)), DType::BF16));
+    FusionOptions o;
+    o.profile.sm_count = 5;
+    o.library_gemm = LibraryGemmUse::Never;
+    o.schedule.rolled_epilogue = rolled;
+    return plan_fusion(g, o);
+  };
+  const Plan plan = plan_of(std::nullopt, true, 1);
+  const TileSchedule& s = plan.kernels.at(0).schedule;
+  ASSERT_TRUE(s.tma_store);
+  EXPECT_TRUE(s.rolled_epilogue);
+  EXPECT_NE(s.describe().find("in a loop over chunks of 32 rows"), std::string::npos) << s.describe();
+  const Program p = round_tripped(plan);
+  const std::string text = print_program(p);
+  const size_t region = text.find(" epilogue(");
+  ASSERT_NE(region, std::string::npos) << text;
+  EXPECT_NE(text.find(": tile<32x64xbf16>", region), std::string::npos) << text;
+  EXPECT_GT(text.find("gelu"), region) << text;
+  EXPECT_EQ(text.find("gelu"), text.rfind("gelu")) << text;
+  EXPECT_TRUE(plan_of(std::nullopt, true, -1).kernels.at(0).schedule.rolled_epilogue);
+  EXPECT_FALSE(plan_of(std::nullopt, false, -1).kernels.at(0).schedule.rolled_epilogue);
+  EXPECT_FALSE(plan_of(std::nullopt, true, 0).kernels.at(0).schedule.rolled_epilogue);
+  EXPECT_FALSE(plan_of(DType::F32, true, 1).kernels.at(0).schedule.rolled_epilogue);
+  // A staged chunk must be the layout's 16 bytes a thread.
+  Program wrong = p;
+  wrong.layout = {{1, 1}, {1, 256}, {1, 1}};
+  bool named = false;
+  for (const std::string& problem : program_problems(wrong))
+    named |= problem.find("staged chunk") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
 TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {
   using namespace dsl;
   Graph g("mm");

@@ -2545,6 +2545,10 @@ class Emitter {
           b_.CreateAlignedStore(pair_to_storage(values[e], values[e + 1], prm.dtype), at,
                                 llvm::Align(2 * static_cast<uint64_t>(size)));
         }
+      if (!i.regions.empty()) {
+        block_barrier();
+        staged_epilogue(i, slot, panel * per_panel);
+      }
       asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
       block_barrier();
       guarded(group_leader(), [&] {
@@ -2556,6 +2560,56 @@ class Emitter {
                            llvm::ArrayRef<Value*>{});
       });
     }
+  }
+  // A TmaStore's epilogue region over the panel in `slot` (columns from `col` of the tile): a
+  // loop, kept rolled, over its chunks of the layout's rows — each thread reading its 16-byte
+  // piece (row r's piece c at c ^ (r % 8), as written), the region computing on it, the result
+  // written back in its place.
+  void staged_epilogue(const Inst& i, Value* slot, int col) {
+    const tir::Region& r = i.regions.at(0);
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const Type& ct = type(r.args[0]);
+    const int chunk_rows = static_cast<int>(ct.shape[0]), per_thread = l_.per_thread[1];
+    const int chunks = static_cast<int>(type(i.args[3]).shape[0]) / chunk_rows;
+    llvm::Type* half = storage_type(b_, prm.dtype);
+    auto* piece_ty = llvm::FixedVectorType::get(half, static_cast<unsigned>(per_thread));
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "chunk", fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "chunk.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "chunk.exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* k = b_.CreatePHI(b_.getInt32Ty(), 2, "chunk");
+    k->addIncoming(i32(0), pre);
+    b_.CreateCondBr(b_.CreateICmpULT(k, i32(chunks)), body, exit);
+    b_.SetInsertPoint(body);
+    Value* first_row = b_.CreateMul(k, i32(chunk_rows));
+    Value* at = ring_address(i.ring, slot, b_.CreateAdd(first_row, thread_[0]), thread_[1]);
+    Value* piece = b_.CreateAlignedLoad(piece_ty, at, llvm::Align(16));
+    std::vector<Value*> staged;
+    for (int e = 0; e < per_thread; ++e)
+      staged.push_back(to_compute(b_, b_.CreateExtractElement(piece, static_cast<uint64_t>(e)), prm.dtype));
+    vals_[static_cast<size_t>(r.args[0])] = std::move(staged);
+    vals_[static_cast<size_t>(r.args[1])] = {b_.CreateZExtOrTrunc(first_row, index_ty())};
+    vals_[static_cast<size_t>(r.args[2])] = {index(col)};
+    nested_region(r);
+    const std::vector<Value*>& out = vals_.at(static_cast<size_t>(r.body.back().args.at(0)));
+    Value* result = llvm::PoisonValue::get(piece_ty);
+    for (int e = 0; e < per_thread; e += 2) {
+      Value* pair = pair_to_storage(out[static_cast<size_t>(e)], out[static_cast<size_t>(e + 1)], prm.dtype);
+      for (int h = 0; h < 2; ++h)
+        result = b_.CreateInsertElement(result, b_.CreateExtractElement(pair, static_cast<uint64_t>(h)),
+                                        static_cast<uint64_t>(e + h));
+    }
+    b_.CreateAlignedStore(result, at, llvm::Align(16));
+    k->addIncoming(b_.CreateAdd(k, i32(1)), b_.GetInsertBlock());
+    llvm::BranchInst* latch = b_.CreateBr(head);
+    // (Unrolled, the loop would give LLVM back the straight line it exists to avoid.)
+    llvm::MDNode* disable = llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, "llvm.loop.unroll.disable"));
+    llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx_, {nullptr, disable});
+    loop_id->replaceOperandWith(0, loop_id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
+    b_.SetInsertPoint(exit);
   }
   // The first thread of the consumer group (of the block, unspecialized).
   Value* group_leader() { return b_.CreateICmpEQ(tid_, i32(0)); }

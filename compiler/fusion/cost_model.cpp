@@ -307,12 +307,19 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
     // TMA stores for one output of whole 16-byte rows (16- or 32-bit; build.cpp, stored_by_tma).
     const size_t out_size = dtype_size(g.node(k.outputs.at(0)).dtype);
     const bool tma_storable = k.outputs.size() == 1 && out_size >= 2 && cols * static_cast<int64_t>(out_size) % 16 == 0;
+    // An epilogue that evaluates a transcendental function (a GELU's erf or exp).
+    bool transcendental = false;
+    for (NodeId n : k.nodes) transcendental |= n != m.id && mufu_per_element(g.node(n)) > 0;
     auto schedule = [&](ScheduleHints h) {
       if (m.transpose_b) h.gemm_cluster = 1;  // multicast shares out B's panels: B stored along N
       if (!tma_storable) h.gemm_tma_store = 0;
-      return choose_matmul_schedule(num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, copyable,
-                                    profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h,
-                                    profile.sm_count);
+      TileSchedule s = choose_matmul_schedule(
+          num_elements(m.shape) / (rows * cols), rows, cols, depth, runs, copyable,
+          profile.wgmma && dtype_size(g.node(m.operands[0]).dtype) == 2, tile_operands, h, profile.sm_count);
+      s.rolled_epilogue = s.tma_store && s.consumer_groups == 1 && s.k_splits <= 1 && k.nodes.size() > 1 &&
+                          g.node(k.outputs.at(0)).dtype == m.dtype &&
+                          (h.rolled_epilogue == 1 || (h.rolled_epilogue == -1 && transcendental));
+      return s;
     };
     k.schedule = schedule(hints);
     if (k.schedule.copies_operands() && hints.pitch_copy == -1) {  // the copies against reading in place

@@ -152,26 +152,36 @@ std::string TileSchedule::describe() const {
                           k_splits, k_steps_per_split());
   if (contracts && wgmma)
     return fmt::format(
-        "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in steps of {} through {} "
-        "shared-memory stages ({}, 128-byte swizzle; {} KiB each) read by wgmma, {}{}",
-        block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages,
-        tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async", stage_bytes / 1024,
-        tile_blocks > 0 ? fmt::format("{} persistent blocks over {} tiles{}", tile_blocks, tiles(),
-                                      std::string(consumer_groups > 1 ? " (two consumer warpgroups on tiles of their "
-                                                                        "own, their k loops taking turns: ping-pong)"
-                                                                      : "") +
-                                          (cluster_blocks > 1 ? fmt::format(", in clusters of {} on adjacent tile rows "
-                                                                            "(B's tile multicast)",
-                                                                            cluster_blocks)
-                                                              : ""))
-                        : fmt::format("{} blocks", grid()),
-        batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") +
-        (tma_store ? fmt::format("; the output stored by TMA, a 128-byte panel of columns at a time through {} KiB "
-                                 "of shared memory, the consumers going on while it writes",
-                                 staging_bytes(consumer_groups) / 1024)
-                   : "") +
-        operand_notes;
+               "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in "
+               "steps of {} through {} "
+               "shared-memory stages ({}, 128-byte swizzle; {} KiB each) read by wgmma, {}{}",
+               block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages,
+               tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async",
+               stage_bytes / 1024,
+               tile_blocks > 0
+                   ? fmt::format(
+                         "{} persistent blocks over {} tiles{}", tile_blocks, tiles(),
+                         std::string(consumer_groups > 1 ? " (two consumer warpgroups on tiles of their "
+                                                           "own, their k loops taking turns: ping-pong)"
+                                                         : "") +
+                             (cluster_blocks > 1 ? fmt::format(", in clusters of {} on adjacent tile rows "
+                                                               "(B's tile multicast)",
+                                                               cluster_blocks)
+                                                 : ""))
+                   : fmt::format("{} blocks", grid()),
+               batch > 1 ? fmt::format(" over {} batches", batch) : "") +
+           (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") +
+           (tma_store
+                ? fmt::format(
+                      "; the output stored by TMA, a 128-byte panel of columns at a time through {} KiB "
+                      "of shared memory, the consumers going on while it writes",
+                      staging_bytes(consumer_groups) / 1024)
+                : "") +
+           (rolled_epilogue
+                ? "; the epilogue computed on each staged panel in a loop over chunks of 32 rows (one "
+                  "chunk's code to compile, not one per element)"
+                : "") +
+           operand_notes;
   if (contracts)
     return fmt::format(
         "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "

@@ -154,6 +154,10 @@ struct TileSchedule {
   // slots per consumer group and copied out by the group's first thread while the consumers go
   // on (staging_bytes() of shared memory, set aside from the stages).
   bool tma_store = false;
+  // TMA stores: the epilogue computed on the staged output a chunk of 32 rows at a time in a
+  // loop, not on every accumulator element in straight-line code (Opcode::TmaStore's region):
+  // LLVM compiles one chunk's chain instead of one per element.
+  bool rolled_epilogue = false;
   int64_t staging_bytes(int groups) const { return tma_store ? int64_t{2} * 128 * block_m * groups : 0; }
   // TMA matmuls and attention: > 0, a persistent grid of this many blocks (one per SM) looping
   // over the tiles (pid, pid + tile_blocks, …): the producer fills the next tile's stages during
@@ -331,6 +335,11 @@ struct ScheduleHints {
   // TMA matmuls' outputs stored by TMA through shared memory (TileSchedule::tma_store): 1 or -1
   // (the default); 0 by every thread's stores from its accumulators.
   int gemm_tma_store = -1;
+  // TMA-stored matmuls with an epilogue: 1 computes it on the staged output in a rolled loop
+  // (TileSchedule::rolled_epilogue) wherever it can — one output, its dtype the product's, one
+  // consumer group, no split-K; -1 where the epilogue evaluates a transcendental function; 0 (the
+  // default) never.
+  int rolled_epilogue = 0;
   // Attention on wgmma warp-specialized: 128-row blocks of two consumer warpgroups fed Q, K and
   // V tiles by TMA from a producer warpgroup (TileSchedule::tma, AttentionShape::tma): 1;
   // 0 every thread's cp.async; -1 (the default) TMA where the products bound the kernel

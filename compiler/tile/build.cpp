@@ -315,6 +315,7 @@ class MatMulProgram {
     p_.grid = {s_.grid()};
     p_.wide_indices = s_.wide_indices();
     add_params();
+    if (s_.rolled_epilogue) chunk_layout();
     Builder b(p_, p_.body);
     const int pid = b.program_id(0);
     zero_ = b.index(0);
@@ -722,21 +723,31 @@ class MatMulProgram {
     })[0];
   }
 
-  // The epilogue's operands in the accumulator's layout, its nodes, and the outputs.
-  void epilogue(Builder& b, std::map<NodeId, int>& value) {
-    auto tile_of = [&](const Param& prm) {
-      return Shape{prm.view[0] == 1 ? 1 : s_.block_m, prm.view[1] == 1 ? 1 : s_.block_n};
-    };
-    auto offsets = [&](const Param& prm) {
-      return std::vector<int>{prm.view[0] == 1 ? zero_ : row0_, prm.view[1] == 1 ? zero_ : n0_};
-    };
-    auto masks = [&](const Param& prm) {
-      return std::vector<bool>{prm.view[0] != 1 && (rows_masked() || s_.batch > 1), prm.view[1] != 1 && cols_masked()};
-    };
+  // A rolled epilogue's chunks (TileSchedule::rolled_epilogue): the blocked layout spreads 128-byte
+  // rows of the output over the consumers, 16 bytes a thread — 32 rows of 8 threads for 256.
+  void chunk_layout() {
+    if (!staging_dtype_ || s_.consumer_groups != 1 || split_k() || mm_.dtype != *staging_dtype_)
+      throw CodegenError(
+          fmt::format("kernel {}: a rolled epilogue needs one TMA-stored output of the product's "
+                      "dtype, one consumer group and no split-K",
+                      k_.name));
+    const int per_thread = 16 / static_cast<int>(dtype_size(*staging_dtype_));
+    p_.layout = {{1, per_thread}, {s_.block_threads() / 8, 8}, {1, 1}};
+  }
+
+  // The epilogue's nodes on operands loaded at `offsets` in tiles of `tile` (views one wide along
+  // an axis keep it one wide) of layout `frag`, given the product's value in `value`.
+  void epilogue_nodes(Builder& b, std::map<NodeId, int>& value, const std::vector<int>& offsets,
+                      const Shape& tile, Frag frag) {
     for (NodeId id : k_.inputs) {
       if (id == mm_.operands[0] || id == mm_.operands[1]) continue;
       const Param& prm = p_.params[static_cast<size_t>(param_.at(id))];
-      value[id] = b.load(param_.at(id), offsets(prm), tile_of(prm), masks(prm), {row_end_, -1}, Frag::Acc);
+      const Shape t = {prm.view[0] == 1 ? 1 : tile[0], prm.view[1] == 1 ? 1 : tile[1]};
+      const std::vector<int> at = {prm.view[0] == 1 ? zero_ : offsets[0],
+                                   prm.view[1] == 1 ? zero_ : offsets[1]};
+      const std::vector<bool> masked = {prm.view[0] != 1 && (rows_masked() || s_.batch > 1),
+                                        prm.view[1] != 1 && cols_masked()};
+      value[id] = b.load(param_.at(id), at, t, masked, {row_end_, -1}, frag);
     }
     for (NodeId id : k_.nodes) {
       if (id == mm_.id) continue;
@@ -744,18 +755,41 @@ class MatMulProgram {
       std::vector<int> args;
       for (NodeId o : n.operands) {
         if (!value.count(o) && g_.node(o).op != Op::Constant)
-          throw CodegenError(fmt::format("{}: the epilogue's %{} reads %{}, which the kernel neither loads nor "
-                                          "computes", k_.name, id, o));
+          throw CodegenError(
+              fmt::format("{}: the epilogue's %{} reads %{}, which the kernel neither loads nor "
+                          "computes",
+                          k_.name, id, o));
         args.push_back(value.count(o) ? value.at(o) : b.scalar(g_.node(o).value, g_.node(o).dtype));
       }
       value[id] = compute_node(b, g_, k_, id, args);
     }
-    // Outputs span the product (a view one wide along an axis is M or N of 1, masked there).
+  }
+  // Output `id`'s value `v` spanning the product's `tile` (a view one wide along an axis is M or N
+  // of 1, masked there).
+  int spanning(Builder& b, NodeId id, int v, const Shape& tile, Frag frag) {
+    const Type& t = p_.types[static_cast<size_t>(v)];
+    if (t.is_tile() && t.shape == tile) return v;
+    return b.compute(Op::Add, {v, b.tile_const(0, g_.node(id).dtype, tile, frag)}, g_.node(id).dtype);
+  }
+
+  // The epilogue's operands in the accumulator's layout, its nodes, and the outputs — or, rolled,
+  // the product staged for the TMA store and the epilogue computed on it a chunk at a time.
+  void epilogue(Builder& b, std::map<NodeId, int>& value) {
+    if (s_.rolled_epilogue) {
+      const NodeId out = k_.outputs.at(0);
+      const Shape chunk = {p_.layout.extent(0), p_.layout.extent(1)};
+      b.tma_store(param_.at(out), batch_, b.sub(row0_, first_row_), n0_, value.at(mm_.id), staging_, chunk,
+                  [&](Builder& in, int staged, int row, int col) {
+                    std::map<NodeId, int> v = {{mm_.id, staged}};
+                    epilogue_nodes(in, v, {in.add(row0_, row), in.add(n0_, col)}, chunk, Frag::None);
+                    return spanning(in, out, v.at(out), chunk, Frag::None);
+                  });
+      return;
+    }
+    const Shape tile = {s_.block_m, s_.block_n};
+    epilogue_nodes(b, value, {row0_, n0_}, tile, Frag::Acc);
     for (NodeId id : k_.outputs) {
-      int v = value.at(id);
-      const Shape tile = {s_.block_m, s_.block_n};
-      if (!p_.types[static_cast<size_t>(v)].is_tile() || p_.types[static_cast<size_t>(v)].shape != tile)
-        v = b.compute(Op::Add, {v, b.tile_const(0, g_.node(id).dtype, tile, Frag::Acc)}, g_.node(id).dtype);
+      const int v = spanning(b, id, value.at(id), tile, Frag::Acc);
       const int param = param_.at(id);
       if (p_.params[static_cast<size_t>(param)].tma_rows > 0)
         b.tma_store(param, batch_, b.sub(row0_, first_row_), n0_, v, staging_);

@@ -1120,16 +1120,40 @@ class Exec {
   }
 
   // Tile arg 3 to the parameter at (batch, row, col), nothing past the batch's rows or the columns.
+  // With an epilogue region: the tile rounded to the output's dtype, then chunk by chunk what
+  // the region makes of each chunk.
   void tma_store(const Inst& i) {
     const Param& prm = param(i);
     const int v = i.args[3];
     const int64_t batch = idx(i.args[0]), row0 = idx(i.args[1]), col0 = idx(i.args[2]);
     const int64_t rows = rows_of(type(v)), cols = cols_of(type(v));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t row = row0 + r, col = col0 + c;
-        if (row >= prm.tma_rows || col >= prm.view[1] || batch * prm.tma_rows + row >= index_extent(prm, 0)) continue;
-        write_element(element(i, offset(prm, batch * prm.tma_rows + row, col), "a TMA store"), dtype_of(prm), at(v, r, c));
+    auto write = [&](int64_t r, int64_t c, double x) {
+      const int64_t row = row0 + r, col = col0 + c;
+      if (row >= prm.tma_rows || col >= prm.view[1] || batch * prm.tma_rows + row >= index_extent(prm, 0))
+        return;
+      write_element(element(i, offset(prm, batch * prm.tma_rows + row, col), "a TMA store"), dtype_of(prm),
+                    x);
+    };
+    if (i.regions.empty()) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) write(r, c, at(v, r, c));
+      return;
+    }
+    const Region& body = i.regions[0];
+    const int64_t chunk_rows = rows_of(type(body.args[0])), chunk_cols = cols_of(type(body.args[0]));
+    for (int64_t c0 = 0; c0 < cols; c0 += chunk_cols)
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+        Val chunk;
+        for (int64_t r = 0; r < chunk_rows; ++r)
+          for (int64_t c = 0; c < chunk_cols; ++c)
+            chunk.t.push_back(rounded(prm.dtype, at(v, r0 + r, c0 + c)));
+        v_.at(static_cast<size_t>(body.args[0])) = std::move(chunk);
+        v_.at(static_cast<size_t>(body.args[1])).i = r0;
+        v_.at(static_cast<size_t>(body.args[2])).i = c0;
+        region(body);
+        const int y = body.body.back().args.at(0);
+        for (int64_t r = 0; r < chunk_rows; ++r)
+          for (int64_t c = 0; c < chunk_cols; ++c) write(r0 + r, c0 + c, at(y, r, c));
       }
   }
 

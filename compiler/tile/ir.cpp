@@ -592,6 +592,19 @@ std::pair<int, int> Builder::ring_stage(int step, int64_t stages, bool emptied) 
   if (emptied) use = add(use, index(1));
   return {rem(step, n), rem(use, index(2))};
 }
+void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring, const Shape& chunk,
+                        const ChunkBody& body) {
+  tma_store(param, batch, row, col, tile, ring);
+  Region r;
+  const DType dt = p_.params.at(static_cast<size_t>(param)).dtype;
+  r.args = {p_.add_value(Type::tile(dt, chunk)), p_.add_value(Type::index()), p_.add_value(Type::index())};
+  Builder inner(p_, r);
+  Inst yield;
+  yield.opcode = Opcode::Yield;
+  yield.args = {body(inner, r.args[0], r.args[1], r.args[2])};
+  r.body.push_back(yield);
+  r_->body.back().regions.push_back(std::move(r));
+}
 void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring) {
   Inst i;
   i.opcode = Opcode::TmaStore;

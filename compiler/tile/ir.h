@@ -284,6 +284,14 @@ enum class Opcode {
   // and columns (past the batch's rows, past N) are not written. WaitStores (the group's first
   // thread) waits until its stores have completed: the last instruction before the consumers
   // leave.
+  // A TmaStore with a region (printed `epilogue(%x : T, %r, %c) { … }`) stages tile arg 3 and
+  // computes what it stores a chunk at a time: each panel's slot, once written, is read back in
+  // chunks of the program's blocked layout (its rows of 128 bytes, a 16-byte piece a thread),
+  // and the region runs once per chunk — rolled, not unrolled per element — given the chunk's
+  // staged elements (%x: tile arg 3 rounded to the output's dtype), its first row and column
+  // within the tile (%r, %c); what it yields (a tile of the chunk's type) is written over the
+  // chunk before the panel is stored. (A GEMM's epilogue: LLVM then sees one chunk's chain, not
+  // one per accumulator element.)
   TmaStore,
   WaitStores,
   // Rows staged through shared memory (bulk rings, SharedRing::bulk). NumPrograms: the launch's
@@ -595,6 +603,12 @@ class Builder {
   // it (`emptied`: the producer; a fresh barrier's phase of parity 1 counts as complete).
   std::pair<int, int> ring_stage(int step, int64_t stages, bool emptied);
   void tma_store(int param, int batch, int row, int col, int tile, int ring);
+  // The same with an epilogue region run per staged chunk (Opcode::TmaStore): `body` gets the
+  // chunk's staged tile of `chunk` shape and its row and column within the tile, and returns the
+  // tile to store in its place.
+  using ChunkBody = std::function<int(Builder&, int staged, int row, int col)>;
+  void tma_store(int param, int batch, int row, int col, int tile, int ring, const Shape& chunk,
+                 const ChunkBody& body);
   void wait_stores();
   void store(int param, const std::vector<int>& offsets, int tile, const std::vector<bool>& masked = {},
              const std::vector<int>& limits = {});

@@ -163,9 +163,20 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             value(i.args.at(0)));
         break;
       case Opcode::TmaStore:
-        *out += fmt::format("{}tma_store %arg{}[{}], {} via @{} : {}\n", pad, i.param,
+        *out += fmt::format("{}tma_store %arg{}[{}], {} via @{} : {}", pad, i.param,
                             values(std::vector<int>(i.args.begin(), i.args.end() - 1)), value(i.args.back()),
                             p.shared.at(static_cast<size_t>(i.ring)).name, type_of(i.args.back()));
+        if (i.regions.empty()) {
+          *out += "\n";
+          break;
+        }
+        {
+          const Region& r = i.regions.at(0);
+          *out += fmt::format(" epilogue({} : {}, {}, {}) {{\n", value(r.args.at(0)), type_of(r.args.at(0)),
+                              value(r.args.at(1)), value(r.args.at(2)));
+          print_region(p, value, r, depth + 1, out);
+          *out += pad + "}\n";
+        }
         break;
       case Opcode::WaitGroup:
         *out += fmt::format("{}wait_group {}\n", pad, number(i.value));
@@ -814,6 +825,25 @@ class Parser {
       i.ring = ring(p);
       punct(":");
       type();
+      if (take_word("epilogue")) {  // a region run per staged chunk
+        Region r;
+        std::map<std::string, int> outer = names_;
+        punct("(");
+        const std::string staged = expect(Token::Value, "the staged chunk").text;
+        punct(":");
+        const Type t = type();
+        punct(",");
+        const std::string row = expect(Token::Value, "the chunk's row").text;
+        punct(",");
+        const std::string col = expect(Token::Value, "the chunk's column").text;
+        punct(")");
+        r.args = {define(p, staged, t), define(p, row, Type::index()), define(p, col, Type::index())};
+        punct("{");
+        region(p, r);
+        punct("}");
+        names_ = outer;
+        i.regions.push_back(std::move(r));
+      }
     } else if (op == "await_turn" || op == "hand_off") {
       i.opcode = op == "await_turn" ? Opcode::AwaitTurn : Opcode::HandOff;
       if (take_word("step")) {  // turns between a group's warpgroups

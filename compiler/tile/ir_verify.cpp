@@ -319,6 +319,37 @@ class Verifier {
       problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",
                           where(i), i.param, prm.tma_rows, shape_str(prm.view)));
   }
+  // A TmaStore's epilogue region: a staged chunk (a blocked tile of the output's dtype, rows of
+  // 128 bytes a 16-byte piece a thread) and its row and column; it yields a tile of that type.
+  void staged_epilogue(const Inst& i) {
+    const Region& r = i.regions[0];
+    const Param* prm = i.param >= 0 && i.param < static_cast<int>(p_.params.size())
+                           ? &p_.params[static_cast<size_t>(i.param)]
+                           : nullptr;
+    if (i.regions.size() != 1 || r.args.size() != 3 || !prm || r.body.empty() ||
+        r.body.back().opcode != Opcode::Yield || r.body.back().args.size() != 1) {
+      problem(fmt::format(
+          "{}: an epilogue region takes a staged chunk, its row and column, and yields one tile", where(i)));
+      return;
+    }
+    const Type& t = type(r.args[0]);
+    const int64_t size = static_cast<int64_t>(dtype_size(prm->dtype));
+    const Layout& l = p_.layout;
+    if (!t.is_tile() || t.frag != Frag::None || t.dtype != prm->dtype || t.shape.size() != 2 ||
+        l.per_thread.size() != 2 || l.per_thread[0] != 1 || l.per_thread[1] * size != 16 ||
+        l.threads[1] != 8 || l.reps != std::vector<int>{1, 1} || p_.consumer_groups != 1 ||
+        t.shape[0] != l.extent(0) || t.shape[1] != l.extent(1))
+      problem(fmt::format(
+          "{}: the staged chunk {} is not a blocked tile of {} rows of 128 bytes, 16 bytes a thread, "
+          "of one consumer group",
+          where(i), type_str(t), dtype_name(prm->dtype)));
+    if (!is_index(r.args[1]) || !is_index(r.args[2]))
+      problem(fmt::format("{}: the chunk's row and column are indices", where(i)));
+    const Type& y = type(r.body.back().args[0]);
+    if (y != t)
+      problem(
+          fmt::format("{}: the epilogue yields {}, not the chunk's {}", where(i), type_str(y), type_str(t)));
+  }
   // Turns between two consumer groups (no args), or at steps between one group's two
   // warpgroups (the step, and for HandOff the steps' count).
   void turns(const Inst& i) {
@@ -787,6 +818,12 @@ class Verifier {
           break;
         case Opcode::TmaStore:
           tma_store(i);
+          if (!i.regions.empty()) {
+            std::set<int> inner = scope;
+            inner.insert(i.regions[0].args.begin(), i.regions[0].args.end());
+            staged_epilogue(i);
+            region(i.regions[0], inner, true);  // (run once per chunk, ending in its yield)
+          }
           break;
         case Opcode::WaitStores:
           role(i, Role::Consumers);
@@ -1010,7 +1047,8 @@ class Verifier {
             if (!is_index(a)) problem(fmt::format("{}: %{} is not an index", where(i), a));
           break;
         case Opcode::Yield:
-          if (!in_loop || n + 1 != r.body.size()) problem("a yield that does not end a loop's region");
+          if (!in_loop || n + 1 != r.body.size())
+            problem("a yield that does not end a loop's (or a staged epilogue's) region");
           break;
         case Opcode::While:
           while_loop(i, scope);

@@ -98,9 +98,9 @@ std::vector<Variant> variants_of(uint64_t seed) {
                            v.fusion.schedule.attention_persistent ? " (2 SMs)" : "");
       break;
     case 9: {  // the own GEMM's other Hopper schedules: cp.async, a block per tile, ping-pong over 2 SMs'
-               // blocks, stores from the registers without clusters
+               // blocks, stores from the registers without clusters, the epilogue rolled over chunks
       v.fusion.library_gemm = LibraryGemmUse::Never;
-      const int which = pick(0, 3);
+      const int which = pick(0, 4);
       if (which == 0) v.fusion.schedule.gemm_tma = 0;
       if (which == 1) v.fusion.schedule.gemm_persistent = 0;
       if (which == 2) {
@@ -111,8 +111,9 @@ std::vector<Variant> variants_of(uint64_t seed) {
         v.fusion.schedule.gemm_tma_store = 0;
         v.fusion.schedule.gemm_cluster = 1;
       }
+      if (which == 4) v.fusion.schedule.rolled_epilogue = 1;
       static const char* const names[] = {"--tma 0", "--persistent 0", "--pingpong 1 (2 SMs)",
-                                          "--tma-store 0 --gemm-cluster 1"};
+                                          "--tma-store 0 --gemm-cluster 1", "--rolled-epilogue 1"};
       v.name = std::string("--library-gemm never ") + names[which];
       break;
     }

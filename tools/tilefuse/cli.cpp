@@ -137,6 +137,10 @@ common options:
   --tma-store 0|1              schedule override: 1 (the default) stores a TMA matmul's outputs
                                by TMA through shared memory (a 128-byte panel of columns at a
                                time, the consumers going on), 0 from each thread's accumulators
+  --rolled-epilogue 0|1|auto   schedule override: 1 computes a TMA-stored matmul's epilogue on
+                               each staged panel in a loop over 32-row chunks (LLVM compiles one
+                               chunk's code, not one per element); auto: where it evaluates a
+                               transcendental function; 0 (the default): on the accumulators
   --persistent 0|1             schedule override: 1 (the default) runs a TMA matmul with more tiles
                                than SMs as one block per SM looping over the tiles (the next
                                tile's copies overlap the epilogue), 0 a block per tile
@@ -389,6 +393,8 @@ Args parse(int argc, char** argv) {
     }
     else if (s == "--tma-store")
       a.schedule.gemm_tma_store = parse_int(s, value(), 0, 1);
+    else if (s == "--rolled-epilogue")
+      a.schedule.rolled_epilogue = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--persistent")
       a.schedule.gemm_persistent = parse_int(s, value(), 0, 1);
     else if (s == "--pingpong")
