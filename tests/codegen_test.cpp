@@ -151,6 +151,34 @@ TEST(Codegen, OddShapesAreMasked) {
 // proxy fenced after the copies, each step's wgmma left in flight (wait 1) and all of them
 // waited for before the epilogue; ptxas takes it without spills or serialized wgmma. On sm_80
 // it is refused with the way out; `--target sm_80` plans mma.sync.
+// A rolled epilogue (--rolled-epilogue 1): the GELU's ex2 appears once per chunk loop, not once
+// per accumulator element (each thread holds 128 of a 128×256 tile), the loop stays a loop, and
+// ptxas takes the kernel without spills or serialized wgmma (the pairs are packed before the
+// first panel, so no accumulator is live across a chunk loop).
+TEST(Codegen, RolledGemmEpilogueIsALoopOverChunks) {
+  using namespace dsl;
+  Graph g("mm_gelu");
+  output("c",
+         gelu(matmul(input(g, "a", {4096, 1024}, DType::BF16), input(g, "w", {1024, 4096}, DType::BF16)) +
+              input(g, "bias", {4096}, DType::BF16)));
+  FusionOptions o;
+  o.library_gemm = LibraryGemmUse::Never;
+  o.schedule.rolled_epilogue = 1;
+  const Plan p = plan_fusion(g, o);
+  ASSERT_TRUE(p.kernels.at(0).schedule.rolled_epilogue) << p.kernels[0].schedule.describe();
+  const CompiledKernel c = compile_kernel(p.graph, p.kernels[0], codegen_options_for("sm_90a"));
+  const int exps = count(c.ptx, R"(ex2\.approx)");
+  EXPECT_GT(exps, 0);
+  EXPECT_LT(exps, 128) << "the epilogue unrolled per element";
+  EXPECT_GT(count(c.ptx, R"(ld\.shared\.v4\.b32)"), 0);
+  if (!find_ptxas().empty()) {
+    auto m = run_ptxas(c.ptx, p.kernels[0].name);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->spill_bytes, 0);
+    EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
+  }
+}
+
 // The copy of an operand into a padded pitch: rows of 4097 bf16 start anywhere, so they are read
 // an element at a time (never a vector the address cannot hold); the padded rows are written in
 // 16-byte vectors, zeros past the row's elements.
