@@ -2571,9 +2571,9 @@ class Emitter {
     }
   }
   // A TmaStore's epilogue region over the panel in `slot` (columns from `col` of the tile): a
-  // loop, kept rolled, over its chunks of the layout's rows — each thread reading its piece of a
-  // row (in the row's 16-byte chunk c, at c ^ (r % 8) as written), the region computing on it,
-  // the result written back in its place.
+  // loop, kept rolled, over its chunks of the layout's rows — each thread reading its 16-byte
+  // piece of a row (row r's piece c at c ^ (r % 8), as written), the region computing on it, the
+  // result written back in its place.
   void staged_epilogue(const Inst& i, Value* slot, int col) {
     const tir::Region& r = i.regions.at(0);
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
@@ -2593,12 +2593,8 @@ class Emitter {
     b_.CreateCondBr(b_.CreateICmpULT(k, i32(chunks)), body, exit);
     b_.SetInsertPoint(body);
     Value* first_row = b_.CreateMul(k, i32(chunk_rows));
-    // The thread's piece: in 16-byte chunk (its byte / 16) of its row, at its byte % 16 there.
-    const int piece_bytes = per_thread * static_cast<int>(dtype_size(prm.dtype));
-    Value* byte = b_.CreateMul(thread_[1], i32(piece_bytes));
-    Value* at = ring_address(i.ring, slot, b_.CreateAdd(first_row, thread_[0]), b_.CreateUDiv(byte, i32(16)));
-    if (piece_bytes < 16) at = b_.CreateInBoundsGEP(b_.getInt8Ty(), at, b_.CreateURem(byte, i32(16)));
-    Value* piece = b_.CreateAlignedLoad(piece_ty, at, llvm::Align(static_cast<uint64_t>(piece_bytes)));
+    Value* at = ring_address(i.ring, slot, b_.CreateAdd(first_row, thread_[0]), thread_[1]);  // its 16 bytes
+    Value* piece = b_.CreateAlignedLoad(piece_ty, at, llvm::Align(16));
     std::vector<Value*> staged;
     for (int e = 0; e < per_thread; ++e)
       staged.push_back(to_compute(b_, b_.CreateExtractElement(piece, static_cast<uint64_t>(e)), prm.dtype));
@@ -2614,7 +2610,7 @@ class Emitter {
         result = b_.CreateInsertElement(result, b_.CreateExtractElement(pair, static_cast<uint64_t>(h)),
                                         static_cast<uint64_t>(e + h));
     }
-    b_.CreateAlignedStore(result, at, llvm::Align(static_cast<uint64_t>(piece_bytes)));
+    b_.CreateAlignedStore(result, at, llvm::Align(16));
     k->addIncoming(b_.CreateAdd(k, i32(1)), b_.GetInsertBlock());
     llvm::BranchInst* latch = b_.CreateBr(head);
     // (Unrolled, the loop would give LLVM back the straight line it exists to avoid.)

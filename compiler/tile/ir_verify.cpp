@@ -320,8 +320,7 @@ class Verifier {
                           where(i), i.param, prm.tma_rows, shape_str(prm.view)));
   }
   // A TmaStore's epilogue region: a staged chunk (a blocked tile of the output's dtype, rows of
-  // 128 bytes an 8- or 16-byte piece a thread) and its row and column; it yields a tile of that
-  // type.
+  // 128 bytes a 16-byte piece a thread) and its row and column; it yields a tile of that type.
   void staged_epilogue(const Inst& i) {
     const Region& r = i.regions[0];
     const Param* prm = i.param >= 0 && i.param < static_cast<int>(p_.params.size())
@@ -336,15 +335,14 @@ class Verifier {
     const Type& t = type(r.args[0]);
     const int64_t size = static_cast<int64_t>(dtype_size(prm->dtype));
     const Layout& l = p_.layout;
-    const int64_t piece = l.per_thread.size() == 2 ? l.per_thread[1] * size : 0;  // bytes a thread
     if (!t.is_tile() || t.frag != Frag::None || t.dtype != prm->dtype || t.shape.size() != 2 ||
-        l.per_thread.size() != 2 || l.per_thread[0] != 1 || (piece != 8 && piece != 16) ||
-        l.threads[1] * piece != 128 || l.reps != std::vector<int>{1, 1} || p_.consumer_groups != 1 ||
+        l.per_thread.size() != 2 || l.per_thread[0] != 1 || l.per_thread[1] * size != 16 ||
+        l.threads[1] != 8 || l.reps != std::vector<int>{1, 1} || p_.consumer_groups != 1 ||
         t.shape[0] != l.extent(0) || t.shape[1] != l.extent(1))
-      problem(fmt::format(
-          "{}: the staged chunk {} is not a blocked tile of {} rows of 128 bytes, 8 or 16 bytes a "
-          "thread, of one consumer group",
-          where(i), type_str(t), dtype_name(prm->dtype)));
+      problem(
+          fmt::format("{}: the staged chunk {} is not a blocked tile of {} rows of 128 bytes, 16 bytes a "
+                      "thread, of one consumer group",
+                      where(i), type_str(t), dtype_name(prm->dtype)));
     if (!is_index(r.args[1]) || !is_index(r.args[2]))
       problem(fmt::format("{}: the chunk's row and column are indices", where(i)));
     const Type& y = type(r.body.back().args[0]);
