@@ -34,7 +34,7 @@ int count(const std::string& s, const std::string& re) {
   return static_cast<int>(std::distance(std::sregex_iterator(s.begin(), s.end(), r), std::sregex_iterator()));
 }
 
-TEST(Codegen, EveryExampleAssemblesWithPtxas) {
+TEST(Codegen, EveryExampleAssemblesWithPtxasWithoutSpillsOrNotes) {
   if (find_ptxas().empty()) GTEST_SKIP() << "no CUDA toolkit (ptxas) on this machine";
   std::vector<Graph> graphs;
   for (const Example& e : examples()) graphs.push_back(e.build());
@@ -62,6 +62,13 @@ TEST(Codegen, EveryExampleAssemblesWithPtxas) {
       ASSERT_TRUE(m.has_value());
       EXPECT_GT(m->registers, 0) << k.name;
       EXPECT_EQ(m->spill_bytes, 0) << k.name;
+      // No performance note either (a wgmma serialized, a wait injected), but one known: ptxas
+      // serializes the wgmmas of matmul_odd's persistent kernel (C7514), whose tiles at the edge
+      // of its 4095 columns are stored from registers (bench/NOTES.md, "matmul_odd's C7514").
+      const bool known =
+          k.name == "matmul_odd_k0" && m->notes.size() == 1 && m->notes[0].rfind("C7514", 0) == 0;
+      if (!known)
+        EXPECT_TRUE(m->notes.empty()) << k.name << ": " << fmt::format("{}", fmt::join(m->notes, "; "));
     }
   }
 }
