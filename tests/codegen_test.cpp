@@ -390,6 +390,30 @@ TEST(Codegen, OddWidthsRunFlatInVectors) {
 // vectors that overlap it (16-byte loads and stores, the row's ends masked); a tensor laid out
 // otherwise (a weight along the row, a bias broadcast over a middle axis) is read as two aligned
 // vectors shifted in registers. `window 0` reads every row element by element.
+// A weight shared by windowed rows is read as the two aligned vectors around each run, shifted in
+// registers; at the weight's ends, as those of the two that lie in it (zero elsewhere) and its
+// last, partial vector element by element — not a load per element of both vectors, which every
+// warp at a row's end issued for all its lanes.
+TEST(Codegen, WindowedWeightEndsReadWholeVectorsAndTheTail) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g(std::string("weight_ends_") + dtype_name(dt));
+    output("n", rmsnorm(input(g, "z", {64, 1003}, dt), input(g, "w", {1003}, dt)));
+    FusionOptions on;
+    on.schedule.window = 1;
+    Plan p = plan_fusion(g, on);
+    ASSERT_EQ(p.kernels.size(), 1u);
+    const TileSchedule& s = p.kernels[0].schedule;
+    ASSERT_TRUE(s.window);
+    const std::string ptx = compile_kernel(p.graph, p.kernels[0]).ptx;
+    const int tail = 1003 % s.vec, runs = s.rows_per_thread * s.chunks_per_thread;
+    const std::string element =
+        dt == DType::F32 ? R"(ld\.global\.nc\.(b32|f32)\s)" : R"(ld\.global\.nc\.(b16|u16)\s)";
+    EXPECT_GT(count(ptx, element), 0) << "the weight's tail";
+    EXPECT_LE(count(ptx, element), runs * tail);
+  }
+}
+
 TEST(Codegen, OddWidthRowsReadInAlignedWindows) {
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));

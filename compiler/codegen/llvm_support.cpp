@@ -42,26 +42,37 @@ llvm::Value* unaligned_vector(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Va
   for (size_t j = 0; j < both_halves.size(); ++j) both_halves[j] = static_cast<int>(j);
   Value* from_vectors = b.CreateShuffleVector(lo, hi, both_halves);
   b.CreateBr(done);
-  // At the row's ends: each element that lies in the tensor, a predicated load at an immediate
-  // offset from the one address (zero elsewhere: those are outside the row).
+  // At the tensor's ends: each of the two vectors whole where it lies in the tensor (elsewhere
+  // its load's address is the tensor's start and its words zero), and the tensor's last, partial
+  // vector (total not a multiple of vec) from its elements one at a time — addresses that every
+  // thread shares, so a warp at a row's end issues a few dozen instructions, not a predicated
+  // load per element of both vectors.
   b.SetInsertPoint(parts);
-  Value* from_elements = llvm::Constant::getNullValue(pair_ty);
-  for (int64_t j = 0; j < 2 * vec; ++j) {
-    Value* ok = b.CreateICmpULT(b.CreateAdd(aligned, b.getInt64(j)), b.getInt64(total));
-    llvm::BasicBlock* before = b.GetInsertBlock();
-    auto* load_bb = llvm::BasicBlock::Create(ctx, "shifted_element", fn);
-    auto* next = llvm::BasicBlock::Create(ctx, "shifted_element_done", fn);
-    b.CreateCondBr(ok, load_bb, next);
-    b.SetInsertPoint(load_bb);
-    Value* x = b.CreateAlignedLoad(ty, b.CreateGEP(ty, at, b.getInt64(j)), llvm::Align(size), name);
-    Value* with = b.CreateInsertElement(from_elements, x, static_cast<uint64_t>(j));
-    b.CreateBr(next);
-    b.SetInsertPoint(next);
-    llvm::PHINode* phi = b.CreatePHI(pair_ty, 2);
-    phi->addIncoming(from_elements, before);
-    phi->addIncoming(with, load_bb);
-    from_elements = phi;
-  }
+  const int64_t tail_at = total / vec * vec;
+  Value* tail = llvm::Constant::getNullValue(vty);
+  for (int64_t j = 0; tail_at + j < total; ++j)
+    tail = b.CreateInsertElement(
+        tail,
+        b.CreateAlignedLoad(ty, b.CreateGEP(ty, base, b.getInt64(tail_at + j)), llvm::Align(size), name),
+        static_cast<uint64_t>(j));
+  Value* no_words = llvm::Constant::getNullValue(wty);
+  auto vector_at = [&](Value* start) {
+    Value* words_v = no_words;
+    if (total >= vec) {  // (a tensor shorter than a vector has its one partial vector only)
+      Value* whole_in =
+          b.CreateAnd(b.CreateICmpSGE(start, b.getInt64(0)), b.CreateICmpSLE(start, b.getInt64(total - vec)));
+      Value* v =
+          b.CreateAlignedLoad(vty, b.CreateGEP(ty, base, b.CreateSelect(whole_in, start, b.getInt64(0))),
+                              llvm::Align(size * vec), name);
+      words_v = b.CreateSelect(whole_in, b.CreateBitCast(v, wty), no_words);
+    }
+    if (tail_at < total)
+      words_v =
+          b.CreateSelect(b.CreateICmpEQ(start, b.getInt64(tail_at)), b.CreateBitCast(tail, wty), words_v);
+    return b.CreateBitCast(words_v, vty);
+  };
+  Value* from_elements = b.CreateShuffleVector(vector_at(aligned),
+                                               vector_at(b.CreateAdd(aligned, b.getInt64(vec))), both_halves);
   llvm::BasicBlock* parts_end = b.GetInsertBlock();
   b.CreateBr(done);
   b.SetInsertPoint(done);

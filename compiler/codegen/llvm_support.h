@@ -36,7 +36,8 @@ llvm::Value* own_register(llvm::IRBuilder<>& b, llvm::Value* x);
 // caller does not use): the two aligned vectors at and after first's, joined and shifted in
 // 32-bit words (a funnel shift for a 16-bit element's half word), instead of a 2-byte load per
 // element, each of which costs a warp four L1 wavefronts. Where the two vectors do not both lie
-// in the tensor, their elements that do, one by one (zero elsewhere). vec·size a multiple of 4.
+// in the tensor: each whole where it does, zero where it lies outside, and the tensor's partial
+// last vector element by element. vec·size a multiple of 4.
 llvm::Value* unaligned_vector(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* base, llvm::Type* ty,
                               int64_t size, int64_t total, llvm::Value* first, int64_t vec, const std::string& name);
 
