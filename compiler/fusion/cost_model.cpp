@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -163,11 +164,26 @@ bool node_fits(const Graph& g, const Kernel& k, NodeId n, std::string* why) {
   return true;
 }
 
-void add_totals(const Graph& g, NodeTotals& t, NodeId n) {
+void add_totals(const Graph& g, const Kernel& k, NodeTotals& t, NodeId n) {
   const Node& node = g.node(n);
-  t.instructions_per_element += instructions_per_element(g, node);
+  const double count = instructions_per_element(g, node);
+  t.instructions_per_element += count;
   t.scratch_regs = std::max(t.scratch_regs, op_info(node.op).scratch_regs);
   t.reductions += op_info(node.op).kind == OpKind::Reduce;
+  if (node.op == Op::Input || node.op == Op::Constant) return;
+  const int64_t domain = num_elements(k.domain), elements = num_elements(aligned_shape(g, n, k));
+  t.mufu_elements += mufu_per_element(node) * static_cast<double>(elements);
+  if (op_info(node.op).kind == OpKind::Reduce) {
+    t.element_instructions += 1;
+  } else if (elements < domain) {
+    t.small_instructions += count;
+    t.spread_instructions += count * static_cast<double>(elements) / static_cast<double>(domain);
+  } else if (node.op == Op::Div && num_elements(aligned_shape(g, node.operands[1], k)) < domain) {
+    t.element_instructions += 1;
+    t.small_instructions += count;
+  } else {
+    t.element_instructions += count;
+  }
 }
 
 void analyze_passes(const Graph& g, Kernel& k) {
@@ -417,7 +433,7 @@ std::optional<Kernel> build_kernel(const Graph& g, const std::vector<NodeId>& no
   }
   for (NodeId n : k.nodes) {
     if (!node_fits(g, k, n, why)) return std::nullopt;
-    add_totals(g, k.totals, n);
+    add_totals(g, k, k.totals, n);
   }
   if (k.kind == ScheduleKind::RowReduce) analyze_passes(g, k);
   if (k.kind == ScheduleKind::ColumnReduce && !column_kernel_fits(g, k, why)) return std::nullopt;
@@ -475,7 +491,7 @@ std::optional<Kernel> extend_kernel(const Graph& g, const Kernel& base, NodeId p
   if (reduce && !pn.keepdim)  // the producer as an operand of the kernel's nodes
     for (NodeId u : users)
       if (is_member(k, u) && !node_fits(g, k, u, why)) return std::nullopt;
-  add_totals(g, k.totals, p);
+  add_totals(g, k, k.totals, p);
   // Row passes depend on the reductions and on the per-row values and exps around them; a
   // producer over the whole domain that is neither an exp nor a subtraction leaves them as
   // they were (its depth is 0, and it is no part of an online sum's pattern).
@@ -577,6 +593,53 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   c.predicted_s = c.copy_s + std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 
+// Issue slots of a pointwise or row kernel: what its warps issue, each instruction for all 32
+// lanes, so a tile's idle lanes count too (bench/NOTES.md, "Issue slots counted per thread",
+// where each term was read off the SASS and checked against Nsight Compute's counts):
+// - each element slot of the tile (a row kernel's rows × the columns its blocks span): its
+//   nodes' instructions (a division by a divisor broadcast over it, a multiply), the unpacking
+//   of each 16-bit element read and the packing of each pair written, and for each vector of a
+//   tensor along the row a load or a store with its address (a weight shared by the rows: over
+//   the thread's rows);
+// - each thread of a row once: the per-row values (a norm's rsqrt, a division's reciprocal),
+//   each reduction's shuffle tree and, over more than a warp, the block's exchange; and each
+//   thread its indices;
+// - a windowed row's two ends, whose element paths the warps there issue for all their lanes:
+//   the masks of the reductions and the stores, and for each weight shared by the rows its two
+//   shifted vectors read whole or as the tensor's tail.
+static double issue_slots(const Graph& g, const Kernel& k, const std::vector<Shape>& views) {
+  const TileSchedule& s = k.schedule;
+  const double domain = static_cast<double>(num_elements(k.domain));
+  const bool row_kernel = k.kind == ScheduleKind::RowReduce;
+  const double slots = row_kernel ? std::max(domain, static_cast<double>(s.rows) *
+                                                         static_cast<double>(s.col_blocks() * s.tile_cols()))
+                                  : domain;
+  const double threads = slots / s.elems_per_thread();
+  const double thread_rows =
+      row_kernel ? static_cast<double>(s.rows) * s.threads_per_row * static_cast<double>(s.col_blocks())
+                 : threads;
+  const NodeTotals& t = k.totals;
+  double per_slot = t.element_instructions + (row_kernel ? 0 : t.spread_instructions);
+  double per_thread_row =
+      (row_kernel ? t.small_instructions : 0) + t.reductions * (10 + (s.threads_per_row > 32 ? 12 : 0));
+  int shared_weights = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const bool along_row = view_spans_cols(views[i]), whole = view_spans_rows(views[i]) && along_row;
+    const double half = dtype_size(g.node(k.inputs[i]).dtype) == 2 ? 1 : 0;
+    if (whole)
+      per_slot += 2.0 / s.vec + half;
+    else if (along_row)
+      per_slot += (2.0 / s.vec + half) / s.rows_per_thread;
+    shared_weights += along_row && !whole;
+  }
+  for (NodeId o : k.outputs)
+    if (num_elements(aligned_shape(g, o, k)) == num_elements(k.domain))
+      per_slot += 2.0 / s.vec + (dtype_size(g.node(o).dtype) == 2 ? 0.5 : 0);
+  double ends = 0;
+  if (s.window) ends = static_cast<double>(s.rows) * 2 * 32 * (30 + 35 * shared_weights);
+  return per_slot * slots + per_thread_row * thread_rows + 20 * threads + ends;
+}
+
 void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   KernelCost& c = k.cost;
   c = {};
@@ -611,15 +674,20 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   for (NodeId o : k.outputs) c.bytes_written += tensor_bytes(g.node(o));
   if (s.reduces_columns && s.split_blocks > 1)  // each part's sums written to the workspace and read back
     c.reread_bytes = 2 * int64_t{s.partial_sums} * s.outer * s.split_blocks * s.cols * 4;
-  c.instructions = k.totals.instructions_per_element * static_cast<double>(domain_elems);
+  const bool counted_per_thread = k.kind == ScheduleKind::Pointwise || k.kind == ScheduleKind::RowReduce;
+  if (counted_per_thread) {
+    c.instructions = issue_slots(g, k, views);
+  } else {
+    c.instructions = k.totals.instructions_per_element * static_cast<double>(domain_elems);
+    // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.
+    for (NodeId t : k.inputs)
+      if (dtype_size(g.node(t).dtype) == 2)
+        c.instructions += static_cast<double>(num_elements(g.node(t).shape));
+    for (NodeId t : k.outputs)
+      if (dtype_size(g.node(t).dtype) == 2)
+        c.instructions += static_cast<double>(num_elements(g.node(t).shape));
+  }
   const int scratch = k.totals.scratch_regs;
-  // 16-bit tensors are unpacked on load and packed on store: about one instruction per element.
-  for (NodeId t : k.inputs)
-    if (dtype_size(g.node(t).dtype) == 2)
-      c.instructions += static_cast<double>(num_elements(g.node(t).shape));
-  for (NodeId t : k.outputs)
-    if (dtype_size(g.node(t).dtype) == 2)
-      c.instructions += static_cast<double>(num_elements(g.node(t).shape));
   // A flat domain's broadcast operands are read an element at a time (emit.cpp, load_elements):
   // a load (and for 16 bits its unpacking) per element where the operand runs along the last
   // dimension; a choice between two rows' values where it is broadcast along it.
@@ -683,7 +751,15 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   double bw = p.hbm_bytes_per_s * cover * c.busy_share;
   c.memory_s = static_cast<double>(c.bytes()) / bw;
   c.compute_s = c.instructions / p.instructions_per_s;
-  c.predicted_s = std::max(c.memory_s, c.compute_s) + c.row_steps_s + p.launch_s;
+  if (counted_per_thread) c.mufu_s = k.totals.mufu_elements / p.exp2_per_s;
+  // Memory, issue and the MUFU pipe overlap, but not wholly where two are near their limits: the
+  // family's rows and chains ran up to 1.3× the longest of the three and within 15% of this norm
+  // of them (bench/NOTES.md, "Issue slots counted per thread"). A kernel far from all but one
+  // limit takes that one's time.
+  c.predicted_s = (counted_per_thread
+                       ? std::cbrt(std::pow(c.memory_s, 3) + std::pow(c.compute_s, 3) + std::pow(c.mufu_s, 3))
+                       : std::max(c.memory_s, c.compute_s)) +
+                  c.row_steps_s + p.launch_s;
 }
 
 }  // namespace tilefuse

@@ -43,6 +43,9 @@ struct KernelCost {
   // read back, and the padded columns of operands read from their copies.
   int64_t scratch_bytes = 0;
   double memory_s = 0, compute_s = 0, predicted_s = 0;
+  // A pointwise or row kernel's transcendental functions on the MUFU pipe (a quarter of the
+  // issue rate an SM): a third limit beside memory and issue (cost_model.cpp, estimate_cost).
+  double mufu_s = 0;
   // Attention's arithmetic in parts: the two products on the tensor cores, the softmax beside
   // them (its issued instructions or its exponents on the MUFU pipe, whichever is longer; its
   // bound named by exp_bound), and how much of the softmax the schedule hides under the products.
@@ -58,6 +61,11 @@ struct KernelCost {
 // costed without visiting the rest (cost_model.h: extend_kernel).
 struct NodeTotals {
   double instructions_per_element = 0;  // Σ instructions_per_element over the nodes
+  // The same split for issue slots (cost_model.cpp, issue_slots): over the nodes that span the
+  // domain (a reduction 1, a division by a divisor broadcast over it 1); over the smaller ones
+  // (a division's reciprocals among them), each once and each times its share of the domain.
+  double element_instructions = 0, small_instructions = 0, spread_instructions = 0;
+  double mufu_elements = 0;             // Σ mufu_per_element × the node's elements in the domain
   double mufu_per_element = 0;          // attention: Σ mufu_per_element over the score ops
   int scratch_regs = 0;                 // the largest scratch_regs of a node
   int reductions = 0;

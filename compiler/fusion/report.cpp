@@ -180,9 +180,15 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
           k.schedule.split_blocks > 1 ? "row parts" : "rows");
     std::string steps =
         k.cost.row_steps_s > 0 ? fmt::format(", then per-row steps {}", ms(k.cost.row_steps_s)) : "";
-    s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {}{})\n", ms(k.cost.predicted_s),
-                     k.cost.memory_s >= k.cost.compute_s ? "memory" : "compute", ms(k.cost.memory_s),
-                     ms(k.cost.compute_s), steps);
+    std::string mufu = k.cost.mufu_s > 0.05 * k.cost.predicted_s
+                           ? fmt::format(", transcendentals on the MUFU pipe {}", ms(k.cost.mufu_s))
+                           : "";
+    const bool mufu_bound = k.cost.mufu_s > std::max(k.cost.memory_s, k.cost.compute_s);
+    s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {}{}{})\n", ms(k.cost.predicted_s),
+                     mufu_bound                            ? "MUFU"
+                     : k.cost.memory_s >= k.cost.compute_s ? "memory"
+                                                           : "compute",
+                     ms(k.cost.memory_s), ms(k.cost.compute_s), mufu, steps);
   }
 
   if (!plan.dead.empty()) {
@@ -307,6 +313,9 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("flops", k.cost.flops)
         .field("bytes_written", k.cost.bytes_written)
         .field("instructions", k.cost.instructions)
+        .field("memory_s", k.cost.memory_s)
+        .field("compute_s", k.cost.compute_s)
+        .field("mufu_s", k.cost.mufu_s)
         .field("registers_estimate", k.cost.registers)
         .field("passes", k.passes)
         .field("reread_bytes", k.cost.reread_bytes)
