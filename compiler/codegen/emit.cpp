@@ -688,11 +688,31 @@ class Emitter {
     const Type& t = type(v);
     llvm::Type* ty = storage_type(b_, prm.dtype);
     const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
+    // Elements stored one at a time in 16 bits are still rounded in pairs (elements 2k and
+    // 2k + 1, one cvt.rn.bf16x2.f32 each; made at the first one's store, which comes first and
+    // dominates the second's). Rounded alone (cvt.rn.bf16.f32), a wgmma accumulator's elements
+    // make ptxas serialize the kernel's wgmma (C7514; bench/NOTES.md, matmul_odd).
+    // A value already rounded to the dtype by a cast is rounded again from its f32 source: the
+    // same result.
+    std::map<size_t, Value*> pairs;
+    auto unrounded = [&](Value* x) {
+      auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
+      auto* trunc = ext ? llvm::dyn_cast<llvm::FPTruncInst>(ext->getOperand(0)) : nullptr;
+      return trunc && trunc->getDestTy() == ty && trunc->getOperand(0)->getType()->isFloatTy()
+                 ? trunc->getOperand(0)
+                 : x;
+    };
+    auto single = [&](size_t e) -> Value* {
+      if (dtype_size(prm.dtype) != 2 || (e | 1) >= values.size()) return to_storage(b_, values[e], prm.dtype);
+      Value*& two = pairs[e / 2];
+      if (!two) two = pair_to_storage(unrounded(values[e & ~size_t{1}]), unrounded(values[e | 1]), prm.dtype);
+      return b_.CreateExtractElement(two, static_cast<uint64_t>(e & 1));
+    };
     for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok, Value* whole) {
       const int width = static_cast<int>(elems.size());
       Value* data;
       if (width == 1) {
-        data = to_storage(b_, values[static_cast<size_t>(elems[0])], prm.dtype);
+        data = single(static_cast<size_t>(elems[0]));
       } else if (width == 2) {
         data = pair_to_storage(values[static_cast<size_t>(elems[0])], values[static_cast<size_t>(elems[1])], prm.dtype);
       } else {
