@@ -53,8 +53,8 @@ const char* kUsage = R"(usage: tilefuse COMMAND [ARGS]
   tile NAME [--kernel K]       the Tile IR of each kernel (or of kernel K)
   ptx NAME [--kernel K]        the PTX of each kernel (or of kernel K)
   run NAME [--check] [--bench] run on the GPU; --check compares every output with the
-                               float64 reference; --bench times it (median of CUDA events),
-                               and each kernel of several beside the cost model's prediction
+                               float64 reference; --bench times it (median of CUDA events)
+                               beside the cost model's prediction, and each kernel of several
   run NAME --host [--check]    run the plan on the host instead, each kernel's Tile IR
                                interpreted (no GPU needed; slow: for checking a plan)
   bench --json FILE [NAME...]  copy-bandwidth ceiling and every named example (default:
@@ -618,6 +618,10 @@ int cmd_run(const Args& a) {
     int64_t bytes = minimum_bytes(g);
     fmt::print("  median {:.4f} ms (min {:.4f}, p90 {:.4f}) over {} runs: {:.0f} GB/s of {} minimum bytes\n",
                t.median_ms, t.min_ms, t.p90_ms, a.iters, bytes / (t.median_ms * 1e-3) / 1e9, bytes);
+    double predicted_ms = 0;
+    for (const Kernel& k : exe.plan().kernels) predicted_ms += k.cost.predicted_s * 1e3;
+    fmt::print("  predicted {:.4f} ms by the cost model for {} (measured/predicted {:.2f})\n", predicted_ms,
+               exe.plan().options.profile.name, t.median_ms / predicted_ms);
     fmt::print("  launch overhead: {} kernel launch{} issued in {:.1f} µs on the host per run\n", exe.kernels().size(),
                exe.kernels().size() == 1 ? "" : "es", exe.issue_us());
     const double flops = plan_flops(exe.plan());
