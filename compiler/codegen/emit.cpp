@@ -703,7 +703,8 @@ class Emitter {
                  : x;
     };
     auto single = [&](size_t e) -> Value* {
-      if (dtype_size(prm.dtype) != 2 || (e | 1) >= values.size()) return to_storage(b_, values[e], prm.dtype);
+      if (dtype_size(prm.dtype) != 2 || (e | 1) >= values.size() || !values[e ^ 1])
+        return to_storage(b_, values[e], prm.dtype);
       Value*& two = pairs[e / 2];
       if (!two) two = pair_to_storage(unrounded(values[e & ~size_t{1}]), unrounded(values[e | 1]), prm.dtype);
       return b_.CreateExtractElement(two, static_cast<uint64_t>(e & 1));
