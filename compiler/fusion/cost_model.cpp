@@ -751,7 +751,14 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   double bw = p.hbm_bytes_per_s * cover * c.busy_share;
   c.memory_s = static_cast<double>(c.bytes()) / bw;
   c.compute_s = c.instructions / p.instructions_per_s;
-  if (counted_per_thread) c.mufu_s = k.totals.mufu_elements / p.exp2_per_s;
+  if (counted_per_thread) {
+    c.mufu_s = k.totals.mufu_elements / p.exp2_per_s;
+    // Bytes flow only a DRAM latency after the first loads, and the last stores land about one
+    // after the last are issued: time the streaming rate does not cover, which is 1–2% of the
+    // benchmark shapes' and up to 10% of a kernel of 30–50 MB (the family's short bf16 graphs ran
+    // 1.14–1.17× the prediction without it; bench/NOTES.md, "Fill and drain").
+    c.fill_drain_s = 2 * p.memory_latency_s;
+  }
   // Memory, issue and the MUFU pipe overlap, but not wholly where two are near their limits: the
   // family's rows and chains ran up to 1.3× the longest of the three and within 15% of this norm
   // of them (bench/NOTES.md, "Issue slots counted per thread"). A kernel far from all but one
@@ -759,7 +766,7 @@ void estimate_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
   c.predicted_s = (counted_per_thread
                        ? std::cbrt(std::pow(c.memory_s, 3) + std::pow(c.compute_s, 3) + std::pow(c.mufu_s, 3))
                        : std::max(c.memory_s, c.compute_s)) +
-                  c.row_steps_s + p.launch_s;
+                  c.row_steps_s + c.fill_drain_s + p.launch_s;
 }
 
 }  // namespace tilefuse

@@ -34,6 +34,9 @@ struct KernelCost {
   // round over the rows may leave some idle), or a grid of fewer blocks than SMs; 1 when all.
   double busy_share = 1;
   double row_steps_s = 0;  // a persistent kernel's serial per-row work, summed over its rounds
+  // A pointwise or row kernel's fill and drain: its first loads wait a DRAM latency before bytes
+  // flow, and its last stores take about another to land after they stop (cost_model.cpp).
+  double fill_drain_s = 0;
   double flops = 0;  // a matmul's multiply-adds, two each
   // A matmul's operands copied into a padded pitch before it (TileSchedule::operand_pitch): the
   // bytes those copies read and write, and their time (part of predicted_s).

@@ -180,6 +180,7 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
           k.schedule.split_blocks > 1 ? "row parts" : "rows");
     std::string steps =
         k.cost.row_steps_s > 0 ? fmt::format(", then per-row steps {}", ms(k.cost.row_steps_s)) : "";
+    if (k.cost.fill_drain_s > 0) steps += fmt::format(", filling and draining {}", ms(k.cost.fill_drain_s));
     std::string mufu = k.cost.mufu_s > 0.05 * k.cost.predicted_s
                            ? fmt::format(", transcendentals on the MUFU pipe {}", ms(k.cost.mufu_s))
                            : "";
@@ -322,6 +323,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
         .field("l2_reread_bytes", k.cost.l2_reread_bytes)
         .field("busy_share", k.cost.busy_share)
         .field("row_steps_s", k.cost.row_steps_s)
+        .field("fill_drain_s", k.cost.fill_drain_s)
         .field("copy_bytes", k.cost.copy_bytes)
         .field("copy_s", k.cost.copy_s)
         .field("scratch_bytes", k.cost.scratch_bytes)
