@@ -692,9 +692,7 @@ class Emitter {
     // 2k + 1, one cvt.rn.bf16x2.f32 each; made at the first one's store, which comes first and
     // dominates the second's). Rounded alone (cvt.rn.bf16.f32), a wgmma accumulator's elements
     // make ptxas serialize the kernel's wgmma (C7514; bench/NOTES.md, matmul_odd).
-    // A value already rounded to the dtype by a cast is rounded again from its f32 source: the
-    // same result.
-    std::map<size_t, Value*> pairs;
+    // A value a cast already rounded is rounded again from its f32 source: the same bits.
     auto unrounded = [&](Value* x) {
       auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
       auto* trunc = ext ? llvm::dyn_cast<llvm::FPTruncInst>(ext->getOperand(0)) : nullptr;
@@ -702,6 +700,7 @@ class Emitter {
                  ? trunc->getOperand(0)
                  : x;
     };
+    std::vector<Value*> pairs((values.size() + 1) / 2);
     auto single = [&](size_t e) -> Value* {
       if (dtype_size(prm.dtype) != 2 || (e | 1) >= values.size() || !values[e ^ 1])
         return to_storage(b_, values[e], prm.dtype);
