@@ -664,12 +664,25 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
-
   // Two adjacent elements as a vector of the storage type: a 16-bit pair of f32 values rounded
-  // by one conversion (cvt.rn.bf16x2.f32 / f16x2: its first operand to the upper half).
+  // by one conversion (cvt.rn.bf16x2.f32 / f16x2: its first operand to the upper half). Rounded
+  // one by one (cvt.rn.bf16.f32), a wgmma accumulator's elements make ptxas serialize the
+  // kernel's wgmma (C7514; bench/NOTES.md, matmul_odd). A value a cast rounded to this dtype and
+  // nothing else has used yet is rounded again from its f32 source (the same bits, and the cast's
+  // own conversion is then dead); another 16-bit value (a load's extension, or a cast's value the
+  // kernel also computes with) is stored as it is.
   Value* pair_to_storage(Value* lo, Value* hi, DType dtype) {
-    auto* ty = llvm::FixedVectorType::get(storage_type(b_, dtype), 2);
-    // (A value already rounded to the dtype, an extension of a 16-bit one, is stored as it is.)
+    auto* elem_ty = storage_type(b_, dtype);
+    auto* ty = llvm::FixedVectorType::get(elem_ty, 2);
+    auto unrounded = [&](Value* x) {
+      auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
+      auto* trunc = ext && ext->use_empty() ? llvm::dyn_cast<llvm::FPTruncInst>(ext->getOperand(0)) : nullptr;
+      return trunc && trunc->getDestTy() == elem_ty && trunc->getOperand(0)->getType()->isFloatTy()
+                 ? trunc->getOperand(0)
+                 : x;
+    };
+    lo = unrounded(lo);
+    hi = unrounded(hi);
     auto rounded = [](Value* v) { return llvm::isa<llvm::FPExtInst>(v); };
     if ((dtype == DType::BF16 || dtype == DType::F16) && lo->getType()->isFloatTy() && hi->getType()->isFloatTy() &&
         !rounded(lo) && !rounded(hi)) {
@@ -688,24 +701,15 @@ class Emitter {
     const Type& t = type(v);
     llvm::Type* ty = storage_type(b_, prm.dtype);
     const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
-    // Elements stored one at a time in 16 bits are still rounded in pairs (elements 2k and
-    // 2k + 1, one cvt.rn.bf16x2.f32 each; made at the first one's store, which comes first and
-    // dominates the second's). Rounded alone (cvt.rn.bf16.f32), a wgmma accumulator's elements
-    // make ptxas serialize the kernel's wgmma (C7514; bench/NOTES.md, matmul_odd).
-    // A value a cast already rounded is rounded again from its f32 source: the same bits.
-    auto unrounded = [&](Value* x) {
-      auto* ext = llvm::dyn_cast<llvm::FPExtInst>(x);
-      auto* trunc = ext ? llvm::dyn_cast<llvm::FPTruncInst>(ext->getOperand(0)) : nullptr;
-      return trunc && trunc->getDestTy() == ty && trunc->getOperand(0)->getType()->isFloatTy()
-                 ? trunc->getOperand(0)
-                 : x;
-    };
+    // 16-bit elements are rounded in pairs (elements 2k and 2k + 1, one conversion each; see
+    // pair_to_storage), also where they are stored one at a time: the pair is made at the first
+    // one's store, which comes first and dominates the second's.
     std::vector<Value*> pairs((values.size() + 1) / 2);
     auto single = [&](size_t e) -> Value* {
       if (dtype_size(prm.dtype) != 2 || (e | 1) >= values.size() || !values[e ^ 1])
         return to_storage(b_, values[e], prm.dtype);
       Value*& two = pairs[e / 2];
-      if (!two) two = pair_to_storage(unrounded(values[e & ~size_t{1}]), unrounded(values[e | 1]), prm.dtype);
+      if (!two) two = pair_to_storage(values[e & ~size_t{1}], values[e | 1], prm.dtype);
       return b_.CreateExtractElement(two, static_cast<uint64_t>(e & 1));
     };
     for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok, Value* whole) {
@@ -713,13 +717,20 @@ class Emitter {
       Value* data;
       if (width == 1) {
         data = single(static_cast<size_t>(elems[0]));
-      } else if (width == 2) {
-        data = pair_to_storage(values[static_cast<size_t>(elems[0])], values[static_cast<size_t>(elems[1])], prm.dtype);
       } else {
         data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
-        for (int c = 0; c < width; ++c)
-          data = b_.CreateInsertElement(data, to_storage(b_, values[static_cast<size_t>(elems[static_cast<size_t>(c)])], prm.dtype),
-                                        static_cast<uint64_t>(c));
+        for (int c = 0; c + 1 < width; c += 2) {
+          Value* two =
+              pair_to_storage(values[static_cast<size_t>(elems[static_cast<size_t>(c)])],
+                              values[static_cast<size_t>(elems[static_cast<size_t>(c + 1)])], prm.dtype);
+          for (int h = 0; h < 2; ++h)
+            data = b_.CreateInsertElement(data, b_.CreateExtractElement(two, static_cast<uint64_t>(h)),
+                                          static_cast<uint64_t>(c + h));
+        }
+        if (width % 2)
+          data = b_.CreateInsertElement(data,
+                                        to_storage(b_, values[static_cast<size_t>(elems.back())], prm.dtype),
+                                        static_cast<uint64_t>(width - 1));
       }
       guarded(ok, [&] {
         Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
