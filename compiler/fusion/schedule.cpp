@@ -796,18 +796,23 @@ std::optional<TileSchedule> choose_row_schedule(const Shape& domain, int split,
   }
   s.threads_per_row = static_cast<int>(per_row);
   s.chunks_per_thread = static_cast<int>((vecs + per_row - 1) / per_row);
-  if (s.window && per_row >= 32 && !hints.block_threads && per_thread * s.vec <= max_elems &&
+  if (per_row >= 32 && !hints.block_threads && per_thread * s.vec <= max_elems &&
       warps_covering(vecs, 1, static_cast<int>(per_thread)) <= 1024) {
-    // Whole warps cover the window: of per_thread/2..per_thread vectors a thread, the count that
+    // Whole warps cover the row: of per_thread/2..per_thread vectors a thread, the count that
     // leaves the fewest vectors past it (threads there load and compute for nothing: 4097 bf16
-    // columns in 160 threads of 4 are 5120, in 192 of 3 4608), the larger on a tie.
+    // columns in 160 threads of 4 are 5120, in 192 of 3 4608), the larger on a tie. A row of
+    // whole vectors takes it only where it leaves fewer than the power of two of threads does
+    // (4100 f32 columns: 1025 vectors in 352 threads of 3, not 512 of 3).
     int best = static_cast<int>(per_thread);
     for (int c = best - 1; c >= std::max(1, static_cast<int>(per_thread) / 2); --c)
       if (const int64_t threads = warps_covering(vecs, 1, c);
           threads <= 1024 && threads * c < int64_t{warps_covering(vecs, 1, best)} * best)
         best = c;
-    s.chunks_per_thread = best;
-    s.threads_per_row = warps_covering(vecs, 1, best);
+    const int64_t covering = warps_covering(vecs, 1, best);
+    if (s.window || covering * best < per_row * s.chunks_per_thread) {
+      s.chunks_per_thread = best;
+      s.threads_per_row = static_cast<int>(covering);
+    }
   }
   if (s.chunks_per_thread * s.vec > 32) {
     // Too long for registers: a loop over column tiles, four 16-byte vectors per thread per tile
