@@ -9,6 +9,7 @@
 #include <map>
 
 #include "compiler/codegen/accuracy.h"
+#include "compiler/fusion/cost_model.h"
 #include "compiler/graph/reference.h"
 #include "runtime/executable.h"
 
@@ -26,15 +27,18 @@ static constexpr int64_t kSmallGraph = int64_t{1} << 18;  // elements of its lar
 static constexpr int64_t kSmallOutput = 4096;             // elements of an output
 
 // Where the plan rounds a 16-bit value: where a kernel writes it (and then for every use, in its
-// own kernel too: cost_model.h, rounds_where_computed), at casts, at a matmul's product (its
-// kernel rounds it before the epilogue, as an unfused matmul would write it) and at a column
-// reduction's result (its f32 sums become the node's dtype).
+// own kernel too: cost_model.h, rounds_where_computed), at casts, at a matmul's product where its
+// kernel rounds it before the epilogue (cost_model.h, rounds_product; an attention kernel rounds
+// its products) and at a column reduction's result (its f32 sums become the node's dtype).
 static std::vector<bool> plan_rounding(const Plan& plan) {
   const Graph& g = plan.graph;
   std::vector<bool> rounded(g.nodes().size(), false);
   for (const Node& n : g.nodes()) rounded[n.id] =
         n.op == Op::Cast || n.op == Op::Constant || n.op == Op::Input || n.op == Op::MatMul;
   for (const Kernel& k : plan.kernels) {
+    if (k.kind == ScheduleKind::MatMul)
+      if (const NodeId mm = contraction(g, k); mm >= 0 && dtype_size(g.node(mm).dtype) == 2)
+        rounded[mm] = rounds_product(g, k);
     for (NodeId o : k.outputs) rounded[o] = true;
     if (k.kind == ScheduleKind::ColumnReduce)
       for (NodeId n : k.nodes) rounded[n] = rounded[n] || op_info(g.node(n).op).kind == OpKind::Reduce;

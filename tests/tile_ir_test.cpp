@@ -8,16 +8,17 @@
 
 #include "compiler/codegen/compile.h"
 #include "compiler/codegen/target.h"
-#include "compiler/support/error.h"
-#include "compiler/tile/ir.h"
 #include "compiler/dsl/dsl.h"
+#include "compiler/fusion/cost_model.h"
 #include "compiler/fusion/fusion.h"
+#include "compiler/graph/tensor_data.h"
+#include "compiler/support/error.h"
 #include "compiler/tile/attention.h"
 #include "compiler/tile/build.h"
 #include "compiler/tile/fold_factors.h"
+#include "compiler/tile/ir.h"
 #include "compiler/tile/ir_verify.h"
 #include "compiler/tile/sink.h"
-#include "compiler/graph/tensor_data.h"
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/executable.h"
@@ -1197,6 +1198,40 @@ TEST(TileIrBuild, TmaMatMulRollsItsEpilogueOverStagedChunks) {
   for (const std::string& problem : program_problems(wrong))
     named |= problem.find("staged chunk") != std::string::npos;
   EXPECT_TRUE(named);
+}
+
+// A 16-bit product reaches its epilogue in f32: rounded only where it is stored too, or staged
+// by a rolled epilogue.
+TEST(TileIrBuild, MatMulEpilogueTakesTheProductUnrounded) {
+  using namespace dsl;
+  auto plan_of = [](bool product_out, int rolled) {
+    Graph g("mm");
+    Tensor y = matmul(input(g, "a", {300, 200}, DType::BF16), input(g, "w", {200, 1024}, DType::BF16));
+    if (product_out) output("y", y);
+    output("c", gelu(y + input(g, "bias", {1024}, DType::BF16)));
+    FusionOptions o;
+    o.profile.sm_count = 5;
+    o.library_gemm = LibraryGemmUse::Never;
+    o.schedule.rolled_epilogue = rolled;
+    return plan_fusion(g, o);
+  };
+  auto casts = [](const Plan& plan) {
+    const std::string text = print_program(round_tripped(plan));
+    int n = 0;
+    for (size_t at = text.find(" = cast "); at != std::string::npos; at = text.find(" = cast ", at + 1)) ++n;
+    return n;
+  };
+  const Plan fused = plan_of(false, 0);
+  ASSERT_EQ(fused.kernels.size(), 1u);
+  EXPECT_FALSE(rounds_product(fused.graph, fused.kernels[0]));
+  EXPECT_EQ(casts(fused), 0);
+  const Plan stored = plan_of(true, 0);
+  ASSERT_EQ(stored.kernels.size(), 1u);
+  EXPECT_TRUE(rounds_product(stored.graph, stored.kernels[0]));
+  EXPECT_GE(casts(stored), 1);
+  const Plan rolled = plan_of(false, 1);
+  ASSERT_TRUE(rolled.kernels.at(0).schedule.rolled_epilogue);
+  EXPECT_TRUE(rounds_product(rolled.graph, rolled.kernels[0]));
 }
 
 TEST(TileIrBuild, TmaRegisterSplitFitsTheBlock) {

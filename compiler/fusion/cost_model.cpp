@@ -518,6 +518,12 @@ NodeId contraction(const Graph& g, const Kernel& k) {
   return -1;
 }
 
+bool rounds_product(const Graph& g, const Kernel& k) {
+  const NodeId mm = contraction(g, k);
+  if (mm < 0 || dtype_size(g.node(mm).dtype) != 2) return false;
+  return k.schedule.rolled_epilogue || std::binary_search(k.outputs.begin(), k.outputs.end(), mm);
+}
+
 double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p) {
   if (s.wgmma) return s.tma ? p.wgmma_tma_flops : p.wgmma_flops;
   return s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops;

@@ -61,6 +61,11 @@ bool rounds_where_computed(const Graph& g, const Kernel& k, NodeId n);
 
 // The kernel's matmul node (ScheduleKind::MatMul), or -1.
 NodeId contraction(const Graph& g, const Kernel& k);
+// Whether matmul kernel k rounds its product to the product's 16-bit dtype before the epilogue:
+// where the product reaches memory too, and where a rolled epilogue stages it in the output's
+// dtype (TileSchedule::rolled_epilogue). Elsewhere the epilogue takes the f32 accumulator, as
+// every 16-bit value is held until stored (and as cuBLASLt's epilogue takes it).
+bool rounds_product(const Graph& g, const Kernel& k);
 
 void estimate_cost(const Graph& g, Kernel& kernel, const DeviceProfile& profile);
 

@@ -473,9 +473,10 @@ class MatMulProgram {
     *nt = b.div(local, rows);
   }
 
-  // The product rounded to its dtype, as an unfused matmul would write it; the epilogue on it.
+  // The product (rounded to its dtype only where rounds_product says so: f32 otherwise, which a
+  // 16-bit epilogue node takes as it is); the epilogue on it.
   void finish(Builder& b, int acc, std::map<NodeId, int>& value) {
-    value[mm_.id] = mm_.dtype == DType::F32 ? acc : b.compute(Op::Cast, {acc}, mm_.dtype);
+    value[mm_.id] = rounds_product(g_, k_) ? b.compute(Op::Cast, {acc}, mm_.dtype) : acc;
     epilogue(b, value);
   }
 
