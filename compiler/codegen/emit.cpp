@@ -702,10 +702,10 @@ class Emitter {
     llvm::Type* ty = storage_type(b_, prm.dtype);
     const std::vector<Value*>& values = vals_.at(static_cast<size_t>(v));
     // 16-bit elements are rounded in pairs (elements 2k and 2k + 1, one conversion each; see
-    // pair_to_storage), also where they are stored one at a time: the pair is made at the first
-    // one's store, which comes first and dominates the second's.
+    // pair_to_storage), whatever the vectors they are stored in: a pair is made at its first
+    // element's store, which comes first and dominates the second's.
     std::vector<Value*> pairs((values.size() + 1) / 2);
-    auto single = [&](size_t e) -> Value* {
+    auto stored = [&](size_t e) -> Value* {
       if (dtype_size(prm.dtype) != 2 || (e | 1) >= values.size() || !values[e ^ 1])
         return to_storage(b_, values[e], prm.dtype);
       Value*& two = pairs[e / 2];
@@ -714,24 +714,12 @@ class Emitter {
     };
     for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok, Value* whole) {
       const int width = static_cast<int>(elems.size());
-      Value* data;
-      if (width == 1) {
-        data = single(static_cast<size_t>(elems[0]));
-      } else {
-        data = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
-        for (int c = 0; c + 1 < width; c += 2) {
-          Value* two =
-              pair_to_storage(values[static_cast<size_t>(elems[static_cast<size_t>(c)])],
-                              values[static_cast<size_t>(elems[static_cast<size_t>(c + 1)])], prm.dtype);
-          for (int h = 0; h < 2; ++h)
-            data = b_.CreateInsertElement(data, b_.CreateExtractElement(two, static_cast<uint64_t>(h)),
-                                          static_cast<uint64_t>(c + h));
-        }
-        if (width % 2)
-          data = b_.CreateInsertElement(data,
-                                        to_storage(b_, values[static_cast<size_t>(elems.back())], prm.dtype),
-                                        static_cast<uint64_t>(width - 1));
-      }
+      Value* data =
+          width == 1 ? stored(static_cast<size_t>(elems[0]))
+                     : llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
+      for (int c = 0; width > 1 && c < width; ++c)
+        data = b_.CreateInsertElement(data, stored(static_cast<size_t>(elems[static_cast<size_t>(c)])),
+                                      static_cast<uint64_t>(c));
       guarded(ok, [&] {
         Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
         if (i.reduce_add) {
