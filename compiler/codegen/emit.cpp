@@ -96,6 +96,7 @@ class Emitter {
     uses_.assign(p_.types.size(), 0);
     count_uses(p_.body);
     find_part_made(p_.body);
+    find_exact_fragments(p_.body);
     set_thread(b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}));
     // Another block's shared memory may be written only once every block of the cluster runs:
     // each arrives here, and the first exchange waits (cluster_values).
@@ -193,6 +194,27 @@ class Emitter {
         for (int a : i.args)
           if (exact_16bit_.count(a)) carried_16bit_.insert(a);
       for (const Region& inner : i.regions) count_uses(inner);
+    }
+  }
+  // The 16-bit A fragments that hold their dtype's values exactly: conversions of accumulators
+  // (P in attention), constants, and what loops carry from those into those (P from one loop of
+  // key tiles into the next). A loop carries them in pairs, a 32-bit word each, as wgmma and
+  // mma.sync read them: carried element by element, ptxas put the halves of each word back
+  // together with a PRMT every iteration.
+  static bool fragment_16bit(const Type& t) {
+    return t.is_tile() && t.frag == Frag::A && (t.dtype == DType::BF16 || t.dtype == DType::F16);
+  }
+  void find_exact_fragments(const Region& r) {
+    for (const Inst& i : r.body) {
+      for (const Region& inner : i.regions) find_exact_fragments(inner);
+      if ((i.opcode == Opcode::Convert || i.opcode == Opcode::Const) && fragment_16bit(type(i.results.at(0))))
+        exact_fragments_.insert(i.results[0]);
+      if (i.opcode != Opcode::For && i.opcode != Opcode::While) continue;
+      const size_t first = i.opcode == Opcode::For ? 3 : 0;
+      const Inst& yield = i.regions.back().body.back();
+      for (size_t k = 0; k < i.results.size(); ++k)
+        if (exact_fragments_.count(i.args.at(first + k)) && exact_fragments_.count(yield.args.at(k)))
+          exact_fragments_.insert(i.results[k]);
     }
   }
   // A blocked tile of 16-bit elements (each held in f32: exactly where exact_in_dtype —
@@ -1613,11 +1635,14 @@ class Emitter {
     b_.SetInsertPoint(head);
     return h;
   }
-  // A loop's carried blocked tile of 16-bit elements that are exact in 16 bits both as it enters
-  // and as the body yields it, an even count a thread: its dtype (else it is carried in f32).
+  // A loop's carried blocked tile or A fragment of 16-bit elements that are exact in 16 bits both
+  // as it enters and as the body yields it, an even count a thread: its dtype (else it is carried
+  // in f32).
   std::optional<DType> in_pairs(int init, int next) const {
     const size_t n = vals_[static_cast<size_t>(init)].size();
-    if (!exact_16bit_.count(init) || !carried_16bit_.count(next) || n == 0 || n % 2 != 0) return std::nullopt;
+    const bool blocked = exact_16bit_.count(init) && carried_16bit_.count(next);
+    const bool fragment = exact_fragments_.count(init) && exact_fragments_.count(next);
+    if (!(blocked || fragment) || n == 0 || n % 2 != 0) return std::nullopt;
     return type(init).dtype;
   }
   std::vector<Value*> packed_pairs(const std::vector<Value*>& v, DType dt) {
@@ -2841,6 +2866,7 @@ class Emitter {
   std::vector<int> uses_;                  // value id → instructions using it
   std::set<int> exact_16bit_;              // blocked 16-bit tiles exact in 16 bits (blocked_16bit)
   std::set<int> carried_16bit_;            // of them, those a loop yields (carried in pairs)
+  std::set<int> exact_fragments_;          // 16-bit A fragments exact in 16 bits (carried in pairs)
   std::set<int> part_made_;                // tiles made cheaply from them (find_part_made)
   std::map<int, const Inst*> bounds_of_;   // an in_bounds tile's value id → its instruction
   std::map<int, std::vector<Value*>> run_bits_of_;  // an in_window tile → its rows' bits (words)
