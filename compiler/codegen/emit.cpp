@@ -201,13 +201,11 @@ class Emitter {
   // key tiles into the next). A loop carries them in pairs, a 32-bit word each, as wgmma and
   // mma.sync read them: carried element by element, ptxas put the halves of each word back
   // together with a PRMT every iteration.
-  static bool fragment_16bit(const Type& t) {
-    return t.is_tile() && t.frag == Frag::A && (t.dtype == DType::BF16 || t.dtype == DType::F16);
-  }
   void find_exact_fragments(const Region& r) {
     for (const Inst& i : r.body) {
       for (const Region& inner : i.regions) find_exact_fragments(inner);
-      if ((i.opcode == Opcode::Convert || i.opcode == Opcode::Const) && fragment_16bit(type(i.results.at(0))))
+      if ((i.opcode == Opcode::Convert || i.opcode == Opcode::Const) &&
+          tile_16bit(type(i.results.at(0)), Frag::A))
         exact_fragments_.insert(i.results[0]);
       if (i.opcode != Opcode::For && i.opcode != Opcode::While) continue;
       const size_t first = i.opcode == Opcode::For ? 3 : 0;
@@ -219,9 +217,10 @@ class Emitter {
   }
   // A blocked tile of 16-bit elements (each held in f32: exactly where exact_in_dtype —
   // exact_16bit_ —, else not rounded until stored).
-  static bool blocked_16bit(const Type& t) {
-    return t.is_tile() && t.frag == Frag::None && (t.dtype == DType::BF16 || t.dtype == DType::F16);
+  static bool tile_16bit(const Type& t, Frag frag) {
+    return t.is_tile() && t.frag == frag && (t.dtype == DType::BF16 || t.dtype == DType::F16);
   }
+  static bool blocked_16bit(const Type& t) { return tile_16bit(t, Frag::None); }
 
   // Where x is a 16-bit element of a vector widened to f32 (fpext of extractelement at a
   // constant): the vector, of elements of type `half`, and x's place in it.
@@ -736,12 +735,15 @@ class Emitter {
     };
     for_each_vector(i, t, [&](const std::vector<int>& elems, Value* row, Value* col, Value* ok, Value* whole) {
       const int width = static_cast<int>(elems.size());
-      Value* data =
-          width == 1 ? stored(static_cast<size_t>(elems[0]))
-                     : llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
-      for (int c = 0; width > 1 && c < width; ++c)
-        data = b_.CreateInsertElement(data, stored(static_cast<size_t>(elems[static_cast<size_t>(c)])),
-                                      static_cast<uint64_t>(c));
+      Value* data = stored(static_cast<size_t>(elems[0]));
+      if (width > 1) {
+        Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, static_cast<unsigned>(width)));
+        v = b_.CreateInsertElement(v, data, uint64_t{0});
+        for (int c = 1; c < width; ++c)
+          v = b_.CreateInsertElement(v, stored(static_cast<size_t>(elems[static_cast<size_t>(c)])),
+                                     static_cast<uint64_t>(c));
+        data = v;
+      }
       guarded(ok, [&] {
         Value* ptr = b_.CreateInBoundsGEP(ty, args_[static_cast<size_t>(i.param)], offset(prm, row, col));
         if (i.reduce_add) {

@@ -169,12 +169,10 @@ Value* tanh_16bit(llvm::IRBuilder<>& b, Value* x) {
 Value* gelu_16bit(llvm::IRBuilder<>& b, Value* x, DType dtype) {
   Value* a = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
   Value* t = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, a, f32(b, 6.0));
-  Value* q =
-      dtype == DType::BF16
-          ? fma(b, poly_bits(b, t, {0xb94f18fe, 0x3b905e5c, 0xbd2e23af, 0xbef267c0, 0xbf926c34}), a,
-                f32_bits(b, 0xbf801319))
-          : fma(b, poly_bits(b, t, {0x37c0ee83, 0xba204c69, 0x3bebef90, 0xbd51bfb4, 0xbeec2553, 0xbf933a3a}),
-                a, f32_bits(b, 0xbf8001ee));
+  const bool bf16 = dtype == DType::BF16;
+  Value* p = bf16 ? poly_bits(b, t, {0xb94f18fe, 0x3b905e5c, 0xbd2e23af, 0xbef267c0, 0xbf926c34})
+                  : poly_bits(b, t, {0x37c0ee83, 0xba204c69, 0x3bebef90, 0xbd51bfb4, 0xbeec2553, 0xbf933a3a});
+  Value* q = fma(b, p, a, f32_bits(b, bf16 ? 0xbf801319 : 0xbf8001ee));
   Value* h = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::nvvm_ex2_approx_ftz, {q});
   Value* phi = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0.0)), h, b.CreateFSub(f32(b, 1.0), h));
   return b.CreateFMul(x, phi);
