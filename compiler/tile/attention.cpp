@@ -471,36 +471,45 @@ class AttentionProgram {
     return b.min(hi, b.max(lo, end));
   }
 
-  // The overlapped loop on TMA stages: step j (count t from lo) waits for its stage, starts
+  // The overlapped loop on TMA stages. Its first step (count t from lo) starts S = Q·Kₗₒᵀ alone
+  // and runs its softmax (there is no P before it). Each later step waits for its stage, starts
   // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone and releases Kⱼ's
   // stage (the producer may refill it a step before V's), runs the softmax while P·V is in
   // flight, waits for P·V — pinned below the softmax where it outweighs the products — and
-  // releases V_{j−1}'s. At the first step P is zeros against this tile's own V (a full stage:
-  // 0·V adds nothing). After the loop the carried P meets the last tile's V, whose stage is then
-  // released; where the range was empty that product read no tile of the block's and O stays.
+  // releases V_{j−1}'s. Q is released at the last S. After the loop the carried P meets the last
+  // tile's V, whose stage is then released; where the range was empty that product read no tile
+  // of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     std::vector<int> carried = init;
     append_alpha_and_zero_p(b, &carried);
-    const std::vector<int> out = over_key_tiles(b, lo, hi, carried, [&](Builder& in, int j, const std::vector<int>& c,
-                                                                        TileKind kind) {
-      const int t = in.sub(j, lo);
-      const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
-      in.wait_full(0, stage, parity);
-      in.wait_full(1, stage, parity);
-      const int before = in.ring_stage(in.add(first_step, in.sub(t, in.min(t, one))), stages(), false).first;
-      const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps));
-      in.when(in.less(zero_, t), [&](Builder& w) { w.release(1, before); });
-      return out;
-    });
-    release_q(b);  // (P·V is all that is left)
-    const int last = b.ring_stage(b.add(first_step, b.sub(hi, b.min(hi, b.add(lo, one)))), stages(), false).first;
+    const int second = b.min(hi, b.add(lo, one));
+    // (A loop of one step or none, split by over_key_tiles as the rest are: the masks it needs.)
+    carried = over_key_tiles(b, lo, second, carried,
+                             [&](Builder& in, int j, const std::vector<int>& c, TileKind kind) {
+                               const auto [stage, parity] = in.ring_stage(first_step, stages(), false);
+                               in.wait_full(0, stage, parity);
+                               in.wait_full(1, stage, parity);
+                               return leading_step(in, j, stage, c, kind, turn(zero_, steps), hi);
+                             });
+    const std::vector<int> out = over_key_tiles(
+        b, second, hi, carried, [&](Builder& in, int j, const std::vector<int>& c, TileKind kind) {
+          const int t = in.sub(j, lo);
+          const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
+          in.wait_full(0, stage, parity);
+          in.wait_full(1, stage, parity);
+          const int before = in.ring_stage(in.add(first_step, in.sub(t, one)), stages(), false).first;
+          const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps), hi);
+          in.release(1, before);
+          return out;
+        });
+    const int last = b.ring_stage(b.add(first_step, b.sub(hi, second)), stages(), false).first;
     const int visited = b.less(lo, hi);
+    b.when(b.less(hi, b.add(lo, one)), [&](Builder& w) { release_q(w); });  // (no S to release it at)
     const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     b.when(visited, [&](Builder& w) { w.release(1, last); });
     return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
   }
-
   // The block's key tiles [lo, hi): all, or up to the one holding key query0 + block_m − 1 +
   // offset (causal), or up to the head's length (read at run time); under split-KV the block's
   // share of those.
@@ -736,8 +745,8 @@ class AttentionProgram {
   // turns it is rescaled first, since ptxas ran out of registers with S in flight there (where an
   // edge step stands alone — the last of N 4097's keys, a tile LLVM peels — it serialized every
   // wgmma of the kernel; with turns on the persistent grid it spilled).
-  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c, TileKind kind,
-                                   Turn turn = {}) {
+  std::vector<int> overlapped_step(Builder& b, int j, int stage, int before, const std::vector<int>& c,
+                                   TileKind kind, Turn turn = {}, int hi = -1) {
     const int s0 = zero_scores(b);
     const bool first = !kind.main || turn.step >= 0;
     const int o_first = first ? rescaled_o(b, c, 0) : -1;
@@ -747,11 +756,31 @@ class AttentionProgram {
     });
     const int s = b.dot_wait({scores}, 1)[0];
     if (s_.tma) b.release(0, stage);  // S, the only reader of Kⱼ, is done
+    release_q_at(b, j, hi);
     const Online on = online(b, j, s, c[1], c[2], kind.masked);
     std::vector<int> out = {b.dot_wait({o_flight}, 0, s_.pin_pv_wait)[0], on.m, on.l, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
     out.insert(out.end(), pa.begin(), pa.end());
     return out;
+  }
+
+  // The overlapped loop's first step: S = Q·Kⱼᵀ alone, Kⱼ's stage released, the softmax run on
+  // it (O is still zero: nothing to rescale or add).
+  std::vector<int> leading_step(Builder& b, int j, int stage, const std::vector<int>& c, TileKind kind,
+                                Turn turn, int hi) {
+    const int s = b.dot_wait({in_turn(b, turn, [&] { return q_times_k(b, stage, zero_scores(b)); })}, 0)[0];
+    b.release(0, stage);
+    release_q_at(b, j, hi);
+    const Online on = online(b, j, s, c[1], c[2], kind.masked);
+    std::vector<int> out = {c[0], on.m, on.l, on.alpha};
+    const std::vector<int> pa = p_fragments(b, on.p);
+    out.insert(out.end(), pa.begin(), pa.end());
+    return out;
+  }
+  // Q's ring handed back at key tile j's S where j is the last before hi (TMA's overlapped loop;
+  // hi -1: after the loop instead).
+  void release_q_at(Builder& b, int j, int hi) {
+    if (hi >= 0 && q_by_tma()) b.when(b.less(hi, b.add(j, b.index(2))), [&](Builder& w) { release_q(w); });
   }
 
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
