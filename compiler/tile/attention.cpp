@@ -413,7 +413,7 @@ class AttentionProgram {
     });
   }
   // The consumers: each key tile's stage waited for, the step run on it (both products waited
-  // for inside), the stage released.
+  // for inside; K's stage and at the last step Q's released once S is done), V's stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     const std::vector<int> out = over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c,
@@ -422,12 +422,11 @@ class AttentionProgram {
       const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
       in.wait_full(1, stage, parity);
-      std::vector<int> out = step(in, j, stage, c, kind.masked, turn(t, steps));
-      in.release(0, stage);
+      std::vector<int> out = step(in, j, stage, c, kind.masked, turn(t, steps), hi);
       in.release(1, stage);
       return out;
     });
-    release_q(b);
+    b.when(b.less(hi, b.add(lo, b.index(1))), [&](Builder& w) { release_q(w); });  // (no S to release it at)
     return out;
   }
 
@@ -565,11 +564,18 @@ class AttentionProgram {
     return started;
   }
 
-  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, bool masked, Turn turn = {}) {
+  // `hi`: the TMA loop's end, where Kⱼ's stage is released at S and Q's at the last S (-1: the
+  // caller releases them).
+  std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, bool masked, Turn turn = {},
+                        int hi = -1) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
     if (s_.wgmma)  // Q's whole (padded) head dimension against the K stage
       s = b.dot_wait({in_turn(b, turn, [&] { return q_times_k(b, stage, s); })}, 0)[0];
+    if (hi >= 0) {
+      b.release(0, stage);
+      release_q_at(b, j, hi);
+    }
     for (int64_t kk = 0; !s_.wgmma && kk < s_.d / 16; ++kk) {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
       s = b.dot(q_at(b, kk), k, s);
