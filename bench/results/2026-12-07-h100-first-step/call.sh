@@ -26,3 +26,4 @@ timeout 150 python3 bench/attention_peers.py attention attention_causal attentio
 #   build-f3b r1 78.1, 146.6;  r2 73.9, 150.6;  r3 61.0, 101.6
 #   bundle x6: matmul 67.5 66.8 63.6 99.8 103.1 101.3; matmul_odd 88.7 87.8 85.7 138.1 141.1 137.4;
 #              matmul_bias_gelu_k1024 109.0 107.9 105.3 164.0 173.3 166.3
+# A last call (a fresh H100): OLD=build-f3b NAMES="attention_train attention_window attention_alibi attention_gqa" ROUNDS=2 ITERS=20 bash scripts/gpu_ab.sh  (ab_call3.*)
