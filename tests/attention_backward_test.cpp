@@ -162,7 +162,7 @@ struct Case {
   int64_t group = 1;  // query heads per K/V head
 };
 struct Problem {
-  TensorData q, k, v, d_o, shift, divisor, delta;  // c and h: the forward's row max and sum
+  TensorData q, k, v, d_o, lse, delta;  // L = c + ln h from the forward's row max c and divisor h
   std::vector<double> dq, dk, dv;  // float64's
 };
 
@@ -172,7 +172,7 @@ void reference(const Case& c, double scale, Problem* out) {
   const std::vector<double> q = pr.q.to_doubles(), k = pr.k.to_doubles(), v = pr.v.to_doubles(),
                             d_o = pr.d_o.to_doubles();
   const int64_t nq = c.n_q, nk = c.n_kv, d = c.d;
-  std::vector<double> shift(static_cast<size_t>(c.heads * nq)), divisor(shift.size()), delta(shift.size());
+  std::vector<double> lse(static_cast<size_t>(c.heads * nq)), delta(lse.size());
   pr.dq.assign(q.size(), 0);
   pr.dk.assign(k.size(), 0);
   pr.dv.assign(v.size(), 0);
@@ -194,8 +194,8 @@ void reference(const Case& c, double scale, Problem* out) {
       double sum = 0;
       for (double& x : p) sum += x = mx == -INFINITY ? 0 : std::exp(x - mx);
       const size_t row = static_cast<size_t>(h * nq + i);
-      shift[row] = mx;                    // (−inf in a row that sees no key)
-      divisor[row] = std::max(sum, 1.0);  // as softmax divides: by max(Σ, 1)
+      // The shift 0 where the row sees no key, the divisor max(Σ, 1), as softmax's are.
+      lse[row] = (mx == -INFINITY ? 0.0 : mx) + std::log(std::max(sum, 1.0));
       for (double& x : p) x = sum > 0 ? x / sum : 0;
       std::fill(o.begin(), o.end(), 0.0);
       for (int64_t j = 0; j < nk; ++j)
@@ -213,8 +213,7 @@ void reference(const Case& c, double scale, Problem* out) {
         }
       }
     }
-  pr.shift = TensorData::from_doubles(DType::F32, {c.heads, nq}, shift);
-  pr.divisor = TensorData::from_doubles(DType::F32, {c.heads, nq}, divisor);
+  pr.lse = TensorData::from_doubles(DType::F32, {c.heads, nq}, lse);
   pr.delta = TensorData::from_doubles(DType::F32, {c.heads, nq}, delta);
 }
 
@@ -305,7 +304,7 @@ std::vector<uint8_t> workspace_of(const tir::Program& p, const Case& c) {
 
 std::vector<TensorData> interpreted(const tir::Program& p, const Problem& pr, const Case& c) {
   std::vector<TensorData> grads = poisoned_gradients(p);
-  std::vector<TensorData> inputs = {pr.q, pr.k, pr.v, pr.d_o, pr.shift, pr.divisor, pr.delta};
+  std::vector<TensorData> inputs = {pr.q, pr.k, pr.v, pr.d_o, pr.lse, pr.delta};
   std::vector<uint8_t> workspace = workspace_of(p, c);
   std::vector<tir::HostArg> args;
   for (TensorData& t : inputs) args.push_back({t.bytes.data(), t.bytes.size()});
@@ -351,7 +350,7 @@ std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const C
                  shared = static_cast<unsigned>(p.shared_bytes());
   EXPECT_GT(cuda::prepare_launch(f, {threads}, 1, shared, p.name), 0);
   std::vector<TensorData> grads = poisoned_gradients(p);
-  std::vector<const TensorData*> all = {&pr.q, &pr.k, &pr.v, &pr.d_o, &pr.shift, &pr.divisor, &pr.delta};
+  std::vector<const TensorData*> all = {&pr.q, &pr.k, &pr.v, &pr.d_o, &pr.lse, &pr.delta};
   for (const TensorData& t : grads) all.push_back(&t);
   std::vector<cuda::DeviceBuffer> buffers;
   for (const TensorData* t : all) {
@@ -426,15 +425,13 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
   pr.k = TensorData::random(DType::BF16, {heads, n, d}, rng);
   pr.v = TensorData::random(DType::BF16, {heads, n, d}, rng);
   pr.d_o = TensorData::random(DType::BF16, {heads, n, d}, rng);
-  std::vector<double> shift(static_cast<size_t>(heads * n)), divisor(shift.size()), delta(shift.size());
+  std::vector<double> lse(static_cast<size_t>(heads * n)), delta(lse.size());
   std::normal_distribution<double> normal;
-  for (size_t r = 0; r < shift.size(); ++r) {
-    shift[r] = 4 + 0.1 * normal(rng);
-    divisor[r] = static_cast<double>(n) * (1 + 0.1 * std::fabs(normal(rng)));
+  for (size_t r = 0; r < lse.size(); ++r) {
+    lse[r] = 4 + 0.1 * normal(rng) + std::log(static_cast<double>(n) * (1 + 0.1 * std::fabs(normal(rng))));
     delta[r] = 0.1 * normal(rng);
   }
-  pr.shift = TensorData::from_doubles(DType::F32, {heads, n}, shift);
-  pr.divisor = TensorData::from_doubles(DType::F32, {heads, n}, divisor);
+  pr.lse = TensorData::from_doubles(DType::F32, {heads, n}, lse);
   pr.delta = TensorData::from_doubles(DType::F32, {heads, n}, delta);
   const bool hopper = cuda::Context::get().info().cc_major >= 9;
   const Case whole = {heads, n, n, d, DType::BF16, std::nullopt};

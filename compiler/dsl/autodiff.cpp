@@ -244,8 +244,10 @@ class Backward {
   // O = softmax(f(Q·Kᵀ))·V found as the forward's attention rule finds it (a contraction chain,
   // compiler/fusion/contraction_chain.h), differentiated in FlashAttention-2's form, so that the
   // backward reads nothing of the forward's N×N values and the forward stays one kernel:
-  //   P' = exp(f(Q·Kᵀ)' − c) / h(Σ)   recomputed from a copy of the scores' chain, with the row
-  //                                   shift c and divisor h(Σ) the forward kernel writes beside O
+  //   P' = exp(f(Q·Kᵀ)' − L)          recomputed from a copy of the scores' chain, with each row's
+  //                                   log-sum-exp L = c + ln h(Σ), from the shift c and divisor
+  //                                   h(Σ) the forward kernel writes beside O (one value a row
+  //                                   for the backward's kernels to read, not two to combine)
   //   dV = P'ᵀ·dO,  dP = dO·Vᵀ         (the matmul rule on O' = P'·V)
   //   D = rowsum(dO∘O)                 = rowsum(P∘dP), since O = P·V
   //   dX = P'∘(dP − D)                 softmax's backward (P' as O's product read it: in V's
@@ -274,7 +276,7 @@ class Backward {
     const NodeId shift = c->shift_ops.empty() ? c->row_max : c->shift_ops.back();
     const NodeId divisor = c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back();
     const Tensor x = t(copy.at(c->x()));
-    const Tensor p = exp(x - t(shift)) / t(divisor);
+    const Tensor p = exp(x - (t(shift) + log(t(divisor))));
     const Tensor pv = c->cast >= 0 ? cast(p, g_.node(c->cast).dtype) : p;
     // O' = P'·V with O's options: its matmul rule gives dV (to V) and dP (to P', taken back here).
     // (dO broadcast against O first: against O' it would make O' a value the graph computes.)

@@ -13,7 +13,7 @@
 namespace tilefuse {
 
 std::vector<NodeId> BackwardChain::shared() const {
-  std::vector<NodeId> out = {scores, shifted, exp, probs, dp};
+  std::vector<NodeId> out = {scores, shifted, probs, dp};
   if (probs_cast >= 0) out.push_back(probs_cast);
   for (const std::vector<NodeId>* ops : {&score_ops, &index_ops, &ds_ops})
     out.insert(out.end(), ops->begin(), ops->end());
@@ -82,14 +82,14 @@ NodeId ds_product(const Graph& g, NodeId at, std::vector<NodeId>* ops, double* s
   }
 }
 
-// Whether `id` is P∘(dP − D): a product of P (a quotient of an exp, maybe cast) and a difference.
+// Whether `id` is P∘(dP − D): a product of P (an exp of a difference, maybe cast) and a difference.
 bool is_ds_product(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   if (n.op != Op::Mul) return false;
   for (size_t i = 0; i < 2; ++i) {
     std::vector<NodeId> casts;
     const Node& p = g.node(strip_cast(g, n.operands[i], &casts));
-    if (p.op == Op::Div && g.node(p.operands[0]).op == Op::Exp && g.node(n.operands[1 - i]).op == Op::Sub)
+    if (p.op == Op::Exp && g.node(p.operands[0]).op == Op::Sub && g.node(n.operands[1 - i]).op == Op::Sub)
       return true;
   }
   return false;
@@ -104,19 +104,16 @@ NodeId find_ds_product(const Graph& g, NodeId id, int depth) {
   return -1;
 }
 
-// P = e^(X − c) / h with X = f(S): the chain's forward half, or false (with `why` where P is
-// such a quotient but its X is not S·scale with at most a causal mask).
+// P = e^(X − L) with X = f(S): the chain's forward half, or false (with `why` where P is such an
+// exponential but its X is not S·scale with at most a causal mask).
 bool match_probs(const Graph& g, NodeId p, BackwardChain* c, std::string* why) {
   const Node& probs = g.node(p);
-  if (probs.op != Op::Div || g.node(probs.operands[0]).op != Op::Exp) return false;
-  const NodeId e = probs.operands[0];
-  const Node& sub = g.node(g.node(e).operands[0]);
+  if (probs.op != Op::Exp) return false;
+  const Node& sub = g.node(probs.operands[0]);
   if (sub.op != Op::Sub) return false;
   c->probs = p;
-  c->exp = e;
-  c->shifted = g.node(e).operands[0];
-  c->shift = sub.operands[1];
-  c->divisor = probs.operands[1];
+  c->shifted = probs.operands[0];
+  c->lse = sub.operands[1];
   // X = S·scale, where(causal, ·, −inf) around it or inside it.
   NodeId at = sub.operands[0], mask = -1;
   bool scaled = false;
@@ -207,7 +204,7 @@ bool gradients_fit(const Graph& g, const BackwardChain& c, std::string* why) {
 }
 
 // Shapes and dtypes the kernels take: Q and dO [b…, n_q, d], K and V [b…, n_kv, d] with the same
-// leading axes, c, h and D [b…, n_q, 1], the gradients their operands' shapes, all 16-bit but the
+// leading axes, L and D [b…, n_q, 1], the gradients their operands' shapes, all 16-bit but the
 // row values.
 bool fits_kernels(const Graph& g, BackwardChain* c, std::string* why) {
   const Shape &q = g.node(c->q).shape, &k = g.node(c->k).shape;
@@ -244,20 +241,20 @@ bool fits_kernels(const Graph& g, BackwardChain* c, std::string* why) {
       *why = "the fused backward reads Q, K, V and dO of one 16-bit dtype (bf16 or f16)";
       return false;
     }
-  for (NodeId n : {c->shift, c->divisor, c->delta})
+  for (NodeId n : {c->lse, c->delta})
     if (g.node(n).shape != rows || g.node(n).dtype != DType::F32) {
       *why = fmt::format("%{} {} is not one f32 value per query row {}", n, shape_str(g.node(n).shape),
                          shape_str(rows));
       return false;
     }
-  std::vector<NodeId> reads = {c->q, c->k, c->v, c->d_o, c->shift, c->divisor, c->delta};
+  std::vector<NodeId> reads = {c->q, c->k, c->v, c->d_o, c->lse, c->delta};
   std::sort(reads.begin(), reads.end());
   if (std::adjacent_find(reads.begin(), reads.end()) != reads.end()) {
-    *why = "one tensor is two of Q, K, V, dO, the shift, the divisor and D (not yet)";
+    *why = "one tensor is two of Q, K, V, dO, the log-sum-exp and D (not yet)";
     return false;
   }
   const std::vector<NodeId> shared = c->shared();
-  for (NodeId n : {c->q, c->k, c->v, c->d_o, c->shift, c->divisor, c->delta})
+  for (NodeId n : {c->q, c->k, c->v, c->d_o, c->lse, c->delta})
     if (std::binary_search(shared.begin(), shared.end(), n)) {
       *why = fmt::format("%{} is both read by the backward chain and computed in it", n);
       return false;
@@ -291,7 +288,7 @@ std::optional<BackwardChain> match_from_ds(const Graph& g, NodeId user, std::str
   for (size_t i = 0; i < 2 && diff < 0; ++i) {
     std::vector<NodeId> casts;
     const NodeId a = strip_cast(g, pn.operands[i], &casts);
-    if (g.node(a).op != Op::Div || g.node(pn.operands[1 - i]).op != Op::Sub) continue;
+    if (g.node(a).op != Op::Exp || g.node(pn.operands[1 - i]).op != Op::Sub) continue;
     p = a;
     diff = pn.operands[1 - i];
     if (!casts.empty()) {

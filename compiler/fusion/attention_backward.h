@@ -2,7 +2,8 @@
 // The attention backward found in a gradient graph. Autodiff's rule for a contraction chain
 // (compiler/dsl/autodiff.cpp) recomputes the probabilities from the forward's row values instead
 // of keeping them:
-//   S = Q·Kᵀ;  X = f(S);  P = e^(X − c) / h           c, h: the forward's shift and divisor per row
+//   S = Q·Kᵀ;  X = f(S);  P = e^(X − L)                L = c + ln h: the row's log-sum-exp, from
+//                                                      the forward's shift c and divisor h
 //   dP = dO·Vᵀ;  dS = P∘(dP − D)                        D = rowsum(dO∘O), computed before
 //   dS' = cast(mask(dS)·scale)                          (f's scale; its mask's where(m, ·, 0))
 //   dQ = dS'·K;  dK = dS'ᵀ·Q;  dV = cast(P)ᵀ·dO
@@ -30,10 +31,10 @@ struct BackwardChain {
   NodeId scores = -1;                // S = Q·Kᵀ
   std::vector<NodeId> score_ops;     // X = f(S), in order
   std::vector<NodeId> index_ops;     // the causal mask's iotas and comparison
-  NodeId shifted = -1, exp = -1;     // X − c, its exp
-  NodeId probs = -1;                 // P = e^(X − c) / h
+  NodeId shifted = -1;               // X − L
+  NodeId probs = -1;                 // P = e^(X − L)
   NodeId probs_cast = -1;            // P in the inputs' dtype (dV's operand), or -1
-  NodeId shift = -1, divisor = -1;   // c and h, read
+  NodeId lse = -1;                   // L, read
   NodeId dp = -1;                    // dO·Vᵀ
   std::vector<NodeId> ds_ops;        // from P and dP to dS' (its last), in order
   NodeId delta = -1;                 // D, read

@@ -543,7 +543,7 @@ class FusionPass {
       const bool sums = parts.size() == 1 && !c->gradients(true).empty() && !c->gradients(false).empty();
       d.reason = fmt::format(
           "attention backward %{} Q·Kᵀ → P, dP, dS → the gradients: {} kernel{} ({}) recomputing P from the "
-          "forward's shift and divisor a tile at a time{}; P and dS {}{} never reach memory (against the "
+          "rows' log-sum-exp a tile at a time{}; P and dS {}{} never reach memory (against the "
           "plan "
           "that writes them and reads them again){}",
           c->scores, parts.size(), parts.size() == 1 ? "" : "s",

@@ -50,7 +50,7 @@ std::string TileSchedule::describe() const {
     const bool keys = attention_backward != 2, sums = attention_backward == 3;
     return fmt::format(
         "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {}{} {} {} at a time "
-        "recomputing P from the forward's shift and divisor and carrying {}; the block's {} in shared "
+        "recomputing P from the rows' log-sum-exp and carrying {}; the block's {} in shared "
         "memory, "
         "the {} tiles through 2 shared-memory stages (cp.async, {}: each stage read transposed for the "
         "scores "

@@ -112,22 +112,21 @@ class AttentionBackwardProgram {
       p_.params.push_back(prm);
       return static_cast<int>(p_.params.size()) - 1;
     };
-    std::array<int, 7> param{};
-    for (int at = 0; at < 7; ++at)
-      for (size_t i = 0; i < 7; ++i)
+    std::array<int, 6> param{};
+    for (int at = 0; at < 6; ++at)
+      for (size_t i = 0; i < 6; ++i)
         if (s_.position[i] == at)
           param[i] = add(s_.names[i], i < 4 ? s_.dtype : DType::F32,
                          i == 0 || i == 3 ? q_rows
                          : i < 3          ? kv_rows
                                           : stats,
                          false);
-    if (p_.params.size() != 7)
-      throw Error("attention backward: the inputs' positions are not 0 to 6 once each");
+    if (p_.params.size() != 6)
+      throw Error("attention backward: the inputs' positions are not 0 to 5 once each");
     a_param_ = queries() ? std::vector<int>{param[0], param[3]} : std::vector<int>{param[1], param[2]};
     b_param_ = queries() ? std::vector<int>{param[1], param[2]} : std::vector<int>{param[0], param[3]};
-    shift_param_ = param[4];
-    divisor_param_ = param[5];
-    delta_param_ = param[6];
+    lse_param_ = param[4];
+    delta_param_ = param[5];
     using Output = AttentionBackwardShape::Output;
     std::vector<Output> outputs = s_.outputs;
     if (outputs.empty())
@@ -170,37 +169,32 @@ class AttentionBackwardProgram {
     auto load = [&](int param) {
       return b.load(param, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
     };
-    minus_lse2_ = minus_log2_lse(b, load(shift_param_), load(divisor_param_));
+    minus_lse2_ = minus_log2e_times(b, load(lse_param_));
     delta_ = load(delta_param_);
   }
-  // The keys kernel's c, h and D of the query tile from q0 of query head `query_head`, as loaded:
+  // The keys kernel's L and D of the query tile from q0 of query head `query_head`, as loaded:
   // [1, cols] each (none past the head's queries).
   std::vector<int> load_col_statistics(Builder& b, int query_head, int q0) {
     std::vector<int> raw;
-    for (int param : {shift_param_, divisor_param_, delta_param_})
+    for (int param : {lse_param_, delta_param_})
       raw.push_back(b.load(param, {query_head, q0}, {1, s_.block_cols}, {false, true}, {}, Frag::Acc));
     return raw;
   }
-  // From them −L·log2 e and D. Past the queries c is taken as 0, h 1 and D 0: there Q's and dO's
-  // rows are zeros, so P is 1 and dP − D 0, and both products add nothing.
+  // From them −L·log2 e and D. Past the queries L and D are taken as 0: there Q's and dO's rows
+  // are zeros, so P is 1 and dP − D 0, and both products add nothing.
   std::pair<int, int> col_statistics(Builder& b, const std::vector<int>& raw, int q0) {
     const int in = b.in_bounds(q0, b.index(s_.n_q), 1, {1, s_.block_cols}, Frag::Acc);
     auto inside = [&](int x, double outside) {
       return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
     };
-    return {minus_log2_lse(b, inside(raw[0], 0), inside(raw[1], 1)), inside(raw[2], 0)};
+    return {minus_log2e_times(b, inside(raw[0], 0)), inside(raw[1], 0)};
   }
-  // The keys kernel on wgmma loads the next step's c, h and D while its gradients' products run
-  // and carries them into that step (48 registers a thread at 64 columns): loaded at their use,
+  // The keys kernel on wgmma loads the next step's L and D while its gradients' products run
+  // and carries them into that step (32 registers a thread at 64 columns): loaded at their use,
   // their latency from L2 was the kernel's largest stall (Nsight Compute, bench/NOTES.md).
   bool prefetched() const { return s_.wgmma && s_.part == Part::Keys; }
-  // −(c + ln h)·log2 e, c taken as 0 where it is −inf (a row that saw no key: its scores are
-  // masked, so its P is e^−inf = 0 either way).
-  static int minus_log2_lse(Builder& b, int c, int h) {
-    const int finite =
-        b.compute(Op::Gt, {c, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
-    const int shift = b.compute(Op::Where, {finite, c, b.scalar(0, DType::F32)}, DType::F32);
-    const int lse = b.compute(Op::Add, {shift, b.compute(Op::Log, {h}, DType::F32)}, DType::F32);
+  // −L·log2 e, the exponent's shift in base 2.
+  static int minus_log2e_times(Builder& b, int lse) {
     return b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
   }
 
@@ -319,7 +313,7 @@ class AttentionBackwardProgram {
   }
 
   // One column tile: the scores again, P, dP − D and dS, and the gradients' products.
-  // Prefetched, `raw` holds the step's c, h and D, and `prefetch` loads the next step's: the step
+  // Prefetched, `raw` holds the step's L and D, and `prefetch` loads the next step's: the step
   // returns them after the gradients.
   std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc,
                         const std::vector<int>& raw, const std::function<std::vector<int>()>& prefetch) {
@@ -461,7 +455,7 @@ class AttentionBackwardProgram {
   Program p_;
   std::vector<int> a_param_, b_param_;
   std::vector<Gradient> grads_;
-  int shift_param_ = -1, divisor_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
+  int lse_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
   int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, delta_ = -1;
 };
 
@@ -489,8 +483,8 @@ Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
   s.block_cols = k.schedule.block_n;
   s.wgmma = k.schedule.wgmma;
   s.causal_offset = c.causal_offset;
-  const NodeId inputs[7] = {c.q, c.k, c.v, c.d_o, c.shift, c.divisor, c.delta};
-  for (size_t i = 0; i < 7; ++i) {
+  const NodeId inputs[6] = {c.q, c.k, c.v, c.d_o, c.lse, c.delta};
+  for (size_t i = 0; i < 6; ++i) {
     const auto at = std::find(k.inputs.begin(), k.inputs.end(), inputs[i]);
     if (at == k.inputs.end())
       throw CodegenError(fmt::format("kernel {}: %{} is not among its inputs", k.name, inputs[i]));

@@ -1,8 +1,8 @@
 #pragma once
 // The attention backward in Tile IR v2, FlashAttention-2's form with no atomics: given the
-// forward's q, k and v, the gradient dO of its output, each query row's shift c and divisor h
-// from the forward (P = e^(S·scale − c) / h = e^(S·scale − L), L = c + ln h the row's
-// log-sum-exp, with no max or sum of its own) and D = rowsum(dO∘O), two kernels recompute the
+// forward's q, k and v, the gradient dO of its output, each query row's log-sum-exp L = c + ln h
+// (from the forward's shift c and divisor h: P = e^(S·scale − c) / h = e^(S·scale − L), with no
+// max or sum of its own) and D = rowsum(dO∘O), two kernels recompute the
 // probabilities tile by tile rather than read an N×N matrix:
 //
 //   keys:    a block per tile of keys, K and V resident, a loop over the query tiles:
@@ -37,7 +37,7 @@
 namespace tilefuse::tir {
 
 struct AttentionBackwardShape {
-  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads / group, n_kv, d]; c, h and D:
+  // q, o, dO: [batch_heads, n_q, d]; k, v: [batch_heads / group, n_kv, d]; L and D:
   // [batch_heads, n_q].
   int64_t batch_heads = 1, n_q = 0, n_kv = 0, d = 64;
   // Query heads per K/V head (GQA, MQA), a K/V head's consecutive: the keys kernel's block sums
@@ -57,14 +57,14 @@ struct AttentionBackwardShape {
   // Query i sees no key past i + causal_offset: the loops skip the tiles wholly past it and mask
   // the rest.
   std::optional<int64_t> causal_offset;
-  // The parameters: the inputs q, k, v, do, shift (c), divisor (h) and delta (D) in the order
+  // The parameters: the inputs q, k, v, do, lse (L) and delta (D) in the order
   // `position` gives (position[i] is input i's place), then the gradients `outputs` lists — by
   // default the part's: dk and dv, dq, or all three. The part All then takes its workspace: dQ's
   // f32 sums of every query row, then a u32 counter per K/V head (zero at the first launch; each
   // launch leaves it zero; TileSchedule::workspace_bytes sizes it).
   enum class Grad { Q, K, V };
-  std::array<std::string, 7> names = {"q", "k", "v", "do", "shift", "divisor", "delta"};
-  std::array<int, 7> position = {0, 1, 2, 3, 4, 5, 6};
+  std::array<std::string, 6> names = {"q", "k", "v", "do", "lse", "delta"};
+  std::array<int, 6> position = {0, 1, 2, 3, 4, 5};
   struct Output {
     Grad grad;
     std::string name;
