@@ -509,6 +509,7 @@ class AttentionProgram {
     b.when(visited, [&](Builder& w) { w.release(1, last); });
     return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
   }
+
   // The block's key tiles [lo, hi): all, or up to the one holding key query0 + block_m − 1 +
   // offset (causal), or up to the head's length (read at run time); under split-KV the block's
   // share of those.
@@ -783,8 +784,8 @@ class AttentionProgram {
     out.insert(out.end(), pa.begin(), pa.end());
     return out;
   }
-  // Q's ring handed back at key tile j's S where j is the last before hi (TMA's overlapped loop;
-  // hi -1: after the loop instead).
+  // Q's ring handed back at key tile j's S where j is the last before hi (the TMA loops; hi -1:
+  // by the caller instead).
   void release_q_at(Builder& b, int j, int hi) {
     if (hi >= 0 && q_by_tma()) b.when(b.less(hi, b.add(j, b.index(2))), [&](Builder& w) { release_q(w); });
   }
