@@ -426,7 +426,7 @@ class AttentionProgram {
       in.release(1, stage);
       return out;
     });
-    b.when(b.less(hi, b.add(lo, b.index(1))), [&](Builder& w) { release_q(w); });  // (no S to release it at)
+    release_q_without_keys(b, lo, hi);
     return out;
   }
 
@@ -504,7 +504,7 @@ class AttentionProgram {
         });
     const int last = b.ring_stage(b.add(first_step, b.sub(hi, second)), stages(), false).first;
     const int visited = b.less(lo, hi);
-    b.when(b.less(hi, b.add(lo, one)), [&](Builder& w) { release_q(w); });  // (no S to release it at)
+    release_q_without_keys(b, lo, hi);
     const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     b.when(visited, [&](Builder& w) { w.release(1, last); });
     return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
@@ -788,6 +788,10 @@ class AttentionProgram {
   // by the caller instead).
   void release_q_at(Builder& b, int j, int hi) {
     if (hi >= 0 && q_by_tma()) b.when(b.less(hi, b.add(j, b.index(2))), [&](Builder& w) { release_q(w); });
+  }
+  // Q's ring handed back after a TMA loop over no key tiles [lo, hi), which had no S to do it at.
+  void release_q_without_keys(Builder& b, int lo, int hi) {
+    b.when(b.less(hi, b.add(lo, b.index(1))), [&](Builder& w) { release_q(w); });
   }
 
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
