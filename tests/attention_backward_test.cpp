@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -386,8 +388,9 @@ std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const C
     std::sort(ms.begin(), ms.end());
     *median_ms = ms[ms.size() / 2];
   }
+  const size_t first_grad = all.size() - grads.size();  // the buffers follow `all`
   for (size_t g = 0; g < grads.size(); ++g)
-    buffers[7 + g].download(grads[g].bytes.data(), grads[g].bytes.size());
+    buffers[first_grad + g].download(grads[g].bytes.data(), grads[g].bytes.size());
   return grads;
 }
 
@@ -532,6 +535,16 @@ TEST(FusionAttentionBackward, TheGradientGraphBecomesTwoKernels) {
     const std::string report = plan_report_text(p);
     EXPECT_NE(report.find("attention backward %"), std::string::npos) << report;
     EXPECT_NE(report.find("never reach memory"), std::string::npos) << report;
+    // The rows' log-sum-exp comes from the forward's kernel, written beside O (no kernel of its
+    // own); D from its row reduction: the backward reads each from one of them.
+    std::map<NodeId, ScheduleKind> writer;
+    for (const Kernel& k : p.kernels)
+      for (NodeId o : k.outputs) writer[o] = k.kind;
+    std::multiset<ScheduleKind> row_writers;
+    for (NodeId i : backward[0]->inputs)
+      if (p.graph.node(i).shape.back() == 1) row_writers.insert(writer.at(i));
+    EXPECT_EQ(row_writers, (std::multiset<ScheduleKind>{ScheduleKind::Attention, ScheduleKind::RowReduce}))
+        << report;
   }
 }
 

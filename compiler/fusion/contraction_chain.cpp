@@ -14,7 +14,7 @@ namespace tilefuse {
 
 std::vector<NodeId> ContractionChain::nodes() const {
   std::vector<NodeId> out = {scores, row_max, shifted, exp, row_sum, probs, output};
-  for (const std::vector<NodeId>* ops : {&score_ops, &index_ops, &shift_ops, &divisor_ops})
+  for (const std::vector<NodeId>* ops : {&score_ops, &index_ops, &shift_ops, &divisor_ops, &row_ops})
     out.insert(out.end(), ops->begin(), ops->end());
   if (cast >= 0) out.push_back(cast);
   std::sort(out.begin(), out.end());
@@ -168,6 +168,25 @@ NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>&
   if (reads->empty()) return -1;
   std::sort(ops->begin(), ops->end());
   return limit;
+}
+
+// The elementwise ops after chain c computed from its row values and constants alone, keeping a
+// row value's shape (one value a query row), in order: what the kernel can compute after its loop.
+std::vector<NodeId> row_ops_of(const Graph& g, const ContractionChain& c) {
+  std::vector<NodeId> ops;
+  const Shape& row = g.node(c.row_max).shape;
+  for (NodeId id = std::min(c.row_max, c.row_sum) + 1; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    const Node& n = g.node(id);
+    if (!elementwise(n) || n.shape != row || c.row_value(id) || id == c.shifted) continue;
+    bool from_rows = true, any = false;
+    for (NodeId o : n.operands) {
+      const bool value = c.row_value(o) || std::count(ops.begin(), ops.end(), o);
+      from_rows &= value || is_constant(g, o);
+      any |= value;
+    }
+    if (from_rows && any) ops.push_back(id);
+  }
+  return ops;
 }
 
 }  // namespace
@@ -366,6 +385,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
       *why = fmt::format("%{} is both an operand of the chain's products and a mask or bias (not yet)", n);
       return std::nullopt;
     }
+  c.row_ops = row_ops_of(g, c);
   return c;
 }
 

@@ -40,6 +40,10 @@ struct ContractionChain {
   NodeId shifted = -1, exp = -1;    // X − c, its exp E
   NodeId row_sum = -1;              // Σ_n E
   std::vector<NodeId> divisor_ops;  // h(Σ), in order (empty: the sum itself)
+  // Elementwise ops outside the softmax computed only from row values and constants, in order —
+  // a log-sum-exp L = c + ln h, which a training forward saves for its backward: one value a row,
+  // computed after the loop and written beside O instead of by a kernel of their own.
+  std::vector<NodeId> row_ops;
   NodeId probs = -1, cast = -1;     // P = E / h(Σ); P in V's dtype, or -1
   NodeId output = -1;               // O = P·V
   NodeId q = -1, k = -1, v = -1;
@@ -66,10 +70,12 @@ struct ContractionChain {
   std::vector<NodeId> key_limit_ops, key_limit_tensors;
   NodeId x() const { return score_ops.empty() ? scores : score_ops.back(); }
   // One value per query row the kernel can write beside O (from its final running max and sum):
-  // the max, the shift's ops, the sum, the divisor's ops — what a log-sum-exp is made of.
+  // the max, the shift's ops, the sum, the divisor's ops and the row ops — a log-sum-exp's parts
+  // and the log-sum-exp.
   bool row_value(NodeId n) const {
     return n == row_max || n == row_sum || std::count(shift_ops.begin(), shift_ops.end(), n) ||
-           std::count(divisor_ops.begin(), divisor_ops.end(), n);
+           std::count(divisor_ops.begin(), divisor_ops.end(), n) ||
+           std::count(row_ops.begin(), row_ops.end(), n);
   }
   std::vector<NodeId> nodes() const;  // every node, sorted
 };

@@ -1,6 +1,7 @@
 #include "compiler/fusion/fusion.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -487,6 +488,14 @@ class FusionPass {
           "output, the running max and the running sum; the scores {}{} never reach memory (against the plan "
           "that writes them and reads them again)",
           c->scores, c->output, c->n_kv, dtype_name(s.dtype), shape_str(s.shape));
+      if (!c->row_ops.empty()) {
+        std::vector<std::string> ops;
+        for (NodeId r : c->row_ops) ops.push_back(fmt::format("%{} {}", r, op_info(g_.node(r).op).name));
+        d.reason += fmt::format(
+            "; {} computed from the final max and sum after the loop (one value a query row, "
+            "as a log-sum-exp)",
+            fmt::join(ops, ", "));
+      }
       decisions->push_back(d);
     }
   }

@@ -1098,18 +1098,20 @@ class ScoreChain {
   std::set<NodeId> contracted_;
 };
 
-// Row value `id` of chain c (its max, a shift op, its sum or a divisor op) from the final running
-// max m and sum l, through the chain's ops up to it (f32).
+// Row value `id` of chain c (its max, a shift op, its sum, a divisor op or a row op) from the
+// final running max m and sum l, through the chain's ops up to it (f32).
 int row_value(Builder& b, const Graph& g, const ContractionChain& c, NodeId id, int m, int l) {
-  if (id == c.row_max) return m;
-  if (id == c.row_sum) return l;
-  for (auto [start, ops, from] : {std::tuple{c.row_max, &c.shift_ops, m}, std::tuple{c.row_sum, &c.divisor_ops, l}}) {
-    const auto at = std::find(ops->begin(), ops->end(), id);
-    if (at == ops->end()) continue;
-    std::map<NodeId, int> val = {{start, from}};
-    return evaluate(b, g, std::vector<NodeId>(ops->begin(), at + 1), val, id, false);
-  }
-  throw CodegenError(fmt::format("attention: %{} is not a row value of the chain ending at %{}", id, c.output));
+  std::map<NodeId, int> val = {{c.row_max, m}, {c.row_sum, l}};
+  if (val.count(id)) return val.at(id);
+  std::vector<NodeId> ops;  // in graph order, as each needs those before it
+  for (const std::vector<NodeId>* part : {&c.shift_ops, &c.divisor_ops, &c.row_ops})
+    for (NodeId n : *part)
+      if (n <= id) ops.push_back(n);
+  std::sort(ops.begin(), ops.end());
+  if (ops.empty() || ops.back() != id)
+    throw CodegenError(
+        fmt::format("attention: %{} is not a row value of the chain ending at %{}", id, c.output));
+  return evaluate(b, g, ops, val, id, false);
 }
 
 // The ops of `ops` (in order) that `last` needs where mask `mask` passes its scores operand on:
