@@ -28,23 +28,4 @@ for n in attention_train attention_train_causal; do
 done | tee "$OUT/train_ncu.log"
 echo "== PyTorch peers, same shapes"
 timeout 150 python3 bench/mlp_train_peers.py 2>&1 | tee "$OUT/mlp_peers.log"
-timeout 150 python3 - <<'PY' 2>&1 | tee "$OUT/attention_train_peers.log"
-import sys
-import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
-sys.path.insert(0, "bench")
-from gpu_timing import median_ms
-b, h, n, d = 8, 32, 4096, 128
-q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(3))
-do = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
-for causal in (False, True):
-    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]:
-        with sdpa_kernel(backend):
-            fwd = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
-            def step():
-                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
-            t = median_ms(step)
-        f = 3.5 * 4 * b * h * n * n * d / (2 if causal else 1)
-        print(f"sdpa {name} train {'causal ' if causal else ''}B{b} H{h} N{n} d{d}: fwd {fwd:.3f} ms, "
-              f"fwd+bwd {t:.3f} ms ({f / t / 1e9:.1f} TFLOP/s), bwd {t - fwd:.3f} ms")
-PY
+timeout 150 python3 bench/attention_train_peers.py 2>&1 | tee "$OUT/attention_train_peers.log"

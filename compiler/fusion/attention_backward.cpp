@@ -420,11 +420,11 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
   s.heads_per_block = c->group;
   s.k = c->d;
   s.wgmma = sums || (hints.attention_wgmma == 1 && p.wgmma && c->d >= 64);
-  s.block_m = 64;
+  s.block_m = keys && !sums && s.wgmma && hints.attention_backward_rows == 128 ? 128 : 64;
   s.block_n = !s.wgmma && keys && c->d > 64 ? 32 : 64;  // tir::attention_backward_block_cols
-  s.warps_m = 4;
+  s.warps_m = s.block_m / 16;
   s.warps_n = 1;
-  s.threads_per_row = 128;
+  s.threads_per_row = 2 * s.block_m;
   s.causal_offset = c->causal_offset.value_or(-1);
   s.stages = 2;
   s.stage_bytes = 2 * int64_t{s.block_n} * s.k * static_cast<int64_t>(dtype_size(g.node(c->q).dtype));

@@ -311,6 +311,10 @@ struct ScheduleHints {
   // reduce-adds into an f32 workspace; wgmma, d 64 or 128), 0 its own kernel over the key tiles
   // (deterministic), -1 (the default) whichever the cost model predicts faster.
   int attention_dq_sums = -1;
+  // Keys per block of the attention backward's dK/dV kernel on wgmma: 64 (one warpgroup; two
+  // blocks per SM) or 128 (two warpgroups sharing each streamed Q and dO stage: half the stream
+  // for the same products; one block per SM); 0: the default (64).
+  int attention_backward_rows = 0;
   // Matmul operands whose rows are not whole 16-byte chunks (a K or N not a multiple of 8 in
   // 16-bit): 1 copied first into a padded pitch so that the staged schedules can read them
   // (TileSchedule::operand_pitch); 0 read in place by the direct schedule; -1 (the default)
