@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -249,11 +250,13 @@ double bound(DType dtype) { return dtype == DType::BF16 ? 1e-2 : 2e-3; }
 // The gradients a kernel writes: dK and dV, or dQ.
 using Run = std::function<std::vector<TensorData>(const tir::Program&, const Problem&, const Case&)>;
 
-void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bool wgmma = false) {
+// `tma`: the kernels fed by a producer warpgroup's TMA copies (wgmma; not the part All).
+void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bool wgmma = false,
+                bool tma = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const Problem pr = problem(c, scale, seed);
   std::vector<Part> parts = {Part::Keys, Part::Queries};
-  if (wgmma && block_rows == 64)
+  if (wgmma && !tma && block_rows == 64)
     parts.push_back(Part::All);  // (dQ added up across the key blocks: wgmma, 64 keys)
   for (Part part : parts) {
     AttentionBackwardShape s = shape(c.heads, c.n_q, c.n_kv, c.d, part);
@@ -262,6 +265,7 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bo
     s.block_rows = block_rows;
     s.group = c.group;
     s.wgmma = wgmma;
+    s.tma = tma;
     s.block_cols = tir::attention_backward_block_cols(c.d, part, wgmma);
     const std::vector<TensorData> grads = run(tir::attention_backward_program(s), pr, c);
     const std::vector<const std::vector<double>*> want = part == Part::Keys ? std::vector{&pr.dk, &pr.dv}
@@ -275,11 +279,13 @@ void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bo
       const double err = worst_error(grads[g].to_doubles(), *want[g], &where);
       EXPECT_LE(err, bound(c.dtype)) << names[g] << " " << where << " (seed " << seed << ")";
       std::printf(
-          "  %s%s %lld heads /%lld %lld×%lld d %lld %s%s%s: worst error %.3g of the largest (bound %.3g)\n",
+          "  %s%s %lld heads /%lld %lld×%lld d %lld %s%s%s%s, %d rows: worst error %.3g of the largest "
+          "(bound "
+          "%.3g)\n",
           names[g], part == Part::All ? " (one kernel)" : "", static_cast<long long>(c.heads),
           static_cast<long long>(c.group), static_cast<long long>(c.n_q), static_cast<long long>(c.n_kv),
           static_cast<long long>(c.d), dtype_name(c.dtype), c.causal_offset ? " causal" : "",
-          wgmma ? " wgmma" : "", err, bound(c.dtype));
+          wgmma ? " wgmma" : "", tma ? " tma" : "", block_rows, err, bound(c.dtype));
     }
   }
 }
@@ -338,10 +344,12 @@ TEST(HostAttentionBackward, MatchesFloat64) {
     SCOPED_TRACE(
         fmt::format("wgmma: {} heads, {}×{}, d {}, {}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype)));
     check_case(c, seed, 64, interpreted, true);
+    check_case(c, seed, 64, interpreted, true, true);  // fed by TMA
   }
   // Blocks of 128 rows on wgmma (--attention-backward-rows 128): two warpgroups sharing each
-  // streamed stage, the second block's keys partly past the end; GQA and causal.
-  check_case({6, 90, 200, 64, DType::BF16, 20, 3}, seed, 128, interpreted, true);
+  // streamed stage, the second block's keys partly past the end; GQA and causal; by TMA too.
+  for (bool tma : {false, true})
+    check_case({6, 90, 200, 64, DType::BF16, 20, 3}, seed, 128, interpreted, true, tma);
 }
 
 // The program on device copies of the problem's inputs, into poisoned gradients; with `timed`,
@@ -352,7 +360,7 @@ std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const C
                                double* median_ms = nullptr) {
   cuda::Module module = cuda::Module::load_ptx(program_ptx(p), p.name);
   CUfunction f = module.function(p.name);
-  const unsigned threads = static_cast<unsigned>(p.block_threads()),
+  const unsigned threads = static_cast<unsigned>(p.launch_threads()),
                  shared = static_cast<unsigned>(p.shared_bytes());
   EXPECT_GT(cuda::prepare_launch(f, {threads}, 1, shared, p.name), 0);
   std::vector<TensorData> grads = poisoned_gradients(p);
@@ -374,6 +382,13 @@ std::vector<TensorData> on_gpu(const tir::Program& p, const Problem& pr, const C
   for (CUdeviceptr& ptr : ptrs) params.push_back(&ptr);
   uint32_t epoch = 1;  // (a kernel with a workspace takes the launch's epoch after it)
   if (!workspace.empty()) params.push_back(&epoch);
+  std::vector<CUtensorMap> maps;  // (TMA-read inputs: their tensor maps, after the tensors)
+  const std::vector<TensorMapSpec> specs = tensor_maps_of(p);
+  maps.reserve(specs.size());
+  for (const TensorMapSpec& m : specs) {
+    maps.push_back(cuda::tensor_map(ptrs.at(m.tensor), m.dtype, m.dims, m.strides, m.box, p.name));
+    params.push_back(&maps.back());
+  }
   cuda::Stream stream;
   const cuda::Dim3 grid{static_cast<unsigned>(p.grid[0])};
   cuda::launch(f, grid, {threads}, shared, stream.get(), params.data(), p.name);
@@ -415,7 +430,9 @@ TEST(GpuAttentionBackward, MatchesFloat64) {
     };
     for (bool wgmma : {false, true})
       if (!wgmma || c.d >= 64) check_case(c, seed, 64, run, wgmma);
-    if (c.d >= 64) check_case(c, seed, 128, run, true);  // two warpgroups a block
+    if (c.d < 64) continue;
+    check_case(c, seed, 64, run, true, true);                                 // fed by TMA
+    for (bool tma : {false, true}) check_case(c, seed, 128, run, true, tma);  // two warpgroups a block
   }
 }
 
@@ -442,15 +459,17 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
   pr.delta = TensorData::from_doubles(DType::F32, {heads, n}, delta);
   const bool hopper = cuda::Context::get().info().cc_major >= 9;
   const Case whole = {heads, n, n, d, DType::BF16, std::nullopt};
-  for (bool wgmma : {false, true})
+  for (const char* how : {"mma.sync", "wgmma", "wgmma, TMA"})
     for (bool causal : {false, true}) {
+      const bool wgmma = how[0] == 'w', tma = std::strchr(how, 'T') != nullptr;
       if (wgmma && !hopper) continue;
       double total = 0;
       for (Part part : {Part::Keys, Part::Queries, Part::All}) {
-        if (part == Part::All && !wgmma) continue;
+        if (part == Part::All && (!wgmma || tma)) continue;
         AttentionBackwardShape s = shape(heads, n, n, d, part);
         if (causal) s.causal_offset = 0;
         s.wgmma = wgmma;
+        s.tma = tma;
         s.block_cols = tir::attention_backward_block_cols(d, part, wgmma);
         double ms = 0;
         const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, whole, 10, &ms);
@@ -471,12 +490,12 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
           continue;
         }
         std::printf("  backward %s%s (%s): %.3f ms\n", part == Part::Keys ? "dK, dV" : "dQ",
-                    causal ? " causal" : "", wgmma ? "wgmma" : "mma.sync", ms);
+                    causal ? " causal" : "", how, ms);
         total += ms;
       }
       const double flops = 2.5 * 4 * heads * static_cast<double>(n) * n * d / (causal ? 2 : 1);
       std::printf("  backward%s B8 H32 N4096 d128 bf16 (%s): %.3f ms, %.0f TFLOP/s\n",
-                  causal ? " causal" : "", wgmma ? "wgmma" : "mma.sync", total, flops / total / 1e9);
+                  causal ? " causal" : "", how, total, flops / total / 1e9);
     }
 }
 

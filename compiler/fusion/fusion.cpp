@@ -942,6 +942,7 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--attention-pingpong", &ScheduleHints::attention_pingpong, 0},
                                {"--attention-dq-sums", &ScheduleHints::attention_dq_sums, -1},
                                {"--attention-backward-rows", &ScheduleHints::attention_backward_rows, 0},
+                               {"--attention-backward-tma", &ScheduleHints::attention_backward_tma, -1},
                                {"--attention-persistent", &ScheduleHints::attention_persistent, -1}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;

@@ -52,7 +52,7 @@ std::string TileSchedule::describe() const {
         "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {}{} {} {} at a time "
         "recomputing P from the rows' log-sum-exp and carrying {}; the block's {} in shared "
         "memory, "
-        "the {} tiles through 2 shared-memory stages (cp.async, {}: each stage read transposed for the "
+        "the {} tiles through 2 shared-memory stages ({}, {}: each stage read transposed for the "
         "scores "
         "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}{}",
         sums   ? "dK, dV and dQ"
@@ -65,6 +65,7 @@ std::string TileSchedule::describe() const {
             : "",
         keys ? n / heads_per_block : n, keys ? "queries" : "keys", block_n, keys ? "dK and dV" : "dQ",
         keys ? "K and V" : "Q and dO", keys ? "queries' Q and dO" : "keys' K and V",
+        tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async",
         wgmma ? "read by wgmma" : "ldmatrix", stage_bytes / 1024, grid(), batch,
         causal_offset >= 0
             ? fmt::format("; causal (query i sees keys up to i + {}): the tiles past the diagonal "

@@ -38,20 +38,35 @@ class AttentionBackwardProgram {
     add_params();
     // The block's rows' two operands (one stage each), then the other side's two rings.
     for (const char* ring : {"a1_tile", "a2_tile"})
-      p_.shared.push_back({ring, s_.dtype, 1, {s_.block_rows, s_.d}, false, s_.wgmma});
+      p_.shared.push_back({ring, s_.dtype, 1, {s_.block_rows, s_.d}, false, s_.wgmma, tma()});
     for (const char* ring : {"b1_ring", "b2_ring"})
-      p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}, false, s_.wgmma});
+      p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}, false, s_.wgmma, tma()});
     // dS [queries, keys] for dQ's product, stored as its transpose dSᵀ is held: a key's queries in
     // each stored row (column-major), wgmma's A read M-major.
     if (all()) p_.shared.push_back({"ds_tile", s_.dtype, 1, {s_.block_cols, s_.block_rows}, true, true});
+    if (tma()) p_.split_registers();
     Builder b(p_, p_.body);
     zero_ = b.index(0);
     place(b, b.program_id(0));
+    const auto [lo, hi] = col_range(b);
+    const Steps steps = steps_of(b, lo, hi);
+    if (tma()) {
+      b.specialize([&](Builder& in) { produce(in, steps); },
+                   [&](Builder& in, int) {
+                     for (int a = 0; a < 2; ++a) {
+                       const auto [stage, parity] = in.ring_stage(zero_, 1, false);
+                       in.wait_full(a, stage, parity);
+                     }
+                     if (queries()) load_row_statistics(in);
+                     store_gradients(in, col_loop(in, steps));
+                   });
+      verify_program(p_);
+      return std::move(p_);
+    }
     for (int a = 0; a < 2; ++a)
       b.copy_async(a_param_[a], {row0_, zero_}, a, zero_, {true, false}, {row_end_, -1});
     if (queries()) load_row_statistics(b);
-    const auto [lo, hi] = col_range(b);
-    const std::vector<int> grads = col_loop(b, lo, hi);
+    const std::vector<int> grads = col_loop(b, steps);
     b.wait_group(0);  // nothing in flight when the block ends
     store_gradients(b, grads);
     if (all()) convert_dq(b);
@@ -62,6 +77,7 @@ class AttentionBackwardProgram {
  private:
   bool queries() const { return s_.part == Part::Queries; }
   bool all() const { return s_.part == Part::All; }
+  bool tma() const { return s_.tma; }
   int64_t kv_heads() const { return s_.batch_heads / s_.group; }
   int64_t rows() const { return queries() ? s_.n_q : s_.n_kv; }
   int64_t cols() const { return queries() ? s_.n_kv : s_.n_q; }
@@ -89,6 +105,8 @@ class AttentionBackwardProgram {
           fmt::format("the attention backward adds dQ up across key blocks on wgmma with 64×64 tiles, not "
                       "{}{}×{}",
                       s_.wgmma ? "" : "mma.sync, ", s_.block_rows, s_.block_cols));
+    if (s_.tma && (!s_.wgmma || all()))
+      throw Error("the attention backward's TMA copies feed wgmma, in the dK/dV or the dQ kernel");
     if (s_.group < 1 || s_.batch_heads % s_.group != 0)
       throw Error(
           fmt::format("attention backward: {} query heads in groups of {}", s_.batch_heads, s_.group));
@@ -125,6 +143,10 @@ class AttentionBackwardProgram {
       throw Error("attention backward: the inputs' positions are not 0 to 5 once each");
     a_param_ = queries() ? std::vector<int>{param[0], param[3]} : std::vector<int>{param[1], param[2]};
     b_param_ = queries() ? std::vector<int>{param[1], param[2]} : std::vector<int>{param[0], param[3]};
+    if (tma()) {  // (TMA boxes stop at a head's rows: what lies past them is zero-filled)
+      for (int a : a_param_) p_.params[static_cast<size_t>(a)].tma_rows = rows();
+      for (int b : b_param_) p_.params[static_cast<size_t>(b)].tma_rows = cols();
+    }
     lse_param_ = param[4];
     delta_param_ = param[5];
     using Output = AttentionBackwardShape::Output;
@@ -243,16 +265,24 @@ class AttentionBackwardProgram {
     return {col_head(b, b.min(b.div(t, span), b.index(s_.group - 1))), b.add(lo, b.rem(t, span))};
   }
 
-  // The loop over the column tiles [lo, hi) (of each query head of the group), two stages: each
-  // step waits for its tile's copies (the first with the resident operands'), starts the next
-  // tile's and runs on its own.
-  std::vector<int> col_loop(Builder& b, int lo, int hi) {
-    const int two = b.index(2);
+  // The loop's steps: from, to (step t from `from`), and with a group's query heads each one's
+  // span of tiles (else −1; at_step).
+  struct Steps {
+    int lo, from, to, span;
+  };
+  Steps steps_of(Builder& b, int lo, int hi) {
     const bool grouped = !queries() && s_.group > 1;
     const int span = grouped ? b.max(b.sub(hi, lo), b.index(1)) : -1;  // (at least 1: a divisor)
-    const int from = grouped ? zero_ : lo, to = grouped ? b.mul(b.sub(hi, lo), b.index(s_.group)) : hi;
-    const auto [head0, j0] = at_step(b, from, lo, span);
-    copy_cols(b, head0, j0, b.rem(from, two));
+    return {lo, grouped ? zero_ : lo, grouped ? b.mul(b.sub(hi, lo), b.index(s_.group)) : hi, span};
+  }
+
+  // The loop over the column tiles [lo, hi) (of each query head of the group), two stages: each
+  // step waits for its tile — by TMA, its stages' full barriers; otherwise its copies (the first
+  // with the resident operands'), then starts the next tile's — and runs on its own.
+  std::vector<int> col_loop(Builder& b, const Steps& st) {
+    const int two = b.index(2);
+    const auto [head0, j0] = at_step(b, st.from, st.lo, st.span);
+    if (!tma()) copy_cols(b, head0, j0, b.rem(st.from, two));
     std::vector<int> init;
     for (size_t g = 0; g < grads_.size(); ++g)
       init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
@@ -261,23 +291,55 @@ class AttentionBackwardProgram {
       init.insert(init.end(), raw.begin(), raw.end());
     }
     std::vector<int> out =
-        b.for_loop(from, to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
-          in.wait_group(0);
-          if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
-          in.barrier();  // tile t in place, and every thread past its reads of the other stage
+        b.for_loop(st.from, st.to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
+          int stage;
           const int next = in.add(t, in.index(1));
-          const auto [next_head, next_j] = at_step(in, next, lo, span);
-          copy_cols(in, next_head, next_j, in.rem(next, two));
-          const auto [head, j] = at_step(in, t, lo, span);
+          const auto [next_head, next_j] = at_step(in, next, st.lo, st.span);
+          if (tma()) {
+            int parity;
+            std::tie(stage, parity) = in.ring_stage(in.sub(t, st.from), 2, false);
+            for (int r = 2; r < 4; ++r) in.wait_full(r, stage, parity);
+          } else {
+            in.wait_group(0);
+            if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
+            in.barrier();  // tile t in place, and every thread past its reads of the other stage
+            copy_cols(in, next_head, next_j, in.rem(next, two));
+            stage = in.rem(t, two);
+          }
+          const auto [head, j] = at_step(in, t, st.lo, st.span);
           const std::vector<int> acc(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(grads_.size()));
           std::vector<int> raw(c.begin() + static_cast<std::ptrdiff_t>(grads_.size()), c.end());
           const auto prefetch = [&] {
             return load_col_statistics(in, next_head, in.mul(next_j, in.index(s_.block_cols)));
           };
-          return step(in, head, j, in.rem(t, two), acc, raw, prefetch);
+          std::vector<int> out = step(in, head, j, stage, acc, raw, prefetch);
+          if (tma())  // (every product of the step waited for)
+            for (int r = 2; r < 4; ++r) in.release(r, stage);
+          return out;
         });
     out.resize(grads_.size());
     return out;
+  }
+
+  // The producer (TMA): the block's A₁ and A₂ once, then each step's B₁ and B₂ into its stage
+  // once the consumers have released it. The tensor maps' bounds zero what lies past a head's
+  // rows.
+  void produce(Builder& b, const Steps& st) {
+    for (int a = 0; a < 2; ++a) {
+      const auto [stage, parity] = b.ring_stage(zero_, 1, true);
+      b.wait_empty(a, stage, parity);
+      b.tma_load(a_param_[a], bh_, first_row_, zero_, a, stage);
+    }
+    b.for_loop(st.from, st.to, b.index(1), {}, [&](Builder& in, int t, const std::vector<int>&) {
+      const auto [stage, parity] = in.ring_stage(in.sub(t, st.from), 2, true);
+      const auto [head, j] = at_step(in, t, st.lo, st.span);
+      const int c0 = in.mul(j, in.index(s_.block_cols));
+      for (int r = 0; r < 2; ++r) {
+        in.wait_empty(2 + r, stage, parity);
+        in.tma_load(b_param_[r], head, c0, zero_, 2 + r, stage);
+      }
+      return std::vector<int>{};
+    });
   }
 
   // A_a·B_bᵀ over the head dimension, B's stage read transposed, onto `start` ([rows, 1] or
@@ -482,6 +544,7 @@ Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
   s.block_rows = k.schedule.block_m;
   s.block_cols = k.schedule.block_n;
   s.wgmma = k.schedule.wgmma;
+  s.tma = k.schedule.tma;
   s.causal_offset = c.causal_offset;
   const NodeId inputs[6] = {c.q, c.k, c.v, c.d_o, c.lse, c.delta};
   for (size_t i = 0; i < 6; ++i) {

@@ -479,10 +479,12 @@ struct Program {
     return specialized() ? block_threads() * consumer_groups + kProducerThreads : block_threads();
   }
   // The registers each thread of a specialized block starts with: ptxas allocates the cap of
-  // one block per SM (64 Ki over the launch's threads, in steps of 8; at most 240). setmaxnreg
-  // moves registers within the block, so the producer's and consumers' shares must fit in
-  // this many per thread, or the consumers' increase waits forever.
-  int entry_registers() const { return std::min(240, 65536 / launch_threads() / 8 * 8); }
+  // min_blocks_per_sm blocks (at least one) per SM (64 Ki over their threads, in steps of 8; at
+  // most 240). setmaxnreg moves registers within the block, so the producer's and consumers'
+  // shares must fit in this many per thread, or the consumers' increase waits forever.
+  int entry_registers() const {
+    return std::min(240, 65536 / (launch_threads() * std::max(1, min_blocks_per_sm)) / 8 * 8);
+  }
   // Specializes the registers: 24 for the producer, the rest of what the block starts with for
   // the consumers (in steps of 8, at most 240: two warpgroups 240 each, four 112). Needs
   // consumer_groups set.
