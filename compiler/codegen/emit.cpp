@@ -2163,16 +2163,6 @@ class Emitter {
     return {desc, mn_major, panel};
   }
 
-  // The thread's warpgroup as a warp-uniform value: lane 0's, shuffled to the warp. ptxas does
-  // not know tid / 128 is the same across a warp; from a shuffle it does, and keeps what is
-  // computed from it (A's descriptors, a warpgroup's rows) in uniform registers rather than
-  // moving it there at every wgmma (R2UR).
-  Value* warpgroup() {
-    if (p_.block_threads() <= 128) return i32(0);  // (one warpgroup, or a consumer group's threads)
-    return b_.CreateIntrinsic(b_.getInt32Ty(), llvm::Intrinsic::nvvm_shfl_sync_idx_i32,
-                              {i32(-1), b_.CreateUDiv(tid_, i32(128)), i32(0), i32(31)});
-  }
-
   // acc + A·B by wgmma.mma_async m64nNk16, one per 16 of the stage's k, each warpgroup its 64
   // rows of A and the accumulator; A from its ring (a descriptor) or from registers (an A
   // fragment per 16 of k: PTX's m64k16 register layout is, per warp, mma.sync's m16k16 one). The
@@ -2192,12 +2182,8 @@ class Emitter {
     if (!a_in_registers) {
       const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];
       // (A's ring of one stage — attention's Q — is read there at every step.)
-      // (A ring of one stage gives the same descriptor every step: from a warp-uniform warpgroup
-      // ptxas keeps it in uniform registers — attention's step 503 → 478 SASS instructions. A
-      // staged ring's moves with the stage, a loop value in vector registers either way: there
-      // the shuffle only adds instructions, matmul's k step 83 → 85.)
-      Value* wg = ra.stages == 1 ? warpgroup() : b_.CreateUDiv(tid_, i32(128));
-      a = descriptor(i.ring, ra.stages == 1 ? i32(0) : stage, b_.CreateMul(wg, i32(64)), !ra.col_major);
+      a = descriptor(i.ring, ra.stages == 1 ? i32(0) : stage, b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)),
+                     !ra.col_major);
     }
     // wgmma's register of each accumulator slot (h, j, c): 4j + 2h + c.
     std::vector<size_t> reg_of;
