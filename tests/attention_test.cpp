@@ -628,6 +628,38 @@ TEST(FusionAttention, LogSumExpRowsAreWrittenBesideTheOutput) {
   }
 }
 
+// Row ops beyond the log-sum-exp: any elementwise op of the row values and constants runs after
+// the loop in the attention kernel (L·log₂e, e^(−L)), and an op that also reads a tensor (a
+// bias per row) is a kernel of its own reading what the attention kernel wrote.
+TEST(FusionAttention, RowOpsRunAfterTheLoop) {
+  for (bool causal : {false, true}) {
+    Graph g(causal ? "row_ops_causal" : "row_ops");
+    SCOPED_TRACE(g.name());
+    Qkv t = qkv(g, 70, 90, 64, DType::BF16);
+    AttentionWithLse a = attention_with_lse(t.q, t.k, t.v, 0.125, causal);
+    output("o", a.o);
+    output("lse2", a.lse * M_LOG2E);
+    output("inv_norm", exp(-a.lse));
+    output("biased", a.lse + input(g, "row_bias", {2, 3, 70, 1}));
+    const Plan p = plan_fusion(g);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    const Kernel* attention = nullptr;
+    std::map<std::string, const Kernel*> writer;
+    for (const Kernel& k : p.kernels) {
+      if (k.kind == ScheduleKind::Attention) attention = &k;
+      for (NodeId o : k.outputs)
+        for (const GraphOutput& go : p.graph.outputs())
+          if (go.node == o) writer[go.name] = &k;
+    }
+    ASSERT_NE(attention, nullptr) << plan_report_text(p);
+    for (const char* name : {"o", "lse2", "inv_norm"}) EXPECT_EQ(writer[name], attention) << name;
+    EXPECT_NE(writer["biased"], attention);
+    EXPECT_NE(plan_report_text(p).find("computed from the final max and sum after the loop"),
+              std::string::npos);
+    testing::check_on_host(p, testing::test_seed());
+  }
+}
+
 // Keys at or past a sequence's length masked, the length a tensor: each block ends its loop at
 // its sequence's length, read at run time, so one compiled kernel serves every length up to the
 // cache's (issue: decode). Causal after the cached keys as well, and a length of 0 (every key
