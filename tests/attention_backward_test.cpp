@@ -340,6 +340,7 @@ TEST(HostAttentionBackward, MatchesFloat64) {
   // On wgmma: warpgroups of 64 rows, d 64; a K/V head shared by 3 query heads (GQA), causal.
   for (const Case& c : std::vector<Case>{{2, 70, 45, 64, DType::BF16, std::nullopt},
                                          {1, 90, 37, 64, DType::F16, 5},
+                                         {1, 150, 200, 64, DType::BF16, -70},  // blocks with no tiles
                                          {6, 50, 70, 64, DType::BF16, 20, 3}}) {
     SCOPED_TRACE(
         fmt::format("wgmma: {} heads, {}×{}, d {}, {}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype)));

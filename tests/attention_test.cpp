@@ -631,16 +631,25 @@ TEST(FusionAttention, LogSumExpRowsAreWrittenBesideTheOutput) {
 // Row ops beyond the log-sum-exp: any elementwise op of the row values and constants runs after
 // the loop in the attention kernel (L·log₂e, e^(−L)), and an op that also reads a tensor (a
 // bias per row) is a kernel of its own reading what the attention kernel wrote.
+// (And in bf16 scores' dtype, a cast among them: as a kernel of their own computes them.)
+AttentionWithLse bf16_scores_with_lse(const Qkv& t) {
+  Tensor s = matmul(t.q, t.k, {false, true, std::nullopt}) * 0.125;
+  Tensor c = amax(s, {-1}, true);
+  Tensor e = exp(s - c), total = sum(e, {-1}, true);
+  return {matmul(e / total, t.v), c + log(total)};
+}
+
 TEST(FusionAttention, RowOpsRunAfterTheLoop) {
-  for (bool causal : {false, true}) {
-    Graph g(causal ? "row_ops_causal" : "row_ops");
+  for (int form = 0; form < 3; ++form) {
+    Graph g(form == 0 ? "row_ops" : form == 1 ? "row_ops_causal" : "row_ops_bf16_scores");
     SCOPED_TRACE(g.name());
     Qkv t = qkv(g, 70, 90, 64, DType::BF16);
-    AttentionWithLse a = attention_with_lse(t.q, t.k, t.v, 0.125, causal);
+    const AttentionWithLse a =
+        form < 2 ? attention_with_lse(t.q, t.k, t.v, 0.125, form == 1) : bf16_scores_with_lse(t);
     output("o", a.o);
-    output("lse2", a.lse * M_LOG2E);
+    output("lse2", (form < 2 ? a.lse : cast(cast(a.lse, DType::F32) * 0.5, DType::BF16)) * M_LOG2E);
     output("inv_norm", exp(-a.lse));
-    output("biased", a.lse + input(g, "row_bias", {2, 3, 70, 1}));
+    output("biased", a.lse + input(g, "row_bias", {2, 3, 70, 1}, a.lse.dtype()));
     const Plan p = plan_fusion(g);
     for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
     const Kernel* attention = nullptr;
@@ -653,11 +662,22 @@ TEST(FusionAttention, RowOpsRunAfterTheLoop) {
     }
     ASSERT_NE(attention, nullptr) << plan_report_text(p);
     for (const char* name : {"o", "lse2", "inv_norm"}) EXPECT_EQ(writer[name], attention) << name;
+    ASSERT_TRUE(writer.count("biased"));
     EXPECT_NE(writer["biased"], attention);
     EXPECT_NE(plan_report_text(p).find("computed from the final max and sum after the loop"),
               std::string::npos);
     testing::check_on_host(p, testing::test_seed());
   }
+}
+
+// A log-sum-exp nothing uses is no row op: the chain fuses as without it.
+TEST(FusionAttention, AnUnusedLogSumExpLeavesTheChainFused) {
+  Graph g("unused_lse");
+  Qkv t = qkv(g, 70, 90, 64, DType::BF16);
+  output("o", attention_with_lse(t.q, t.k, t.v, 0.125, true).o);
+  const Plan p = plan_fusion(g);
+  ASSERT_NE(only_attention(p), nullptr) << plan_report_text(p);
+  EXPECT_EQ(only_attention(p)->outputs.size(), 1u);
 }
 
 // Keys at or past a sequence's length masked, the length a tensor: each block ends its loop at

@@ -245,9 +245,10 @@ class Backward {
   // compiler/fusion/contraction_chain.h), differentiated in FlashAttention-2's form, so that the
   // backward reads nothing of the forward's N×N values and the forward stays one kernel:
   //   P' = exp(f(Q·Kᵀ)' − L)          recomputed from a copy of the scores' chain, with each row's
-  //                                   log-sum-exp L = c + ln h(Σ), from the shift c and divisor
-  //                                   h(Σ) the forward kernel writes beside O (one value a row
-  //                                   for the backward's kernels to read, not two to combine)
+  //                                   log-sum-exp L = c + ln h(Σ) from the shift c and divisor
+  //                                   h(Σ): a row op the forward kernel computes after its loop
+  //                                   and writes beside O (one value a row for the backward's
+  //                                   kernels to read)
   //   dV = P'ᵀ·dO,  dP = dO·Vᵀ         (the matmul rule on O' = P'·V)
   //   D = rowsum(dO∘O)                 = rowsum(P∘dP), since O = P·V
   //   dX = P'∘(dP − D)                 softmax's backward (P' as O's product read it: in V's

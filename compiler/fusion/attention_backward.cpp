@@ -427,7 +427,7 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
   s.threads_per_row = 2 * s.block_m;
   // Fed by TMA from a producer warpgroup: the consumers' copies and their addresses gone (dK/dV
   // 428 → 384 SASS instructions a step, dQ 291 → 240; at the power cap 3–8% faster, bench/NOTES.md).
-  s.tma = s.wgmma && !sums && hints.attention_backward_tma != 0;
+  s.tma = s.wgmma && !sums && hints.attention_backward_tma == 1;
   s.causal_offset = c->causal_offset.value_or(-1);
   s.stages = 2;
   s.stage_bytes = 2 * int64_t{s.block_n} * s.k * static_cast<int64_t>(dtype_size(g.node(c->q).dtype));

@@ -172,12 +172,14 @@ NodeId key_limit_of(const Graph& g, NodeId condition, const std::vector<NodeId>&
 
 // The elementwise ops after chain c computed from its row values and constants alone, keeping a
 // row value's shape (one value a query row), in order: what the kernel can compute after its loop.
+// Only live ones: a node nothing needs is in no kernel.
 std::vector<NodeId> row_ops_of(const Graph& g, const ContractionChain& c) {
   std::vector<NodeId> ops;
   const Shape& row = g.node(c.row_max).shape;
+  const std::vector<bool> live = g.live();
   for (NodeId id = std::min(c.row_max, c.row_sum) + 1; id < static_cast<NodeId>(g.nodes().size()); ++id) {
     const Node& n = g.node(id);
-    if (!elementwise(n) || n.shape != row || c.row_value(id) || id == c.shifted) continue;
+    if (!live[id] || !elementwise(n) || n.shape != row || c.row_value(id)) continue;
     bool from_rows = true, any = false;
     for (NodeId o : n.operands) {
       const bool value = c.row_value(o) || std::count(ops.begin(), ops.end(), o);

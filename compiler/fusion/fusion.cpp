@@ -111,13 +111,7 @@ struct CachedKernel {
 // group's kept kernel, so a chain of n producers plans in about n steps, not n² (cost_model.h).
 class FusionPass {
  public:
-  FusionPass(const Graph& g, const FusionOptions& opt) : g_(g), opt_(opt), live_(g.nodes().size()) {
-    for (const GraphOutput& o : g.outputs()) live_[o.node] = true;
-    for (const Node& n : g.nodes())  // a cache written in place is the caller's, read or not
-      if (n.op == Op::WriteAt) live_[n.id] = true;
-    for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it)
-      if (live_[it->id])
-        for (NodeId o : it->operands) live_[o] = true;
+  FusionPass(const Graph& g, const FusionOptions& opt) : g_(g), opt_(opt), live_(g.live()) {
     users_.resize(g.nodes().size());
     for (const Node& n : g.nodes())
       if (live_[n.id])
@@ -942,7 +936,7 @@ std::vector<std::string> ineffective_hints(const Plan& plan) {
                                {"--attention-pingpong", &ScheduleHints::attention_pingpong, 0},
                                {"--attention-dq-sums", &ScheduleHints::attention_dq_sums, -1},
                                {"--attention-backward-rows", &ScheduleHints::attention_backward_rows, 0},
-                               {"--attention-backward-tma", &ScheduleHints::attention_backward_tma, -1},
+                               {"--attention-backward-tma", &ScheduleHints::attention_backward_tma, 1},
                                {"--attention-persistent", &ScheduleHints::attention_persistent, -1}};
   auto schedules = [](const Plan& p) {
     std::vector<std::string> out;

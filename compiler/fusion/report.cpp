@@ -307,6 +307,7 @@ std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) 
     if (s.attention)
       j.field("heads_per_block", s.heads_per_block).field("kv_splits", s.kv_splits).field("tma", s.tma)
           .field("overlap", s.overlap).field("warpgroup_turns", s.warpgroup_turns);
+    if (s.attention_backward > 0) j.field("attention_backward", s.attention_backward).field("tma", s.tma);
     j.end_object();
     if (s.attention)
       j.field("tensor_s", k.cost.tensor_s).field("softmax_s", k.cost.softmax_s).field("hidden_s", k.cost.hidden_s);

@@ -316,8 +316,8 @@ struct ScheduleHints {
   // for the same products; one block per SM); 0: the default (64).
   int attention_backward_rows = 0;
   // The attention backward's two kernels on wgmma fed by TMA from a producer warpgroup
-  // (AttentionBackwardShape::tma): 1 or -1 (the default); 0 every thread's cp.async.
-  int attention_backward_tma = -1;
+  // (AttentionBackwardShape::tma): 1 (the default); 0 every thread's cp.async.
+  int attention_backward_tma = 1;
   // Matmul operands whose rows are not whole 16-byte chunks (a K or N not a multiple of 8 in
   // 16-bit): 1 copied first into a padded pitch so that the staged schedules can read them
   // (TileSchedule::operand_pitch); 0 read in place by the direct schedule; -1 (the default)

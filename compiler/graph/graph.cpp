@@ -51,6 +51,17 @@ std::vector<std::vector<NodeId>> Graph::users() const {
   return u;
 }
 
+std::vector<bool> Graph::live() const {
+  std::vector<bool> live(nodes_.size());
+  for (const GraphOutput& o : outputs_) live[o.node] = true;
+  for (const Node& n : nodes_)
+    if (n.op == Op::WriteAt) live[n.id] = true;
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it)
+    if (live[it->id])
+      for (NodeId o : it->operands) live[o] = true;
+  return live;
+}
+
 bool Graph::is_output(NodeId id) const {
   return std::any_of(outputs_.begin(), outputs_.end(), [&](const GraphOutput& o) { return o.node == id; });
 }

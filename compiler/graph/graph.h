@@ -107,6 +107,9 @@ class Graph {
   // users()[n] lists the nodes that use n, in order, once per use.
   std::vector<std::vector<NodeId>> users() const;
   bool is_output(NodeId id) const;
+  // live()[n]: whether an output depends on node n, or n writes a cache in place (write_at: the
+  // caller's memory, read or not) or one of those depends on it.
+  std::vector<bool> live() const;
 
   // Appends a node whose operands, shape and dtype have been checked by the caller (the DSL);
   // verify() re-checks the whole graph.

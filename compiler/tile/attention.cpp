@@ -1099,19 +1099,29 @@ class ScoreChain {
 };
 
 // Row value `id` of chain c (its max, a shift op, its sum, a divisor op or a row op) from the
-// final running max m and sum l, through the chain's ops up to it (f32).
+// final running max m and sum l, through the chain's ops up to it: the shift's and the divisor's
+// in f32 (as the loop computes them), the row ops in their graph dtypes (as a kernel of their own
+// would: a cast among them rounds).
 int row_value(Builder& b, const Graph& g, const ContractionChain& c, NodeId id, int m, int l) {
   std::map<NodeId, int> val = {{c.row_max, m}, {c.row_sum, l}};
   if (val.count(id)) return val.at(id);
-  std::vector<NodeId> ops;  // in graph order, as each needs those before it
-  for (const std::vector<NodeId>* part : {&c.shift_ops, &c.divisor_ops, &c.row_ops})
-    for (NodeId n : *part)
-      if (n <= id) ops.push_back(n);
-  std::sort(ops.begin(), ops.end());
-  if (ops.empty() || ops.back() != id)
+  auto upto = [&](std::vector<NodeId> ops) {  // (in graph order: each needs only those before it)
+    ops.erase(std::remove_if(ops.begin(), ops.end(), [&](NodeId n) { return n > id; }), ops.end());
+    std::sort(ops.begin(), ops.end());
+    return ops;
+  };
+  std::vector<NodeId> chain_ops = upto(c.shift_ops), row_ops = upto(c.row_ops);
+  const std::vector<NodeId> divisor_ops = upto(c.divisor_ops);
+  chain_ops.insert(chain_ops.end(), divisor_ops.begin(), divisor_ops.end());
+  const bool in_chain = std::count(chain_ops.begin(), chain_ops.end(), id) > 0;
+  if (!in_chain && std::count(row_ops.begin(), row_ops.end(), id) == 0)
     throw CodegenError(
         fmt::format("attention: %{} is not a row value of the chain ending at %{}", id, c.output));
-  return evaluate(b, g, ops, val, id, false);
+  if (!chain_ops.empty()) evaluate(b, g, chain_ops, val, chain_ops.back(), false);
+  if (in_chain) return val.at(id);
+  for (auto& [n, v] : val)  // the row values as a kernel of their own would read them
+    if (g.node(n).dtype != DType::F32) v = b.compute(Op::Cast, {v}, g.node(n).dtype);
+  return evaluate(b, g, row_ops, val, id, true);
 }
 
 // The ops of `ops` (in order) that `last` needs where mask `mask` passes its scores operand on:

@@ -33,7 +33,7 @@ class AttentionBackwardProgram {
     p_.layout = {{1, 1}, {1, 32 * warps}, {1, 1}};
     p_.mma = MmaConfig{warps, 1, 16, s_.block_cols};
     p_.grid = {(queries() ? s_.batch_heads : kv_heads()) * row_tiles()};
-    p_.min_blocks_per_sm = s_.block_rows > 64 ? 1 : 2;  // (two warpgroups: 255 registers a thread)
+    p_.min_blocks_per_sm = s_.block_rows > 64 ? 1 : 2;  // (two warpgroups: up to 255 registers a thread)
     p_.wide_indices = s_.batch_heads * std::max(s_.n_q, s_.n_kv) * s_.d >= (int64_t{1} << 31);
     add_params();
     // The block's rows' two operands (one stage each), then the other side's two rings.
@@ -60,16 +60,15 @@ class AttentionBackwardProgram {
                      if (queries()) load_row_statistics(in);
                      store_gradients(in, col_loop(in, steps));
                    });
-      verify_program(p_);
-      return std::move(p_);
+    } else {
+      for (int a = 0; a < 2; ++a)
+        b.copy_async(a_param_[a], {row0_, zero_}, a, zero_, {true, false}, {row_end_, -1});
+      if (queries()) load_row_statistics(b);
+      const std::vector<int> grads = col_loop(b, steps);
+      b.wait_group(0);  // nothing in flight when the block ends
+      store_gradients(b, grads);
+      if (all()) convert_dq(b);
     }
-    for (int a = 0; a < 2; ++a)
-      b.copy_async(a_param_[a], {row0_, zero_}, a, zero_, {true, false}, {row_end_, -1});
-    if (queries()) load_row_statistics(b);
-    const std::vector<int> grads = col_loop(b, steps);
-    b.wait_group(0);  // nothing in flight when the block ends
-    store_gradients(b, grads);
-    if (all()) convert_dq(b);
     verify_program(p_);
     return std::move(p_);
   }
@@ -280,9 +279,8 @@ class AttentionBackwardProgram {
   // step waits for its tile — by TMA, its stages' full barriers; otherwise its copies (the first
   // with the resident operands'), then starts the next tile's — and runs on its own.
   std::vector<int> col_loop(Builder& b, const Steps& st) {
-    const int two = b.index(2);
     const auto [head0, j0] = at_step(b, st.from, st.lo, st.span);
-    if (!tma()) copy_cols(b, head0, j0, b.rem(st.from, two));
+    if (!tma()) copy_cols(b, head0, j0, b.rem(st.from, b.index(2)));
     std::vector<int> init;
     for (size_t g = 0; g < grads_.size(); ++g)
       init.push_back(b.tile_const(0, DType::F32, {s_.block_rows, s_.d}, Frag::Acc));
@@ -292,9 +290,9 @@ class AttentionBackwardProgram {
     }
     std::vector<int> out =
         b.for_loop(st.from, st.to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
-          int stage;
+          int stage, next_head = -1, next_j = -1;  // (the next step's tile: its copies', its statistics')
           const int next = in.add(t, in.index(1));
-          const auto [next_head, next_j] = at_step(in, next, st.lo, st.span);
+          if (!tma() || prefetched()) std::tie(next_head, next_j) = at_step(in, next, st.lo, st.span);
           if (tma()) {
             int parity;
             std::tie(stage, parity) = in.ring_stage(in.sub(t, st.from), 2, false);
@@ -303,8 +301,8 @@ class AttentionBackwardProgram {
             in.wait_group(0);
             if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
             in.barrier();  // tile t in place, and every thread past its reads of the other stage
-            copy_cols(in, next_head, next_j, in.rem(next, two));
-            stage = in.rem(t, two);
+            copy_cols(in, next_head, next_j, in.rem(next, in.index(2)));
+            stage = in.rem(t, in.index(2));
           }
           const auto [head, j] = at_step(in, t, st.lo, st.span);
           const std::vector<int> acc(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(grads_.size()));

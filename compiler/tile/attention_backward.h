@@ -18,12 +18,13 @@
 //            take 7, dQ's sums in an order that differs from run to run
 //
 // Both are one loop: the block's rows' operands A₁, A₂ (K, V or Q, dO) wait in shared memory,
-// the other side's B₁, B₂ (Q, dO or K, V) come through two-stage rings (every thread's cp.async,
-// or on wgmma a producer warpgroup's TMA copies: `tma`), each stage read twice — transposed for the scores
-// (A·Bᵀ) and as it is for the gradient's product — on mma.sync m16n8k16. P and dS stay in registers: their
-// accumulator tiles are the next products' A fragments, rounded to the inputs' dtype as the forward rounds P.
-// The queries kernel does the scores' two products again (7 products in all against 5 with dQ added up across
-// the keys' blocks), but no block waits for another and dQ comes out the same on every run.
+// the other side's B₁, B₂ (Q, dO or K, V) come through two-stage rings — every thread's cp.async,
+// or on wgmma a producer warpgroup's TMA copies (`tma`) — each stage read twice: transposed for
+// the scores (A·Bᵀ) and as it is for the gradient's product, on mma.sync m16n8k16 or wgmma. P
+// and dS stay in registers: their accumulator tiles are the next products' A fragments, rounded
+// to the inputs' dtype as the forward rounds P. The queries kernel does the scores' two products
+// again (7 products in all against 5 with dQ added up across the keys' blocks), but no block
+// waits for another and dQ comes out the same on every run.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -56,8 +57,9 @@ struct AttentionBackwardShape {
   bool wgmma = false;
   // On wgmma (not the part All), warp-specialized: a producer warpgroup's one thread copies the
   // block's A₁, A₂ once and each step's B₁, B₂ by TMA into the rings (mbarriers full and empty per
-  // stage), so the consumers issue no copies or their addresses; two blocks an SM as before (the
-  // producer at 24 registers, the consumers at the rest of 128 a thread: 232).
+  // stage), so the consumers issue no copies or their addresses. At 64 rows two blocks an SM as
+  // before (the producer at 24 registers, the consumers at the rest of 128 a thread: 232); at
+  // 128, one (the consumers at 240).
   bool tma = false;
   // Query i sees no key past i + causal_offset: the loops skip the tiles wholly past it and mask
   // the rest.

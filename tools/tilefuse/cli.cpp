@@ -173,10 +173,9 @@ common options:
                                schedule override: keys per block of the attention backward's
                                dK/dV kernel on wgmma; 128 runs two warpgroups sharing each Q
                                and dO stage, one block per SM (default 64)
-  --attention-backward-tma 0|1|auto
-                               schedule override: 1 (and auto, the default) feeds the
-                               attention backward's kernels on wgmma by TMA from a producer
-                               warpgroup; 0 by every thread's cp.async
+  --attention-backward-tma 0|1 schedule override: 1 (the default) feeds the attention
+                               backward's kernels on wgmma by TMA from a producer warpgroup;
+                               0 by every thread's cp.async
   --attention-dq-sums 0|1|auto schedule override: 1 sums the attention backward's dQ across the
                                key blocks in the dK/dV kernel (one kernel, reduce-adds into an
                                f32 workspace; wgmma, d 64 or 128); 0 gives dQ its own kernel
@@ -428,7 +427,7 @@ Args parse(int argc, char** argv) {
         throw UsageError(fmt::format("--attention-backward-rows needs 64 or 128, got '{}'", v));
       a.schedule.attention_backward_rows = std::stoi(v);
     } else if (s == "--attention-backward-tma")
-      a.schedule.attention_backward_tma = parse_int_or_auto(s, value(), 0, 1);
+      a.schedule.attention_backward_tma = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.schedule.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits")
