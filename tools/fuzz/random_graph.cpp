@@ -201,10 +201,21 @@ class Generator {
       s = where(qi + static_cast<double>(n_kv - n) >= ki, s, -INFINITY);
       if (chance(0.3)) s = where(qi + static_cast<double>(n_kv - n) - ki < 8.0, s, -INFINITY);  // a window
     }
-    Tensor p = softmax(s, -1);
+    Tensor p = chance(0.15) ? softmax_with_lse(s) : softmax(s, -1);
     if (p.dtype() != dt) p = cast(p, dt);
     if (chance(0.1)) side_.push_back(p);  // the probabilities kept: outside the rule
     side_.push_back(matmul(p, v));
+  }
+
+  // softmax(s) written out, its rows' log-sum-exp (or a function of it) kept as a side output:
+  // row ops an attention kernel computes after its loop.
+  Tensor softmax_with_lse(const Tensor& s) {
+    Tensor mx = amax(s, {-1}, true);
+    Tensor c = where(mx > -INFINITY, mx, constant(g_, 0.0, s.dtype()));
+    Tensor e = exp(s - c), total = sum(e, {-1}, true);
+    Tensor lse = c + log(total);
+    side_.push_back(chance(0.5) ? lse : exp(-lse) * 2.0);
+    return e / max(total, 1.0);
   }
 
   Tensor unary(const Tensor& x) {
