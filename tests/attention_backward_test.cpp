@@ -530,15 +530,6 @@ std::vector<const Kernel*> backward_kernels(const Plan& p) {
   return out;
 }
 
-std::vector<std::string> written(const Plan& p, const Kernel& k) {
-  std::vector<std::string> names;
-  for (NodeId o : k.outputs)
-    for (const GraphOutput& out : p.graph.outputs())
-      if (out.node == o) names.push_back(out.name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // dsl::grad of attention plans its backward as two kernels that recompute P — one writing dK and
 // dV, one dQ — and no kernel writes a tensor of the scores' shape; the report says so.
 TEST(FusionAttentionBackward, TheGradientGraphBecomesTwoKernels) {
@@ -547,7 +538,8 @@ TEST(FusionAttentionBackward, TheGradientGraphBecomesTwoKernels) {
     const Plan p = train_plan(100, 64, causal);
     const std::vector<const Kernel*> backward = backward_kernels(p);
     ASSERT_EQ(backward.size(), 2u) << plan_report_text(p);
-    std::vector<std::vector<std::string>> outputs = {written(p, *backward[0]), written(p, *backward[1])};
+    std::vector<std::vector<std::string>> outputs = {testing::outputs_written(p, *backward[0]),
+                                                     testing::outputs_written(p, *backward[1])};
     std::sort(outputs.begin(), outputs.end());
     EXPECT_EQ(outputs, (std::vector<std::vector<std::string>>{{"dk", "dv"}, {"dq"}}));
     for (const Kernel& k : p.kernels)
@@ -589,7 +581,7 @@ TEST(FusionAttentionBackward, DqSummedAcrossKeyBlocksIsPriced) {
   const Plan summed = plan_fusion(g, dq_form(1));
   const std::vector<const Kernel*> one = backward_kernels(summed);
   ASSERT_EQ(one.size(), 1u) << plan_report_text(summed);
-  EXPECT_EQ(written(summed, *one[0]), (std::vector<std::string>{"dk", "dq", "dv"}));
+  EXPECT_EQ(testing::outputs_written(summed, *one[0]), (std::vector<std::string>{"dk", "dq", "dv"}));
   EXPECT_GT(one[0]->schedule.workspace_bytes(), 0);
   EXPECT_GT(one[0]->cost.reduce_s, 0);
   EXPECT_GT(one[0]->cost.predicted_s, 0);

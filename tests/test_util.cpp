@@ -1,9 +1,9 @@
 #include "tests/test_util.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -126,6 +126,15 @@ std::vector<PlannedCase> matmul_schedule_cases() {
     }
   }
   return out;
+}
+
+std::vector<std::string> outputs_written(const Plan& p, const Kernel& k) {
+  std::vector<std::string> names;
+  for (NodeId o : k.outputs)
+    for (const GraphOutput& out : p.graph.outputs())
+      if (out.node == o) names.push_back(out.name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 uint64_t test_seed() {

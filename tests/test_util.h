@@ -38,6 +38,9 @@ struct PlannedCase {
 // warpgroups, clusters of two with B multicast, TMA loads with stores from registers.
 std::vector<PlannedCase> matmul_schedule_cases();
 
+// The names of the graph outputs kernel k writes, sorted.
+std::vector<std::string> outputs_written(const Plan& p, const Kernel& k);
+
 // A seed for random inputs: TILEFUSE_TEST_SEED when set (a replay), else drawn from the clock.
 // Printed with the test's name, so that a failure names the seed that replays it.
 uint64_t test_seed();

@@ -64,9 +64,8 @@ class Emitter {
                                  llvm::Function::ExternalLinkage, p_.name, m_.get());
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn_->addFnAttr("nvvm.maxntid", std::to_string(p_.launch_threads()));
-    // setmaxnreg needs the registers capped at entry (Program::entry_registers: at least one
-    // block per SM).
-    const int min_blocks = p_.specialized() ? std::max(1, p_.min_blocks_per_sm) : p_.min_blocks_per_sm;
+    // setmaxnreg needs the registers capped at entry (Program::entry_registers).
+    const int min_blocks = p_.specialized() ? p_.entry_blocks_per_sm() : p_.min_blocks_per_sm;
     if (min_blocks > 0) fn_->addFnAttr("nvvm.minctasm", std::to_string(min_blocks));
     auto* map_ty = llvm::ArrayType::get(b_.getInt8Ty(), 128);
     tensor_map_.assign(p_.params.size(), nullptr);

@@ -1105,9 +1105,8 @@ class ScoreChain {
 int row_value(Builder& b, const Graph& g, const ContractionChain& c, NodeId id, int m, int l) {
   std::map<NodeId, int> val = {{c.row_max, m}, {c.row_sum, l}};
   if (val.count(id)) return val.at(id);
-  auto upto = [&](std::vector<NodeId> ops) {  // (in graph order: each needs only those before it)
+  auto upto = [&](std::vector<NodeId> ops) {  // (each list in graph order: its ops up to id)
     ops.erase(std::remove_if(ops.begin(), ops.end(), [&](NodeId n) { return n > id; }), ops.end());
-    std::sort(ops.begin(), ops.end());
     return ops;
   };
   std::vector<NodeId> chain_ops = upto(c.shift_ops), row_ops = upto(c.row_ops);

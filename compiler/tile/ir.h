@@ -483,8 +483,10 @@ struct Program {
   // most 240). setmaxnreg moves registers within the block, so the producer's and consumers'
   // shares must fit in this many per thread, or the consumers' increase waits forever.
   int entry_registers() const {
-    return std::min(240, 65536 / (launch_threads() * std::max(1, min_blocks_per_sm)) / 8 * 8);
+    return std::min(240, 65536 / (launch_threads() * entry_blocks_per_sm()) / 8 * 8);
   }
+  // The blocks per SM a specialized program's registers are capped for at entry: at least one.
+  int entry_blocks_per_sm() const { return std::max(1, min_blocks_per_sm); }
   // Specializes the registers: 24 for the producer, the rest of what the block starts with for
   // the consumers (in steps of 8, at most 240: two warpgroups 240 each, four 112). Needs
   // consumer_groups set.

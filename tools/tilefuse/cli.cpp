@@ -247,6 +247,12 @@ int parse_int(const std::string& flag, const std::string& v, int least, int most
   throw UsageError(fmt::format("{} needs an integer from {} to {}, got '{}'", flag, least, most, v));
 }
 
+// A tile extent of 64 or 128.
+int parse_64_or_128(const std::string& flag, const std::string& v) {
+  if (v != "64" && v != "128") throw UsageError(fmt::format("{} needs 64 or 128, got '{}'", flag, v));
+  return std::stoi(v);
+}
+
 // A number in [least, most], or "auto" (-1: the planner decides).
 int parse_int_or_auto(const std::string& flag, const std::string& v, int least, int most) {
   if (v == "auto") return -1;
@@ -393,11 +399,8 @@ Args parse(int argc, char** argv) {
       a.schedule.attention_pingpong = parse_int(s, value(), 0, 1);
     else if (s == "--attention-persistent")
       a.schedule.attention_persistent = parse_int_or_auto(s, value(), 0, 1);
-    else if (s == "--attention-keys") {
-      const std::string v = value();
-      if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-keys needs 64 or 128, got '{}'", v));
-      a.schedule.attention_block_n = std::stoi(v);
-    }
+    else if (s == "--attention-keys")
+      a.schedule.attention_block_n = parse_64_or_128(s, value());
     else if (s == "--tma-store")
       a.schedule.gemm_tma_store = parse_int(s, value(), 0, 1);
     else if (s == "--rolled-epilogue")
@@ -417,16 +420,11 @@ Args parse(int argc, char** argv) {
       a.schedule.attention_wgmma = parse_int(s, value(), 0, 1);
     else if (s == "--attention-overlap")
       a.schedule.attention_overlap = parse_int_or_auto(s, value(), 0, 1);
-    else if (s == "--attention-rows") {
-      const std::string v = value();
-      if (v != "64" && v != "128") throw UsageError(fmt::format("--attention-rows needs 64 or 128, got '{}'", v));
-      a.schedule.attention_block_m = std::stoi(v);
-    } else if (s == "--attention-backward-rows") {
-      const std::string v = value();
-      if (v != "64" && v != "128")
-        throw UsageError(fmt::format("--attention-backward-rows needs 64 or 128, got '{}'", v));
-      a.schedule.attention_backward_rows = std::stoi(v);
-    } else if (s == "--attention-backward-tma")
+    else if (s == "--attention-rows")
+      a.schedule.attention_block_m = parse_64_or_128(s, value());
+    else if (s == "--attention-backward-rows")
+      a.schedule.attention_backward_rows = parse_64_or_128(s, value());
+    else if (s == "--attention-backward-tma")
       a.schedule.attention_backward_tma = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.schedule.pack_heads = parse_int(s, value(), 0, 1);
