@@ -341,6 +341,10 @@ TEST(HostAttentionBackward, MatchesFloat64) {
   for (const Case& c : std::vector<Case>{{2, 70, 45, 64, DType::BF16, std::nullopt},
                                          {1, 90, 37, 64, DType::F16, 5},
                                          {1, 150, 200, 64, DType::BF16, -70},  // blocks with no tiles
+                                         // causal loops of several masked and unmasked steps, their
+                                         // bounds off the tiles' edges
+                                         {1, 260, 330, 64, DType::BF16, 62},
+                                         {1, 330, 260, 64, DType::BF16, -45},
                                          {6, 50, 70, 64, DType::BF16, 20, 3}}) {
     SCOPED_TRACE(
         fmt::format("wgmma: {} heads, {}×{}, d {}, {}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype)));

@@ -275,9 +275,31 @@ class AttentionBackwardProgram {
     return {lo, grouped ? zero_ : lo, grouped ? b.mul(b.sub(hi, lo), b.index(s_.group)) : hi, span};
   }
 
+  // Where the causal mask splits the steps: the keys kernel's tiles from it on and the queries
+  // kernel's before it are seen whole by every row of the block; −1 where no mask is there, or
+  // where a group's query heads take turns (each head's first tiles are masked: not one range).
+  // On mma.sync, and in the kernel adding dQ up, the two loops' code spilled (4–36 bytes): one
+  // masked loop there.
+  int unmasked_bound(Builder& b, const Steps& st) {
+    if (!s_.causal_offset || st.span >= 0 || !s_.wgmma || all()) return -1;
+    const int64_t off = *s_.causal_offset;
+    // a + delta, or 0 where that is negative (indices are unsigned)
+    auto shifted = [&](int a, int64_t delta) {
+      return delta >= 0 ? b.add(a, b.index(delta)) : b.sub(a, b.min(a, b.index(-delta)));
+    };
+    const int bc = b.index(s_.block_cols);
+    // The queries kernel's key tile j is seen whole when its last key j·bc + bc − 1 ≤ q0 + off;
+    // the keys kernel's query tile j sees the whole block when j·bc ≥ k0 + rows − 1 − off.
+    const int bound = queries() ? b.div(shifted(b.add(first_row_, b.index(1)), off), bc)
+                                : b.div(shifted(first_row_, s_.block_rows - 1 + s_.block_cols - 1 - off), bc);
+    return b.min(st.to, b.max(st.from, bound));
+  }
+
   // The loop over the column tiles [lo, hi) (of each query head of the group), two stages: each
   // step waits for its tile — by TMA, its stages' full barriers; otherwise its copies (the first
-  // with the resident operands'), then starts the next tile's — and runs on its own.
+  // with the resident operands'), then starts the next tile's — and runs on its own. Under a
+  // causal mask it is two loops, the tiles the mask reaches and those it does not (their scores
+  // skip it): the keys kernel's masked tiles first, the queries kernel's last.
   std::vector<int> col_loop(Builder& b, const Steps& st) {
     const auto [head0, j0] = at_step(b, st.from, st.lo, st.span);
     if (!tma()) copy_cols(b, head0, j0, b.rem(st.from, b.index(2)));
@@ -288,33 +310,42 @@ class AttentionBackwardProgram {
       const std::vector<int> raw = load_col_statistics(b, head0, b.mul(j0, b.index(s_.block_cols)));
       init.insert(init.end(), raw.begin(), raw.end());
     }
-    std::vector<int> out =
-        b.for_loop(st.from, st.to, b.index(1), init, [&](Builder& in, int t, const std::vector<int>& c) {
-          int stage, next_head = -1, next_j = -1;  // (the next step's tile: its copies', its statistics')
-          const int next = in.add(t, in.index(1));
-          if (!tma() || prefetched()) std::tie(next_head, next_j) = at_step(in, next, st.lo, st.span);
-          if (tma()) {
-            int parity;
-            std::tie(stage, parity) = in.ring_stage(in.sub(t, st.from), 2, false);
-            for (int r = 2; r < 4; ++r) in.wait_full(r, stage, parity);
-          } else {
-            in.wait_group(0);
-            if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
-            in.barrier();  // tile t in place, and every thread past its reads of the other stage
-            copy_cols(in, next_head, next_j, in.rem(next, in.index(2)));
-            stage = in.rem(t, in.index(2));
-          }
-          const auto [head, j] = at_step(in, t, st.lo, st.span);
-          const std::vector<int> acc(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(grads_.size()));
-          std::vector<int> raw(c.begin() + static_cast<std::ptrdiff_t>(grads_.size()), c.end());
-          const auto prefetch = [&] {
-            return load_col_statistics(in, next_head, in.mul(next_j, in.index(s_.block_cols)));
-          };
-          std::vector<int> out = step(in, head, j, stage, acc, raw, prefetch);
-          if (tma())  // (every product of the step waited for)
-            for (int r = 2; r < 4; ++r) in.release(r, stage);
-          return out;
-        });
+    auto loop = [&](int from, int to, const std::vector<int>& carried, bool masked) {
+      return b.for_loop(from, to, b.index(1), carried, [&](Builder& in, int t, const std::vector<int>& c) {
+        int stage, next_head = -1, next_j = -1;  // (the next step's tile: its copies', its statistics')
+        const int next = in.add(t, in.index(1));
+        if (!tma() || prefetched()) std::tie(next_head, next_j) = at_step(in, next, st.lo, st.span);
+        if (tma()) {
+          int parity;
+          std::tie(stage, parity) = in.ring_stage(in.sub(t, st.from), 2, false);
+          for (int r = 2; r < 4; ++r) in.wait_full(r, stage, parity);
+        } else {
+          in.wait_group(0);
+          if (s_.wgmma) in.fence_async();  // the copies, before wgmma reads them
+          in.barrier();  // tile t in place, and every thread past its reads of the other stage
+          copy_cols(in, next_head, next_j, in.rem(next, in.index(2)));
+          stage = in.rem(t, in.index(2));
+        }
+        const auto [head, j] = at_step(in, t, st.lo, st.span);
+        const std::vector<int> acc(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(grads_.size()));
+        std::vector<int> raw(c.begin() + static_cast<std::ptrdiff_t>(grads_.size()), c.end());
+        // (The last step's next tile lies past the columns: its statistics are loaded from the last
+        // tile instead, unused, so that every tile's loads are in bounds where the column count is
+        // a multiple of the tile's, their checks fold away and they share one address.)
+        const auto prefetch = [&] {
+          const int next_tile = in.min(next_j, in.index(col_tiles() - 1));
+          return load_col_statistics(in, next_head, in.mul(next_tile, in.index(s_.block_cols)));
+        };
+        std::vector<int> out = step(in, head, j, stage, acc, raw, prefetch, masked);
+        if (tma())  // (every product of the step waited for)
+          for (int r = 2; r < 4; ++r) in.release(r, stage);
+        return out;
+      });
+    };
+    const int bound = unmasked_bound(b, st);
+    std::vector<int> out = bound < 0   ? loop(st.from, st.to, init, s_.causal_offset.has_value())
+                           : queries() ? loop(bound, st.to, loop(st.from, bound, init, false), true)
+                                       : loop(bound, st.to, loop(st.from, bound, init, true), false);
     out.resize(grads_.size());
     return out;
   }
@@ -376,7 +407,8 @@ class AttentionBackwardProgram {
   // Prefetched, `raw` holds the step's L and D, and `prefetch` loads the next step's: the step
   // returns them after the gradients.
   std::vector<int> step(Builder& b, int head, int j, int stage, const std::vector<int>& acc,
-                        const std::vector<int>& raw, const std::function<std::vector<int>()>& prefetch) {
+                        const std::vector<int>& raw, const std::function<std::vector<int>()>& prefetch,
+                        bool masked) {
     const int c0 = b.mul(j, b.index(s_.block_cols));
     int minus_lse2 = minus_lse2_, delta = delta_;
     if (!queries())
@@ -384,8 +416,8 @@ class AttentionBackwardProgram {
           col_statistics(b, prefetched() ? raw : load_col_statistics(b, head, c0), c0);
     bool ds_needed = false;
     for (const Gradient& g : grads_) ds_needed |= g.grad != Grad::V;
-    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, delta, ds_needed, head, acc, prefetch);
-    const int p = probabilities(b, scores(b, 0, stage), minus_lse2, c0);
+    if (s_.wgmma) return paired_step(b, stage, c0, minus_lse2, delta, ds_needed, head, acc, prefetch, masked);
+    const int p = probabilities(b, scores(b, 0, stage), minus_lse2, c0, masked);
     std::vector<int> out = acc;
     // dV's product first: dP's tile is not live yet beside the two accumulators (the other order
     // spilled ~500 bytes at d 128).
@@ -406,11 +438,11 @@ class AttentionBackwardProgram {
   // kernel ran slower or spilled: the queries kernel 6% slower, the keys kernel at d 128 32 bytes.)
   std::vector<int> paired_step(Builder& b, int stage, int c0, int minus_lse2, int delta, bool ds_needed,
                                int head, const std::vector<int>& acc,
-                               const std::function<std::vector<int>()>& prefetch) {
+                               const std::function<std::vector<int>()>& prefetch, bool masked) {
     int p = -1, ds = -1;
     if (queries()) {
       const int s = scores(b, 0, stage), dp = scores(b, 1, stage);
-      p = probabilities(b, b.dot_wait({s}, 1)[0], minus_lse2, c0);
+      p = probabilities(b, b.dot_wait({s}, 1)[0], minus_lse2, c0, masked);
       ds = b.compute(Op::Mul, {p, b.compute(Op::Sub, {b.dot_wait({dp}, 0)[0], delta}, DType::F32)},
                      DType::F32);
     } else {
@@ -420,7 +452,7 @@ class AttentionBackwardProgram {
             scores(b, 1, stage, b.compute(Op::Mul, {delta, b.scalar(-1, DType::F32)}, DType::F32)));
       flight.push_back(scores(b, 0, stage));
       const std::vector<int> waited = b.dot_wait(flight, 0);
-      p = probabilities(b, waited.back(), minus_lse2, c0);
+      p = probabilities(b, waited.back(), minus_lse2, c0, masked);
       if (ds_needed) ds = b.compute(Op::Mul, {p, waited[0]}, DType::F32);
     }
     std::vector<int> out = acc;
@@ -441,11 +473,12 @@ class AttentionBackwardProgram {
     return out;
   }
 
-  // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e), 0 where the causal mask hides the key.
-  int probabilities(Builder& b, int s, int minus_lse2, int c0) {
+  // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e); on a masked tile 0 where the causal
+  // mask hides the key.
+  int probabilities(Builder& b, int s, int minus_lse2, int c0, bool masked) {
     const int p = b.softmax_exp2(
         b.compute(Op::Fma, {s, b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2}, DType::F32));
-    if (!s_.causal_offset) return p;
+    if (!masked) return p;
     return b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
   }
 
