@@ -23,6 +23,7 @@ llvm::Value* exp2(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* exp2_ftz(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* log(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* erf(llvm::IRBuilder<>& b, llvm::Value* x);
+llvm::Value* erf_bf16(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* tanh(llvm::IRBuilder<>& b, llvm::Value* x);
 llvm::Value* tanh_16bit(llvm::IRBuilder<>& b, llvm::Value* x);
 // tanh where only the absolute error counts (an attention score that shifts an exponent whose

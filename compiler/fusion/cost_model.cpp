@@ -43,8 +43,8 @@ double instructions_per_element(const Graph& g, const Node& n) {
       return 3;
     case Op::Tanh:
       return half ? 1 : 25;
-    case Op::Erf:
-      return 21;
+    case Op::Erf:  // (math::erf_bf16 for a bf16 result)
+      return n.dtype == DType::BF16 ? 4 : 21;
     case Op::Sigmoid:
       return half ? 4 : 13;
     case Op::Gelu:  // (math::gelu_16bit: one fma fewer for bf16)
@@ -68,7 +68,7 @@ double mufu_per_element(const Node& n) {
     case Op::Log:
     case Op::Sqrt:
     case Op::Rsqrt:
-    case Op::Erf:   // the large arguments' ex2, computed for every element
+    case Op::Erf:   // the large arguments' ex2, computed for every element (bf16: tanh.approx)
     case Op::Gelu:  // erf's, or the 16-bit fit's ex2
     case Op::Div:   // the reciprocal
       return 1;
