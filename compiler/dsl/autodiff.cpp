@@ -276,8 +276,12 @@ class Backward {
     const DType probs_dtype = g_.node(c->probs).dtype;  // (appending nodes moves the graph's)
     const NodeId shift = c->shift_ops.empty() ? c->row_max : c->shift_ops.back();
     const NodeId divisor = c->divisor_ops.empty() ? c->row_sum : c->divisor_ops.back();
+    // L in f32 whatever the scores' dtype (as FlashAttention keeps it): in bf16 it would round by
+    // up to 2^-9·|L|, e.g. 0.016 at |L| ≈ 8, and every P' of its row by as much (fuzz seed 201).
+    // For f32 scores the casts are none.
     const Tensor x = t(copy.at(c->x()));
-    const Tensor p = exp(x - (t(shift) + log(t(divisor))));
+    const Tensor lse = cast(t(shift), DType::F32) + log(cast(t(divisor), DType::F32));
+    const Tensor p = cast(exp(cast(x, DType::F32) - lse), x.dtype());
     const Tensor pv = c->cast >= 0 ? cast(p, g_.node(c->cast).dtype) : p;
     // O' = P'·V with O's options: its matmul rule gives dV (to V) and dP (to P', taken back here).
     // (dO broadcast against O first: against O' it would make O' a value the graph computes.)

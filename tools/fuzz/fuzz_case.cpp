@@ -200,7 +200,14 @@ std::vector<Variant> variants_of(uint64_t seed) {
 }
 
 std::string replay_command(uint64_t seed, const CaseOptions& o) {
-  return fmt::format("tilefuse_fuzz --seed {}{}{}", seed, o.gpu ? " --gpu" : "", o.interpret ? " --interpret" : "");
+  const RandomGraphOptions d;  // (the graph options that differ from the defaults make the same graph)
+  std::string graph;
+  if (o.graph.max_elements != d.max_elements)
+    graph += fmt::format(" --max-elements {}", o.graph.max_elements);
+  if (o.graph.long_rows != d.long_rows) graph += fmt::format(" --long-rows {}", o.graph.long_rows);
+  if (o.graph.attention != d.attention) graph += fmt::format(" --attention {}", o.graph.attention);
+  return fmt::format("tilefuse_fuzz --seed {}{}{}{}", seed, graph, o.gpu ? " --gpu" : "",
+                     o.interpret ? " --interpret" : "");
 }
 
 CaseResult run_case(uint64_t seed, const CaseOptions& o, void (*stage_note)(const char*)) {

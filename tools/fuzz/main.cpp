@@ -29,7 +29,7 @@ using namespace tilefuse::fuzz;
 namespace {
 
 const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [--gpu] [--interpret] [--jobs J]
-                     [--max-elements N] [--long-rows P]
+                     [--max-elements N] [--long-rows P] [--attention P]
   --seed S          one case, its graph printed (replays a failure)
   --first S         first seed of a batch (default 1)
   --count N         cases in the batch (default 100)
@@ -40,6 +40,8 @@ const char* kUsage = R"(usage: tilefuse_fuzz [--seed S | --first S --count N] [-
                     threads, at most 16)
   --max-elements N  elements of the largest tensor (default 1048576)
   --long-rows P     chance of a graph over rows of 16384..262144 elements (default 0.15)
+  --attention P     chance of each step being an attention, sometimes with its gradients
+                    (default 0.01)
   --seconds S       take no new case after S seconds (a GPU call's budget): the summary says
                     how many of the seeds ran
   --verbose         a line for every case that did not pass (refused, unjudged) too, and for
@@ -115,6 +117,8 @@ Args parse(int argc, char** argv) {
       g_options.graph.max_elements = static_cast<int64_t>(std::max<uint64_t>(1, parse_u64(s, value())));
     } else if (s == "--long-rows") {
       g_options.graph.long_rows = std::stod(value());
+    } else if (s == "--attention") {
+      g_options.graph.attention = std::stod(value());
     } else if (s == "--seconds") {
       a.seconds = static_cast<double>(parse_u64(s, value()));
     } else if (s == "--verbose") {

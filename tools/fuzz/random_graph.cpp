@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/dsl/autodiff.h"
 #include "compiler/dsl/dsl.h"
 
 namespace tilefuse::fuzz {
@@ -176,7 +177,8 @@ class Generator {
       return input(g_, "in" + std::to_string(inputs_++), shaped(heads, rows, d), dt);
     };
     Tensor q = qkv(lead, n), k = qkv(kv_lead, n_kv), v = qkv(kv_lead, n_kv);
-    if (chance(0.2)) {  // a decode step: new keys and values written into the caches in place first
+    const bool decode = chance(0.2);
+    if (decode) {  // a decode step: new keys and values written into the caches in place first
       const int64_t tokens = std::min<int64_t>(n_kv, pick(1, 3));
       Shape at = kv_lead;  // one position per K/V head or per cache
       if (chance(0.5)) std::fill(at.begin(), at.end(), 1);
@@ -204,7 +206,14 @@ class Generator {
     Tensor p = chance(0.15) ? softmax_with_lse(s) : softmax(s, -1);
     if (p.dtype() != dt) p = cast(p, dt);
     if (chance(0.1)) side_.push_back(p);  // the probabilities kept: outside the rule
-    side_.push_back(matmul(p, v));
+    const Tensor o = matmul(p, v);
+    side_.push_back(o);
+    // Sometimes a training step: dQ, dK and dV too, given dO (dsl::grad) — the backward's own
+    // kernels where its graph takes the log-sum-exp form, the scores written where it does not.
+    if (!decode && chance(0.25))
+      for (const Tensor& t :
+           grad({o}, {input(g_, "in" + std::to_string(inputs_++), o.shape(), o.dtype())}, {q, k, v}))
+        side_.push_back(t);
   }
 
   // softmax(s) written out, its rows' log-sum-exp (or a function of it) kept as a side output:

@@ -28,7 +28,8 @@ struct RandomGraphOptions {
   double iota = 0.005;
   // Chance of each step being an attention of inputs of its own (an output): Q·Kᵀ, a scale and
   // sometimes a softcap, a causal or windowed mask from iotas, softmax, P·V — mostly within the
-  // contraction-chain rule, sometimes outside it (P also an output, a head dim of 48).
+  // contraction-chain rule, sometimes outside it (P also an output, a head dim of 48); a quarter of
+  // those not decoding also with dQ, dK and dV of a given dO (dsl::grad).
   double attention = 0.01;
 };
 
