@@ -24,6 +24,7 @@
 #include "compiler/dsl/autodiff.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/fusion/fusion.h"
+#include "compiler/fusion/plan_check.h"
 #include "compiler/fusion/report.h"
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
@@ -596,6 +597,30 @@ TEST(FusionAttentionBackward, DqSummedAcrossKeyBlocksIsPriced) {
   const Plan small = train_plan(70, 32, false, 1);
   EXPECT_EQ(backward_kernels(small).size(), 2u);
   EXPECT_NE(plan_report_text(small).find("not dQ summed across the key blocks: "), std::string::npos);
+}
+
+// dQ summed in the keys' kernel where its shape is not K's: more queries than keys and the K/V
+// head shared by three query heads (MQA). The plan's checks take dQ by its map in the kernel's
+// iteration space (they refused it as written outside the domain, and as running along the
+// query heads dK sums over: fuzz seed 1561), and the plan matches float64 on the host.
+TEST(FusionAttentionBackward, DqSummedWhereItsShapeIsNotTheKeys) {
+  using namespace dsl;
+  Graph g("mqa_train");
+  Tensor q = input(g, "q", {3, 40, 64}, DType::BF16), k = input(g, "k", {1, 70, 64}, DType::BF16);
+  Tensor v = input(g, "v", {1, 70, 64}, DType::BF16);
+  Tensor o = attention(q, k, v, 0.125, false);
+  output("o", o);
+  const std::vector<Tensor> grads = grad({o}, {input(g, "do", {3, 40, 64}, DType::BF16)}, {q, k, v});
+  output("dq", grads[0]);
+  output("dk", grads[1]);
+  output("dv", grads[2]);
+  const Plan p = plan_fusion(g, dq_form(1));
+  const std::vector<const Kernel*> one = backward_kernels(p);
+  ASSERT_EQ(one.size(), 1u) << plan_report_text(p);
+  EXPECT_EQ(testing::outputs_written(p, *one[0]), (std::vector<std::string>{"dk", "dq", "dv"}));
+  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+  testing::check_on_host(p, testing::test_seed());
+  if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
 }
 
 TEST(FusionAttentionBackward, OutsideTheRuleThePlanSaysWhy) {

@@ -231,7 +231,8 @@ class Backward {
         return accumulate(n.operands[0], gy * hit / sum(hit, n.axes, true));
       }
       case Op::MatMul:
-        return matmul_grads(n, gy);
+        matmul_grads(n, gy);
+        return;
       case Op::WriteAt:  // a cache written in place is state, not a differentiable value
         throw GraphError(fmt::format("grad: %{} write_at writes its cache in place and has no gradient; "
                                      "differentiate the attention over a cache that is an input",
@@ -286,10 +287,11 @@ class Backward {
     // O' = P'·V with O's options: its matmul rule gives dV (to V) and dP (to P', taken back here).
     // (dO broadcast against O first: against O' it would make O' a value the graph computes.)
     if (go.shape() != o.shape) go = broadcast_like(go, t(o.id));
+    // dP in the probabilities' dtype (f32 unless they are rounded), as FlashAttention keeps it:
+    // rounded to V's dtype it would cancel against D to that rounding where a row sees one key
+    // (dP − D = 0 in exact arithmetic), and the fused backward never rounds it.
     const Tensor o_again = matmul(pv, t(c->v), {o.transpose_a, o.transpose_b, o.dtype});
-    matmul_grads(g_.node(o_again.id()), go);
-    const Tensor dp = cast(adj_.at(pv.id()), probs_dtype);
-    adj_.erase(pv.id());
+    const Tensor dp = cast(*matmul_grads(g_.node(o_again.id()), go, probs_dtype), probs_dtype);
     const Tensor d = sum(cast(go, DType::F32) * cast(t(o.id), DType::F32), {-1}, true);
     // dS from P' as O's product read it (in V's dtype where it was cast), so that P' is computed
     // once, in the scores' kernel, and the dP kernel's epilogue reads one tile of it.
@@ -301,17 +303,21 @@ class Backward {
   }
 
   // C = op(a)·op(b): dA = dC·op(b)ᵀ, dB = op(a)ᵀ·dC (transposed back where an operand is stored
-  // transposed), in the operands' dtype, summed over broadcast batch axes.
-  void matmul_grads(const Node n, Tensor gc) {  // (by value: appending invalidates references)
+  // transposed), in the operands' dtype, summed over broadcast batch axes. Given `ga_dtype`, dA's
+  // product is in it and returned rather than added to a's gradient.
+  std::optional<Tensor> matmul_grads(const Node n, Tensor gc,  // (n by value: appending invalidates
+                                     std::optional<DType> ga_dtype = std::nullopt) {  // references)
     const NodeId a = n.operands[0], b = n.operands[1];
-    const DType dt = g_.node(a).dtype;
+    const DType dt = g_.node(a).dtype, adt = ga_dtype.value_or(dt);
     if (gc.shape() != n.shape) gc = broadcast_like(gc, t(n.id));
     gc = cast(gc, dt);
     const bool ta = n.transpose_a, tb = n.transpose_b;
-    const Tensor ga = !ta ? matmul(gc, t(b), {false, !tb, dt}) : matmul(t(b), gc, {tb, true, dt});
+    const Tensor ga = !ta ? matmul(gc, t(b), {false, !tb, adt}) : matmul(t(b), gc, {tb, true, adt});
     const Tensor gb = !tb ? matmul(t(a), gc, {!ta, false, dt}) : matmul(gc, t(a), {true, ta, dt});
-    to_operand(a, ga);
     to_operand(b, gb);
+    if (ga_dtype) return unbroadcast(ga, g_.node(a).shape);
+    to_operand(a, ga);
+    return std::nullopt;
   }
 
   Graph& g_;

@@ -120,16 +120,20 @@ IterationSpace attention_backward_space(const Graph& g, const Kernel& k) {
   const size_t batch = q.size() - 2;
   std::vector<int> lead;
   const Shape& kv = g.node(c.k).shape;
-  for (size_t d = 0; d < batch; ++d) {  // (the keys' part sums over query heads sharing a K/V head)
+  // (The keys' part sums over query heads sharing a K/V head; with dQ summed in its kernel, dQ
+  // runs along them: then, as the queries' axis below, not reduced for every output.)
+  const bool dq_summed = k.schedule.attention_backward == 3;
+  for (size_t d = 0; d < batch; ++d) {
     lead.push_back(static_cast<int>(s.axes.size()));
-    s.axes.push_back({batch == 1 ? "b" : fmt::format("b{}", d), q[d], keys && kv[d] == 1 && q[d] > 1});
+    s.axes.push_back(
+        {batch == 1 ? "b" : fmt::format("b{}", d), q[d], keys && !dq_summed && kv[d] == 1 && q[d] > 1});
   }
   const int rows = static_cast<int>(s.axes.size()), e = rows + 1, cols = rows + 2;
   s.axes.push_back({keys ? "n" : "m", keys ? c.n_kv : c.n_q, false});
   s.axes.push_back({"e", c.d, false});
   // (With dQ summed in the keys' kernel, dQ runs along the queries dK and dV are summed over, and
   // is summed over the keys they run along: neither axis is reduced for every output.)
-  s.axes.push_back({keys ? "m" : "n", keys ? c.n_q : c.n_kv, k.schedule.attention_backward != 3});
+  s.axes.push_back({keys ? "m" : "n", keys ? c.n_q : c.n_kv, !dq_summed});
   const int m = keys ? cols : rows, n = keys ? rows : cols;
   auto along = [&](int r, int col) {
     std::vector<int> axes = lead;

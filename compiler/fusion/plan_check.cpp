@@ -50,8 +50,11 @@ void check_kernel(const Graph& g, const Kernel& k, const std::set<NodeId>& avail
   for (NodeId o : k.outputs) {
     if (!members.count(o)) problem(fmt::format("writes %{}, which it does not compute", o));
     Shape s = aligned_shape(g, o, k);
+    // (An attention backward kernel's outputs are checked by their maps in its iteration space
+    // below: dQ, summed in the keys' kernel, has Q's shape, not the domain's, K's.)
     bool fits = s == k.domain || (k.kind != ScheduleKind::Pointwise && s == per_row) ||
-                (k.kind == ScheduleKind::Write && g.node(o).op == Op::WriteAt);
+                (k.kind == ScheduleKind::Write && g.node(o).op == Op::WriteAt) ||
+                k.kind == ScheduleKind::AttentionBackward;
     if (!fits)
       problem(fmt::format("writes %{} of shape {} in a domain {}", o, shape_str(s), shape_str(k.domain)));
   }
