@@ -249,8 +249,8 @@ class Backward {
   //                                   log-sum-exp L = c + ln h(Σ) from the shift c and divisor
   //                                   h(Σ): a row op the forward kernel computes after its loop
   //                                   and writes beside O (one value a row for the backward's
-  //                                   kernels to read)
-  //   dV = P'ᵀ·dO,  dP = dO·Vᵀ         (the matmul rule on O' = P'·V)
+  //                                   kernels to read), L and P' in f32
+  //   dV = P'ᵀ·dO,  dP = dO·Vᵀ         (the matmul rule on O' = P'·V; dP in P's dtype)
   //   D = rowsum(dO∘O)                 = rowsum(P∘dP), since O = P·V
   //   dX = P'∘(dP − D)                 softmax's backward (P' as O's product read it: in V's
   //                                    dtype), then f's and Q·Kᵀ's rules on the copy.
