@@ -245,6 +245,21 @@ TEST(Autodiff, AttentionBackwardRecomputesTheProbabilities) {
   }
 }
 
+// O and its gradients given dO (d0, d1, …) as the graph's outputs.
+void output_with_gradients(const Tensor& o, const Tensor& d_o, const std::vector<Tensor>& wrt) {
+  output("o", o);
+  const std::vector<Tensor> d = grad({o}, {d_o}, wrt);
+  for (size_t i = 0; i < d.size(); ++i) output(fmt::format("d{}", i), d[i]);
+}
+
+// The graph's plan consistent and matching float64 on the host (and the GPU, where there is one).
+void plan_and_check(const Graph& g) {
+  const Plan p = plan_fusion(g);
+  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+  testing::check_on_host(p, testing::test_seed());
+  if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+}
+
 // With 16-bit scores the log-sum-exp the backward recomputes P from is still f32: in bf16 it
 // rounds by up to 2^-9·|L| and every P of its row by as much (fuzz seed 201 at --attention 0.3
 // failed so, off the float64 reference by 1.1e-2 in dQ, dK and dV). The plan matches float64.
@@ -254,10 +269,7 @@ TEST(Autodiff, AttentionLogSumExpStaysF32ForSixteenBitScores) {
   Tensor v = input(g, "v", {1, 100, 64}, DType::BF16);
   Tensor s = matmul(q, k, {false, true}) * 0.125 + input(g, "bias", {1, 130, 1}, DType::BF16);
   ASSERT_EQ(s.dtype(), DType::BF16);
-  Tensor o = matmul(softmax(s, -1), v);
-  const std::vector<Tensor> d = grad({o}, {input(g, "do", {1, 130, 64}, DType::BF16)}, {q, k, v});
-  output("o", o);
-  for (size_t i = 0; i < d.size(); ++i) output(fmt::format("d{}", i), d[i]);
+  output_with_gradients(matmul(softmax(s, -1), v), input(g, "do", {1, 130, 64}, DType::BF16), {q, k, v});
   int logs = 0;
   for (const Node& n : g.nodes())
     if (n.op == Op::Log) {
@@ -265,10 +277,7 @@ TEST(Autodiff, AttentionLogSumExpStaysF32ForSixteenBitScores) {
       EXPECT_EQ(n.dtype, DType::F32) << "the log-sum-exp %" << n.id << " is " << dtype_name(n.dtype);
     }
   EXPECT_EQ(logs, 1);
-  const Plan p = plan_fusion(g);
-  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
-  testing::check_on_host(p, testing::test_seed());
-  if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  plan_and_check(g);
 }
 
 // dP = dO·Vᵀ in f32, as the fused backward computes it: where a row sees one key, P is 1 and
@@ -280,10 +289,7 @@ TEST(Autodiff, AttentionScoreGradientsOfOneKey) {
   Graph g("one_key");
   Tensor q = input(g, "q", {2, 1, 32}, DType::BF16), k = input(g, "k", {2, 1, 32}, DType::BF16);
   Tensor v = input(g, "v", {2, 1, 32}, DType::BF16), d_o = input(g, "do", {2, 1, 32}, DType::BF16);
-  Tensor o = attention(q, k, v, 0.17677669529663687, false);
-  const std::vector<Tensor> d = grad({o}, {d_o}, {q, k, v});
-  output("o", o);
-  for (size_t i = 0; i < d.size(); ++i) output(fmt::format("d{}", i), d[i]);
+  output_with_gradients(attention(q, k, v, 0.17677669529663687, false), d_o, {q, k, v});
   int dp = 0;  // dO·Vᵀ
   for (const Node& n : g.nodes())
     if (n.op == Op::MatMul && n.operands == std::vector<NodeId>{d_o.id(), v.id()} && n.transpose_b) {
@@ -291,10 +297,7 @@ TEST(Autodiff, AttentionScoreGradientsOfOneKey) {
       EXPECT_EQ(n.dtype, DType::F32) << "dP %" << n.id << " is " << dtype_name(n.dtype);
     }
   EXPECT_EQ(dp, 1);
-  const Plan p = plan_fusion(g);
-  for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
-  testing::check_on_host(p, testing::test_seed());
-  if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  plan_and_check(g);
 }
 
 // The fuzzer's random graphs (f32 inputs; graphs whose gradient needs a reshape are refused by
