@@ -710,10 +710,13 @@ TEST(Codegen, WindowedRowsOnTileIrV2ReadWindowColumns) {
       for (NodeId in : k.inputs) weight |= p.graph.node(in).name == "rw";
       ++on_v2;
       CompiledKernel c = compile_kernel(p.graph, k);
-      for (size_t j = 0; weight && j < k.inputs.size(); ++j)  // (the weight's tile: the block's rows, each shifted)
-        if (p.graph.node(k.inputs[j]).name == "rw")
+      for (size_t j = 0; weight && j < k.inputs.size();
+           ++j) {  // (the weight's tile: the block's rows, each shifted)
+        if (p.graph.node(k.inputs[j]).name == "rw") {
           EXPECT_EQ(count(c.tile_ir, fmt::format(R"(load %arg{}\[%\d+, %\d+\] window \d+ masked \[1\] : tile<1x)", j)), 1)
               << c.tile_ir;
+        }
+      }
       EXPECT_GT(count(c.tile_ir, R"(in_window %\d+, %\d+, %\d+ vec \d+)"), 0) << c.tile_ir;
       EXPECT_GT(count(c.ptx, R"(ld\.global\.nc\.v4\.(b32|f32))"), 0) << "inputs in vectors";
       bool writes_rows = false;  // (cross-entropy writes one value a row)

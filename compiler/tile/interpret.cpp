@@ -429,6 +429,8 @@ class Exec {
       case Opcode::Barrier:     // (a block's or consumer group's threads are one here)
       case Opcode::FenceAsync:
         return;
+      case Opcode::Yield:  // (a region's end: region() takes its values)
+        break;
     }
     fail(fmt::format("the interpreter has no {}", opcode_name(i.opcode)));
   }
