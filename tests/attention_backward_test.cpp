@@ -134,10 +134,16 @@ TEST(CodegenAttentionBackward, PtxHasTheProductsAndAssemblesWithoutSpills) {
 TEST(CodegenAttentionBackward, WgmmaPtxAssemblesWithoutSpills) {
   const CodegenOptions opt = codegen_options_for("sm_90a");
   for (int64_t d : {64, 128})
-    for (Part part : {Part::Keys, Part::Queries, Part::All}) {
-      const char* part_name = part == Part::Keys ? "keys" : part == Part::Queries ? "queries" : "all";
+    // (keys grouped: two query heads a K/V head, the steps tile-major)
+    for (const auto& [part, group] : std::vector<std::pair<Part, int64_t>>{
+             {Part::Keys, 1}, {Part::Queries, 1}, {Part::All, 1}, {Part::Keys, 2}}) {
+      const char* part_name = group > 1               ? "keys grouped"
+                              : part == Part::Keys    ? "keys"
+                              : part == Part::Queries ? "queries"
+                                                      : "all";
       SCOPED_TRACE(fmt::format("d {} {}", d, part_name));
       AttentionBackwardShape s = shape(2, 200, 300, d, part);
+      s.group = group;
       s.causal_offset = 100;
       s.wgmma = true;
       s.block_cols = tir::attention_backward_block_cols(d, part, true);
@@ -346,6 +352,8 @@ TEST(HostAttentionBackward, MatchesFloat64) {
                                          // bounds off the tiles' edges
                                          {1, 260, 330, 64, DType::BF16, 62},
                                          {1, 330, 260, 64, DType::BF16, -45},
+                                         // grouped heads' causal steps, tile-major
+                                         {4, 260, 200, 64, DType::BF16, 62, 2},
                                          {6, 50, 70, 64, DType::BF16, 20, 3}}) {
     SCOPED_TRACE(
         fmt::format("wgmma: {} heads, {}×{}, d {}, {}", c.heads, c.n_q, c.n_kv, c.d, dtype_name(c.dtype)));

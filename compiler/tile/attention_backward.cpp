@@ -255,33 +255,34 @@ class AttentionBackwardProgram {
     b.commit_group();
   }
 
-  // Step t of the loop: the other side's head and its column tile. The keys kernel of a K/V head
-  // shared by `group` query heads goes over each one's tiles [lo, hi) in turn; otherwise step t
-  // is tile t. (The step after the last — whose tile the loop's last step copies, unread — stays
-  // in the group's last head.)
-  std::pair<int, int> at_step(Builder& b, int t, int lo, int span) {
-    if (queries() || s_.group == 1) return {col_head(b, zero_), t};
-    return {col_head(b, b.min(b.div(t, span), b.index(s_.group - 1))), b.add(lo, b.rem(t, span))};
+  // The keys kernel of a K/V head shared by `group` query heads: its steps go over each of them.
+  bool grouped() const { return !queries() && s_.group > 1; }
+  // Step t of the loop: the other side's head and its column tile. Grouped, each tile of [lo, hi)
+  // for each query head in turn (tile-major: the tiles a causal mask reaches are the first steps,
+  // one range); otherwise step t is tile t. (The step after the last, whose tile the loop's last
+  // step copies unread by cp.async, lies past the columns: its copies are zeros.)
+  std::pair<int, int> at_step(Builder& b, int t, int lo) {
+    if (!grouped()) return {col_head(b, zero_), t};
+    const int group = b.index(s_.group);
+    return {col_head(b, b.rem(t, group)), b.add(lo, b.div(t, group))};
   }
 
-  // The loop's steps: from, to (step t from `from`), and with a group's query heads each one's
-  // span of tiles (else −1; at_step).
+  // The loop's column tiles [lo, hi) and its steps [from, to) (grouped, a step per tile and
+  // query head, from 0; at_step).
   struct Steps {
-    int lo, from, to, span;
+    int lo, hi, from, to;
   };
   Steps steps_of(Builder& b, int lo, int hi) {
-    const bool grouped = !queries() && s_.group > 1;
-    const int span = grouped ? b.max(b.sub(hi, lo), b.index(1)) : -1;  // (at least 1: a divisor)
-    return {lo, grouped ? zero_ : lo, grouped ? b.mul(b.sub(hi, lo), b.index(s_.group)) : hi, span};
+    if (!grouped()) return {lo, hi, lo, hi};
+    return {lo, hi, zero_, b.mul(b.sub(hi, lo), b.index(s_.group))};
   }
 
   // Where the causal mask splits the steps: the keys kernel's tiles from it on and the queries
-  // kernel's before it are seen whole by every row of the block; −1 where no mask is there, or
-  // where a group's query heads take turns (each head's first tiles are masked: not one range).
-  // On mma.sync, and in the kernel adding dQ up, the two loops' code spilled (4–36 bytes): one
+  // kernel's before it are seen whole by every row of the block; −1 where no mask is there. On
+  // mma.sync, and in the kernel adding dQ up, the two loops' code spilled (4–36 bytes): one
   // masked loop there.
   int unmasked_bound(Builder& b, const Steps& st) {
-    if (!s_.causal_offset || st.span >= 0 || !s_.wgmma || all()) return -1;
+    if (!s_.causal_offset || !s_.wgmma || all()) return -1;
     const int64_t off = *s_.causal_offset;
     // a + delta, or 0 where that is negative (indices are unsigned)
     auto shifted = [&](int a, int64_t delta) {
@@ -292,7 +293,8 @@ class AttentionBackwardProgram {
     // the keys kernel's query tile j sees the whole block when j·bc ≥ k0 + rows − 1 − off.
     const int bound = queries() ? b.div(shifted(b.add(first_row_, b.index(1)), off), bc)
                                 : b.div(shifted(first_row_, s_.block_rows - 1 + s_.block_cols - 1 - off), bc);
-    return b.min(st.to, b.max(st.from, bound));
+    const int tile = b.min(st.hi, b.max(st.lo, bound));
+    return grouped() ? b.mul(b.sub(tile, st.lo), b.index(s_.group)) : tile;
   }
 
   // The loop over the column tiles [lo, hi) (of each query head of the group), two stages: each
@@ -301,7 +303,7 @@ class AttentionBackwardProgram {
   // causal mask it is two loops, the tiles the mask reaches and those it does not (their scores
   // skip it): the keys kernel's masked tiles first, the queries kernel's last.
   std::vector<int> col_loop(Builder& b, const Steps& st) {
-    const auto [head0, j0] = at_step(b, st.from, st.lo, st.span);
+    const auto [head0, j0] = at_step(b, st.from, st.lo);
     if (!tma()) copy_cols(b, head0, j0, b.rem(st.from, b.index(2)));
     std::vector<int> init;
     for (size_t g = 0; g < grads_.size(); ++g)
@@ -314,7 +316,7 @@ class AttentionBackwardProgram {
       return b.for_loop(from, to, b.index(1), carried, [&](Builder& in, int t, const std::vector<int>& c) {
         int stage, next_head = -1, next_j = -1;  // (the next step's tile: its copies', its statistics')
         const int next = in.add(t, in.index(1));
-        if (!tma() || prefetched()) std::tie(next_head, next_j) = at_step(in, next, st.lo, st.span);
+        if (!tma() || prefetched()) std::tie(next_head, next_j) = at_step(in, next, st.lo);
         if (tma()) {
           int parity;
           std::tie(stage, parity) = in.ring_stage(in.sub(t, st.from), 2, false);
@@ -326,7 +328,7 @@ class AttentionBackwardProgram {
           copy_cols(in, next_head, next_j, in.rem(next, in.index(2)));
           stage = in.rem(t, in.index(2));
         }
-        const auto [head, j] = at_step(in, t, st.lo, st.span);
+        const auto [head, j] = at_step(in, t, st.lo);
         const std::vector<int> acc(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(grads_.size()));
         std::vector<int> raw(c.begin() + static_cast<std::ptrdiff_t>(grads_.size()), c.end());
         // (The last step's next tile lies past the columns: its statistics are loaded from the last
@@ -361,7 +363,7 @@ class AttentionBackwardProgram {
     }
     b.for_loop(st.from, st.to, b.index(1), {}, [&](Builder& in, int t, const std::vector<int>&) {
       const auto [stage, parity] = in.ring_stage(in.sub(t, st.from), 2, true);
-      const auto [head, j] = at_step(in, t, st.lo, st.span);
+      const auto [head, j] = at_step(in, t, st.lo);
       const int c0 = in.mul(j, in.index(s_.block_cols));
       for (int r = 0; r < 2; ++r) {
         in.wait_empty(2 + r, stage, parity);
