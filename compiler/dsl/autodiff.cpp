@@ -291,7 +291,7 @@ class Backward {
     // rounded to V's dtype it would cancel against D to that rounding where a row sees one key
     // (dP − D = 0 in exact arithmetic), and the fused backward never rounds it.
     const Tensor o_again = matmul(pv, t(c->v), {o.transpose_a, o.transpose_b, o.dtype});
-    const Tensor dp = cast(*matmul_grads(g_.node(o_again.id()), go, probs_dtype), probs_dtype);
+    const Tensor dp = *matmul_grads(g_.node(o_again.id()), go, probs_dtype);
     const Tensor d = sum(cast(go, DType::F32) * cast(t(o.id), DType::F32), {-1}, true);
     // dS from P' as O's product read it (in V's dtype where it was cast), so that P' is computed
     // once, in the scores' kernel, and the dP kernel's epilogue reads one tile of it.

@@ -228,13 +228,15 @@ class AttentionBackwardProgram {
     const int64_t off = *s_.causal_offset;
     if (queries()) {  // keys [0, last query + off], none where that is negative
       const int last = b.add(first_row_, b.index(s_.block_rows));  // one past the block's last query
-      const int seen = off >= 0 ? b.add(last, b.index(off)) : b.sub(last, b.min(last, b.index(-off)));
+      const int seen = shifted(b, last, off);
       return {zero_, b.min(tiles, b.div(b.add(seen, b.index(s_.block_cols - 1)), bc))};
     }
     // queries from the block's first key − off on
-    const int first =
-        off >= 0 ? b.sub(first_row_, b.min(first_row_, b.index(off))) : b.add(first_row_, b.index(-off));
-    return {b.min(tiles, b.div(first, bc)), tiles};
+    return {b.min(tiles, b.div(shifted(b, first_row_, -off), bc)), tiles};
+  }
+  // Index a + delta, or 0 where that is negative (indices are unsigned).
+  static int shifted(Builder& b, int a, int64_t delta) {
+    return delta >= 0 ? b.add(a, b.index(delta)) : b.sub(a, b.min(a, b.index(-delta)));
   }
 
   // The other side's head of the block's group's `head`-th (keys kernel: a query head of the
@@ -284,15 +286,12 @@ class AttentionBackwardProgram {
   int unmasked_bound(Builder& b, const Steps& st) {
     if (!s_.causal_offset || !s_.wgmma || all()) return -1;
     const int64_t off = *s_.causal_offset;
-    // a + delta, or 0 where that is negative (indices are unsigned)
-    auto shifted = [&](int a, int64_t delta) {
-      return delta >= 0 ? b.add(a, b.index(delta)) : b.sub(a, b.min(a, b.index(-delta)));
-    };
     const int bc = b.index(s_.block_cols);
     // The queries kernel's key tile j is seen whole when its last key j·bc + bc − 1 ≤ q0 + off;
     // the keys kernel's query tile j sees the whole block when j·bc ≥ k0 + rows − 1 − off.
-    const int bound = queries() ? b.div(shifted(b.add(first_row_, b.index(1)), off), bc)
-                                : b.div(shifted(first_row_, s_.block_rows - 1 + s_.block_cols - 1 - off), bc);
+    const int bound = queries()
+                          ? b.div(shifted(b, b.add(first_row_, b.index(1)), off), bc)
+                          : b.div(shifted(b, first_row_, s_.block_rows - 1 + s_.block_cols - 1 - off), bc);
     const int tile = b.min(st.hi, b.max(st.lo, bound));
     return grouped() ? b.mul(b.sub(tile, st.lo), b.index(s_.group)) : tile;
   }
