@@ -393,9 +393,10 @@ class AttentionProgram {
   }
 
   // The producer: the tile's Q, once the consumers have released the last one; then key tile j's
-  // K (its head's d stored rows of keys key0 on) and V (keys key0 on, all of d) by TMA into its
-  // stage, once the consumers have emptied it. The tensor maps' bounds zero what lies past the
-  // head's queries, keys or d.
+  // K (its head's d stored rows of keys key0 on) and V (keys key0 on, all of d) by TMA, each into
+  // its ring's stage once the consumers have emptied that. K's stage is emptied at S, about half a
+  // step before V's at P·V: K is loaded first rather than behind V's wait. The tensor maps' bounds
+  // zero what lies past the head's queries, keys or d.
   void produce_keys(Builder& b, int lo, int hi, int first_step, int tiles_before) {
     if (q_by_tma()) {
       const auto [stage, parity] = b.ring_stage(tiles_before, 1, true);
@@ -404,16 +405,17 @@ class AttentionProgram {
     }
     b.for_loop(lo, hi, b.index(1), {}, [&](Builder& in, int j, const std::vector<int>&) {
       const auto [stage, parity] = in.ring_stage(in.add(first_step, in.sub(j, lo)), stages(), true);
-      in.wait_empty(0, stage, parity);
-      in.wait_empty(1, stage, parity);
       const int key0 = in.mul(j, in.index(s_.block_n));
+      in.wait_empty(0, stage, parity);
       in.tma_load(k_param_, kv_bh_, zero_, key0, 0, stage);
+      in.wait_empty(1, stage, parity);
       in.tma_load(v_param_, kv_bh_, key0, zero_, 1, stage);
       return std::vector<int>{};
     });
   }
-  // The consumers: each key tile's stage waited for, the step run on it (both products waited
-  // for inside; K's stage and at the last step Q's released once S is done), V's stage released.
+  // The consumers: each key tile's K stage waited for, the step run on it (V's waited for before
+  // P·V; both products waited for inside; K's stage and at the last step Q's released once S is
+  // done), V's stage released.
   std::vector<int> tma_key_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
     const std::vector<int> out = over_key_tiles(b, lo, hi, init, [&](Builder& in, int j, const std::vector<int>& c,
@@ -421,8 +423,7 @@ class AttentionProgram {
       const int t = in.sub(j, lo);
       const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
       in.wait_full(0, stage, parity);
-      in.wait_full(1, stage, parity);
-      std::vector<int> out = step(in, j, stage, c, kind.masked, turn(t, steps), hi);
+      std::vector<int> out = step(in, j, stage, c, kind.masked, turn(t, steps), hi, parity);
       in.release(1, stage);
       return out;
     });
@@ -471,12 +472,13 @@ class AttentionProgram {
   }
 
   // The overlapped loop on TMA stages. Its first step (count t from lo) starts S = Q·Kₗₒᵀ alone
-  // and runs its softmax (there is no P before it). Each later step waits for its stage, starts
-  // S = Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone and releases Kⱼ's
+  // and runs its softmax (there is no P before it). Each later step waits for Kⱼ and V_{j−1} — a
+  // V only at the step after its K, whose stage the producer fills a step later — starts S =
+  // Q·Kⱼᵀ and P_{j−1}·V_{j−1} onto O rescaled by α_{j−1}, waits for S alone and releases Kⱼ's
   // stage (the producer may refill it a step before V's), runs the softmax while P·V is in
   // flight, waits for P·V — pinned below the softmax where it outweighs the products — and
   // releases V_{j−1}'s. Q is released at the last S. After the loop the carried P meets the last
-  // tile's V, whose stage is then released; where the range was empty that product read no tile
+  // tile's V, waited for and then released; where the range was empty that product read no tile
   // of the block's and O stays.
   std::vector<int> tma_overlapped_loop(Builder& b, int lo, int hi, int first_step, const std::vector<int>& init) {
     const int one = b.index(1), steps = s_.warpgroup_turns ? b.sub(hi, lo) : -1;
@@ -488,23 +490,24 @@ class AttentionProgram {
                              [&](Builder& in, int j, const std::vector<int>& c, TileKind kind) {
                                const auto [stage, parity] = in.ring_stage(first_step, stages(), false);
                                in.wait_full(0, stage, parity);
-                               in.wait_full(1, stage, parity);
                                return leading_step(in, j, stage, c, kind, turn(zero_, steps), hi);
                              });
     const std::vector<int> out = over_key_tiles(
         b, second, hi, carried, [&](Builder& in, int j, const std::vector<int>& c, TileKind kind) {
           const int t = in.sub(j, lo);
           const auto [stage, parity] = in.ring_stage(in.add(first_step, t), stages(), false);
+          const auto [before, before_parity] =
+              in.ring_stage(in.add(first_step, in.sub(t, one)), stages(), false);
           in.wait_full(0, stage, parity);
-          in.wait_full(1, stage, parity);
-          const int before = in.ring_stage(in.add(first_step, in.sub(t, one)), stages(), false).first;
+          in.wait_full(1, before, before_parity);
           const std::vector<int> out = overlapped_step(in, j, stage, before, c, kind, turn(t, steps), hi);
           in.release(1, before);
           return out;
         });
-    const int last = b.ring_stage(b.add(first_step, b.sub(hi, second)), stages(), false).first;
+    const auto [last, last_parity] = b.ring_stage(b.add(first_step, b.sub(hi, second)), stages(), false);
     const int visited = b.less(lo, hi);
     release_q_without_keys(b, lo, hi);
+    b.when(visited, [&, last = last, parity = last_parity](Builder& w) { w.wait_full(1, last, parity); });
     const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     b.when(visited, [&](Builder& w) { w.release(1, last); });
     return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
@@ -566,9 +569,10 @@ class AttentionProgram {
   }
 
   // `hi`: the TMA loop's end, where Kⱼ's stage is released at S and Q's at the last S (-1: the
-  // caller releases them).
+  // caller releases them); `v_parity`: V's stage waited for (that parity) only before P·V (-1:
+  // the caller waited for it).
   std::vector<int> step(Builder& b, int j, int stage, const std::vector<int>& c, bool masked, Turn turn = {},
-                        int hi = -1) {
+                        int hi = -1, int v_parity = -1) {
     const Shape scores = {s_.block_m, s_.block_n};
     int s = b.tile_const(0, DType::F32, scores, Frag::Acc);
     if (s_.wgmma)  // Q's whole (padded) head dimension against the K stage
@@ -583,6 +587,7 @@ class AttentionProgram {
     }
     const Online on = online(b, j, s, c[1], c[2], masked);
     int o = b.compute(Op::Mul, {c[0], on.alpha}, DType::F32);
+    if (v_parity >= 0) b.wait_full(1, stage, v_parity);
     if (s_.wgmma) {  // P's fragments against the V stage; waited for before the next step's O·α
       return {b.dot_wait({b.dot_async(p_fragments(b, on.p), 1, stage, o)}, 0)[0], on.m, on.l};
     }
