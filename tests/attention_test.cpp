@@ -1605,6 +1605,89 @@ TEST(HostAttention, WgmmaPlansMatchFloat64) {
   }
 }
 
+// Scores that climb along the keys, by about 3.2 a tile of 64 keys in head 0 and 24 in head 1
+// (key j's first element c·j against queries whose first element is 1), the rest random: with
+// the running max raised lazily, head 0's shift u stays over tiles (its terms grow towards 2⁸)
+// and moves every other tile; head 1's moves every tile, and a shift that stayed would overflow
+// its terms (e^100 past the f32 range by its last keys).
+TensorMap climbing_scores(const Graph& g, uint64_t seed) {
+  TensorMap in = random_inputs(g, seed);
+  std::vector<double> q = in.at("q").to_doubles(), k = in.at("k").to_doubles();
+  const Shape& qs = in.at("q").shape;
+  const Shape& ks = in.at("k").shape;
+  const int64_t d = qs[2];
+  for (int64_t i = 0; i < qs[0] * qs[1]; ++i) q[static_cast<size_t>(i * d)] = 1;
+  for (int64_t h = 0; h < ks[0]; ++h)
+    for (int64_t j = 0; j < ks[1]; ++j)
+      k[static_cast<size_t>((h * ks[1] + j) * d)] = (h == 0 ? 0.4 : 3.0) * static_cast<double>(j);
+  in["q"] = TensorData::from_doubles(in.at("q").dtype, qs, q);
+  in["k"] = TensorData::from_doubles(in.at("k").dtype, ks, k);
+  return in;
+}
+
+// The climbing scores' graph (o and the log-sum-exp: the sum the kernel writes must be the exact
+// max's, where O/l alone is not) planned with the running max raised lazily
+// (AttentionShape::lazy_rescale) by default (on wgmma, not mma.sync), forced on and forced off;
+// the plain and the overlapped loop, by cp.async and by TMA; named for a trace. Each plan's Tile
+// IR rescales O `lazy` exactly where its schedule says so.
+Graph climbing_graph() {
+  using namespace dsl;
+  Graph g("climbing");
+  const Tensor q = input(g, "q", {2, 96, 64}, DType::BF16), k = input(g, "k", {2, 300, 64}, DType::BF16),
+               v = input(g, "v", {2, 300, 64}, DType::BF16);
+  const AttentionWithLse a = attention_with_lse(q, k, v, 0.125);
+  output("o", a.o);
+  output("lse", a.lse);
+  return g;
+}
+std::vector<std::pair<std::string, Plan>> lazy_rescale_plans() {
+  std::vector<std::pair<std::string, Plan>> out;
+  const Graph g = climbing_graph();
+  for (int wgmma : {0, 1})
+    for (int tma : {0, 1})
+      for (int overlap : {0, 1})
+        for (int lazy : {-1, 0, 1}) {
+          if (!wgmma && (tma || overlap)) continue;
+          const std::string name =
+              fmt::format("wgmma {} tma {} overlap {} lazy {}", wgmma, tma, overlap, lazy);
+          FusionOptions o;
+          o.schedule.attention_wgmma = wgmma;
+          o.schedule.attention_tma = tma;
+          o.schedule.attention_overlap = overlap;
+          o.schedule.attention_lazy_rescale = lazy;
+          Plan p = plan_fusion(g, o);
+          const Kernel* kernel = attention_kernel_of(p);
+          EXPECT_NE(kernel, nullptr) << name;
+          if (!kernel) continue;
+          const bool lazily = lazy == 1 || (lazy < 0 && wgmma);
+          EXPECT_EQ(kernel->schedule.lazy_rescale, lazily) << name << ": " << kernel->schedule.describe();
+          const std::string ir = tir::print_program(tir::attention_kernel_program(p.graph, *kernel));
+          EXPECT_EQ(ir.find(" lazy :") != std::string::npos, lazily) << name;
+          out.emplace_back(name, std::move(p));
+        }
+  return out;
+}
+
+TEST(HostAttention, LazyRescaleMatchesFloat64OnClimbingScores) {
+  const TensorMap in = climbing_scores(climbing_graph(), testing::test_seed());
+  for (const auto& [name, p] : lazy_rescale_plans()) {
+    SCOPED_TRACE(name);
+    const CheckReport r = check_against_reference(p, in, run_on_host(p, in));
+    EXPECT_TRUE(r.ok) << r.text();
+  }
+}
+
+TEST(GpuAttention, LazyRescaleMatchesFloat64OnClimbingScores) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
+  const TensorMap in = climbing_scores(climbing_graph(), testing::test_seed());
+  for (auto& [name, p] : lazy_rescale_plans()) {
+    SCOPED_TRACE(name);
+    Executable exe(std::move(p));
+    const CheckReport r = check_against_reference(exe.plan(), in, exe.run(in));
+    EXPECT_TRUE(r.ok) << r.text();
+  }
+}
+
 // The persistent causal order where its last wave is partial (5 heads: 5 pairs over 4 blocks),
 // for an even count of tiles a head and an odd one (each head's middle tile after the pairs),
 // interpreted on the host: every query tile taken once, by the kernel's own index arithmetic.

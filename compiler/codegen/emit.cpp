@@ -854,6 +854,8 @@ class Emitter {
   // registers where the kernel needs 40, a 4097-wide bf16 softmax) — and a multiply per element
   // instead of a division per element.
   void compute(const Inst& i) {
+    if (i.skip_ones && !carried_16bit_.count(i.args[0]) && !part_made_.count(i.args[0]))
+      return lazy_rescale(i);
     const Type& t = type(i.results[0]);
     computed_by_[i.results[0]] = &i;
     std::vector<Value*> out;
@@ -885,6 +887,41 @@ class Emitter {
                           ? math::exp2_ftz(b_, args[0])
                           : element(b_, i.op, t.dtype, args, p_.name, i.nonpositive_arg, i.absolute_error));
       }
+    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+  }
+
+  // x · factor where most factors are exactly 1 (Inst::skip_ones): the products behind one
+  // branch, which the warp takes where any of its threads holds a factor other than 1
+  // (vote.any: a uniform branch); elsewhere x's elements pass on as they are.
+  void lazy_rescale(const Inst& i) {
+    const Type& t = type(i.results[0]);
+    std::vector<Value*> xs, factors;
+    Value* differs = b_.getFalse();
+    for (int e0 = 0; e0 < slots(t, 0); ++e0)
+      for (int e1 = 0; e1 < slots(t, 1); ++e1) {
+        xs.push_back(operand(i.args[0], e0, e1));
+        factors.push_back(operand(i.args[1], e0, e1));
+        if (std::count(factors.begin(), factors.end() - 1, factors.back()) == 0)
+          differs = b_.CreateOr(
+              differs, b_.CreateFCmpUNE(factors.back(), llvm::ConstantFP::get(b_.getFloatTy(), 1.0)));
+      }
+    Value* any = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_vote_any_sync, {}, {b_.getInt32(~0u), differs});
+    auto* rescale = llvm::BasicBlock::Create(ctx_, "rescale", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "rescaled", fn_);
+    llvm::BasicBlock* kept = b_.GetInsertBlock();
+    b_.CreateCondBr(any, rescale, done);
+    b_.SetInsertPoint(rescale);
+    std::vector<Value*> products;
+    for (size_t e = 0; e < xs.size(); ++e) products.push_back(b_.CreateFMul(xs[e], factors[e]));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    std::vector<Value*> out;
+    for (size_t e = 0; e < xs.size(); ++e) {
+      llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
+      phi->addIncoming(xs[e], kept);
+      phi->addIncoming(products[e], rescale);
+      out.push_back(phi);
+    }
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 

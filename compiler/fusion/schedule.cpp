@@ -79,7 +79,7 @@ std::string TileSchedule::describe() const {
   if (attention)
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time{} "
-        "carrying the output, the row max and the row sum; K and V tiles through {} shared-memory stages "
+        "carrying the output, the row max and the row sum{}; K and V tiles through {} shared-memory stages "
         "({}, {}; {} KiB each); {} over {} heads{}",
         block_m, warps_m,
         !wgmma ? "mma.sync m16n8k16"
@@ -89,6 +89,10 @@ std::string TileSchedule::describe() const {
         keys_for_score_tile ? " (not 128: f(S) adds a term of its own across queries and keys, which spilled "
                               "or ran slower at 128)"
                             : "",
+        lazy_rescale
+            ? " (the max raised lazily: O rescaled only where a row's max passes its terms' shift by more "
+              "than 8·ln 2)"
+            : "",
         stages,
         tma ? fmt::format("TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' "
                           "warpgroups releasing each{}",

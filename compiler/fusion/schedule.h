@@ -149,6 +149,9 @@ struct TileSchedule {
   // TMA attention: the two consumer warpgroups issue each step's products in turns (ping-pong;
   // AttentionShape::warpgroup_turns).
   bool warpgroup_turns = false;
+  // Attention: the running max raised lazily, O rescaled only when it moves by more than 8·ln 2
+  // (AttentionShape::lazy_rescale).
+  bool lazy_rescale = false;
   // TMA matmuls: the epilogue's outputs (16- or 32-bit, rows of whole 16 bytes) stored by TMA,
   // each 128-byte panel of columns written from the accumulators into one of two shared-memory
   // slots per consumer group and copied out by the group's first thread while the consumers go
@@ -303,6 +306,10 @@ struct ScheduleHints {
   // issued), -1 (the default) where the products bound the kernel — prefill, not decode
   // (B4 H16 N4096 d128: 1.309 ms against 1.353; decode 2–4% slower; bench/NOTES.md).
   int attention_overlap = -1;
+  // Attention on wgmma: the running max raised lazily, O and l rescaled only where a row's max
+  // passes the shift its terms use by more than 8·ln 2 (TileSchedule::lazy_rescale;
+  // FlashAttention-4's): 1; 0 every step; -1 (the default) on wgmma.
+  int attention_lazy_rescale = -1;
   // Query rows per attention block on wgmma: 64 (one warpgroup; two blocks per SM), or 128 (two
   // warpgroups over one K/V ring: each key tile read once for twice the queries; one block per
   // SM); 0: the default (64).

@@ -375,7 +375,8 @@ class AttentionProgram {
 
   // The outputs from the final (O, m, l) — or, split, this block's partials, and in the last
   // block of the query tile to arrive the merge.
-  void finish(Builder& b, int tile, const std::vector<int>& carried) {
+  void finish(Builder& b, int tile, const std::vector<int>& loop_out) {
+    const std::vector<int> carried = settled(b, loop_out);
     if (s_.kv_splits == 1) return write_outputs(b, carried[0], carried[1], carried[2]);
     for (int v = 0; v < 3; ++v) store_partial(b, split_, v, carried[static_cast<size_t>(v)]);
     b.when(b.last_arrival(workspace_, tile, b.index(s_.kv_splits)), [&](Builder& in) {
@@ -384,12 +385,24 @@ class AttentionProgram {
     });
   }
 
-  // (O, m, l) before the first key tile: zeros, −inf, zeros.
+  // (O, m, l, u) before the first key tile: zeros, −inf, zeros, −inf. u is the running max O and l
+  // are shifted by: m itself, or with a lazy rescale m as it was when u last moved.
   std::vector<int> loop_init(Builder& b) {
     const Shape rows = {s_.block_m, 1}, out = {s_.block_m, dp()};
-    return {b.tile_const(0, DType::F32, out, Frag::Acc),
-            b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc),
-            b.tile_const(0, DType::F32, rows, Frag::Acc)};
+    const int ninf = b.tile_const(-std::numeric_limits<double>::infinity(), DType::F32, rows, Frag::Acc);
+    return {b.tile_const(0, DType::F32, out, Frag::Acc), ninf, b.tile_const(0, DType::F32, rows, Frag::Acc),
+            ninf};
+  }
+  // The loop's (O, m, l, u) as (O, m, l) shifted by m's shift: with a lazy rescale, O and l times
+  // e^(u − c(m)) (0 where u is −inf: O and l are 0 there).
+  std::vector<int> settled(Builder& b, const std::vector<int>& c) {
+    if (!s_.lazy_rescale) return {c[0], c[1], c[2]};
+    const int minus_shift2 =
+        b.compute(Op::Mul, {shift_of(b, c[1]), b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+    const int alpha =
+        b.softmax_exp2(b.compute(Op::Fma, {c[3], b.scalar(M_LOG2E, DType::F32), minus_shift2}, DType::F32));
+    return {b.compute(Op::Mul, {c[0], alpha}, DType::F32), c[1],
+            b.compute(Op::Mul, {c[2], alpha}, DType::F32)};
   }
 
   // The producer: the tile's Q, once the consumers have released the last one; then key tile j's
@@ -510,7 +523,7 @@ class AttentionProgram {
     b.when(visited, [&, last = last, parity = last_parity](Builder& w) { w.wait_full(1, last, parity); });
     const int o = b.dot_wait({p_times_v(b, out, last, rescaled_o(b, out, 0))}, 0)[0];
     b.when(visited, [&](Builder& w) { w.release(1, last); });
-    return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2]};
+    return {b.compute(Op::Where, {visited, o, out[0]}, DType::F32), out[1], out[2], out[3]};
   }
 
   // The block's key tiles [lo, hi): all, or up to the one holding key query0 + block_m − 1 +
@@ -585,18 +598,22 @@ class AttentionProgram {
       const int k = b.load_shared(0, stage, {b.index(16 * kk), zero_}, {16, s_.block_n}, Frag::B);
       s = b.dot(q_at(b, kk), k, s);
     }
-    const Online on = online(b, j, s, c[1], c[2], masked);
-    int o = b.compute(Op::Mul, {c[0], on.alpha}, DType::F32);
+    const Online on = online(b, j, s, c, masked);
+    int o = rescaled(b, c[0], on.alpha);
     if (v_parity >= 0) b.wait_full(1, stage, v_parity);
     if (s_.wgmma) {  // P's fragments against the V stage; waited for before the next step's O·α
-      return {b.dot_wait({b.dot_async(p_fragments(b, on.p), 1, stage, o)}, 0)[0], on.m, on.l};
+      return {b.dot_wait({b.dot_async(p_fragments(b, on.p), 1, stage, o)}, 0)[0], on.m, on.l, on.u};
     }
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) {
       const int pa = b.convert(on.p, static_cast<int>(kk / 16), s_.dtype);
       const int v = b.load_shared(1, stage, {b.index(kk), zero_}, {16, dp()}, Frag::B);
       o = b.dot(pa, v, o);
     }
-    return {o, on.m, on.l};
+    return {o, on.m, on.l, on.u};
+  }
+  // O times the rows' rescale factors α (with a lazy rescale mostly 1: Builder::lazy_rescale).
+  int rescaled(Builder& b, int o, int alpha) {
+    return s_.lazy_rescale ? b.lazy_rescale(o, alpha) : b.compute(Op::Mul, {o, alpha}, DType::F32);
   }
 
   // Q's A fragment kk (16 of the head dimension): held in registers, or read from its ring.
@@ -614,7 +631,7 @@ class AttentionProgram {
     for (int64_t kk = 0; kk < dp() / 16; ++kk) q.push_back(kk < s_.d / 16 ? q_at(b, kk) : zero_fragment(b));
     return q;
   }
-  // The overlapped loops carry, after (O, m, l), the last step's α (O is rescaled by it only
+  // The overlapped loops carry, after (O, m, l, u), the last step's α (O is rescaled by it only
   // under the next S = Q·Kᵀ, FlashAttention-3's order, not between P·V's wait and the next
   // products, where the tensor cores would idle for it) and P as its A fragments, rounded (half
   // the registers of its f32 tile across the loop's back edge): 1 and zeros before the first step.
@@ -622,14 +639,16 @@ class AttentionProgram {
     carried->push_back(b.tile_const(1, DType::F32, {s_.block_m, 1}, Frag::Acc));
     for (int64_t kk = 0; kk < s_.block_n; kk += 16) carried->push_back(b.tile_const(0, s_.dtype, {s_.block_m, 16}, Frag::A));
   }
-  static int carried_alpha(const std::vector<int>& c) { return c[3]; }
-  static std::vector<int> carried_p(const std::vector<int>& c) { return std::vector<int>(c.begin() + 4, c.end()); }
+  static int carried_alpha(const std::vector<int>& c) { return c[4]; }
+  static std::vector<int> carried_p(const std::vector<int>& c) {
+    return std::vector<int>(c.begin() + 5, c.end());
+  }
   // O rescaled by the carried α_{j−1}, `newer` product groups having started since O's (S's in a
   // step). O was waited for before the back edge; waiting for it again here costs nothing, but
   // without it ptxas cannot see that across the loop and waits for S before the rescale (C7517).
   int rescaled_o(Builder& b, const std::vector<int>& c, int newer) {
     const int o = newer > 0 ? b.dot_wait({c[0]}, newer)[0] : c[0];
-    return b.compute(Op::Mul, {o, carried_alpha(c)}, DType::F32);
+    return rescaled(b, o, carried_alpha(c));
   }
   // P_{j−1}·V_{j−1} from ring stage `stage` started onto O (rescaled).
   int p_times_v(Builder& b, const std::vector<int>& c, int stage, int o) { return b.dot_async(carried_p(c), 1, stage, o); }
@@ -663,13 +682,16 @@ class AttentionProgram {
   }
 
   // Key tile j's raw scores S through the chain's f(S) and the key mask, then the online
-  // softmax's step: the new running max m, the rescale factor α of what was summed before, P and
-  // the new running sum l. `masked` false: neither the causal mask nor the keys' end reaches the
-  // tile (over_key_tiles), whose scores skip both.
+  // softmax's step from the carried (O, m, l, u, …): the new running max m and the max u the
+  // terms are shifted by (m, or with a lazy rescale m where it passed the old u by more than
+  // 8·ln 2, else the old u), the rescale factor α of what was summed before (exactly 1 where u
+  // stayed), P and the new running sum l. `masked` false: neither the causal mask nor the keys'
+  // end reaches the tile (over_key_tiles), whose scores skip both.
   struct Online {
-    int m, alpha, p, l;
+    int m, u, alpha, p, l;
   };
-  Online online(Builder& b, int j, int s, int m_before, int l_before, bool masked) {
+  Online online(Builder& b, int j, int s, const std::vector<int>& c, bool masked) {
+    const int m_before = c[1], l_before = c[2], u_before = c[3];
     const Shape scores = {s_.block_m, s_.block_n};
     const int key0 = b.mul(j, b.index(s_.block_n));
     std::vector<int> tensors = key_constant_tensors_;
@@ -692,12 +714,21 @@ class AttentionProgram {
     if (scaled) tile_max = b.compute(Op::Mul, {tile_max, b.scalar(s_.scale, DType::F32)}, DType::F32);
     if (row_part >= 0) tile_max = b.compute(Op::Add, {tile_max, row_part}, DType::F32);
     const int m = b.compute(Op::Max, {m_before, tile_max}, DType::F32);
+    // Lazily: u moves to m where m − u > 8·ln 2 (also where u is −inf and m is not; where both
+    // are, the difference is NaN and u stays).
+    int moved = -1, u = m;
+    if (s_.lazy_rescale) {
+      moved =
+          b.compute(Op::Gt, {b.compute(Op::Sub, {m, u_before}, DType::F32), b.scalar(8 * M_LN2, DType::F32)},
+                    DType::Bool);
+      u = b.compute(Op::Where, {moved, m, u_before}, DType::F32);
+    }
     // The shift: the running max where it is finite (by default 0 while a row has seen no finite
-    // score, so that e^(−inf − 0) = 0). α = e^(m − c') rather than e^(c − c'): the two agree where
-    // m is finite, and where it is not, O and l are still 0 and α must only not be NaN.
+    // score, so that e^(−inf − 0) = 0). α = e^(u' − c) rather than e^(c' − c): the two agree where
+    // u' is finite, and where it is not, O and l are still 0 and α must only not be NaN.
     // The chain's shift (a plain max: −inf while the row has seen only masked keys) guarded the
     // same way: a row whose first tiles are masked would otherwise take e^(−inf + inf) = NaN.
-    const int shift = shift_of(b, m);
+    const int shift = shift_of(b, u);
     // e^(u·k − c) as 2^(u·(k·log2 e) − c·log2 e): an fma and an ex2.approx per score, −c·log2 e
     // once per row (P is rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
@@ -708,14 +739,15 @@ class AttentionProgram {
       return b.softmax_exp2(b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32));
     };
     const int minus_shift2 = minus_log2e_times(shift);
-    const int alpha = exp_shifted(m_before, log2e, minus_shift2);
+    int alpha = exp_shifted(u_before, log2e, minus_shift2);
+    if (moved >= 0) alpha = b.compute(Op::Where, {moved, alpha, b.scalar(1, DType::F32)}, DType::F32);
     // (e^(s + r − c) = 2^(s·log2 e − (c − r)·log2 e))
     const int p = exp_shifted(
         s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e,
         row_part < 0 ? minus_shift2 : minus_log2e_times(b.compute(Op::Sub, {shift, row_part}, DType::F32)));
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
-    return {m, alpha, p, l};
+    return {m, u, alpha, p, l};
   }
 
   // The overlapped loop (wgmma, three stages). Step j starts S = Q·Kⱼᵀ, then P_{j−1}·V_{j−1}
@@ -747,7 +779,7 @@ class AttentionProgram {
     b.fence_async();
     b.barrier();
     const int o = b.dot_wait({p_times_v(b, out, b.rem(b.add(hi, two), three), rescaled_o(b, out, 0))}, 0)[0];
-    return {o, out[1], out[2]};
+    return {o, out[1], out[2], out[3]};
   }
 
   // One step of an overlapped loop: S = Q·Kⱼᵀ from stage `stage` and the carried P_{j−1} times
@@ -769,8 +801,8 @@ class AttentionProgram {
     const int s = b.dot_wait({scores}, 1)[0];
     if (s_.tma) b.release(0, stage);  // S, the only reader of Kⱼ, is done
     release_q_at(b, j, hi);
-    const Online on = online(b, j, s, c[1], c[2], kind.masked);
-    std::vector<int> out = {b.dot_wait({o_flight}, 0, s_.pin_pv_wait)[0], on.m, on.l, on.alpha};
+    const Online on = online(b, j, s, c, kind.masked);
+    std::vector<int> out = {b.dot_wait({o_flight}, 0, s_.pin_pv_wait)[0], on.m, on.l, on.u, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
     out.insert(out.end(), pa.begin(), pa.end());
     return out;
@@ -783,8 +815,8 @@ class AttentionProgram {
     const int s = b.dot_wait({in_turn(b, turn, [&] { return q_times_k(b, stage, zero_scores(b)); })}, 0)[0];
     b.release(0, stage);
     release_q_at(b, j, hi);
-    const Online on = online(b, j, s, c[1], c[2], kind.masked);
-    std::vector<int> out = {c[0], on.m, on.l, on.alpha};
+    const Online on = online(b, j, s, c, kind.masked);
+    std::vector<int> out = {c[0], on.m, on.l, on.u, on.alpha};
     const std::vector<int> pa = p_fragments(b, on.p);
     out.insert(out.end(), pa.begin(), pa.end());
     return out;
@@ -1236,6 +1268,7 @@ Program attention_kernel_program(const Graph& g, const Kernel& k) {
   s.overlap = k.schedule.wgmma && k.schedule.overlap;
   s.pin_pv_wait = attention_pins_pv_wait(k);
   s.warpgroup_turns = s.tma && k.schedule.warpgroup_turns;
+  s.lazy_rescale = k.schedule.lazy_rescale;
   s.persistent_blocks = s.tma ? k.schedule.tile_blocks : 0;
   s.causal_offset = c->causal_offset;
   s.window_offset = c->window_offset;

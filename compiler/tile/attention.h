@@ -65,6 +65,12 @@ struct AttentionShape {
   // the other has issued its own — so that one's softmax runs while the other's products hold
   // the tensor cores (FlashAttention-3's ping-pong).
   bool warpgroup_turns = false;
+  // The running max raised lazily (FlashAttention-4's rescale): a row's exponent's shift u stays
+  // where it is until the row's max passes it by more than 8·ln 2 (its terms then at most 2⁸), and
+  // O and l are rescaled only when it moves — by a branch each warp skips where none of its rows'
+  // shifts moved (Builder::lazy_rescale), which after a row's first tiles is nearly every step.
+  // After the loop O and l are rescaled once to the exact max's shift.
+  bool lazy_rescale = false;
   // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the
   // batch_heads / group K/V heads, every row's query position is 0, K and V are read once.

@@ -674,6 +674,12 @@ int Builder::softmax_exp2(int x) {
   return e;
 }
 
+int Builder::lazy_rescale(int x, int factor) {
+  const int y = compute(Op::Mul, {x, factor}, DType::F32);
+  r_->body.back().skip_ones = true;
+  return y;
+}
+
 int Builder::score_tanh(int x) {
   const int t = compute(Op::Tanh, {x}, DType::F32);
   r_->body.back().absolute_error = true;

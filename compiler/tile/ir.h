@@ -399,6 +399,11 @@ struct Inst {
   // counts, the score shifting an exponent whose term is rounded to 16 bits (math::tanh_absolute;
   // fusion/contraction_chain.h, absolute_error_suffices).
   bool absolute_error = false;
+  // Compute mul of an f32 tile by a factor tile that is mostly exactly 1 (printed `mul %o, %a
+  // lazy`): an online softmax's rescale of O where its max is raised lazily (Builder::
+  // lazy_rescale). Each warp skips the products where every factor it holds is 1 — the
+  // product's value either way.
+  bool skip_ones = false;
   // TmaLoad in a cluster: the stage's 128-byte panels are shared out over the cluster's blocks
   // (block r copies panels r, r + cluster, …), each copy written into every block's stage.
   bool multicast = false;
@@ -632,6 +637,9 @@ class Builder {
   int softmax_exp2(int x);
   // tanh (f32) of an attention score, where only its absolute error counts (Inst::absolute_error).
   int score_tanh(int x);
+  // x · factor (f32 tiles), factor mostly exactly 1: each warp skips the products where all its
+  // factors are (Inst::skip_ones).
+  int lazy_rescale(int x, int factor);
   // (`mask` ≥ 0: only the elements where that bool tile holds count; see Opcode::Reduce.)
   int reduce(Op op, int tile, int axis, int mask = -1);
   // A blocked tile's rows reduced within each thread: a lanes tile of one value per thread.

@@ -309,6 +309,7 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             i.nonpositive_arg   ? " nonpositive"
                             : i.flush_subnormal ? " ftz"
                             : i.absolute_error  ? " abs"
+                            : i.skip_ones       ? " lazy"
                                                 : "",
                             type_of(i.results[0]));
         break;
@@ -717,7 +718,7 @@ class Parser {
   std::vector<int> uses_until_colon() {
     std::vector<int> out;
     while (!at_punct(":") && !at_punct("]") && !at_word("nonpositive") && !at_word("ftz") &&
-           !at_word("abs")) {
+           !at_word("abs") && !at_word("lazy")) {
       if (!out.empty()) punct(",");
       out.push_back(use("a value"));
     }
@@ -1155,6 +1156,7 @@ class Parser {
       i.nonpositive_arg = take_word("nonpositive");
       i.flush_subnormal = take_word("ftz");
       i.absolute_error = take_word("abs");
+      i.skip_ones = take_word("lazy");
       punct(":");
       results({type()});
     }

@@ -481,6 +481,9 @@ class Verifier {
       problem(fmt::format("{}: only an f32 exp2 takes 'ftz'", where(i)));
     if (i.absolute_error && (i.op != Op::Tanh || type(i.results[0]).dtype != DType::F32))
       problem(fmt::format("{}: only an f32 tanh takes 'abs'", where(i)));
+    if (i.skip_ones && (i.op != Op::Mul || r.dtype != DType::F32 || i.args.size() != 2 ||
+                        !type(i.args[0]).is_tile() || !type(i.args[1]).is_tile()))
+      problem(fmt::format("{}: only an f32 mul of two tiles takes 'lazy'", where(i)));
     if (i.args.size() != arity) {
       problem(fmt::format("{}: {} operands, needs {}", where(i), i.args.size(), arity));
       return;

@@ -79,9 +79,10 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.name = "--window 0";
       v.fusion.schedule.window = 0;
       break;
-    case 8:  // attention: a block per query head, the keys split 3 ways (where they have 3 tiles) or not at all;
-             // on wgmma, K and V by TMA from a producer warpgroup or by every thread's cp.async, 64 or
-             // 128 keys a step, the softmax overlapped or not, TMA's warpgroups taking turns or not
+    case 8:  // attention: a block per query head, the keys split 3 ways (where they have 3 tiles) or not at
+             // all; on wgmma, K and V by TMA from a producer warpgroup or by every thread's cp.async, 64 or
+             // 128 keys a step, the softmax overlapped or not, TMA's warpgroups taking turns or not, the
+             // running max raised lazily or at every step
       v.fusion.schedule.pack_heads = 0;
       v.fusion.schedule.kv_splits = pick(0, 1) ? 3 : 1;
       v.fusion.schedule.attention_tma = pick(0, 1);
@@ -89,13 +90,15 @@ std::vector<Variant> variants_of(uint64_t seed) {
       v.fusion.schedule.attention_overlap = pick(0, 1);
       v.fusion.schedule.attention_pingpong = pick(0, 1);
       v.fusion.schedule.attention_persistent = pick(0, 1);
+      v.fusion.schedule.attention_lazy_rescale = pick(0, 1);
       if (v.fusion.schedule.attention_persistent) v.fusion.profile.sm_count = 2;  // blocks of several query tiles
-      v.name = fmt::format("--pack-heads 0 --kv-splits {} --attention-tma {} --attention-keys {} --attention-overlap {} "
-                           "--attention-pingpong {} --attention-persistent {}{}",
-                           v.fusion.schedule.kv_splits, v.fusion.schedule.attention_tma,
-                           v.fusion.schedule.attention_block_n, v.fusion.schedule.attention_overlap,
-                           v.fusion.schedule.attention_pingpong, v.fusion.schedule.attention_persistent,
-                           v.fusion.schedule.attention_persistent ? " (2 SMs)" : "");
+      v.name = fmt::format(
+          "--pack-heads 0 --kv-splits {} --attention-tma {} --attention-keys {} --attention-overlap {} "
+          "--attention-pingpong {} --attention-persistent {} --attention-lazy-rescale {}{}",
+          v.fusion.schedule.kv_splits, v.fusion.schedule.attention_tma, v.fusion.schedule.attention_block_n,
+          v.fusion.schedule.attention_overlap, v.fusion.schedule.attention_pingpong,
+          v.fusion.schedule.attention_persistent, v.fusion.schedule.attention_lazy_rescale,
+          v.fusion.schedule.attention_persistent ? " (2 SMs)" : "");
       break;
     case 9: {  // the own GEMM's other Hopper schedules: cp.async, a block per tile, ping-pong over 2 SMs'
                // blocks, stores from the registers without clusters, the epilogue rolled over chunks

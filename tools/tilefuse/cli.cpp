@@ -186,6 +186,13 @@ common options:
                                products (FlashAttention-3's ping-pong; measured 1–2% slower with
                                the softmax overlapped); 0 (the default) each as soon as its key
                                tile is in
+  --attention-lazy-rescale 0|1|auto
+                               schedule override: 1 raises attention's running max lazily: O
+                               and the row sum are rescaled only where a row's max passes the
+                               shift its terms use by more than 8·ln 2 (terms up to 2^8; each
+                               warp skips the rescale where none of its rows moved), once more
+                               after the loop; 0 rescales at every key tile; auto (the default)
+                               lazily on wgmma
   --attention-persistent 0|1|auto
                                schedule override: 1 runs TMA attention (without split keys) on a
                                persistent grid of a block per SM taking the query tiles in turn
@@ -397,6 +404,8 @@ Args parse(int argc, char** argv) {
       a.schedule.attention_dq_sums = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-pingpong")
       a.schedule.attention_pingpong = parse_int(s, value(), 0, 1);
+    else if (s == "--attention-lazy-rescale")
+      a.schedule.attention_lazy_rescale = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-persistent")
       a.schedule.attention_persistent = parse_int_or_auto(s, value(), 0, 1);
     else if (s == "--attention-keys")
