@@ -306,9 +306,10 @@ struct ScheduleHints {
   // issued), -1 (the default) where the products bound the kernel — prefill, not decode
   // (B4 H16 N4096 d128: 1.309 ms against 1.353; decode 2–4% slower; bench/NOTES.md).
   int attention_overlap = -1;
-  // Attention on wgmma: the running max raised lazily, O and l rescaled only where a row's max
-  // passes the shift its terms use by more than 8·ln 2 (TileSchedule::lazy_rescale;
-  // FlashAttention-4's): 1; 0 every step; -1 (the default) on wgmma.
+  // TMA attention: the running max raised lazily, O and l rescaled only where a row's max passes
+  // the shift its terms use by more than 8·ln 2 (TileSchedule::lazy_rescale; FlashAttention-4's):
+  // 1; 0 every step; -1 (the default) but for the overlapped loop with a run-time key limit.
+  // Never on cp.async or mma.sync loops (wrong on the GPU there: contraction_chain.cpp).
   int attention_lazy_rescale = -1;
   // Query rows per attention block on wgmma: 64 (one warpgroup; two blocks per SM), or 128 (two
   // warpgroups over one K/V ring: each key tile read once for twice the queries; one block per

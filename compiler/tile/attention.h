@@ -69,7 +69,8 @@ struct AttentionShape {
   // where it is until the row's max passes it by more than 8·ln 2 (its terms then at most 2⁸), and
   // O and l are rescaled only when it moves — by a branch each warp skips where none of its rows'
   // shifts moved (Builder::lazy_rescale), which after a row's first tiles is nearly every step.
-  // After the loop O and l are rescaled once to the exact max's shift.
+  // After the loop O and l are rescaled once to the exact max's shift. (Planned on TMA only:
+  // TileSchedule::lazy_rescale.)
   bool lazy_rescale = false;
   // Query heads whose rows a block holds (n_q 1, K/V heads broadcast along a trailing run of
   // `lead`: a K/V head's `group` query heads are consecutive rows): blocks go over the

@@ -187,12 +187,12 @@ common options:
                                the softmax overlapped); 0 (the default) each as soon as its key
                                tile is in
   --attention-lazy-rescale 0|1|auto
-                               schedule override: 1 raises attention's running max lazily: O
-                               and the row sum are rescaled only where a row's max passes the
+                               schedule override: 1 raises TMA attention's running max lazily:
+                               O and the row sum are rescaled only where a row's max passes the
                                shift its terms use by more than 8·ln 2 (terms up to 2^8; each
                                warp skips the rescale where none of its rows moved), once more
                                after the loop; 0 rescales at every key tile; auto (the default)
-                               lazily on wgmma
+                               lazily but for a run-time key limit with the softmax overlapped
   --attention-persistent 0|1|auto
                                schedule override: 1 runs TMA attention (without split keys) on a
                                persistent grid of a block per SM taking the query tiles in turn
