@@ -1630,8 +1630,8 @@ TensorMap climbing_scores(const Graph& g, uint64_t seed) {
 // (AttentionShape::lazy_rescale) by default, forced on and forced off; the plain and the
 // overlapped loop, by cp.async and by TMA, and mma.sync; named for a trace. Each plan's Tile IR
 // rescales O `lazy` exactly where its schedule says so: on TMA unless forced off (never on
-// cp.async or mma.sync, which computed wrong outputs with it on the GPU: the chains above whose
-// first key tile is wholly masked).
+// cp.async or mma.sync, whose Q fragments in registers ptxas gave to P with it: wrong outputs on
+// the GPU for the chains above whose first key tile is wholly masked).
 Graph climbing_graph() {
   using namespace dsl;
   Graph g("climbing");

@@ -504,10 +504,12 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
   // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
   // accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;
-  // The running max raised lazily in TMA loops only: every thread's cp.async loop computed wrong
-  // outputs with it on the GPU where a block's first key tile is wholly masked (the Tile IR, run by
-  // the host interpreter, matched float64; bench/NOTES.md, 2026-12-07). By default not in the
-  // overlapped TMA loop with a run-time key limit, whose wgmmas ptxas then serialized (C7511).
+  // The running max raised lazily in TMA loops only, whose Q is read from shared memory: in every
+  // thread's cp.async loop, with Q's fragments in registers, ptxas (13.0) put P's fragments into
+  // Q's registers once the rescale's branch was there, as if Q were dead after the step's S, and
+  // the next step's S read P (wrong outputs on the GPU; bench/NOTES.md, 2026-12-07). By default
+  // not in the overlapped TMA loop with a run-time key limit, whose wgmmas ptxas then serialized
+  // (C7511).
   s.lazy_rescale = s.tma && (hints.attention_lazy_rescale == 1 ||
                              (hints.attention_lazy_rescale < 0 && !(s.key_limit && s.overlap)));
   s.warps_m = static_cast<int>(s.block_m / 16);

@@ -309,7 +309,8 @@ struct ScheduleHints {
   // TMA attention: the running max raised lazily, O and l rescaled only where a row's max passes
   // the shift its terms use by more than 8·ln 2 (TileSchedule::lazy_rescale; FlashAttention-4's):
   // 1; 0 every step; -1 (the default) but for the overlapped loop with a run-time key limit.
-  // Never on cp.async or mma.sync loops (wrong on the GPU there: contraction_chain.cpp).
+  // Never on cp.async or mma.sync loops, whose Q lives in registers (ptxas clobbered it there:
+  // contraction_chain.cpp).
   int attention_lazy_rescale = -1;
   // Query rows per attention block on wgmma: 64 (one warpgroup; two blocks per SM), or 128 (two
   // warpgroups over one K/V ring: each key tile read once for twice the queries; one block per
