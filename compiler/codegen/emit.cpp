@@ -890,6 +890,19 @@ class Emitter {
     vals_[static_cast<size_t>(i.results[0])] = std::move(out);
   }
 
+  // At a join of two blocks: for each pair of f32 values, the one of the block control came from.
+  std::vector<Value*> float_phis(const std::vector<Value*>& a, llvm::BasicBlock* from_a,
+                                 const std::vector<Value*>& b, llvm::BasicBlock* from_b) {
+    std::vector<Value*> out;
+    for (size_t e = 0; e < a.size(); ++e) {
+      llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
+      phi->addIncoming(a[e], from_a);
+      phi->addIncoming(b[e], from_b);
+      out.push_back(phi);
+    }
+    return out;
+  }
+
   // x · factor where most factors are exactly 1 (Inst::skip_ones): the products behind one
   // branch, which the warp takes where any of its threads holds a factor other than 1
   // (vote.any: a uniform branch); elsewhere x's elements pass on as they are.
@@ -915,14 +928,7 @@ class Emitter {
     for (size_t e = 0; e < xs.size(); ++e) products.push_back(b_.CreateFMul(xs[e], factors[e]));
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
-    std::vector<Value*> out;
-    for (size_t e = 0; e < xs.size(); ++e) {
-      llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
-      phi->addIncoming(xs[e], kept);
-      phi->addIncoming(products[e], rescale);
-      out.push_back(phi);
-    }
-    vals_[static_cast<size_t>(i.results[0])] = std::move(out);
+    vals_[static_cast<size_t>(i.results[0])] = float_phis(xs, kept, products, rescale);
   }
 
   void inst(const Inst& i) {
@@ -1308,14 +1314,7 @@ class Emitter {
     llvm::BasicBlock* edge_end = b_.GetInsertBlock();
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
-    std::vector<Value*> out;
-    for (size_t a = 0; a < unmasked.size(); ++a) {
-      llvm::PHINode* phi = b_.CreatePHI(b_.getFloatTy(), 2);
-      phi->addIncoming(unmasked[a], whole_end);
-      phi->addIncoming(masked[a], edge_end);
-      out.push_back(phi);
-    }
-    return out;
+    return float_phis(unmasked, whole_end, masked, edge_end);
   }
   // The elementwise instructions whose values only value v's chain reads, v's own included
   // where only one instruction reads it (the reduction), each after those it reads.
