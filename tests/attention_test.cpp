@@ -781,7 +781,8 @@ TEST(FusionAttention, TheMatchRefusesWhatTheKernelCannotHonour) {
   }
   {
     Graph g("v_is_the_scores");
-    Tensor s = matmul(input(g, "q", {64, 64}, DType::BF16), input(g, "k", {64, 64}, DType::BF16), {false, true});
+    Tensor s =
+        matmul(input(g, "q", {64, 64}, DType::BF16), input(g, "k", {64, 64}, DType::BF16), {false, true, {}});
     Tensor o = matmul(softmax(s), s);
     output("o", o);
     std::string why;
@@ -1412,9 +1413,10 @@ TEST(FusionAttention, AlibiScoresAreOneFmaAScore) {
     std::istringstream lines(c.tile_ir);
     for (std::string line; std::getline(lines, line);) {
       if (line.find(scores) == std::string::npos) continue;
-      if (keys != a->schedule.k)  // (else O·α's product has the score tile's type)
+      if (keys != a->schedule.k) {  // (else O·α's product has the score tile's type)
         for (const char* op : {" = add ", " = sub ", " = mul ", " = neg "})
           EXPECT_EQ(line.find(op), std::string::npos) << line;
+      }
       fmas += line.find(" = fma ") != std::string::npos;
     }
     EXPECT_GT(fmas, 0) << c.tile_ir;

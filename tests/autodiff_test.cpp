@@ -174,8 +174,8 @@ TEST(Autodiff, MatMuls) {
   Tensor a = input(g, "a", {2, 3, 4}), b = input(g, "b", {4, 5}), bt = input(g, "bt", {5, 4});
   Tensor at = input(g, "at", {2, 4, 3}), a1 = input(g, "a1", {1, 3, 4}), b2 = input(g, "b2", {2, 4, 5});
   check_gradients(g,
-                  {matmul(a, b), matmul(a, bt, {false, true}), matmul(at, b, {true, false}), matmul(at, bt, {true, true}),
-                   matmul(a1, b2), gelu(matmul(a, b)) * 0.5},
+                  {matmul(a, b), matmul(a, bt, {false, true, {}}), matmul(at, b, {true, false, {}}),
+                   matmul(at, bt, {true, true, {}}), matmul(a1, b2), gelu(matmul(a, b)) * 0.5},
                   {a, b, bt, at, a1, b2}, testing::test_seed());
 }
 
@@ -189,7 +189,7 @@ TEST(Autodiff, AttentionChain) {
   {
     Graph g("attention");
     Tensor q = input(g, "q", {2, 6, 4}), k = input(g, "k", {2, 7, 4}), v = input(g, "v", {2, 7, 3});
-    Tensor s = matmul(q, k, {false, true}) * 0.5;
+    Tensor s = matmul(q, k, {false, true, {}}) * 0.5;
     s = where(iota(g, {6, 7}, 0) + 1.0 >= iota(g, {6, 7}, 1), s, -INFINITY);
     check_gradients(g, {matmul(softmax(s), v)}, {q, k, v}, testing::test_seed());
   }
@@ -197,7 +197,7 @@ TEST(Autodiff, AttentionChain) {
     Graph g("gqa_bias");
     Tensor q = input(g, "q", {2, 2, 3, 5, 4}), k = input(g, "k", {2, 2, 1, 7, 4}), v = input(g, "v", {2, 2, 1, 7, 3});
     Tensor bias = input(g, "bias", {2, 1, 3, 5, 7});
-    Tensor s = matmul(q, k, {false, true}) * 0.5 + bias;
+    Tensor s = matmul(q, k, {false, true, {}}) * 0.5 + bias;
     check_gradients(g, {matmul(softmax(s), v)}, {q, k, v, bias}, testing::test_seed());
   }
   {  // O and its log-sum-exp both differentiated: the ordinary rules (the shift read twice)
@@ -267,7 +267,7 @@ TEST(Autodiff, AttentionLogSumExpStaysF32ForSixteenBitScores) {
   Graph g("bf16_scores_backward");
   Tensor q = input(g, "q", {1, 130, 64}, DType::BF16), k = input(g, "k", {1, 100, 64}, DType::BF16);
   Tensor v = input(g, "v", {1, 100, 64}, DType::BF16);
-  Tensor s = matmul(q, k, {false, true}) * 0.125 + input(g, "bias", {1, 130, 1}, DType::BF16);
+  Tensor s = matmul(q, k, {false, true, {}}) * 0.125 + input(g, "bias", {1, 130, 1}, DType::BF16);
   ASSERT_EQ(s.dtype(), DType::BF16);
   output_with_gradients(matmul(softmax(s, -1), v), input(g, "do", {1, 130, 64}, DType::BF16), {q, k, v});
   int logs = 0;
