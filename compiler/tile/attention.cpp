@@ -397,10 +397,8 @@ class AttentionProgram {
   // e^(u − c(m)) (0 where u is −inf: O and l are 0 there).
   std::vector<int> settled(Builder& b, const std::vector<int>& c) {
     if (!s_.lazy_rescale) return {c[0], c[1], c[2]};
-    const int minus_shift2 =
-        b.compute(Op::Mul, {shift_of(b, c[1]), b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
     const int alpha =
-        b.softmax_exp2(b.compute(Op::Fma, {c[3], b.scalar(M_LOG2E, DType::F32), minus_shift2}, DType::F32));
+        exp_shifted(b, c[3], b.scalar(M_LOG2E, DType::F32), minus_log2e_times(b, shift_of(b, c[1])));
     return {b.compute(Op::Mul, {c[0], alpha}, DType::F32), c[1],
             b.compute(Op::Mul, {c[2], alpha}, DType::F32)};
   }
@@ -732,19 +730,14 @@ class AttentionProgram {
     // e^(u·k − c) as 2^(u·(k·log2 e) − c·log2 e): an fma and an ex2.approx per score, −c·log2 e
     // once per row (P is rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
-    auto minus_log2e_times = [&](int c) {
-      return b.compute(Op::Mul, {c, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
-    };
-    auto exp_shifted = [&](int u, int k_log2e, int minus_shift2) {
-      return b.softmax_exp2(b.compute(Op::Fma, {u, k_log2e, minus_shift2}, DType::F32));
-    };
-    const int minus_shift2 = minus_log2e_times(shift);
-    int alpha = exp_shifted(u_before, log2e, minus_shift2);
+    const int minus_shift2 = minus_log2e_times(b, shift);
+    int alpha = exp_shifted(b, u_before, log2e, minus_shift2);
     if (moved >= 0) alpha = b.compute(Op::Where, {moved, alpha, b.scalar(1, DType::F32)}, DType::F32);
     // (e^(s + r − c) = 2^(s·log2 e − (c − r)·log2 e))
-    const int p = exp_shifted(
-        s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e,
-        row_part < 0 ? minus_shift2 : minus_log2e_times(b.compute(Op::Sub, {shift, row_part}, DType::F32)));
+    const int p =
+        exp_shifted(b, s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e,
+                    row_part < 0 ? minus_shift2
+                                 : minus_log2e_times(b, b.compute(Op::Sub, {shift, row_part}, DType::F32)));
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
     return {m, u, alpha, p, l};
@@ -831,6 +824,15 @@ class AttentionProgram {
     b.when(b.less(hi, b.add(lo, b.index(1))), [&](Builder& w) { release_q(w); });
   }
 
+  // −c·log2 e of a shift c (a value a row), and e^(x·k − c) from it as 2^(x·(k·log2 e) − c·log2 e),
+  // `k_log2e` the scalar k·log2 e: an fma and an ex2.approx per element.
+  static int minus_log2e_times(Builder& b, int c) {
+    return b.compute(Op::Mul, {c, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+  }
+  static int exp_shifted(Builder& b, int x, int k_log2e, int minus_shift2) {
+    return b.softmax_exp2(b.compute(Op::Fma, {x, k_log2e, minus_shift2}, DType::F32));
+  }
+
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
   int shift_of(Builder& b, int m) {
     const int nothing_seen = b.compute(Op::Eq, {m, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
@@ -865,13 +867,13 @@ class AttentionProgram {
                                return std::vector<int>{in.compute(Op::Max, {c[0], load_partial(in, sp, 1)}, DType::F32)};
                              })[0];
     const int log2e = b.scalar(M_LOG2E, DType::F32);
-    const int minus_shift2 = b.compute(Op::Mul, {shift_of(b, m), b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+    const int minus_shift2 = minus_log2e_times(b, shift_of(b, m));
     const int o0 = b.tile_const(0, DType::F32, {s_.block_m, dp()}, Frag::Acc);
     const int l0 = b.tile_const(0, DType::F32, {s_.block_m, 1}, Frag::Acc);
     const std::vector<int> sums = b.for_loop(
         zero_, splits, one, {o0, l0}, [&](Builder& in, int sp, const std::vector<int>& c) {
           const int ms = load_partial(in, sp, 1);
-          const int e = in.softmax_exp2(in.compute(Op::Fma, {ms, log2e, minus_shift2}, DType::F32));
+          const int e = exp_shifted(in, ms, log2e, minus_shift2);
           const int w = in.compute(Op::Where, {in.compute(Op::Eq, {ms, ninf}, DType::Bool), in.scalar(0, DType::F32), e},
                                    DType::F32);
           return std::vector<int>{
