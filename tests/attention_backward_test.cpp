@@ -708,6 +708,34 @@ TEST(HostAttentionBackward, FusedPlansMatchFloat64) {
   }
 }
 
+// FlashAttention-2's backward written out in its textbook form — P = e^(S·scale − L) (rounded
+// to bf16 as dV's operand, and so read by dS) and dS = P∘(dP − D), L and D given — fuses as
+// autodiff's form (P = 2^(X·log2 e + M), M = −L·log2 e given as the kernels use it) does: two
+// kernels, no N×N tensor written; the kernels then scale L themselves, and the gradients match
+// float64 on the host.
+TEST(HostAttentionBackward, TheTextbookFormFusesToo) {
+  using namespace dsl;
+  Graph g("textbook_backward");
+  const Shape qs = {2, 3, 70, 64}, rows = {2, 3, 70, 1};
+  const Tensor q = input(g, "q", qs, DType::BF16), k = input(g, "k", qs, DType::BF16),
+               v = input(g, "v", qs, DType::BF16), d_o = input(g, "do", qs, DType::BF16);
+  const Tensor lse = input(g, "lse", rows), delta = input(g, "delta", rows);
+  const double scale = 0.125;
+  const Tensor p = cast(exp(matmul(q, k, {false, true, DType::F32}) * scale - lse), DType::BF16);
+  const Tensor dp = matmul(d_o, v, {false, true, DType::F32});
+  const Tensor ds = cast(cast(p, DType::F32) * (dp - delta) * scale, DType::BF16);
+  output("dq", matmul(ds, k, {false, false, DType::BF16}));
+  output("dk", matmul(ds, q, {true, false, DType::BF16}));
+  output("dv", matmul(p, d_o, {true, false, DType::BF16}));
+  const Plan plan = plan_fusion(g, dq_form(0));
+  ASSERT_EQ(backward_kernels(plan).size(), 2u) << plan_report_text(plan);
+  for (const Kernel& kernel : plan.kernels)
+    for (NodeId o : kernel.outputs) EXPECT_NE(plan.graph.node(o).shape.back(), 70) << kernel.name;
+  const TensorMap in = random_inputs(plan.graph, testing::test_seed());
+  const CheckReport r = check_against_reference(plan, in, run_on_host(plan, in));
+  EXPECT_TRUE(r.ok) << r.text();
+}
+
 TEST(GpuAttentionBackward, FusedPlansMatchFloat64) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no GPU present";
   const uint64_t seed = testing::test_seed();

@@ -245,11 +245,13 @@ class Backward {
   // O = softmax(f(Q·Kᵀ))·V found as the forward's attention rule finds it (a contraction chain,
   // compiler/fusion/contraction_chain.h), differentiated in FlashAttention-2's form, so that the
   // backward reads nothing of the forward's N×N values and the forward stays one kernel:
-  //   P' = exp(f(Q·Kᵀ)' − L)          recomputed from a copy of the scores' chain, with each row's
-  //                                   log-sum-exp L = c + ln h(Σ) from the shift c and divisor
-  //                                   h(Σ): a row op the forward kernel computes after its loop
-  //                                   and writes beside O (one value a row for the backward's
-  //                                   kernels to read), L and P' in f32
+  //   P' = 2^(f(Q·Kᵀ)'·log2 e + M)    recomputed from a copy of the scores' chain: e^(X − L)
+  //                                   with each row's log-sum-exp L = c + ln h(Σ), from the shift
+  //                                   c and divisor h(Σ), given as M = −L·log2 e — a row op the
+  //                                   forward kernel computes after its loop and writes beside O
+  //                                   (one value a row for the backward's kernels to read,
+  //                                   the exponent's shift in base 2: no multiply a column), M
+  //                                   and P' in f32
   //   dV = P'ᵀ·dO,  dP = dO·Vᵀ         (the matmul rule on O' = P'·V; dP in P's dtype)
   //   D = rowsum(dO∘O)                 = rowsum(P∘dP), since O = P·V
   //   dX = P'∘(dP − D)                 softmax's backward (P' as O's product read it: in V's
@@ -282,7 +284,7 @@ class Backward {
     // For f32 scores the casts are none.
     const Tensor x = t(copy.at(c->x()));
     const Tensor lse = cast(t(shift), DType::F32) + log(cast(t(divisor), DType::F32));
-    const Tensor p = cast(exp(cast(x, DType::F32) - lse), x.dtype());
+    const Tensor p = cast(exp2(cast(x, DType::F32) * M_LOG2E + lse * -M_LOG2E), x.dtype());
     const Tensor pv = c->cast >= 0 ? cast(p, g_.node(c->cast).dtype) : p;
     // O' = P'·V with O's options: its matmul rule gives dV (to V) and dP (to P', taken back here).
     // (dO broadcast against O first: against O' it would make O' a value the graph computes.)

@@ -15,6 +15,7 @@ namespace tilefuse {
 std::vector<NodeId> BackwardChain::shared() const {
   std::vector<NodeId> out = {scores, shifted, probs, dp};
   if (probs_cast >= 0) out.push_back(probs_cast);
+  if (x_log2e >= 0) out.push_back(x_log2e);
   for (const std::vector<NodeId>* ops : {&score_ops, &index_ops, &ds_ops})
     out.insert(out.end(), ops->begin(), ops->end());
   std::sort(out.begin(), out.end());
@@ -82,14 +83,27 @@ NodeId ds_product(const Graph& g, NodeId at, std::vector<NodeId>* ops, double* s
   }
 }
 
-// Whether `id` is P∘(dP − D): a product of P (an exp of a difference, maybe cast) and a difference.
+// X·log2 e: X and true, or false.
+bool times_log2e(const Graph& g, NodeId id, NodeId* x) {
+  double c;
+  return g.node(id).op == Op::Mul && with_constant(g, g.node(id), &c, x) && std::fabs(c - M_LOG2E) <= 1e-12;
+}
+// Whether `id` is P: e^(X − L), or 2^(X·log2 e + M) with M = −L·log2 e (autodiff's form).
+bool is_probs(const Graph& g, NodeId id) {
+  const Node& p = g.node(id);
+  if (p.op == Op::Exp) return g.node(p.operands[0]).op == Op::Sub;
+  if (p.op != Op::Exp2) return false;
+  const Node& sum = g.node(p.operands[0]);
+  NodeId x;
+  return sum.op == Op::Add && times_log2e(g, sum.operands[0], &x);
+}
+// Whether `id` is P∘(dP − D): a product of P (maybe cast) and a difference.
 bool is_ds_product(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   if (n.op != Op::Mul) return false;
   for (size_t i = 0; i < 2; ++i) {
     std::vector<NodeId> casts;
-    const Node& p = g.node(strip_cast(g, n.operands[i], &casts));
-    if (p.op == Op::Exp && g.node(p.operands[0]).op == Op::Sub && g.node(n.operands[1 - i]).op == Op::Sub)
+    if (is_probs(g, strip_cast(g, n.operands[i], &casts)) && g.node(n.operands[1 - i]).op == Op::Sub)
       return true;
   }
   return false;
@@ -104,18 +118,21 @@ NodeId find_ds_product(const Graph& g, NodeId id, int depth) {
   return -1;
 }
 
-// P = e^(X − L) with X = f(S): the chain's forward half, or false (with `why` where P is such an
-// exponential but its X is not S·scale with at most a causal mask).
+// P = e^(X − L) or 2^(X·log2 e + M) with X = f(S): the chain's forward half, or false (with
+// `why` where P is such an exponential but its X is not S·scale with at most a causal mask).
 bool match_probs(const Graph& g, NodeId p, BackwardChain* c, std::string* why) {
-  const Node& probs = g.node(p);
-  if (probs.op != Op::Exp) return false;
-  const Node& sub = g.node(probs.operands[0]);
-  if (sub.op != Op::Sub) return false;
+  if (!is_probs(g, p)) return false;
+  const Node& shifted = g.node(g.node(p).operands[0]);
   c->probs = p;
-  c->shifted = probs.operands[0];
-  c->lse = sub.operands[1];
+  c->shifted = g.node(p).operands[0];
+  c->lse = shifted.operands[1];
+  NodeId at = shifted.operands[0], mask = -1;
+  c->lse_scaled = shifted.op == Op::Add;
+  if (c->lse_scaled) {
+    c->x_log2e = at;
+    times_log2e(g, c->x_log2e, &at);
+  }
   // X = S·scale, where(causal, ·, −inf) around it or inside it.
-  NodeId at = sub.operands[0], mask = -1;
   bool scaled = false;
   while (g.node(at).op != Op::MatMul) {
     const Node& n = g.node(at);
@@ -288,7 +305,7 @@ std::optional<BackwardChain> match_from_ds(const Graph& g, NodeId user, std::str
   for (size_t i = 0; i < 2 && diff < 0; ++i) {
     std::vector<NodeId> casts;
     const NodeId a = strip_cast(g, pn.operands[i], &casts);
-    if (g.node(a).op != Op::Exp || g.node(pn.operands[1 - i]).op != Op::Sub) continue;
+    if (!is_probs(g, a) || g.node(pn.operands[1 - i]).op != Op::Sub) continue;
     p = a;
     diff = pn.operands[1 - i];
     if (!casts.empty()) {

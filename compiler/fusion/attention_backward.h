@@ -4,6 +4,8 @@
 // of keeping them:
 //   S = Q·Kᵀ;  X = f(S);  P = e^(X − L)                L = c + ln h: the row's log-sum-exp, from
 //                                                      the forward's shift c and divisor h
+//                    or P = 2^(X·log2 e + M)           M = −L·log2 e (autodiff's form: read as
+//                                                      the kernels use it, no multiply a column)
 //   dP = dO·Vᵀ;  dS = P∘(dP − D)                        D = rowsum(dO∘O), computed before
 //   dS' = cast(mask(dS)·scale)                          (f's scale; its mask's where(m, ·, 0))
 //   dQ = dS'·K;  dK = dS'ᵀ·Q;  dV = cast(P)ᵀ·dO
@@ -31,10 +33,12 @@ struct BackwardChain {
   NodeId scores = -1;                // S = Q·Kᵀ
   std::vector<NodeId> score_ops;     // X = f(S), in order
   std::vector<NodeId> index_ops;     // the causal mask's iotas and comparison
-  NodeId shifted = -1;               // X − L
-  NodeId probs = -1;                 // P = e^(X − L)
+  NodeId x_log2e = -1;               // X·log2 e (P's second form), or -1
+  NodeId shifted = -1;               // X − L, or X·log2 e + M
+  NodeId probs = -1;                 // P = e^(X − L) or 2^(X·log2 e + M)
   NodeId probs_cast = -1;            // P in the inputs' dtype (dV's operand), or -1
-  NodeId lse = -1;                   // L, read
+  NodeId lse = -1;                   // L, or M = −L·log2 e where lse_scaled; read
+  bool lse_scaled = false;
   NodeId dp = -1;                    // dO·Vᵀ
   std::vector<NodeId> ds_ops;        // from P and dP to dS' (its last), in order
   NodeId delta = -1;                 // D, read

@@ -190,7 +190,7 @@ class AttentionBackwardProgram {
     auto load = [&](int param) {
       return b.load(param, {row0_, zero_}, shape, {true, false}, {row_end_, -1}, Frag::Acc);
     };
-    minus_lse2_ = minus_log2e_times(b, load(lse_param_));
+    minus_lse2_ = minus_lse2(b, load(lse_param_));
     delta_ = load(delta_param_);
   }
   // The keys kernel's L and D of the query tile from q0 of query head `query_head`, as loaded:
@@ -208,15 +208,15 @@ class AttentionBackwardProgram {
     auto inside = [&](int x, double outside) {
       return b.compute(Op::Where, {in, x, b.scalar(outside, DType::F32)}, DType::F32);
     };
-    return {minus_log2e_times(b, inside(raw[0], 0)), inside(raw[1], 0)};
+    return {minus_lse2(b, inside(raw[0], 0)), inside(raw[1], 0)};
   }
   // The keys kernel on wgmma loads the next step's L and D while its gradients' products run
   // and carries them into that step (32 registers a thread at 64 columns): loaded at their use,
   // their latency from L2 was the kernel's largest stall (Nsight Compute, bench/NOTES.md).
   bool prefetched() const { return s_.wgmma && s_.part == Part::Keys; }
-  // −L·log2 e, the exponent's shift in base 2.
-  static int minus_log2e_times(Builder& b, int lse) {
-    return b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
+  // −L·log2 e, the exponent's shift in base 2, from L as given.
+  int minus_lse2(Builder& b, int lse) const {
+    return s_.lse_scaled ? lse : b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
   }
 
   // The column tiles the block's rows see: all of them, or under a causal mask from the first
@@ -578,6 +578,7 @@ Program attention_backward_kernel_program(const Graph& g, const Kernel& k) {
   s.wgmma = k.schedule.wgmma;
   s.tma = k.schedule.tma;
   s.causal_offset = c.causal_offset;
+  s.lse_scaled = c.lse_scaled;
   const NodeId inputs[6] = {c.q, c.k, c.v, c.d_o, c.lse, c.delta};
   for (size_t i = 0; i < 6; ++i) {
     const auto at = std::find(k.inputs.begin(), k.inputs.end(), inputs[i]);

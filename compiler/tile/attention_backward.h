@@ -70,6 +70,11 @@ struct AttentionBackwardShape {
   // f32 sums of every query row, then a u32 counter per K/V head (zero at the first launch; each
   // launch leaves it zero; TileSchedule::workspace_bytes sizes it).
   enum class Grad { Q, K, V };
+  // L as given: L itself, or M = −L·log2 e (`lse_scaled`), the exponent's shift in base 2, as
+  // autodiff's graphs give it; the keys kernel then reads it as it uses it (no multiply a column a
+  // step). (D is negated in the kernel: given −D, its dP's product started from the loaded values
+  // themselves, and in the causal keys kernel ptxas 13.0 then serialized the wgmmas, C7511.)
+  bool lse_scaled = false;
   std::array<std::string, 6> names = {"q", "k", "v", "do", "lse", "delta"};
   std::array<int, 6> position = {0, 1, 2, 3, 4, 5};
   struct Output {
