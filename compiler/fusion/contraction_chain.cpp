@@ -497,9 +497,13 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
               : s.tma && !s.keys_for_score_tile ? 128
                                                 : 64;
   // Keys of one step leave nothing to overlap: the overlapped loop's two score tiles only cost
-  // registers there (16 keys at d 64: ptxas serialized the wgmmas).
+  // registers there (16 keys at d 64: ptxas serialized the wgmmas). Past d 128 only where asked
+  // for, on TMA: its two stages hold K_j and V_{j−1} in flight, each with a wait of its own (every
+  // thread's cp.async overlapped prefetches two tiles ahead: three stages); ptxas keeps it without
+  // spills beside d 256's output, but it has not been timed against the plain loop.
   const int64_t n_kv = g.node(c.scores).shape.back();
-  s.overlap = s.wgmma && d <= 128 && hints.attention_overlap != 0 &&
+  s.overlap = s.wgmma && (d <= 128 || (s.tma && hints.attention_overlap == 1)) &&
+              hints.attention_overlap != 0 &&
               (hints.attention_overlap == 1 || (bound_by_products && n_kv > s.block_n));
   // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
   // accumulator their bookkeeping spilled (8 bytes).

@@ -195,8 +195,9 @@ class AttentionProgram {
       throw Error(fmt::format("attention: {} key splits of {} key tiles", s_.kv_splits, steps()));
     if (s_.overlap && !s_.wgmma) throw Error("attention: the overlapped loop is wgmma's");
     if (s_.tma && !s_.wgmma) throw Error("attention: TMA key tiles need wgmma");
-    if (s_.overlap && dp() > 128)
-      throw Error(fmt::format("attention: the overlapped loop's three stages hold d ≤ 128, not {}", s_.d));
+    if (s_.overlap && dp() > 128 && !s_.tma)
+      throw Error(fmt::format(
+          "attention: the overlapped loop's three stages by cp.async hold d ≤ 128, not {}", s_.d));
     if (s_.pin_pv_wait && !(s_.overlap && s_.tma)) throw Error("attention: P·V's wait is pinned in the overlapped TMA loop");
     if (s_.persistent_blocks < 0 || (persistent() && (!s_.tma || s_.kv_splits > 1 || s_.key_limit)))
       throw Error(fmt::format("attention: a persistent grid ({} blocks) is TMA's without split keys or a key limit",

@@ -155,9 +155,10 @@ common options:
                                MMA (sm_90a; Q and P from registers, K and V from shared memory;
                                the default on sm_90), 0 on mma.sync
   --attention-overlap 0|1|auto schedule override: 1 runs each key step's softmax on wgmma while
-                               the previous step's P·V is in flight (three K/V stages; head
-                               dimensions up to 128), 0 waits for each product; auto (the
-                               default): where the products bound the kernel (prefill)
+                               the previous step's P·V is in flight (three K/V stages; past
+                               head dimension 128 on TMA only, two stages), 0 waits for each
+                               product; auto (the default): where the products bound the
+                               kernel (prefill), up to head dimension 128
   --attention-rows 64|128      schedule override: query rows per attention block on wgmma; 128
                                runs two warpgroups over one K/V ring, one block per SM (default 64;
                                128 measured 10% slower: the two blocks of 64 interleave freely)
