@@ -267,9 +267,10 @@ TEST(Gpu, RowKernelsOnTileIrV2MatchFloat64) {
     Plan p = plan_fusion(testing::row_kernels_graph(dt), v2);
     int in_one_barrier = 0;
     for (const Kernel& k : p.kernels) in_one_barrier += k.schedule.block_online;
+    // (the 4096 and 768 rows span whole warps)
     if (online) {
       EXPECT_GE(in_one_barrier, 2);
-    }  // (the 4096 and 768 rows span whole warps)
+    }
     testing::check_on_gpu(p, seed);
   }
 }

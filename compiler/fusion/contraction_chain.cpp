@@ -502,9 +502,9 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
   // thread's cp.async overlapped prefetches two tiles ahead: three stages); ptxas keeps it without
   // spills beside d 256's output, but it has not been timed against the plain loop.
   const int64_t n_kv = g.node(c.scores).shape.back();
-  s.overlap = s.wgmma && (d <= 128 || (s.tma && hints.attention_overlap == 1)) &&
-              hints.attention_overlap != 0 &&
-              (hints.attention_overlap == 1 || (bound_by_products && n_kv > s.block_n));
+  s.overlap = s.wgmma && (hints.attention_overlap == 1 ? d <= 128 || s.tma
+                                                       : hints.attention_overlap != 0 && d <= 128 &&
+                                                             bound_by_products && n_kv > s.block_n);
   // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
   // accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;

@@ -12,6 +12,7 @@
 
 #include "compiler/fusion/contraction_chain.h"
 #include "compiler/support/error.h"
+#include "compiler/tile/build_support.h"
 #include "compiler/tile/ir_verify.h"
 
 namespace tilefuse::tir {
@@ -399,7 +400,7 @@ class AttentionProgram {
   std::vector<int> settled(Builder& b, const std::vector<int>& c) {
     if (!s_.lazy_rescale) return {c[0], c[1], c[2]};
     const int alpha =
-        exp_shifted(b, c[3], b.scalar(M_LOG2E, DType::F32), minus_log2e_times(b, shift_of(b, c[1])));
+        exp2_fma(b, c[3], b.scalar(M_LOG2E, DType::F32), minus_log2e_times(b, shift_of(b, c[1])));
     return {b.compute(Op::Mul, {c[0], alpha}, DType::F32), c[1],
             b.compute(Op::Mul, {c[2], alpha}, DType::F32)};
   }
@@ -732,13 +733,13 @@ class AttentionProgram {
     // once per row (P is rounded to 16 bits before P·V; the f32 sum keeps ex2's 2 ulp).
     const int log2e = b.scalar(M_LOG2E, DType::F32);
     const int minus_shift2 = minus_log2e_times(b, shift);
-    int alpha = exp_shifted(b, u_before, log2e, minus_shift2);
+    int alpha = exp2_fma(b, u_before, log2e, minus_shift2);
     if (moved >= 0) alpha = b.compute(Op::Where, {moved, alpha, b.scalar(1, DType::F32)}, DType::F32);
     // (e^(s + r − c) = 2^(s·log2 e − (c − r)·log2 e))
     const int p =
-        exp_shifted(b, s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e,
-                    row_part < 0 ? minus_shift2
-                                 : minus_log2e_times(b, b.compute(Op::Sub, {shift, row_part}, DType::F32)));
+        exp2_fma(b, s, scaled ? b.scalar(s_.scale * M_LOG2E, DType::F32) : log2e,
+                 row_part < 0 ? minus_shift2
+                              : minus_log2e_times(b, b.compute(Op::Sub, {shift, row_part}, DType::F32)));
     const int l = b.compute(Op::Add, {b.compute(Op::Mul, {l_before, alpha}, DType::F32), b.reduce(Op::ReduceSum, p, 1)},
                             DType::F32);
     return {m, u, alpha, p, l};
@@ -825,15 +826,6 @@ class AttentionProgram {
     b.when(b.less(hi, b.add(lo, b.index(1))), [&](Builder& w) { release_q(w); });
   }
 
-  // −c·log2 e of a shift c (a value a row), and e^(x·k − c) from it as 2^(x·(k·log2 e) − c·log2 e),
-  // `k_log2e` the scalar k·log2 e: an fma and an ex2.approx per element.
-  static int minus_log2e_times(Builder& b, int c) {
-    return b.compute(Op::Mul, {c, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
-  }
-  static int exp_shifted(Builder& b, int x, int k_log2e, int minus_shift2) {
-    return b.softmax_exp2(b.compute(Op::Fma, {x, k_log2e, minus_shift2}, DType::F32));
-  }
-
   // The shift c of running max m: the chain's (m by default), 0 where m is −inf.
   int shift_of(Builder& b, int m) {
     const int nothing_seen = b.compute(Op::Eq, {m, b.scalar(-std::numeric_limits<double>::infinity(), DType::F32)}, DType::Bool);
@@ -874,7 +866,7 @@ class AttentionProgram {
     const std::vector<int> sums = b.for_loop(
         zero_, splits, one, {o0, l0}, [&](Builder& in, int sp, const std::vector<int>& c) {
           const int ms = load_partial(in, sp, 1);
-          const int e = exp_shifted(in, ms, log2e, minus_shift2);
+          const int e = exp2_fma(in, ms, log2e, minus_shift2);
           const int w = in.compute(Op::Where, {in.compute(Op::Eq, {ms, ninf}, DType::Bool), in.scalar(0, DType::F32), e},
                                    DType::F32);
           return std::vector<int>{

@@ -12,6 +12,7 @@
 
 #include "compiler/fusion/attention_backward.h"
 #include "compiler/support/error.h"
+#include "compiler/tile/build_support.h"
 #include "compiler/tile/ir_verify.h"
 
 namespace tilefuse::tir {
@@ -215,9 +216,7 @@ class AttentionBackwardProgram {
   // their latency from L2 was the kernel's largest stall (Nsight Compute, bench/NOTES.md).
   bool prefetched() const { return s_.wgmma && s_.part == Part::Keys; }
   // −L·log2 e, the exponent's shift in base 2, from L as given.
-  int minus_lse2(Builder& b, int lse) const {
-    return s_.lse_scaled ? lse : b.compute(Op::Mul, {lse, b.scalar(-M_LOG2E, DType::F32)}, DType::F32);
-  }
+  int minus_lse2(Builder& b, int lse) const { return s_.lse_scaled ? lse : minus_log2e_times(b, lse); }
 
   // The column tiles the block's rows see: all of them, or under a causal mask from the first
   // query that sees the block's first key (keys kernel) or to the tile of the last key its last
@@ -477,8 +476,7 @@ class AttentionBackwardProgram {
   // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e); on a masked tile 0 where the causal
   // mask hides the key.
   int probabilities(Builder& b, int s, int minus_lse2, int c0, bool masked) {
-    const int p = b.softmax_exp2(
-        b.compute(Op::Fma, {s, b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2}, DType::F32));
+    const int p = exp2_fma(b, s, b.scalar(s_.scale * M_LOG2E, DType::F32), minus_lse2);
     if (!masked) return p;
     return b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
   }

@@ -63,9 +63,16 @@ const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
 
 constexpr double kLog2e = 1.4426950408889634;
 
+int minus_log2e_times(Builder& b, int c) {
+  return b.compute(Op::Mul, {c, b.scalar(-kLog2e, DType::F32)}, DType::F32);
+}
+
+int exp2_fma(Builder& b, int x, int k_log2e, int minus_c2) {
+  return b.softmax_exp2(b.compute(Op::Fma, {x, k_log2e, minus_c2}, DType::F32));
+}
+
 int shifted_exp2(Builder& b, int u, int c) {
-  const int minus_c2 = b.compute(Op::Mul, {as_f32(b, c), b.scalar(-kLog2e, DType::F32)}, DType::F32);
-  return b.softmax_exp2(b.compute(Op::Fma, {as_f32(b, u), b.scalar(kLog2e, DType::F32), minus_c2}, DType::F32));
+  return exp2_fma(b, as_f32(b, u), b.scalar(kLog2e, DType::F32), minus_log2e_times(b, as_f32(b, c)));
 }
 
 int shift_factor(Builder& b, int c_from, int c_to, bool fast) {

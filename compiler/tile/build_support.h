@@ -33,6 +33,11 @@ int compute_node(Builder& b, const Graph& g, const Kernel& k, NodeId id, const s
 // read from memory): softmax's exps. Null for other nodes.
 const Node* shifted_exp_arg(const Graph& g, const Kernel& k, const Node& n,
                             const std::function<bool(NodeId)>& spans_row);
+// −c·log2 e of an f32 value c: an exponent's shift in base 2.
+int minus_log2e_times(Builder& b, int c);
+// e^(x·k − c) as 2^(x·(k·log2 e) − c·log2 e) from the scalar `k_log2e` = k·log2 e and
+// `minus_c2` = −c·log2 e: one fma and one ex2 (flushing subnormal results) an element.
+int exp2_fma(Builder& b, int x, int k_log2e, int minus_c2);
 // Such an exp's f32 value from u's and c's: 2^(u·log2 e − c·log2 e), one fma and one ex2 (flushing
 // subnormal results, as a 16-bit exp's) an element and c·log2 e once a row, the difference not
 // rounded to 16 bits on the way. c·log2 e's rounding scales the row by at most
