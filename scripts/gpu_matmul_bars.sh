@@ -45,7 +45,7 @@ for r in $(seq "$ROUNDS"); do
   python3 "$OUT/matmul_peers.py" 2>&1 | sed "s/^/r$r /"
   for n in $CASES; do
     timeout 60 $B/tilefuse run "$n" --library-gemm never --bench --iters 50 2>&1 |
-      grep -E "^  median|TFLOP|FAIL|rror" | tr -s ' \n' ' ' | sed "s/^/r$r own $n /"
+      grep -E "^  median|^  predicted|TFLOP|FAIL|rror" | tr -s ' \n' ' ' | sed "s/^/r$r own $n /"
     echo
   done
 done | tee "$OUT/matmul_bars.log"

@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/PassTimingInfo.h>
 #include <llvm/MC/TargetRegistry.h>
+#include <llvm/Pass.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Passes/StandardInstrumentations.h>
+#include <llvm/Support/CommandLine.h>
+#include <llvm/Support/StringSaver.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -60,6 +65,17 @@ static llvm::TargetMachine& target_machine(const CodegenOptions& opt) {
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
+    // LLVM's own options for whoever looks into the backend (-time-passes, -print-after=...).
+    if (const char* options = std::getenv("TILEFUSE_LLVM_OPTIONS")) {
+      llvm::BumpPtrAllocator memory;
+      llvm::StringSaver saver(memory);
+      llvm::SmallVector<const char*, 8> argv{"tilefuse"};
+      llvm::cl::TokenizeGNUCommandLine(options, saver, argv);
+      std::string why;
+      llvm::raw_string_ostream errors(why);
+      if (!llvm::cl::ParseCommandLineOptions(static_cast<int>(argv.size()), argv.data(), "", &errors))
+        throw CodegenError(fmt::format("TILEFUSE_LLVM_OPTIONS='{}': {}", options, why));
+    }
   });
   thread_local std::map<std::string, std::unique_ptr<llvm::TargetMachine>> machines;
   auto& tm = machines[opt.sm + opt.ptx_features];
@@ -90,6 +106,9 @@ static void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::PassInstrumentationCallbacks skip;
   skip.registerShouldRunOptionalPassCallback(
       [](llvm::StringRef pass, llvm::Any) { return pass != "DSEPass"; });
+  // -time-passes in TILEFUSE_LLVM_OPTIONS: each pass's time, printed as O3 ends.
+  std::optional<llvm::StandardInstrumentations> timing;
+  if (llvm::TimePassesIsEnabled) timing.emplace(m.getContext(), false).registerCallbacks(skip, &mam);
   llvm::PassBuilder pb(&tm, llvm::PipelineTuningOptions(), std::nullopt, &skip);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
@@ -97,6 +116,7 @@ static void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
   pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  if (timing) timing->getTimePasses().print();
 }
 
 static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
@@ -108,6 +128,7 @@ static std::string emit_ptx(llvm::Module& m, llvm::TargetMachine& tm) {
   if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile, /*DisableVerify=*/true))
     throw CodegenError("LLVM's NVPTX backend cannot emit assembly");
   pm.run(m);
+  if (llvm::TimePassesIsEnabled) llvm::reportAndResetTimings(&llvm::errs());
   return std::string(buf.str());
 }
 
