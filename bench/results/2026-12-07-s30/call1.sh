@@ -5,7 +5,8 @@
 #   family beside SDPA and FlexAttention (issue 13) while time is left;
 # - an H100: s29's call2.sh (GPU checks, training A/B, d 256's schedules beside cuDNN).
 # Both end with the cost model's inputs for the GEMM epilogue: mlp_train's kernels on own GEMMs
-# (its GELU' epilogue at 128×128) and a plain 8192³ at 128×128 tiles, each beside its prediction.
+# (its GELU' epilogue at 128×128) and a plain 8192³ at 128×128 tiles, each beside its prediction;
+# matmul_odd's kernels (copies apart) and the k-1024 GEMM with its tiles stored from registers.
 cd "$(dirname "$0")/../../.."
 gzip -dkf bundle/libtilefuse.so.gz; . scripts/gpu_env.sh
 export TILEFUSE_CACHE=0
@@ -21,7 +22,8 @@ if [[ $card == *H200* ]]; then
 else
   bash bench/results/2026-12-07-s29/call2.sh
 fi
-for cfg in "mlp_train --library-gemm never" "matmul --gemm-tile 128x128" "matmul"; do
+for cfg in "mlp_train --library-gemm never" "matmul --gemm-tile 128x128" "matmul" "matmul_odd --library-gemm never" \
+  "matmul_k1024 --tma-store 0" "matmul_k1024"; do
   [ $SECONDS -lt 470 ] || break
   # shellcheck disable=SC2086
   timeout 40 bundle/tilefuse run $cfg --bench --iters 20 2>&1 | grep -E "median|predicted|rror" | sed "s/^/$cfg: /"
