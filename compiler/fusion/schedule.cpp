@@ -11,203 +11,227 @@
 
 namespace tilefuse {
 
-std::string TileSchedule::describe() const {
-  const char* rows_word = rows_per_thread == 1 ? "row" : "rows";
-  std::string per_thread = chunks_per_thread > 1
-                               ? fmt::format("{} {} × {}×{} cols", rows_per_thread, rows_word, chunks_per_thread, vec)
-                               : fmt::format("{} {} × {} cols", rows_per_thread, rows_word, vec);
-  std::string loop =
-      col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", col_iters, iter_cols()) : "";
-  if (looped_parts())
-    loop += fmt::format(", each row in {} parts of that loop, a block each, their reductions meeting in the workspace",
-                        col_blocks());
-  if (cluster_blocks > 1)
-    loop += fmt::format(", clusters of {} blocks per row{}", cluster_blocks, cluster_online ? " (an exchange a pass)" : "");
-  if (block_online) loop += ", a block barrier a pass";
-  if (split_blocks > 1)
-    loop += fmt::format(", rows split into {} parts that meet in global memory", split_blocks);
-  if (min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", min_blocks_per_sm);
-  if (stages > 0)
-    loop +=
-        fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", stages,
-                    split_blocks > 1 ? "part" : "row", stages == 1 ? "" : "s", stage_bytes / 1024);
-  if (claims_rows()) loop += fmt::format(", rows after the first {} rounds claimed from a counter", stages);
-  if (refill_at_read) loop += ", each stage refilled as soon as read";
-  if (split_blocks > 1 && fetch_parts_early) loop += ", the pending part's words fetched at the top of each task";
-  if (reduces_columns)
-    return fmt::format(
-        "column tiles of {} ({}×{} threads, {}×{} per loop step), {} reduced rows{} in {} part{} of {} rows each "
-        "({} blocks){}, {}-wide vectors",
-        tile_cols(), thread_rows, threads_per_row, tile_rows(), tile_cols(), rows,
-        outer > 1 ? fmt::format(" for each of {} column sets", outer) : "", split_blocks, split_blocks == 1 ? "" : "s",
-        split_rows, grid(), split_blocks > 1 ? "; the parts meet in the workspace, added up by each tile's last block" : "",
-        vec);
-  if (writes_in_place)
-    return fmt::format("in place: {} slices of {} elements written into the cache at the positions read at run time, "
-                       "{} threads × {}-wide vectors per slice ({} blocks); nothing else of the cache moves",
-                       rows, cols, threads_per_row, vec, grid());
-  if (attention_backward > 0) {
-    const bool keys = attention_backward != 2, sums = attention_backward == 3;
-    return fmt::format(
-        "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {}{} {} {} at a time "
-        "recomputing P from the rows' log-sum-exp and carrying {}; the block's {} in shared "
-        "memory, "
-        "the {} tiles through 2 shared-memory stages ({}, {}: each stage read transposed for the "
-        "scores "
-        "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}{}",
-        sums   ? "dK, dV and dQ"
-        : keys ? "dK and dV"
-               : "dQ",
-        block_m, keys ? "keys" : "queries", block_m / 16,
-        wgmma ? "wgmma m64nNk16, P and dS from registers" : "mma.sync m16n8k16",
-        keys && heads_per_block > 1
-            ? fmt::format("each of the {} query heads sharing its K/V head's ", heads_per_block)
-            : "",
-        keys ? n / heads_per_block : n, keys ? "queries" : "keys", block_n, keys ? "dK and dV" : "dQ",
-        keys ? "K and V" : "Q and dO", keys ? "queries' Q and dO" : "keys' K and V",
-        tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async",
-        wgmma ? "read by wgmma" : "ldmatrix", stage_bytes / 1024, grid(), batch,
-        causal_offset >= 0
-            ? fmt::format("; causal (query i sees keys up to i + {}): the tiles past the diagonal "
-                          "skipped, the rest masked",
-                          causal_offset)
-            : "",
-        sums ? "; each step's dS·K added into dQ's f32 sums in the workspace (red.global.add), the last "
-               "block of a K/V head converting its query heads' dQ"
-             : "");
-  }
-  if (attention)
+// The attention backward's two kernels (or the one that adds dQ up).
+static std::string describe_attention_backward(const TileSchedule& s) {
+  const bool keys = s.attention_backward != 2, sums = s.attention_backward == 3;
+  return fmt::format(
+      "attention backward, {}: {} {} per block ({} warps of 16, {}), a loop over {}{} {} {} at a time "
+      "recomputing P from the rows' log-sum-exp and carrying {}; the block's {} in shared "
+      "memory, "
+      "the {} tiles through 2 shared-memory stages ({}, {}: each stage read transposed for the "
+      "scores "
+      "and as it is for the gradient's product; {} KiB each); {} blocks over {} heads{}{}",
+      sums   ? "dK, dV and dQ"
+      : keys ? "dK and dV"
+             : "dQ",
+      s.block_m, keys ? "keys" : "queries", s.block_m / 16,
+      s.wgmma ? "wgmma m64nNk16, P and dS from registers" : "mma.sync m16n8k16",
+      keys && s.heads_per_block > 1
+          ? fmt::format("each of the {} query heads sharing its K/V head's ", s.heads_per_block)
+          : "",
+      keys ? s.n / s.heads_per_block : s.n, keys ? "queries" : "keys", s.block_n, keys ? "dK and dV" : "dQ",
+      keys ? "K and V" : "Q and dO", keys ? "queries' Q and dO" : "keys' K and V",
+      s.tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async",
+      s.wgmma ? "read by wgmma" : "ldmatrix", s.stage_bytes / 1024, s.grid(), s.batch,
+      s.causal_offset >= 0
+          ? fmt::format("; causal (query i sees keys up to i + {}): the tiles past the diagonal "
+                        "skipped, the rest masked",
+                        s.causal_offset)
+          : "",
+      sums ? "; each step's dS·K added into dQ's f32 sums in the workspace (red.global.add), the last "
+             "block of a K/V head converting its query heads' dQ"
+           : "");
+}
+
+// The attention forward: its loop, rings, grid and masks.
+static std::string describe_attention(const TileSchedule& s) {
     return fmt::format(
         "attention: {} query rows per block ({} warps of 16, {}), a loop over {} keys {} at a time{} "
         "carrying the output, the row max and the row sum{}; K and V tiles through {} shared-memory stages "
         "({}, {}; {} KiB each); {} over {} heads{}",
-        block_m, warps_m,
-        !wgmma ? "mma.sync m16n8k16"
-        : tma  ? "wgmma m64nNk16 with Q from its shared-memory tile and P from registers"
+        s.block_m, s.warps_m,
+        !s.wgmma ? "mma.sync m16n8k16"
+        : s.tma  ? "wgmma m64nNk16 with Q from its shared-memory tile and P from registers"
                : "wgmma m64nNk16 with Q and P from registers",
-        n, block_n,
-        keys_for_score_tile ? " (not 128: f(S) adds a term of its own across queries and keys, which spilled "
+        s.n, s.block_n,
+        s.keys_for_score_tile ? " (not 128: f(S) adds a term of its own across queries and keys, which spilled "
                               "or ran slower at 128)"
                             : "",
-        lazy_rescale
+        s.lazy_rescale
             ? " (the max raised lazily: O rescaled only where a row's max passes its terms' shift by more "
               "than 8·ln 2)"
             : "",
-        stages,
-        tma ? fmt::format("TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' "
+        s.stages,
+        s.tma ? fmt::format("TMA from a producer warpgroup, mbarriers full and empty per stage, the consumers' "
                           "warpgroups releasing each{}",
-                          warpgroup_turns ? " and issuing their products in turns (ping-pong)" : "")
+                          s.warpgroup_turns ? " and issuing their products in turns (ping-pong)" : "")
             : "cp.async",
-        wgmma ? (overlap ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
+        s.wgmma ? (s.overlap ? "read by wgmma; the softmax overlapped with the previous tile's P·V"
                          : "read by wgmma")
               : "ldmatrix",
-        stage_bytes / 1024,
-        tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}, the most loaded "
+        s.stage_bytes / 1024,
+        s.tile_blocks > 0 ? fmt::format("{} persistent blocks taking {} query tiles in turn{}, the most loaded "
                                       "block {:.3f}× the mean",
-                                      tile_blocks, batch * m_blocks(),
-                                      causal_offset < 0 ? ""
-                                      : window_offset   ? " longest first"
+                                      s.tile_blocks, s.batch * s.m_blocks(),
+                                      s.causal_offset < 0 ? ""
+                                      : s.window_offset   ? " longest first"
                                                         : " in pairs of a long and a short tile",
-                                      tile_balance)
-        : tile_balance > 1.02
+                                      s.tile_balance)
+        : s.tile_balance > 1.02
             ? fmt::format("{} blocks (a persistent grid's static order would load one block {:.2f}× "
                           "the mean)",
-                          grid(), tile_balance)
-        : middle_tiles_declined
+                          s.grid(), s.tile_balance)
+        : s.middle_tiles_declined
             ? fmt::format("{} blocks (a persistent grid's pairs would leave each head's middle query "
                           "tile to a last round)",
-                          grid())
-            : fmt::format("{} blocks", grid()),
-        batch,
-        (heads_per_block > 1
+                          s.grid())
+            : fmt::format("{} blocks", s.grid()),
+        s.batch,
+        (s.heads_per_block > 1
              ? fmt::format(" of K and V, each block the {} query heads that share one (one query each)",
-                           heads_per_block)
+                           s.heads_per_block)
              : "") +
-            (causal_offset >= 0
+            (s.causal_offset >= 0
                  ? fmt::format("; causal (query i sees keys up to i + {}): key tiles past a block's last "
                                "query skipped",
-                               causal_offset)
+                               s.causal_offset)
                  : "") +
-            (window_offset
+            (s.window_offset
                  ? fmt::format("; a sliding window (query i sees keys from i {} {}): key tiles before a "
                                "block's first query's first key skipped",
-                               *window_offset < 0 ? "−" : "+", std::llabs(*window_offset))
+                               *s.window_offset < 0 ? "−" : "+", std::llabs(*s.window_offset))
                  : "") +
-            (key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped"
+            (s.key_limit ? "; a key limit per head read at run time (a length): the tiles past it skipped"
                        : "") +
-            (kv_splits > 1
+            (s.kv_splits > 1
                  ? fmt::format("; the keys split {} ways (split-KV), each part's output, max and sum merged "
                                "by the last block of its query tile through the workspace",
-                               kv_splits)
+                               s.kv_splits)
                  : "") +
-            (block_slots > 0
+            (s.block_slots > 0
                  ? fmt::format("; split-KV for the device: {} blocks of heads and query tiles for its {} "
                                "block slots{}",
-                               batch * m_blocks(), block_slots,
-                               kv_splits > 1 ? fmt::format(", split into {}", grid()) : ": not split")
+                               s.batch * s.m_blocks(), s.block_slots,
+                               s.kv_splits > 1 ? fmt::format(", split into {}", s.grid()) : ": not split")
                  : ""));
+}
+
+// A matmul: its tiles, k loop, grid and epilogue; operands copied or split.
+static std::string describe_matmul(const TileSchedule& s) {
   std::string operand_notes;  // copies into a padded pitch, split-K
   for (int i = 0; i < 2; ++i)
-    if (operand_pitch[i] > 0)
+    if (s.operand_pitch[i] > 0)
       operand_notes += fmt::format("; {} copied first into rows of {} elements (its rows of {} are not whole 16-byte chunks)",
-                            i == 0 ? "A" : "B", operand_pitch[i], operand_run[i]);
-  if (k_splits > 1)
+                            i == 0 ? "A" : "B", s.operand_pitch[i], s.operand_run[i]);
+  if (s.k_splits > 1)
     operand_notes += fmt::format("; k split {} ways ({} steps each): each block's partial product stored in the workspace, "
                           "summed by the last block of its tile, which runs the epilogue",
-                          k_splits, k_steps_per_split());
-  if (contracts && wgmma)
+                          s.k_splits, s.k_steps_per_split());
+  if (s.wgmma)
     return fmt::format(
                "matmul tiles of {}×{} ({} warpgroups, each {}×{} in wgmma m64n{}k16 accumulators), k in "
                "steps of {} through {} "
                "shared-memory stages ({}, 128-byte swizzle; {} KiB each) read by wgmma, {}{}",
-               block_m, block_n, block_m / 64, 64, block_n, block_n, block_k, stages,
-               tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async",
-               stage_bytes / 1024,
-               tile_blocks > 0
+               s.block_m, s.block_n, s.block_m / 64, 64, s.block_n, s.block_n, s.block_k, s.stages,
+               s.tma ? "TMA from a producer warpgroup, mbarriers full and empty per stage" : "cp.async",
+               s.stage_bytes / 1024,
+               s.tile_blocks > 0
                    ? fmt::format(
-                         "{} persistent blocks over {} tiles{}", tile_blocks, tiles(),
-                         std::string(consumer_groups > 1 ? " (two consumer warpgroups on tiles of their "
+                         "{} persistent blocks over {} tiles{}", s.tile_blocks, s.tiles(),
+                         std::string(s.consumer_groups > 1 ? " (two consumer warpgroups on tiles of their "
                                                            "own, their k loops taking turns: ping-pong)"
                                                          : "") +
-                             (cluster_blocks > 1 ? fmt::format(", in clusters of {} on adjacent tile rows "
+                             (s.cluster_blocks > 1 ? fmt::format(", in clusters of {} on adjacent tile rows "
                                                                "(B's tile multicast)",
-                                                               cluster_blocks)
+                                                               s.cluster_blocks)
                                                  : ""))
-                   : fmt::format("{} blocks", grid()),
-               batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-           (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") +
-           (tma_store
+                   : fmt::format("{} blocks", s.grid()),
+               s.batch > 1 ? fmt::format(" over {} batches", s.batch) : "") +
+           (s.group > 1 ? fmt::format(", taken {} tile rows at a time", s.group) : "") +
+           (s.tma_store
                 ? fmt::format(
                       "; the output stored by TMA, a 128-byte panel of columns at a time through {} KiB "
                       "of shared memory, the consumers going on while it writes",
-                      staging_bytes(consumer_groups) / 1024)
+                      s.staging_bytes(s.consumer_groups) / 1024)
                 : "") +
-           (rolled_epilogue
+           (s.rolled_epilogue
                 ? "; the epilogue computed on each staged panel in a loop over chunks of 32 rows (one "
                   "chunk's code to compile, not one per element)"
                 : "") +
            operand_notes;
-  if (contracts)
-    return fmt::format(
-        "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
+  return fmt::format(
+             "matmul tiles of {}×{} ({}×{} warps, each {}×{} in mma.sync m16n8k16 fragments), k in steps of {}{}, {} "
         "blocks{}",
-        block_m, block_n, warps_m, warps_n, block_m / warps_m, block_n / warps_n, block_k,
-        stages > 0 ? fmt::format(" through {} shared-memory stages (cp.async, ldmatrix; {} KiB each)", stages,
-                                 stage_bytes / 1024)
+        s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_m / s.warps_m, s.block_n / s.warps_n, s.block_k,
+        s.stages > 0 ? fmt::format(" through {} shared-memory stages (cp.async, ldmatrix; {} KiB each)", s.stages,
+                                 s.stage_bytes / 1024)
                    : " loaded straight from global memory",
-        grid(), batch > 1 ? fmt::format(" over {} batches", batch) : "") +
-        (group > 1 ? fmt::format(", taken {} tile rows at a time", group) : "") + operand_notes;
+        s.grid(), s.batch > 1 ? fmt::format(" over {} batches", s.batch) : "") +
+        (s.group > 1 ? fmt::format(", taken {} tile rows at a time", s.group) : "") + operand_notes;
+}
+
+// A column reduction: its tiles, parts and grid.
+static std::string describe_columns(const TileSchedule& s) {
+  return fmt::format(
+        "column tiles of {} ({}×{} threads, {}×{} per loop step), {} reduced rows{} in {} part{} of {} rows each "
+        "({} blocks){}, {}-wide vectors",
+        s.tile_cols(), s.thread_rows, s.threads_per_row, s.tile_rows(), s.tile_cols(), s.rows,
+        s.outer > 1 ? fmt::format(" for each of {} column sets", s.outer) : "", s.split_blocks, s.split_blocks == 1 ? "" : "s",
+        s.split_rows, s.grid(), s.split_blocks > 1 ? "; the parts meet in the workspace, added up by each tile's last block" : "",
+        s.vec);
+}
+
+// A write in place (a cache's slices at positions read at run time).
+static std::string describe_in_place(const TileSchedule& s) {
+  return fmt::format("in place: {} slices of {} elements written into the cache at the positions read at run time, "
+                       "{} threads × {}-wide vectors per slice ({} blocks); nothing else of the cache moves",
+                       s.rows, s.cols, s.threads_per_row, s.vec, s.grid());
+}
+
+// Pointwise and row kernels.
+static std::string describe_rows(const TileSchedule& s) {
+  const char* rows_word = s.rows_per_thread == 1 ? "row" : "rows";
+  std::string per_thread = s.chunks_per_thread > 1
+                               ? fmt::format("{} {} × {}×{} cols", s.rows_per_thread, rows_word, s.chunks_per_thread, s.vec)
+                               : fmt::format("{} {} × {} cols", s.rows_per_thread, rows_word, s.vec);
+  std::string loop =
+      s.col_iters > 1 ? fmt::format(", a loop of {} column tiles of {}", s.col_iters, s.iter_cols()) : "";
+  if (s.looped_parts())
+    loop += fmt::format(", each row in {} parts of that loop, a block each, their reductions meeting in the workspace",
+                        s.col_blocks());
+  if (s.cluster_blocks > 1)
+    loop += fmt::format(", clusters of {} blocks per row{}", s.cluster_blocks, s.cluster_online ? " (an exchange a pass)" : "");
+  if (s.block_online) loop += ", a block barrier a pass";
+  if (s.split_blocks > 1)
+    loop += fmt::format(", rows split into {} parts that meet in global memory", s.split_blocks);
+  if (s.min_blocks_per_sm > 0) loop += fmt::format(", {} blocks per SM", s.min_blocks_per_sm);
+  if (s.stages > 0)
+    loop +=
+        fmt::format(", persistent: {} {}{} ahead in shared memory by bulk copies ({} KiB per stage)", s.stages,
+                    s.split_blocks > 1 ? "part" : "row", s.stages == 1 ? "" : "s", s.stage_bytes / 1024);
+  if (s.claims_rows()) loop += fmt::format(", rows after the first {} rounds claimed from a counter", s.stages);
+  if (s.refill_at_read) loop += ", each stage refilled as soon as read";
+  if (s.split_blocks > 1 && s.fetch_parts_early) loop += ", the pending part's words fetched at the top of each task";
   // A persistent grid launches as many blocks as the device holds; the tiles are its work.
-  std::string blocks = stages > 0 ? fmt::format("{} tiles", grid()) : fmt::format("{} blocks", grid());
-  if (window)
-    loop += fmt::format(", rows read as {}-aligned windows (a width of {} is not a multiple of {}: the ends masked)", vec,
-                        cols, vec);
-  if (!elem_dims.empty())
-    loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(elem_dims),
-                        shape_str(elem_dims), elem_dims.back());
-  if (col_iters > 1) loop += ", one partial a thread carried";
-  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", tile_rows(),
-                     tile_cols(), per_thread, thread_rows, threads_per_row, blocks, loop, vec);
+  std::string blocks = s.stages > 0 ? fmt::format("{} tiles", s.grid()) : fmt::format("{} blocks", s.grid());
+  if (s.window)
+    loop += fmt::format(", rows read as {}-aligned windows (a width of {} is not a multiple of {}: the ends masked)", s.vec,
+                        s.cols, s.vec);
+  if (!s.elem_dims.empty())
+    loop += fmt::format(", flat: the {} elements of {} in order (rows of {} are not whole vectors)", num_elements(s.elem_dims),
+                        shape_str(s.elem_dims), s.elem_dims.back());
+  if (s.col_iters > 1) loop += ", one partial a thread carried";
+  return fmt::format("tile {}×{} ({} per thread, {}×{} threads, {}){}, {}-wide vectors", s.tile_rows(),
+                     s.tile_cols(), per_thread, s.thread_rows, s.threads_per_row, blocks, loop, s.vec);
+}
+
+std::string TileSchedule::describe() const {
+  if (reduces_columns) return describe_columns(*this);
+  if (writes_in_place) return describe_in_place(*this);
+  if (attention_backward > 0) return describe_attention_backward(*this);
+  if (attention) return describe_attention(*this);
+  if (contracts) return describe_matmul(*this);
+  return describe_rows(*this);
 }
 
 // A wgmma tile's width: 256, or 128 where that pads n less (a product 128 wide is not computed
