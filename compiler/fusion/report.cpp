@@ -64,7 +64,8 @@ static std::string occupancy(const Kernel& k, const MeasuredKernels& measured, c
                      k.cost.blocks_per_sm);
 }
 
-std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) {
+// The plan's totals against the unfused plan's, and the unfused plan's kernels.
+static std::string totals_text(const Plan& plan) {
   const Graph& g = plan.graph;
   const DeviceProfile& p = plan.options.profile;
   std::string s = fmt::format(
@@ -90,108 +91,137 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
   for (const Kernel& k : plan.unfused_kernels)
     s += fmt::format("  {:<28} {:>16} B {:>12}\n", node_desc(g, k.nodes[0]), bytes_str(k.cost.bytes()),
                      ms(k.cost.predicted_s));
-  s += "\nkernels\n";
-  for (const Kernel& k : plan.kernels) {
-    std::vector<std::string> nodes, reads, writes;
-    for (NodeId n : k.nodes) nodes.push_back(node_desc(g, n));
-    for (NodeId n : k.inputs) reads.push_back(tensor_desc(g, n));
-    for (NodeId n : k.outputs) writes.push_back(tensor_desc(g, n));
-    s += fmt::format("  {}  {}  domain {}\n", k.name, schedule_kind_name(k.kind), shape_str(k.domain));
-    s += fmt::format("    computes {}\n", fmt::join(nodes, ", "));
-    s += fmt::format("    reads    {} ({} B)\n",
-                     reads.empty() ? "nothing" : fmt::format("{}", fmt::join(reads, ", ")),
-                     bytes_str(k.cost.bytes_read));
-    s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
-    s += fmt::format("    space    {}\n", iteration_space(g, k).str(g));
-    if (k.library) {
-      const DeviceProfile& p = plan.options.profile;
-      const std::string shape = library_gemm_shape(g, g.node(contraction(g, k))).key();
-      const auto measured = p.library_gemm_flops.find(shape);
-      s += fmt::format("    cuBLASLt GEMM, epilogue {}: no generated code; {:.3g} TFLOP at {}\n",
-                       library_epilogue_name(*k.library), k.cost.flops / 1e12,
-                       measured != p.library_gemm_flops.end()
-                           ? fmt::format("{:.0f} TFLOP/s, the library's rate measured here for {}",
-                                         measured->second / 1e12, shape)
-                           : fmt::format("the library's {:.0f} TFLOP/s", library_flops_rate(g, k, p) / 1e12));
-    } else {
-      s += fmt::format("    {}\n", k.schedule.describe());
-    }
-    if (k.kind == ScheduleKind::RowReduce) {
-      std::string how =
-          k.schedule.cluster_blocks > 1
-              ? fmt::format(
-                    "the row stays in the registers of a cluster of {} blocks, which exchange "
-                    "partial results through distributed shared memory: inputs read once",
-                    k.schedule.cluster_blocks)
-          : k.schedule.split_blocks > 1
-              ? fmt::format(
-                    "each of the row's {} parts stays in the registers of the block that takes it, "
-                    "which publishes its (max, sum) pair in global memory ({} B in all): inputs "
-                    "read once",
-                    k.schedule.split_blocks, bytes_str(k.schedule.workspace_bytes()))
-          : k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
-          : k.passes == 1             ? "one pass: inputs read once"
-          : k.cost.reread_bytes
-              ? fmt::format("later passes re-read {} B from HBM", bytes_str(k.cost.reread_bytes))
-              : fmt::format("later passes re-read {} B, from L2 (the rows in flight fit)",
-                            bytes_str(k.cost.l2_reread_bytes));
-      s += fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
-    }
-    if (k.kind == ScheduleKind::MatMul && !k.library)
-      s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s ({}){}\n",
-                       registers_line(k, measured), occupancy(k, measured, p), k.cost.flops / 1e12,
-                       matmul_flops_rate(k.schedule, plan.options.profile) / 1e12,
-                       k.schedule.wgmma ? "wgmma" : k.schedule.stages > 0 ? "mma.sync, staged" : "mma.sync, direct",
-                       k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
-    else if (!k.library)
-      s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
-                       occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
-    if (k.kind == ScheduleKind::Attention) {
-      std::vector<std::string> hiding;
-      if (k.schedule.overlap)
-        hiding.push_back(attention_pins_pv_wait(k)
-                             ? "each step's softmax under the previous step's P·V, its wait pinned below the softmax"
-                             : "each step's softmax under the previous step's P·V");
-      if (k.schedule.warpgroup_turns) hiding.push_back("the two warpgroups take turns: ping-pong");
-      if (hiding.empty()) hiding.push_back("each product waited for before the softmax");
-      s += fmt::format("    arithmetic: the products {} on the tensor cores, the softmax {} ({}-bound), {} of it hidden "
-                       "under the products ({})\n",
-                       ms(k.cost.tensor_s), ms(k.cost.softmax_s), k.cost.exp_bound ? "exponent (MUFU)" : "issue",
-                       ms(k.cost.hidden_s), fmt::join(hiding, "; "));
-    }
-    if (k.kind == ScheduleKind::AttentionBackward)
-      s += fmt::format(
-          "    arithmetic: the products {} on the tensor cores ({}), P's exponentials and the "
-          "per-score work {} ({}-bound){}, not overlapped\n",
-          ms(k.cost.tensor_s), k.schedule.wgmma ? "wgmma" : "mma.sync", ms(k.cost.softmax_s),
-          k.cost.exp_bound ? "exponent (MUFU)" : "issue",
-          k.cost.reduce_s > 0 ? fmt::format(", dQ's f32 sums {} at L2", ms(k.cost.reduce_s)) : "");
-    if (k.cost.copy_bytes > 0)
-      s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
-                       bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));
-    if (k.cost.busy_share < 1 && (k.schedule.stages == 0 || k.schedule.contracts))
-      s += fmt::format("    {} blocks for {} SMs: at most {:.1f}% of the device's memory bandwidth\n", k.schedule.grid(),
-                       plan.options.profile.sm_count, 100 * k.cost.busy_share);
-    else if (k.cost.busy_share < 1)
-      s += fmt::format(
-          "    persistent grid: its {} are busy {:.1f}% of the time (the last round over "
-          "the {} is partial)\n",
-          k.schedule.split_blocks > 1 ? "blocks" : "row groups", 100 * k.cost.busy_share,
-          k.schedule.split_blocks > 1 ? "row parts" : "rows");
-    std::string steps =
-        k.cost.row_steps_s > 0 ? fmt::format(", then per-row steps {}", ms(k.cost.row_steps_s)) : "";
-    if (k.cost.fill_drain_s > 0) steps += fmt::format(", filling and draining {}", ms(k.cost.fill_drain_s));
-    std::string mufu = k.cost.mufu_s > 0.05 * k.cost.predicted_s
-                           ? fmt::format(", transcendentals on the MUFU pipe {}", ms(k.cost.mufu_s))
-                           : "";
-    const bool mufu_bound = k.cost.mufu_s > std::max(k.cost.memory_s, k.cost.compute_s);
-    s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {}{}{})\n", ms(k.cost.predicted_s),
-                     mufu_bound                            ? "MUFU"
-                     : k.cost.memory_s >= k.cost.compute_s ? "memory"
-                                                           : "compute",
-                     ms(k.cost.memory_s), ms(k.cost.compute_s), mufu, steps);
-  }
+  return s;
+}
 
+// A row kernel's passes over each row, and where the rows stay.
+static std::string row_passes_text(const Kernel& k) {
+  if (k.kind != ScheduleKind::RowReduce) return "";
+  std::string how =
+      k.schedule.cluster_blocks > 1
+          ? fmt::format(
+                "the row stays in the registers of a cluster of {} blocks, which exchange "
+                "partial results through distributed shared memory: inputs read once",
+                k.schedule.cluster_blocks)
+      : k.schedule.split_blocks > 1
+          ? fmt::format(
+                "each of the row's {} parts stays in the registers of the block that takes it, "
+                "which publishes its (max, sum) pair in global memory ({} B in all): inputs "
+                "read once",
+                k.schedule.split_blocks, bytes_str(k.schedule.workspace_bytes()))
+      : k.schedule.col_iters == 1 ? "the row stays in registers: inputs read once"
+      : k.passes == 1             ? "one pass: inputs read once"
+      : k.cost.reread_bytes
+          ? fmt::format("later passes re-read {} B from HBM", bytes_str(k.cost.reread_bytes))
+          : fmt::format("later passes re-read {} B, from L2 (the rows in flight fit)",
+                        bytes_str(k.cost.l2_reread_bytes));
+  return fmt::format("    {} pass{} over each row; {}\n", k.passes, k.passes == 1 ? "" : "es", how);
+}
+
+// Where an attention kernel's arithmetic goes: the products, the softmax and what hides it.
+static std::string arithmetic_text(const Kernel& k) {
+  std::string s;
+  if (k.kind == ScheduleKind::Attention) {
+    std::vector<std::string> hiding;
+    if (k.schedule.overlap)
+      hiding.push_back(attention_pins_pv_wait(k)
+                           ? "each step's softmax under the previous step's P·V, its wait pinned below the softmax"
+                           : "each step's softmax under the previous step's P·V");
+    if (k.schedule.warpgroup_turns) hiding.push_back("the two warpgroups take turns: ping-pong");
+    if (hiding.empty()) hiding.push_back("each product waited for before the softmax");
+    s += fmt::format("    arithmetic: the products {} on the tensor cores, the softmax {} ({}-bound), {} of it hidden "
+                     "under the products ({})\n",
+                     ms(k.cost.tensor_s), ms(k.cost.softmax_s), k.cost.exp_bound ? "exponent (MUFU)" : "issue",
+                     ms(k.cost.hidden_s), fmt::join(hiding, "; "));
+  }
+  if (k.kind == ScheduleKind::AttentionBackward)
+    s += fmt::format(
+        "    arithmetic: the products {} on the tensor cores ({}), P's exponentials and the "
+        "per-score work {} ({}-bound){}, not overlapped\n",
+        ms(k.cost.tensor_s), k.schedule.wgmma ? "wgmma" : "mma.sync", ms(k.cost.softmax_s),
+        k.cost.exp_bound ? "exponent (MUFU)" : "issue",
+        k.cost.reduce_s > 0 ? fmt::format(", dQ's f32 sums {} at L2", ms(k.cost.reduce_s)) : "");
+  return s;
+}
+
+// A kernel's copies, its grid's share of the device, and its predicted time and bound.
+static std::string cost_text(const Plan& plan, const Kernel& k) {
+  std::string s;
+  if (k.cost.copy_bytes > 0)
+    s += fmt::format("    operand copies into a padded pitch first: {} B read and written, {} (in the prediction)\n",
+                     bytes_str(k.cost.copy_bytes), ms(k.cost.copy_s));
+  if (k.cost.busy_share < 1 && (k.schedule.stages == 0 || k.schedule.contracts))
+    s += fmt::format("    {} blocks for {} SMs: at most {:.1f}% of the device's memory bandwidth\n", k.schedule.grid(),
+                     plan.options.profile.sm_count, 100 * k.cost.busy_share);
+  else if (k.cost.busy_share < 1)
+    s += fmt::format(
+        "    persistent grid: its {} are busy {:.1f}% of the time (the last round over "
+        "the {} is partial)\n",
+        k.schedule.split_blocks > 1 ? "blocks" : "row groups", 100 * k.cost.busy_share,
+        k.schedule.split_blocks > 1 ? "row parts" : "rows");
+  std::string steps =
+      k.cost.row_steps_s > 0 ? fmt::format(", then per-row steps {}", ms(k.cost.row_steps_s)) : "";
+  if (k.cost.fill_drain_s > 0) steps += fmt::format(", filling and draining {}", ms(k.cost.fill_drain_s));
+  std::string mufu = k.cost.mufu_s > 0.05 * k.cost.predicted_s
+                         ? fmt::format(", transcendentals on the MUFU pipe {}", ms(k.cost.mufu_s))
+                         : "";
+  const bool mufu_bound = k.cost.mufu_s > std::max(k.cost.memory_s, k.cost.compute_s);
+  s += fmt::format("    predicted {} ({}-bound: memory {}, arithmetic {}{}{})\n", ms(k.cost.predicted_s),
+                   mufu_bound                            ? "MUFU"
+                   : k.cost.memory_s >= k.cost.compute_s ? "memory"
+                                                         : "compute",
+                   ms(k.cost.memory_s), ms(k.cost.compute_s), mufu, steps);
+  return s;
+}
+
+// A kernel that is cuBLASLt's GEMM: its epilogue and the library's rate (measured or assumed).
+static std::string library_gemm_text(const Plan& plan, const Kernel& k) {
+  const Graph& g = plan.graph;
+  const DeviceProfile& p = plan.options.profile;
+  const std::string shape = library_gemm_shape(g, g.node(contraction(g, k))).key();
+  const auto rate = p.library_gemm_flops.find(shape);
+  return fmt::format("    cuBLASLt GEMM, epilogue {}: no generated code; {:.3g} TFLOP at {}\n",
+                     library_epilogue_name(*k.library), k.cost.flops / 1e12,
+                     rate != p.library_gemm_flops.end()
+                         ? fmt::format("{:.0f} TFLOP/s, the library's rate measured here for {}", rate->second / 1e12,
+                                       shape)
+                         : fmt::format("the library's {:.0f} TFLOP/s", library_flops_rate(g, k, p) / 1e12));
+}
+
+// One kernel of the plan: what it computes, reads and writes, its schedule and its cost.
+static std::string kernel_text(const Plan& plan, const Kernel& k, const MeasuredKernels& measured) {
+  const Graph& g = plan.graph;
+  const DeviceProfile& p = plan.options.profile;
+  std::string s;
+  std::vector<std::string> nodes, reads, writes;
+  for (NodeId n : k.nodes) nodes.push_back(node_desc(g, n));
+  for (NodeId n : k.inputs) reads.push_back(tensor_desc(g, n));
+  for (NodeId n : k.outputs) writes.push_back(tensor_desc(g, n));
+  s += fmt::format("  {}  {}  domain {}\n", k.name, schedule_kind_name(k.kind), shape_str(k.domain));
+  s += fmt::format("    computes {}\n", fmt::join(nodes, ", "));
+  s += fmt::format("    reads    {} ({} B)\n",
+                   reads.empty() ? "nothing" : fmt::format("{}", fmt::join(reads, ", ")),
+                   bytes_str(k.cost.bytes_read));
+  s += fmt::format("    writes   {} ({} B)\n", fmt::join(writes, ", "), bytes_str(k.cost.bytes_written));
+  s += fmt::format("    space    {}\n", iteration_space(g, k).str(g));
+  s += k.library ? library_gemm_text(plan, k) : fmt::format("    {}\n", k.schedule.describe());
+  s += row_passes_text(k);
+  if (k.kind == ScheduleKind::MatMul && !k.library)
+    s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s ({}){}\n",
+                     registers_line(k, measured), occupancy(k, measured, p), k.cost.flops / 1e12,
+                     matmul_flops_rate(k.schedule, plan.options.profile) / 1e12,
+                     k.schedule.wgmma ? "wgmma" : k.schedule.stages > 0 ? "mma.sync, staged" : "mma.sync, direct",
+                     k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
+  else if (!k.library)
+    s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
+                     occupancy(k, measured, p), k.cost.bytes_in_flight_per_sm / 1024);
+  return s + arithmetic_text(k) + cost_text(plan, k);
+}
+
+// Each fusion decision, its options and what it saves; values not compiled.
+static std::string decisions_text(const Plan& plan) {
+  const Graph& g = plan.graph;
+  std::string s;
   if (!plan.dead.empty()) {
     std::vector<std::string> dead;
     for (NodeId n : plan.dead) dead.push_back(node_desc(g, n));
@@ -227,21 +257,32 @@ std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) 
     if (d.verdict != Verdict::Materialized && by_library.count(d.producer))
       s += "     undone: the matmul is cuBLASLt's (see the library GEMM priced, below)\n";
   }
-  if (!plan.gemm_choices.empty()) {
-    s += "\nmatmul kernels: the library GEMM priced\n";
-    for (const GemmChoice& c : plan.gemm_choices) {
-      s += fmt::format("  {} (%{} matmul)\n", c.kernel, c.matmul);
-      const char* tag[] = {"(i)  ", "(ii) ", "(iii)"};
-      for (size_t o = 0; o < c.options.size(); ++o) {
-        const GemmOption& op = c.options[o];
-        s += fmt::format("    {} {}: {}{}\n", tag[o], op.name,
-                         op.applies ? fmt::format("{} predicted", ms(op.predicted_s)) : "does not apply — " + op.why_not,
-                         static_cast<int>(o) == c.chosen ? " ← chosen" : "");
-      }
-      if (!c.note.empty()) s += fmt::format("    {}: {} predicted lost\n", c.note, ms(c.lost_s));
+  return s;
+}
+
+// Each matmul kernel's three ways, priced.
+static std::string gemm_choices_text(const Plan& plan) {
+  if (plan.gemm_choices.empty()) return "";
+  std::string s;
+  s += "\nmatmul kernels: the library GEMM priced\n";
+  for (const GemmChoice& c : plan.gemm_choices) {
+    s += fmt::format("  {} (%{} matmul)\n", c.kernel, c.matmul);
+    const char* tag[] = {"(i)  ", "(ii) ", "(iii)"};
+    for (size_t o = 0; o < c.options.size(); ++o) {
+      const GemmOption& op = c.options[o];
+      s += fmt::format("    {} {}: {}{}\n", tag[o], op.name,
+                       op.applies ? fmt::format("{} predicted", ms(op.predicted_s)) : "does not apply — " + op.why_not,
+                       static_cast<int>(o) == c.chosen ? " ← chosen" : "");
     }
+    if (!c.note.empty()) s += fmt::format("    {}: {} predicted lost\n", c.note, ms(c.lost_s));
   }
   return s;
+}
+
+std::string plan_report_text(const Plan& plan, const MeasuredKernels& measured) {
+  std::string s = totals_text(plan) + "\nkernels\n";
+  for (const Kernel& k : plan.kernels) s += kernel_text(plan, k, measured);
+  return s + decisions_text(plan) + gemm_choices_text(plan);
 }
 
 std::string plan_report_json(const Plan& plan, const MeasuredKernels& measured) {
