@@ -435,6 +435,7 @@ class MatMulProgram {
   // `first` is the tile's first step counted over the block's tiles, which sets its stages.)
   void product_and_epilogue(Builder& b, int tile, int split, int first) {
     std::map<NodeId, int> value;
+    load_operands_early(b, value);
     const int acc = product(b, b.mul(b_batch_, b.index(s_.k)), first);
     if (!split_k()) return finish(b, acc, value);
     store_partial(b, split, acc);
@@ -736,20 +737,38 @@ class MatMulProgram {
     p_.layout = {{1, per_thread}, {s_.block_threads() / 8, 8}, {1, 1}};
   }
 
+  // Epilogue operand `id` in the product's `tile` at `offsets` (one wide along an axis its view
+  // is one wide along).
+  int load_operand(Builder& b, NodeId id, const std::vector<int>& offsets, const Shape& tile, Frag frag) {
+    const Param& prm = p_.params[static_cast<size_t>(param_.at(id))];
+    const Shape t = {prm.view[0] == 1 ? 1 : tile[0], prm.view[1] == 1 ? 1 : tile[1]};
+    const std::vector<int> at = {prm.view[0] == 1 ? zero_ : offsets[0],
+                                 prm.view[1] == 1 ? zero_ : offsets[1]};
+    const std::vector<bool> masked = {prm.view[0] != 1 && (rows_masked() || s_.batch > 1),
+                                      prm.view[1] != 1 && cols_masked()};
+    return b.load(param_.at(id), at, t, masked, {row_end_, -1}, frag);
+  }
+  // The epilogue's operands (a residual, a saved pre-activation, a bias), loaded before the
+  // tile's k loop where the accumulator leaves room (at most 64 f32 a thread: 128-wide tiles,
+  // which an epilogue reading whole tiles always takes): their latency then passes under the
+  // product. Loaded after it, each tile waited out a DRAM round trip before its epilogue could
+  // start (mlp_train's GELU' epilogue: 48 loads a thread after the last wgmma's wait). At
+  // 128×256 the bias's registers held through the loop spilled 144 bytes: loaded after it there.
+  void load_operands_early(Builder& b, std::map<NodeId, int>& value) {
+    if (split_k() || s_.rolled_epilogue || s_.block_m * s_.block_n / s_.block_threads() > 64) return;
+    for (NodeId id : k_.inputs) {
+      if (id == mm_.operands[0] || id == mm_.operands[1]) continue;
+      value[id] = load_operand(b, id, {row0_, n0_}, {s_.block_m, s_.block_n}, Frag::Acc);
+    }
+  }
+
   // The epilogue's nodes on operands loaded at `offsets` in tiles of `tile` (views one wide along
   // an axis keep it one wide) of layout `frag`, given the product's value in `value`.
   void epilogue_nodes(Builder& b, std::map<NodeId, int>& value, const std::vector<int>& offsets,
                       const Shape& tile, Frag frag) {
-    for (NodeId id : k_.inputs) {
-      if (id == mm_.operands[0] || id == mm_.operands[1]) continue;
-      const Param& prm = p_.params[static_cast<size_t>(param_.at(id))];
-      const Shape t = {prm.view[0] == 1 ? 1 : tile[0], prm.view[1] == 1 ? 1 : tile[1]};
-      const std::vector<int> at = {prm.view[0] == 1 ? zero_ : offsets[0],
-                                   prm.view[1] == 1 ? zero_ : offsets[1]};
-      const std::vector<bool> masked = {prm.view[0] != 1 && (rows_masked() || s_.batch > 1),
-                                        prm.view[1] != 1 && cols_masked()};
-      value[id] = b.load(param_.at(id), at, t, masked, {row_end_, -1}, frag);
-    }
+    for (NodeId id : k_.inputs)
+      if (id != mm_.operands[0] && id != mm_.operands[1] && !value.count(id))
+        value[id] = load_operand(b, id, offsets, tile, frag);
     for (NodeId id : k_.nodes) {
       if (id == mm_.id) continue;
       const Node& n = g_.node(id);

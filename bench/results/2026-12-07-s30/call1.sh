@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Call 1 (bundle/ at main, the kernels of 004221b; build-base/ = 445df71). Branches on the card:
+# Call 1 (bundle/ at main: 004221b's kernels, and the matmul epilogue's operands loaded before the
+# k loop; build-base/ = 445df71). Branches on the card:
 # - an H200: the owed one-run bars — issue 12's GEMM bars (predicted beside measured), the
 #   training step against build-base interleaved with cuDNN's step (issue 17), then attention's
 #   family beside SDPA and FlexAttention (issue 13) while time is left;
@@ -29,6 +30,12 @@ for cfg in "mlp_train --library-gemm never" "matmul --gemm-tile 128x128" "matmul
   timeout 40 bundle/tilefuse run $cfg --bench --iters 20 2>&1 | grep -E "median|predicted|rror" | sed "s/^/$cfg: /"
 done | tee "$OUT/epilogue_model.log"
 echo "epilogue: $((SECONDS - start)) s"
+# The epilogue's operands loaded before the k loop (mlp_train's GELU' kernel), against build-base.
+if [ $SECONDS -lt 450 ]; then
+  OLD=build-base NAMES=mlp_train FLAGS="--library-gemm never" ROUNDS=2 ITERS=20 timeout 90 bash scripts/gpu_ab.sh 2>&1 | tail -3
+  mv "$OUT/ab.log" "$OUT/ab_mlp.log"; mv "$OUT/ab.md" "$OUT/ab_mlp.md"
+  grep "mlp_train_k2" "$OUT/ab_mlp.log" | head -4
+fi
 if [[ $card == *H200* ]] && [ $SECONDS -lt 420 ]; then
   ROUNDS=1 timeout $((585 - SECONDS)) bash scripts/gpu_attention_family.sh >/dev/null 2>&1
   cat "$OUT/attention_family.md"
