@@ -505,8 +505,8 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
   s.overlap = s.wgmma && (hints.attention_overlap == 1 ? d <= 128 || s.tma
                                                        : hints.attention_overlap != 0 && d <= 128 &&
                                                              bound_by_products && n_kv > s.block_n);
-  // Turns (and the persistent grid, fit_attention_grid) stop at d 128: beside d 256's output
-  // accumulator their bookkeeping spilled (8 bytes).
+  // Turns stop at d 128 (and the persistent grid, fit_attention_grid, unless asked for and not
+  // overlapped): beside d 256's output accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;
   // The running max raised lazily in TMA loops only, whose Q is read from shared memory: in every
   // thread's cp.async loop, with Q's fragments in registers, ptxas (13.0) put P's fragments into
@@ -587,7 +587,11 @@ static void fit_attention_grid(TileSchedule& s, int64_t n_kv, const DeviceProfil
   // of the ~5 measured: 2.4% at N 4096, 3.8% causal, 6% at d 64), where its static order keeps
   // the blocks' work within 2% of each other; each block takes a few tiles at least.
   const int64_t query_tiles = s.batch * s.m_blocks(), sms = p.sm_count, blocks = std::min(query_tiles, sms);
-  const bool can = s.tma && padded_head_dim(s.k) <= 128 && s.kv_splits == 1 && !s.key_limit;
+  // Past d 128 only where asked for (`--attention-persistent 1`: not yet timed there) and not
+  // overlapped: with the overlap too, a causal chain with an offset spilled 8 bytes.
+  const bool wide = padded_head_dim(s.k) > 128;
+  const bool can =
+      s.tma && (!wide || (hints.attention_persistent == 1 && !s.overlap)) && s.kv_splits == 1 && !s.key_limit;
   s.tile_balance = can && hints.attention_persistent != 0 ? persistent_balance(s, blocks) : 0;
   // A causal grid's odd count of query tiles a head leaves each head's middle tile to a round
   // after the pairs: at N 4097 that measured 3.5% slower (by minima) than a block a tile, though

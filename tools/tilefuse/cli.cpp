@@ -199,7 +199,8 @@ common options:
                                persistent grid of a block per SM taking the query tiles in turn
                                (causal: a head's long and short tiles in pairs; windows:
                                longest first), the next tile's Q, K and V copied while this one
-                               finishes (d ≤ 128); 0 a block per query tile; auto (the default):
+                               finishes (d ≤ 128; past it only by 1, not overlapped); 0 a block
+                               per query tile; auto (the default):
                                persistent where that static order balances the blocks' work
                                within 2% (not under a causal mask without a window with an odd
                                count of tiles a head, 3 or more)

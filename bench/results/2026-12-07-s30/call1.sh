@@ -5,6 +5,7 @@
 #   training step against build-base interleaved with cuDNN's step (issue 17), then attention's
 #   family beside SDPA and FlexAttention (issue 13) while time is left;
 # - an H100: s29's call2.sh (GPU checks, training A/B, d 256's schedules beside cuDNN).
+#   (d 256 persistent is now a forced option, not overlapped: "both" runs as the overlap alone.)
 # Both end with the cost model's inputs for the GEMM epilogue: mlp_train's kernels on own GEMMs
 # (its GELU' epilogue at 128×128) and a plain 8192³ at 128×128 tiles, each beside its prediction;
 # matmul_odd's kernels (copies apart) and the k-1024 GEMM with its tiles stored from registers.
