@@ -476,7 +476,6 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
   const double issue_s = c.instructions / p.instructions_per_s, exp_s = pairs / p.exp2_per_s;
   c.softmax_s = std::max(issue_s, exp_s);
   c.exp_bound = exp_s > issue_s;
-  c.compute_s = c.tensor_s + c.softmax_s + c.reduce_s;
   // ptxas on mma.sync: the keys' part at d 128 holds two accumulators of 64 registers a thread
   // and takes all 255; at d 64 ~250 (it has room); the queries' part ~210 at d 64, ~245 at d 128.
   // On wgmma (no A fragments in registers): ~205 and 120–160.
@@ -487,6 +486,13 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
       1, std::min(p.blocks_by_registers(c.registers, s.block_threads()),
                   static_cast<int>(p.shared_bytes_per_sm / std::max<int64_t>(1, s.dynamic_shared_bytes()))));
   c.bytes_in_flight_per_sm = static_cast<double>(s.stage_bytes) * c.blocks_per_sm;
+  // Blocks that share an SM run one another's per-score work under their products: of b blocks an
+  // SM's, 1/b of it stays exposed. (Measured on an H100, attention_train, ms: dK/dV at 2 blocks
+  // 6.80 against products 6.94 + per-score 1.03, which this puts at 7.45 and adding all at 7.97;
+  // dQ at 3 blocks 5.11 against 5.20 + 1.03 → 5.55; causal 3.93–4.11 against 3.47 + 0.64 → 3.79,
+  // and 2.75–2.83 against 2.60 + 0.64 → 2.81; bench/NOTES.md, 2026-12-07.)
+  c.hidden_s = c.softmax_s * (1.0 - 1.0 / c.blocks_per_sm);
+  c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s + c.reduce_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 

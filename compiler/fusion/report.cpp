@@ -137,10 +137,12 @@ static std::string arithmetic_text(const Kernel& k) {
   if (k.kind == ScheduleKind::AttentionBackward)
     s += fmt::format(
         "    arithmetic: the products {} on the tensor cores ({}), P's exponentials and the "
-        "per-score work {} ({}-bound){}, not overlapped\n",
+        "per-score work {} ({}-bound){}; {} of the per-score work hidden under the products of the "
+        "SM's other blocks ({} an SM)\n",
         ms(k.cost.tensor_s), k.schedule.wgmma ? "wgmma" : "mma.sync", ms(k.cost.softmax_s),
         k.cost.exp_bound ? "exponent (MUFU)" : "issue",
-        k.cost.reduce_s > 0 ? fmt::format(", dQ's f32 sums {} at L2", ms(k.cost.reduce_s)) : "");
+        k.cost.reduce_s > 0 ? fmt::format(", dQ's f32 sums {} at L2", ms(k.cost.reduce_s)) : "",
+        ms(k.cost.hidden_s), k.cost.blocks_per_sm);
   return s;
 }
 
