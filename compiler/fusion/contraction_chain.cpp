@@ -209,25 +209,16 @@ std::vector<NodeId> score_masks(const Graph& g, NodeId x, const std::vector<Node
   return out;
 }
 
-std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why) {
-  why->clear();
-  ContractionChain c;
-  c.output = out;
-  const Node& o = g.node(out);
-  if (o.op != Op::MatMul || o.transpose_a || o.transpose_b) return std::nullopt;
-  NodeId p = o.operands[0];
-  if (g.node(p).op == Op::Cast) {
-    c.cast = p;
-    p = g.node(p).operands[0];
-  }
-  // P = E / h(Σ E), E = exp(X − c): a softmax's probabilities (else not an attention at all).
+// P = E / h(Σ E), E = exp(X − c): a softmax's probabilities (else not an attention at all; `why`
+// stays empty), the divisor's ops and the row sum.
+static bool match_probabilities(const Graph& g, NodeId p, ContractionChain& c, std::string* why) {
   const Node& probs = g.node(p);
-  if (probs.op != Op::Div || g.node(probs.operands[0]).op != Op::Exp) return std::nullopt;
+  if (probs.op != Op::Div || g.node(probs.operands[0]).op != Op::Exp) return false;
   c.probs = p;
   c.exp = probs.operands[0];
   c.shifted = g.node(c.exp).operands[0];
   const Node& sub = g.node(c.shifted);
-  if (sub.op != Op::Sub) return std::nullopt;
+  if (sub.op != Op::Sub) return false;
   std::vector<NodeId> divisor;
   NodeId sum = probs.operands[1];
   while (!row_reduction(g.node(sum), Op::ReduceSum, g)) {
@@ -237,7 +228,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
       if (!is_constant(g, x)) vars.push_back(x);
     if (!elementwise(n) || vars.size() != 1) {
       *why = fmt::format("the probabilities' divisor %{} is not a function of a row sum and constants", probs.operands[1]);
-      return std::nullopt;
+      return false;
     }
     divisor.push_back(sum);
     sum = vars[0];
@@ -247,9 +238,14 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   c.row_sum = sum;
   if (g.node(sum).operands[0] != c.exp) {
     *why = fmt::format("the row sum %{} is not of the exp %{} it divides", sum, c.exp);
-    return std::nullopt;
+    return false;
   }
-  // c: the row max, or where(max > −inf, max, 0).
+  return true;
+}
+
+// The shift c subtracted before the exp: the row max of X, or where(max > −inf, max, 0).
+static bool match_shift(const Graph& g, ContractionChain& c, std::string* why) {
+  const Node& sub = g.node(c.shifted);
   const NodeId x = sub.operands[0];
   NodeId shift = sub.operands[1];
   if (!row_reduction(g.node(shift), Op::ReduceMax, g)) {
@@ -261,7 +257,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
         !is_constant_value(g, cond->operands[1], -INFINITY)) {
       *why = fmt::format("the shift %{} subtracted before the exp is neither the row max nor where(max > -inf, max, 0)",
                          shift);
-      return std::nullopt;
+      return false;
     }
     c.shift_ops = {w.operands[0], shift};
     shift = w.operands[1];
@@ -269,9 +265,15 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   c.row_max = shift;
   if (g.node(shift).operands[0] != x) {
     *why = fmt::format("the row max %{} is not of the value %{} it shifts", shift, x);
-    return std::nullopt;
+    return false;
   }
-  // X = f(S), S = Q·Kᵀ; f's other operands constants or masks from iotas.
+  return true;
+}
+
+// X = f(S), S = Q·Kᵀ: f elementwise, its other operands constants or masks and biases from iotas
+// and inputs (the causal mask, a window, a key limit among them), each fitting the scores.
+static bool match_scores(const Graph& g, ContractionChain& c, std::string* why) {
+  const NodeId x = g.node(c.shifted).operands[0];
   NodeId s = x;
   std::set<NodeId> index_nodes, tensors;
   while (g.node(s).op != Op::MatMul) {
@@ -294,7 +296,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
                          next == -2 ? "masks or biases (two operands depend on the scores, or a mask is computed from "
                                       "something other than iotas, constants and inputs)"
                                     : "constants");
-      return std::nullopt;
+      return false;
     }
     c.score_ops.push_back(s);
     s = next;
@@ -320,32 +322,40 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   const Node& sn = g.node(s);
   if (sn.transpose_a || !sn.transpose_b) {
     *why = fmt::format("the scores %{} are not Q·Kᵀ with K stored [.., keys, d] (transpose_b)", s);
-    return std::nullopt;
+    return false;
   }
   for (NodeId n : c.score_ops)
     if (g.node(n).shape != sn.shape) {
       *why = fmt::format("%{} {} has shape {}, the scores {}: f must keep the scores' shape", n,
                          op_info(g.node(n).op).name, shape_str(g.node(n).shape), shape_str(sn.shape));
-      return std::nullopt;
+      return false;
     }
   for (NodeId n : c.tensors)
     if (!fits_scores(g, n, sn.shape)) {
       *why = fmt::format("the tensor %{} {} that f reads does not broadcast into the scores {}", n,
                          shape_str(g.node(n).shape), shape_str(sn.shape));
-      return std::nullopt;
+      return false;
     }
   for (NodeId n : c.index_ops)
     if (!fits_scores(g, n, sn.shape)) {
       *why = fmt::format("the mask's %{} {}{} does not run along the scores {} (its queries and keys)", n,
                          op_info(g.node(n).op).name, shape_str(g.node(n).shape), shape_str(sn.shape));
-      return std::nullopt;
+      return false;
     }
+  return true;
+}
+
+// Q, K and V: three tensors from outside the chain, K and V sharing their leading axes (each Q's
+// or broadcast), O Q's rows by V's width.
+static bool match_operands(const Graph& g, ContractionChain& c, std::string* why) {
+  const Node& sn = g.node(c.scores);
+  const Node& o = g.node(c.output);
   c.q = sn.operands[0];
   c.k = sn.operands[1];
   c.v = o.operands[1];
   if (c.q == c.k || c.q == c.v || c.k == c.v) {
     *why = "one tensor is two of Q, K and V (not yet)";
-    return std::nullopt;
+    return false;
   }
   const Shape &q = g.node(c.q).shape, &k = g.node(c.k).shape, &v = g.node(c.v).shape;
   // K and V share their leading axes, each Q's or broadcast (1): K/V heads shared by query heads.
@@ -356,7 +366,7 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
     *why = fmt::format("Q {}, K {} and V {}: K and V must share their leading (batch, head) axes, each Q's or "
                        "broadcast (1)",
                        shape_str(q), shape_str(k), shape_str(v));
-    return std::nullopt;
+    return false;
   }
   c.lead.assign(q.begin(), q.end() - 2);
   c.kv_lead.assign(k.begin(), k.end() - 2);
@@ -366,13 +376,13 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   c.batch = num_elements(Shape(q.begin(), q.end() - 2));
   Shape o_shape(q.begin(), q.end() - 1);
   o_shape.push_back(v.back());
-  if (g.node(out).shape != o_shape) {
-    *why = fmt::format("O {} is not Q's rows by V's width", shape_str(g.node(out).shape));
-    return std::nullopt;
+  if (o.shape != o_shape) {
+    *why = fmt::format("O {} is not Q's rows by V's width", shape_str(o.shape));
+    return false;
   }
   if (v.back() != c.d) {
     *why = fmt::format("V's width {} differs from the head dimension {} (not yet)", v.back(), c.d);
-    return std::nullopt;
+    return false;
   }
   // Q, K and V come from outside the chain. (That nothing but O leaves it is the kernel's to
   // check: what a kernel writes is the fusion pass's, from the graph's live users.)
@@ -380,13 +390,30 @@ std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId o
   for (NodeId n : {c.q, c.k, c.v})
     if (std::binary_search(members.begin(), members.end(), n)) {
       *why = fmt::format("%{} is both an operand of the chain's products and computed in it", n);
-      return std::nullopt;
+      return false;
     }
   for (NodeId n : c.tensors)
     if (n == c.q || n == c.k || n == c.v) {
       *why = fmt::format("%{} is both an operand of the chain's products and a mask or bias (not yet)", n);
-      return std::nullopt;
+      return false;
     }
+  return true;
+}
+
+std::optional<ContractionChain> match_contraction_chain(const Graph& g, NodeId out, std::string* why) {
+  why->clear();
+  ContractionChain c;
+  c.output = out;
+  const Node& o = g.node(out);
+  if (o.op != Op::MatMul || o.transpose_a || o.transpose_b) return std::nullopt;
+  NodeId p = o.operands[0];
+  if (g.node(p).op == Op::Cast) {
+    c.cast = p;
+    p = g.node(p).operands[0];
+  }
+  if (!match_probabilities(g, p, c, why) || !match_shift(g, c, why) || !match_scores(g, c, why) ||
+      !match_operands(g, c, why))
+    return std::nullopt;
   c.row_ops = row_ops_of(g, c);
   return c;
 }
