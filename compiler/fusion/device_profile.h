@@ -33,6 +33,10 @@ struct DeviceProfile {
   // The same fed by TMA from a producer warpgroup on a persistent grid (TileSchedule::tma):
   // 694–782 TFLOP/s at 8192³ in 50-run medians, 736 at 4096³ (bench/NOTES.md, "TMA").
   double wgmma_tma_flops = 720e12;
+  // The tensor cores' dense 16-bit flops per byte shared memory moves at full rate, an SM's: 4096
+  // flops and 128 bytes a clock. What a wgmma GEMM's tile needs against it sets its share of the
+  // rates above, which were measured at 128×256 (matmul_flops_rate).
+  double smem_flops_per_byte = 32;
   bool wgmma = true;  // warpgroup MMA (sm_90a); false on a device without it
   // A matmul operand copied into a padded pitch (compiler/tile/pitch_copy.h: loads an element at
   // a time, 16-byte stores), bytes read + written. (The driver's cuMemcpy2DAsync, used before,
