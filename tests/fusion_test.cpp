@@ -501,6 +501,31 @@ TEST(FusionReduce, KernelsSharingAnInputAreMergedAfterwards) {
   EXPECT_GE(merges, 1);
 }
 
+// A producer some of whose consumers read it from memory (a matmul) cannot be fused into all of
+// them, but its column sum may still take it in: the bias gradient of a GELU' (mlp_train's db1)
+// is computed where the gradient is, which is still written for the matmul and not read back.
+TEST(FusionReduce, AColumnSumTakesInAProducerAMatmulAlsoReads) {
+  Graph g("bias_gradient");
+  Tensor a = input(g, "a", {2048, 1024}, DType::BF16), gr = input(g, "g", {2048, 1024}, DType::BF16);
+  Tensor dz = gelu(a + input(g, "b", {1024}, DType::BF16)) * gr;
+  output("db", sum(dz, {0}));
+  output("e", matmul(dz, input(g, "c", {1024, 64}, DType::BF16)));
+  const Plan p = plan_fusion(g);
+  testing::check_plan_invariants(p);
+  const Kernel* column = nullptr;
+  for (const Kernel& k : p.kernels)
+    if (k.kind == ScheduleKind::ColumnReduce) column = &k;
+  ASSERT_NE(column, nullptr);
+  EXPECT_EQ(column->outputs.size(), 2u);                               // dz for the matmul, and db
+  EXPECT_EQ(column->cost.bytes_read, 2 * 2048 * 1024 * 2 + 1024 * 2);  // a, g and b: dz not read back
+  bool said = false;
+  for (const FusionDecision& d : p.decisions)
+    said |=
+        d.verdict == Verdict::Merged && d.reason.find("not read back (still written") != std::string::npos;
+  EXPECT_TRUE(said);
+  testing::check_on_host(p, testing::test_seed());
+}
+
 // Two reductions of one tensor that no edge joins — a row's Σx² and max, a whole tensor's sum
 // and max — are merged afterwards into one kernel reading the tensor once; the decision names
 // the tensor and each kernel's reader. Reductions over different axes of x cannot share a

@@ -348,11 +348,21 @@ bool finish_kernel(const Graph& g, Kernel& k, const DeviceProfile& profile, cons
       if (in_place.cost.predicted_s < k.cost.predicted_s) k.schedule = in_place.schedule;
     }
   } else if (k.kind == ScheduleKind::ColumnReduce) {
-    auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), hints,
-                                    profile, why);
-    if (!s) return false;
-    k.schedule = *s;
-    k.schedule.partial_sums = k.totals.reductions;
+    // Fewer rows a loop step (8, 4, 2) where the chain's registers would keep the column kernel
+    // from the four blocks an SM its loads need (a gradient's column sum fused with the chain that
+    // computes it: mlp_train's GELU' and db1 took ~162 registers at 8).
+    for (int rows = 8;; rows /= 2) {
+      ScheduleHints h = hints;
+      if (!h.rows_per_thread) h.rows_per_thread = rows;
+      auto s = choose_column_schedule(k.domain, k.split, k.reduce_end, shapes, dtypes, k.inputs.size(), h,
+                                      profile, why);
+      if (!s) return false;
+      k.schedule = *s;
+      k.schedule.partial_sums = k.totals.reductions;
+      if (hints.rows_per_thread || rows <= 2) break;
+      estimate_cost(g, k, profile);
+      if (k.cost.registers <= profile.registers_at_blocks(4, k.schedule.block_threads())) break;
+    }
   } else if (reduces) {
     // A row's parts may meet once through global memory when its reductions all finish in its
     // first pass (one exchange a part) — at most two values a part, the workspace's 16 bytes a

@@ -673,8 +673,10 @@ class FusionPass {
   // The edge-by-edge decisions above see one producer at a time, so they can leave a kernel
   // and its consumer kernel both reading the same tensor — RMSNorm's sum of squares and its
   // scaling both read x when the reduction was weighed before x·x joined it — and they never
-  // weigh two kernels that no edge joins: a row's Σx² and max of one x. Afterwards, a producer
-  // kernel and a consumer kernel that read a tensor in common are merged, and then kernels
+  // weigh two kernels that no edge joins: a row's Σx² and max of one x. Nor do they take a
+  // producer into some of its consumers while others (a matmul) must read it from memory:
+  // mlp_train's GELU' and its column sum db1. Afterwards, a producer kernel and a consumer
+  // kernel are merged (the producer's output still written for the others), and then kernels
   // that read a tensor in common with no path of kernels between them, when the merged kernel
   // is legal, fits, and is predicted faster; each merge is a decision.
   void merge_sharing_kernels(std::vector<FusionDecision>* decisions) {
@@ -683,8 +685,8 @@ class FusionPass {
       }
   }
 
-  // The first pair of kernels that read a tensor in common — group a and one it feeds, or
-  // (`siblings`) a and a later group with no path of kernels either way — that merges.
+  // The first pair of kernels that merges: group a and one it feeds, or (`siblings`) a and a
+  // later group that reads a tensor in common with it and no path of kernels joins either way.
   bool merge_one(bool siblings, std::vector<FusionDecision>* decisions) {
     for (int a = 0; a < static_cast<int>(groups_.size()); ++a) {
       if (groups_[a].empty() || !kernel(a).kernel) continue;
@@ -695,11 +697,16 @@ class FusionPass {
         std::vector<NodeId> shared;
         std::set_intersection(reads_a.begin(), reads_a.end(), reads_b.begin(), reads_b.end(),
                               std::back_inserter(shared));
-        if (shared.empty() || (siblings && (reaches(a, b) || reaches(b, a)))) continue;
+        if (siblings && (shared.empty() || reaches(a, b) || reaches(b, a))) continue;
         if (try_merge(a, b, shared, decisions)) return true;
       }
     }
     return false;
+  }
+
+  bool still_written(int h, NodeId n) {
+    const std::vector<NodeId>& outs = kernel(h).kernel->outputs;
+    return std::find(outs.begin(), outs.end(), n) != outs.end();
   }
 
   bool try_merge(int a, int b, const std::vector<NodeId>& shared, std::vector<FusionDecision>* decisions) {
@@ -739,14 +746,24 @@ class FusionPass {
     std::vector<std::string> names, cons;
     for (NodeId n : shared) names.push_back(tensor_name(g_.node(n)));
     for (NodeId c : d.consumers) cons.push_back(describe(c));
-    d.reason = edge ? fmt::format("{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; "
-                                  "merged, one kernel reads {} once",
-                                  describe(d.producer), fmt::join(cons, ", "), describe(d.producer),
-                                  fmt::join(names, ", "), names.size() == 1 ? "it" : "them")
-                    : fmt::format("{} → {}: afterwards, the kernels computing {} and {} both read {}, and no kernel "
-                                  "lies between them; merged, one kernel reads {} once",
-                                  describe(d.producer), fmt::join(cons, ", "), describe(d.consumers.at(0)),
-                                  describe(d.consumers.at(1)), fmt::join(names, ", "), names.size() == 1 ? "it" : "them");
+    d.reason =
+        edge && shared.empty()
+            ? fmt::format(
+                  "{} → {}: afterwards, the kernel computing {} and its consumer's kernel merged: {} "
+                  "is not read back{}",
+                  describe(d.producer), fmt::join(cons, ", "), describe(d.producer),
+                  tensor_name(g_.node(d.producer)),
+                  still_written(a, d.producer) ? " (still written: other kernels read it)" : "")
+        : edge ? fmt::format(
+                     "{} → {}: afterwards, the kernel computing {} and its consumer's kernel both read {}; "
+                     "merged, one kernel reads {} once",
+                     describe(d.producer), fmt::join(cons, ", "), describe(d.producer),
+                     fmt::join(names, ", "), names.size() == 1 ? "it" : "them")
+               : fmt::format(
+                     "{} → {}: afterwards, the kernels computing {} and {} both read {}, and no kernel "
+                     "lies between them; merged, one kernel reads {} once",
+                     describe(d.producer), fmt::join(cons, ", "), describe(d.consumers.at(0)),
+                     describe(d.consumers.at(1)), fmt::join(names, ", "), names.size() == 1 ? "it" : "them");
     decisions->push_back(d);
     return true;
   }
