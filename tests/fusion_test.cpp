@@ -708,6 +708,10 @@ TEST(FusionMatMul, WgmmaTileFitsANarrowProduct) {
     ASSERT_TRUE(s.wgmma);
     const int64_t padded = (n + s.block_n - 1) / s.block_n * s.block_n;
     EXPECT_LE(padded, (n + 127) / 128 * 128) << s.describe();
+    // A tile narrower than 256 says what shared memory costs it.
+    EXPECT_EQ(
+        plan_report_text(p).find("of its rate: the tile's shared-memory bytes a flop") != std::string::npos,
+        s.block_n < 256);
   }
   // 48 columns in a 64-wide tile cost a third more per useful flop than 1024 in 256-wide ones
   // for the padding (both grids fill their last wave alike, and a long k leaves the stores a

@@ -540,16 +540,15 @@ bool rounds_product(const Graph& g, const Kernel& k) {
 // cores' (DeviceProfile::smem_flops_per_byte); narrower tiles move more bytes a flop and run at
 // that ratio: 128×128 at 0.8 (measured, cp.async schedule on the H200: 485 against 634 TFLOP/s;
 // mlp_train's GELU' GEMM at 128×128 on an H100 1.92–1.96 ms, the plain GEMMs 1.46–1.58 at 128×256).
-static double smem_share(const TileSchedule& s, const DeviceProfile& p) {
+double smem_share(const TileSchedule& s, const DeviceProfile& p) {
+  if (!s.wgmma || !s.contracts || s.attention || s.attention_backward != 0) return 1;
   const double bm = s.block_m, bn = s.block_n, bk = s.block_k, warpgroups = std::max(1, s.block_m / 64);
   const double bytes = 2 * bk * ((bm + bn) + bm + warpgroups * bn);
   return std::min(1.0, 2 * bm * bn * bk / (bytes * p.smem_flops_per_byte));
 }
 
 double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p) {
-  if (s.wgmma && !s.attention && s.attention_backward == 0)
-    return (s.tma ? p.wgmma_tma_flops : p.wgmma_flops) * smem_share(s, p);
-  if (s.wgmma) return s.tma ? p.wgmma_tma_flops : p.wgmma_flops;
+  if (s.wgmma) return (s.tma ? p.wgmma_tma_flops : p.wgmma_flops) * smem_share(s, p);
   return s.stages > 0 ? p.mma_sync_flops : p.mma_sync_direct_flops;
 }
 

@@ -41,6 +41,9 @@ constexpr double kTanhAbsoluteInstructions = 7;
 void count_tensor_bytes(const Graph& g, const Kernel& k, KernelCost* c);
 // The multiply-add rate a matmul schedule runs at (the profile's figure for its kind).
 double matmul_flops_rate(const TileSchedule& s, const DeviceProfile& p);
+// A wgmma GEMM tile's share of that rate, set by the bytes shared memory moves a flop (1 at
+// 128×256, 0.8 at 128×128; 1 for every other schedule).
+double smem_share(const TileSchedule& s, const DeviceProfile& p);
 
 // A node's shape aligned to kernel k's domain, of the domain's rank: a reduction without keepdim
 // has 1s put back where its reduced axes were (for a row reduction, at the right); everything

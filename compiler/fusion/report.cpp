@@ -209,10 +209,14 @@ static std::string kernel_text(const Plan& plan, const Kernel& k, const Measured
   s += k.library ? library_gemm_text(plan, k) : fmt::format("    {}\n", k.schedule.describe());
   s += row_passes_text(k);
   if (k.kind == ScheduleKind::MatMul && !k.library)
-    s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s ({}){}\n",
-                     registers_line(k, measured), occupancy(k, measured, p), k.cost.flops / 1e12,
+    s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s ({}){}\n", registers_line(k, measured),
+                     occupancy(k, measured, p), k.cost.flops / 1e12,
                      matmul_flops_rate(k.schedule, plan.options.profile) / 1e12,
-                     k.schedule.wgmma ? "wgmma" : k.schedule.stages > 0 ? "mma.sync, staged" : "mma.sync, direct",
+                     !k.schedule.wgmma ? k.schedule.stages > 0 ? "mma.sync, staged" : "mma.sync, direct"
+                     : smem_share(k.schedule, p) < 1
+                         ? fmt::format("wgmma, {:.2f} of its rate: the tile's shared-memory bytes a flop",
+                                       smem_share(k.schedule, p))
+                         : std::string("wgmma"),
                      k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
   else if (!k.library)
     s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
