@@ -593,9 +593,8 @@ void estimate_matmul_cost(const Graph& g, Kernel& k, const DeviceProfile& p) {
     operands += rows && cols ? acc : cols ? warp_n / 4 : rows ? warp_m / 8 : 1;
   }
   // Not capped at the device's limit: an estimate past it is an epilogue that would spill, which
-  // the fusion pass's budget then refuses. Where the accumulator is at most 64 a thread the
-  // epilogue's operands are loaded before the k loop and held through it (tile/build.cpp).
-  const int held = s.k_splits <= 1 && !s.rolled_epilogue && acc <= 64 ? operands : 0;
+  // the fusion pass's budget then refuses. Operands loaded before the k loop are held through it.
+  const int held = s.loads_epilogue_early() ? operands : 0;
   c.registers = std::max(36 + acc + fragments + held, 24 + acc + operands + 4 * k.totals.scratch_regs);
   c.blocks_per_sm = std::max(1, std::min({p.max_threads_per_sm / threads, p.max_blocks_per_sm,
                                           p.blocks_by_registers(c.registers, threads)}));

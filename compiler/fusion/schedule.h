@@ -198,6 +198,12 @@ struct TileSchedule {
   int64_t k_steps_per_split() const { return (k_steps() + k_splits - 1) / k_splits; }
   int64_t m_blocks() const { return (m + block_m - 1) / block_m; }
   int64_t n_blocks() const { return (n + block_n - 1) / block_n; }
+  // A matmul's epilogue operands loaded before each tile's k loop and held through it, their
+  // latency under the product: where the accumulator leaves room (at most 64 f32 a thread: at
+  // 128×256 a bias held through the loop spilled 144 bytes), without split-K or a rolled epilogue.
+  bool loads_epilogue_early() const {
+    return k_splits <= 1 && !rolled_epilogue && block_m * block_n / block_threads() <= 64;
+  }
 
   int block_threads() const { return threads_per_row * thread_rows; }
   int64_t tile_rows() const { return int64_t{thread_rows} * rows_per_thread; }

@@ -749,13 +749,11 @@ class MatMulProgram {
     return b.load(param_.at(id), at, t, masked, {row_end_, -1}, frag);
   }
   // The epilogue's operands (a residual, a saved pre-activation, a bias), loaded before the
-  // tile's k loop where the accumulator leaves room (at most 64 f32 a thread: 128-wide tiles,
-  // which an epilogue reading whole tiles always takes): their latency then passes under the
-  // product. Loaded after it, each tile waited out a DRAM round trip before its epilogue could
-  // start (mlp_train's GELU' epilogue: 48 loads a thread after the last wgmma's wait). At
-  // 128×256 the bias's registers held through the loop spilled 144 bytes: loaded after it there.
+  // tile's k loop where the schedule says so (TileSchedule::loads_epilogue_early): loaded after
+  // it, each tile waited out a DRAM round trip before its epilogue could start (mlp_train's GELU'
+  // epilogue: 48 loads a thread after the last wgmma's wait).
   void load_operands_early(Builder& b, std::map<NodeId, int>& value) {
-    if (split_k() || s_.rolled_epilogue || s_.block_m * s_.block_n / s_.block_threads() > 64) return;
+    if (!s_.loads_epilogue_early()) return;
     for (NodeId id : k_.inputs) {
       if (id == mm_.operands[0] || id == mm_.operands[1]) continue;
       value[id] = load_operand(b, id, {row0_, n0_}, {s_.block_m, s_.block_n}, Frag::Acc);
