@@ -97,6 +97,22 @@ TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
     s.wgmma = false;
     EXPECT_THROW(tir::attention_backward_program(s), Error);  // (wgmma only)
   }
+  {  // Summed by TMA: dQᵀ = Kᵀ·dSᵀ from K's resident stage read transposed and dSᵀ's two stages,
+     // added through the staging panels; 128 keys a block at d 128 only.
+    AttentionBackwardShape s = shape(2, 100, 77, 128, Part::All);
+    s.wgmma = s.tma = true;
+    s.block_rows = 128;
+    const std::string text = round_tripped(tir::attention_backward_program(s));
+    EXPECT_EQ(count(text, "] transposed, @ds_tile[%"), 1) << text;
+    EXPECT_EQ(count(text, "tma_store_add %arg"), 1) << text;
+    EXPECT_EQ(count(text, "store_add %arg"), 1) << text;  // (the tma_store_add alone)
+    EXPECT_EQ(count(text, "last_arrival"), 1) << text;
+    s.n_q = 101;  // (TMA's rows of f32 sums need 16-byte strides)
+    EXPECT_THROW(tir::attention_backward_program(s), Error);
+    s.n_q = 100;
+    s.d = 64;
+    EXPECT_THROW(tir::attention_backward_program(s), Error);
+  }
   AttentionBackwardShape s = shape(1, 64, 64, 96, Part::Keys);
   EXPECT_THROW(tir::attention_backward_program(s), Error);
   s.d = 64;
@@ -136,17 +152,20 @@ TEST(CodegenAttentionBackward, WgmmaPtxAssemblesWithoutSpills) {
   for (int64_t d : {64, 128})
     // (keys grouped: two query heads a K/V head, the steps tile-major)
     for (const auto& [part, group] : std::vector<std::pair<Part, int64_t>>{
-             {Part::Keys, 1}, {Part::Queries, 1}, {Part::All, 1}, {Part::Keys, 2}}) {
+             {Part::Keys, 1}, {Part::Queries, 1}, {Part::All, 1}, {Part::Keys, 2}, {Part::All, 0}}) {
+      if (group == 0 && d != 128) continue;  // (summed by TMA: d 128)
       const char* part_name = group > 1               ? "keys grouped"
                               : part == Part::Keys    ? "keys"
                               : part == Part::Queries ? "queries"
+                              : group == 0            ? "all, summed by TMA"
                                                       : "all";
       SCOPED_TRACE(fmt::format("d {} {}", d, part_name));
       AttentionBackwardShape s = shape(2, 200, 300, d, part);
-      s.group = group;
+      s.group = std::max<int64_t>(group, 1);
       s.causal_offset = 100;
       s.wgmma = true;
       s.block_cols = tir::attention_backward_block_cols(d, part, true);
+      if (group == 0) s.tma = true, s.block_rows = 128;
       const tir::Program p = tir::attention_backward_program(s);
       EXPECT_NE(tir::print_program(p).find("] transposed, "), std::string::npos);
       const std::string ptx = program_ptx(p, opt);
@@ -156,14 +175,37 @@ TEST(CodegenAttentionBackward, WgmmaPtxAssemblesWithoutSpills) {
       auto m = run_ptxas(ptx, "attention_backward", opt);
       ASSERT_TRUE(m.has_value());
       if (part == Part::All) {
-        EXPECT_NE(ptx.find("red.global.add.v2.f32"), std::string::npos);
+        EXPECT_NE(ptx.find(s.tma ? "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+                                 : "red.global.add.v2.f32"),
+                  std::string::npos);
       }
-      EXPECT_EQ(m->spill_bytes, 0);
+      // (Summed by TMA, the causal mask in every step of the one loop keeps 44–76 bytes in local
+      // memory beside dK, dV and dQᵀ's accumulators; without a mask none: CausalFreeSumsByTma.)
+      EXPECT_LE(m->spill_bytes, group == 0 ? 80 : 0);
       EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
       std::printf("  wgmma d %lld %s: %d registers, %d bytes spilled\n", static_cast<long long>(d), part_name,
                   m->registers, m->spill_bytes);
       ::testing::Test::RecordProperty(fmt::format("registers_wgmma_d{}_{}", d, part_name), m->registers);
     }
+}
+
+// dQ summed by TMA without a causal mask (attention_train's kernel with `--attention-dq-tma 1`):
+// no spills, the reductions in the PTX.
+TEST(CodegenAttentionBackward, CausalFreeSumsByTma) {
+  AttentionBackwardShape s = shape(4, 512, 512, 128, Part::All);
+  s.wgmma = s.tma = true;
+  s.block_rows = 128;
+  s.block_cols = tir::attention_backward_block_cols(128, Part::All, true);
+  const CodegenOptions opt = codegen_options_for("sm_90a");
+  const std::string ptx = program_ptx(tir::attention_backward_program(s), opt);
+  EXPECT_NE(ptx.find("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"),
+            std::string::npos);
+  EXPECT_NE(ptx.find("fence.proxy.async.global"), std::string::npos);
+  if (find_ptxas().empty()) GTEST_SKIP() << "no ptxas";
+  auto m = run_ptxas(ptx, "attention_backward", opt);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->spill_bytes, 0);
+  EXPECT_TRUE(m->notes.empty()) << fmt::format("{}", fmt::join(m->notes, "; "));
 }
 
 // Seeded inputs, the float64 forward's row statistics and the float64 gradients.
@@ -259,14 +301,19 @@ double bound(DType dtype) { return dtype == DType::BF16 ? 1e-2 : 2e-3; }
 // The gradients a kernel writes: dK and dV, or dQ.
 using Run = std::function<std::vector<TensorData>(const tir::Program&, const Problem&, const Case&)>;
 
-// `tma`: the kernels fed by a producer warpgroup's TMA copies (wgmma; not the part All).
+// Whether the part All (dQ added up across the key blocks) takes the case: on wgmma, 64 keys a
+// block by red.global, or 128 by TMA's reductions at d 128 with a query count a multiple of 4.
+bool sums_dq(const Case& c, int block_rows, bool wgmma, bool tma) {
+  return wgmma && (tma ? block_rows == 128 && c.d == 128 && c.n_q % 4 == 0 : block_rows == 64);
+}
+
+// `tma`: the kernels fed by a producer warpgroup's TMA copies (wgmma).
 void check_case(const Case& c, uint64_t seed, int block_rows, const Run& run, bool wgmma = false,
                 bool tma = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const Problem pr = problem(c, scale, seed);
   std::vector<Part> parts = {Part::Keys, Part::Queries};
-  if (wgmma && !tma && block_rows == 64)
-    parts.push_back(Part::All);  // (dQ added up across the key blocks: wgmma, 64 keys)
+  if (sums_dq(c, block_rows, wgmma, tma)) parts.push_back(Part::All);
   for (Part part : parts) {
     AttentionBackwardShape s = shape(c.heads, c.n_q, c.n_kv, c.d, part);
     s.dtype = c.dtype;
@@ -366,6 +413,10 @@ TEST(HostAttentionBackward, MatchesFloat64) {
   // streamed stage, the second block's keys partly past the end; GQA and causal; by TMA too.
   for (bool tma : {false, true})
     check_case({6, 90, 200, 64, DType::BF16, 20, 3}, seed, 128, interpreted, true, tma);
+  // At d 128 by TMA the part All too, dQ summed by TMA's reductions: GQA and causal with query
+  // tiles partly past the end; keys partly past the end, not causal, f16.
+  check_case({6, 92, 200, 128, DType::BF16, 20, 3}, seed, 128, interpreted, true, true);
+  check_case({2, 128, 150, 128, DType::F16, std::nullopt}, seed, 128, interpreted, true, true);
 }
 
 // The program on device copies of the problem's inputs, into poisoned gradients; with `timed`,
@@ -481,11 +532,12 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
       if (wgmma && !hopper) continue;
       double total = 0;
       for (Part part : {Part::Keys, Part::Queries, Part::All}) {
-        if (part == Part::All && (!wgmma || tma)) continue;
+        if (part == Part::All && !wgmma) continue;
         AttentionBackwardShape s = shape(heads, n, n, d, part);
         if (causal) s.causal_offset = 0;
         s.wgmma = wgmma;
         s.tma = tma;
+        if (part == Part::All && tma) s.block_rows = 128;  // (summed by TMA's reductions)
         s.block_cols = tir::attention_backward_block_cols(d, part, wgmma);
         double ms = 0;
         const std::vector<TensorData> grads = on_gpu(tir::attention_backward_program(s), pr, whole, 10, &ms);
@@ -500,9 +552,10 @@ TEST(GpuAttentionBackward, TrainingShapeTimed) {
             (part == Part::All ? 2.5 : 1.0) * 4 * heads * static_cast<double>(n) * n * d / (causal ? 2 : 1);
         if (part == Part::All) {  // the one kernel against the two
           std::printf(
-              "  backward%s B8 H32 N4096 d128 bf16 as one kernel, dQ added up (wgmma): %.3f ms, %.0f "
+              "  backward%s B8 H32 N4096 d128 bf16 as one kernel, dQ added up (%s): %.3f ms, %.0f "
               "TFLOP/s (two kernels: %.3f ms)\n",
-              causal ? " causal" : "", ms, flops / ms / 1e9, total);
+              causal ? " causal" : "", tma ? "TMA's reductions, 128 keys" : "red.global, 64 keys", ms,
+              flops / ms / 1e9, total);
           continue;
         }
         std::printf("  backward %s%s (%s): %.3f ms\n", part == Part::Keys ? "dK, dV" : "dQ",
@@ -607,6 +660,38 @@ TEST(FusionAttentionBackward, DqSummedAcrossKeyBlocksIsPriced) {
   const Plan small = train_plan(70, 32, false, 1);
   EXPECT_EQ(backward_kernels(small).size(), 2u);
   EXPECT_NE(plan_report_text(small).find("not dQ summed across the key blocks: "), std::string::npos);
+}
+
+// dQ summed by TMA's reductions (`--attention-dq-tma 1`, off by default until measured): asked
+// for with the one kernel at d 128, 128 keys a block fed by TMA, its sums predicted to run beside
+// the products; the plan matches float64 on the host (and on a GPU where there is one).
+TEST(FusionAttentionBackward, DqSummedByTmaWhereAskedFor) {
+  FusionOptions o = dq_form(1);
+  o.schedule.attention_dq_tma = 1;
+  const Plan big = plan_fusion(attention_train_graph("train", 8, 32, 4096, 128, false), o);
+  std::vector<const Kernel*> one = backward_kernels(big);
+  ASSERT_EQ(one.size(), 1u) << plan_report_text(big);
+  EXPECT_TRUE(one[0]->schedule.tma);
+  EXPECT_EQ(one[0]->schedule.block_m, 128);
+  const KernelCost& c = one[0]->cost;
+  EXPECT_LT(c.compute_s, c.tensor_s + c.softmax_s + c.reduce_s);  // (the sums beside the math)
+  EXPECT_NE(plan_report_text(big).find("by TMA (cp.reduce.async.bulk)"), std::string::npos);
+  const Plan by_reds = plan_fusion(attention_train_graph("train", 8, 32, 4096, 128, false), dq_form(1));
+  EXPECT_FALSE(backward_kernels(by_reds).at(0)->schedule.tma);  // (the default: red.global)
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const Plan p = plan_fusion(attention_train_graph("small", 1, 2, 132, 128, causal), o);
+    one = backward_kernels(p);
+    ASSERT_EQ(one.size(), 1u) << plan_report_text(p);
+    EXPECT_TRUE(one[0]->schedule.tma);
+    for (const std::string& problem : plan_problems(p)) ADD_FAILURE() << problem;
+    testing::check_on_host(p, testing::test_seed());
+    if (testing::gpu_available()) testing::check_on_gpu(p, testing::test_seed());
+  }
+  // Where the queries' f32 rows are not whole 16 bytes (130), the sums by red.global.
+  one = backward_kernels(plan_fusion(attention_train_graph("odd", 1, 2, 130, 128, false), o));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_FALSE(one[0]->schedule.tma);
 }
 
 // dQ summed in the keys' kernel where its shape is not K's: more queries than keys and the K/V

@@ -1042,6 +1042,9 @@ class Emitter {
       case Opcode::WaitStores:  // every store complete, not just read: nothing left in flight at exit
         guarded(group_leader(), [&] {
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group, {}, {i32(0)});
+          // (Sums that other blocks read next — after this thread's release — ordered before
+          // its later generic accesses.)
+          if (adds_by_tma(p_.body)) asm_call(b_.getVoidTy(), "fence.proxy.async.global;", "~{memory}", {});
         });
         return;
       case Opcode::ResetCount:
@@ -2217,8 +2220,9 @@ class Emitter {
     if (!a_in_registers) {
       const tir::SharedRing& ra = p_.shared[static_cast<size_t>(i.ring)];
       // (A's ring of one stage — attention's Q — is read there at every step.)
-      a = descriptor(i.ring, ra.stages == 1 ? i32(0) : stage, b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)),
-                     !ra.col_major);
+      // (Transposed, A is the stage's transpose: its k runs across the stored rows.)
+      a = descriptor(i.ring, ra.stages == 1 ? i32(0) : stage,
+                     b_.CreateMul(b_.CreateUDiv(tid_, i32(128)), i32(64)), ra.col_major == i.a_transposed);
     }
     // wgmma's register of each accumulator slot (h, j, c): 4j + 2h + c.
     std::vector<size_t> reg_of;
@@ -2589,7 +2593,8 @@ class Emitter {
     }
   }
 
-  // TmaStore: panel by panel (128 bytes of columns), the group's threads write their accumulator
+  // TmaStore: panel by panel (128 bytes of columns; with reduce_add, added into the parameter's
+  // elements by the copies), the group's threads write their accumulator
   // elements in the panel into the next of the group's staging slots — row r's 16-byte chunk c
   // at chunk c ^ (r % 8), TMA's 128-byte swizzle, so a warp's 8 rows × 16 bytes fill 32 banks —
   // and fence them for the async proxy; past the group's barrier its first thread stores the
@@ -2644,9 +2649,12 @@ class Emitter {
       block_barrier();
       guarded(group_leader(), [&] {
         Value* src = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, stage_at(i.ring, slot));
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d, {},
-                           {src, tensor_map_.at(static_cast<size_t>(i.param)),
-                            b_.CreateAdd(col, i32(panel * per_panel)), row, batch, b_.getInt64(0), b_.getFalse()});
+        b_.CreateIntrinsic(
+            i.reduce_add ? llvm::Intrinsic::nvvm_cp_async_bulk_tensor_reduce_add_tile_3d
+                         : llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d,
+            {},
+            {src, tensor_map_.at(static_cast<size_t>(i.param)), b_.CreateAdd(col, i32(panel * per_panel)),
+             row, batch, b_.getInt64(0), b_.getFalse()});
         b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_commit_group, llvm::ArrayRef<llvm::Type*>{},
                            llvm::ArrayRef<Value*>{});
       });
@@ -2701,6 +2709,15 @@ class Emitter {
     loop_id->replaceOperandWith(0, loop_id);
     latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
     b_.SetInsertPoint(exit);
+  }
+  // Whether a region holds a TMA store that adds (TmaStore reduce_add), at any depth.
+  static bool adds_by_tma(const tir::Region& r) {
+    for (const Inst& i : r.body) {
+      if (i.opcode == Opcode::TmaStore && i.reduce_add) return true;
+      for (const tir::Region& inner : i.regions)
+        if (adds_by_tma(inner)) return true;
+    }
+    return false;
   }
   // The first thread of the consumer group (of the block, unspecialized).
   Value* group_leader() { return b_.CreateICmpEQ(tid_, i32(0)); }

@@ -437,14 +437,18 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
   s.heads_per_block = c->group;
   s.k = c->d;
   s.wgmma = sums || (hints.attention_wgmma == 1 && p.wgmma && c->d >= 64);
-  s.block_m = keys && !sums && s.wgmma && hints.attention_backward_rows == 128 ? 128 : 64;
+  // dQ summed by TMA's reductions from staged panels, where asked for (`--attention-dq-tma 1`):
+  // 128 keys a block (two warpgroups, each dQᵀ's 64 of d), d 128, queries in 16-byte rows of f32.
+  const bool tma_sums = sums && hints.attention_dq_tma == 1 && hints.attention_backward_tma == 1 &&
+                        c->d == 128 && c->n_q % 4 == 0;
+  s.block_m = tma_sums || (keys && !sums && s.wgmma && hints.attention_backward_rows == 128) ? 128 : 64;
   s.block_n = !s.wgmma && keys && c->d > 64 ? 32 : 64;  // tir::attention_backward_block_cols
   s.warps_m = s.block_m / 16;
   s.warps_n = 1;
   s.threads_per_row = 2 * s.block_m;
   // Fed by TMA from a producer warpgroup: the consumers' copies and their addresses gone (dK/dV
   // 428 → 384 SASS instructions a step, dQ 291 → 240; at the power cap 3–8% faster, bench/NOTES.md).
-  s.tma = s.wgmma && !sums && hints.attention_backward_tma == 1;
+  s.tma = s.wgmma && (!sums || tma_sums) && hints.attention_backward_tma == 1;
   s.causal_offset = c->causal_offset.value_or(-1);
   s.stages = 2;
   s.stage_bytes = 2 * int64_t{s.block_n} * s.k * static_cast<int64_t>(dtype_size(g.node(c->q).dtype));
@@ -492,7 +496,10 @@ void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DevicePro
   // dQ at 3 blocks 5.11 against 5.20 + 1.03 → 5.55; causal 3.93–4.11 against 3.47 + 0.64 → 3.79,
   // and 2.75–2.83 against 2.60 + 0.64 → 2.81; bench/NOTES.md, 2026-12-07.)
   c.hidden_s = c.softmax_s * (1.0 - 1.0 / c.blocks_per_sm);
-  c.compute_s = c.tensor_s + c.softmax_s - c.hidden_s + c.reduce_s;
+  // The sums by TMA run beside the math (its copies add from staged panels); by red.global they
+  // are the math warps' own instructions, measured not to overlap.
+  const double math_s = c.tensor_s + c.softmax_s - c.hidden_s;
+  c.compute_s = s.attention_backward == 3 && s.tma ? std::max(math_s, c.reduce_s) : math_s + c.reduce_s;
   c.predicted_s = std::max(c.memory_s, c.compute_s) + p.launch_s;
 }
 

@@ -38,9 +38,12 @@ static std::string describe_attention_backward(const TileSchedule& s) {
                         "skipped, the rest masked",
                         s.causal_offset)
           : "",
-      sums ? "; each step's dS·K added into dQ's f32 sums in the workspace (red.global.add), the last "
-             "block of a K/V head converting its query heads' dQ"
-           : "");
+      !sums ? ""
+      : s.tma ? "; each step's dQᵀ = Kᵀ·dSᵀ (dSᵀ through 2 shared stages, each warpgroup 64 of d) staged "
+                "as f32 panels and added into dQ's sums in the workspace by TMA (cp.reduce.async.bulk), "
+                "the last block of a K/V head converting its query heads' dQ"
+              : "; each step's dS·K added into dQ's f32 sums in the workspace (red.global.add), the last "
+                "block of a K/V head converting its query heads' dQ");
 }
 
 // The attention forward: its loop, rings, grid and masks.

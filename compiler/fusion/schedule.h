@@ -326,6 +326,10 @@ struct ScheduleHints {
   // reduce-adds into an f32 workspace; wgmma, d 64 or 128), 0 its own kernel over the key tiles
   // (deterministic), -1 (the default) whichever the cost model predicts faster.
   int attention_dq_sums = -1;
+  // dQ summed across the key blocks by TMA's reductions (cp.reduce.async.bulk from staged f32
+  // panels, FlashAttention-3's form) rather than every thread's red.global: 1 where it fits (d
+  // 128, 128 keys a block, a query count a multiple of 4); 0 (the default until it is measured).
+  int attention_dq_tma = 0;
   // Keys per block of the attention backward's dK/dV kernel on wgmma: 64 (one warpgroup; two
   // blocks per SM) or 128 (two warpgroups sharing each streamed Q and dO stage: half the stream
   // for the same products; one block per SM); 0: the default (64).

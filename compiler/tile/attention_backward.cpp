@@ -43,8 +43,20 @@ class AttentionBackwardProgram {
     for (const char* ring : {"b1_ring", "b2_ring"})
       p_.shared.push_back({ring, s_.dtype, 2, {s_.block_cols, s_.d}, false, s_.wgmma, tma()});
     // dS [queries, keys] for dQ's product, stored as its transpose dSᵀ is held: a key's queries in
-    // each stored row (column-major), wgmma's A read M-major.
-    if (all()) p_.shared.push_back({"ds_tile", s_.dtype, 1, {s_.block_cols, s_.block_rows}, true, true});
+    // each stored row (column-major), wgmma's A read M-major. Summed by TMA, dSᵀ [keys, queries]
+    // as held, dQᵀ's B, in two stages (the two warpgroups' halves of one step's tile are read by
+    // both, and the next step's stores go to the other stage), then dQᵀ's f32 panels staged for
+    // TMA's reductions.
+    ds_ring_ = static_cast<int>(p_.shared.size());
+    if (tma_sums()) {
+      p_.shared.push_back({"ds_tile", s_.dtype, 2, {s_.block_rows, s_.block_cols}, false, true});
+      SharedRing staging{"dq_staging", DType::F32, 2, {s_.d, 32}};
+      staging.staging = true;
+      staging_ring_ = static_cast<int>(p_.shared.size());
+      p_.shared.push_back(staging);
+    } else if (all()) {
+      p_.shared.push_back({"ds_tile", s_.dtype, 1, {s_.block_cols, s_.block_rows}, true, true});
+    }
     if (tma()) p_.split_registers();
     Builder b(p_, p_.body);
     zero_ = b.index(0);
@@ -60,6 +72,10 @@ class AttentionBackwardProgram {
                      }
                      if (queries()) load_row_statistics(in);
                      store_gradients(in, col_loop(in, steps));
+                     if (all()) {  // (every reduction of the block complete before it counts in)
+                       in.wait_stores();
+                       convert_dq(in);
+                     }
                    });
     } else {
       for (int a = 0; a < 2; ++a)
@@ -78,6 +94,10 @@ class AttentionBackwardProgram {
   bool queries() const { return s_.part == Part::Queries; }
   bool all() const { return s_.part == Part::All; }
   bool tma() const { return s_.tma; }
+  // dQ summed by TMA's reductions from staged panels (FlashAttention-3's form): dQᵀ = Kᵀ·dSᵀ a
+  // step, each warpgroup its 64 of d, into a column-major workspace (dQᵀ's rows are its stored
+  // rows), the math warps going on while the copies add.
+  bool tma_sums() const { return all() && tma(); }
   int64_t kv_heads() const { return s_.batch_heads / s_.group; }
   int64_t rows() const { return queries() ? s_.n_q : s_.n_kv; }
   int64_t cols() const { return queries() ? s_.n_kv : s_.n_q; }
@@ -100,13 +120,18 @@ class AttentionBackwardProgram {
           fmt::format("the attention backward on wgmma takes d 64 or 128 and warpgroups of 64 rows, not d {} "
                       "and {} rows",
                       s_.d, s_.block_rows));
-    if (all() && (!s_.wgmma || s_.block_rows != 64 || s_.block_cols != 64))
+    if (all() && !tma() && (!s_.wgmma || s_.block_rows != 64 || s_.block_cols != 64))
       throw Error(
           fmt::format("the attention backward adds dQ up across key blocks on wgmma with 64×64 tiles, not "
                       "{}{}×{}",
                       s_.wgmma ? "" : "mma.sync, ", s_.block_rows, s_.block_cols));
-    if (s_.tma && (!s_.wgmma || all()))
-      throw Error("the attention backward's TMA copies feed wgmma, in the dK/dV or the dQ kernel");
+    // (dQᵀ's rows are d, one warpgroup's 64 each; TMA's rows of queries need 16-byte strides.)
+    if (tma_sums() && (s_.block_rows != 128 || s_.block_cols != 64 || s_.d != 128 || s_.n_q % 4 != 0))
+      throw Error(
+          fmt::format("the attention backward sums dQ by TMA at d 128 with 128×64 tiles and queries a "
+                      "multiple of 4, not d {}, {}×{} and {} queries",
+                      s_.d, s_.block_rows, s_.block_cols, s_.n_q));
+    if (s_.tma && !s_.wgmma) throw Error("the attention backward's TMA copies feed wgmma");
     if (s_.group < 1 || s_.batch_heads % s_.group != 0)
       throw Error(
           fmt::format("attention backward: {} query heads in groups of {}", s_.batch_heads, s_.group));
@@ -171,6 +196,10 @@ class AttentionBackwardProgram {
       ws.name = "dq_sums";
       ws.view = q_rows;
       ws.workspace = true;
+      if (tma_sums()) {  // dQᵀ: each query head's [d, n_q] sums, its queries along the stored rows
+        ws.col_major = true;
+        ws.group_rows = ws.tma_rows = s_.n_q;
+      }
       workspace_ = static_cast<int>(p_.params.size());
       p_.params.push_back(ws);
     }
@@ -460,17 +489,37 @@ class AttentionBackwardProgram {
       if (grads_[g].grad == Grad::V) out[g] = accumulate(b, acc[g], p, 3, stage);  // dV += Pᵀ·dO
     if (ds_needed) {
       if (all()) {  // dSᵀ to shared memory first: its f32 tile then dies before dK's product starts
-        b.store_shared(ds_ring(), zero_, ds, true);
+        b.store_shared(ds_ring_, tma_sums() ? stage : zero_, ds, !tma_sums());
         b.fence_async();
       }
       for (size_t g = 0; g < grads_.size(); ++g)
         if (grads_[g].grad != Grad::V) out[g] = accumulate(b, acc[g], ds, 2, stage);  // dQ += dS·K, dK += dSᵀ·Q
     }
     const std::vector<int> next = prefetched() ? prefetch() : std::vector<int>{};
-    if (all()) add_dq(b, head, c0);  // (its products issued behind the gradients')
-    out = b.dot_wait(out, 0);
+    if (tma_sums()) {
+      out = sum_dq_by_tma(b, head, c0, stage, out);
+    } else {
+      if (all()) add_dq(b, head, c0);  // (its products issued behind the gradients')
+      out = b.dot_wait(out, 0);
+    }
     out.insert(out.end(), next.begin(), next.end());
     return out;
+  }
+
+  // dQᵀ = Kᵀ·dSᵀ of the step's query tile (from c0 of query head `head`), its product issued
+  // behind the gradients' once both warpgroups have stored their keys' dSᵀ (the consumers'
+  // barrier; the next step stores into the other stage, which every warpgroup's last reads
+  // precede: each waited for its products before this barrier), then added into the sums by
+  // TMA through the staging panels. Returns the gradients, waited for.
+  std::vector<int> sum_dq_by_tma(Builder& b, int head, int c0, int stage, std::vector<int> grads) {
+    b.barrier();
+    const int zero = b.tile_const(0, DType::F32, {s_.d, s_.block_cols}, Frag::Acc);
+    grads.push_back(b.dot_async(0, ds_ring_, stage, zero, false, 0, true));
+    grads = b.dot_wait(grads, 0);
+    const int dq = grads.back();
+    grads.pop_back();
+    b.tma_store(workspace_, head, zero_, c0, dq, staging_ring_, true);
+    return grads;
   }
 
   // P = e^(S·scale − L) = 2^(S·(scale·log2 e) − L·log2 e); on a masked tile 0 where the causal
@@ -481,7 +530,6 @@ class AttentionBackwardProgram {
     return b.compute(Op::Where, {visible(b, c0), p, b.scalar(0, DType::F32)}, DType::F32);
   }
 
-  int ds_ring() const { return static_cast<int>(p_.shared.size()) - 1; }
   // dS·K of the step's query tile (from c0 of query head `head`) added into dQ's sums: per 64 of d
   // a product of dS read from the shared tile dSᵀ was stored to (A M-major) and K's resident
   // stage, waited for and added by red.global.add. The block's barrier here makes every thread's
@@ -493,7 +541,7 @@ class AttentionBackwardProgram {
     const int row = b.add(first, c0), end = b.add(first, b.index(s_.n_q));
     for (int64_t col = 0; col < s_.d; col += 64) {
       const int zero = b.tile_const(0, DType::F32, {s_.block_cols, 64}, Frag::Acc);
-      const int part = b.dot_wait({b.dot_async(ds_ring(), 0, zero_, zero, false, col)}, 0)[0];
+      const int part = b.dot_wait({b.dot_async(ds_ring_, 0, zero_, zero, false, col)}, 0)[0];
       b.store_add(workspace_, {row, b.index(col)}, part, {true, false}, {end, -1});
     }
   }
@@ -501,7 +549,7 @@ class AttentionBackwardProgram {
   // In the last of a K/V head's key blocks to finish: its query heads' dQ from the sums, ·scale in
   // the inputs' dtype, and the sums and the head's counter zeroed for the next launch.
   void convert_dq(Builder& b) {
-    const int64_t rows = s_.group * s_.n_q, tile = 64;
+    const int64_t rows = s_.group * s_.n_q, tile = s_.block_rows;  // (a row of 16 a warp)
     b.when(b.last_arrival(workspace_, bh_, b.index(row_tiles())), [&](Builder& in) {
       const int first = in.mul(bh_, in.index(rows)), end = in.add(first, in.index(rows));
       const Shape shape = {tile, s_.d};
@@ -547,7 +595,7 @@ class AttentionBackwardProgram {
   Program p_;
   std::vector<int> a_param_, b_param_;
   std::vector<Gradient> grads_;
-  int lse_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1;
+  int lse_param_ = -1, delta_param_ = -1, dq_param_ = -1, workspace_ = -1, ds_ring_ = -1, staging_ring_ = -1;
   int zero_ = -1, bh_ = -1, first_row_ = -1, row0_ = -1, row_end_ = -1, minus_lse2_ = -1, delta_ = -1;
 };
 

@@ -957,9 +957,16 @@ class Exec {
     std::vector<double> a(static_cast<size_t>(m * k));
     if (i.ring >= 0) {
       const SharedRing& ra = p_.shared.at(static_cast<size_t>(i.ring));
-      if (ra.tile[0] != m || ra.tile[1] != k) fail(fmt::format("dot_async of A tile {} for {}×{}", shape_str(ra.tile), m, k));
+      const bool t = i.a_transposed;  // (A is the stage's transpose)
+      if (ra.tile[t ? 1 : 0] != m || ra.tile[t ? 0 : 1] != k)
+        fail(fmt::format("dot_async of A tile {}{} for {}×{}", shape_str(ra.tile), t ? " transposed" : "", m,
+                         k));
       // (A ring of one stage — attention's Q — is read there at every step.)
-      a = mem_.rings.at(static_cast<size_t>(i.ring)).at(static_cast<size_t>(ra.stages == 1 ? 0 : stage_of(ra, s)));
+      const std::vector<double>& stored = mem_.rings.at(static_cast<size_t>(i.ring))
+                                              .at(static_cast<size_t>(ra.stages == 1 ? 0 : stage_of(ra, s)));
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          a[static_cast<size_t>(r * k + c)] = stored[static_cast<size_t>(t ? c * m + r : r * k + c)];
     } else {
       if (static_cast<int64_t>(i.args.size() - 2) * 16 != k) fail(fmt::format("dot_async of {} A fragments for k {}", i.args.size() - 2, k));
       for (size_t f = 2; f < i.args.size(); ++f)
@@ -1129,12 +1136,19 @@ class Exec {
     const int v = i.args[3];
     const int64_t batch = idx(i.args[0]), row0 = idx(i.args[1]), col0 = idx(i.args[2]);
     const int64_t rows = rows_of(type(v)), cols = cols_of(type(v));
+    // (Into a column-major parameter the tile's rows are its stored rows: the view's columns.)
+    const int64_t rows_end = prm.col_major ? prm.view[1] : prm.tma_rows,
+                  cols_end = prm.col_major ? prm.group_rows : prm.view[1];
     auto write = [&](int64_t r, int64_t c, double x) {
       const int64_t row = row0 + r, col = col0 + c;
-      if (row >= prm.tma_rows || col >= prm.view[1] || batch * prm.tma_rows + row >= index_extent(prm, 0))
-        return;
-      write_element(element(i, offset(prm, batch * prm.tma_rows + row, col), "a TMA store"), dtype_of(prm),
-                    x);
+      if (row >= rows_end || col >= cols_end) return;
+      const int64_t view_row = batch * prm.tma_rows + (prm.col_major ? col : row),
+                    view_col = prm.col_major ? row : col;
+      if (view_row >= index_extent(prm, 0)) return;
+      uint8_t* e = element(i, offset(prm, view_row, view_col), "a TMA store");
+      if (!i.reduce_add) return write_element(e, dtype_of(prm), x);
+      std::lock_guard<std::mutex> lock(l_.m);  // (other blocks add into the same elements)
+      write_element(e, DType::F32, read_element(e, DType::F32) + static_cast<float>(x));
     };
     if (i.regions.empty()) {
       for (int64_t r = 0; r < rows; ++r)

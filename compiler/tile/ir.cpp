@@ -448,12 +448,14 @@ int Builder::load_shared(int ring, int stage, const std::vector<int>& offsets, c
   return emit(i, Type::tile(p_.shared.at(static_cast<size_t>(ring)).dtype, shape, Space::Reg, frag));
 }
 
-int Builder::dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed, int64_t b_col) {
+int Builder::dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed, int64_t b_col,
+                       bool a_transposed) {
   Inst i;
   i.opcode = Opcode::DotAsync;
   i.ring = ring_a;
   i.ring_b = ring_b;
   i.transposed = b_transposed;
+  i.a_transposed = a_transposed;
   i.b_col = b_col;
   i.args = {stage, acc};
   return emit(i, p_.types.at(static_cast<size_t>(acc)));
@@ -605,11 +607,12 @@ void Builder::tma_store(int param, int batch, int row, int col, int tile, int ri
   r.body.push_back(yield);
   r_->body.back().regions.push_back(std::move(r));
 }
-void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring) {
+void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring, bool reduce_add) {
   Inst i;
   i.opcode = Opcode::TmaStore;
   i.param = param;
   i.ring = ring;
+  i.reduce_add = reduce_add;
   i.args = {batch, row, col, tile};
   emit(i, std::nullopt);
 }

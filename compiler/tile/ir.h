@@ -241,7 +241,9 @@ enum class Opcode {
   // product's B [keys, d] and, transposed, the scores' B [d, keys] (the attention backward's). DotWait waits
   // until at most `value` of the warpgroup's DotAsyncs are in flight and gives its args' values usable.
   // B's columns start at `b_col` (printed `@ring[stage] cols N`; a multiple of 64): a product of
-  // part of a stage's width (the backward's dQ, [queries, d] in halves of d).
+  // part of a stage's width (the backward's dQ, [queries, d] in halves of d). With `a_transposed`
+  // (printed `dot_async @ring[stage] transposed, …`), A is the stage's transpose, read M-major:
+  // a resident [keys, d] stage is the A [d, keys] of dQᵀ = Kᵀ·dSᵀ, each warpgroup its 64 of d.
   // FenceAsync orders the thread's earlier shared-memory writes (cp.async's, once waited for) before reads by
   // the asynchronous proxy (wgmma); a barrier after it makes every thread's writes visible there.
   DotAsync,
@@ -284,6 +286,10 @@ enum class Opcode {
   // and columns (past the batch's rows, past N) are not written. WaitStores (the group's first
   // thread) waits until its stores have completed: the last instruction before the consumers
   // leave.
+  // With `reduce_add` (printed `tma_store_add`) the copies add the tile into the parameter's f32
+  // elements (an f32 workspace's sums; the reduction is TMA's, in L2). Into a column-major
+  // parameter the tile lands in its stored rows: element (r, c) adds into the view's element
+  // (batch·group_rows + col + c, row + r) — the tile is the transpose of the view's block.
   // A TmaStore with a region (printed `epilogue(%x : T, %r, %c) { … }`) stages tile arg 3 and
   // computes what it stores a chunk at a time: each panel's slot, once written, is read back in
   // chunks of the program's blocked layout (its rows of 128 bytes, a 16-byte piece a thread),
@@ -413,7 +419,10 @@ struct Inst {
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
   bool transposed = false;  // LoadShared, DotAsync (B), StoreShared: the stage's transpose
-  bool reduce_add = false;  // Store: added into the parameter's elements (store_add)
+  bool a_transposed = false;  // DotAsync: A is its ring's stage transposed (read M-major)
+  // Store (printed `store_add`), TmaStore (printed `tma_store_add`): added into the parameter's
+  // elements.
+  bool reduce_add = false;
   int64_t b_col = 0;        // DotAsync: B's first column of its stage
   std::vector<Region> regions;
 };
@@ -582,7 +591,8 @@ class Builder {
   void barrier();
   int load_shared(int ring, int stage, const std::vector<int>& offsets, const Shape& shape, Frag frag,
                   bool transposed = false);
-  int dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed = false, int64_t b_col = 0);
+  int dot_async(int ring_a, int ring_b, int stage, int acc, bool b_transposed = false, int64_t b_col = 0,
+                bool a_transposed = false);
   // acc + A·B with A the fragments `a` (registers) and B stage `stage` of ring `ring_b`.
   int dot_async(const std::vector<int>& a, int ring_b, int stage, int acc, bool b_transposed = false);
   std::vector<int> dot_wait(const std::vector<int>& accs, int pending, bool pinned = false);
@@ -611,7 +621,7 @@ class Builder {
   // its stage, and the parity of the phase that fills it (consumers) or — one use later — empties
   // it (`emptied`: the producer; a fresh barrier's phase of parity 1 counts as complete).
   std::pair<int, int> ring_stage(int step, int64_t stages, bool emptied);
-  void tma_store(int param, int batch, int row, int col, int tile, int ring);
+  void tma_store(int param, int batch, int row, int col, int tile, int ring, bool reduce_add = false);
   // The same with an epilogue region run per staged chunk (Opcode::TmaStore): `body` gets the
   // chunk's staged tile of `chunk` shape and its row and column within the tile, and returns the
   // tile to store in its place.

@@ -108,9 +108,10 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             i.transposed ? " transposed" : "", value(i.args[1]), type_of(i.args[1]));
         break;
       case Opcode::DotAsync: {
-        const std::string a = i.ring >= 0 ? fmt::format("@{}[{}]", p.shared.at(static_cast<size_t>(i.ring)).name,
-                                                        value(i.args[0]))
-                                          : values(std::vector<int>(i.args.begin() + 2, i.args.end()));
+        const std::string a = i.ring >= 0
+                                  ? fmt::format("@{}[{}]{}", p.shared.at(static_cast<size_t>(i.ring)).name,
+                                                value(i.args[0]), i.a_transposed ? " transposed" : "")
+                                  : values(std::vector<int>(i.args.begin() + 2, i.args.end()));
         *out +=
             fmt::format("{}{}dot_async {}, @{}[{}]{}{}, {} : {}\n", pad, lhs, a,
                         p.shared.at(static_cast<size_t>(i.ring_b)).name, value(i.args[0]),
@@ -163,7 +164,8 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             value(i.args.at(0)));
         break;
       case Opcode::TmaStore:
-        *out += fmt::format("{}tma_store %arg{}[{}], {} via @{} : {}", pad, i.param,
+        *out += fmt::format("{}{} %arg{}[{}], {} via @{} : {}", pad,
+                            i.reduce_add ? "tma_store_add" : "tma_store", i.param,
                             values(std::vector<int>(i.args.begin(), i.args.end() - 1)), value(i.args.back()),
                             p.shared.at(static_cast<size_t>(i.ring)).name, type_of(i.args.back()));
         if (i.regions.empty()) {
@@ -817,8 +819,9 @@ class Parser {
         word("parity");
         i.args.push_back(use("the parity"));
       }
-    } else if (op == "tma_store") {
+    } else if (op == "tma_store" || op == "tma_store_add") {
       i.opcode = Opcode::TmaStore;
+      i.reduce_add = op == "tma_store_add";
       param_at(p, i);
       punct(",");
       i.args.push_back(use("the tile"));
@@ -867,6 +870,7 @@ class Parser {
         punct("[");
         stage = use("the stage");
         punct("]");
+        i.a_transposed = take_word("transposed");
         punct(",");
       } else {
         while (peek().kind != Token::Symbol) {

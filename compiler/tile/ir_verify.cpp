@@ -304,7 +304,12 @@ class Verifier {
     const Param& prm = p_.params[static_cast<size_t>(i.param)];
     const Type& t = type(i.args[3]);
     const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
-    if (!prm.output || prm.col_major || !prm.row_dims.empty() || !prm.elem_dims.empty() || size == 1 || size > 4)
+    // (Added into: an f32 workspace, whose stored rows may be its view's columns.)
+    const bool sums = i.reduce_add && prm.workspace && prm.dtype == DType::F32;
+    if (i.reduce_add && !sums)
+      problem(fmt::format("{}: %arg{} is not an f32 workspace to add into", where(i), i.param));
+    if ((!prm.output && !sums) || (prm.col_major && !sums) || !prm.row_dims.empty() ||
+        !prm.elem_dims.empty() || size == 1 || size > 4)
       problem(fmt::format("{}: %arg{} is not a row-major output of 16- or 32-bit elements", where(i), i.param));
     if (!r->staging || r->dtype != prm.dtype || r->tile.at(1) * size != 128 || r->stages % p_.consumer_groups != 0)
       problem(fmt::format("{}: @{} is not a staging ring of 128-byte {} rows, its slots shared evenly by the groups",
@@ -314,8 +319,9 @@ class Verifier {
       problem(fmt::format("{}: stores {} through @{}: an accumulator of warpgroups (64-row slabs, at most 256 rows, "
                           "the ring's), whole 128-byte panels wide",
                           where(i), type_str(t), r->name));
+    const int64_t run = prm.col_major ? prm.group_rows : prm.view.at(1);
     if (prm.tma_rows <= 0 || (prm.view.at(0) % prm.tma_rows != 0 && prm.view.at(0) > prm.tma_rows) ||
-        prm.view.at(1) * size % 16 != 0)
+        (prm.col_major && prm.group_rows != prm.tma_rows) || run * size % 16 != 0)
       problem(fmt::format("{}: %arg{} has no tensor map of whole batches with 16-byte strides (tma_rows {}, view {})",
                           where(i), i.param, prm.tma_rows, shape_str(prm.view)));
   }
@@ -1113,7 +1119,9 @@ class Verifier {
                           where(i), i.b_col, i.b_col + n, b.name, width));
     if (from_ring) {
       const SharedRing& a = p_.shared[static_cast<size_t>(i.ring)];
-      if (!a.wgmma || a.dtype != b.dtype || a.tile.at(1) != k || (a.col_major ? a.tile.at(0) : k) % 64 != 0)
+      // (Transposed, A is the stage's transpose; read M-major where its stored rows run along M.)
+      const int64_t a_k = a.tile.at(i.a_transposed ? 0 : 1), a_m = a.tile.at(i.a_transposed ? 1 : 0);
+      if (!a.wgmma || a.dtype != b.dtype || a_k != k || (a.col_major != i.a_transposed ? a_m : k) % 64 != 0)
         problem(fmt::format("{}: A's ring is not B's dtype and k, laid out for wgmma", where(i)));
       if (a.stages != 1 && a.stages != b.stages)
         problem(fmt::format("{}: A's ring has {} stages, neither B's {} nor one (read at every stage)", where(i),

@@ -182,6 +182,10 @@ common options:
                                f32 workspace; wgmma, d 64 or 128); 0 gives dQ its own kernel
                                over the key tiles (deterministic); auto (the default): whichever
                                the cost model predicts faster
+  --attention-dq-tma 0|1       schedule override: 1 adds dQ's sums (the one-kernel backward) by
+                               TMA reductions from staged f32 panels, 128 keys a block, where d
+                               is 128 and the queries a multiple of 4; 0 (the default) by every
+                               thread's red.global
   --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
                                issue their products in turns, one's softmax under the other's
                                products (FlashAttention-3's ping-pong; measured 1–2% slower with
@@ -437,6 +441,8 @@ Args parse(int argc, char** argv) {
       a.schedule.attention_backward_rows = parse_64_or_128(s, value());
     else if (s == "--attention-backward-tma")
       a.schedule.attention_backward_tma = parse_int(s, value(), 0, 1);
+    else if (s == "--attention-dq-tma")
+      a.schedule.attention_dq_tma = parse_int(s, value(), 0, 1);
     else if (s == "--pack-heads")
       a.schedule.pack_heads = parse_int(s, value(), 0, 1);
     else if (s == "--kv-splits")
