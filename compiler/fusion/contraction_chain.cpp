@@ -507,7 +507,7 @@ static bool adds_a_score_tile(const Graph& g, const ContractionChain& c) {
 // FlashAttention-3's block (measured the fastest at B8 H32 N4096 d128: bench/NOTES.md): 128
 // rows, two consumer warpgroups fed Q, K and V by TMA, 128 keys a step, the softmax overlapped
 // with P·V within each warpgroup (the warpgroups taking turns only where asked for: not faster);
-// past d 128 two stages of 64 keys, not overlapped (the output takes the registers). Elsewhere
+// past d 128 two stages of 64 keys, overlapped too (K_j and V_{j−1} in flight). Elsewhere
 // every thread's cp.async over 64 rows and 64 keys (d 256: 32). Each hint forces its part.
 static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, const Graph& g, DType dt,
                                    const ScheduleHints& hints, bool bound_by_products) {
@@ -524,14 +524,15 @@ static void set_attention_pipeline(TileSchedule& s, const ContractionChain& c, c
               : s.tma && !s.keys_for_score_tile ? 128
                                                 : 64;
   // Keys of one step leave nothing to overlap: the overlapped loop's two score tiles only cost
-  // registers there (16 keys at d 64: ptxas serialized the wgmmas). Past d 128 only where asked
-  // for, on TMA: its two stages hold K_j and V_{j−1} in flight, each with a wait of its own (every
-  // thread's cp.async overlapped prefetches two tiles ahead: three stages); ptxas keeps it without
-  // spills beside d 256's output, but it has not been timed against the plain loop.
+  // registers there (16 keys at d 64: ptxas serialized the wgmmas). Past d 128 on TMA only: its
+  // two stages hold K_j and V_{j−1} in flight, each with a wait of its own (every thread's
+  // cp.async overlapped prefetches two tiles ahead: three stages, which d 256 has no room for);
+  // ptxas keeps it without spills beside d 256's output, and on an H100 it ran d 256 12–14%
+  // faster than the plain loop (bench/NOTES.md, 2026-12-08).
   const int64_t n_kv = g.node(c.scores).shape.back();
-  s.overlap = s.wgmma && (hints.attention_overlap == 1 ? d <= 128 || s.tma
-                                                       : hints.attention_overlap != 0 && d <= 128 &&
-                                                             bound_by_products && n_kv > s.block_n);
+  s.overlap = s.wgmma && (d <= 128 || s.tma) &&
+              (hints.attention_overlap == 1 ||
+               (hints.attention_overlap != 0 && bound_by_products && n_kv > s.block_n));
   // Turns stop at d 128 (and the persistent grid, fit_attention_grid, unless asked for and not
   // overlapped): beside d 256's output accumulator their bookkeeping spilled (8 bytes).
   s.warpgroup_turns = s.tma && d <= 128 && hints.attention_pingpong == 1;
