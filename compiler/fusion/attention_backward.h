@@ -77,7 +77,8 @@ bool attention_backward_kernel(const Graph& g, Kernel& k, const DeviceProfile& p
 BackwardChain backward_chain_of(const Graph& g, const Kernel& k, bool* keys);
 
 // Its products at the mma.sync or wgmma rate, its exponentials and other per-score work and dQ's
-// sums at L2 (not overlapped), against its bytes read and written once.
+// sums at L2 (by red.global not overlapped; by TMA beside the math), against its bytes read and
+// written once.
 void estimate_attention_backward_cost(const Graph& g, Kernel& k, const DeviceProfile& p);
 
 }  // namespace tilefuse

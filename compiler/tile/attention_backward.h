@@ -15,7 +15,9 @@
 //            memory and adds its dS·K into an f32 workspace (red.global.add); the last of a K/V
 //            head's key blocks to finish converts the head's dQ (·scale, to the inputs' dtype)
 //            and zeroes the workspace for the next launch — 5 products where the two kernels
-//            take 7, dQ's sums in an order that differs from run to run
+//            take 7, dQ's sums in an order that differs from run to run. Fed by TMA (128 keys,
+//            d 128): dQᵀ = Kᵀ·dSᵀ, each warpgroup its 64 of d, added by TMA's reductions from
+//            staged f32 panels into a column-major workspace (dQᵀ per query head)
 //
 // Both are one loop: the block's rows' operands A₁, A₂ (K, V or Q, dO) wait in shared memory,
 // the other side's B₁, B₂ (Q, dO or K, V) come through two-stage rings — every thread's cp.async,
@@ -55,9 +57,10 @@ struct AttentionBackwardShape {
   // All five products on warpgroup MMA (sm_90a wgmma) from the rings — A₁ and A₂ from their
   // tiles, B read transposed for the scores — P and dS as register operands; d 64 or 128.
   bool wgmma = false;
-  // On wgmma (not the part All), warp-specialized: a producer warpgroup's one thread copies the
-  // block's A₁, A₂ once and each step's B₁, B₂ by TMA into the rings (mbarriers full and empty per
-  // stage), so the consumers issue no copies or their addresses. At 64 rows two blocks an SM as
+  // On wgmma (the part All: 128 rows at d 128, its sums by TMA), warp-specialized: a producer
+  // warpgroup's one thread copies the block's A₁, A₂ once and each step's B₁, B₂ by TMA into the
+  // rings (mbarriers full and empty per stage), so the consumers issue no copies or their
+  // addresses. At 64 rows two blocks an SM as
   // before (the producer at 24 registers, the consumers at the rest of 128 a thread: 232); at
   // 128, one (the consumers at 240).
   bool tma = false;

@@ -165,7 +165,7 @@ common options:
   --attention-tma 0|1|auto     schedule override: 1 feeds attention's Q, K and V tiles on wgmma
                                by TMA from a producer warpgroup to two consumer warpgroups of
                                64 query rows each (FlashAttention-3's block; past d 128 two
-                               stages, not overlapped); 0 every thread's cp.async; auto (the
+                               stages, overlapped too); 0 every thread's cp.async; auto (the
                                default): TMA where the products bound the kernel (prefill, not
                                decode)
   --attention-keys 64|128      schedule override: keys per attention step at d ≤ 128 (default
@@ -203,7 +203,8 @@ common options:
                                persistent grid of a block per SM taking the query tiles in turn
                                (causal: a head's long and short tiles in pairs; windows:
                                longest first), the next tile's Q, K and V copied while this one
-                               finishes (d ≤ 128; past it only by 1, not overlapped); 0 a block
+                               finishes (d ≤ 128; past it only by 1 with --attention-overlap 0);
+                               0 a block
                                per query tile; auto (the default):
                                persistent where that static order balances the blocks' work
                                within 2% (not under a causal mask without a window with an odd
