@@ -105,6 +105,7 @@ TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
     const std::string text = round_tripped(tir::attention_backward_program(s));
     EXPECT_EQ(count(text, "] transposed, @ds_tile[%"), 1) << text;
     EXPECT_EQ(count(text, "tma_store_add %arg"), 1) << text;
+    EXPECT_EQ(count(text, "via @dq_staging by warpgroup :"), 1) << text;  // (each warpgroup its rows)
     EXPECT_EQ(count(text, "store_add %arg"), 1) << text;  // (the tma_store_add alone)
     EXPECT_EQ(count(text, "last_arrival"), 1) << text;
     s.n_q = 101;  // (TMA's rows of f32 sums need 16-byte strides)

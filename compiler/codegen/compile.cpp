@@ -179,26 +179,30 @@ static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
   return opt;
 }
 
-// The ring each TMA-read parameter is copied into, or each TMA-written one staged in (the
-// verifier holds every copy of a parameter to rings of its own layout; the box is the first's).
-static void tma_rings(const tir::Region& r, std::map<int, int>* ring_of) {
+// The rows of one TMA copy's box of each parameter TMA reads or writes: the stored rows of the
+// ring it is copied into or staged in, or a warpgroup's 64 (TmaStore by warpgroup). (The verifier
+// holds every copy of a parameter to rings of its own layout; the box is the first's.)
+static void tma_box_rows(const tir::Program& p, const tir::Region& r, std::map<int, int64_t>* rows_of) {
   for (const tir::Inst& i : r.body) {
-    if (i.opcode == tir::Opcode::TmaLoad || i.opcode == tir::Opcode::TmaStore) ring_of->emplace(i.param, i.ring);
-    for (const tir::Region& inner : i.regions) tma_rings(inner, ring_of);
+    if (i.opcode == tir::Opcode::TmaLoad || i.opcode == tir::Opcode::TmaStore) {
+      const tir::SharedRing& ring = p.shared.at(static_cast<size_t>(i.ring));
+      rows_of->emplace(i.param, i.by_warpgroup ? 64 : ring.tile.at(ring.col_major ? 1 : 0));
+    }
+    for (const tir::Region& inner : i.regions) tma_box_rows(p, inner, rows_of);
   }
 }
 
 std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
-  std::map<int, int> ring_of;
-  tma_rings(p.body, &ring_of);
+  std::map<int, int64_t> rows_of;
+  tma_box_rows(p, p.body, &rows_of);
   std::vector<TensorMapSpec> maps;
   for (size_t i = 0; i < p.params.size(); ++i) {
     const tir::Param& prm = p.params[i];
     if (prm.tma_rows <= 0) continue;
-    auto it = ring_of.find(static_cast<int>(i));
-    if (it == ring_of.end())
-      throw CodegenError(fmt::format("kernel {}: %arg{} has a tensor map that no TMA copy reads or writes", p.name, i));
-    const tir::SharedRing& ring = p.shared.at(static_cast<size_t>(it->second));
+    auto it = rows_of.find(static_cast<int>(i));
+    if (it == rows_of.end())
+      throw CodegenError(
+          fmt::format("kernel {}: %arg{} has a tensor map that no TMA copy reads or writes", p.name, i));
     TensorMapSpec m;
     m.tensor = static_cast<unsigned>(i);
     m.dtype = prm.dtype;
@@ -212,7 +216,7 @@ std::vector<TensorMapSpec> tensor_maps_of(const tir::Program& p) {
     m.strides[0] = run * element_bytes;
     m.strides[1] = run * across * element_bytes;
     m.box[0] = static_cast<unsigned>(128 / element_bytes);  // a 128-byte line
-    m.box[1] = static_cast<unsigned>(ring.tile.at(ring.col_major ? 1 : 0));
+    m.box[1] = static_cast<unsigned>(it->second);
     maps.push_back(m);
   }
   return maps;

@@ -1040,7 +1040,7 @@ class Emitter {
       case Opcode::TmaStore:
         return tma_store(i);
       case Opcode::WaitStores:  // every store complete, not just read: nothing left in flight at exit
-        guarded(group_leader(), [&] {
+        guarded(stores_by_warpgroup(p_.body) ? warpgroup_leader() : group_leader(), [&] {
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group, {}, {i32(0)});
           // (Sums that other blocks read next — after this thread's release — ordered before
           // its later generic accesses.)
@@ -2602,6 +2602,7 @@ class Emitter {
   // it as a bulk group. Before a slot is written again, that thread waits until at most the
   // other slots' stores are still reading (wait_group.read), and the barrier passes that on.
   void tma_store(const Inst& i) {
+    if (i.by_warpgroup) return tma_store_by_warpgroup(i);
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
     const int v = i.args[3];
@@ -2660,6 +2661,65 @@ class Emitter {
       });
     }
   }
+  // TmaStore by warpgroup: each warpgroup writes its 64 rows of as many panels as there are slots
+  // into its rows of the slots (as tma_store writes them), fences them for the async proxy behind
+  // a barrier of its own 128 threads (named barrier 5 + its index), and its first thread stores
+  // each slot's 64 rows by one bulk tensor copy — no barrier the other warpgroup waits at. Before
+  // a round of writes that thread waits until at most the slots' other copies still read them.
+  void tma_store_by_warpgroup(const Inst& i) {
+    const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
+    const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
+    const Type& t = type(i.args[3]);
+    const std::vector<Value*>& values = vals_.at(static_cast<size_t>(i.args[3]));
+    const int size = static_cast<int>(dtype_size(prm.dtype)), per_panel = 128 / size;
+    const int panels = static_cast<int>(t.shape[1]) / per_panel, slot_count = r.stages;
+    Value* batch = as_i32(one(i.args[0]));
+    Value* col = as_i32(one(i.args[2]));
+    Value* warpgroup = b_.CreateUDiv(tid_, i32(128));
+    Value* row = b_.CreateAdd(as_i32(one(i.args[1])), b_.CreateMul(warpgroup, i32(64)));
+    Value* rows_at = b_.CreateMul(warpgroup, i32(64 * 128));  // (its rows' bytes within a slot)
+    auto barrier = [&] {
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {},
+                         {b_.CreateAdd(warpgroup, i32(5)), i32(128)});
+    };
+    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    for (int first = 0; first < panels; first += slot_count) {
+      const int n = std::min(slot_count, panels - first);
+      guarded(warpgroup_leader(), [&] {
+        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group_read, {}, {i32(slot_count - n)});
+      });
+      barrier();
+      for (int e0 = 0; e0 < n0; ++e0)
+        for (int e1 = 0; e1 < n1; e1 += 2) {
+          const int panel = 8 * (e1 / 2) / per_panel;
+          if (panel < first || panel >= first + n) continue;
+          Value* byte = b_.CreateMul(b_.CreateSub(position(t, 1, e1), i32(panel * per_panel)), i32(size));
+          Value* at =
+              ring_address(i.ring, i32(panel - first), position(t, 0, e0), b_.CreateUDiv(byte, i32(16)));
+          at = b_.CreateInBoundsGEP(b_.getInt8Ty(), at, b_.CreateURem(byte, i32(16)));
+          const size_t e = static_cast<size_t>(e0 * n1 + e1);
+          b_.CreateAlignedStore(pair_to_storage(values[e], values[e + 1], prm.dtype), at,
+                                llvm::Align(2 * static_cast<uint64_t>(size)));
+        }
+      asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
+      barrier();
+      guarded(warpgroup_leader(), [&] {
+        for (int panel = first; panel < first + n; ++panel) {
+          Value* src = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_,
+                                            b_.CreateAdd(stage_at(i.ring, i32(panel - first)), rows_at));
+          b_.CreateIntrinsic(
+              i.reduce_add ? llvm::Intrinsic::nvvm_cp_async_bulk_tensor_reduce_add_tile_3d
+                           : llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d,
+              {},
+              {src, tensor_map_.at(static_cast<size_t>(i.param)), b_.CreateAdd(col, i32(panel * per_panel)),
+               row, batch, b_.getInt64(0), b_.getFalse()});
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_commit_group, llvm::ArrayRef<llvm::Type*>{},
+                             llvm::ArrayRef<Value*>{});
+        }
+      });
+    }
+  }
+
   // A TmaStore's epilogue region over the panel in `slot` (columns from `col` of the tile): a
   // loop, kept rolled, over its chunks of the layout's rows — each thread reading its 16-byte
   // piece of a row (row r's piece c at c ^ (r % 8), as written), the region computing on it, the
@@ -2710,15 +2770,24 @@ class Emitter {
     latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
     b_.SetInsertPoint(exit);
   }
-  // Whether a region holds a TMA store that adds (TmaStore reduce_add), at any depth.
-  static bool adds_by_tma(const tir::Region& r) {
+  // Whether a region holds a TmaStore that `pred` holds for, at any depth.
+  template <typename Pred>
+  static bool has_tma_store(const tir::Region& r, Pred pred) {
     for (const Inst& i : r.body) {
-      if (i.opcode == Opcode::TmaStore && i.reduce_add) return true;
+      if (i.opcode == Opcode::TmaStore && pred(i)) return true;
       for (const tir::Region& inner : i.regions)
-        if (adds_by_tma(inner)) return true;
+        if (has_tma_store(inner, pred)) return true;
     }
     return false;
   }
+  static bool adds_by_tma(const tir::Region& r) {
+    return has_tma_store(r, [](const Inst& i) { return i.reduce_add; });
+  }
+  static bool stores_by_warpgroup(const tir::Region& r) {
+    return has_tma_store(r, [](const Inst& i) { return i.by_warpgroup; });
+  }
+  // The first thread of each warpgroup.
+  Value* warpgroup_leader() { return b_.CreateICmpEQ(b_.CreateURem(tid_, i32(128)), i32(0)); }
   // The first thread of the consumer group (of the block, unspecialized).
   Value* group_leader() { return b_.CreateICmpEQ(tid_, i32(0)); }
 

@@ -508,9 +508,12 @@ class AttentionBackwardProgram {
 
   // dQᵀ = Kᵀ·dSᵀ of the step's query tile (from c0 of query head `head`), its product issued
   // behind the gradients' once both warpgroups have stored their keys' dSᵀ (the consumers'
-  // barrier; the next step stores into the other stage, which every warpgroup's last reads
-  // precede: each waited for its products before this barrier), then added into the sums by
-  // TMA through the staging panels. Returns the gradients, waited for.
+  // barrier), then added into the sums by TMA through the staging panels, each warpgroup its own
+  // rows behind barriers of its own (the consumers' barrier is the step's only one that both
+  // warpgroups wait at; with both panels in one round, two of the warpgroup's). The next step stores
+  // into the other stage; the step after stores into this one again only past the next step's
+  // barrier, which each warpgroup reaches after waiting for this product. Returns the gradients,
+  // waited for.
   std::vector<int> sum_dq_by_tma(Builder& b, int head, int c0, int stage, std::vector<int> grads) {
     b.barrier();
     const int zero = b.tile_const(0, DType::F32, {s_.d, s_.block_cols}, Frag::Acc);
@@ -518,7 +521,7 @@ class AttentionBackwardProgram {
     grads = b.dot_wait(grads, 0);
     const int dq = grads.back();
     grads.pop_back();
-    b.tma_store(workspace_, head, zero_, c0, dq, staging_ring_, true);
+    b.tma_store(workspace_, head, zero_, c0, dq, staging_ring_, true, true);
     return grads;
   }
 

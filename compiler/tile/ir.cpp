@@ -607,12 +607,14 @@ void Builder::tma_store(int param, int batch, int row, int col, int tile, int ri
   r.body.push_back(yield);
   r_->body.back().regions.push_back(std::move(r));
 }
-void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring, bool reduce_add) {
+void Builder::tma_store(int param, int batch, int row, int col, int tile, int ring, bool reduce_add,
+                        bool by_warpgroup) {
   Inst i;
   i.opcode = Opcode::TmaStore;
   i.param = param;
   i.ring = ring;
   i.reduce_add = reduce_add;
+  i.by_warpgroup = by_warpgroup;
   i.args = {batch, row, col, tile};
   emit(i, std::nullopt);
 }

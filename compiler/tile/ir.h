@@ -418,6 +418,10 @@ struct Inst {
   // did past an online softmax, to write the next P's fragments into the registers the product
   // in flight reads — and the work runs after the products instead of under them.
   bool pinned = false;
+  // TmaStore (printed `… via @ring by warpgroup`): each warpgroup stages its own 64 rows and its
+  // first thread stores them, behind barriers of the warpgroup's alone, every panel of the tile
+  // at once where the slots hold them.
+  bool by_warpgroup = false;
   bool transposed = false;  // LoadShared, DotAsync (B), StoreShared: the stage's transpose
   bool a_transposed = false;  // DotAsync: A is its ring's stage transposed (read M-major)
   // Store (printed `store_add`), TmaStore (printed `tma_store_add`): added into the parameter's
@@ -621,7 +625,8 @@ class Builder {
   // its stage, and the parity of the phase that fills it (consumers) or — one use later — empties
   // it (`emptied`: the producer; a fresh barrier's phase of parity 1 counts as complete).
   std::pair<int, int> ring_stage(int step, int64_t stages, bool emptied);
-  void tma_store(int param, int batch, int row, int col, int tile, int ring, bool reduce_add = false);
+  void tma_store(int param, int batch, int row, int col, int tile, int ring, bool reduce_add = false,
+                 bool by_warpgroup = false);
   // The same with an epilogue region run per staged chunk (Opcode::TmaStore): `body` gets the
   // chunk's staged tile of `chunk` shape and its row and column within the tile, and returns the
   // tile to store in its place.

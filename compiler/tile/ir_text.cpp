@@ -164,10 +164,11 @@ void print_region(const Program& p, const Names& value, const Region& r, int dep
                             value(i.args.at(0)));
         break;
       case Opcode::TmaStore:
-        *out += fmt::format("{}{} %arg{}[{}], {} via @{} : {}", pad,
+        *out += fmt::format("{}{} %arg{}[{}], {} via @{}{} : {}", pad,
                             i.reduce_add ? "tma_store_add" : "tma_store", i.param,
                             values(std::vector<int>(i.args.begin(), i.args.end() - 1)), value(i.args.back()),
-                            p.shared.at(static_cast<size_t>(i.ring)).name, type_of(i.args.back()));
+                            p.shared.at(static_cast<size_t>(i.ring)).name,
+                            i.by_warpgroup ? " by warpgroup" : "", type_of(i.args.back()));
         if (i.regions.empty()) {
           *out += "\n";
           break;
@@ -827,6 +828,10 @@ class Parser {
       i.args.push_back(use("the tile"));
       word("via");
       i.ring = ring(p);
+      if (take_word("by")) {
+        word("warpgroup");
+        i.by_warpgroup = true;
+      }
       punct(":");
       type();
       if (take_word("epilogue")) {  // a region run per staged chunk

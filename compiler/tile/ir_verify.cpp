@@ -304,6 +304,9 @@ class Verifier {
     const Param& prm = p_.params[static_cast<size_t>(i.param)];
     const Type& t = type(i.args[3]);
     const int64_t size = static_cast<int64_t>(dtype_size(prm.dtype));
+    if (i.by_warpgroup && (!i.regions.empty() || p_.consumer_groups != 1))
+      problem(
+          fmt::format("{}: a store by warpgroup has no epilogue region and one consumer group", where(i)));
     // (Added into: an f32 workspace, whose stored rows may be its view's columns.)
     const bool sums = i.reduce_add && prm.workspace && prm.dtype == DType::F32;
     if (i.reduce_add && !sums)

@@ -199,6 +199,21 @@ std::vector<Variant> variants_of(uint64_t seed) {
       u.fusion.schedule.fetch_parts_early = pick(0, 1);
       u.name += fmt::format(" --fetch-parts-early {}", u.fusion.schedule.fetch_parts_early);
     }
+  // And a sixth take the attention backward's other forms (where a training step has one): dQ
+  // summed across the key blocks by red.global or by TMA's reductions (where those fit: d 128, a
+  // query count a multiple of 4), 128 keys a block, or every thread's cp.async.
+  for (Variant& u : out)
+    if (pick(0, 5) == 0) {
+      static const char* const names[] = {" --attention-dq-sums 1",
+                                          " --attention-dq-sums 1 --attention-dq-tma 1",
+                                          " --attention-backward-rows 128", " --attention-backward-tma 0"};
+      const int which = pick(0, 3);
+      if (which <= 1) u.fusion.schedule.attention_dq_sums = 1;
+      if (which == 1) u.fusion.schedule.attention_dq_tma = 1;
+      if (which == 2) u.fusion.schedule.attention_backward_rows = 128;
+      if (which == 3) u.fusion.schedule.attention_backward_tma = 0;
+      u.name += names[which];
+    }
   return out;
 }
 
