@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Call 5: bundle/ (d 256's forward overlapped by default; the one-kernel backward summed by TMA
-# with the next step's L and D loaded after dQᵀ's product, 24–32 bytes spilled) against
-# build-s31a/ (d9aabe2: d 256 plain by default; L and D loaded at their use). Correct first
-# (the GPU grid of the backward, every wgmma chain), then TrainingShapeTimed from both builds,
-# then the summed backward in the step, interleaved. (d 256's default was measured in call 3.)
+# Call 5 (not run in session 31: no device time left; ready for the next): bundle/ at main
+# (b820371 or later: d 256 overlapped by default; the summed backward's reductions stored by
+# warpgroup, one barrier a step between the warpgroups) against build-s31a/ (d9aabe2: the
+# summed backward as call 1 measured it, 12.35 ms alone). Correct first (the GPU grid of the
+# backward), then TrainingShapeTimed from both builds, then the summed backward in the step,
+# interleaved. To time the L/D prefetch too: apply prefetch_ld.patch to a third build.
 cd "$(dirname "$0")/../../.."
 gzip -dkf bundle/libtilefuse.so.gz; gzip -dkf build-s31a/libtilefuse.so.gz; . scripts/gpu_env.sh
 export TILEFUSE_CACHE=0
