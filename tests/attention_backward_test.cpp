@@ -663,9 +663,9 @@ TEST(FusionAttentionBackward, DqSummedAcrossKeyBlocksIsPriced) {
   EXPECT_NE(plan_report_text(small).find("not dQ summed across the key blocks: "), std::string::npos);
 }
 
-// dQ summed by TMA's reductions (`--attention-dq-tma 1`, off by default until measured): asked
-// for with the one kernel at d 128, 128 keys a block fed by TMA, its sums predicted to run beside
-// the products; the plan matches float64 on the host (and on a GPU where there is one).
+// dQ summed by TMA's reductions (`--attention-dq-tma 1`, off by default: measured slower than the two
+// kernels): asked for with the one kernel at d 128, 128 keys a block fed by TMA, its sums predicted to run
+// beside the products; the plan matches float64 on the host (and on a GPU where there is one).
 TEST(FusionAttentionBackward, DqSummedByTmaWhereAskedFor) {
   FusionOptions o = dq_form(1);
   o.schedule.attention_dq_tma = 1;

@@ -180,13 +180,17 @@ static CodegenOptions target_for(const tir::Program& p, CodegenOptions opt) {
 }
 
 // The rows of one TMA copy's box of each parameter TMA reads or writes: the stored rows of the
-// ring it is copied into or staged in, or a warpgroup's 64 (TmaStore by warpgroup). (The verifier
-// holds every copy of a parameter to rings of its own layout; the box is the first's.)
+// ring it is copied into or staged in, or a warpgroup's 64 (TmaStore by warpgroup); one tensor
+// map serves every copy, so they must agree.
 static void tma_box_rows(const tir::Program& p, const tir::Region& r, std::map<int, int64_t>* rows_of) {
   for (const tir::Inst& i : r.body) {
     if (i.opcode == tir::Opcode::TmaLoad || i.opcode == tir::Opcode::TmaStore) {
       const tir::SharedRing& ring = p.shared.at(static_cast<size_t>(i.ring));
-      rows_of->emplace(i.param, i.by_warpgroup ? 64 : ring.tile.at(ring.col_major ? 1 : 0));
+      const int64_t rows = i.by_warpgroup ? 64 : ring.tile.at(ring.col_major ? 1 : 0);
+      const auto [at, fresh] = rows_of->emplace(i.param, rows);
+      if (!fresh && at->second != rows)
+        throw CodegenError(fmt::format("kernel {}: %arg{} is copied by TMA in boxes of {} and of {} rows",
+                                       p.name, i.param, at->second, rows));
     }
     for (const tir::Region& inner : i.regions) tma_box_rows(p, inner, rows_of);
   }

@@ -20,7 +20,7 @@ struct Program;  // compiler/tile/ir.h
 // box are innermost first, strides in bytes for dims 1 and 2.
 struct TensorMapSpec {
   unsigned tensor = 0;
-  DType dtype = DType::BF16;  // bf16 or f16 (TMA rings), or f32 (a stored output)
+  DType dtype = DType::BF16;  // bf16 or f16 (TMA rings), or f32 (a stored output, a workspace's sums)
   uint64_t dims[3] = {1, 1, 1};
   uint64_t strides[2] = {0, 0};
   unsigned box[3] = {1, 1, 1};

@@ -1042,8 +1042,8 @@ class Emitter {
       case Opcode::WaitStores:  // every store complete, not just read: nothing left in flight at exit
         guarded(stores_by_warpgroup(p_.body) ? warpgroup_leader() : group_leader(), [&] {
           b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group, {}, {i32(0)});
-          // (Sums that other blocks read next — after this thread's release — ordered before
-          // its later generic accesses.)
+          // (Sums that other blocks read next: ordered before the block's later generic accesses
+          // — the consumers' barrier and thread 0's release in LastArrival.)
           if (adds_by_tma(p_.body)) asm_call(b_.getVoidTy(), "fence.proxy.async.global;", "~{memory}", {});
         });
         return;
@@ -2665,7 +2665,7 @@ class Emitter {
   // into its rows of the slots (as tma_store writes them), fences them for the async proxy behind
   // a barrier of its own 128 threads (named barrier 5 + its index), and its first thread stores
   // each slot's 64 rows by one bulk tensor copy — no barrier the other warpgroup waits at. Before
-  // a round of writes that thread waits until at most the slots' other copies still read them.
+  // a round of writes that thread waits until its copies have all finished reading the slots.
   void tma_store_by_warpgroup(const Inst& i) {
     const tir::SharedRing& r = p_.shared[static_cast<size_t>(i.ring)];
     const tir::Param& prm = p_.params[static_cast<size_t>(i.param)];
@@ -2685,9 +2685,9 @@ class Emitter {
     const int n0 = slots(t, 0), n1 = slots(t, 1);
     for (int first = 0; first < panels; first += slot_count) {
       const int n = std::min(slot_count, panels - first);
-      guarded(warpgroup_leader(), [&] {
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group_read, {}, {i32(slot_count - n)});
-      });
+      // (Every round starts at slot 0: all of the warpgroup's copies done reading first.)
+      guarded(warpgroup_leader(),
+              [&] { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group_read, {}, {i32(0)}); });
       barrier();
       for (int e0 = 0; e0 < n0; ++e0)
         for (int e1 = 0; e1 < n1; e1 += 2) {

@@ -328,7 +328,8 @@ struct ScheduleHints {
   int attention_dq_sums = -1;
   // dQ summed across the key blocks by TMA's reductions (cp.reduce.async.bulk from staged f32
   // panels, FlashAttention-3's form) rather than every thread's red.global: 1 where it fits (d
-  // 128, 128 keys a block, a query count a multiple of 4); 0 (the default until it is measured).
+  // 128, 128 keys a block, a query count a multiple of 4); 0 (the default: on an H100 the one
+  // kernel so formed took 12.35 ms against the two kernels' 10.81, bench/NOTES.md 2026-12-08).
   int attention_dq_tma = 0;
   // Keys per block of the attention backward's dK/dV kernel on wgmma: 64 (one warpgroup; two
   // blocks per SM) or 128 (two warpgroups sharing each streamed Q and dO stage: half the stream

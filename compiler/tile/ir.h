@@ -284,8 +284,9 @@ enum class Opcode {
   // first thread stores it by a bulk tensor copy and goes on without waiting for it; a slot is
   // written again only after the copy that read it has finished reading. Out-of-bounds rows
   // and columns (past the batch's rows, past N) are not written. WaitStores (the group's first
-  // thread) waits until its stores have completed: the last instruction before the consumers
-  // leave.
+  // thread, or each warpgroup's where stores are by warpgroup) waits until its stores have
+  // completed — before the consumers leave, and before sums added by TMA are counted in
+  // (LastArrival) and read.
   // With `reduce_add` (printed `tma_store_add`) the copies add the tile into the parameter's f32
   // elements (an f32 workspace's sums; the reduction is TMA's, in L2). Into a column-major
   // parameter the tile lands in its stored rows: element (r, c) adds into the view's element

@@ -45,6 +45,8 @@ class Verifier {
     specialization();
     std::set<int> scope;
     region(p_.body, scope, false);
+    bool sums_in_flight = false;
+    sums_waited(p_.body, &sums_in_flight);
     return problems_;
   }
 
@@ -57,6 +59,20 @@ class Verifier {
   }
 
   bool is_index(int v) const { return type(v).kind == Type::Kind::Index; }
+
+  // Sums added by TMA (TmaStore reduce_add) are complete only once waited for (WaitStores): none
+  // may be in flight where the block counts itself in (LastArrival) and the last block reads
+  // them. In program order, loops' bodies as they stand.
+  void sums_waited(const Region& r, bool* in_flight) {
+    for (const Inst& i : r.body) {
+      if (i.opcode == Opcode::TmaStore && i.reduce_add) *in_flight = true;
+      if (i.opcode == Opcode::WaitStores) *in_flight = false;
+      if (i.opcode == Opcode::LastArrival && *in_flight)
+        problem(fmt::format("{}: counts the block in with its sums by TMA not waited for (wait_stores)",
+                            where(i)));
+      for (const Region& inner : i.regions) sums_waited(inner, in_flight);
+    }
+  }
 
   // A fragment's extents: the warps' tile of its kind (or 1 along an axis of an accumulator).
   void check_fragment(const Inst& i, const Type& t) {
@@ -317,6 +333,12 @@ class Verifier {
     if (!r->staging || r->dtype != prm.dtype || r->tile.at(1) * size != 128 || r->stages % p_.consumer_groups != 0)
       problem(fmt::format("{}: @{} is not a staging ring of 128-byte {} rows, its slots shared evenly by the groups",
                           where(i), r->name, dtype_name(prm.dtype)));
+    // (Each panel waits until at most the group's other slots are still read: a slot is written
+    // again only after its last copy read it where the panels take the slots in turn evenly.)
+    const int64_t group_slots = std::max(1, r->stages / p_.consumer_groups);
+    if (!i.by_warpgroup && t.shape.size() == 2 && (t.shape[1] * size / 128) % group_slots != 0)
+      problem(fmt::format("{}: {} panels through {} slots a group: a slot would be written while read",
+                          where(i), t.shape[1] * size / 128, group_slots));
     if (t.frag != Frag::Acc || !p_.mma || p_.mma->warps_n != 1 || t.shape.size() != 2 || t.shape[0] % 64 != 0 ||
         t.shape[0] != r->tile.at(0) || t.shape[1] * size % 128 != 0 || t.shape[0] > 256)
       problem(fmt::format("{}: stores {} through @{}: an accumulator of warpgroups (64-row slabs, at most 256 rows, "
@@ -1124,12 +1146,15 @@ class Verifier {
       const SharedRing& a = p_.shared[static_cast<size_t>(i.ring)];
       // (Transposed, A is the stage's transpose; read M-major where its stored rows run along M.)
       const int64_t a_k = a.tile.at(i.a_transposed ? 0 : 1), a_m = a.tile.at(i.a_transposed ? 1 : 0);
-      if (!a.wgmma || a.dtype != b.dtype || a_k != k || (a.col_major != i.a_transposed ? a_m : k) % 64 != 0)
-        problem(fmt::format("{}: A's ring is not B's dtype and k, laid out for wgmma", where(i)));
+      if (!a.wgmma || a.dtype != b.dtype || a_k != k || (a.col_major != i.a_transposed ? a_m : k) % 64 != 0 ||
+          (c.shape.size() == 2 && a_m != c.shape[0]))
+        problem(fmt::format(
+            "{}: A's ring is not B's dtype and k and the accumulator's rows, laid out for wgmma", where(i)));
       if (a.stages != 1 && a.stages != b.stages)
         problem(fmt::format("{}: A's ring has {} stages, neither B's {} nor one (read at every stage)", where(i),
                             a.stages, b.stages));
     } else {
+      if (i.a_transposed) problem(fmt::format("{}: A in registers is not read transposed", where(i)));
       if (static_cast<int64_t>(i.args.size() - 2) * 16 != k)
         problem(fmt::format("{}: {} A fragments for B's k of {}", where(i), i.args.size() - 2, k));
       for (size_t f = 2; f < i.args.size(); ++f) {

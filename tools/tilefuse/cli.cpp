@@ -158,7 +158,7 @@ common options:
                                the previous step's P·V is in flight (three K/V stages; past
                                head dimension 128 on TMA only, two stages), 0 waits for each
                                product; auto (the default): where the products bound the
-                               kernel (prefill), up to head dimension 128
+                               kernel (prefill): up to head dimension 128, past it on TMA
   --attention-rows 64|128      schedule override: query rows per attention block on wgmma; 128
                                runs two warpgroups over one K/V ring, one block per SM (default 64;
                                128 measured 10% slower: the two blocks of 64 interleave freely)
@@ -182,10 +182,12 @@ common options:
                                f32 workspace; wgmma, d 64 or 128); 0 gives dQ its own kernel
                                over the key tiles (deterministic); auto (the default): whichever
                                the cost model predicts faster
-  --attention-dq-tma 0|1       schedule override: 1 adds dQ's sums (the one-kernel backward) by
-                               TMA reductions from staged f32 panels, 128 keys a block, where d
-                               is 128 and the queries a multiple of 4; 0 (the default) by every
-                               thread's red.global
+  --attention-dq-tma 0|1       schedule override: 1 adds dQ's sums (the one-kernel backward,
+                               where --attention-dq-sums takes it) by TMA reductions from staged
+                               f32 panels, 128 keys a block fed by TMA, where d is 128 and the
+                               queries a multiple of 4; 0 (the default) by every thread's
+                               red.global. Its model takes the sums as hidden under the math,
+                               which the H100 did not show (0.88× the two kernels)
   --attention-pingpong 0|1     schedule override: 1 has TMA attention's two consumer warpgroups
                                issue their products in turns, one's softmax under the other's
                                products (FlashAttention-3's ping-pong; measured 1–2% slower with
