@@ -29,6 +29,7 @@
 #include "compiler/graph/tensor_data.h"
 #include "compiler/support/error.h"
 #include "compiler/tile/interpret.h"
+#include "compiler/tile/ir_verify.h"
 #include "dsl_examples/examples.h"
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
@@ -106,6 +107,19 @@ TEST(TileIrAttentionBackward, ProgramsVerifyAndRoundTrip) {
     EXPECT_EQ(count(text, "] transposed, @ds_tile[%"), 1) << text;
     EXPECT_EQ(count(text, "tma_store_add %arg"), 1) << text;
     EXPECT_EQ(count(text, "via @dq_staging by warpgroup :"), 1) << text;  // (each warpgroup its rows)
+    {  // The sums are waited for before the block counts in: without that wait the verifier says so.
+      tir::Program p = tir::attention_backward_program(s);
+      ASSERT_EQ(p.body.body.back().opcode, tir::Opcode::Specialize);
+      std::vector<tir::Inst>& consumers = p.body.body.back().regions.at(1).body;
+      const auto wait = std::find_if(consumers.begin(), consumers.end(),
+                                     [](const tir::Inst& i) { return i.opcode == tir::Opcode::WaitStores; });
+      ASSERT_NE(wait, consumers.end());
+      consumers.erase(wait);
+      const std::vector<std::string> problems = tir::program_problems(p);
+      EXPECT_TRUE(std::any_of(problems.begin(), problems.end(), [](const std::string& m) {
+        return m.find("not waited for") != std::string::npos;
+      })) << fmt::format("{}", fmt::join(problems, "; "));
+    }
     EXPECT_EQ(count(text, "store_add %arg"), 1) << text;  // (the tma_store_add alone)
     EXPECT_EQ(count(text, "last_arrival"), 1) << text;
     s.n_q = 101;  // (TMA's rows of f32 sums need 16-byte strides)
