@@ -2649,17 +2649,21 @@ class Emitter {
       asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
       block_barrier();
       guarded(group_leader(), [&] {
-        Value* src = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, stage_at(i.ring, slot));
-        b_.CreateIntrinsic(
-            i.reduce_add ? llvm::Intrinsic::nvvm_cp_async_bulk_tensor_reduce_add_tile_3d
-                         : llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d,
-            {},
-            {src, tensor_map_.at(static_cast<size_t>(i.param)), b_.CreateAdd(col, i32(panel * per_panel)),
-             row, batch, b_.getInt64(0), b_.getFalse()});
-        b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_commit_group, llvm::ArrayRef<llvm::Type*>{},
-                           llvm::ArrayRef<Value*>{});
+        copy_panel(i, stage_at(i.ring, slot), b_.CreateAdd(col, i32(panel * per_panel)), row, batch);
       });
     }
+  }
+  // One staged panel (at byte `at` of shared memory) stored — or added, `reduce_add` — through the
+  // parameter's tensor map at (col, row, batch) by a bulk tensor copy, committed as its own group.
+  void copy_panel(const Inst& i, Value* at, Value* col, Value* row, Value* batch) {
+    Value* src = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_, at);
+    b_.CreateIntrinsic(i.reduce_add ? llvm::Intrinsic::nvvm_cp_async_bulk_tensor_reduce_add_tile_3d
+                                    : llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d,
+                       {},
+                       {src, tensor_map_.at(static_cast<size_t>(i.param)), col, row, batch, b_.getInt64(0),
+                        b_.getFalse()});
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_commit_group, llvm::ArrayRef<llvm::Type*>{},
+                       llvm::ArrayRef<Value*>{});
   }
   // TmaStore by warpgroup: each warpgroup writes its 64 rows of as many panels as there are slots
   // into its rows of the slots (as tma_store writes them), fences them for the async proxy behind
@@ -2704,18 +2708,9 @@ class Emitter {
       asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
       barrier();
       guarded(warpgroup_leader(), [&] {
-        for (int panel = first; panel < first + n; ++panel) {
-          Value* src = b_.CreateInBoundsGEP(b_.getInt8Ty(), shared_,
-                                            b_.CreateAdd(stage_at(i.ring, i32(panel - first)), rows_at));
-          b_.CreateIntrinsic(
-              i.reduce_add ? llvm::Intrinsic::nvvm_cp_async_bulk_tensor_reduce_add_tile_3d
-                           : llvm::Intrinsic::nvvm_cp_async_bulk_tensor_s2g_tile_3d,
-              {},
-              {src, tensor_map_.at(static_cast<size_t>(i.param)), b_.CreateAdd(col, i32(panel * per_panel)),
-               row, batch, b_.getInt64(0), b_.getFalse()});
-          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_commit_group, llvm::ArrayRef<llvm::Type*>{},
-                             llvm::ArrayRef<Value*>{});
-        }
+        for (int panel = first; panel < first + n; ++panel)
+          copy_panel(i, b_.CreateAdd(stage_at(i.ring, i32(panel - first)), rows_at),
+                     b_.CreateAdd(col, i32(panel * per_panel)), row, batch);
       });
     }
   }
