@@ -2614,7 +2614,6 @@ class Emitter {
     Value* row = as_i32(one(i.args[1]));
     Value* col = as_i32(one(i.args[2]));
     Value* first_slot = p_.consumer_groups == 1 ? i32(0) : b_.CreateMul(consumer_group_, i32(group_slots));
-    const int n0 = slots(t, 0), n1 = slots(t, 1);
     // Rolled, every pair is rounded and packed before the first panel: the accumulators are then
     // dead before any epilogue loop runs (else the chunks' temporaries beside the later panels'
     // accumulators made ptxas serialize the wgmmas: warning C7514).
@@ -2631,17 +2630,7 @@ class Emitter {
         b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group_read, {}, {i32(group_slots - 1)});
       });
       block_barrier();
-      // Accumulator slots (j, c) hold columns 8j + 2·tig + c: pairs in panel 8j / per_panel.
-      for (int e0 = 0; e0 < n0; ++e0)
-        for (int e1 = 0; e1 < n1; e1 += 2) {
-          if (8 * (e1 / 2) / per_panel != panel) continue;
-          Value* o = position(t, 0, e0);
-          Value* byte = b_.CreateMul(b_.CreateSub(position(t, 1, e1), i32(panel * per_panel)), i32(size));
-          Value* at = ring_address(i.ring, slot, o, b_.CreateUDiv(byte, i32(16)));
-          at = b_.CreateInBoundsGEP(b_.getInt8Ty(), at, b_.CreateURem(byte, i32(16)));
-          const size_t e = static_cast<size_t>(e0 * n1 + e1);
-          b_.CreateAlignedStore(pair(e), at, llvm::Align(2 * static_cast<uint64_t>(size)));
-        }
+      stage_panel(i, panel, slot, pair);
       if (!i.regions.empty()) {
         block_barrier();
         staged_epilogue(i, slot, panel * per_panel);
@@ -2652,6 +2641,24 @@ class Emitter {
         copy_panel(i, stage_at(i.ring, slot), b_.CreateAdd(col, i32(panel * per_panel)), row, batch);
       });
     }
+  }
+  // The thread's accumulator pairs (args[3]'s, rounded and packed by `pair`) in panel `panel` (128
+  // bytes of columns) written into `slot` of the TmaStore's staging ring at their rows: row r's
+  // 16-byte chunk c at chunk c ^ (r % 8). Accumulator slots (j, c) hold columns 8j + 2·tig + c:
+  // pairs in panel 8j / per_panel.
+  void stage_panel(const Inst& i, int panel, Value* slot, const std::function<Value*(size_t)>& pair) {
+    const Type& t = type(i.args[3]);
+    const int size = static_cast<int>(dtype_size(p_.params[static_cast<size_t>(i.param)].dtype));
+    const int per_panel = 128 / size, n0 = slots(t, 0), n1 = slots(t, 1);
+    for (int e0 = 0; e0 < n0; ++e0)
+      for (int e1 = 0; e1 < n1; e1 += 2) {
+        if (8 * (e1 / 2) / per_panel != panel) continue;
+        Value* byte = b_.CreateMul(b_.CreateSub(position(t, 1, e1), i32(panel * per_panel)), i32(size));
+        Value* at = ring_address(i.ring, slot, position(t, 0, e0), b_.CreateUDiv(byte, i32(16)));
+        at = b_.CreateInBoundsGEP(b_.getInt8Ty(), at, b_.CreateURem(byte, i32(16)));
+        b_.CreateAlignedStore(pair(static_cast<size_t>(e0 * n1 + e1)), at,
+                              llvm::Align(2 * static_cast<uint64_t>(size)));
+      }
   }
   // One staged panel (at byte `at` of shared memory) stored — or added, `reduce_add` — through the
   // parameter's tensor map at (col, row, batch) by a bulk tensor copy, committed as its own group.
@@ -2686,25 +2693,14 @@ class Emitter {
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {},
                          {b_.CreateAdd(warpgroup, i32(5)), i32(128)});
     };
-    const int n0 = slots(t, 0), n1 = slots(t, 1);
+    auto pair = [&](size_t e) { return pair_to_storage(values[e], values[e + 1], prm.dtype); };
     for (int first = 0; first < panels; first += slot_count) {
       const int n = std::min(slot_count, panels - first);
       // (Every round starts at slot 0: all of the warpgroup's copies done reading first.)
       guarded(warpgroup_leader(),
               [&] { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_bulk_wait_group_read, {}, {i32(0)}); });
       barrier();
-      for (int e0 = 0; e0 < n0; ++e0)
-        for (int e1 = 0; e1 < n1; e1 += 2) {
-          const int panel = 8 * (e1 / 2) / per_panel;
-          if (panel < first || panel >= first + n) continue;
-          Value* byte = b_.CreateMul(b_.CreateSub(position(t, 1, e1), i32(panel * per_panel)), i32(size));
-          Value* at =
-              ring_address(i.ring, i32(panel - first), position(t, 0, e0), b_.CreateUDiv(byte, i32(16)));
-          at = b_.CreateInBoundsGEP(b_.getInt8Ty(), at, b_.CreateURem(byte, i32(16)));
-          const size_t e = static_cast<size_t>(e0 * n1 + e1);
-          b_.CreateAlignedStore(pair_to_storage(values[e], values[e + 1], prm.dtype), at,
-                                llvm::Align(2 * static_cast<uint64_t>(size)));
-        }
+      for (int panel = first; panel < first + n; ++panel) stage_panel(i, panel, i32(panel - first), pair);
       asm_call(b_.getVoidTy(), "fence.proxy.async.shared::cta;", "~{memory}", {});
       barrier();
       guarded(warpgroup_leader(), [&] {

@@ -190,6 +190,14 @@ static std::string library_gemm_text(const Plan& plan, const Kernel& k) {
                          : fmt::format("the library's {:.0f} TFLOP/s", library_flops_rate(g, k, p) / 1e12));
 }
 
+// A matmul's pipe, as the report names it: mma.sync staged or direct, or wgmma and the share of
+// its rate a narrow tile's shared-memory bytes a flop leave.
+static std::string matmul_pipe(const TileSchedule& s, const DeviceProfile& p) {
+  if (!s.wgmma) return s.stages > 0 ? "mma.sync, staged" : "mma.sync, direct";
+  const double share = smem_share(s, p);
+  return share < 1 ? fmt::format("wgmma, {:.2f} of its rate: the tile's shared-memory bytes a flop", share) : "wgmma";
+}
+
 // One kernel of the plan: what it computes, reads and writes, its schedule and its cost.
 static std::string kernel_text(const Plan& plan, const Kernel& k, const MeasuredKernels& measured) {
   const Graph& g = plan.graph;
@@ -211,12 +219,7 @@ static std::string kernel_text(const Plan& plan, const Kernel& k, const Measured
   if (k.kind == ScheduleKind::MatMul && !k.library)
     s += fmt::format("    {}; {}; {:.3g} TFLOP at {:.0f} TFLOP/s ({}){}\n", registers_line(k, measured),
                      occupancy(k, measured, p), k.cost.flops / 1e12,
-                     matmul_flops_rate(k.schedule, plan.options.profile) / 1e12,
-                     !k.schedule.wgmma ? k.schedule.stages > 0 ? "mma.sync, staged" : "mma.sync, direct"
-                     : smem_share(k.schedule, p) < 1
-                         ? fmt::format("wgmma, {:.2f} of its rate: the tile's shared-memory bytes a flop",
-                                       smem_share(k.schedule, p))
-                         : std::string("wgmma"),
+                     matmul_flops_rate(k.schedule, plan.options.profile) / 1e12, matmul_pipe(k.schedule, p),
                      k.nodes.size() > 1 ? "; the epilogue runs on the accumulator's tiles" : "");
   else if (!k.library)
     s += fmt::format("    {}; {}, {:.0f} KB in flight per SM\n", registers_line(k, measured),
